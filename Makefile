@@ -1,0 +1,46 @@
+# vramprof: the single entry point for building, testing and running.
+#
+#   make demo      build everything and profile the bundled demo trainer
+#   make test      unit tests and the root-only BPF integration tests
+#   make bench     overhead of the probes, as ratios from one run
+#   make generate  rebuild the BPF objects (committed; reproducible byte for byte)
+#   make lint      gofmt, go vet, staticcheck, a non-Linux cross-build
+
+GO       ?= go
+BIN      := bin/vramprof
+DEMO_OUT ?= demo-out
+# BPF tests need root; sudo is used when we are not root already.
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
+
+.PHONY: all build testdata generate test bench demo lint clean
+
+all: build
+
+build: testdata
+	$(GO) build -o $(BIN) ./cmd/vramprof
+
+testdata:
+	$(MAKE) -s -C testdata
+
+generate:
+	$(GO) generate ./probes/
+
+test: testdata
+	$(SUDO) env "PATH=$$PATH" $(GO) test -count=1 ./...
+
+bench: build
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench . -benchtime 20000x -count 1 ./probes/ 2>&1 | $(GO) run ./probes/benchratio
+
+demo: build
+	rm -rf $(DEMO_OUT)
+	$(SUDO) ./$(BIN) run -o $(DEMO_OUT) -- testdata/build/bin/demo
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+	GOOS=darwin $(GO) build ./...
+
+clean:
+	rm -rf bin $(DEMO_OUT)
+	$(MAKE) -s -C testdata clean

@@ -1,0 +1,567 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// Defaults for Options fields left zero.
+const (
+	// DefaultTimelinePoints keeps a timeline small enough to embed in a
+	// report yet fine enough to see phases: 512 points is one per ~2 pixels
+	// of a typical chart.
+	DefaultTimelinePoints = 512
+	// DefaultLeakWindows: fewer than 4 windows cannot tell steady growth
+	// from a step; more than 8 makes a short leak look intermittent.
+	DefaultLeakWindows = 6
+	// DefaultTopStacks is how many stacks a finding or a summary names.
+	DefaultTopStacks = 5
+	// leakResolution is the number of grid buckets the leak rule's windows
+	// are cut from; window ends fall on bucket ends, so 64 buckets place them
+	// within 1/32 of the run of the equal split.
+	leakResolution = 64
+	// maxLeakFindings caps leak findings per process: past that the report
+	// lists noise, and the top ones hold most of the bytes.
+	maxLeakFindings = 10
+)
+
+// ErrFinished is returned by Add after Finish.
+var ErrFinished = errors.New("analysis: Add after Finish")
+
+// Options tunes an Analyzer. The zero value uses the defaults.
+type Options struct {
+	// TimelinePoints is the most points a timeline keeps (default 512, at
+	// least 2).
+	TimelinePoints int
+	// LeakWindows is the number of windows the leak rule splits the run
+	// into (default 6, at least 3).
+	LeakWindows int
+	// TopStacks is how many stacks findings name (default 5).
+	TopStacks int
+}
+
+func (o Options) withDefaults() Options {
+	if o.TimelinePoints <= 0 {
+		o.TimelinePoints = DefaultTimelinePoints
+	}
+	o.TimelinePoints = max(o.TimelinePoints, 2)
+	if o.LeakWindows <= 0 {
+		o.LeakWindows = DefaultLeakWindows
+	}
+	o.LeakWindows = max(o.LeakWindows, 3)
+	if o.TopStacks <= 0 {
+		o.TopStacks = DefaultTopStacks
+	}
+	return o
+}
+
+// Analyzer folds an event stream into a Result. Feed it every record in
+// stream order with Add, then call Finish once. An Analyzer is not safe for
+// concurrent use. It copies what it keeps, so the producer may reuse records
+// after Add returns.
+type Analyzer struct {
+	opts     Options
+	finished bool
+	result   *Result
+
+	// run accumulates the run facts; Finish completes End and Duration.
+	run Run
+	// haveStart is set once the time origin is known (Header or first time).
+	haveStart bool
+	// lost is the last Lost record's running total.
+	lost uint64
+	// latest is the latest time seen in any record: the end of a stream cut
+	// short.
+	latest uint64
+
+	// grids are created when the time origin is known.
+	tl   *grid // timelines
+	leak *grid // leak histories, from the first event on
+	// lastEvent is the latest event time: leak windows end there.
+	lastEvent uint64
+
+	// live holds every live allocation of every process and layer.
+	live map[liveKey]liveAlloc
+	// classes are the allocation classes in order of first use; classIx
+	// finds them. Indexes (int32) are stable and stored in liveAlloc.
+	classes []*classState
+	classIx map[classKey]int32
+	// groups are the stacks per process and layer, likewise indexed.
+	groups  []*groupState
+	groupIx map[groupKey]int32
+	// spaces are the per-process models.
+	spaces map[spaceKey]*space
+	// last caches the latest space: consecutive events mostly come from
+	// one process, and the lookup is on the hot path.
+	last *space
+	// layers and devices hold the all-process figures.
+	layers  map[event.Layer]*layerState
+	devices map[devKey]*devState
+
+	// Copies of the descriptive records, by key.
+	procInfo  map[uint32]*event.Process
+	stacks    map[event.StackID]*event.Stack
+	mappings  map[event.MappingID]event.Mapping
+	libraries map[libKey]bool // dedupes Library records
+}
+
+// liveKey finds a live allocation. The device is not part of it: CUDA's
+// unified virtual addressing gives each pointer one device in a process, and
+// a free may run with another device current.
+type liveKey struct {
+	addr  uint64
+	pid   uint32
+	layer event.Layer
+}
+
+// liveAlloc is kept small (24 bytes): there is one per live allocation.
+// Stack, device, API and layer are found through its class.
+type liveAlloc struct {
+	size  uint64
+	time  uint64
+	class int32
+}
+
+// classKey is an allocation class: what one pprof sample aggregates.
+type classKey struct {
+	size   uint64
+	pid    uint32
+	stack  event.StackID
+	device int32
+	api    event.API
+	layer  event.Layer
+}
+
+// classState is a class's running aggregates.
+type classState struct {
+	key   classKey
+	group int32
+	alloc Usage
+	live  Usage
+	peak  Usage // live at the space's last peak, valid when !dirty
+	dirty bool  // touched since the space's last peak
+}
+
+// groupKey is a stack within one process and layer: the unit of the "by
+// stack" aggregates and of the leak rule.
+type groupKey struct {
+	pid   uint32
+	stack event.StackID
+	layer event.Layer
+}
+
+// groupState is a stack's running aggregates and its live-bytes history
+// for the leak rule.
+type groupState struct {
+	key    groupKey
+	alloc  Usage
+	live   Usage
+	failed Usage
+	hist   history
+}
+
+// spaceKey is one process's address space at one layer.
+type spaceKey struct {
+	pid   uint32
+	layer event.Layer
+}
+
+// space is the model of one process at one layer.
+type space struct {
+	key       spaceKey
+	totals    Totals
+	live      Usage
+	peak      uint64
+	peakTime  uint64
+	peakEvent Allocation // valid when peak > 0
+	// dirty lists the classes touched since the last peak. At a new peak only
+	// they are copied into the peak snapshot (classState.peak): each event
+	// adds at most one entry and each entry is applied once, so tracking the
+	// peak costs O(events) even when every event sets a new peak.
+	dirty        []int32
+	devices      map[int32]*procDevice
+	firstFailure *Failure
+}
+
+// procDevice is one process's use of one device, with its timeline.
+type procDevice struct {
+	live     uint64
+	peak     uint64
+	peakTime uint64
+	timeline series
+}
+
+// devKey is one device at one layer, all processes together.
+type devKey struct {
+	device int32
+	layer  event.Layer
+}
+
+type devState struct {
+	live, peak, peakTime uint64
+}
+
+// layerState is one layer's totals, all processes together; seen tells
+// whether any event of the layer arrived (report.json's "blocks" depends on
+// it).
+type layerState struct {
+	totals Totals
+	live   Usage
+	seen   bool
+}
+
+// libKey identifies a Library record: one per process and path.
+type libKey struct {
+	pid  uint32
+	path string
+}
+
+// New returns an Analyzer ready for the first record.
+func New(opts Options) *Analyzer {
+	return &Analyzer{
+		opts:      opts.withDefaults(),
+		live:      make(map[liveKey]liveAlloc),
+		classIx:   make(map[classKey]int32),
+		groupIx:   make(map[groupKey]int32),
+		spaces:    make(map[spaceKey]*space),
+		layers:    make(map[event.Layer]*layerState),
+		devices:   make(map[devKey]*devState),
+		procInfo:  make(map[uint32]*event.Process),
+		stacks:    make(map[event.StackID]*event.Stack),
+		mappings:  make(map[event.MappingID]event.Mapping),
+		libraries: make(map[libKey]bool),
+	}
+}
+
+// Add consumes one record. It returns an error for a nil or unknown record
+// and after Finish; the Analyzer stays usable after an error.
+func (a *Analyzer) Add(rec event.Record) error {
+	if a.finished {
+		return ErrFinished
+	}
+	switch r := rec.(type) {
+	case *event.Event:
+		if r == nil {
+			return errors.New("analysis: nil *event.Event")
+		}
+		a.event(r)
+	case *event.Stack:
+		if r != nil {
+			s := *r
+			s.Frames = slices.Clone(r.Frames)
+			a.stacks[r.ID] = &s
+		}
+	case *event.Mapping:
+		if r != nil {
+			a.mappings[r.ID] = *r
+		}
+	case *event.Process:
+		if r != nil {
+			p := *r
+			p.Command = slices.Clone(r.Command)
+			a.procInfo[r.PID] = &p
+		}
+	case *event.Library:
+		if r != nil && !a.libraries[libKey{r.PID, r.Path}] {
+			a.libraries[libKey{r.PID, r.Path}] = true
+			l := *r
+			l.Symbols = slices.Clone(r.Symbols)
+			a.run.Libraries = append(a.run.Libraries, l)
+		}
+	case *event.Lost:
+		if r != nil {
+			a.lost = r.Total
+			a.see(r.Time)
+		}
+	case *event.End:
+		if r != nil {
+			a.run.Ended = true
+			a.run.EndReason = r.Reason
+			a.run.ExitCode = r.ExitCode
+			a.run.End = r.Time
+			a.see(r.Time)
+		}
+	case *event.Header:
+		if r != nil {
+			a.run.Tool = r.Tool
+			a.run.Version = r.Version
+			a.run.Mode = r.Mode
+			a.run.Command = slices.Clone(r.Command)
+			a.run.PID = r.PID
+			a.run.Host = r.Host
+			a.run.WallTime = r.WallTime
+			if !a.haveStart {
+				a.setStart(r.Start)
+			}
+		}
+	case nil:
+		return errors.New("analysis: nil record")
+	default:
+		return fmt.Errorf("analysis: unknown record type %T", rec)
+	}
+	return nil
+}
+
+func (a *Analyzer) setStart(t uint64) {
+	a.haveStart = true
+	a.run.Start = t
+	a.latest = max(a.latest, t)
+	a.tl = newGrid(t, a.opts.TimelinePoints/2)
+}
+
+// see notes a time from any record: the run lasts at least until then.
+func (a *Analyzer) see(t uint64) {
+	if !a.haveStart {
+		a.setStart(t)
+	}
+	a.latest = max(a.latest, t)
+}
+
+func (a *Analyzer) layer(l event.Layer) *layerState {
+	ls := a.layers[l]
+	if ls == nil {
+		ls = &layerState{}
+		a.layers[l] = ls
+	}
+	ls.seen = true
+	return ls
+}
+
+func (a *Analyzer) space(pid uint32, l event.Layer) *space {
+	if s := a.last; s != nil && s.key.pid == pid && s.key.layer == l {
+		return s
+	}
+	k := spaceKey{pid, l}
+	s := a.spaces[k]
+	if s == nil {
+		s = &space{key: k, devices: make(map[int32]*procDevice)}
+		a.spaces[k] = s
+	}
+	a.last = s
+	return s
+}
+
+func (s *space) device(d int32) *procDevice {
+	pd := s.devices[d]
+	if pd == nil {
+		pd = &procDevice{}
+		s.devices[d] = pd
+	}
+	return pd
+}
+
+func (a *Analyzer) device(d int32, l event.Layer) *devState {
+	k := devKey{d, l}
+	ds := a.devices[k]
+	if ds == nil {
+		ds = &devState{}
+		a.devices[k] = ds
+	}
+	return ds
+}
+
+func (a *Analyzer) group(k groupKey) *groupState {
+	if i, ok := a.groupIx[k]; ok {
+		return a.groups[i]
+	}
+	g := &groupState{key: k}
+	a.groupIx[k] = int32(len(a.groups))
+	a.groups = append(a.groups, g)
+	return g
+}
+
+func (a *Analyzer) class(k classKey) int32 {
+	if i, ok := a.classIx[k]; ok {
+		return i
+	}
+	g := a.group(groupKey{k.pid, k.stack, k.layer})
+	i := int32(len(a.classes))
+	a.classes = append(a.classes, &classState{key: k, group: a.groupIx[g.key]})
+	a.classIx[k] = i
+	return i
+}
+
+// event applies one traced call to the model.
+func (a *Analyzer) event(e *event.Event) {
+	a.run.Events++
+	a.see(e.Time)
+	if a.leak == nil {
+		// Leak windows span the allocation activity itself, first event to
+		// last: a process that starts late or lingers after its last call
+		// (start-up, teardown, a recorder still draining) must not squeeze
+		// the whole workload into one window.
+		a.leak = newGrid(e.Time, leakResolution)
+	}
+	a.lastEvent = max(a.lastEvent, e.Time)
+	layer := e.Layer
+	if layer == event.LayerUnknown {
+		// The CUDA API probes are the only sources that may leave the layer
+		// unset; their calls are segments.
+		layer = event.LayerSegment
+	}
+	if layer != event.LayerSegment && layer != event.LayerBlock {
+		a.layer(layer).totals.IgnoredEvents++
+		return
+	}
+	ls := a.layer(layer)
+	sp := a.space(e.PID, layer)
+	switch e.Kind {
+	case event.KindAlloc:
+		a.alloc(e, layer, ls, sp)
+	case event.KindFree:
+		a.free(e, layer, ls, sp)
+	default:
+		ls.totals.IgnoredEvents++
+		sp.totals.IgnoredEvents++
+	}
+}
+
+// both applies f to the layer's and the process's totals.
+func both(ls *layerState, sp *space, f func(t *Totals)) {
+	f(&ls.totals)
+	f(&sp.totals)
+}
+
+func (a *Analyzer) alloc(e *event.Event, layer event.Layer, ls *layerState, sp *space) {
+	switch {
+	case e.Ret != 0:
+		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
+		g := a.group(groupKey{e.PID, e.Stack, layer})
+		g.failed.add(e.Size)
+		if sp.firstFailure == nil {
+			sp.firstFailure = a.failure(e, layer, sp)
+		}
+		return
+	case e.Size == 0:
+		both(ls, sp, func(t *Totals) { t.ZeroSizeAllocations++ })
+		return
+	case e.Addr == 0:
+		both(ls, sp, func(t *Totals) { t.IgnoredEvents++ })
+		return
+	}
+	lk := liveKey{e.Addr, e.PID, layer}
+	if old, ok := a.live[lk]; ok {
+		// A free was missed: drop the old allocation as if freed now.
+		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
+		a.release(old, e.Time, ls, sp)
+	}
+	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer})
+	c := a.classes[ci]
+	a.live[lk] = liveAlloc{size: e.Size, time: e.Time, class: ci}
+	both(ls, sp, func(t *Totals) { t.Allocations++; t.AllocatedBytes += e.Size })
+
+	c.alloc.add(e.Size)
+	c.live.add(e.Size)
+	a.touch(sp, ci, c)
+	g := a.groups[c.group]
+	g.alloc.add(e.Size)
+	g.live.add(e.Size)
+	g.hist.set(a.leak, e.Time, g.live.Bytes)
+
+	ls.live.add(e.Size)
+	if ls.live.Bytes > ls.totals.PeakBytes {
+		ls.totals.PeakBytes, ls.totals.PeakTime = ls.live.Bytes, e.Time
+	}
+	ds := a.device(e.Device, layer)
+	ds.live += e.Size
+	if ds.live > ds.peak {
+		ds.peak, ds.peakTime = ds.live, e.Time
+	}
+	pd := sp.device(e.Device)
+	pd.live += e.Size
+	if pd.live > pd.peak {
+		pd.peak, pd.peakTime = pd.live, e.Time
+	}
+	pd.timeline.add(a.tl, e.Time, pd.live)
+
+	sp.live.add(e.Size)
+	if sp.live.Bytes > sp.peak {
+		// A new peak (strictly above: the first time a value is reached
+		// counts). Bring the snapshot up to date with the classes changed
+		// since the last one.
+		for _, i := range sp.dirty {
+			dc := a.classes[i]
+			dc.peak, dc.dirty = dc.live, false
+		}
+		sp.dirty = sp.dirty[:0]
+		sp.peak, sp.peakTime = sp.live.Bytes, e.Time
+		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
+			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
+	}
+}
+
+// touch marks a class changed since its space's last peak.
+func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
+	if !c.dirty {
+		c.dirty = true
+		sp.dirty = append(sp.dirty, ci)
+	}
+}
+
+func (a *Analyzer) free(e *event.Event, layer event.Layer, ls *layerState, sp *space) {
+	switch {
+	case e.Ret != 0:
+		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
+		return
+	case e.Addr == 0:
+		both(ls, sp, func(t *Totals) { t.NullFrees++ })
+		return
+	}
+	lk := liveKey{e.Addr, e.PID, layer}
+	old, ok := a.live[lk]
+	if !ok {
+		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
+		return
+	}
+	delete(a.live, lk)
+	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += old.size })
+	a.release(old, e.Time, ls, sp)
+}
+
+// release takes a live allocation out of every aggregate at time t.
+func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
+	c := a.classes[old.class]
+	c.live.sub(old.size)
+	a.touch(sp, old.class, c)
+	g := a.groups[c.group]
+	g.live.sub(old.size)
+	g.hist.set(a.leak, t, g.live.Bytes)
+	ls.live.sub(old.size)
+	a.device(c.key.device, c.key.layer).live -= old.size
+	pd := sp.device(c.key.device)
+	pd.live -= old.size
+	pd.timeline.add(a.tl, t, pd.live)
+	sp.live.sub(old.size)
+}
+
+// failure copies a failed allocation with what was live at that moment. It
+// runs once per process, so walking the process's classes is affordable.
+func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *space) *Failure {
+	f := &Failure{
+		Allocation: Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
+			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack},
+		Ret:       e.Ret,
+		LiveBytes: sp.live.Bytes,
+		PeakBytes: sp.peak,
+	}
+	if pd := sp.devices[e.Device]; pd != nil {
+		f.DeviceLiveBytes = pd.live
+	}
+	byStack := make(map[event.StackID]*Usage)
+	for _, g := range a.groups {
+		if g.key.pid == e.PID && g.key.layer == layer && g.live.Count > 0 {
+			u := byStack[g.key.stack]
+			if u == nil {
+				u = &Usage{}
+				byStack[g.key.stack] = u
+			}
+			u.Count += g.live.Count
+			u.Bytes += g.live.Bytes
+		}
+	}
+	f.LiveStacks = topStacks(byStack, a.opts.TopStacks)
+	return f
+}

@@ -1,0 +1,511 @@
+package analysis
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+func TestAccounting(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(s *stream)
+		want  Totals // LostEvents is ignored here
+	}{
+		{
+			name: "3 allocs of 1 MiB, free 1: live 2 MiB, peak 3 MiB",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, MiB, 1).alloc(2, 0xb, MiB, 1).alloc(3, 0xc, MiB, 1).free(4, 0xb)
+			},
+			want: Totals{Allocations: 3, Frees: 1, AllocatedBytes: 3 * MiB, FreedBytes: MiB,
+				PeakBytes: 3 * MiB, PeakTime: 3, LiveBytesAtEnd: 2 * MiB, LiveAllocationsAtEnd: 2},
+		},
+		{
+			name: "failed alloc is counted and never live",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, MiB, 1).fail(2, 4*GiB, 2, 2)
+			},
+			want: Totals{Allocations: 1, AllocatedBytes: MiB, FailedAllocations: 1, FailedBytes: 4 * GiB,
+				PeakBytes: MiB, PeakTime: 1, LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
+		},
+		{
+			name: "failed alloc with an address still is not live",
+			build: func(s *stream) {
+				s.ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Ret: 2, Kind: event.KindAlloc})
+				s.free(2, 0xa)
+			},
+			want: Totals{FailedAllocations: 1, FailedBytes: MiB, UnknownFrees: 1},
+		},
+		{
+			name: "free of an address allocated before attach",
+			build: func(s *stream) {
+				s.free(1, 0xdead).alloc(2, 0xa, MiB, 1)
+			},
+			want: Totals{Allocations: 1, AllocatedBytes: MiB, UnknownFrees: 1, PeakBytes: MiB, PeakTime: 2,
+				LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
+		},
+		{
+			name: "cudaFree(NULL) is ignored",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, MiB, 1).free(2, 0).free(3, 0)
+			},
+			want: Totals{Allocations: 1, AllocatedBytes: MiB, NullFrees: 2, PeakBytes: MiB, PeakTime: 1,
+				LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
+		},
+		{
+			name: "zero-size alloc is not an allocation",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, 0, 1)
+			},
+			want: Totals{ZeroSizeAllocations: 1},
+		},
+		{
+			name: "alloc at a live address replaces it: 1 MiB then 2 MiB at 0xa, then free",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, MiB, 1).alloc(2, 0xa, 2*MiB, 2).free(3, 0xa)
+			},
+			want: Totals{Allocations: 2, AllocatedBytes: 3 * MiB, ReplacedAllocations: 1, Frees: 1,
+				FreedBytes: 2 * MiB, PeakBytes: 2 * MiB, PeakTime: 2},
+		},
+		{
+			name: "free that returned an error frees nothing",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, MiB, 1)
+				s.ev(event.Event{Time: 2, Addr: 0xa, Ret: 1, Kind: event.KindFree})
+			},
+			want: Totals{Allocations: 1, AllocatedBytes: MiB, FailedFrees: 1, PeakBytes: MiB, PeakTime: 1,
+				LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
+		},
+		{
+			name: "double free: the second is unknown",
+			build: func(s *stream) {
+				s.alloc(1, 0xa, MiB, 1).free(2, 0xa).free(3, 0xa)
+			},
+			want: Totals{Allocations: 1, AllocatedBytes: MiB, Frees: 1, FreedBytes: MiB, UnknownFrees: 1,
+				PeakBytes: MiB, PeakTime: 1},
+		},
+		{
+			name: "unknown kind and device layer are ignored",
+			build: func(s *stream) {
+				s.ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Kind: event.Kind(9)})
+			},
+			want: Totals{IgnoredEvents: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStream().stack(1, "f", 10).stack(2, "g", 20)
+			tt.build(s)
+			s.lost(10, 7).end(10)
+			r := mustAnalyze(t, Options{}, s.recs)
+			want := tt.want
+			want.LostEvents = 7
+			assert.Equal(t, want, r.Totals)
+			assert.Equal(t, uint64(7), r.LostEvents)
+			assert.Nil(t, r.Blocks, "no block-layer events")
+			// The process agrees with the totals: one process only.
+			p := process(t, r, 100)
+			assert.Equal(t, want, p.Totals)
+		})
+	}
+}
+
+func TestFailedAllocationIsAnOOMFinding(t *testing.T) {
+	// 3 GiB live at stack 1, then a 2 GiB request at stack 2 fails with
+	// cudaErrorMemoryAllocation, then a 1 GiB one at stack 2 fails too.
+	s := newStream().stack(1, "load_model", 5).stack(2, "forward", 42)
+	s.alloc(1*sec, 0xa, 3*GiB, 1).fail(2*sec, 2*GiB, 2, 2).fail(3*sec, GiB, 2, 2).end(4 * sec)
+	r := mustAnalyze(t, Options{}, s.recs)
+
+	p := process(t, r, 100)
+	require.NotNil(t, p.FirstFailure)
+	assert.Equal(t, 2*GiB, p.FirstFailure.Size)
+	assert.Equal(t, 3*GiB, p.FirstFailure.LiveBytes)
+	assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{1, 3 * GiB}}}, p.FirstFailure.LiveStacks)
+	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{2, 3 * GiB}}}, p.Failed)
+
+	oom := findings(r, KindOOM)
+	require.Len(t, oom, 1)
+	assert.Equal(t, 2*GiB, oom[0].Bytes, "an OOM's bytes are the first failing request")
+	assert.Equal(t, SeverityCritical, oom[0].Severity)
+	assert.Contains(t, oom[0].Summary, "request for 2147483648 bytes (2.00 GiB) at forward (train.py:42)")
+	assert.Contains(t, oom[0].Summary, "3221225472 bytes (3.00 GiB) were live")
+	require.NotEmpty(t, oom[0].Remediation)
+	assert.Contains(t, oom[0].Remediation[0], "load_model (train.py:5) with 3221225472 bytes")
+	assert.Contains(t, oom[0].Remediation[1], "2 allocation calls failed in all (3221225472 bytes requested)")
+}
+
+func TestPeak(t *testing.T) {
+	t.Run("first time counts", func(t *testing.T) {
+		// 1 MiB at stack 1, freed, then 1 MiB at stack 2: the peak (1 MiB) was
+		// first reached by stack 1.
+		s := newStream().stack(1, "f", 1).stack(2, "g", 2)
+		s.alloc(10, 0xa, MiB, 1).free(20, 0xa).alloc(30, 0xb, MiB, 2).end(40)
+		r := mustAnalyze(t, Options{}, s.recs)
+		p := process(t, r, 100)
+		assert.Equal(t, MiB, p.Totals.PeakBytes)
+		assert.Equal(t, uint64(10), p.PeakTime)
+		require.NotNil(t, p.PeakEvent)
+		assert.Equal(t, event.StackID(1), p.PeakEvent.Stack)
+		assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{1, MiB}}}, p.PeakStacks)
+		assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{1, MiB}}}, p.LiveAtEnd)
+	})
+	t.Run("set by stack, snapshot not disturbed by later events", func(t *testing.T) {
+		// t1 s1 +1 MiB (1), t2 s2 +2 MiB (3, peak), t3 free s1 (2),
+		// t4 s3 +1 MiB (3 = peak: not new), t5 s3 +512 KiB (3.5 MiB: new peak,
+		// crossed by s3's 512 KiB), then everything freed and s1 allocs 1 MiB.
+		s := newStream().stack(1, "f", 1).stack(2, "g", 2).stack(3, "h", 3)
+		s.alloc(1, 0xa, MiB, 1).alloc(2, 0xb, 2*MiB, 2).free(3, 0xa).
+			alloc(4, 0xc, MiB, 3).alloc(5, 0xd, 512*KiB, 3).
+			free(6, 0xb).free(7, 0xc).free(8, 0xd).alloc(9, 0xe, MiB, 1).end(10)
+		r := mustAnalyze(t, Options{}, s.recs)
+		p := process(t, r, 100)
+		assert.Equal(t, 3*MiB+512*KiB, p.Totals.PeakBytes)
+		assert.Equal(t, uint64(5), p.PeakTime)
+		assert.Equal(t, &Allocation{Time: 5, Addr: 0xd, Size: 512 * KiB, Device: 0, API: event.APICudaMalloc,
+			Layer: event.LayerSegment, Stack: 3}, p.PeakEvent)
+		assert.Equal(t, []StackUsage{
+			{Stack: 2, Usage: Usage{1, 2 * MiB}},
+			{Stack: 3, Usage: Usage{2, MiB + 512*KiB}},
+		}, p.PeakStacks)
+		// The classes carry the same snapshot: one per (stack, size).
+		var peakSum, peakCount uint64
+		for _, c := range r.Classes {
+			peakSum += c.Peak.Bytes
+			peakCount += c.Peak.Count
+		}
+		assert.Equal(t, 3*MiB+512*KiB, peakSum)
+		assert.Equal(t, uint64(3), peakCount)
+		peak := findings(r, KindPeak)
+		require.Len(t, peak, 1)
+		assert.Equal(t, 3*MiB+512*KiB, peak[0].Bytes)
+		assert.Equal(t, "g (train.py:2)", peak[0].Stacks[0].Site)
+		assert.Contains(t, peak[0].Remediation[0], "g (train.py:2): 2097152 bytes (2.00 MiB, 57.1% of the peak) in 1 allocations")
+	})
+	t.Run("devices and processes", func(t *testing.T) {
+		// pid 100: 1 MiB on dev 0, 2 MiB on dev 1 (process peak 3 MiB at t2).
+		// pid 200: 4 MiB on dev 1 at t3, freed at t4, then 1 MiB on dev 1.
+		// Overall: 1+2+4 = 7 MiB at t3. Device 1: 2+4 = 6 MiB at t3.
+		s := newStream().stack(1, "f", 1)
+		s.allocOn(1, 0xa, MiB, 1, 100, 0).allocOn(2, 0xb, 2*MiB, 1, 100, 1).
+			allocOn(3, 0xa, 4*MiB, 1, 200, 1).freeOn(4, 0xa, 200).allocOn(5, 0xc, MiB, 1, 200, 1)
+		r := mustAnalyze(t, Options{}, s.recs)
+		assert.Equal(t, 7*MiB, r.Totals.PeakBytes)
+		assert.Equal(t, uint64(3), r.Totals.PeakTime)
+		assert.Equal(t, 4*MiB, r.Totals.LiveBytesAtEnd)
+		assert.Equal(t, []Device{
+			{Index: 0, PeakBytes: MiB, PeakTime: 1, LiveBytesAtEnd: MiB},
+			{Index: 1, PeakBytes: 6 * MiB, PeakTime: 3, LiveBytesAtEnd: 3 * MiB},
+		}, r.Devices)
+		p := process(t, r, 100)
+		assert.Equal(t, 3*MiB, p.Totals.PeakBytes)
+		assert.Equal(t, []ProcessDevice{
+			{Index: 0, PeakBytes: MiB, PeakTime: 1, LiveBytesAtEnd: MiB},
+			{Index: 1, PeakBytes: 2 * MiB, PeakTime: 2, LiveBytesAtEnd: 2 * MiB},
+		}, p.Devices)
+		q := process(t, r, 200)
+		assert.Equal(t, 4*MiB, q.Totals.PeakBytes)
+		assert.Equal(t, MiB, q.Totals.LiveBytesAtEnd)
+	})
+	t.Run("free under another current device releases the allocation's device", func(t *testing.T) {
+		s := newStream().stack(1, "f", 1)
+		s.allocOn(1, 0xa, MiB, 1, 100, 1)
+		s.ev(event.Event{Time: 2, Addr: 0xa, Device: 0, Kind: event.KindFree})
+		r := mustAnalyze(t, Options{}, s.recs)
+		assert.Equal(t, []Device{{Index: 1, PeakBytes: MiB, PeakTime: 1}}, r.Devices)
+		assert.Zero(t, r.Totals.UnknownFrees)
+	})
+}
+
+func TestStreamWithoutEnd(t *testing.T) {
+	s := newStream().stack(1, "f", 1)
+	s.alloc(1*sec, 0xa, MiB, 1).alloc(2*sec, 0xb, MiB, 1).lost(3*sec, 5)
+	r := mustAnalyze(t, Options{}, s.recs)
+	assert.False(t, r.Run.Ended)
+	assert.Equal(t, 3*sec, r.Run.End, "the latest time seen")
+	assert.Equal(t, 3*sec, r.Run.Duration)
+	assert.Equal(t, 2*MiB, r.Totals.LiveBytesAtEnd)
+	assert.Equal(t, uint64(5), r.Totals.LostEvents)
+	assert.NotEmpty(t, findings(r, KindPeak))
+}
+
+func TestRunFacts(t *testing.T) {
+	s := newStream()
+	lib := &event.Library{PID: 100, Path: "/usr/lib/libcudart.so.12", Symbols: []string{"cudaMalloc", "cudaFree"}}
+	s.recs = append(s.recs, lib, lib, &event.End{Time: 5 * sec, Reason: "exited", ExitCode: 3})
+	r := mustAnalyze(t, Options{}, s.recs)
+	assert.Equal(t, Run{Tool: "vramprof test", Version: 1, Mode: "run", Command: []string{"python", "train.py"},
+		PID: 100, Host: "h", End: 5 * sec, Duration: 5 * sec, Ended: true, EndReason: "exited", ExitCode: 3,
+		Libraries: []event.Library{*lib}}, r.Run)
+	p := process(t, r, 100)
+	assert.Equal(t, "/usr/bin/python3", p.Exe)
+}
+
+func TestRecordsAreCopied(t *testing.T) {
+	// The producer reuses its records after Add returns.
+	a := New(Options{})
+	st := &event.Stack{ID: 1, PID: 100, Frames: []event.Frame{{Addr: 1, Function: "f"}}}
+	require.NoError(t, a.Add(st))
+	st.Frames[0].Function = "clobbered"
+	e := &event.Event{Time: 1, PID: 100, Addr: 0xa, Size: MiB, Stack: 1, Kind: event.KindAlloc}
+	require.NoError(t, a.Add(e))
+	*e = event.Event{Time: 2, PID: 100, Addr: 0xb, Size: 2 * MiB, Stack: 1, Kind: event.KindAlloc}
+	require.NoError(t, a.Add(e))
+	e.Size = 99
+	r := a.Finish()
+	assert.Equal(t, "f", r.Site(1))
+	assert.Equal(t, 3*MiB, r.Totals.LiveBytesAtEnd)
+	assert.Equal(t, uint64(2), process(t, r, 100).PeakEvent.Time)
+}
+
+func TestAddErrors(t *testing.T) {
+	a := New(Options{})
+	assert.Error(t, a.Add(nil))
+	assert.Error(t, a.Add((*event.Event)(nil)))
+	r := a.Finish()
+	assert.Same(t, r, a.Finish())
+	assert.ErrorIs(t, a.Add(&event.Lost{}), ErrFinished)
+	assert.Empty(t, r.Processes)
+	assert.Empty(t, r.Findings)
+}
+
+func TestFrames(t *testing.T) {
+	lib := &event.Mapping{ID: 2, File: "/usr/lib/libcudart.so.12"}
+	tests := []struct {
+		name string
+		f    event.Frame
+		m    *event.Mapping
+		want string
+	}{
+		{"full", event.Frame{Function: "step", File: "train.py", Line: 7}, nil, "step (train.py:7)"},
+		{"no file", event.Frame{Function: "cudaMalloc"}, lib, "cudaMalloc"},
+		{"no line", event.Frame{Function: "f", File: "a.c"}, nil, "f (a.c)"},
+		{"no function", event.Frame{Addr: 0x7f12}, lib, "0x7f12 (libcudart.so.12)"},
+		{"nothing", event.Frame{Addr: 0x7f12}, nil, "0x7f12"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, RenderFrame(tt.f, tt.m))
+		})
+	}
+	s := newStream().stack(1, "step", 7)
+	r := mustAnalyze(t, Options{}, s.recs)
+	assert.Equal(t, "step (train.py:7)", r.Site(1), "the site skips libcudart frames")
+	assert.Equal(t, []string{"cudaMalloc", "step (train.py:7)", "main (train.py:1)"}, r.Lines(1))
+	assert.Equal(t, NoStack, r.Site(42))
+	assert.Equal(t, []string{NoStack}, r.Lines(0))
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1536: "1.50 KiB", 3 * GiB / 2: "1.50 GiB"} {
+		assert.Equal(t, want, FormatBytes(n))
+	}
+}
+
+func TestTimelineKeepsPeak(t *testing.T) {
+	// A sawtooth between 0 and 1 MiB for 10000 ms with a single 9 MiB spike
+	// at 4321 ms; 16 points cannot hold every step but must hold the spike.
+	s := newStream().stack(1, "f", 1)
+	ms := uint64(1e6)
+	for i := range uint64(10000) {
+		s.alloc(i*ms, 0xa, MiB, 1)
+		if i == 4321 {
+			s.alloc(i*ms+1, 0xb, 8*MiB, 1).free(i*ms+2, 0xb)
+		}
+		s.free(i*ms+ms/2, 0xa)
+	}
+	r := mustAnalyze(t, Options{TimelinePoints: 16}, s.recs)
+	require.Len(t, r.Timelines, 1)
+	pts := r.Timelines[0].Points
+	assert.LessOrEqual(t, len(pts), 16)
+	var top Point
+	for i, p := range pts {
+		if p.Bytes > top.Bytes {
+			top = p
+		}
+		if i > 0 {
+			assert.LessOrEqual(t, pts[i-1].Time, p.Time, "points in time order")
+		}
+	}
+	assert.Equal(t, Point{Time: 4321*ms + 1, Bytes: 9 * MiB}, top)
+}
+
+func TestLeakRule(t *testing.T) {
+	// 64 ticks, 4 windows ending at ticks 16, 32, 48 and the end.
+	build := func(add func(s *stream)) *Result {
+		s := newStream().stack(1, "leaky", 10).stack(2, "steady", 20).stack(3, "weights", 30)
+		add(s)
+		s.end(64*tick - 1)
+		return mustAnalyze(t, Options{LeakWindows: 4}, s.recs)
+	}
+	t.Run("1 MiB every tick never freed", func(t *testing.T) {
+		r := build(func(s *stream) {
+			// Leak windows span first event to last: 0 to 64 ticks - 1.
+			s.alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
+			for i := range uint64(64) {
+				s.alloc(i*tick+1, 0x1000+i, MiB, 1) // leaks
+				s.alloc(i*tick+2, 0xa, MiB, 2)      // steady: freed each tick
+				s.free(i*tick+3, 0xa)
+			}
+			s.alloc(64*tick-2, 0xb, MiB, 2).free(64*tick-1, 0xb)
+		})
+		leaks := findings(r, KindLeak)
+		require.Len(t, leaks, 1)
+		f := leaks[0]
+		// After window 1 (ticks 0..15) 16 MiB were live; 64 MiB at the end.
+		assert.Equal(t, 48*MiB, f.Bytes)
+		assert.Equal(t, []uint64{16 * MiB, 32 * MiB, 48 * MiB, 64 * MiB}, f.Leak.Live)
+		assert.Equal(t, []uint64{16 * tick, 32 * tick, 48 * tick, 64*tick - 1}, f.Leak.WindowEnds)
+		secs := float64(48*tick-1) / 1e9
+		assert.InDelta(t, float64(48*MiB)/secs, f.Leak.BytesPerSecond, 1e-6)
+		assert.Equal(t, event.StackID(1), f.Stacks[0].Stack)
+		assert.Equal(t, 64*MiB, f.Stacks[0].Bytes)
+		// 48 MiB growth against a 164 MiB peak: >= 10%, high.
+		assert.Equal(t, SeverityHigh, f.Severity)
+		assert.Contains(t, f.Remediation[0], "free or detach the buffers allocated at leaky (train.py:10): +50331648 bytes over 51.5 s")
+	})
+	tests := []struct {
+		name  string
+		build func(s *stream)
+	}{
+		{"steady loop", func(s *stream) {
+			for i := range uint64(64) {
+				s.alloc(i*tick+1, 0xa, MiB, 2).free(i*tick+tick/2, 0xa)
+			}
+		}},
+		{"steady loop stopped mid-iteration", func(s *stream) {
+			for i := range uint64(64) {
+				s.alloc(i*tick+1, 0xa, MiB, 2)
+				if i < 63 {
+					s.free(i*tick+tick/2, 0xa)
+				}
+			}
+		}},
+		{"weights loaded once, live at end", func(s *stream) {
+			s.alloc(1, 0xf000, 100*MiB, 3)
+		}},
+		{"cache filled once mid-run", func(s *stream) {
+			s.alloc(40*tick, 0xf000, 100*MiB, 3)
+		}},
+		{"growth then freed before the end", func(s *stream) {
+			for i := range uint64(60) {
+				s.alloc(i*tick+1, 0x1000+i, MiB, 1)
+			}
+			for i := range uint64(60) {
+				s.free(63*tick, 0x1000+i)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := build(tt.build)
+			assert.Empty(t, findings(r, KindLeak))
+		})
+	}
+}
+
+func TestLeakDefaultWindows(t *testing.T) {
+	// A 60 s run; 1 MiB leaked every second. Whatever the windows, the growth
+	// is what was allocated after the first window's end.
+	s := newStream().stack(1, "leaky", 10)
+	for i := range uint64(60) {
+		s.alloc(i*sec+1, 0x1000+i, MiB, 1)
+	}
+	s.end(60 * sec)
+	r := mustAnalyze(t, Options{}, s.recs)
+	leaks := findings(r, KindLeak)
+	require.Len(t, leaks, 1)
+	ends := leaks[0].Leak.WindowEnds
+	require.Len(t, ends, DefaultLeakWindows)
+	var before uint64 // allocations before the first window's end
+	for i := range uint64(60) {
+		if i*sec+1 < ends[0] {
+			before++
+		}
+	}
+	assert.Equal(t, (60-before)*MiB, leaks[0].Bytes)
+	// The first window is about a sixth of the run, to within a grid bucket.
+	assert.InDelta(t, float64(10*sec), float64(ends[0]), float64(60*sec/32))
+}
+
+func TestIsLeak(t *testing.T) {
+	tests := []struct {
+		name string
+		live []uint64
+		want bool
+	}{
+		{"linear", []uint64{1, 2, 3, 4, 5, 6}, true},
+		{"rises in 3 of 5 steps", []uint64{1, 1, 2, 2, 3, 4}, true},
+		{"rises in 2 of 5 steps", []uint64{1, 1, 1, 2, 2, 3}, false},
+		{"one step up", []uint64{0, 0, 0, 1}, false},
+		{"falls once", []uint64{1, 2, 3, 2, 4, 5}, false},
+		{"flat", []uint64{5, 5, 5, 5}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, isLeak(tt.live))
+		})
+	}
+}
+
+func TestBlockLayer(t *testing.T) {
+	s := newStream().stack(1, "f", 1)
+	s.alloc(1, 0xa, 2*MiB, 1)
+	s.ev(event.Event{Time: 2, Addr: 0xa, Size: MiB, Stack: 1, Kind: event.KindAlloc, Layer: event.LayerBlock})
+	s.ev(event.Event{Time: 3, Addr: 0xa, Kind: event.KindFree, Layer: event.LayerBlock})
+	r := mustAnalyze(t, Options{}, s.recs)
+	require.NotNil(t, r.Blocks)
+	assert.Equal(t, uint64(1), r.Blocks.Allocations)
+	assert.Equal(t, MiB, r.Blocks.PeakBytes)
+	assert.Equal(t, uint64(0), r.Blocks.LiveBytesAtEnd)
+	// The same address in the two layers is two allocations.
+	assert.Equal(t, 2*MiB, r.Totals.LiveBytesAtEnd)
+	assert.Zero(t, r.Totals.ReplacedAllocations)
+}
+
+// monotonic feeds n allocations of 1 KiB at distinct addresses over 1000
+// stacks: every event sets a new peak.
+func monotonic(tb testing.TB, n int) *Result {
+	tb.Helper()
+	a := New(Options{})
+	for i := range 1000 {
+		require.NoError(tb, a.Add(&event.Stack{ID: event.StackID(i + 1), PID: 1,
+			Frames: []event.Frame{{Addr: uint64(i), Function: "f"}}}))
+	}
+	e := &event.Event{PID: 1, Size: KiB, Kind: event.KindAlloc, Layer: event.LayerSegment}
+	for i := range n {
+		e.Time = uint64(i) * 1000
+		e.Addr = uint64(i+1) * 4096
+		e.Stack = event.StackID(i%1000 + 1)
+		if err := a.Add(e); err != nil { // not require: its Helper call costs more than Add
+			tb.Fatal(err)
+		}
+	}
+	return a.Finish()
+}
+
+func TestMonotonicGrowthIsLinear(t *testing.T) {
+	const n = 1_000_000
+	start := time.Now()
+	r := monotonic(t, n)
+	elapsed := time.Since(start)
+	assert.Equal(t, uint64(n)*KiB, r.Totals.PeakBytes)
+	p := process(t, r, 1)
+	require.Len(t, p.PeakStacks, 1000)
+	assert.Equal(t, uint64(n/1000)*KiB, p.PeakStacks[0].Bytes)
+	// Every stack grows in every window: 1000 leaking stacks, capped at 10.
+	assert.Len(t, findings(r, KindLeak), maxLeakFindings)
+	// Copying the live set at each peak would take minutes; linear takes
+	// well under a second. The bound is loose for slow CI machines and -race.
+	assert.Less(t, elapsed, 5*time.Second)
+	t.Logf("%d events in %v", n, elapsed)
+}
+
+func BenchmarkMonotonic(b *testing.B) {
+	for b.Loop() {
+		monotonic(b, 100_000)
+	}
+}

@@ -1,0 +1,93 @@
+// Package analysis folds a vramprof event stream into a Result: the
+// address-space model of every traced process, its peak and what made it up,
+// what was still live at the end, timelines, and findings with remediation.
+//
+// It imports probes/event and the standard library only, so it runs (and is
+// tested) without root, a kernel or a GPU. profile/ and report/ render its
+// Result; neither changes it.
+//
+// # Use
+//
+//	a := analysis.New(analysis.Options{})
+//	for rec := range records { // stream order
+//		if err := a.Add(rec); err != nil { ... }
+//	}
+//	res := a.Finish() // also fine for a stream cut short (no *event.End)
+//
+// # The model
+//
+// Each process has one address space per layer (segment: the CUDA API; block:
+// a framework's caching allocator), a map from address to live allocation
+// {size, stack, time, device, API}. The device is an attribute of the
+// allocation, not part of the key: with unified virtual addressing a pointer
+// belongs to one device, and cudaFree may run with another device current.
+// Events with no layer count as segment events; device-layer events (NVML)
+// are not modelled yet and count as ignored.
+//
+//   - A successful allocation (Ret 0, Size > 0, Addr != 0) becomes live.
+//   - A failed allocation (Ret != 0) is counted with its stack and requested
+//     size and is never live. Size 0 is not an allocation (ZeroSizeAllocations).
+//   - A free of address 0 is ignored (NullFrees); a free of an address not
+//     live (allocated before attach) is counted in UnknownFrees, not an error;
+//     a free with Ret != 0 frees nothing (FailedFrees).
+//   - An allocation at an address already live means a free was missed (lost
+//     events): the old allocation is released and replaced, and the anomaly
+//     counted (ReplacedAllocations).
+//
+// # Peak
+//
+// A process's peak is the most bytes it had live at once across its devices;
+// when that value is reached several times the first counts. The allocation
+// that crossed it is kept, and the live set at the peak is kept per
+// allocation class (pid, stack, device, API, layer, size), from which the
+// "by stack" views and pprof's peak_* samples come. Tracking costs O(events)
+// however often the peak moves: classes changed since the last peak are
+// listed, and only they are copied into the snapshot when a new peak is
+// reached. Devices (all processes) and each process's devices have their own
+// peaks; Totals.PeakBytes is the peak of all processes together.
+//
+// # Timelines
+//
+// Live bytes per process, layer and device, on a time grid of at most
+// TimelinePoints/2 equal buckets from the run's start whose width doubles as
+// the run grows. Each bucket keeps its minimum and its maximum with their
+// times, so a timeline has at most TimelinePoints points and never loses the
+// peak.
+//
+// # The leak rule
+//
+// Per stack of each process (segment layer). The run, from Run.Start to
+// Run.End, is cut into a grid of at most 64 equal buckets (the width is the
+// smallest power-of-two multiple of 1024 ns that fits the run; with n buckets
+// used, n is 33..64 once the run is longer than 64 µs). W = min(LeakWindows,
+// n) windows (default 6) are cut from it: window k (1..W) ends with bucket
+// ceil(k*n/W)-1, so windows are equal to within one bucket and the last one
+// ends at Run.End. The stack's live bytes v1..vW at the window ends are read,
+// exact at those instants. The stack leaks when
+//
+//   - v never falls (v[k] >= v[k-1] for every k),
+//   - it rises in at least half of the W-1 steps (2*rises >= W-1), and
+//   - vW > v1 (so the stack is still live at the end).
+//
+// The finding's bytes are the growth vW - v1; its rate is that growth over
+// the time from the end of window 1 to Run.End, in bytes per second. A steady
+// loop (alloc and free each iteration) never qualifies: its live bytes fall
+// back between windows, or stay flat. A loop stopped mid-iteration rises in
+// one step only, a cache filled once likewise; neither is flagged. Severity
+// is high when the growth is at least 10% of the process's peak, else
+// medium. Runs shorter than three buckets have no leak findings.
+//
+// # Findings
+//
+// peak (one per process: bytes = the peak, stacks = the largest stacks at
+// the peak), leak (one per leaking stack, at most 10 per process), oom (one
+// per process with failed allocations: bytes = the first failing request,
+// with what was live at that moment). Findings are ranked by bytes, then
+// severity. Every summary and remediation line quotes this run's numbers, and
+// points at the leaf-most frame outside the CUDA runtime (Stack.Site).
+//
+// # Concurrency
+//
+// An Analyzer is used by one goroutine. A Result is read-only once Finish
+// returns it and may then be shared.
+package analysis

@@ -1,0 +1,247 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// findings derives every finding from the finished model and ranks them by
+// bytes at stake. Each text quotes this run's numbers: no advice without
+// evidence.
+func (a *Analyzer) findings(r *Result) {
+	leaks := a.leakFindings(r)
+	for i := range r.Processes {
+		p := &r.Processes[i]
+		if f := a.peakFinding(r, p); f != nil {
+			r.Findings = append(r.Findings, *f)
+		}
+		if f := a.oomFinding(r, p); f != nil {
+			r.Findings = append(r.Findings, *f)
+		}
+	}
+	r.Findings = append(r.Findings, leaks...)
+	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
+		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
+			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.Summary, y.Summary),
+			cmp.Compare(firstStack(x), firstStack(y)))
+	})
+}
+
+func firstStack(f Finding) event.StackID {
+	if len(f.Stacks) == 0 {
+		return 0
+	}
+	return f.Stacks[0].Stack
+}
+
+func severityRank(s Severity) int {
+	switch s {
+	case SeverityCritical:
+		return 0
+	case SeverityHigh:
+		return 1
+	case SeverityMedium:
+		return 2
+	}
+	return 3
+}
+
+// seconds renders a stream time as seconds since the run's start.
+func seconds(r *Result, t uint64) string {
+	return fmt.Sprintf("+%.3fs", float64(r.Rel(t))/1e9)
+}
+
+func percent(part, whole uint64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * float64(part) / float64(whole)
+}
+
+func (r *Result) findingStacks(us []StackUsage, n int) []FindingStack {
+	out := make([]FindingStack, 0, min(len(us), n))
+	for _, u := range us {
+		if len(out) == n {
+			break
+		}
+		out = append(out, FindingStack{Stack: u.Stack, Frames: r.Lines(u.Stack), Site: r.Site(u.Stack),
+			Count: u.Count, Bytes: u.Bytes})
+	}
+	return out
+}
+
+// peakFinding states a process's peak and the stacks that made it up. Its
+// remediation names the largest stacks at the peak until they cover half of
+// it (at most three).
+func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
+	peak := p.Totals.PeakBytes
+	if peak == 0 || p.PeakEvent == nil {
+		return nil
+	}
+	ev := p.PeakEvent
+	f := &Finding{
+		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, Bytes: peak, Time: p.PeakTime,
+		Summary: fmt.Sprintf("process %d peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
+			p.PID, peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
+		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks),
+	}
+	var covered uint64
+	for _, s := range p.PeakStacks {
+		if len(f.Remediation) == 3 || 2*covered >= peak {
+			break
+		}
+		covered += s.Bytes
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"reduce, reuse or free earlier the buffers allocated at %s: %d bytes (%s, %.1f%% of the peak) in %d allocations were live at the peak",
+			r.Site(s.Stack), s.Bytes, FormatBytes(s.Bytes), percent(s.Bytes, peak), s.Count))
+	}
+	return f
+}
+
+// cudaErrors names the cudaError_t codes an allocation commonly returns.
+var cudaErrors = map[int32]string{
+	1:   "cudaErrorInvalidValue",
+	2:   "cudaErrorMemoryAllocation",
+	3:   "cudaErrorInitializationError",
+	35:  "cudaErrorInsufficientDriver",
+	100: "cudaErrorNoDevice",
+	999: "cudaErrorUnknown",
+}
+
+// ErrorName renders an allocation's return code: "2 (cudaErrorMemoryAllocation)".
+func ErrorName(ret int32) string {
+	if n, ok := cudaErrors[ret]; ok {
+		return fmt.Sprintf("%d (%s)", ret, n)
+	}
+	return fmt.Sprint(ret)
+}
+
+// oomFinding reports a process's failed allocations, led by the first one.
+func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
+	ff := p.FirstFailure
+	if ff == nil {
+		return nil
+	}
+	site := r.Site(ff.Stack)
+	f := &Finding{
+		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, Bytes: ff.Size, Time: ff.Time,
+		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %d (%d on that device; peak so far %d)",
+			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
+			ff.LiveBytes, FormatBytes(ff.LiveBytes), p.PID, ff.DeviceLiveBytes, ff.PeakBytes),
+		Stacks: r.findingStacks(p.Failed, a.opts.TopStacks),
+	}
+	if ff.Ret != 2 {
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"error %s is not out-of-memory: check the driver and device setup before the sizes (%d allocation calls failed, %d bytes requested)",
+			ErrorName(ff.Ret), p.Totals.FailedAllocations, p.Totals.FailedBytes))
+		return f
+	}
+	if len(ff.LiveStacks) == 0 {
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"nothing traced was live when %d bytes were requested at %s: the request alone exceeded the free memory; shrink it, or look for memory not traced here (other processes, allocations before attach)",
+			ff.Size, site))
+	} else {
+		top := ff.LiveStacks[0]
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"free or shrink memory before the request at %s (%d bytes): the largest live allocation site then was %s with %d bytes (%.1f%% of the %d live) in %d allocations",
+			site, ff.Size, r.Site(top.Stack), top.Bytes, percent(top.Bytes, ff.LiveBytes), ff.LiveBytes, top.Count))
+	}
+	if p.Totals.FailedAllocations > 1 {
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"%d allocation calls failed in all (%d bytes requested); fix the first at %s, later ones may follow from it",
+			p.Totals.FailedAllocations, p.Totals.FailedBytes, site))
+	}
+	return f
+}
+
+// leakFindings applies the leak rule (see doc.go) to every stack of every
+// process at the segment layer.
+func (a *Analyzer) leakFindings(r *Result) []Finding {
+	if a.leak == nil {
+		return nil
+	}
+	n := a.leak.index(a.lastEvent) + 1
+	w := min(a.opts.LeakWindows, n)
+	if w < 3 {
+		return nil
+	}
+	// ends[k] is the grid bucket that closes window k.
+	ends := make([]int, w)
+	times := make([]uint64, w)
+	for k := range w {
+		ends[k] = ((k+1)*n+w-1)/w - 1
+		times[k] = a.leak.bucketEnd(ends[k])
+	}
+	times[w-1] = a.lastEvent
+	peaks := make(map[uint32]uint64)
+	for _, p := range r.Processes {
+		peaks[p.PID] = p.Totals.PeakBytes
+	}
+	perPID := make(map[uint32][]Finding)
+	for _, g := range a.groups {
+		if g.key.layer != event.LayerSegment || g.live.Bytes == 0 {
+			continue
+		}
+		vals := g.hist.finish(a.leak, n)
+		live := make([]uint64, w)
+		for k, e := range ends {
+			live[k] = vals[e]
+		}
+		if !isLeak(live) {
+			continue
+		}
+		growth := live[w-1] - live[0]
+		secs := float64(times[w-1]-times[0]) / 1e9
+		rate := 0.0
+		if secs > 0 {
+			rate = float64(growth) / secs
+		}
+		site := r.Site(g.key.stack)
+		sev := SeverityMedium
+		if growth*10 >= peaks[g.key.pid] {
+			sev = SeverityHigh
+		}
+		f := Finding{
+			Kind: KindLeak, Severity: sev, PID: g.key.pid, Bytes: growth, Time: times[0],
+			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) from %s to %s (%.0f bytes/s) without falling; %d bytes in %d allocations were still live at the end",
+				site, g.key.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count),
+			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,
+				Count: g.live.Count, Bytes: g.live.Bytes}},
+			Remediation: []string{fmt.Sprintf(
+				"free or detach the buffers allocated at %s: +%d bytes over %.1f s (%.0f bytes/s); %d allocations from there were still live at the end",
+				site, growth, secs, rate, g.live.Count)},
+			Leak: &Leak{WindowEnds: slices.Clone(times), Live: live, BytesPerSecond: rate, Seconds: secs},
+		}
+		perPID[g.key.pid] = append(perPID[g.key.pid], f)
+	}
+	var out []Finding
+	for _, fs := range perPID {
+		slices.SortFunc(fs, func(x, y Finding) int {
+			return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(x.Stacks[0].Stack, y.Stacks[0].Stack))
+		})
+		out = append(out, fs[:min(len(fs), maxLeakFindings)]...)
+	}
+	return out
+}
+
+// isLeak is the leak rule on a stack's live bytes at the window ends: never
+// falling, higher at the end than after the first window, and rising in at
+// least half of the steps between windows (so a single step up, such as a
+// loop stopped in the middle of an iteration or a cache filled once, is not
+// a leak).
+func isLeak(live []uint64) bool {
+	w := len(live)
+	rises := 0
+	for k := 1; k < w; k++ {
+		switch {
+		case live[k] < live[k-1]:
+			return false
+		case live[k] > live[k-1]:
+			rises++
+		}
+	}
+	return live[w-1] > live[0] && 2*rises >= w-1
+}

@@ -1,0 +1,206 @@
+package analysis
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// Finish ends the stream and returns the Result. A stream without an End
+// record is finished as cut short (Run.Ended false) and its results cover
+// what came before the cut. Finish may be called more than once; it returns
+// the same Result, and Add fails after it.
+func (a *Analyzer) Finish() *Result {
+	if a.finished {
+		return a.result
+	}
+	a.finished = true
+	r := &Result{
+		Run:        a.run,
+		LostEvents: a.lost,
+		Stacks:     make(map[event.StackID]*Stack, len(a.stacks)+1),
+	}
+	if !r.Run.Ended {
+		r.Run.End = a.latest
+	}
+	if r.Run.End < r.Run.Start {
+		r.Run.End = r.Run.Start
+	}
+	r.Run.Duration = r.Run.End - r.Run.Start
+
+	for _, m := range a.mappings {
+		r.Mappings = append(r.Mappings, m)
+	}
+	slices.SortFunc(r.Mappings, func(x, y event.Mapping) int { return cmp.Compare(x.ID, y.ID) })
+	for id, s := range a.stacks {
+		r.Stacks[id] = renderStack(s, a.mappings)
+	}
+	if r.Stacks[0] == nil {
+		r.Stacks[0] = &Stack{Site: NoStack}
+	}
+
+	r.Totals = a.layerTotals(event.LayerSegment)
+	if ls := a.layers[event.LayerBlock]; ls != nil && ls.seen {
+		b := a.layerTotals(event.LayerBlock)
+		r.Blocks = &b
+	}
+	a.finishDevices(r)
+	a.finishClasses(r)
+	a.finishProcesses(r)
+	a.finishTimelines(r)
+	a.findings(r)
+	a.result = r
+	return r
+}
+
+func (a *Analyzer) layerTotals(l event.Layer) Totals {
+	var t Totals
+	if ls := a.layers[l]; ls != nil {
+		t = ls.totals
+		t.LiveBytesAtEnd = ls.live.Bytes
+		t.LiveAllocationsAtEnd = ls.live.Count
+	}
+	t.LostEvents = a.lost
+	return t
+}
+
+func (a *Analyzer) finishDevices(r *Result) {
+	for k, d := range a.devices {
+		if k.layer != event.LayerSegment {
+			continue
+		}
+		r.Devices = append(r.Devices, Device{Index: k.device, PeakBytes: d.peak,
+			PeakTime: d.peakTime, LiveBytesAtEnd: d.live})
+	}
+	slices.SortFunc(r.Devices, func(x, y Device) int { return cmp.Compare(x.Index, y.Index) })
+}
+
+func (a *Analyzer) finishClasses(r *Result) {
+	r.Classes = make([]Class, 0, len(a.classes))
+	for _, c := range a.classes {
+		k := c.key
+		r.Classes = append(r.Classes, Class{PID: k.pid, Stack: k.stack, Device: k.device,
+			API: k.api, Layer: k.layer, Size: k.size, Alloc: c.alloc, Live: c.live, Peak: c.peak})
+	}
+	slices.SortFunc(r.Classes, func(x, y Class) int {
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer),
+			cmp.Compare(x.Stack, y.Stack), cmp.Compare(x.Device, y.Device),
+			cmp.Compare(x.API, y.API), cmp.Compare(x.Size, y.Size))
+	})
+}
+
+func (a *Analyzer) finishProcesses(r *Result) {
+	pids := make(map[uint32]bool)
+	for k := range a.spaces {
+		if k.layer == event.LayerSegment {
+			pids[k.pid] = true
+		}
+	}
+	for pid := range a.procInfo {
+		pids[pid] = true
+	}
+	// Per-stack aggregates of each process at the segment layer.
+	type aggs struct{ peak, alloc, live, failed map[event.StackID]*Usage }
+	byPID := make(map[uint32]*aggs)
+	get := func(pid uint32) *aggs {
+		g := byPID[pid]
+		if g == nil {
+			g = &aggs{map[event.StackID]*Usage{}, map[event.StackID]*Usage{},
+				map[event.StackID]*Usage{}, map[event.StackID]*Usage{}}
+			byPID[pid] = g
+		}
+		return g
+	}
+	addTo := func(m map[event.StackID]*Usage, id event.StackID, u Usage) {
+		if u.Count == 0 && u.Bytes == 0 {
+			return
+		}
+		t := m[id]
+		if t == nil {
+			t = &Usage{}
+			m[id] = t
+		}
+		t.Count += u.Count
+		t.Bytes += u.Bytes
+	}
+	for _, c := range a.classes {
+		if c.key.layer == event.LayerSegment {
+			addTo(get(c.key.pid).peak, c.key.stack, c.peak)
+		}
+	}
+	for _, g := range a.groups {
+		if g.key.layer == event.LayerSegment {
+			ag := get(g.key.pid)
+			addTo(ag.alloc, g.key.stack, g.alloc)
+			addTo(ag.live, g.key.stack, g.live)
+			addTo(ag.failed, g.key.stack, g.failed)
+		}
+	}
+	for pid := range pids {
+		p := Process{PID: pid}
+		if pi := a.procInfo[pid]; pi != nil {
+			p.PPID, p.Command, p.Exe = pi.PPID, pi.Command, pi.Exe
+		} else if pid == a.run.PID {
+			p.Command = a.run.Command
+		}
+		if sp := a.spaces[spaceKey{pid, event.LayerSegment}]; sp != nil {
+			p.Totals = sp.totals
+			p.Totals.PeakBytes, p.Totals.PeakTime = sp.peak, sp.peakTime
+			p.Totals.LiveBytesAtEnd = sp.live.Bytes
+			p.Totals.LiveAllocationsAtEnd = sp.live.Count
+			p.Totals.LostEvents = a.lost
+			p.PeakTime = sp.peakTime
+			if sp.peak > 0 {
+				ev := sp.peakEvent
+				p.PeakEvent = &ev
+			}
+			p.FirstFailure = sp.firstFailure
+			for d, pd := range sp.devices {
+				p.Devices = append(p.Devices, ProcessDevice{Index: d, PeakBytes: pd.peak,
+					PeakTime: pd.peakTime, LiveBytesAtEnd: pd.live})
+			}
+			slices.SortFunc(p.Devices, func(x, y ProcessDevice) int { return cmp.Compare(x.Index, y.Index) })
+		} else {
+			p.Totals.LostEvents = a.lost
+		}
+		ag := get(pid)
+		p.PeakStacks = topStacks(ag.peak, 0)
+		p.Allocated = topStacks(ag.alloc, 0)
+		p.LiveAtEnd = topStacks(ag.live, 0)
+		p.Failed = topStacks(ag.failed, 0)
+		r.Processes = append(r.Processes, p)
+	}
+	slices.SortFunc(r.Processes, func(x, y Process) int { return cmp.Compare(x.PID, y.PID) })
+}
+
+func (a *Analyzer) finishTimelines(r *Result) {
+	if a.tl == nil {
+		return
+	}
+	for k, sp := range a.spaces {
+		for d, pd := range sp.devices {
+			r.Timelines = append(r.Timelines, Timeline{PID: k.pid, Layer: k.layer, Device: d,
+				Points: pd.timeline.points(a.tl)})
+		}
+	}
+	slices.SortFunc(r.Timelines, func(x, y Timeline) int {
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Device, y.Device))
+	})
+}
+
+// topStacks sorts per-stack usage by bytes (then count, then stack ID, for a
+// stable order) and keeps the first n (all when n <= 0).
+func topStacks(m map[event.StackID]*Usage, n int) []StackUsage {
+	out := make([]StackUsage, 0, len(m))
+	for id, u := range m {
+		out = append(out, StackUsage{Stack: id, Usage: *u})
+	}
+	slices.SortFunc(out, func(x, y StackUsage) int {
+		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(y.Count, x.Count), cmp.Compare(x.Stack, y.Stack))
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

@@ -1,0 +1,339 @@
+package analysis
+
+import (
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// Result is everything the analysis learnt from one event stream. It is plain
+// data: profile/ and report/ read it and never change it. Times are absolute
+// nanoseconds on the stream's clock (CLOCK_MONOTONIC); Run.Start is the zero
+// that renderers subtract (see Result.Rel). Every slice is sorted in a fixed
+// order so that a replay of the same stream gives identical renderings.
+type Result struct {
+	// Run holds the facts about the recording itself.
+	Run Run
+	// Totals counts device memory at the segment layer (the CUDA API), all
+	// processes and devices together. This is report.json's "totals".
+	Totals Totals
+	// Blocks counts the block layer (a framework's caching allocator). It is
+	// nil when no block-layer event was seen, and then report.json has no
+	// "blocks".
+	Blocks *Totals
+	// LostEvents is the last running total of records the kernel could not
+	// deliver. Every output carries it.
+	LostEvents uint64
+	// Devices has one entry per device seen at the segment layer, sorted by
+	// index (DeviceUnknown, -1, first).
+	Devices []Device
+	// Processes has one entry per traced process, sorted by PID.
+	Processes []Process
+	// Classes are the allocation classes: one per (pid, stack, device, API,
+	// layer, size), the unit of a pprof sample. Sorted by that key.
+	Classes []Class
+	// Stacks holds every stack record of the stream, rendered, by ID. Stack 0
+	// ("no stack captured") is always present.
+	Stacks map[event.StackID]*Stack
+	// Mappings are the stream's executable mappings, sorted by ID.
+	Mappings []event.Mapping
+	// Timelines has live bytes over time per process, layer and device,
+	// downsampled; sorted by (pid, layer, device).
+	Timelines []Timeline
+	// Findings are ranked by bytes at stake, largest first.
+	Findings []Finding
+}
+
+// Run is what the stream's Header, Process, Library and End records said
+// about the recording.
+type Run struct {
+	Tool     string   // "vramprof <version>" from the Header
+	Version  uint16   // trace format version
+	Mode     string   // "run", "attach", "import"
+	Command  []string // what was run or attached to
+	PID      uint32   // the root target
+	Host     string   // host name, for humans
+	WallTime int64    // Unix ns at Start, for humans only
+	// Start is the time origin: the Header's Start, or the first event's time
+	// when the stream has no Header.
+	Start uint64
+	// End is the End record's time, or the latest time seen when the stream
+	// was cut short.
+	End uint64
+	// Duration is End - Start.
+	Duration uint64
+	// Ended reports whether the stream closed with an End record. False means
+	// it was cut short (crash, kill) and the results cover what came before.
+	Ended     bool
+	EndReason string // End.Reason; empty when not Ended
+	ExitCode  int    // End.ExitCode; the launched command's exit code in run mode
+	// Libraries are the files whose functions were probed, in stream order
+	// with duplicates (same PID and path) dropped.
+	Libraries []event.Library
+	// Events counts the *Event records seen.
+	Events uint64
+}
+
+// Rel converts an absolute stream time into nanoseconds since Run.Start. A
+// time before Start gives 0.
+func (r *Result) Rel(t uint64) uint64 {
+	if t < r.Run.Start {
+		return 0
+	}
+	return t - r.Run.Start
+}
+
+// Totals counts one layer of memory. The first eight fields are report.json's
+// "totals"; the others explain them.
+type Totals struct {
+	// Allocations counts successful allocations (Ret 0, Size > 0, Addr != 0).
+	Allocations uint64
+	// Frees counts frees that released a live allocation.
+	Frees uint64
+	// FailedAllocations counts allocation calls that returned an error; they
+	// are never live.
+	FailedAllocations uint64
+	// UnknownFrees counts frees of an address not live in the model, usually
+	// memory allocated before attach. Not an error.
+	UnknownFrees uint64
+	// LostEvents is the stream's lost-record total (the same for every layer).
+	LostEvents uint64
+	// AllocatedBytes sums the sizes of successful allocations.
+	AllocatedBytes uint64
+	// PeakBytes is the most bytes live at once, all processes and devices
+	// together; PeakTime is when it was first reached.
+	PeakBytes uint64
+	PeakTime  uint64
+	// LiveBytesAtEnd is what was still live when the stream ended.
+	LiveBytesAtEnd uint64
+
+	// LiveAllocationsAtEnd counts the allocations still live at the end.
+	LiveAllocationsAtEnd uint64
+	// FreedBytes sums the sizes released by Frees.
+	FreedBytes uint64
+	// FailedBytes sums the sizes that failed allocations asked for.
+	FailedBytes uint64
+	// NullFrees counts frees of address 0 (cudaFree(NULL)): ignored.
+	NullFrees uint64
+	// ZeroSizeAllocations counts successful calls with Size 0: not allocations.
+	ZeroSizeAllocations uint64
+	// ReplacedAllocations counts allocations returned at an address that was
+	// already live: a free was missed (lost events, an untraced API). The old
+	// allocation is dropped, the new one replaces it. An anomaly.
+	ReplacedAllocations uint64
+	// FailedFrees counts frees that returned an error; they free nothing.
+	FailedFrees uint64
+	// IgnoredEvents counts events the model does not account: an unknown
+	// kind, the device layer (NVML samples), an alloc with Ret 0 but Addr 0.
+	IgnoredEvents uint64
+}
+
+// Usage is a number of allocations and the bytes they hold.
+type Usage struct {
+	Count uint64
+	Bytes uint64
+}
+
+func (u *Usage) add(size uint64) {
+	u.Count++
+	u.Bytes += size
+}
+
+func (u *Usage) sub(size uint64) {
+	u.Count--
+	u.Bytes -= size
+}
+
+// Device is one GPU's figures at the segment layer, all processes together.
+type Device struct {
+	// Index is the device index; DeviceUnknown (-1) gathers allocations made
+	// before the device was known.
+	Index          int32
+	PeakBytes      uint64
+	PeakTime       uint64
+	LiveBytesAtEnd uint64
+	// CapacityBytes is the device's memory size; 0 when unknown (NVML not
+	// sampled).
+	CapacityBytes uint64
+}
+
+// Process is one traced process at the segment layer.
+type Process struct {
+	PID     uint32
+	PPID    uint32
+	Command []string
+	Exe     string
+
+	// Totals counts this process alone; Totals.PeakBytes is the process's
+	// peak across its devices.
+	Totals Totals
+	// PeakTime is when PeakBytes was first reached.
+	PeakTime uint64
+	// PeakEvent is the allocation that set the peak; nil when nothing was
+	// ever live.
+	PeakEvent *Allocation
+	// PeakStacks is the set live at the peak grouped by stack, largest first.
+	PeakStacks []StackUsage
+	// LiveAtEnd is the set live at the end grouped by stack, largest first.
+	LiveAtEnd []StackUsage
+	// Allocated is every successful allocation grouped by stack, largest
+	// first.
+	Allocated []StackUsage
+	// Failed is every failed allocation grouped by stack (bytes requested),
+	// largest first.
+	Failed []StackUsage
+	// FirstFailure is the first failed allocation; nil when none failed.
+	FirstFailure *Failure
+	// Devices has the process's figures per device, sorted by index.
+	Devices []ProcessDevice
+}
+
+// ProcessDevice is one process's use of one device.
+type ProcessDevice struct {
+	Index          int32
+	PeakBytes      uint64
+	PeakTime       uint64
+	LiveBytesAtEnd uint64
+}
+
+// StackUsage is an aggregate of allocations made at one stack.
+type StackUsage struct {
+	Stack event.StackID
+	Usage
+}
+
+// Allocation is one allocation call, copied out of its event.
+type Allocation struct {
+	Time   uint64
+	Addr   uint64
+	Size   uint64
+	Device int32
+	API    event.API
+	Layer  event.Layer
+	Stack  event.StackID
+}
+
+// Failure is a failed allocation and what was live when it failed.
+type Failure struct {
+	Allocation
+	// Ret is the call's error code (cudaError_t).
+	Ret int32
+	// LiveBytes is what the process had live (all devices) at the failure;
+	// DeviceLiveBytes what it had on the failing device.
+	LiveBytes       uint64
+	DeviceLiveBytes uint64
+	// PeakBytes is the process's peak up to the failure.
+	PeakBytes uint64
+	// LiveStacks is the process's live set at the failure by stack, largest
+	// first (at most Options.TopStacks entries).
+	LiveStacks []StackUsage
+}
+
+// Class is an allocation class: allocations of one size made at one stack on
+// one device through one API in one process and layer. It is what one pprof
+// sample holds, as Go heap profiles have it (the size is a label).
+type Class struct {
+	PID    uint32
+	Stack  event.StackID
+	Device int32
+	API    event.API
+	Layer  event.Layer
+	Size   uint64
+	// Alloc counts every successful allocation of the class.
+	Alloc Usage
+	// Live is what was live at the end.
+	Live Usage
+	// Peak is what was live at the process's peak (for its layer).
+	Peak Usage
+}
+
+// Stack is a stack record, copied, with its frames rendered for humans.
+type Stack struct {
+	ID  event.StackID
+	PID uint32
+	// Frames are the raw frames, leaf first.
+	Frames []event.Frame
+	// Lines are the frames rendered: "function (file:line)", "function" when
+	// the file is unknown, "0x<addr> (<mapping basename>)" when the function
+	// is unknown.
+	Lines []string
+	// Runtime marks the frames inside the CUDA runtime or driver (mapping
+	// file libcudart* or libcuda.so*).
+	Runtime []bool
+	// Site is the rendered leaf-most frame outside the CUDA runtime: where the
+	// user's code asked for memory. Findings point there.
+	Site string
+}
+
+// Timeline is live bytes over time of one process on one device and layer,
+// downsampled to at most Options.TimelinePoints points. Each time bucket
+// keeps its minimum and its maximum, so the peak is never lost.
+type Timeline struct {
+	PID    uint32
+	Layer  event.Layer
+	Device int32
+	Points []Point
+}
+
+// Point is the live bytes right after the event at Time.
+type Point struct {
+	Time  uint64
+	Bytes uint64
+}
+
+// Severity ranks a finding's urgency.
+type Severity string
+
+// Severities, most urgent first.
+const (
+	SeverityCritical Severity = "critical" // the run failed or will: an OOM
+	SeverityHigh     Severity = "high"     // a leak worth >= 10% of the process's peak
+	SeverityMedium   Severity = "medium"   // a smaller leak
+	SeverityInfo     Severity = "info"     // facts to act on if memory is tight: the peak
+)
+
+// Finding kinds, as report.json names them.
+const (
+	KindPeak = "peak"
+	KindLeak = "leak"
+	KindOOM  = "oom"
+)
+
+// Finding is one conclusion with the evidence for it. Bytes is what is at
+// stake (see DESIGN.md): the peak for "peak", the growth for "leak", the
+// failing request for "oom".
+type Finding struct {
+	Kind     string
+	Severity Severity
+	PID      uint32
+	Summary  string
+	Bytes    uint64
+	// Time is when the finding's event happened: the peak, the first failure,
+	// the end of the leak's first window.
+	Time        uint64
+	Stacks      []FindingStack
+	Remediation []string
+	// Leak is set for leak findings only.
+	Leak *Leak
+}
+
+// FindingStack is a stack named by a finding, with its rendered frames.
+type FindingStack struct {
+	Stack  event.StackID
+	Frames []string
+	Site   string
+	Count  uint64
+	Bytes  uint64
+}
+
+// Leak is the evidence behind a leak finding: the stack's live bytes at the
+// end of each window (see the leak rule in doc.go).
+type Leak struct {
+	// WindowEnds are the windows' end times; the last is Run.End.
+	WindowEnds []uint64
+	// Live is the stack's live bytes at each window end.
+	Live []uint64
+	// BytesPerSecond is the growth divided by the time from the end of the
+	// first window to the end of the run.
+	BytesPerSecond float64
+	// Seconds is that time span in seconds.
+	Seconds float64
+}

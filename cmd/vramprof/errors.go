@@ -1,0 +1,64 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"strings"
+
+	"github.com/vramprof/vramprof/probes"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+var (
+	// errOutputDir: the output directory cannot be created or written.
+	errOutputDir = errors.New("cannot write output directory")
+	// errInput: the input of `report` cannot be read.
+	errInput = errors.New("cannot read input")
+	// errUsage: the command line is wrong.
+	errUsage = errors.New("usage")
+)
+
+func usageError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &wrapped{err: err, kind: errUsage}
+}
+
+type wrapped struct {
+	err  error
+	kind error
+}
+
+func (w *wrapped) Error() string   { return w.err.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.err, w.kind} }
+
+// hints say what to do about each kind of failure. The first match wins.
+var hints = []struct {
+	err  error
+	hint string
+}{
+	{probes.ErrNotPermitted, "run as root (sudo), or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep vramprof)"},
+	{probes.ErrNoBPF, "this kernel lacks BPF features vramprof needs (uprobes, ring buffer, attach cookies): use Linux 5.15 or newer"},
+	{probes.ErrNoProcess, "check the PID (ps -ef); it may have exited"},
+	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
+	{probes.ErrCommandNotFound, "check the command name and PATH"},
+	{errOutputDir, "choose a writable directory with -o"},
+	{event.ErrNotTrace, "INPUT must be a vramprof output directory or its trace.vpt"},
+	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
+	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
+	{errInput, "check the path"},
+	{errTruncatedTrace, "the outputs cover the whole records before the cut and say the run was cut short"},
+}
+
+// explain turns err into the one line the user sees: what went wrong, then
+// what to do.
+func explain(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	for _, h := range hints {
+		if errors.Is(err, h.err) {
+			return msg + " (" + h.hint + ")"
+		}
+	}
+	return msg
+}

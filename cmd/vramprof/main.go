@@ -1,0 +1,79 @@
+// Command vramprof profiles CUDA GPU memory with eBPF: it sees every
+// allocation and free of a running or launched process, and writes pprof
+// profiles and reports that say what happened.
+//
+// Each subcommand lives in its own file: flags are parsed into an options
+// struct, one function does the work and returns an error, and main turns
+// that error into one line that says what to do.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: vramprof <command> [flags]
+
+  run     [-o DIR] -- CMD [ARGS...]          launch CMD and trace it from its first CUDA call
+  attach  -p PID [-o DIR] [--duration D] [--wait]
+                                             trace a running process
+  report  INPUT [-o DIR] [--format text|md|json]
+                                             re-analyse a recorded trace (no root needed)
+
+Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json, report.md.
+`
+
+// Exit codes: a launched command's own code passes through `run`; 2 is
+// vramprof's usage or tool error.
+const exitToolError = 2
+
+func main() {
+	os.Exit(mainCode(os.Args[1:]))
+}
+
+func mainCode(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(os.Stderr, usage)
+		if len(args) == 0 {
+			return exitToolError
+		}
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	code, err := dispatch(ctx, args[0], args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vramprof: %s\n", explain(err))
+		return exitToolError
+	}
+	return code
+}
+
+func dispatch(ctx context.Context, cmd string, args []string) (int, error) {
+	switch cmd {
+	case "run":
+		o, err := parseRun(args)
+		if err != nil {
+			return 0, err
+		}
+		return run(ctx, o)
+	case "attach":
+		o, err := parseAttach(args)
+		if err != nil {
+			return 0, err
+		}
+		return 0, attach(ctx, o)
+	case "report":
+		o, err := parseReport(args)
+		if err != nil {
+			return 0, err
+		}
+		return 0, reportCmd(o, os.Stdout)
+	default:
+		return 0, usageError(fmt.Errorf("unknown command %q; run 'vramprof help'", cmd))
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report"
+)
+
+// reportOptions are the flags of `vramprof report`.
+type reportOptions struct {
+	input  string
+	out    string
+	format string
+}
+
+func parseReport(args []string) (*reportOptions, error) {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	o := &reportOptions{}
+	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md) into DIR")
+	fs.StringVar(&o.format, "format", "text", "what to print: text, md or json")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: vramprof report INPUT [-o DIR] [--format text|md|json]   (INPUT: an output DIR or a .vpt trace)")
+		fs.PrintDefaults()
+	}
+	// INPUT may come before or after the flags.
+	var positional []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError(err)
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			positional = append(positional, args[0])
+			args = args[1:]
+		}
+	}
+	if len(positional) != 1 {
+		return nil, usageError(errors.New("report: give exactly one INPUT (an output directory or a .vpt trace)"))
+	}
+	o.input = positional[0]
+	switch o.format {
+	case "text", "md", "json":
+	default:
+		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md or json", o.format))
+	}
+	return o, nil
+}
+
+// reportCmd re-analyses a recorded trace. It needs no privileges.
+func reportCmd(o *reportOptions, stdout io.Writer) error {
+	tracePath := o.input
+	if st, err := os.Stat(tracePath); err != nil {
+		return fmt.Errorf("%w: %s: %w", errInput, o.input, err)
+	} else if st.IsDir() {
+		tracePath = filepath.Join(tracePath, traceFile)
+	}
+	res, err := analyze(tracePath)
+	truncated := errors.Is(err, errTruncatedTrace)
+	if err != nil && !truncated {
+		return err
+	}
+	if o.out != "" {
+		if _, err := ensureDir(o.out); err != nil {
+			return err
+		}
+		if err := writeOutputs(o.out, res); err != nil {
+			return err
+		}
+	}
+	writers := map[string]func(io.Writer, *analysis.Result) error{
+		"text": report.WriteSummary,
+		"md":   report.WriteMarkdown,
+		"json": report.WriteJSON,
+	}
+	if err := writers[o.format](stdout, res); err != nil {
+		return fmt.Errorf("write %s report: %w", o.format, err)
+	}
+	return err // errTruncatedTrace, after writing what the trace holds
+}

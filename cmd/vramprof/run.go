@@ -1,0 +1,118 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"github.com/vramprof/vramprof/probes"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// runOptions are the flags of `vramprof run`.
+type runOptions struct {
+	out  string
+	argv []string
+}
+
+func parseRun(args []string) (*runOptions, error) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	o := &runOptions{}
+	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: vramprof run [-o DIR] -- CMD [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, usageError(err)
+	}
+	o.argv = fs.Args()
+	if len(o.argv) == 0 {
+		return nil, usageError(errors.New("run: no command given; usage: vramprof run [-o DIR] -- CMD [ARGS...]"))
+	}
+	return o, nil
+}
+
+// run launches the command under the probes and returns its exit code.
+func run(ctx context.Context, o *runOptions) (int, error) {
+	dir := o.out
+	pending := dir == ""
+	if pending {
+		// The default name carries the child's PID, known only once it runs.
+		dir = fmt.Sprintf(".vramprof-pending-%d", os.Getpid())
+	}
+	if _, err := exec.LookPath(o.argv[0]); err != nil {
+		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
+	}
+	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv})
+	if err != nil {
+		return 0, err
+	}
+	// The terminal's Ctrl-C reaches the child too (same process group);
+	// vramprof keeps recording until the child is gone. A SIGTERM sent to
+	// vramprof alone is passed on.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	cmd, err := rec.session.Launch(probes.LaunchOptions{
+		Argv: o.argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if err != nil {
+		rec.abort()
+		return 0, err
+	}
+	if pending {
+		final := defaultDir(cmd.Process.Pid)
+		if err := os.Rename(dir, final); err == nil {
+			rec.dir = final
+		}
+	}
+	go func() {
+		for sig := range sigs {
+			if sig == syscall.SIGTERM {
+				_ = cmd.Process.Signal(sig)
+			}
+		}
+	}()
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- rec.run(runCtx) }()
+
+	waitErr := cmd.Wait()
+	stop()
+	sessionErr := <-runErr
+
+	end := &event.End{Reason: "exited"}
+	code := exitCode(cmd.ProcessState, waitErr)
+	end.ExitCode = code
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		end.Reason = "signal: " + ws.Signal().String()
+	}
+	if err := rec.finish(end, os.Stderr); err != nil {
+		return code, err
+	}
+	return code, sessionErr
+}
+
+// exitCode is the shell's view of how a command ended: its status, or
+// 128+N when signal N killed it.
+func exitCode(ps *os.ProcessState, waitErr error) int {
+	if ps == nil {
+		return 1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

@@ -1,0 +1,6 @@
+// Package bare is the floor that vramprof's probe overhead is measured
+// against: uprobes at the same attach points as vramprof's, whose programs
+// only count their hits (bpf/bare.bpf.c). `make bench` runs one workload
+// unprobed, under this and under vramprof, side by side, and reports the
+// ratios. Nothing in vramprof's own path imports it.
+package bare

@@ -1,0 +1,116 @@
+//go:build linux
+
+package probes
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/bare"
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// traceSink encodes every record as the trace writer would, into nothing:
+// the benchmark prices the encoding, not the disk.
+type traceSink struct{ w *event.Writer }
+
+func (s traceSink) Write(rec event.Record) error { return s.w.Write(rec) }
+func (s traceSink) Flush() error                 { return s.w.Flush() }
+
+// pairCost runs bench_pairs for n pairs and returns its own ns/pair figure.
+func pairCost(b *testing.B, out *bytes.Buffer) float64 {
+	b.Helper()
+	f := strings.Fields(out.String())
+	require.Len(b, f, 2, "bench_pairs output %q", out.String())
+	v, err := strconv.ParseFloat(f[1], 64)
+	require.NoError(b, err)
+	return v
+}
+
+// BenchmarkOverhead prices one cudaMalloc+cudaFree pair three ways in the
+// same run, interleaved round by round so that machine noise hits all three
+// alike: unprobed, under a bare counting probe at the same attach points
+// (the floor any uprobe tracer pays), and under a full vramprof session
+// (stacks, pairing, ring buffer, reader, trace encoding). The ratios are the
+// figures that matter: probed/bare is vramprof's own cost over the floor.
+// b.N is the number of pairs per run; use -benchtime 20000x.
+func BenchmarkOverhead(b *testing.B) {
+	scenario.RequirePrivilege(b)
+	bin := scenario.Bin(b, "bench_pairs")
+	lib := scenario.Lib(b, "libcudart.so.12")
+	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes)
+	require.NoError(b, err)
+	require.NotNil(b, pf)
+	var allocOff, freeOff uint64
+	for _, t := range pf.Targets {
+		switch t.Spec.API {
+		case event.APICudaMalloc:
+			allocOff = t.Offset
+		case event.APICudaFree:
+			freeOff = t.Offset
+		}
+	}
+	n := strconv.Itoa(b.N)
+	const rounds = 5
+	var unprobed, counted, probed []float64
+
+	runPlain := func() float64 {
+		var out bytes.Buffer
+		cmd := exec.Command(bin, n)
+		cmd.Stdout = &out
+		require.NoError(b, cmd.Run())
+		return pairCost(b, &out)
+	}
+	for range rounds {
+		unprobed = append(unprobed, runPlain())
+
+		p, err := bare.Attach(lib, allocOff, freeOff)
+		require.NoError(b, err)
+		counted = append(counted, runPlain())
+		enters, returns, frees, err := p.Counts()
+		require.NoError(b, err)
+		require.NoError(b, p.Close())
+		// The counting probe fires system-wide: at least our calls.
+		require.GreaterOrEqual(b, enters, uint64(b.N))
+		require.GreaterOrEqual(b, returns, uint64(b.N))
+		require.GreaterOrEqual(b, frees, uint64(b.N))
+
+		w, err := event.NewWriter(io.Discard, &event.Header{Mode: "run"})
+		require.NoError(b, err)
+		s, err := NewSession(Options{Sink: traceSink{w}})
+		require.NoError(b, err)
+		var out bytes.Buffer
+		cmd, err := s.Launch(LaunchOptions{Argv: []string{bin, n}, Stdout: &out})
+		require.NoError(b, err)
+		done := make(chan error, 1)
+		go func() { done <- s.Run(context.Background()) }()
+		require.NoError(b, cmd.Wait())
+		require.NoError(b, <-done)
+		probed = append(probed, pairCost(b, &out))
+		// Every pair (and the warm-up) was recorded, and nothing was lost.
+		require.EqualValues(b, 2*(b.N+100), s.Stats().Events.Load())
+		require.Zero(b, s.Stats().Lost.Load())
+		require.NoError(b, s.Close())
+	}
+	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
+	u, c, p := med(unprobed), med(counted), med(probed)
+	b.ReportMetric(u, "ns/pair-unprobed")
+	b.ReportMetric(c, "ns/pair-bare")
+	b.ReportMetric(p, "ns/pair-vramprof")
+	b.ReportMetric(p/c, "vramprof/bare")
+	b.ReportMetric(p/u, "vramprof/unprobed")
+	b.ReportMetric(c/u, "bare/unprobed")
+	fmt.Printf("\nper cudaMalloc+cudaFree pair, median of %d interleaved rounds of %d pairs:\n"+
+		"  unprobed %8.0f ns\n  bare     %8.0f ns  (%.2fx unprobed)\n  vramprof %8.0f ns  (%.2fx unprobed, %.2fx bare; target <= 1.3x bare)\n",
+		rounds, b.N, u, c, c/u, p, p/u, p/c)
+}

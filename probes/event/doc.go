@@ -1,0 +1,20 @@
+// Package event holds the one event type every vramprof source emits (live
+// probes, trace replay, snapshot import) and the .vpt trace format that
+// records a stream of them on disk.
+//
+// A stream is a sequence of [Record] values: one [Header] first, then
+// [Event]s interleaved with the rarer [Stack], [Mapping], [Process],
+// [Library] and [Lost] records that events refer to, and an [End] when the
+// recording stopped cleanly. A record that others refer to (a Stack, a
+// Mapping) always comes before its first use, so a stream can be consumed in
+// one pass.
+//
+// [Writer] streams records to disk as they arrive; [Reader] replays them. The
+// byte layout and its compatibility rules are described at the top of
+// trace.go. Replaying a trace yields exactly the records that were written,
+// field for field, so every output computed from a replay is byte-identical
+// to the one computed live.
+//
+// The package imports the standard library only, so that analysis, profile
+// and report can depend on it without pulling in BPF or NVML.
+package event

@@ -1,0 +1,187 @@
+package event
+
+import "fmt"
+
+// Kind says what an Event did to memory.
+type Kind uint8
+
+// Kinds of event. The numbering is part of the trace format: append only.
+const (
+	KindInvalid Kind = iota
+	// KindAlloc is a call that asked for memory. Ret says whether it got it;
+	// a failed allocation (Ret != 0) is recorded but never live.
+	KindAlloc
+	// KindFree is a call that released memory at Addr.
+	KindFree
+)
+
+var kindNames = [...]string{"invalid", "alloc", "free"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Layer is the level of the memory stack an event was seen at (see DESIGN.md,
+// "The memory model").
+type Layer uint8
+
+// Layers. The numbering is part of the trace format: append only.
+const (
+	LayerUnknown Layer = iota
+	// LayerSegment is memory the process got from the CUDA runtime or driver.
+	LayerSegment
+	// LayerBlock is a framework allocator's block inside a segment.
+	LayerBlock
+	// LayerDevice is a device-wide figure (NVML).
+	LayerDevice
+)
+
+var layerNames = [...]string{"unknown", "segment", "block", "device"}
+
+func (l Layer) String() string {
+	if int(l) < len(layerNames) {
+		return layerNames[l]
+	}
+	return fmt.Sprintf("layer(%d)", uint8(l))
+}
+
+// API names the traced function that produced an event. The numbering is part
+// of the trace format and of the BPF cookie: append only.
+type API uint16
+
+// APIs.
+const (
+	APIUnknown API = iota
+	APICudaMalloc
+	APICudaFree
+)
+
+var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree"}
+
+func (a API) String() string {
+	if int(a) < len(apiNames) {
+		return apiNames[a]
+	}
+	return fmt.Sprintf("api(%d)", uint16(a))
+}
+
+// DeviceUnknown is the Device of an event whose device has not been seen yet.
+// Unknown is not device 0.
+const DeviceUnknown int32 = -1
+
+// StackID refers to a Stack record earlier in the same stream. Zero means no
+// stack was captured.
+type StackID uint32
+
+// Event is one traced call, decoded once. Every source (live probes, trace
+// replay, snapshot import) produces this type.
+type Event struct {
+	Time     uint64 // ns, CLOCK_MONOTONIC, one clock for all sources
+	Duration uint64 // ns spent inside the call, entry to return; 0 if only the entry was seen
+	Addr     uint64 // pointer returned (alloc, Ret == 0) or released (free)
+	Size     uint64 // bytes requested (alloc)
+	Stream   uint64 // CUDA stream, 0 for the legacy default stream
+	PID      uint32 // thread group id
+	TID      uint32 // thread id
+	Stack    StackID
+	Ret      int32 // the call's return code (cudaError_t); 0 is success
+	Device   int32 // device index, DeviceUnknown until seen
+	Kind     Kind
+	Layer    Layer
+	API      API
+}
+
+// OK reports whether the call succeeded.
+func (e *Event) OK() bool { return e.Ret == 0 }
+
+// Frame is one symbolized frame of a stack.
+type Frame struct {
+	Addr     uint64    // runtime address (a return address, minus one for callers)
+	Mapping  MappingID // 0 when the address lies in no known mapping
+	Function string    // demangled name; empty when unknown
+	File     string    // source file from DWARF; empty when unknown
+	Line     int64     // source line from DWARF; 0 when unknown
+}
+
+// Stack is a call stack, leaf first, interned by ID within one stream.
+type Stack struct {
+	ID     StackID
+	PID    uint32
+	Frames []Frame
+}
+
+// MappingID refers to a Mapping record earlier in the same stream; 0 is none.
+type MappingID uint32
+
+// Mapping is an executable file mapped into a traced process.
+type Mapping struct {
+	ID      MappingID
+	PID     uint32
+	Start   uint64 // runtime address of the mapping's first byte
+	Limit   uint64 // runtime address one past its last byte
+	Offset  uint64 // file offset of Start
+	File    string
+	BuildID string // hex GNU build ID, empty when the file has none
+}
+
+// Process describes a traced process.
+type Process struct {
+	PID     uint32
+	PPID    uint32
+	Command []string // argv as read from /proc/PID/cmdline or as launched
+	Exe     string
+	Time    uint64 // ns, when tracing of it started
+}
+
+// Library is a file whose functions were probed.
+type Library struct {
+	PID     uint32   // a process the library was found in
+	Path    string   // path as mapped in that process
+	BuildID string   // hex GNU build ID, empty when none
+	Symbols []string // functions probed in it
+}
+
+// Lost carries the running total of records the kernel could not deliver
+// (ring buffer full). The last Lost record of a stream is the total.
+type Lost struct {
+	Time  uint64
+	Total uint64
+}
+
+// End closes a stream that stopped cleanly. A stream without End was cut
+// short (a crash, a kill): everything before the cut is still valid.
+type End struct {
+	Time     uint64
+	Reason   string // "exited", "signal", "duration", "target exited", ...
+	ExitCode int    // the launched command's exit code in run mode, else 0
+}
+
+// Header opens every stream.
+type Header struct {
+	Version  uint16   // trace format version
+	Tool     string   // "vramprof <version>"
+	Mode     string   // "run", "attach", "import"
+	Command  []string // what was run or attached to
+	PID      uint32   // the root target
+	Start    uint64   // ns, CLOCK_MONOTONIC, when recording began
+	WallTime int64    // Unix ns at Start, for humans only
+	Host     string
+}
+
+// Record is one element of an event stream: *Header, *Event, *Stack,
+// *Mapping, *Process, *Library, *Lost or *End.
+type Record interface {
+	isRecord()
+}
+
+func (*Header) isRecord()  {}
+func (*Event) isRecord()   {}
+func (*Stack) isRecord()   {}
+func (*Mapping) isRecord() {}
+func (*Process) isRecord() {}
+func (*Library) isRecord() {}
+func (*Lost) isRecord()    {}
+func (*End) isRecord()     {}

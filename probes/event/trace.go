@@ -1,0 +1,789 @@
+package event
+
+// The .vpt trace format, version 1.
+//
+// A trace is written as events arrive, so it must survive being cut short at
+// any byte (a crash, a kill -9, a full disk) and must never turn damage into
+// plausible-looking records. Every integer is little-endian.
+//
+//	file     = preamble record*
+//	preamble = magic[8] "VRAMPROF" | version u16 (= 1)
+//	record   = type u8 | length u32 | payload[length] | crc u32
+//
+// crc is CRC-32C (Castagnoli) over type, length and payload: the 5 + length
+// bytes before it. The first record is always a Header; no other record is a
+// Header. Record types:
+//
+//	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
+//	7 Lost     8 End     0 is never valid (zero-filled garbage)
+//
+// An Event payload is a fixed 64-byte layout, written by hand because events
+// are the hot path (millions per trace):
+//
+//	 0 Time u64      8 Duration u64   16 Addr u64     24 Size u64
+//	32 Stream u64   40 PID u32        44 TID u32      48 Stack u32
+//	52 Ret i32      56 Device i32     60 Kind u8      61 Layer u8
+//	62 API u16
+//
+// Every other payload is its struct's fields in declaration order, each one
+// as: unsigned integers as uvarint, signed integers as zig-zag varint,
+// strings as uvarint length then the bytes (any bytes, not only UTF-8, so
+// paths round-trip exactly), string lists as uvarint count then strings.
+// A Stack is ID, PID, frame count, then per frame Addr, Mapping, Function,
+// File, Line. Empty lists decode as nil. Header.Version is not in the payload:
+// it is the preamble's version.
+//
+// Limits: a record's payload is at most MaxRecordSize bytes and an Event's at
+// most 4 KiB, so a damaged length is rejected before anything is allocated
+// for it; counts inside a payload are checked against the bytes left.
+//
+// Versioning. The preamble's version is a major version: it changes only on
+// an incompatible change, and a reader refuses versions newer than it knows
+// (ErrVersion). Within a major version a writer may:
+//   - add record types: a reader skips a record of a type it does not know,
+//     once its checksum is verified (so a bad type byte is still caught);
+//   - append fields to the end of a payload (the Event layout included): a
+//     reader ignores payload bytes past the fields it knows. A payload that
+//     ends before the fields of the version that introduced them is corrupt.
+//
+// Damage. A trace that ends inside a record (the writer was killed before
+// its buffer reached the disk) is a truncated trace: every complete record
+// before the cut is returned, then io.EOF with Reader.Truncated true. Any
+// other inconsistency (a checksum mismatch, an impossible length, type 0, a
+// second header, a payload that does not decode) is ErrCorrupt at the byte
+// offset of the damaged record. A damaged length field that points past the
+// end of the file cannot be told from a cut, and reads as truncated.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"slices"
+)
+
+// Magic opens every trace file.
+const Magic = "VRAMPROF"
+
+// Version is the trace format's major version written by this package, and
+// the newest one its Reader accepts.
+const Version uint16 = 1
+
+// MaxRecordSize caps one record's payload. Stacks and process records are
+// far smaller; the cap exists so that a damaged length field is rejected
+// instead of allocated.
+const MaxRecordSize = 16 << 20
+
+// Sentinel errors for damaged or foreign input; test with errors.Is.
+var (
+	// ErrNotTrace means the input does not start with the trace magic.
+	ErrNotTrace = errors.New("not a vramprof trace")
+	// ErrVersion means the trace was written by a newer, incompatible
+	// vramprof.
+	ErrVersion = errors.New("unsupported trace version")
+	// ErrCorrupt means a record is damaged. The error is a *CorruptError
+	// that carries the record's byte offset.
+	ErrCorrupt = errors.New("corrupt trace")
+	// ErrTruncated means the trace ends before its header does, so there is
+	// nothing to replay. A trace cut later is not an error: see
+	// Reader.Truncated.
+	ErrTruncated = errors.New("trace cut short")
+)
+
+// CorruptError reports a damaged record. It matches ErrCorrupt.
+type CorruptError struct {
+	Offset int64  // byte offset of the damaged record from the start of the file
+	Reason string // what is wrong with it
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%v at byte %d: %s (the file was damaged after recording; the records before this point are intact)",
+		ErrCorrupt, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// Record types. The numbering is part of the trace format: append only.
+const (
+	recInvalid byte = iota
+	recHeader
+	recEvent
+	recStack
+	recMapping
+	recProcess
+	recLibrary
+	recLost
+	recEnd
+)
+
+const (
+	preambleSize = len(Magic) + 2
+	frameHead    = 1 + 4 // type, length
+	frameTail    = 4     // crc
+	eventSize    = 64
+	// maxEventSize leaves room for appended Event fields while rejecting a
+	// damaged length on the hot record long before MaxRecordSize.
+	maxEventSize = 4 << 10
+	// bufSize is the I/O buffer of both ends: big enough that a Flush about
+	// once a second is what pushes data out at typical event rates, and that
+	// the Reader can decode nearly every record in place.
+	bufSize = 64 << 10
+)
+
+// castagnoli is hardware-accelerated on amd64 and arm64.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Writer streams records to a trace. It buffers: call Flush periodically (the
+// recorder does about once a second) to bound what a crash can lose, and
+// Close at the end. A Writer is not safe for concurrent use.
+type Writer struct {
+	bw  *bufio.Writer
+	ev  [frameHead + eventSize + frameTail]byte // the event frame, reused
+	buf []byte                                  // other frames, reused
+	err error                                   // first I/O error; sticky
+}
+
+// NewWriter writes the preamble and h to w and flushes them, so that even a
+// trace cut short right away is recognisable. h.Version is ignored: the
+// trace is written in format Version. Close the Writer when done; it does
+// not close w.
+func NewWriter(w io.Writer, h *Header) (*Writer, error) {
+	if h == nil {
+		return nil, errors.New("new trace writer: nil header")
+	}
+	tw := &Writer{bw: bufio.NewWriterSize(w, bufSize)}
+	var pre [preambleSize]byte
+	copy(pre[:], Magic)
+	binary.LittleEndian.PutUint16(pre[len(Magic):], Version)
+	if _, err := tw.bw.Write(pre[:]); err != nil {
+		return nil, fmt.Errorf("write trace preamble: %w", err)
+	}
+	if err := tw.writeFrame(recHeader, func(e *encoder) { e.header(h) }); err != nil {
+		return nil, fmt.Errorf("write trace header: %w", err)
+	}
+	if err := tw.Flush(); err != nil {
+		return nil, fmt.Errorf("write trace header: %w", err)
+	}
+	return tw, nil
+}
+
+// Write appends one record. The Header is written by NewWriter and cannot be
+// written again. After an I/O error every later call returns that error.
+func (w *Writer) Write(rec Record) error {
+	if w.err != nil {
+		return w.err
+	}
+	var enc func(*encoder)
+	var typ byte
+	switch r := rec.(type) {
+	case *Event:
+		if r != nil {
+			return w.writeEvent(r)
+		}
+	case *Stack:
+		typ, enc = recStack, func(e *encoder) { e.stack(r) }
+	case *Mapping:
+		typ, enc = recMapping, func(e *encoder) { e.mapping(r) }
+	case *Process:
+		typ, enc = recProcess, func(e *encoder) { e.process(r) }
+	case *Library:
+		typ, enc = recLibrary, func(e *encoder) { e.library(r) }
+	case *Lost:
+		typ, enc = recLost, func(e *encoder) { e.lost(r) }
+	case *End:
+		typ, enc = recEnd, func(e *encoder) { e.end(r) }
+	case *Header:
+		return errors.New("write trace record: the header is written once, by NewWriter")
+	}
+	if enc == nil || isNil(rec) {
+		return fmt.Errorf("write trace record: unsupported record %T (nil or unknown type)", rec)
+	}
+	if err := w.writeFrame(typ, enc); err != nil {
+		return fmt.Errorf("write trace record: %w", err)
+	}
+	return nil
+}
+
+// isNil reports whether rec is a typed nil pointer of one of the record
+// types, which Write refuses rather than encoding zeros.
+func isNil(rec Record) bool {
+	switch r := rec.(type) {
+	case *Stack:
+		return r == nil
+	case *Mapping:
+		return r == nil
+	case *Process:
+		return r == nil
+	case *Library:
+		return r == nil
+	case *Lost:
+		return r == nil
+	case *End:
+		return r == nil
+	}
+	return rec == nil
+}
+
+// writeEvent is the hot path: one fixed frame, no allocation.
+func (w *Writer) writeEvent(ev *Event) error {
+	b := w.ev[:]
+	b[0] = recEvent
+	le := binary.LittleEndian
+	le.PutUint32(b[1:], eventSize)
+	p := b[frameHead:]
+	le.PutUint64(p[0:], ev.Time)
+	le.PutUint64(p[8:], ev.Duration)
+	le.PutUint64(p[16:], ev.Addr)
+	le.PutUint64(p[24:], ev.Size)
+	le.PutUint64(p[32:], ev.Stream)
+	le.PutUint32(p[40:], ev.PID)
+	le.PutUint32(p[44:], ev.TID)
+	le.PutUint32(p[48:], uint32(ev.Stack))
+	le.PutUint32(p[52:], uint32(ev.Ret))
+	le.PutUint32(p[56:], uint32(ev.Device))
+	p[60] = byte(ev.Kind)
+	p[61] = byte(ev.Layer)
+	le.PutUint16(p[62:], uint16(ev.API))
+	le.PutUint32(b[frameHead+eventSize:], crc32.Checksum(b[:frameHead+eventSize], castagnoli))
+	if _, err := w.bw.Write(b); err != nil {
+		w.err = fmt.Errorf("write trace event: %w", err)
+		return w.err
+	}
+	return nil
+}
+
+// writeFrame encodes one variable-length record into the reused buffer and
+// writes it whole.
+func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
+	e := encoder{b: append(w.buf[:0], typ, 0, 0, 0, 0)}
+	enc(&e)
+	n := len(e.b) - frameHead
+	if n > MaxRecordSize {
+		return fmt.Errorf("record of %d bytes exceeds the %d-byte limit", n, MaxRecordSize)
+	}
+	binary.LittleEndian.PutUint32(e.b[1:], uint32(n))
+	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, castagnoli))
+	w.buf = e.b
+	if _, err := w.bw.Write(e.b); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// Flush writes buffered records to the underlying writer.
+func (w *Writer) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.bw.Flush(); err != nil {
+		w.err = fmt.Errorf("flush trace: %w", err)
+		return w.err
+	}
+	return nil
+}
+
+// Close flushes buffered records. It does not close the underlying writer,
+// and does not write an End record: the caller writes End when the
+// recording stopped cleanly.
+func (w *Writer) Close() error {
+	return w.Flush()
+}
+
+// Reader replays a trace. It is not safe for concurrent use.
+type Reader struct {
+	br        *bufio.Reader
+	h         Header
+	ev        Event             // returned by Next for every event, reused
+	buf       []byte            // payloads too big to decode in place
+	strs      map[string]string // interned frame and mapping strings
+	off       int64             // file offset of the next record
+	pending   int               // bytes of the current record still to discard
+	consumed  int               // bytes of the current record already read
+	records   int64
+	truncated bool
+	err       error // terminal: io.EOF or the first error
+}
+
+// NewReader reads and checks the preamble and the header of a trace.
+// Errors match ErrNotTrace, ErrVersion, ErrTruncated or ErrCorrupt.
+func NewReader(r io.Reader) (*Reader, error) {
+	tr := &Reader{br: bufio.NewReaderSize(r, bufSize), strs: make(map[string]string)}
+	var pre [preambleSize]byte
+	n, err := io.ReadFull(tr.br, pre[:])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read trace preamble: %w", err)
+	}
+	got := pre[:min(n, len(Magic))]
+	if string(got) != Magic[:len(got)] {
+		return nil, fmt.Errorf("%w (bad magic %q): give a .vpt file written by vramprof run or attach", ErrNotTrace, got)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: the trace is empty (the recording stopped before it began)", ErrTruncated)
+	}
+	if n < preambleSize {
+		return nil, fmt.Errorf("%w: %d bytes, before the end of the preamble", ErrTruncated, n)
+	}
+	v := binary.LittleEndian.Uint16(pre[len(Magic):])
+	if v == 0 {
+		return nil, &CorruptError{Offset: int64(len(Magic)), Reason: "format version 0"}
+	}
+	if v > Version {
+		return nil, fmt.Errorf("%w: the trace is format version %d, this vramprof reads up to %d: upgrade vramprof",
+			ErrVersion, v, Version)
+	}
+	tr.off = int64(preambleSize)
+	typ, payload, err := tr.frame()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: it ends inside its header record at byte %d", ErrTruncated, tr.off)
+		}
+		return nil, err
+	}
+	if typ != recHeader {
+		return nil, tr.corrupt("first record is type %d, not a header", typ)
+	}
+	d := decoder{b: payload}
+	d.header(&tr.h)
+	if d.err != nil {
+		return nil, tr.corrupt("header: %v", d.err)
+	}
+	tr.h.Version = v
+	return tr, nil
+}
+
+// Header returns the trace's header. Its Version is the file's format
+// version.
+func (r *Reader) Header() *Header { return &r.h }
+
+// Next returns the next record, or io.EOF at the end of the trace (check
+// Truncated to tell a clean end from a cut). A damaged record gives an error
+// matching ErrCorrupt, and every later call returns it again.
+//
+// The *Event returned is reused by the next call: copy it to keep it. Every
+// other record is newly allocated and may be kept.
+func (r *Reader) Next() (Record, error) {
+	for r.err == nil {
+		typ, payload, err := r.frame()
+		if err != nil {
+			r.err = err
+			break
+		}
+		rec, err := r.decode(typ, payload)
+		if err != nil {
+			r.err = err
+			break
+		}
+		if rec == nil { // a record type from a newer minor version
+			continue
+		}
+		r.records++
+		return rec, nil
+	}
+	return nil, r.err
+}
+
+// Truncated reports whether the trace ended inside a record: it was cut short
+// (the recorder crashed or was killed). Everything before Offset was read.
+func (r *Reader) Truncated() bool { return r.truncated }
+
+// Offset returns the file offset just past the last complete record read:
+// in a truncated trace, where the cut record began.
+func (r *Reader) Offset() int64 { return r.off + int64(r.pending+r.consumed) }
+
+// Records returns how many records Next has returned, the header excluded.
+func (r *Reader) Records() int64 { return r.records }
+
+func (r *Reader) corrupt(format string, args ...any) error {
+	return &CorruptError{Offset: r.off, Reason: fmt.Sprintf(format, args...)}
+}
+
+// frame reads the next record's frame and checks it, returning its type and
+// payload. The payload is only valid until the next call. A clean end or a
+// cut gives io.EOF (the latter setting truncated). While a record is being
+// decoded r.off is its start, so errors can name it.
+func (r *Reader) frame() (byte, []byte, error) {
+	if r.pending > 0 {
+		// Already peeked, so Discard cannot fail.
+		_, _ = r.br.Discard(r.pending)
+	}
+	r.off += int64(r.pending + r.consumed)
+	r.pending, r.consumed = 0, 0
+	h, err := r.br.Peek(frameHead)
+	if len(h) < frameHead {
+		return 0, nil, r.short(len(h), err)
+	}
+	typ, n := h[0], int(binary.LittleEndian.Uint32(h[1:]))
+	if typ == recInvalid {
+		return 0, nil, r.corrupt("record type 0")
+	}
+	limit := MaxRecordSize
+	if typ == recEvent {
+		limit = maxEventSize
+	}
+	if n > limit {
+		return 0, nil, r.corrupt("type %d record claims %d bytes, over its %d-byte limit", typ, n, limit)
+	}
+	total := frameHead + n + frameTail
+	var b []byte
+	inPlace := total <= r.br.Size()
+	if inPlace {
+		// Common case: decode in place from the bufio buffer, no copy.
+		b, err = r.br.Peek(total)
+		if len(b) < total {
+			return 0, nil, r.short(len(b), err)
+		}
+	} else {
+		// A record bigger than the buffer: copy it out, growing the buffer
+		// only as data actually arrives, so a damaged length on a short
+		// file allocates no more than the file holds.
+		r.buf = r.buf[:0]
+		for len(r.buf) < total {
+			chunk := min(total-len(r.buf), max(len(r.buf), bufSize))
+			r.buf = slices.Grow(r.buf, chunk)
+			m, err := io.ReadFull(r.br, r.buf[len(r.buf):len(r.buf)+chunk])
+			r.buf = r.buf[:len(r.buf)+m]
+			if err != nil {
+				return 0, nil, r.short(len(r.buf), err)
+			}
+		}
+		b = r.buf
+	}
+	if crc32.Checksum(b[:frameHead+n], castagnoli) != binary.LittleEndian.Uint32(b[frameHead+n:]) {
+		return 0, nil, r.corrupt("bad checksum on type %d record of %d bytes", typ, n)
+	}
+	if inPlace {
+		r.pending = total
+	} else {
+		r.consumed = total
+	}
+	return typ, b[frameHead : frameHead+n], nil
+}
+
+// short turns a read that ended early into a clean end (no byte of a new
+// record), a cut (some bytes), or the underlying I/O error.
+func (r *Reader) short(got int, err error) error {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if got > 0 {
+			r.truncated = true
+		}
+		return io.EOF
+	}
+	return fmt.Errorf("read trace at byte %d: %w", r.off, err)
+}
+
+// decode turns a checked payload into a record; nil for a skipped type.
+func (r *Reader) decode(typ byte, p []byte) (Record, error) {
+	if typ == recEvent {
+		if len(p) < eventSize {
+			return nil, r.corrupt("event of %d bytes, want at least %d", len(p), eventSize)
+		}
+		decodeEvent(&r.ev, p)
+		return &r.ev, nil
+	}
+	d := decoder{b: p, strs: r.strs}
+	var rec Record
+	switch typ {
+	case recHeader:
+		return nil, r.corrupt("a second header")
+	case recStack:
+		s := new(Stack)
+		d.stack(s)
+		rec = s
+	case recMapping:
+		m := new(Mapping)
+		d.mapping(m)
+		rec = m
+	case recProcess:
+		pr := new(Process)
+		d.process(pr)
+		rec = pr
+	case recLibrary:
+		l := new(Library)
+		d.library(l)
+		rec = l
+	case recLost:
+		l := new(Lost)
+		d.lost(l)
+		rec = l
+	case recEnd:
+		e := new(End)
+		d.end(e)
+		rec = e
+	default:
+		return nil, nil // checksum verified: a newer record type, skip it
+	}
+	if d.err != nil {
+		return nil, r.corrupt("type %d record: %v", typ, d.err)
+	}
+	return rec, nil
+}
+
+func decodeEvent(ev *Event, p []byte) {
+	le := binary.LittleEndian
+	_ = p[eventSize-1] // one bounds check
+	*ev = Event{
+		Time:     le.Uint64(p[0:]),
+		Duration: le.Uint64(p[8:]),
+		Addr:     le.Uint64(p[16:]),
+		Size:     le.Uint64(p[24:]),
+		Stream:   le.Uint64(p[32:]),
+		PID:      le.Uint32(p[40:]),
+		TID:      le.Uint32(p[44:]),
+		Stack:    StackID(le.Uint32(p[48:])),
+		Ret:      int32(le.Uint32(p[52:])),
+		Device:   int32(le.Uint32(p[56:])),
+		Kind:     Kind(p[60]),
+		Layer:    Layer(p[61]),
+		API:      API(le.Uint16(p[62:])),
+	}
+}
+
+// encoder appends the variable-length payload encoding to b.
+type encoder struct{ b []byte }
+
+func (e *encoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *encoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *encoder) str(s string) {
+	e.uint(uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *encoder) strList(ss []string) {
+	e.uint(uint64(len(ss)))
+	for _, s := range ss {
+		e.str(s)
+	}
+}
+
+func (e *encoder) header(h *Header) {
+	e.str(h.Tool)
+	e.str(h.Mode)
+	e.strList(h.Command)
+	e.uint(uint64(h.PID))
+	e.uint(h.Start)
+	e.int(h.WallTime)
+	e.str(h.Host)
+}
+
+func (e *encoder) stack(s *Stack) {
+	e.uint(uint64(s.ID))
+	e.uint(uint64(s.PID))
+	e.uint(uint64(len(s.Frames)))
+	for i := range s.Frames {
+		f := &s.Frames[i]
+		e.uint(f.Addr)
+		e.uint(uint64(f.Mapping))
+		e.str(f.Function)
+		e.str(f.File)
+		e.int(f.Line)
+	}
+}
+
+func (e *encoder) mapping(m *Mapping) {
+	e.uint(uint64(m.ID))
+	e.uint(uint64(m.PID))
+	e.uint(m.Start)
+	e.uint(m.Limit)
+	e.uint(m.Offset)
+	e.str(m.File)
+	e.str(m.BuildID)
+}
+
+func (e *encoder) process(p *Process) {
+	e.uint(uint64(p.PID))
+	e.uint(uint64(p.PPID))
+	e.strList(p.Command)
+	e.str(p.Exe)
+	e.uint(p.Time)
+}
+
+func (e *encoder) library(l *Library) {
+	e.uint(uint64(l.PID))
+	e.str(l.Path)
+	e.str(l.BuildID)
+	e.strList(l.Symbols)
+}
+
+func (e *encoder) lost(l *Lost) {
+	e.uint(l.Time)
+	e.uint(l.Total)
+}
+
+func (e *encoder) end(x *End) {
+	e.uint(x.Time)
+	e.str(x.Reason)
+	e.int(int64(x.ExitCode))
+}
+
+// decoder reads the variable-length payload encoding. The first failure
+// sticks in err and later reads return zero values, so record decoders need
+// no error checks between fields.
+type decoder struct {
+	b    []byte
+	err  error
+	strs map[string]string // interning table; nil for none
+}
+
+var errShort = errors.New("payload ends early")
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+	d.b = nil
+}
+
+func (d *decoder) uint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(errShort)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	v := d.uint()
+	if v > math.MaxUint32 {
+		d.fail(fmt.Errorf("value %d overflows 32 bits", v))
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *decoder) int() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail(errShort)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a list length and checks it against the bytes left, each
+// element taking at least min bytes, so garbage cannot ask for a huge slice.
+func (d *decoder) count(minSize int) int {
+	n := d.uint()
+	if n > uint64(len(d.b)/minSize) {
+		d.fail(fmt.Errorf("list of %d elements in %d bytes", n, len(d.b)))
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		d.fail(errShort)
+		return nil
+	}
+	b := d.b[:n]
+	d.b = d.b[n:]
+	return b
+}
+
+func (d *decoder) str() string { return string(d.bytes()) }
+
+// istr is str for strings that repeat across records (function and file
+// names): one copy is kept per distinct value.
+func (d *decoder) istr() string {
+	b := d.bytes()
+	if d.strs == nil {
+		return string(b)
+	}
+	if s, ok := d.strs[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	d.strs[s] = s
+	return s
+}
+
+func (d *decoder) strList() []string {
+	n := d.count(1)
+	if n == 0 {
+		return nil
+	}
+	ss := make([]string, n)
+	for i := range ss {
+		ss[i] = d.str()
+	}
+	return ss
+}
+
+func (d *decoder) header(h *Header) {
+	h.Tool = d.str()
+	h.Mode = d.str()
+	h.Command = d.strList()
+	h.PID = d.u32()
+	h.Start = d.uint()
+	h.WallTime = d.int()
+	h.Host = d.str()
+}
+
+func (d *decoder) stack(s *Stack) {
+	s.ID = StackID(d.u32())
+	s.PID = d.u32()
+	// A frame is at least five bytes: five fields of at least one byte.
+	n := d.count(5)
+	if n > 0 {
+		s.Frames = make([]Frame, n)
+	}
+	for i := range s.Frames {
+		f := &s.Frames[i]
+		f.Addr = d.uint()
+		f.Mapping = MappingID(d.u32())
+		f.Function = d.istr()
+		f.File = d.istr()
+		f.Line = d.int()
+	}
+}
+
+func (d *decoder) mapping(m *Mapping) {
+	m.ID = MappingID(d.u32())
+	m.PID = d.u32()
+	m.Start = d.uint()
+	m.Limit = d.uint()
+	m.Offset = d.uint()
+	m.File = d.istr()
+	m.BuildID = d.istr()
+}
+
+func (d *decoder) process(p *Process) {
+	p.PID = d.u32()
+	p.PPID = d.u32()
+	p.Command = d.strList()
+	p.Exe = d.str()
+	p.Time = d.uint()
+}
+
+func (d *decoder) library(l *Library) {
+	l.PID = d.u32()
+	l.Path = d.str()
+	l.BuildID = d.str()
+	l.Symbols = d.strList()
+}
+
+func (d *decoder) lost(l *Lost) {
+	l.Time = d.uint()
+	l.Total = d.uint()
+}
+
+func (d *decoder) end(x *End) {
+	x.Time = d.uint()
+	x.Reason = d.str()
+	x.ExitCode = int(d.int())
+}

@@ -1,0 +1,446 @@
+package event
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func testHeader() *Header {
+	return &Header{
+		Tool:     "vramprof test",
+		Mode:     "run",
+		Command:  []string{"python", "train.py", "--lr=3e-4"},
+		PID:      4242,
+		Start:    123456789,
+		WallTime: -1, // any int64 survives
+		Host:     "gpu-node-7",
+	}
+}
+
+func testEvent(i uint64) *Event {
+	return &Event{
+		Time: 1000 + i, Duration: 17, Addr: 0x7f00_0000_0000 + i<<20, Size: 1 << 20,
+		Stream: 3, PID: 4242, TID: 4243, Stack: StackID(i % 7), Ret: 0, Device: 1,
+		Kind: KindAlloc, Layer: LayerSegment, API: APICudaMalloc,
+	}
+}
+
+// testRecords is a small trace body holding every record type once or more.
+func testRecords() []Record {
+	return []Record{
+		&Process{PID: 4242, PPID: 1, Command: []string{"python", "train.py"}, Exe: "/usr/bin/python3.11", Time: 5},
+		&Mapping{ID: 1, PID: 4242, Start: 0x7f00_0000_1000, Limit: 0x7f00_0010_0000, Offset: 0x1000,
+			File: "/usr/lib/libcudart.so.12", BuildID: "0123abcd"},
+		&Library{PID: 4242, Path: "/usr/lib/libcudart.so.12", BuildID: "0123abcd", Symbols: []string{"cudaMalloc", "cudaFree"}},
+		&Stack{ID: 1, PID: 4242, Frames: []Frame{
+			{Addr: 0x7f00_0000_1234, Mapping: 1, Function: "cudaMalloc"},
+			{Addr: 0x55_0000_0042, Mapping: 2, Function: "ns::Class::method", File: "/src/a.cc", Line: 42},
+		}},
+		testEvent(1),
+		&Event{Time: 2000, Addr: 0x7f00_0010_0000, PID: 4242, TID: 4242, Stack: 1, Ret: 2, Device: DeviceUnknown,
+			Kind: KindAlloc, Layer: LayerSegment, API: APICudaMalloc, Size: 1 << 40},
+		&Lost{Time: 2500, Total: 3},
+		&Event{Time: 3000, Addr: 0x7f00_0000_0000, PID: 4242, TID: 4244, Kind: KindFree, Layer: LayerSegment, API: APICudaFree, Device: 0},
+		&End{Time: 4000, Reason: "exited", ExitCode: 3},
+	}
+}
+
+// mustTrace writes h (testHeader when nil) and recs to a trace in memory.
+func mustTrace(tb testing.TB, h *Header, recs ...Record) []byte {
+	tb.Helper()
+	if h == nil {
+		h = testHeader()
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, h)
+	require.NoError(tb, err)
+	for _, r := range recs {
+		require.NoError(tb, w.Write(r))
+	}
+	require.NoError(tb, w.Close())
+	return buf.Bytes()
+}
+
+// cloneRecord copies a record returned by Next (events are reused).
+func cloneRecord(r Record) Record {
+	if ev, ok := r.(*Event); ok {
+		c := *ev
+		return &c
+	}
+	return r
+}
+
+// readAll replays data to its end, returning the records before the end or
+// the first error.
+func readAll(tb testing.TB, data []byte) (*Reader, []Record, error) {
+	tb.Helper()
+	recs := []Record{} // not nil: compared with slices of a want list
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, recs, err
+	}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return r, recs, nil
+		}
+		if err != nil {
+			return r, recs, err
+		}
+		recs = append(recs, cloneRecord(rec))
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	bigFrames := make([]Frame, 3000) // over the 64 KiB buffer: the copy path
+	for i := range bigFrames {
+		bigFrames[i] = Frame{Addr: uint64(i), Mapping: MappingID(i), Function: strings.Repeat("f", i%50), File: "x.c", Line: int64(i)}
+	}
+	tests := []struct {
+		name string
+		rec  Record
+	}{
+		{"event", testEvent(9)},
+		{"event extremes", &Event{Time: ^uint64(0), Duration: ^uint64(0), Addr: ^uint64(0), Size: ^uint64(0), Stream: ^uint64(0),
+			PID: ^uint32(0), TID: ^uint32(0), Stack: ^StackID(0), Ret: -2147483648, Device: -1, Kind: 255, Layer: 255, API: 65535}},
+		{"event zero", &Event{}},
+		{"stack", testRecords()[3]},
+		{"stack empty", &Stack{ID: 9, PID: 1}},
+		{"stack big", &Stack{ID: 10, PID: 2, Frames: bigFrames}},
+		{"mapping", testRecords()[1]},
+		{"mapping non-utf8 path", &Mapping{ID: 3, File: "/tmp/\xff\xfe lib (deleted)"}},
+		{"process", testRecords()[0]},
+		{"process empty", &Process{PID: 7}},
+		{"library", testRecords()[2]},
+		{"lost", &Lost{Time: 1, Total: 1 << 50}},
+		{"end", &End{Time: 9, Reason: "signal", ExitCode: -9}},
+		{"end empty", &End{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := mustTrace(t, nil, tt.rec)
+			r, recs, err := readAll(t, data)
+			require.NoError(t, err)
+			assert.False(t, r.Truncated())
+			want := *testHeader()
+			want.Version = Version
+			assert.Equal(t, &want, r.Header())
+			require.Len(t, recs, 1)
+			assert.Equal(t, tt.rec, recs[0])
+			assert.Equal(t, int64(len(data)), r.Offset())
+			assert.Equal(t, int64(1), r.Records())
+		})
+	}
+}
+
+func TestRoundTripStream(t *testing.T) {
+	want := testRecords()
+	_, got, err := readAll(t, mustTrace(t, &Header{}, want...))
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+}
+
+// TestTruncated cuts a small trace at every byte: no panic, every record
+// before the cut comes back, and the cut is reported unless it falls on a
+// record boundary.
+func TestTruncated(t *testing.T) {
+	want := testRecords()
+	data := mustTrace(t, nil, want...)
+	// Record boundaries, from re-encoding the records one at a time.
+	headerEnd := len(mustTrace(t, nil))
+	bounds := []int{headerEnd}
+	for i := range want {
+		bounds = append(bounds, len(mustTrace(t, nil, want[:i+1]...)))
+	}
+	require.Equal(t, len(data), bounds[len(bounds)-1])
+
+	for cut := 0; cut <= len(data); cut++ {
+		r, got, err := readAll(t, data[:cut])
+		if cut < headerEnd {
+			require.ErrorIs(t, err, ErrTruncated, "cut at %d", cut)
+			continue
+		}
+		require.NoError(t, err, "cut at %d", cut)
+		complete := 0
+		for complete+1 < len(bounds) && bounds[complete+1] <= cut {
+			complete++
+		}
+		assert.Equal(t, want[:complete], got, "cut at %d", cut)
+		assert.Equal(t, cut != bounds[complete], r.Truncated(), "cut at %d", cut)
+		assert.Equal(t, int64(bounds[complete]), r.Offset(), "cut at %d", cut)
+	}
+}
+
+// lengthFields returns the byte offsets of every record's length field.
+func lengthFields(data []byte) map[int]bool {
+	out := map[int]bool{}
+	for off := preambleSize; off+frameHead <= len(data); {
+		for i := 1; i < frameHead; i++ {
+			out[off+i] = true
+		}
+		off += frameHead + int(binary.LittleEndian.Uint32(data[off+1:])) + frameTail
+	}
+	return out
+}
+
+// TestFlippedByte damages each byte of a trace in turn: the damage is always
+// reported, never decoded into records that were not written.
+func TestFlippedByte(t *testing.T) {
+	want := testRecords()
+	data := mustTrace(t, nil, want...)
+	lengths := lengthFields(data)
+	for _, mask := range []byte{0x01, 0x80, 0xff} {
+		for i := range data {
+			bad := bytes.Clone(data)
+			bad[i] ^= mask
+			r, got, err := readAll(t, bad)
+			assert.Equal(t, want[:len(got)], got, "byte %d ^ %#x: records must be a prefix of those written", i, mask)
+			switch {
+			case errors.Is(err, ErrCorrupt), errors.Is(err, ErrNotTrace), errors.Is(err, ErrVersion):
+			case errors.Is(err, ErrTruncated) || err == nil && r.Truncated():
+				// A length grown past the end of the file reads as a cut.
+				assert.True(t, lengths[i], "byte %d ^ %#x: reported as a cut but is not a length", i, mask)
+			default:
+				t.Errorf("byte %d ^ %#x: damage not detected (err %v)", i, mask, err)
+			}
+		}
+	}
+}
+
+func TestCorruptOffset(t *testing.T) {
+	data := mustTrace(t, nil, testEvent(1), testEvent(2), testEvent(3))
+	second := len(mustTrace(t, nil, testEvent(1)))
+	data[second+frameHead+3] ^= 1 // inside the second event's payload
+	r, err := NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	_, err = r.Next()
+	require.NoError(t, err)
+	_, err = r.Next()
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, int64(second), ce.Offset)
+	assert.Contains(t, err.Error(), "bad checksum")
+	_, again := r.Next()
+	assert.Equal(t, err, again, "errors are sticky")
+}
+
+func TestHeaderErrors(t *testing.T) {
+	good := mustTrace(t, nil)
+	withVersion := func(v uint16) []byte {
+		b := bytes.Clone(good)
+		binary.LittleEndian.PutUint16(b[len(Magic):], v)
+		return b
+	}
+	tests := []struct {
+		name    string
+		data    []byte
+		want    error
+		message string
+	}{
+		{"empty", nil, ErrTruncated, "empty"},
+		{"magic prefix", []byte("VRAM"), ErrTruncated, "preamble"},
+		{"not a trace", []byte("{\"schema\": \"vramprof/report/v1\"}"), ErrNotTrace, "bad magic"},
+		{"short foreign", []byte("PK"), ErrNotTrace, "bad magic"},
+		{"newer version", withVersion(2), ErrVersion, "upgrade vramprof"},
+		{"version zero", withVersion(0), ErrCorrupt, "version 0"},
+		{"header cut", good[:len(good)-1], ErrTruncated, "header"},
+		{"event first", append(bytes.Clone(good[:preambleSize]), mustTrace(t, nil, testEvent(1))[len(good):]...), ErrCorrupt, "not a header"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewReader(bytes.NewReader(tt.data))
+			require.ErrorIs(t, err, tt.want)
+			assert.Contains(t, err.Error(), tt.message)
+		})
+	}
+}
+
+// appendFrame appends a hand-made record with a valid checksum.
+func appendFrame(b []byte, typ byte, payload []byte) []byte {
+	start := len(b)
+	b = append(b, typ)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+	b = append(b, payload...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// TestForwardCompatible reads what a newer minor version may write: unknown
+// record types and fields appended to payloads.
+func TestForwardCompatible(t *testing.T) {
+	data := mustTrace(t, nil, testEvent(1))
+	data = appendFrame(data, 200, []byte("a record type from the future"))
+	longer := mustTrace(t, nil, testEvent(2))[len(mustTrace(t, nil)):]
+	payload := append(bytes.Clone(longer[frameHead:frameHead+eventSize]), 1, 2, 3, 4, 5, 6, 7, 8)
+	data = appendFrame(data, recEvent, payload)
+	lost := mustTrace(t, nil, &Lost{Time: 5, Total: 6})[len(mustTrace(t, nil)):]
+	data = appendFrame(data, recLost, append(bytes.Clone(lost[frameHead:len(lost)-frameTail]), 0x99))
+
+	r, got, err := readAll(t, data)
+	require.NoError(t, err)
+	assert.False(t, r.Truncated())
+	assert.Equal(t, []Record{testEvent(1), testEvent(2), &Lost{Time: 5, Total: 6}}, got)
+}
+
+func TestBadPayloads(t *testing.T) {
+	base := mustTrace(t, nil)
+	tests := []struct {
+		name    string
+		typ     byte
+		payload []byte
+		message string
+	}{
+		{"short event", recEvent, make([]byte, eventSize-1), "want at least 64"},
+		{"second header", recHeader, nil, "second header"},
+		{"empty stack", recStack, nil, "ends early"},
+		{"huge frame count", recStack, []byte{1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, "list of"},
+		{"string past end", recMapping, []byte{1, 1, 1, 1, 1, 100, 'a'}, "ends early"},
+		{"id over 32 bits", recMapping, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "overflows"},
+		{"type zero", 0, nil, "type 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := readAll(t, appendFrame(bytes.Clone(base), tt.typ, tt.payload))
+			require.ErrorIs(t, err, ErrCorrupt)
+			assert.Contains(t, err.Error(), tt.message)
+		})
+	}
+	t.Run("length over limit", func(t *testing.T) {
+		b := append(bytes.Clone(base), recStack, 0, 0, 0, 0x7f)
+		_, _, err := readAll(t, b)
+		require.ErrorIs(t, err, ErrCorrupt)
+		assert.Contains(t, err.Error(), "limit")
+	})
+}
+
+type failWriter struct{ err error }
+
+func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
+
+func TestWriterErrors(t *testing.T) {
+	_, err := NewWriter(io.Discard, nil)
+	require.Error(t, err)
+
+	boom := errors.New("disk full")
+	_, err = NewWriter(failWriter{boom}, testHeader())
+	require.ErrorIs(t, err, boom)
+
+	w, err := NewWriter(io.Discard, testHeader())
+	require.NoError(t, err)
+	assert.Error(t, w.Write(testHeader()), "header twice")
+	assert.Error(t, w.Write((*Event)(nil)))
+	assert.Error(t, w.Write((*Stack)(nil)))
+	assert.Error(t, w.Write(nil))
+	assert.NoError(t, w.Close())
+}
+
+func TestWriterSticky(t *testing.T) {
+	fw := &switchWriter{}
+	w, err := NewWriter(fw, testHeader())
+	require.NoError(t, err)
+	fw.err = errors.New("disk full")
+	for i := range 2000 { // enough to overflow the buffer
+		if err = w.Write(testEvent(uint64(i))); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, fw.err)
+	fw.err = nil
+	assert.ErrorIs(t, w.Write(&Lost{}), err)
+	assert.ErrorIs(t, w.Flush(), err)
+}
+
+type switchWriter struct{ err error }
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	return len(p), nil
+}
+
+// TestEventsDoNotAllocate guards the hot path in both directions.
+func TestEventsDoNotAllocate(t *testing.T) {
+	w, err := NewWriter(io.Discard, testHeader())
+	require.NoError(t, err)
+	ev := testEvent(1)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = w.Write(ev) }))
+
+	const n = 2000
+	recs := make([]Record, n)
+	for i := range recs {
+		recs[i] = testEvent(uint64(i))
+	}
+	r, err := NewReader(bytes.NewReader(mustTrace(t, nil, recs...)))
+	require.NoError(t, err)
+	assert.Zero(t, testing.AllocsPerRun(n-1, func() { _, _ = r.Next() }))
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add(mustTrace(f, nil, testRecords()...))
+	f.Add(mustTrace(f, &Header{}))
+	f.Add([]byte(Magic))
+	f.Add(appendFrame(mustTrace(f, nil), recStack, []byte{1, 1, 3, 1, 1, 0, 0, 2}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r, err := NewReader(bytes.NewReader(data))
+		if err == nil {
+			for i := 0; ; i++ {
+				_, err = r.Next()
+				if err != nil {
+					break
+				}
+				require.Less(t, i, len(data), "more records than bytes")
+			}
+		}
+		runtime.ReadMemStats(&after)
+		// Two 64 KiB buffers and small change, plus what the input itself
+		// can justify: decoded lists cost at most ~16 bytes per input byte.
+		limit := uint64(1<<20 + 64*len(data))
+		assert.Less(t, after.TotalAlloc-before.TotalAlloc, limit, "allocation out of proportion to the input")
+	})
+}
+
+// BenchmarkWriteRead writes and replays 1e6 events; see the ns/event metric.
+func BenchmarkWriteRead(b *testing.B) {
+	const n = 1_000_000
+	var buf bytes.Buffer
+	buf.Grow(n * (frameHead + eventSize + frameTail) * 11 / 10)
+	ev := testEvent(1)
+	for b.Loop() {
+		buf.Reset()
+		w, err := NewWriter(&buf, testHeader())
+		require.NoError(b, err)
+		for i := range n {
+			ev.Time = uint64(i)
+			if err := w.Write(ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+		require.NoError(b, w.Close())
+		r, err := NewReader(bytes.NewReader(buf.Bytes()))
+		require.NoError(b, err)
+		count := 0
+		for {
+			_, err := r.Next()
+			if err != nil {
+				break
+			}
+			count++
+		}
+		if count != n {
+			b.Fatalf("read %d events, want %d", count, n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
+	b.ReportMetric(float64(buf.Len())/n, "bytes/event")
+}

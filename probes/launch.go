@@ -1,0 +1,109 @@
+//go:build linux
+
+package probes
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+// LaunchOptions describes a command to run under the session.
+type LaunchOptions struct {
+	Argv           []string
+	Env            []string // nil: this process's environment
+	Dir            string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// Launch starts a command with tracing in place before its first
+// instruction: the child stops right after execve (ptrace), when only the
+// executable and the dynamic loader are mapped; the loader rendezvous and
+// any CUDA runtime linked into the executable are probed; then the child is
+// let go. Every library it loads later, at start-up or by dlopen, is probed
+// when the loader announces it (see loaderProbe), before its first call.
+//
+// The returned command is running; the caller must Wait for it.
+func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
+	if len(o.Argv) == 0 {
+		return nil, errors.New("launch: empty command")
+	}
+	path, err := exec.LookPath(o.Argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrCommandNotFound, o.Argv[0])
+	}
+	cmd := exec.Command(path, o.Argv[1:]...)
+	cmd.Args[0] = o.Argv[0]
+	cmd.Env, cmd.Dir = o.Env, o.Dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+
+	// ptrace requests must come from the thread that became the tracer.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrCommandNotFound, o.Argv[0], err)
+		}
+		return nil, fmt.Errorf("start %s: %w", o.Argv[0], err)
+	}
+	pid := cmd.Process.Pid
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("wait for %s to start: %w", o.Argv[0], err)
+	}
+	if !ws.Stopped() {
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("start %s: it ended before its first instruction (status %#x)", o.Argv[0], ws)
+	}
+	fail := func(err error) (*exec.Cmd, error) {
+		_ = cmd.Process.Kill()
+		_ = syscall.PtraceDetach(pid)
+		_ = cmd.Wait()
+		return nil, err
+	}
+	p, err := s.track(uint32(pid), o.Argv)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.scan(p); err != nil {
+		return fail(err)
+	}
+	if err := syscall.PtraceDetach(pid); err != nil {
+		return fail(fmt.Errorf("resume %s: %w", o.Argv[0], err))
+	}
+	return cmd, nil
+}
+
+// Attach traces a running process. Without wait, a process that maps no
+// CUDA runtime is an error (ErrNoCUDA); with wait, the session watches its
+// loader and probes the runtime when it arrives.
+func (s *Session) Attach(pid int, wait bool) error {
+	if _, err := procStartTime(pid); err != nil {
+		return err
+	}
+	// Only this process: probes on a shared library fire in every process
+	// that maps it, and the perf-level filter keeps the others from
+	// trapping at all.
+	if len(s.att.links) == 0 {
+		s.att.pid = pid
+	}
+	p, err := s.track(uint32(pid), nil)
+	if err != nil {
+		return err
+	}
+	if err := s.scan(p); err != nil {
+		return err
+	}
+	if !p.cuda && !wait {
+		return fmt.Errorf("%w %d", ErrNoCUDA, pid)
+	}
+	return nil
+}

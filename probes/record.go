@@ -1,0 +1,93 @@
+package probes
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// Record kinds and flags sent by bpf/vramprof.bpf.c (enum rec_kind,
+// enum rec_flags). Alloc and free share event.Kind's numbering.
+const (
+	recAlloc  = uint8(event.KindAlloc)
+	recFree   = uint8(event.KindFree)
+	recLoader = uint8(100)
+
+	recFlagStopped = uint8(1 << 0)
+)
+
+// recordHeaderSize is RECORD_HEADER_SIZE in the BPF contract header; the
+// user stack follows it.
+const recordHeaderSize = 72
+
+// maxFrames is MAX_FRAMES in the BPF contract header.
+const maxFrames = 127
+
+// errShortRecord reports a ring buffer sample smaller than its header says.
+var errShortRecord = errors.New("short record")
+
+// rawRecord is one ring buffer sample, decoded but not yet symbolized.
+type rawRecord struct {
+	ev     event.Event // Stack is not set: stacks are interned later
+	kind   uint8
+	flags  uint8
+	caller uint64   // return address into the probed function's caller
+	frames []uint64 // raw user stack, leaf first; reused between records
+}
+
+// decodeRecord decodes b, laid out as the BPF contract header says, into r.
+// r.frames is reused, so decoding allocates nothing once warm.
+func decodeRecord(b []byte, r *rawRecord) error {
+	if len(b) < recordHeaderSize {
+		return fmt.Errorf("%w: %d bytes, want at least %d", errShortRecord, len(b), recordHeaderSize)
+	}
+	le := binary.LittleEndian
+	r.ev = event.Event{
+		Time:     le.Uint64(b[0:]),
+		Duration: le.Uint64(b[8:]),
+		Addr:     le.Uint64(b[16:]),
+		Size:     le.Uint64(b[24:]),
+		Stream:   le.Uint64(b[32:]),
+		PID:      le.Uint32(b[40:]),
+		TID:      le.Uint32(b[44:]),
+		Ret:      int32(le.Uint32(b[48:])),
+		Device:   int32(le.Uint32(b[52:])),
+		API:      event.API(le.Uint16(b[56:])),
+		Layer:    event.LayerSegment,
+	}
+	r.kind = b[58]
+	r.flags = b[59]
+	n := int(le.Uint16(b[60:]))
+	r.caller = le.Uint64(b[64:])
+	if n > maxFrames || len(b) < recordHeaderSize+8*n {
+		return fmt.Errorf("%w: %d frames in %d bytes", errShortRecord, n, len(b))
+	}
+	if r.kind == recAlloc || r.kind == recFree {
+		r.ev.Kind = event.Kind(r.kind)
+	}
+	r.frames = r.frames[:0]
+	for i := range n {
+		r.frames = append(r.frames, le.Uint64(b[recordHeaderSize+8*i:]))
+	}
+	return nil
+}
+
+// withCaller returns the user stack with the direct caller's return address
+// in place. A frame-pointer walk that starts at a function's first
+// instruction skips the direct caller, since rbp still holds the caller's
+// frame: frames[1] is then the caller's caller. Kernels that fix this up
+// themselves already have frames[1] == caller, and nothing changes.
+func withCaller(frames []uint64, caller uint64) []uint64 {
+	if len(frames) == 0 || caller == 0 {
+		return frames
+	}
+	if len(frames) > 1 && frames[1] == caller {
+		return frames
+	}
+	frames = append(frames, 0)
+	copy(frames[2:], frames[1:])
+	frames[1] = caller
+	return frames
+}

@@ -1,0 +1,533 @@
+//go:build linux
+
+package probes
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/symbolize"
+)
+
+// Sink receives the records of a session, in order. A session calls it from
+// one goroutine at a time. event.Writer is a Sink.
+type Sink interface {
+	Write(rec event.Record) error
+	Flush() error
+}
+
+// Options configures a Session.
+type Options struct {
+	// Sink receives every record after the header, which its owner writes
+	// (event.NewWriter does). Required.
+	Sink Sink
+	// RingBytes is the ring buffer size, a power of two and a multiple of
+	// the page size. Default 16 MiB: at ~200 bytes a record, about 80k
+	// allocations of headroom while the reader is busy symbolizing.
+	RingBytes int
+	// Poll is how often the reader wakes when records trickle in below
+	// the wakeup threshold, and so the worst-case delay of an event.
+	// Default 50ms.
+	Poll time.Duration
+	// FlushEvery is how often the sink is flushed (a crash loses at most
+	// this much). Default 1s.
+	FlushEvery time.Duration
+}
+
+// Stats are counters a live display may read while a session runs. Safe for
+// concurrent use.
+type Stats struct {
+	Events  atomic.Uint64 // allocation and free records delivered
+	Lost    atomic.Uint64 // records lost: ring buffer full, unpaired, undecodable
+	Targets atomic.Int64  // processes being traced
+}
+
+// Session traces the CUDA allocation API in a set of processes. It owns the
+// BPF objects, the ring buffer reader and every uprobe; Close releases them
+// in reverse order. Its methods are not safe for concurrent use, except
+// Stats. A Session must be Closed.
+type Session struct {
+	opts   Options
+	objs   bpfObjects
+	reader *ringbuf.Reader
+	att    *attacher
+	sym    *symbolize.Symbolizer
+
+	procs      map[uint32]*proc
+	notCUDA    map[fileKey]bool // files scanned and found to hold nothing to probe
+	stacks     map[string]event.StackID
+	stackKey   []byte
+	raw        rawRecord
+	decodeErrs uint64
+	lastLost   uint64
+	stats      Stats
+	closed     bool
+}
+
+// proc is a traced process.
+type proc struct {
+	pid       uint32
+	startTime uint64           // /proc/PID/stat field 22: tells a reused PID apart
+	libraries map[fileKey]bool // probed files this process maps, reported once each
+	cuda      bool             // maps at least one probed CUDA library
+	exited    bool
+	// forget: exited, but records of it may still wait in the ring buffer,
+	// and they need its maps to symbolize. Dropped once the ring is empty.
+	forget bool
+}
+
+// NewSession loads the BPF objects and opens the ring buffer. Nothing is
+// probed until Launch or Attach names a process.
+func NewSession(opts Options) (*Session, error) {
+	if opts.Sink == nil {
+		return nil, errors.New("new session: no sink")
+	}
+	if opts.RingBytes == 0 {
+		opts.RingBytes = 16 << 20
+	}
+	if opts.Poll == 0 {
+		opts.Poll = 50 * time.Millisecond
+	}
+	if opts.FlushEvery == 0 {
+		opts.FlushEvery = time.Second
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", wrapPerm(err))
+	}
+	spec, err := loadBpf()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF spec: %w", err)
+	}
+	spec.Maps[bpfMapEvents].MaxEntries = uint32(opts.RingBytes)
+	// Wake the reader once an eighth of the ring is waiting; below that it
+	// polls every opts.Poll.
+	if err := spec.Variables[bpfVarWakeupBytes].Set(uint64(opts.RingBytes / 8)); err != nil {
+		return nil, fmt.Errorf("set wakeup threshold: %w", err)
+	}
+	s := &Session{
+		opts:    opts,
+		procs:   make(map[uint32]*proc),
+		notCUDA: make(map[fileKey]bool),
+		stacks:  make(map[string]event.StackID),
+		sym:     symbolize.New(symbolize.Options{}),
+	}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		if isPermission(err) {
+			return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNotPermitted, err)
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNoBPF, err)
+		}
+		return nil, fmt.Errorf("load BPF programs: %w", err)
+	}
+	s.reader, err = ringbuf.NewReader(s.objs.Events)
+	if err != nil {
+		_ = s.objs.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	s.att = newAttacher(&s.objs, 0)
+
+	return s, nil
+}
+
+// Stats returns the session's live counters.
+func (s *Session) Stats() *Stats { return &s.stats }
+
+// Close removes every probe, closes the reader and unloads the BPF objects,
+// in that order, and resumes any target the loader probe left stopped. It
+// returns the first error.
+func (s *Session) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if s.att != nil {
+		errs = append(errs, s.att.Close())
+	}
+	// A target stopped at a dlopen waits for us: never leave it stopped.
+	for pid, p := range s.procs {
+		if !p.exited {
+			_ = syscall.Kill(int(pid), syscall.SIGCONT)
+		}
+	}
+	if s.reader != nil {
+		if err := s.reader.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close ring buffer: %w", err))
+		}
+	}
+	if err := s.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("unload BPF objects: %w", err))
+	}
+	s.sym.Close()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// track adds pid to the traced set: the BPF filter map, the Process record.
+func (s *Session) track(pid uint32, command []string) (*proc, error) {
+	if p, ok := s.procs[pid]; ok && !p.exited {
+		return p, nil
+	}
+	st, err := procStartTime(int(pid))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.objs.Targets.Put(pid, uint8(1)); err != nil {
+		return nil, fmt.Errorf("add pid %d to targets: %w", pid, err)
+	}
+	p := &proc{pid: pid, startTime: st, libraries: make(map[fileKey]bool)}
+	s.procs[pid] = p
+	s.stats.Targets.Add(1)
+
+	rec := &event.Process{PID: pid, Time: MonotonicNow(), Command: command}
+	if rec.Command == nil {
+		rec.Command = procCmdline(int(pid))
+	}
+	rec.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	rec.PPID = procPPID(int(pid))
+	if err := s.opts.Sink.Write(rec); err != nil {
+		return nil, fmt.Errorf("write process record: %w", err)
+	}
+	return p, nil
+}
+
+// untrack marks pid exited and stops filtering for it.
+func (s *Session) untrack(p *proc) {
+	if p.exited {
+		return
+	}
+	p.exited = true
+	p.forget = true
+	s.stats.Targets.Add(-1)
+	_ = s.objs.Targets.Delete(p.pid)
+}
+
+// forgetExited drops the symbolizer's view of processes that exited before
+// the ring buffer was last found empty: none of their records remain.
+func (s *Session) forgetExited() {
+	for _, p := range s.procs {
+		if p.forget {
+			p.forget = false
+			s.sym.Forget(p.pid)
+		}
+	}
+}
+
+// scan examines the files p maps and probes the ones that define the CUDA
+// allocation API or the loader rendezvous. It is called at start and after
+// every change the loader announces.
+func (s *Session) scan(p *proc) error {
+	maps, err := symbolize.ReadMaps(int(p.pid))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %d", ErrNoProcess, p.pid)
+		}
+		return err
+	}
+	// The symbolizer learns the new maps now, while the process is alive
+	// (stopped, when called for the loader): a short-lived process may be
+	// gone before its stacks are read.
+	if err := s.sym.Prepare(p.pid); err != nil {
+		return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
+	}
+	specs := append(append([]probeSpec{}, cudaProbes...), loaderProbe)
+	for _, c := range candidates(int(p.pid), maps) {
+		if s.notCUDA[c.Key] || p.libraries[c.Key] {
+			continue
+		}
+		pf := s.att.files[c.Key]
+		if pf == nil {
+			pf, err = scanFile(c, specs)
+			if err != nil {
+				// One unreadable file must not stop the others from being
+				// probed; it cannot be probed anyway.
+				s.notCUDA[c.Key] = true
+				continue
+			}
+			if pf == nil {
+				s.notCUDA[c.Key] = true
+				continue
+			}
+			if err := s.att.attach(pf); err != nil {
+				return err
+			}
+		}
+		p.libraries[c.Key] = true
+		var syms []string
+		for _, t := range pf.Targets {
+			if t.Spec.Prog != progLoader {
+				syms = append(syms, t.Spec.Symbol)
+			}
+		}
+		if len(syms) == 0 {
+			continue // the loader: not a CUDA library
+		}
+		p.cuda = true
+		lib := &event.Library{PID: p.pid, Path: c.Path, BuildID: pf.BuildID, Symbols: syms}
+		if err := s.opts.Sink.Write(lib); err != nil {
+			return fmt.Errorf("write library record: %w", err)
+		}
+	}
+	return nil
+}
+
+// Run reads records until ctx is done or every traced process has exited,
+// then drains what is left in the ring buffer and writes the final Lost
+// record. It does not write event.End: the caller knows why it stopped.
+func (s *Session) Run(ctx context.Context) error {
+	var rec ringbuf.Record
+	lastFlush := time.Now()
+	lastTick := time.Now()
+	for {
+		if ctx.Err() != nil || s.allExited() {
+			return s.drain(&rec)
+		}
+		s.reader.SetDeadline(time.Now().Add(s.opts.Poll))
+		err := s.reader.ReadInto(&rec)
+		switch {
+		case err == nil:
+			if err := s.handle(rec.RawSample); err != nil {
+				return err
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The ring was empty: every record of a process already known
+			// to have exited has been read.
+			s.forgetExited()
+		case errors.Is(err, ringbuf.ErrClosed):
+			return nil
+		default:
+			return fmt.Errorf("read ring buffer: %w", err)
+		}
+		if now := time.Now(); now.Sub(lastTick) >= s.opts.Poll {
+			lastTick = now
+			if err := s.tick(); err != nil {
+				return err
+			}
+			if now.Sub(lastFlush) >= s.opts.FlushEvery {
+				lastFlush = now
+				if err := s.opts.Sink.Flush(); err != nil {
+					return fmt.Errorf("flush trace: %w", err)
+				}
+			}
+		}
+	}
+}
+
+// drain reads what the ring buffer still holds without waiting for more.
+func (s *Session) drain(rec *ringbuf.Record) error {
+	for {
+		s.reader.SetDeadline(time.Now())
+		err := s.reader.ReadInto(rec)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrClosed) {
+				break
+			}
+			return fmt.Errorf("drain ring buffer: %w", err)
+		}
+		if err := s.handle(rec.RawSample); err != nil {
+			return err
+		}
+	}
+	if err := s.writeLost(true); err != nil {
+		return err
+	}
+	return s.opts.Sink.Flush()
+}
+
+// tick does the periodic work: lost-record accounting, noticing exits.
+func (s *Session) tick() error {
+	for _, p := range s.procs {
+		if p.exited {
+			continue
+		}
+		if st, err := procStartTime(int(p.pid)); err != nil || st != p.startTime {
+			s.untrack(p)
+		}
+	}
+	return s.writeLost(false)
+}
+
+// writeLost writes a Lost record when the total changed (or always, when
+// final), so every output carries the count, even when it is zero.
+func (s *Session) writeLost(final bool) error {
+	var lost, unpaired uint64
+	if err := s.objs.Lost.Get(&lost); err != nil {
+		return fmt.Errorf("read lost counter: %w", err)
+	}
+	if err := s.objs.Unpaired.Get(&unpaired); err != nil {
+		return fmt.Errorf("read unpaired counter: %w", err)
+	}
+	total := lost + unpaired + s.decodeErrs
+	s.stats.Lost.Store(total)
+	if total == s.lastLost && !final {
+		return nil
+	}
+	s.lastLost = total
+	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total}); err != nil {
+		return fmt.Errorf("write lost record: %w", err)
+	}
+	return nil
+}
+
+func (s *Session) allExited() bool {
+	if len(s.procs) == 0 {
+		return false
+	}
+	for _, p := range s.procs {
+		if !p.exited {
+			return false
+		}
+	}
+	return true
+}
+
+// handle decodes one ring buffer sample and passes it on.
+func (s *Session) handle(sample []byte) error {
+	r := &s.raw
+	if err := decodeRecord(sample, r); err != nil {
+		s.decodeErrs++
+		return nil
+	}
+	switch r.kind {
+	case recLoader:
+		return s.loaderChanged(r)
+	case recAlloc, recFree:
+	default:
+		s.decodeErrs++
+		return nil
+	}
+	if len(r.frames) > 0 {
+		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller))
+		if err != nil {
+			return err
+		}
+		r.ev.Stack = id
+	}
+	s.stats.Events.Add(1)
+	if err := s.opts.Sink.Write(&r.ev); err != nil {
+		return fmt.Errorf("write event: %w", err)
+	}
+	return nil
+}
+
+// loaderChanged rescans a process whose link map changed, then resumes it
+// if the BPF side stopped it.
+func (s *Session) loaderChanged(r *rawRecord) error {
+	p := s.procs[r.ev.PID]
+	var err error
+	if p != nil && !p.exited {
+		err = s.scan(p)
+	}
+	if r.flags&recFlagStopped != 0 {
+		if kerr := syscall.Kill(int(r.ev.PID), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+			err = errors.Join(err, fmt.Errorf("resume pid %d: %w", r.ev.PID, kerr))
+		}
+	}
+	if errors.Is(err, ErrNoProcess) {
+		return nil // it exited meanwhile: nothing left to probe
+	}
+	return err
+}
+
+// intern returns the StackID of the raw stack of pid, symbolizing it and
+// writing its Mapping and Stack records the first time it is seen.
+func (s *Session) intern(pid uint32, frames []uint64) (event.StackID, error) {
+	key := s.stackKey[:0]
+	key = binary.LittleEndian.AppendUint32(key, pid)
+	for _, f := range frames {
+		key = binary.LittleEndian.AppendUint64(key, f)
+	}
+	s.stackKey = key
+	if id, ok := s.stacks[string(key)]; ok { // no allocation: the compiler sees the lookup
+		return id, nil
+	}
+	syms, maps, err := s.sym.Symbolize(pid, frames)
+	if err != nil {
+		// An unsymbolizable stack is still a stack: keep the addresses.
+		syms = make([]event.Frame, len(frames))
+		for i, a := range frames {
+			syms[i] = event.Frame{Addr: a}
+		}
+		maps = nil
+	}
+	for i := range maps {
+		if err := s.opts.Sink.Write(&maps[i]); err != nil {
+			return 0, fmt.Errorf("write mapping record: %w", err)
+		}
+	}
+	id := event.StackID(len(s.stacks) + 1)
+	s.stacks[string(key)] = id
+	if err := s.opts.Sink.Write(&event.Stack{ID: id, PID: pid, Frames: syms}); err != nil {
+		return 0, fmt.Errorf("write stack record: %w", err)
+	}
+	return id, nil
+}
+
+// MonotonicNow is CLOCK_MONOTONIC in ns, the clock bpf_ktime_get_ns reads
+// and so the clock of every event.Event.
+func MonotonicNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
+
+// procStartTime reads the start time of pid (clock ticks since boot), which
+// tells a process apart from a later one that reuses its PID.
+func procStartTime(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %d", ErrNoProcess, pid)
+	}
+	// The command name (field 2) may hold spaces and parentheses: fields
+	// are counted from the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields))
+	}
+	return strconv.ParseUint(fields[19], 10, 64) // field 22 overall
+}
+
+func procPPID(pid int) uint32 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.ParseUint(fields[1], 10, 32)
+	return uint32(ppid)
+}
+
+func procCmdline(pid int) []string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+}

@@ -1,0 +1,155 @@
+//go:build linux
+
+package probes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// memSink keeps every record, copying events (the session reuses them).
+type memSink struct {
+	events []event.Event
+	stacks map[event.StackID]*event.Stack
+	libs   []*event.Library
+	lost   uint64
+	procs  []*event.Process
+}
+
+func (m *memSink) Write(rec event.Record) error {
+	switch r := rec.(type) {
+	case *event.Event:
+		m.events = append(m.events, *r)
+	case *event.Stack:
+		if m.stacks == nil {
+			m.stacks = make(map[event.StackID]*event.Stack)
+		}
+		m.stacks[r.ID] = r
+	case *event.Library:
+		m.libs = append(m.libs, r)
+	case *event.Lost:
+		m.lost = r.Total
+	case *event.Process:
+		m.procs = append(m.procs, r)
+	}
+	return nil
+}
+
+func (m *memSink) Flush() error { return nil }
+
+// runScenario runs a scenario program under a session and returns what the
+// session recorded and what the program says it did.
+func runScenario(t *testing.T, name string, env ...string) (*memSink, *scenario.Truth, int) {
+	t.Helper()
+	scenario.RequirePrivilege(t)
+	bin := scenario.Bin(t, name)
+	truthPath := filepath.Join(t.TempDir(), "truth.json")
+
+	sink := &memSink{}
+	s, err := NewSession(Options{Sink: sink})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+
+	cmd, err := s.Launch(LaunchOptions{
+		Argv:   []string{bin},
+		Env:    append(append(os.Environ(), "VRAMPROF_TRUTH="+truthPath), env...),
+		Stdout: os.Stderr, Stderr: os.Stderr,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	waitErr := cmd.Wait()
+	code := 0
+	if waitErr != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	require.NoError(t, <-done)
+	return sink, scenario.MustReadTruth(t, truthPath), code
+}
+
+// callKey identifies a call by what both sides see of it.
+func callKey(api string, tid uint32, size, ptr uint64, ret int32) string {
+	return fmt.Sprintf("%s tid=%d size=%d ptr=%#x ret=%d", api, tid, size, ptr, ret)
+}
+
+// TestSessionSeesEveryCall compares, call by call, what the probes recorded
+// with what each scenario says it did: every cudaMalloc (with its size,
+// returned pointer, return code and thread) and every cudaFree (pointer,
+// thread), nothing missing, nothing extra, nothing lost.
+func TestSessionSeesEveryCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		exit int
+	}{
+		{name: "steady"},
+		{name: "leak"},
+		{name: "oom", env: []string{"FAKECUDA_CAPACITY=1073741824"}, exit: 1},
+		{name: "threads"},
+		{name: "dlopen_late"},
+		{name: "static_runtime"},
+		{name: "hashed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink, truth, code := runScenario(t, tc.name, tc.env...)
+			assert.Equal(t, tc.exit, code, "exit code")
+			assert.Zero(t, sink.lost, "lost events")
+
+			var want, got []string
+			for _, c := range truth.Calls {
+				switch c.API {
+				case "cudaMalloc":
+					want = append(want, callKey(c.API, c.TID, c.Size, c.Ptr, c.Ret))
+				case "cudaFree":
+					want = append(want, callKey(c.API, c.TID, 0, c.Ptr, 0))
+				}
+			}
+			for _, e := range sink.events {
+				switch e.API {
+				case event.APICudaMalloc:
+					got = append(got, callKey("cudaMalloc", e.TID, e.Size, e.Addr, e.Ret))
+				case event.APICudaFree:
+					got = append(got, callKey("cudaFree", e.TID, 0, e.Addr, 0))
+				}
+			}
+			sort.Strings(want)
+			sort.Strings(got)
+			require.NotEmpty(t, want)
+			assert.Equal(t, want, got)
+			assert.NotEmpty(t, sink.libs, "a Library record names what was probed")
+
+			// Every allocation's stack starts in the runtime's cudaMalloc and
+			// names the scenario function that called it right after.
+			funcOf := make(map[string]string)
+			for _, c := range truth.Calls {
+				if c.API == "cudaMalloc" {
+					funcOf[callKey(c.API, c.TID, c.Size, c.Ptr, c.Ret)] = c.Func
+				}
+			}
+			for _, e := range sink.events {
+				if e.API != event.APICudaMalloc {
+					continue
+				}
+				st := sink.stacks[e.Stack]
+				require.NotNil(t, st, "allocation without a stack")
+				require.GreaterOrEqual(t, len(st.Frames), 2)
+				assert.Equal(t, "cudaMalloc", st.Frames[0].Function)
+				assert.Equal(t, funcOf[callKey("cudaMalloc", e.TID, e.Size, e.Addr, e.Ret)], st.Frames[1].Function,
+					"direct caller of cudaMalloc")
+			}
+		})
+	}
+}

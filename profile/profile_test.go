@@ -1,0 +1,186 @@
+package profile
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	gprofile "github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+const MiB = uint64(1) << 20
+
+// mustResult analyses a small run of pid 7:
+//
+//	activations (model.py:10): 4 allocs of 8 MiB on device 0, all live at
+//	  the peak (32 MiB + 1 MiB = 33 MiB), 2 freed before the end;
+//	scratch (model.py:20): 100 allocs of 1 MiB on device 1, each freed
+//	  before the next: the most allocated (100 MiB), 1 MiB at the peak;
+//	one 2 MiB allocation without a stack, after the peak, live at the end.
+func mustResult(tb testing.TB) *analysis.Result {
+	tb.Helper()
+	recs := []event.Record{
+		&event.Header{Version: 1, Tool: "vramprof test", Mode: "run", Command: []string{"python", "model.py"}, PID: 7, WallTime: 1_700_000_000_000_000_000},
+		&event.Mapping{ID: 1, PID: 7, Start: 0x400000, Limit: 0x500000, File: "/usr/bin/python3", BuildID: "beef"},
+		&event.Mapping{ID: 2, PID: 7, Start: 0x7f0000, Limit: 0x7f8000, Offset: 0x1000, File: "/usr/lib/libcudart.so.12", BuildID: "cafe"},
+	}
+	frames := func(fn string, line int64, addr uint64) []event.Frame {
+		return []event.Frame{
+			{Addr: 0x7f0010, Mapping: 2, Function: "cudaMalloc"},
+			{Addr: addr, Mapping: 1, Function: fn, File: "model.py", Line: line},
+			{Addr: 0x400100, Mapping: 1, Function: "main", File: "model.py", Line: 1},
+		}
+	}
+	recs = append(recs,
+		&event.Stack{ID: 1, PID: 7, Frames: frames("activations", 10, 0x400200)},
+		&event.Stack{ID: 2, PID: 7, Frames: frames("scratch", 20, 0x400300)})
+	ev := func(t uint64, k event.Kind, addr, size uint64, st event.StackID, dev int32) *event.Event {
+		return &event.Event{Time: t, Kind: k, Addr: addr, Size: size, Stack: st, PID: 7, Device: dev,
+			Layer: event.LayerSegment, API: event.APICudaMalloc}
+	}
+	tm := uint64(0)
+	for i := range uint64(100) {
+		tm++
+		recs = append(recs, ev(tm, event.KindAlloc, 0x9000, MiB, 2, 1))
+		if i < 4 {
+			tm++
+			recs = append(recs, ev(tm, event.KindAlloc, 0x1000+i, 8*MiB, 1, 0))
+		}
+		tm++
+		recs = append(recs, ev(tm, event.KindFree, 0x9000, 0, 0, 1))
+	}
+	recs = append(recs,
+		ev(tm+1, event.KindFree, 0x1000, 0, 0, 0), ev(tm+2, event.KindFree, 0x1001, 0, 0, 0),
+		ev(tm+3, event.KindAlloc, 0x5000, 2*MiB, 0, event.DeviceUnknown),
+		&event.Lost{Time: tm + 4, Total: 3}, &event.End{Time: 1_000_000_000, Reason: "exited"})
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		require.NoError(tb, a.Add(r))
+	}
+	return a.Finish()
+}
+
+func mustWrite(tb testing.TB, res *analysis.Result) string {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "profile.pb.gz")
+	f, err := os.Create(path)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = f.Close() })
+	require.NoError(tb, Write(f, res))
+	require.NoError(tb, f.Close())
+	return path
+}
+
+func TestRoundTrip(t *testing.T) {
+	res := mustResult(t)
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, res))
+	p, err := gprofile.Parse(&buf)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckValid())
+
+	var types []string
+	for _, st := range p.SampleType {
+		types = append(types, st.Type+"/"+st.Unit)
+	}
+	assert.Equal(t, []string{"alloc_objects/count", "alloc_space/bytes", "inuse_objects/count",
+		"inuse_space/bytes", "peak_objects/count", "peak_space/bytes"}, types)
+	assert.Equal(t, "peak_space", p.DefaultSampleType)
+	assert.Equal(t, "space", p.PeriodType.Type)
+	assert.Equal(t, int64(1), p.Period)
+	assert.Equal(t, int64(1_700_000_000_000_000_000), p.TimeNanos)
+	assert.Equal(t, int64(1_000_000_000), p.DurationNanos)
+	assert.Contains(t, p.Comments, "lost_events: 3")
+	require.Len(t, p.Mapping, 2)
+	assert.Equal(t, "/usr/lib/libcudart.so.12", p.Mapping[1].File)
+	assert.Equal(t, "cafe", p.Mapping[1].BuildID)
+	assert.Equal(t, uint64(0x1000), p.Mapping[1].Offset)
+
+	// Totals per sample type, from the scenario's arithmetic.
+	var sum [6]int64
+	bySite := map[string][]int64{}
+	for _, s := range p.Sample {
+		for i, v := range s.Value {
+			sum[i] += v
+		}
+		assert.NotContains(t, s.Label, "addr")
+		assert.Equal(t, []string{"bytes"}, s.NumUnit["bytes"])
+		site := s.Location[len(s.Location)-1].Line[0].Function.Name // root frame
+		if len(s.Location) > 1 {
+			site = s.Location[1].Line[0].Function.Name
+		}
+		bySite[site] = s.Value
+		switch site {
+		case "activations":
+			assert.Equal(t, []string{"0"}, s.Label["device"])
+			assert.Equal(t, []int64{int64(8 * MiB)}, s.NumLabel["bytes"])
+		case "scratch":
+			assert.Equal(t, []string{"1"}, s.Label["device"])
+		case analysis.NoStack:
+			assert.Equal(t, []string{"unknown"}, s.Label["device"])
+		}
+		assert.Equal(t, []string{"7"}, s.Label["pid"])
+		assert.Equal(t, []string{"cudaMalloc"}, s.Label["api"])
+		assert.Equal(t, []string{"segment"}, s.Label["layer"])
+	}
+	assert.Equal(t, [6]int64{105, int64(134 * MiB), 3, int64(18 * MiB), 5, int64(33 * MiB)}, sum)
+	assert.Equal(t, []int64{4, int64(32 * MiB), 2, int64(16 * MiB), 4, int64(32 * MiB)}, bySite["activations"])
+	assert.Equal(t, []int64{100, int64(100 * MiB), 0, 0, 1, int64(MiB)}, bySite["scratch"])
+	assert.Equal(t, []int64{1, int64(2 * MiB), 1, int64(2 * MiB), 0, 0}, bySite[analysis.NoStack])
+
+	// Functions and locations are shared, not repeated per sample.
+	names := map[string]int{}
+	for _, f := range p.Function {
+		names[f.Name]++
+	}
+	assert.Equal(t, map[string]int{"cudaMalloc": 1, "activations": 1, "scratch": 1, "main": 1, analysis.NoStack: 1}, names)
+	assert.Len(t, p.Location, 5)
+}
+
+func TestPprofTop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go tool pprof")
+	}
+	path := mustWrite(t, mustResult(t))
+	tests := []struct {
+		name, index, first string
+	}{
+		{"peak: the activations", "peak_space", "activations"},
+		{"alloc: the scratch loop", "alloc_space", "scratch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// -hide drops the runtime's leaf so the user's function is flat.
+			out, err := exec.Command("go", "tool", "pprof", "-top", "-symbolize=none",
+				"-hide=cudaMalloc", "-sample_index="+tt.index, path).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			var first string
+			lines := strings.Split(string(out), "\n")
+			for i, l := range lines {
+				if strings.Contains(l, "flat%") && i+1 < len(lines) {
+					fields := strings.Fields(lines[i+1])
+					first = fields[len(fields)-1]
+					break
+				}
+			}
+			assert.Equal(t, tt.first, first, "%s", out)
+		})
+	}
+	t.Run("default sample type is peak_space", func(t *testing.T) {
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-symbolize=none", path).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Contains(t, string(out), "Type: peak_space")
+	})
+}
+
+func TestBuildNil(t *testing.T) {
+	_, err := Build(nil)
+	assert.ErrorIs(t, err, ErrNilResult)
+}

@@ -1,0 +1,24 @@
+// Package report renders an analysis.Result for people and programs:
+// report.json (schema vramprof/report/v1), report.md, and the short summary
+// printed on the terminal when a run stops.
+//
+// report.json keeps every field DESIGN.md promises and adds more (run facts,
+// timelines, stacks at the peak and at the end, libraries); fields are only
+// ever added. "blocks" is absent unless the block layer was traced. Device
+// indexes stay integers with -1 for the unknown device, and every device
+// also carries a "name" ("0", "1", "unknown"). capacity_bytes is null while
+// the device's size is unknown. Times ending in _ns count from the start of
+// the run. Lists are never null, and all orderings come from the Result's
+// sorted slices, so a replay of one trace writes byte-identical files.
+//
+// Bytes are exact integers everywhere; human units ("1.50 GiB") are only
+// ever printed next to them. Lost events are always shown, even when 0.
+//
+// The package imports analysis and the standard library only. Its functions
+// read the Result without changing it and are safe for concurrent use.
+package report
+
+import "errors"
+
+// ErrNilResult is returned when asked to render a nil Result.
+var ErrNilResult = errors.New("report: nil analysis result")

@@ -1,0 +1,370 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/vramprof/vramprof/analysis"
+)
+
+// Schema names the report.json format. Fields are only ever added to it.
+const Schema = "vramprof/report/v1"
+
+// JSON is report.json, field for field. The first six fields are the schema
+// DESIGN.md promises; the rest are additions. Times named *_ns are
+// nanoseconds since the run's start (never absolute clock values, which mean
+// nothing outside the traced machine).
+type JSON struct {
+	Schema    string        `json:"schema"`
+	Totals    JSONTotals    `json:"totals"`
+	Blocks    *JSONBlocks   `json:"blocks,omitempty"` // absent when no block layer was traced
+	Devices   []JSONDevice  `json:"devices"`
+	Processes []JSONProcess `json:"processes"`
+	Findings  []JSONFinding `json:"findings"`
+
+	Run       JSONRun        `json:"run"`
+	Libraries []JSONLibrary  `json:"libraries"`
+	Timelines []JSONTimeline `json:"timelines"`
+}
+
+// JSONTotals is report.json's "totals": the segment layer, all processes.
+type JSONTotals struct {
+	Allocations       uint64 `json:"allocations"`
+	Frees             uint64 `json:"frees"`
+	FailedAllocations uint64 `json:"failed_allocations"`
+	UnknownFrees      uint64 `json:"unknown_frees"`
+	LostEvents        uint64 `json:"lost_events"`
+	AllocatedBytes    uint64 `json:"allocated_bytes"`
+	PeakBytes         uint64 `json:"peak_bytes"`
+	LiveBytesAtEnd    uint64 `json:"live_bytes_at_end"`
+
+	// PeakTimeNs is when PeakBytes was first reached.
+	PeakTimeNs uint64 `json:"peak_time_ns"`
+	// LiveAllocationsAtEnd counts the allocations behind LiveBytesAtEnd.
+	LiveAllocationsAtEnd uint64 `json:"live_allocations_at_end"`
+	// FreedBytes sums the sizes that frees released.
+	FreedBytes uint64 `json:"freed_bytes"`
+	// FailedBytes sums the sizes that failed allocations asked for.
+	FailedBytes uint64 `json:"failed_bytes"`
+	// NullFrees counts cudaFree(NULL) calls, which free nothing.
+	NullFrees uint64 `json:"null_frees"`
+	// ZeroSizeAllocations counts successful size-0 calls: not allocations.
+	ZeroSizeAllocations uint64 `json:"zero_size_allocations"`
+	// ReplacedAllocations counts allocations at an address already live: a
+	// free was missed (lost events, an untraced API). Non-zero is an anomaly.
+	ReplacedAllocations uint64 `json:"replaced_allocations"`
+	// FailedFrees counts frees that returned an error and freed nothing.
+	FailedFrees uint64 `json:"failed_frees"`
+	// IgnoredEvents counts events the model does not account yet.
+	IgnoredEvents uint64 `json:"ignored_events"`
+}
+
+// JSONBlocks is report.json's "blocks": the framework allocator's layer.
+type JSONBlocks struct {
+	Allocations        uint64 `json:"allocations"`
+	Frees              uint64 `json:"frees"`
+	PeakAllocatedBytes uint64 `json:"peak_allocated_bytes"`
+	LiveBytesAtEnd     uint64 `json:"live_bytes_at_end"`
+
+	// The block layer's other counts, as in JSONTotals.
+	FailedAllocations uint64 `json:"failed_allocations"`
+	UnknownFrees      uint64 `json:"unknown_frees"`
+	AllocatedBytes    uint64 `json:"allocated_bytes"`
+	PeakTimeNs        uint64 `json:"peak_time_ns"`
+}
+
+// JSONDevice is one device. Index is the device index and stays an integer:
+// -1 is the "unknown" device (allocations made before the device was seen),
+// which Name spells out. CapacityBytes is null while unknown (no NVML sample).
+type JSONDevice struct {
+	Index          int32   `json:"index"`
+	PeakBytes      uint64  `json:"peak_bytes"`
+	LiveBytesAtEnd uint64  `json:"live_bytes_at_end"`
+	CapacityBytes  *uint64 `json:"capacity_bytes"`
+
+	// Name is the index as a string, "unknown" for -1, as pprof's device
+	// label spells it.
+	Name string `json:"name"`
+	// PeakTimeNs is when the device's PeakBytes was first reached.
+	PeakTimeNs uint64 `json:"peak_time_ns"`
+}
+
+// JSONProcess is one traced process at the segment layer. Command is the
+// argv joined by spaces; Argv keeps it exact.
+type JSONProcess struct {
+	PID            uint32 `json:"pid"`
+	Command        string `json:"command"`
+	PeakBytes      uint64 `json:"peak_bytes"`
+	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+
+	// Argv is the command line as recorded; Exe the executable's path.
+	Argv              []string `json:"argv"`
+	Exe               string   `json:"exe,omitempty"`
+	PPID              uint32   `json:"ppid,omitempty"`
+	PeakTimeNs        uint64   `json:"peak_time_ns"`
+	Allocations       uint64   `json:"allocations"`
+	Frees             uint64   `json:"frees"`
+	FailedAllocations uint64   `json:"failed_allocations"`
+	UnknownFrees      uint64   `json:"unknown_frees"`
+	AllocatedBytes    uint64   `json:"allocated_bytes"`
+	// PeakEvent is the allocation that set the peak; absent when nothing
+	// was ever live.
+	PeakEvent *JSONAllocation `json:"peak_event,omitempty"`
+	// PeakStacks is the live set at the peak by stack, largest first.
+	PeakStacks []JSONStack `json:"peak_stacks"`
+	// LiveAtEndStacks is the live set at the end by stack, largest first.
+	LiveAtEndStacks []JSONStack `json:"live_at_end_stacks"`
+	// FailedStacks is the failed allocations by stack (bytes requested).
+	FailedStacks []JSONStack `json:"failed_stacks"`
+	// FirstFailure is the first failed allocation; absent when none failed.
+	FirstFailure *JSONFailure `json:"first_failure,omitempty"`
+	// Devices is the process's use of each device, by index.
+	Devices []JSONProcDevices `json:"devices"`
+}
+
+// JSONProcDevices is one process's use of one device.
+type JSONProcDevices struct {
+	Index          int32  `json:"index"`
+	Name           string `json:"name"`
+	PeakBytes      uint64 `json:"peak_bytes"`
+	PeakTimeNs     uint64 `json:"peak_time_ns"`
+	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+}
+
+// JSONAllocation is one allocation call. The address is left out: it means
+// nothing after the run.
+type JSONAllocation struct {
+	TimeNs uint64   `json:"time_ns"`
+	Size   uint64   `json:"size"`
+	Device string   `json:"device"`
+	API    string   `json:"api"`
+	Site   string   `json:"site"`
+	Frames []string `json:"frames"`
+}
+
+// JSONFailure is the first failed allocation of a process.
+type JSONFailure struct {
+	JSONAllocation
+	// Error is the return code with its name: "2 (cudaErrorMemoryAllocation)".
+	Error string `json:"error"`
+	// LiveBytes is what the process had live at the failure, all devices;
+	// DeviceLiveBytes on the failing device; PeakBytes its peak so far.
+	LiveBytes       uint64 `json:"live_bytes"`
+	DeviceLiveBytes uint64 `json:"device_live_bytes"`
+	PeakBytes       uint64 `json:"peak_bytes"`
+	// LiveStacks is the live set at the failure by stack, largest first.
+	LiveStacks []JSONStack `json:"live_stacks"`
+}
+
+// JSONStack is a stack with what it holds. Frames and Bytes are the schema's;
+// Count and Site are additions.
+type JSONStack struct {
+	Frames []string `json:"frames"`
+	Bytes  uint64   `json:"bytes"`
+	Count  uint64   `json:"count"`
+	Site   string   `json:"site"`
+}
+
+// JSONFinding is one finding.
+type JSONFinding struct {
+	Kind        string      `json:"kind"`
+	Severity    string      `json:"severity"`
+	Summary     string      `json:"summary"`
+	Bytes       uint64      `json:"bytes"`
+	Stacks      []JSONStack `json:"stacks"`
+	Remediation []string    `json:"remediation"`
+
+	// PID is the process the finding is about.
+	PID uint32 `json:"pid"`
+	// TimeNs is when: the peak, the first failure, the end of a leak's
+	// first window.
+	TimeNs uint64 `json:"time_ns"`
+	// Leak is a leak finding's evidence; absent for other kinds.
+	Leak *JSONLeak `json:"leak,omitempty"`
+}
+
+// JSONLeak is a leak finding's evidence: live bytes at each window's end.
+type JSONLeak struct {
+	// WindowEndsNs are the windows' ends; the last is the end of the run.
+	WindowEndsNs []uint64 `json:"window_ends_ns"`
+	// LiveBytes is the stack's live bytes at each window end.
+	LiveBytes []uint64 `json:"live_bytes"`
+	// BytesPerSecond is the growth over Seconds, the time from the end of
+	// the first window to the end of the run.
+	BytesPerSecond float64 `json:"bytes_per_second"`
+	Seconds        float64 `json:"seconds"`
+}
+
+// JSONRun is the recording's facts.
+type JSONRun struct {
+	Tool       string   `json:"tool"`
+	Mode       string   `json:"mode"`
+	Command    []string `json:"command"`
+	PID        uint32   `json:"pid"`
+	Host       string   `json:"host"`
+	StartTime  string   `json:"start_time,omitempty"` // RFC 3339, UTC
+	DurationNs uint64   `json:"duration_ns"`
+	// EndedCleanly is false when the stream was cut short (crash, kill): the
+	// figures then cover what was recorded before the cut.
+	EndedCleanly bool   `json:"ended_cleanly"`
+	EndReason    string `json:"end_reason"`
+	ExitCode     int    `json:"exit_code"`
+	// Events counts the traced calls in the stream.
+	Events uint64 `json:"events"`
+}
+
+// JSONLibrary is a probed library.
+type JSONLibrary struct {
+	PID     uint32   `json:"pid"`
+	Path    string   `json:"path"`
+	BuildID string   `json:"build_id"`
+	Symbols []string `json:"symbols"`
+}
+
+// JSONTimeline is live bytes over time; each point is [time_ns, bytes].
+type JSONTimeline struct {
+	PID    uint32      `json:"pid"`
+	Device string      `json:"device"`
+	Layer  string      `json:"layer"`
+	Points [][2]uint64 `json:"points"`
+}
+
+// NewJSON builds report.json's content from res.
+func NewJSON(res *analysis.Result) *JSON {
+	t := res.Totals
+	j := &JSON{
+		Schema: Schema,
+		Totals: JSONTotals{
+			Allocations: t.Allocations, Frees: t.Frees, FailedAllocations: t.FailedAllocations,
+			UnknownFrees: t.UnknownFrees, LostEvents: res.LostEvents, AllocatedBytes: t.AllocatedBytes,
+			PeakBytes: t.PeakBytes, LiveBytesAtEnd: t.LiveBytesAtEnd,
+			PeakTimeNs: res.Rel(t.PeakTime), LiveAllocationsAtEnd: t.LiveAllocationsAtEnd,
+			FreedBytes: t.FreedBytes, FailedBytes: t.FailedBytes, NullFrees: t.NullFrees,
+			ZeroSizeAllocations: t.ZeroSizeAllocations, ReplacedAllocations: t.ReplacedAllocations,
+			FailedFrees: t.FailedFrees, IgnoredEvents: t.IgnoredEvents,
+		},
+		Devices:   []JSONDevice{},
+		Processes: []JSONProcess{},
+		Findings:  []JSONFinding{},
+		Libraries: []JSONLibrary{},
+		Timelines: []JSONTimeline{},
+	}
+	if b := res.Blocks; b != nil {
+		j.Blocks = &JSONBlocks{Allocations: b.Allocations, Frees: b.Frees, PeakAllocatedBytes: b.PeakBytes,
+			LiveBytesAtEnd: b.LiveBytesAtEnd, FailedAllocations: b.FailedAllocations,
+			UnknownFrees: b.UnknownFrees, AllocatedBytes: b.AllocatedBytes, PeakTimeNs: res.Rel(b.PeakTime)}
+	}
+	for _, d := range res.Devices {
+		jd := JSONDevice{Index: d.Index, Name: analysis.DeviceName(d.Index), PeakBytes: d.PeakBytes,
+			PeakTimeNs: res.Rel(d.PeakTime), LiveBytesAtEnd: d.LiveBytesAtEnd}
+		if d.CapacityBytes > 0 {
+			c := d.CapacityBytes
+			jd.CapacityBytes = &c
+		}
+		j.Devices = append(j.Devices, jd)
+	}
+	for i := range res.Processes {
+		j.Processes = append(j.Processes, jsonProcess(res, &res.Processes[i]))
+	}
+	for _, f := range res.Findings {
+		jf := JSONFinding{Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
+			Stacks: []JSONStack{}, Remediation: nonNil(f.Remediation), PID: f.PID, TimeNs: res.Rel(f.Time)}
+		for _, s := range f.Stacks {
+			jf.Stacks = append(jf.Stacks, JSONStack{Frames: s.Frames, Bytes: s.Bytes, Count: s.Count, Site: s.Site})
+		}
+		if l := f.Leak; l != nil {
+			jl := &JSONLeak{LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds}
+			for _, e := range l.WindowEnds {
+				jl.WindowEndsNs = append(jl.WindowEndsNs, res.Rel(e))
+			}
+			jf.Leak = jl
+		}
+		j.Findings = append(j.Findings, jf)
+	}
+	run := res.Run
+	j.Run = JSONRun{Tool: run.Tool, Mode: run.Mode, Command: nonNil(run.Command), PID: run.PID, Host: run.Host,
+		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
+		Events: run.Events}
+	if run.WallTime != 0 {
+		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
+	}
+	for _, l := range run.Libraries {
+		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols)})
+	}
+	for _, tl := range res.Timelines {
+		jt := JSONTimeline{PID: tl.PID, Device: analysis.DeviceName(tl.Device), Layer: tl.Layer.String(),
+			Points: make([][2]uint64, 0, len(tl.Points))}
+		for _, p := range tl.Points {
+			jt.Points = append(jt.Points, [2]uint64{res.Rel(p.Time), p.Bytes})
+		}
+		j.Timelines = append(j.Timelines, jt)
+	}
+	return j
+}
+
+func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
+	jp := JSONProcess{
+		PID: p.PID, Command: strings.Join(p.Command, " "), PeakBytes: p.Totals.PeakBytes,
+		LiveBytesAtEnd: p.Totals.LiveBytesAtEnd, Argv: nonNil(p.Command), Exe: p.Exe, PPID: p.PPID,
+		PeakTimeNs: res.Rel(p.PeakTime), Allocations: p.Totals.Allocations, Frees: p.Totals.Frees,
+		FailedAllocations: p.Totals.FailedAllocations, UnknownFrees: p.Totals.UnknownFrees,
+		AllocatedBytes:  p.Totals.AllocatedBytes,
+		PeakStacks:      jsonStacks(res, p.PeakStacks),
+		LiveAtEndStacks: jsonStacks(res, p.LiveAtEnd),
+		FailedStacks:    jsonStacks(res, p.Failed),
+		Devices:         []JSONProcDevices{},
+	}
+	if e := p.PeakEvent; e != nil {
+		a := jsonAllocation(res, e)
+		jp.PeakEvent = &a
+	}
+	if f := p.FirstFailure; f != nil {
+		jp.FirstFailure = &JSONFailure{JSONAllocation: jsonAllocation(res, &f.Allocation),
+			Error: analysis.ErrorName(f.Ret), LiveBytes: f.LiveBytes, DeviceLiveBytes: f.DeviceLiveBytes,
+			PeakBytes: f.PeakBytes, LiveStacks: jsonStacks(res, f.LiveStacks)}
+	}
+	for _, d := range p.Devices {
+		jp.Devices = append(jp.Devices, JSONProcDevices{Index: d.Index, Name: analysis.DeviceName(d.Index),
+			PeakBytes: d.PeakBytes, PeakTimeNs: res.Rel(d.PeakTime), LiveBytesAtEnd: d.LiveBytesAtEnd})
+	}
+	return jp
+}
+
+func jsonAllocation(res *analysis.Result, a *analysis.Allocation) JSONAllocation {
+	return JSONAllocation{TimeNs: res.Rel(a.Time), Size: a.Size, Device: analysis.DeviceName(a.Device),
+		API: a.API.String(), Site: res.Site(a.Stack), Frames: res.Lines(a.Stack)}
+}
+
+func jsonStacks(res *analysis.Result, us []analysis.StackUsage) []JSONStack {
+	out := make([]JSONStack, 0, len(us))
+	for _, u := range us {
+		out = append(out, JSONStack{Frames: res.Lines(u.Stack), Bytes: u.Bytes, Count: u.Count, Site: res.Site(u.Stack)})
+	}
+	return out
+}
+
+// nonNil makes an absent list render as [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// WriteJSON writes report.json for res: schema vramprof/report/v1, indented,
+// in a fixed order so that a replay gives a byte-identical file.
+func WriteJSON(w io.Writer, res *analysis.Result) error {
+	if res == nil {
+		return ErrNilResult
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(NewJSON(res)); err != nil {
+		return fmt.Errorf("write report.json: %w", err)
+	}
+	return nil
+}

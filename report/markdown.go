@@ -1,0 +1,181 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/vramprof/vramprof/analysis"
+)
+
+// mdTopStacks is how many stacks the markdown report lists per table: enough
+// to cover most of a peak, few enough to read.
+const mdTopStacks = 10
+
+// WriteMarkdown writes report.md for res: summary table, peak with its top
+// stacks, live at end, findings with remediation, failed allocations, lost
+// events (always, even 0) and the libraries probed.
+func WriteMarkdown(w io.Writer, res *analysis.Result) error {
+	if res == nil {
+		return ErrNilResult
+	}
+	bw := bufio.NewWriter(w)
+	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
+	t := res.Totals
+	run := res.Run
+
+	// Title and one line on the run: what, how, how long, how it ended.
+	p("# vramprof report\n\n")
+	p("%s\n\n", runLine(res))
+
+	// Exact integers in the middle column, human units beside them.
+	p("## Summary\n\n")
+	p("| | count or bytes | |\n| --- | ---: | --- |\n")
+	p("| peak | %d | %s at %s |\n", t.PeakBytes, analysis.FormatBytes(t.PeakBytes), secs(res, t.PeakTime))
+	p("| live at end | %d | %s in %d allocations |\n", t.LiveBytesAtEnd, analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
+	p("| allocated | %d | %s |\n", t.AllocatedBytes, analysis.FormatBytes(t.AllocatedBytes))
+	p("| allocations | %d | |\n", t.Allocations)
+	p("| frees | %d | |\n", t.Frees)
+	p("| failed allocations | %d | %d bytes requested |\n", t.FailedAllocations, t.FailedBytes)
+	p("| unknown frees | %d | allocated before tracing began |\n", t.UnknownFrees)
+	p("| null frees | %d | |\n", t.NullFrees)
+	p("| zero-size allocations | %d | |\n", t.ZeroSizeAllocations)
+	p("| replaced allocations | %d | a free was missed |\n", t.ReplacedAllocations)
+	p("| lost events | %d | |\n\n", res.LostEvents)
+
+	if len(res.Devices) > 0 {
+		p("## Devices\n\n| device | peak bytes | | live at end | capacity |\n| --- | ---: | --- | ---: | ---: |\n")
+		for _, d := range res.Devices {
+			capacity := "unknown"
+			if d.CapacityBytes > 0 {
+				capacity = fmt.Sprint(d.CapacityBytes)
+			}
+			p("| %s | %d | %s at %s | %d | %s |\n", analysis.DeviceName(d.Index), d.PeakBytes,
+				analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime), d.LiveBytesAtEnd, capacity)
+		}
+		p("\n")
+	}
+
+	if len(res.Processes) > 0 {
+		p("## Processes\n\n| pid | command | peak bytes | live at end | allocations | failed |\n| ---: | --- | ---: | ---: | ---: | ---: |\n")
+		for _, pr := range res.Processes {
+			p("| %d | %s | %d | %d | %d | %d |\n", pr.PID, cell(strings.Join(pr.Command, " ")),
+				pr.Totals.PeakBytes, pr.Totals.LiveBytesAtEnd, pr.Totals.Allocations, pr.Totals.FailedAllocations)
+		}
+		p("\n")
+	}
+
+	// One section per process that ever had memory live: the peak, the
+	// allocation that crossed it, and what made it up.
+	p("## Peak\n\n")
+	peaked := false
+	for _, pr := range res.Processes {
+		if pr.PeakEvent == nil {
+			continue
+		}
+		peaked = true
+		e := pr.PeakEvent
+		p("### Process %d: %d bytes (%s) at %s\n\n", pr.PID, pr.Totals.PeakBytes,
+			analysis.FormatBytes(pr.Totals.PeakBytes), secs(res, pr.PeakTime))
+		p("Crossed by an allocation of %d bytes at %s on device %s (%s).\n\n", e.Size, cell(res.Site(e.Stack)),
+			analysis.DeviceName(e.Device), e.API)
+		stackTable(bw, res, pr.PeakStacks, pr.Totals.PeakBytes, "of the peak")
+	}
+	if !peaked {
+		p("Nothing was live at any time.\n\n")
+	}
+
+	p("## Live at end\n\n")
+	lived := false
+	for _, pr := range res.Processes {
+		if len(pr.LiveAtEnd) == 0 {
+			continue
+		}
+		lived = true
+		p("### Process %d: %d bytes (%s) in %d allocations\n\n", pr.PID, pr.Totals.LiveBytesAtEnd,
+			analysis.FormatBytes(pr.Totals.LiveBytesAtEnd), pr.Totals.LiveAllocationsAtEnd)
+		stackTable(bw, res, pr.LiveAtEnd, pr.Totals.LiveBytesAtEnd, "of live")
+	}
+	if !lived {
+		p("Nothing was live at the end.\n\n")
+	}
+
+	// Findings in the analysis's rank order, each with its evidence.
+	p("## Findings\n\n")
+	if len(res.Findings) == 0 {
+		p("None.\n\n")
+	}
+	for i, f := range res.Findings {
+		p("### %d. %s (%s), %d bytes\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, f.Summary)
+		if len(f.Remediation) > 0 {
+			p("Remediation:\n\n")
+			for _, r := range f.Remediation {
+				p("- %s\n", r)
+			}
+			p("\n")
+		}
+		for _, s := range f.Stacks {
+			p("%d bytes in %d allocations at:\n\n```\n%s\n```\n\n", s.Bytes, s.Count, strings.Join(s.Frames, "\n"))
+		}
+	}
+
+	p("## Failed allocations\n\n")
+	if t.FailedAllocations == 0 {
+		p("None.\n\n")
+	}
+	for _, pr := range res.Processes {
+		ff := pr.FirstFailure
+		if ff == nil {
+			continue
+		}
+		p("### Process %d: %d failed, %d bytes requested\n\n", pr.PID, pr.Totals.FailedAllocations, pr.Totals.FailedBytes)
+		p("The first asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes live in the process.\n\n",
+			ff.Size, analysis.FormatBytes(ff.Size), cell(res.Site(ff.Stack)), analysis.DeviceName(ff.Device),
+			secs(res, ff.Time), analysis.ErrorName(ff.Ret), ff.LiveBytes)
+		p("| requested bytes | calls | site |\n| ---: | ---: | --- |\n")
+		for _, s := range pr.Failed {
+			p("| %d | %d | %s |\n", s.Bytes, s.Count, cell(res.Site(s.Stack)))
+		}
+		p("\n")
+	}
+
+	// Always present: a reader must know whether the counts are complete.
+	p("## Lost events\n\n")
+	if res.LostEvents == 0 {
+		p("0 records lost.\n\n")
+	} else {
+		p("%d records lost (ring buffer full): the figures above may miss allocations and frees.\n\n", res.LostEvents)
+	}
+
+	p("## Libraries probed\n\n")
+	if len(run.Libraries) == 0 {
+		p("None recorded.\n")
+	} else {
+		p("| pid | path | build id | functions |\n| ---: | --- | --- | --- |\n")
+		for _, l := range run.Libraries {
+			p("| %d | %s | %s | %s |\n", l.PID, cell(l.Path), cell(l.BuildID), cell(strings.Join(l.Symbols, ", ")))
+		}
+	}
+	return bw.Flush()
+}
+
+func stackTable(w io.Writer, res *analysis.Result, us []analysis.StackUsage, whole uint64, of string) {
+	fmt.Fprintf(w, "| bytes | %% %s | allocations | site |\n| ---: | ---: | ---: | --- |\n", of)
+	for i, u := range us {
+		if i == mdTopStacks {
+			fmt.Fprintf(w, "| | | | %d more stacks |\n", len(us)-i)
+			break
+		}
+		fmt.Fprintf(w, "| %d | %.1f%% | %d | %s |\n", u.Bytes, pct(u.Bytes, whole), u.Count, cell(res.Site(u.Stack)))
+	}
+	fmt.Fprintln(w)
+}
+
+// cell escapes text for a markdown table cell.
+func cell(s string) string {
+	if s == "" {
+		return " "
+	}
+	return strings.ReplaceAll(s, "|", `\|`)
+}

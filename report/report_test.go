@@ -1,0 +1,225 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const (
+	MiB = uint64(1) << 20
+	GiB = uint64(1) << 30
+	sec = uint64(1e9)
+)
+
+// trainRecords is a 60 s run of pid 100 (python train.py) with a child pid
+// 101. pid 100: 2 GiB of weights on device 0 at 1 s; a 256 MiB scratch
+// buffer allocated and freed every second; 16 MiB leaked every second from
+// 1 s to 59 s at record_metrics; a 4 GiB request failing with error 2 at
+// 59.5 s; a free of an address allocated before attach; a cudaFree(NULL).
+// pid 101: 512 MiB on an unknown device, freed. 4 events lost.
+func trainRecords() []event.Record {
+	recs := []event.Record{
+		&event.Header{Version: 1, Tool: "vramprof 0.1.0", Mode: "run", Command: []string{"python", "train.py"},
+			PID: 100, Start: 1000 * sec, WallTime: 1_700_000_000_000_000_000, Host: "gpu-1"},
+		&event.Process{PID: 100, Command: []string{"python", "train.py"}, Exe: "/usr/bin/python3.11", Time: 1000 * sec},
+		&event.Library{PID: 100, Path: "/usr/lib/x86_64-linux-gnu/libcudart.so.12", BuildID: "0123abcd",
+			Symbols: []string{"cudaFree", "cudaMalloc"}},
+		&event.Mapping{ID: 1, PID: 100, Start: 0x400000, Limit: 0x800000, File: "/usr/bin/python3.11", BuildID: "feed"},
+		&event.Mapping{ID: 2, PID: 100, Start: 0x7f0000000000, Limit: 0x7f0000100000,
+			File: "/usr/lib/x86_64-linux-gnu/libcudart.so.12", BuildID: "0123abcd"},
+	}
+	stack := func(id event.StackID, pid uint32, fn string, line int64) *event.Stack {
+		return &event.Stack{ID: id, PID: pid, Frames: []event.Frame{
+			{Addr: 0x7f0000000100, Mapping: 2, Function: "cudaMalloc"},
+			{Addr: 0x7f0000000200, Mapping: 2}, // no symbol: rendered by address
+			{Addr: 0x400000 + uint64(id)*0x100, Mapping: 1, Function: fn, File: "train.py", Line: line},
+			{Addr: 0x400010, Mapping: 1, Function: "main", File: "train.py", Line: 100},
+		}}
+	}
+	recs = append(recs, stack(1, 100, "load_weights", 12), stack(2, 100, "forward", 40),
+		stack(3, 100, "record_metrics", 77), stack(4, 101, "worker", 5))
+	at := func(t uint64) uint64 { return 1000*sec + t }
+	ev := func(e event.Event) *event.Event {
+		if e.PID == 0 {
+			e.PID = 100
+		}
+		e.Layer = event.LayerSegment
+		if e.Kind == event.KindAlloc {
+			e.API = event.APICudaMalloc
+		} else {
+			e.API = event.APICudaFree
+		}
+		return &e
+	}
+	recs = append(recs, &event.Process{PID: 101, PPID: 100, Command: []string{"python", "-c", "worker"}, Time: at(0)})
+	recs = append(recs, ev(event.Event{Time: at(sec / 2), Kind: event.KindFree, Addr: 0x1}))
+	recs = append(recs, ev(event.Event{Time: at(sec), Kind: event.KindAlloc, Addr: 0x10000000, Size: 2 * GiB, Stack: 1}))
+	recs = append(recs, ev(event.Event{Time: at(sec + 1), Kind: event.KindFree, Addr: 0}))
+	recs = append(recs, ev(event.Event{Time: at(2 * sec), PID: 101, Device: event.DeviceUnknown, Kind: event.KindAlloc,
+		Addr: 0x20000000, Size: 512 * MiB, Stack: 4}))
+	recs = append(recs, ev(event.Event{Time: at(3 * sec), PID: 101, Kind: event.KindFree, Addr: 0x20000000}))
+	for i := uint64(1); i < 60; i++ {
+		recs = append(recs,
+			ev(event.Event{Time: at(i*sec + 100), Kind: event.KindAlloc, Addr: 0x30000000, Size: 256 * MiB, Stack: 2}),
+			ev(event.Event{Time: at(i*sec + 200), Kind: event.KindAlloc, Addr: 0x40000000 + i*0x1000000, Size: 16 * MiB, Stack: 3}),
+			ev(event.Event{Time: at(i*sec + 300), Kind: event.KindFree, Addr: 0x30000000}))
+	}
+	recs = append(recs,
+		ev(event.Event{Time: at(59*sec + sec/2), Kind: event.KindAlloc, Size: 4 * GiB, Stack: 2, Ret: 2}),
+		&event.Lost{Time: at(59 * sec), Total: 4},
+		&event.End{Time: at(60 * sec), Reason: "exited", ExitCode: 1})
+	return recs
+}
+
+// cutRecords is a stream cut short (no End) with block-layer events and no
+// process, library or stack records.
+func cutRecords() []event.Record {
+	return []event.Record{
+		&event.Header{Version: 1, Tool: "vramprof 0.1.0", Mode: "attach", PID: 7, Start: 0},
+		&event.Event{Time: 10, PID: 7, Kind: event.KindAlloc, Layer: event.LayerSegment, Addr: 0x100, Size: 20 * MiB},
+		&event.Event{Time: 20, PID: 7, Kind: event.KindAlloc, Layer: event.LayerBlock, Addr: 0x100, Size: 3 * MiB},
+		&event.Event{Time: 30, PID: 7, Kind: event.KindAlloc, Layer: event.LayerBlock, Addr: 0x400, Size: MiB},
+		&event.Event{Time: 40, PID: 7, Kind: event.KindFree, Layer: event.LayerBlock, Addr: 0x100},
+	}
+}
+
+func mustResult(tb testing.TB, recs []event.Record) *analysis.Result {
+	tb.Helper()
+	a := analysis.New(analysis.Options{TimelinePoints: 8})
+	for _, r := range recs {
+		require.NoError(tb, a.Add(r))
+	}
+	return a.Finish()
+}
+
+var scenarios = map[string]func() []event.Record{"train": trainRecords, "cut": cutRecords}
+
+var formats = map[string]func(io.Writer, *analysis.Result) error{
+	"json": WriteJSON, "md": WriteMarkdown, "txt": WriteSummary,
+}
+
+func TestGolden(t *testing.T) {
+	for name, recs := range scenarios {
+		for ext, write := range formats {
+			t.Run(name+"."+ext, func(t *testing.T) {
+				var buf bytes.Buffer
+				require.NoError(t, write(&buf, mustResult(t, recs())))
+				path := filepath.Join("testdata", name+"."+ext+".golden")
+				if *update {
+					require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+				}
+				want, err := os.ReadFile(path)
+				require.NoError(t, err, "run go test ./report -update to create it")
+				if d := diff(string(want), buf.String()); d != "" {
+					t.Errorf("%s differs from the golden file (-want +got; -update rewrites it):\n%s", path, d)
+				}
+			})
+		}
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	for ext, write := range formats {
+		var a, b bytes.Buffer
+		require.NoError(t, write(&a, mustResult(t, trainRecords())))
+		require.NoError(t, write(&b, mustResult(t, trainRecords())))
+		assert.Equal(t, a.String(), b.String(), ext)
+	}
+}
+
+func TestJSONSchema(t *testing.T) {
+	decode := func(recs []event.Record) map[string]any {
+		var buf bytes.Buffer
+		require.NoError(t, WriteJSON(&buf, mustResult(t, recs)))
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+		return m
+	}
+	m := decode(trainRecords())
+	assert.Equal(t, "vramprof/report/v1", m["schema"])
+	assert.NotContains(t, m, "blocks", "no block layer traced")
+	totals := m["totals"].(map[string]any)
+	// The numbers come from the scenario (see trainRecords):
+	//   allocations: 1 weights + 1 worker + 59 scratch + 59 leaks = 120
+	//   peak: 2 GiB + 256 MiB + 59*16 MiB at 59 s (the worker is gone by 3 s)
+	want := map[string]float64{
+		"allocations": 120, "frees": 60, "failed_allocations": 1, "unknown_frees": 1, "lost_events": 4,
+		"allocated_bytes":   float64(2*GiB + 512*MiB + 59*256*MiB + 59*16*MiB),
+		"peak_bytes":        float64(2*GiB + 256*MiB + 59*16*MiB),
+		"live_bytes_at_end": float64(2*GiB + 59*16*MiB),
+		"null_frees":        1,
+	}
+	for k, v := range want {
+		assert.Equal(t, v, totals[k], k)
+	}
+	dev := m["devices"].([]any)
+	require.Len(t, dev, 2)
+	assert.Equal(t, float64(-1), dev[0].(map[string]any)["index"])
+	assert.Equal(t, "unknown", dev[0].(map[string]any)["name"])
+	assert.Nil(t, dev[0].(map[string]any)["capacity_bytes"])
+	for _, p := range m["processes"].([]any) {
+		for _, k := range []string{"pid", "command", "peak_bytes", "live_bytes_at_end"} {
+			assert.Contains(t, p, k)
+		}
+	}
+	kinds := map[string]bool{}
+	for _, f := range m["findings"].([]any) {
+		fm := f.(map[string]any)
+		for _, k := range []string{"kind", "severity", "summary", "bytes", "stacks", "remediation"} {
+			assert.Contains(t, fm, k)
+		}
+		kinds[fm["kind"].(string)] = true
+		if fm["kind"] == "oom" {
+			assert.Equal(t, float64(4*GiB), fm["bytes"])
+		}
+	}
+	assert.Equal(t, map[string]bool{"peak": true, "leak": true, "oom": true}, kinds)
+
+	cut := decode(cutRecords())
+	blocks := cut["blocks"].(map[string]any)
+	assert.Equal(t, float64(2), blocks["allocations"])
+	assert.Equal(t, float64(4*MiB), blocks["peak_allocated_bytes"])
+	assert.Equal(t, float64(MiB), blocks["live_bytes_at_end"])
+	assert.Equal(t, false, cut["run"].(map[string]any)["ended_cleanly"])
+}
+
+func TestLostEventsAlwaysShown(t *testing.T) {
+	res := mustResult(t, cutRecords())
+	var md, txt bytes.Buffer
+	require.NoError(t, WriteMarkdown(&md, res))
+	require.NoError(t, WriteSummary(&txt, res))
+	assert.Contains(t, md.String(), "## Lost events\n\n0 records lost.")
+	assert.Contains(t, txt.String(), "lost events:        0\n")
+}
+
+func TestSummaryLength(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, WriteSummary(&buf, mustResult(t, trainRecords())))
+	n := strings.Count(buf.String(), "\n")
+	assert.GreaterOrEqual(t, n, 10)
+	assert.LessOrEqual(t, n, 20)
+}
+
+func TestNilResult(t *testing.T) {
+	for ext, write := range formats {
+		assert.ErrorIs(t, write(io.Discard, nil), ErrNilResult, ext)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	assert.Empty(t, diff("a\nb\n", "a\nb\n"))
+	assert.Equal(t, "@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n", diff("a\nb\nd\n", "a\nc\nd\n"))
+}

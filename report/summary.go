@@ -1,0 +1,123 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/vramprof/vramprof/analysis"
+)
+
+// summaryStacks is how many stacks at the peak the terminal summary names.
+const summaryStacks = 3
+
+// WriteSummary writes the terminal summary of res: about 10 to 20 lines with
+// the peak, what was live at the end, the top stacks at the peak, leak
+// candidates, failed allocations and lost events.
+func WriteSummary(w io.Writer, res *analysis.Result) error {
+	if res == nil {
+		return ErrNilResult
+	}
+	bw := bufio.NewWriter(w)
+	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
+	t := res.Totals
+
+	p("vramprof: %s\n", runLine(res))
+	p("peak:               %d bytes (%s) at %s\n", t.PeakBytes, analysis.FormatBytes(t.PeakBytes), secs(res, t.PeakTime))
+	p("live at end:        %d bytes (%s) in %d allocations\n", t.LiveBytesAtEnd,
+		analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
+	p("allocated:          %d bytes (%s) in %d allocations, %d frees\n", t.AllocatedBytes,
+		analysis.FormatBytes(t.AllocatedBytes), t.Allocations, t.Frees)
+
+	// The stacks of the process with the highest peak; others get one line.
+	var top *analysis.Process
+	for i := range res.Processes {
+		pr := &res.Processes[i]
+		if pr.PeakEvent != nil && (top == nil || pr.Totals.PeakBytes > top.Totals.PeakBytes) {
+			top = pr
+		}
+	}
+	if top != nil {
+		p("top stacks at the peak of pid %d (%d bytes):\n", top.PID, top.Totals.PeakBytes)
+		for i, s := range top.PeakStacks {
+			if i == summaryStacks {
+				break
+			}
+			p("  %d. %d bytes (%s, %.1f%%) in %d allocations at %s\n", i+1, s.Bytes, analysis.FormatBytes(s.Bytes),
+				pct(s.Bytes, top.Totals.PeakBytes), s.Count, res.Site(s.Stack))
+		}
+		for _, pr := range res.Processes {
+			if pr.PID != top.PID && pr.PeakEvent != nil {
+				p("  pid %d peaked at %d bytes (%s)\n", pr.PID, pr.Totals.PeakBytes, analysis.FormatBytes(pr.Totals.PeakBytes))
+			}
+		}
+	}
+
+	var leaks []analysis.Finding
+	for _, f := range res.Findings {
+		if f.Kind == analysis.KindLeak {
+			leaks = append(leaks, f)
+		}
+	}
+	p("leak candidates:    %d\n", len(leaks))
+	for i, f := range leaks {
+		if i == summaryStacks {
+			p("  ... %d more in the report\n", len(leaks)-i)
+			break
+		}
+		site := analysis.NoStack
+		if len(f.Stacks) > 0 {
+			site = f.Stacks[0].Site
+		}
+		rate := 0.0
+		if f.Leak != nil {
+			rate = f.Leak.BytesPerSecond
+		}
+		p("  +%d bytes (%s, %s/s) at %s\n", f.Bytes, analysis.FormatBytes(f.Bytes),
+			analysis.FormatBytes(uint64(rate)), site)
+	}
+	p("failed allocations: %d (%d bytes requested)\n", t.FailedAllocations, t.FailedBytes)
+	for _, pr := range res.Processes {
+		if ff := pr.FirstFailure; ff != nil {
+			p("  first in pid %d: %d bytes (%s) at %s, error %s, %d bytes live\n", pr.PID, ff.Size,
+				analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.Ret), ff.LiveBytes)
+		}
+	}
+	lost := fmt.Sprint(res.LostEvents)
+	if res.LostEvents > 0 {
+		lost += " (ring buffer full: figures may miss allocations and frees)"
+	}
+	p("lost events:        %s\n", lost)
+	return bw.Flush()
+}
+
+// runLine says what ran, how, for how long and how it ended.
+func runLine(res *analysis.Result) string {
+	run := res.Run
+	cmd := strings.Join(run.Command, " ")
+	if cmd == "" {
+		cmd = fmt.Sprintf("pid %d", run.PID)
+	}
+	mode := run.Mode
+	if mode == "" {
+		mode = "unknown mode"
+	}
+	end := "cut short (no end record)"
+	if run.Ended {
+		end = fmt.Sprintf("%s, exit code %d", run.EndReason, run.ExitCode)
+	}
+	return fmt.Sprintf("%s (%s, %.3f s, %s)", cmd, mode, float64(run.Duration)/1e9, end)
+}
+
+// secs renders a stream time as seconds since the run's start.
+func secs(res *analysis.Result, t uint64) string {
+	return fmt.Sprintf("+%.3fs", float64(res.Rel(t))/1e9)
+}
+
+func pct(part, whole uint64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * float64(part) / float64(whole)
+}

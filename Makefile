@@ -28,8 +28,11 @@ generate:
 test: testdata
 	$(SUDO) env "PATH=$$PATH" $(GO) test -count=1 ./...
 
+# Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
+# interleaved) and attach latency on a process with 400 mapped libraries.
 bench: build
-	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench . -benchtime 20000x -count 1 ./probes/ 2>&1 | $(GO) run ./probes/benchratio
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Overhead -benchtime 20000x -count 1 ./probes/
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Attach -benchtime 5x -count 1 ./probes/
 
 demo: build
 	rm -rf $(DEMO_OUT)

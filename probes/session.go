@@ -105,6 +105,9 @@ func NewSession(opts Options) (*Session, error) {
 	if opts.FlushEvery == 0 {
 		opts.FlushEvery = time.Second
 	}
+	if err := checkCaps(); err != nil {
+		return nil, fmt.Errorf("load BPF programs: %w", err)
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", wrapPerm(err))
 	}

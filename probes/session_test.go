@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -152,4 +153,60 @@ func TestSessionSeesEveryCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAttachWait attaches to dlopen_late while it sleeps, before it has
+// loaded the CUDA runtime (it does after 300 ms): the session watches the
+// loader and sees every call once the runtime arrives. (Without wait, such
+// a process is ErrNoCUDA: TestAttachErrors.)
+func TestAttachWait(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	bin := scenario.Bin(t, "dlopen_late")
+	truthPath := filepath.Join(t.TempDir(), "truth.json")
+
+	// Load BPF first: the 300 ms are for attaching, not for loading.
+	sink := &memSink{}
+	s, err := NewSession(Options{Sink: sink})
+	require.NoError(t, err)
+	defer s.Close()
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+truthPath)
+	require.NoError(t, cmd.Start())
+	if err := s.Attach(cmd.Process.Pid, true); err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("attach: %v (target: %v)", err, cmd.Wait())
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	require.NoError(t, cmd.Wait())
+	require.NoError(t, <-done, "the session ends by itself when its target exits")
+
+	truth := scenario.MustReadTruth(t, truthPath)
+	var allocs, frees uint64
+	for _, e := range sink.events {
+		switch {
+		case e.Kind == event.KindAlloc && e.Ret == 0:
+			allocs++
+		case e.Kind == event.KindFree:
+			frees++
+		}
+	}
+	assert.Equal(t, truth.Totals.Allocations, allocs)
+	assert.Equal(t, truth.Totals.Frees, frees)
+	assert.Zero(t, sink.lost)
+}
+
+// TestAttachErrors: a PID that does not exist, and one without CUDA.
+func TestAttachErrors(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	s, err := NewSession(Options{Sink: &memSink{}})
+	require.NoError(t, err)
+	defer s.Close()
+	require.ErrorIs(t, s.Attach(1<<30, false), ErrNoProcess)
+
+	sleep := exec.Command("sleep", "10")
+	require.NoError(t, sleep.Start())
+	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait() }()
+	require.ErrorIs(t, s.Attach(sleep.Process.Pid, false), ErrNoCUDA)
 }

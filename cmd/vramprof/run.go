@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,31 +13,6 @@ import (
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 )
-
-// runOptions are the flags of `vramprof run`.
-type runOptions struct {
-	out  string
-	argv []string
-}
-
-func parseRun(args []string) (*runOptions, error) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
-	o := &runOptions{}
-	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: vramprof run [-o DIR] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, usageError(err)
-	}
-	o.argv = fs.Args()
-	if len(o.argv) == 0 {
-		return nil, usageError(errors.New("run: no command given; usage: vramprof run [-o DIR] -- CMD [ARGS...]"))
-	}
-	return o, nil
-}
 
 // run launches the command under the probes and returns its exit code.
 func run(ctx context.Context, o *runOptions) (int, error) {

@@ -1,0 +1,238 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// longrun is a running testdata/build/bin/longrun.
+type longrun struct {
+	cmd   *exec.Cmd
+	pid   int
+	lines chan string // its stdout, line by line; closed at EOF
+	truth string      // where it writes its truth
+	exit  chan error  // cmd.Wait's result
+}
+
+// startLongrun starts longrun and waits for its `ready <pid>` line. It is
+// killed at cleanup if still running.
+func startLongrun(t *testing.T) *longrun {
+	t.Helper()
+	lr := &longrun{
+		truth: filepath.Join(t.TempDir(), "truth.json"),
+		lines: make(chan string, 16),
+		exit:  make(chan error, 1),
+	}
+	lr.cmd = exec.Command(scenario.Bin(t, "longrun"))
+	lr.cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+lr.truth, "LONGRUN_MAX_SECONDS=20")
+	lr.cmd.Stderr = os.Stderr
+	out, err := lr.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, lr.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lr.lines <- sc.Text()
+		}
+		close(lr.lines)
+		lr.exit <- lr.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = lr.cmd.Process.Kill()
+		for range lr.lines {
+		}
+	})
+	line := lr.expect(t, "ready")
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "ready")))
+	require.NoError(t, err, "ready line %q", line)
+	require.Equal(t, lr.cmd.Process.Pid, pid)
+	lr.pid = pid
+	return lr
+}
+
+// expect waits for a stdout line starting with prefix and returns it.
+func (lr *longrun) expect(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l, ok := <-lr.lines:
+			require.True(t, ok, "longrun ended before printing %q", prefix)
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("longrun did not print %q", prefix)
+		}
+	}
+}
+
+// attachment is a `vramprof attach` running in the background.
+type attachment struct {
+	cmd    *exec.Cmd
+	dir    string
+	stderr *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// startAttach runs `vramprof attach -p PID -o DIR extra...` and waits until
+// the attach is live: the trace exists and the "tracing pid" line is out.
+func startAttach(t *testing.T, pid int, extra ...string) *attachment {
+	t.Helper()
+	a := &attachment{dir: filepath.Join(t.TempDir(), "out"), stderr: &syncBuffer{}, done: make(chan struct{})}
+	args := append([]string{"attach", "-p", strconv.Itoa(pid), "-o", a.dir}, extra...)
+	a.cmd = exec.Command(binPath, args...)
+	a.cmd.Stderr = a.stderr
+	a.cmd.Dir = t.TempDir()
+	require.NoError(t, a.cmd.Start())
+	go func() { a.err = a.cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, statErr := os.Stat(filepath.Join(a.dir, "trace.vpt"))
+		if statErr == nil && strings.Contains(a.stderr.String(), "tracing pid "+strconv.Itoa(pid)) {
+			return a
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("vramprof attach ended before it was live: %v\n%s", a.err, a.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "attach not live after 15 s; stderr:\n%s", a.stderr.String())
+	}
+}
+
+// wait waits for vramprof to end by itself and returns its exit code.
+func (a *attachment) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-a.done:
+	case <-time.After(within):
+		t.Fatalf("vramprof attach still running after %s; stderr:\n%s", within, a.stderr.String())
+	}
+	if a.err != nil {
+		ee, ok := a.err.(*exec.ExitError)
+		require.True(t, ok, "wait: %v", a.err)
+		return ee.ExitCode()
+	}
+	return 0
+}
+
+// TestAttach attaches to longrun between its two phases and compares what
+// vramprof saw of phase 2 with longrun's truth, for each way an attach ends.
+func TestAttach(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name   string
+		stop   func(t *testing.T, lr *longrun, a *attachment)
+		reason string
+	}{
+		{
+			name:   "sigterm",
+			reason: "interrupted",
+			stop: func(t *testing.T, lr *longrun, a *attachment) {
+				require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+			},
+		},
+		{
+			name:   "target_exits",
+			reason: "target exited",
+			stop: func(t *testing.T, lr *longrun, a *attachment) {
+				require.NoError(t, lr.cmd.Process.Signal(syscall.SIGTERM))
+				select {
+				case err := <-lr.exit:
+					require.NoError(t, err, "longrun exits 0 on SIGTERM")
+				case <-time.After(10 * time.Second):
+					t.Fatal("longrun did not exit on SIGTERM")
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lr := startLongrun(t)
+			a := startAttach(t, lr.pid)
+			require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+			lr.expect(t, "done")
+			tc.stop(t, lr, a)
+			require.Equal(t, 0, a.wait(t, 20*time.Second), "exit code; stderr:\n%s", a.stderr.String())
+			assertDirHolds(t, a.dir, outputFiles)
+
+			truth := scenario.MustReadTruth(t, lr.truth)
+			require.NotNil(t, truth.Preexisting, "longrun's truth has preexisting")
+			rep := mustReadReport(t, filepath.Join(a.dir, "report.json"))
+			assert.Equal(t, "vramprof/report/v1", rep.Schema)
+			tt, want := rep.Totals, truth.Totals
+			assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
+			assert.Equal(t, want.Frees, val(t, "frees", tt.Frees), "frees")
+			assert.Equal(t, uint64(1), want.UnknownFrees, "truth: one preloaded buffer freed")
+			assert.Equal(t, want.UnknownFrees, val(t, "unknown_frees", tt.UnknownFrees), "unknown_frees")
+			assert.Equal(t, want.AllocatedBytes, val(t, "allocated_bytes", tt.AllocatedBytes), "allocated_bytes")
+			assert.Equal(t, want.LiveBytesAtEnd, val(t, "live_bytes_at_end", tt.LiveBytesAtEnd), "live_bytes_at_end")
+			assert.Equal(t, want.PeakBytes, val(t, "peak_bytes", tt.PeakBytes), "peak_bytes")
+			assert.Zero(t, val(t, "lost_events", tt.LostEvents), "lost_events")
+			assert.Equal(t, "attach", rep.Run.Mode)
+			assert.Equal(t, tc.reason, rep.Run.EndReason, "end_reason")
+			assert.True(t, rep.Run.EndedCleanly, "ended_cleanly")
+		})
+	}
+
+	t.Run("duration", func(t *testing.T) {
+		t.Parallel()
+		lr := startLongrun(t)
+		start := time.Now()
+		a := startAttach(t, lr.pid, "--duration", "1s")
+		require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+		require.Equal(t, 0, a.wait(t, 15*time.Second), "exit code; stderr:\n%s", a.stderr.String())
+		assert.GreaterOrEqual(t, time.Since(start), time.Second, "stopped before --duration")
+		assertDirHolds(t, a.dir, outputFiles)
+		rep := mustReadReport(t, filepath.Join(a.dir, "report.json"))
+		assert.Equal(t, "duration", rep.Run.EndReason, "end_reason")
+		assert.True(t, rep.Run.EndedCleanly, "ended_cleanly")
+		// Phase 2 takes about half a second, so 1 s saw all or most of it:
+		// never more than the truth.
+		lr.expect(t, "done")
+		truth := scenario.MustReadTruth(t, lr.truth)
+		assert.LessOrEqual(t, val(t, "allocations", rep.Totals.Allocations), truth.Totals.Allocations)
+		assert.LessOrEqual(t, val(t, "allocated_bytes", rep.Totals.AllocatedBytes), truth.Totals.AllocatedBytes)
+		assert.Positive(t, val(t, "allocations", rep.Totals.Allocations), "saw phase 2")
+	})
+}

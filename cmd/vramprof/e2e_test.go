@@ -1,0 +1,482 @@
+//go:build linux
+
+package main
+
+// End-to-end tests of the vramprof binary: it is built once, then executed
+// the way a user runs it, against the scenario programs of testdata/. Every
+// expected figure comes from the truth a scenario writes about itself
+// (VRAMPROF_TRUTH), or from arithmetic on it, never from vramprof's output.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	gprofile "github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// binPath is the vramprof binary built by TestMain.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vramprof-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "vramprof")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build: %v\n%s", err, out)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one finished execution of the binary.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// stderrLines is stderr split into its non-empty lines.
+func (r result) stderrLines() []string {
+	var out []string
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// execOpts say how to run the binary: extra environment, working directory.
+type execOpts struct {
+	env []string
+	dir string
+}
+
+// vramprof runs the binary with args and waits for it (at most a minute).
+func vramprof(tb testing.TB, o execOpts, args ...string) result {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(os.Environ(), o.env...)
+	cmd.Dir = o.dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if err != nil {
+		var ee *exec.ExitError
+		require.ErrorAs(tb, err, &ee, "vramprof %v: %s", args, r.stderr)
+		r.code = ee.ExitCode()
+	}
+	return r
+}
+
+// Report is the part of report.json these tests read: the schema DESIGN.md
+// promises, plus the additions named in report/json.go. Declared here, not
+// taken from package report, so that a renamed field fails a test.
+type Report struct {
+	Schema string `json:"schema"`
+	Totals struct {
+		Allocations         *uint64 `json:"allocations"`
+		Frees               *uint64 `json:"frees"`
+		FailedAllocations   *uint64 `json:"failed_allocations"`
+		UnknownFrees        *uint64 `json:"unknown_frees"`
+		LostEvents          *uint64 `json:"lost_events"`
+		AllocatedBytes      *uint64 `json:"allocated_bytes"`
+		PeakBytes           *uint64 `json:"peak_bytes"`
+		LiveBytesAtEnd      *uint64 `json:"live_bytes_at_end"`
+		NullFrees           *uint64 `json:"null_frees"`
+		ZeroSizeAllocations *uint64 `json:"zero_size_allocations"`
+	} `json:"totals"`
+	Processes []struct {
+		PID             uint32        `json:"pid"`
+		Command         string        `json:"command"`
+		PeakBytes       uint64        `json:"peak_bytes"`
+		LiveBytesAtEnd  uint64        `json:"live_bytes_at_end"`
+		PeakStacks      []ReportStack `json:"peak_stacks"`
+		LiveAtEndStacks []ReportStack `json:"live_at_end_stacks"`
+	} `json:"processes"`
+	Findings []struct {
+		Kind     string        `json:"kind"`
+		Severity string        `json:"severity"`
+		Summary  string        `json:"summary"`
+		Bytes    uint64        `json:"bytes"`
+		Stacks   []ReportStack `json:"stacks"`
+	} `json:"findings"`
+	Run struct {
+		Mode         string `json:"mode"`
+		EndedCleanly bool   `json:"ended_cleanly"`
+		EndReason    string `json:"end_reason"`
+	} `json:"run"`
+}
+
+// ReportStack is a stack with the bytes it holds.
+type ReportStack struct {
+	Frames []string `json:"frames"`
+	Bytes  uint64   `json:"bytes"`
+	Site   string   `json:"site"`
+}
+
+func mustReadReport(tb testing.TB, path string) *Report {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(tb, err)
+	var r Report
+	require.NoError(tb, json.Unmarshal(data, &r), "parse %s", path)
+	return &r
+}
+
+// val dereferences a totals field, failing when report.json lacks it.
+func val(tb testing.TB, name string, p *uint64) uint64 {
+	tb.Helper()
+	if p == nil {
+		tb.Errorf("report.json totals lacks %q", name)
+		return 0
+	}
+	return *p
+}
+
+// frameFunction is the function of a frame "function (file:line)".
+func frameFunction(frame string) string {
+	if i := strings.Index(frame, " ("); i >= 0 {
+		return frame[:i]
+	}
+	return frame
+}
+
+// inRuntime tells a frame of the CUDA runtime (shared or linked in) from the
+// program's own.
+func inRuntime(frame string) bool {
+	fn := frameFunction(frame)
+	return strings.HasPrefix(fn, "cuda") || strings.HasPrefix(fn, "cu") && len(fn) > 2 && fn[2] >= 'A' && fn[2] <= 'Z' ||
+		strings.Contains(frame, "(cuda/") || strings.Contains(frame, "libcudart")
+}
+
+// attribute is the function a stack is charged to: its first frame outside
+// the CUDA runtime.
+func attribute(frames []string) string {
+	for _, f := range frames {
+		if !inRuntime(f) {
+			return frameFunction(f)
+		}
+	}
+	return "<runtime only>"
+}
+
+// byFunction sums stacks' bytes by the function they are attributed to,
+// leaving out zeros.
+func byFunction(stacks []ReportStack) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, s := range stacks {
+		if s.Bytes > 0 {
+			out[attribute(s.Frames)] += s.Bytes
+		}
+	}
+	return out
+}
+
+// outputFiles is what an output directory holds, and nothing else.
+var outputFiles = []string{"profile.pb.gz", "report.json", "report.md", "trace.vpt"}
+
+func assertDirHolds(tb testing.TB, dir string, want []string) {
+	tb.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(tb, err)
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	sort.Strings(got)
+	assert.Equal(tb, want, got, "contents of %s", dir)
+}
+
+// runScenario profiles a scenario with `vramprof run -o DIR` and returns DIR,
+// the truth and the exit code.
+func runScenario(t *testing.T, name string, env ...string) (string, *scenario.Truth, result) {
+	t.Helper()
+	bin := scenario.Bin(t, name)
+	tmp := t.TempDir()
+	truthPath := filepath.Join(tmp, "truth.json")
+	dir := filepath.Join(tmp, "out")
+	r := vramprof(t, execOpts{env: append(env, "VRAMPROF_TRUTH="+truthPath), dir: tmp}, "run", "-o", dir, "--", bin)
+	return dir, scenario.MustReadTruth(t, truthPath), r
+}
+
+var scenarios = []struct {
+	name string
+	env  []string
+	exit int
+}{
+	{name: "steady"},
+	{name: "leak"},
+	{name: "spike"},
+	{name: "oom", env: []string{"FAKECUDA_CAPACITY=1073741824"}, exit: 1},
+	{name: "threads"},
+	{name: "dlopen_late"},
+	{name: "static_runtime"},
+	{name: "hashed"},
+}
+
+// TestRunMatchesTruth profiles every scenario with `vramprof run` and checks
+// report.json, the pprof profile and a replay of the trace against what the
+// scenario says it did.
+func TestRunMatchesTruth(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range scenarios {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir, truth, r := runScenario(t, tc.name, tc.env...)
+			require.Equal(t, tc.exit, r.code, "exit code; stderr:\n%s", r.stderr)
+			assertDirHolds(t, dir, outputFiles)
+
+			rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+			t.Run("report", func(t *testing.T) { checkReport(t, rep, truth) })
+			t.Run("pprof", func(t *testing.T) { checkProfile(t, tc.name, filepath.Join(dir, "profile.pb.gz"), truth) })
+			t.Run("replay", func(t *testing.T) { checkReplay(t, dir) })
+			t.Run("findings", func(t *testing.T) { checkFindings(t, tc.name, rep, truth) })
+		})
+	}
+}
+
+func checkReport(t *testing.T, rep *Report, truth *scenario.Truth) {
+	assert.Equal(t, "vramprof/report/v1", rep.Schema)
+	tt, want := rep.Totals, truth.Totals
+	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
+	assert.Equal(t, want.Frees, val(t, "frees", tt.Frees), "frees")
+	assert.Equal(t, want.FailedAllocations, val(t, "failed_allocations", tt.FailedAllocations), "failed_allocations")
+	assert.Equal(t, want.UnknownFrees, val(t, "unknown_frees", tt.UnknownFrees), "unknown_frees")
+	assert.Zero(t, want.UnknownFrees, "truth: run mode sees every allocation")
+	assert.Equal(t, want.AllocatedBytes, val(t, "allocated_bytes", tt.AllocatedBytes), "allocated_bytes")
+	assert.Equal(t, want.PeakBytes, val(t, "peak_bytes", tt.PeakBytes), "peak_bytes")
+	assert.Equal(t, want.LiveBytesAtEnd, val(t, "live_bytes_at_end", tt.LiveBytesAtEnd), "live_bytes_at_end")
+	assert.Zero(t, val(t, "lost_events", tt.LostEvents), "lost_events")
+	assert.Equal(t, want.NullFrees, val(t, "null_frees", tt.NullFrees), "null_frees")
+	assert.Equal(t, want.ZeroSizeAllocations, val(t, "zero_size_allocations", tt.ZeroSizeAllocations), "zero_size_allocations")
+
+	// Per function: the stacks live at the end and at the peak, charged to
+	// their first frame outside the runtime, hold exactly what the scenario
+	// says each function held.
+	wantEnd, wantPeak := map[string]uint64{}, map[string]uint64{}
+	for fn, f := range truth.ByFunction {
+		if f.LiveBytesAtEnd > 0 {
+			wantEnd[fn] = f.LiveBytesAtEnd
+		}
+		if f.LiveBytesAtPeak > 0 {
+			wantPeak[fn] = f.LiveBytesAtPeak
+		}
+	}
+	gotEnd, gotPeak := map[string]uint64{}, map[string]uint64{}
+	require.Len(t, rep.Processes, 1, "one traced process")
+	for _, p := range rep.Processes {
+		for fn, b := range byFunction(p.LiveAtEndStacks) {
+			gotEnd[fn] += b
+		}
+		for fn, b := range byFunction(p.PeakStacks) {
+			gotPeak[fn] += b
+		}
+		assert.Equal(t, want.PeakBytes, p.PeakBytes, "process peak_bytes")
+		assert.Equal(t, want.LiveBytesAtEnd, p.LiveBytesAtEnd, "process live_bytes_at_end")
+		assert.Equal(t, truth.PID, p.PID, "process pid")
+	}
+	assert.Equal(t, wantEnd, gotEnd, "live bytes at end by function")
+	assert.Equal(t, wantPeak, gotPeak, "live bytes at the peak by function")
+}
+
+// sampleTypes are the profile's sample types, in DESIGN.md's order.
+var sampleTypes = []string{
+	"alloc_objects/count", "alloc_space/bytes", "inuse_objects/count",
+	"inuse_space/bytes", "peak_objects/count", "peak_space/bytes",
+}
+
+func checkProfile(t *testing.T, name, path string, truth *scenario.Truth) {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	p, err := gprofile.Parse(f)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckValid())
+
+	var types []string
+	for _, st := range p.SampleType {
+		types = append(types, st.Type+"/"+st.Unit)
+	}
+	require.Equal(t, sampleTypes, types, "sample types")
+	assert.Equal(t, "peak_space", p.DefaultSampleType)
+
+	sums := make([]int64, len(p.SampleType))
+	for _, s := range p.Sample {
+		for i, v := range s.Value {
+			sums[i] += v
+		}
+	}
+	assert.EqualValues(t, truth.Totals.Allocations, sums[0], "alloc_objects")
+	assert.EqualValues(t, truth.Totals.AllocatedBytes, sums[1], "alloc_space")
+	assert.EqualValues(t, truth.Totals.LiveBytesAtEnd, sums[3], "inuse_space")
+	assert.EqualValues(t, truth.Totals.PeakBytes, sums[5], "peak_space")
+
+	// The function that held the most at the peak tops peak_space.
+	var top string
+	var topBytes uint64
+	for fn, f := range truth.ByFunction {
+		if f.LiveBytesAtPeak > topBytes {
+			top, topBytes = fn, f.LiveBytesAtPeak
+		}
+	}
+	require.NotEmpty(t, top)
+	assert.Equal(t, top, pprofTop(t, path, "peak_space"), "top of peak_space")
+
+	// What testdata/README.md says each scenario is about.
+	switch name {
+	case "leak":
+		assert.Equal(t, "cache_activations", pprofTop(t, path, "inuse_space"), "top of inuse_space")
+	case "spike":
+		assert.Equal(t, "save_checkpoint", top, "truth: the spike's peak is in save_checkpoint")
+	}
+}
+
+// pprofTop runs `go tool pprof -top` on path and returns its first entry.
+func pprofTop(t *testing.T, path, index string) string {
+	t.Helper()
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index="+index, "-hide=cudaMalloc", path).CombinedOutput()
+	require.NoError(t, err, "go tool pprof: %s", out)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 5 && f[0] == "flat" && f[4] == "cum%" {
+			require.True(t, sc.Scan(), "pprof -top has no entries:\n%s", out)
+			f := strings.Fields(sc.Text())
+			require.Len(t, f, 6, "pprof -top entry %q", sc.Text())
+			return f[5]
+		}
+	}
+	t.Fatalf("no table in pprof -top output:\n%s", out)
+	return ""
+}
+
+// checkReplay re-analyses the recorded trace without probes: the outputs
+// must be byte-identical to the live run's.
+func checkReplay(t *testing.T, dir string) {
+	dir2 := filepath.Join(t.TempDir(), "replay")
+	r := vramprof(t, execOpts{}, "report", filepath.Join(dir, "trace.vpt"), "-o", dir2)
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	for _, name := range []string{"profile.pb.gz", "report.json", "report.md"} {
+		live, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		replay, err := os.ReadFile(filepath.Join(dir2, name))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(live, replay), "%s differs between the live run and the replay", name)
+	}
+	assertDirHolds(t, dir2, []string{"profile.pb.gz", "report.json", "report.md"})
+
+	// A directory is an input too, and --format json prints report.json.
+	r = vramprof(t, execOpts{}, "report", dir, "--format", "json")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	want, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	assert.Equal(t, string(want), r.stdout, "report DIR --format json")
+
+	r = vramprof(t, execOpts{}, "report", dir)
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	assert.NotEmpty(t, r.stdout, "text summary")
+}
+
+func checkFindings(t *testing.T, name string, rep *Report, truth *scenario.Truth) {
+	leakAt := func(fn string) bool {
+		for _, f := range rep.Findings {
+			if f.Kind != "leak" {
+				continue
+			}
+			for _, s := range f.Stacks {
+				if frameFunction(s.Site) == fn {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var kinds []string
+	for _, f := range rep.Findings {
+		kinds = append(kinds, f.Kind)
+	}
+	switch name {
+	case "leak":
+		assert.True(t, leakAt("cache_activations"), "a leak finding at cache_activations; findings: %v", kinds)
+		// cache_activations (scenarios/leak.c) is what leaks; the trainer's
+		// functions free all they allocate.
+		for _, f := range rep.Findings {
+			if f.Kind == "leak" {
+				for _, s := range f.Stacks {
+					assert.Equal(t, "cache_activations", frameFunction(s.Site), "leak site")
+				}
+			}
+		}
+	case "steady":
+		assert.NotContains(t, kinds, "leak", "steady frees everything")
+	case "oom":
+		var failed []uint64
+		for _, c := range truth.Calls {
+			if c.API == "cudaMalloc" && c.Outcome == "failed" {
+				failed = append(failed, c.Size)
+			}
+		}
+		require.Len(t, failed, 1, "truth: one failed request")
+		var oom []uint64
+		for _, f := range rep.Findings {
+			if f.Kind == "oom" {
+				oom = append(oom, f.Bytes)
+			}
+		}
+		assert.Equal(t, failed, oom, "oom findings' bytes")
+	}
+}
+
+// TestRunDefaultDir runs without -o: the outputs go to
+// ./vramprof-<child pid>-<time>, and nothing else is left in the working
+// directory.
+func TestRunDefaultDir(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	t.Parallel()
+	cwd := t.TempDir()
+	truthPath := filepath.Join(t.TempDir(), "truth.json")
+	r := vramprof(t, execOpts{dir: cwd, env: []string{"VRAMPROF_TRUTH=" + truthPath}}, "run", "--", scenario.Bin(t, "hashed"))
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	truth := scenario.MustReadTruth(t, truthPath)
+	ents, err := os.ReadDir(cwd)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "one output directory")
+	assert.True(t, strings.HasPrefix(ents[0].Name(), fmt.Sprintf("vramprof-%d-", truth.PID)), "name %q", ents[0].Name())
+	dir := filepath.Join(cwd, ents[0].Name())
+	assertDirHolds(t, dir, outputFiles)
+	rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+	assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations))
+
+	// run.tool is "vramprof <version>" (probes/event Header.Tool).
+	var raw struct {
+		Run struct {
+			Tool string `json:"tool"`
+		} `json:"run"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &raw))
+	assert.True(t, strings.HasPrefix(raw.Run.Tool, "vramprof"), "run.tool = %q", raw.Run.Tool)
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package main
+
+import (
+	"context"
+	"errors"
+)
+
+// errLinuxOnly: tracing needs Linux's eBPF and uprobes. `vramprof report`
+// works anywhere.
+var errLinuxOnly = errors.New("tracing needs Linux (eBPF uprobes); `vramprof report` works on this system")
+
+func run(context.Context, *runOptions) (int, error) { return 0, errLinuxOnly }
+
+func attach(context.Context, *attachOptions) error { return errLinuxOnly }

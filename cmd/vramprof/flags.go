@@ -67,4 +67,3 @@ func parseAttach(args []string) (*attachOptions, error) {
 	}
 	return o, nil
 }
-

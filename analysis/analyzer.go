@@ -263,6 +263,11 @@ func (a *Analyzer) Add(rec event.Record) error {
 			p := *r
 			p.Command = slices.Clone(r.Command)
 			a.procInfo[r.PID] = &p
+			if a.run.PID == 0 {
+				// A launched command's PID is known only after the
+				// Header is written: the first process is the root.
+				a.run.PID = r.PID
+			}
 		}
 	case *event.Library:
 		if r != nil && !a.libraries[libKey{r.PID, r.Path}] {

@@ -49,9 +49,10 @@ func missingCaps() []string {
 	return missing
 }
 
-// checkCaps returns an ErrNotPermitted error naming the missing
-// capabilities, or nil.
-func checkCaps() error {
+// CheckPrivileges returns an error matching ErrNotPermitted that names the
+// missing capabilities, or nil when this process may trace. NewSession
+// checks too; callers use it to fail before doing anything else.
+func CheckPrivileges() error {
 	if m := missingCaps(); len(m) > 0 {
 		return fmt.Errorf("%w: missing %s (uid %d)", ErrNotPermitted, strings.Join(m, " and "), os.Geteuid())
 	}

@@ -105,7 +105,7 @@ func NewSession(opts Options) (*Session, error) {
 	if opts.FlushEvery == 0 {
 		opts.FlushEvery = time.Second
 	}
-	if err := checkCaps(); err != nil {
+	if err := CheckPrivileges(); err != nil {
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {

@@ -47,7 +47,8 @@ var hints = []struct {
 	{event.ErrNotTrace, "INPUT must be a vramprof output directory or its trace.vpt"},
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
 	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
-	{errInput, "check the path"},
+	{event.ErrTruncated, "the trace was cut short before its first record; re-record it"},
+	{errInput, "INPUT must be a vramprof output directory (holding trace.vpt) or a .vpt trace"},
 	{errTruncatedTrace, "the outputs cover the whole records before the cut and say the run was cut short"},
 }
 

@@ -4,9 +4,36 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 )
+
+// newFlagSet returns a flag set that prints nothing itself: a bad flag
+// becomes the one-line error main prints, and -h prints the usage line and
+// the flags (see parseFlags).
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // the flag package calls it on every error
+	return fs
+}
+
+// parseFlags parses args into fs; -h prints usage and the flags and
+// returns flag.ErrHelp, which main turns into exit 0.
+func parseFlags(fs *flag.FlagSet, usage string, args []string) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, usage)
+		fs.SetOutput(os.Stderr)
+		fs.PrintDefaults()
+		return err
+	}
+	if err != nil {
+		return usageError(fmt.Errorf("%s: %w; see 'vramprof %s -h'", fs.Name(), err, fs.Name()))
+	}
+	return nil
+}
 
 // runOptions are the flags of `vramprof run`.
 type runOptions struct {
@@ -15,16 +42,12 @@ type runOptions struct {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	const usage = "usage: vramprof run [-o DIR] -- CMD [ARGS...]"
+	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: vramprof run [-o DIR] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, usageError(err)
+	if err := parseFlags(fs, usage, args); err != nil {
+		return nil, err
 	}
 	o.argv = fs.Args()
 	if len(o.argv) == 0 {
@@ -42,19 +65,15 @@ type attachOptions struct {
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	const usage = "usage: vramprof attach -p PID [-o DIR] [--duration D] [--wait]"
+	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (default: until Ctrl-C or the process exits)")
 	fs.BoolVar(&o.wait, "wait", false, "wait for a process that has not loaded CUDA yet")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: vramprof attach -p PID [-o DIR] [--duration D] [--wait]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, usageError(err)
+	if err := parseFlags(fs, usage, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", fs.Arg(0)))

@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -25,6 +27,9 @@ const usage = `usage: vramprof <command> [flags]
 
 Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json, report.md.
 `
+
+// version is vramprof's version, recorded in every trace.
+const version = "0.1.0"
 
 // Exit codes: a launched command's own code passes through `run`; 2 is
 // vramprof's usage or tool error.
@@ -46,6 +51,9 @@ func mainCode(args []string) int {
 	defer stop()
 
 	code, err := dispatch(ctx, args[0], args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "vramprof: %s\n", explain(err))
 		return exitToolError

@@ -34,7 +34,7 @@ var errTruncatedTrace = errors.New("trace cut short")
 func analyze(tracePath string) (*analysis.Result, error) {
 	f, err := os.Open(tracePath)
 	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
+		return nil, fmt.Errorf("%w: open trace: %w", errInput, err)
 	}
 	defer f.Close()
 	r, err := event.NewReader(bufio.NewReaderSize(f, 1<<20))

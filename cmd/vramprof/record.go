@@ -30,6 +30,11 @@ type recording struct {
 
 // startRecording prepares dir, opens its trace and loads the probes.
 func startRecording(dir string, h *event.Header) (*recording, error) {
+	// Privilege first: without it, nothing else matters, and it is the
+	// error worth reading.
+	if err := probes.CheckPrivileges(); err != nil {
+		return nil, err
+	}
 	created, err := ensureDir(dir)
 	if err != nil {
 		return nil, err
@@ -41,6 +46,7 @@ func startRecording(dir string, h *event.Header) (*recording, error) {
 		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
 	}
 	r.buf = bufio.NewWriterSize(r.file, 1<<20)
+	h.Tool = "vramprof " + version
 	h.Start = probes.MonotonicNow()
 	h.WallTime = time.Now().UnixNano()
 	h.Host, _ = os.Hostname()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,20 +19,16 @@ type reportOptions struct {
 }
 
 func parseReport(args []string) (*reportOptions, error) {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json]   (INPUT: an output DIR or a .vpt trace)"
+	fs := newFlagSet("report")
 	o := &reportOptions{}
 	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md) into DIR")
 	fs.StringVar(&o.format, "format", "text", "what to print: text, md or json")
-	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: vramprof report INPUT [-o DIR] [--format text|md|json]   (INPUT: an output DIR or a .vpt trace)")
-		fs.PrintDefaults()
-	}
 	// INPUT may come before or after the flags.
 	var positional []string
 	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageError(err)
+		if err := parseFlags(fs, usage, args); err != nil {
+			return nil, err
 		}
 		args = fs.Args()
 		if len(args) > 0 {

@@ -23,7 +23,7 @@ testdata:
 	$(MAKE) -s -C testdata
 
 generate:
-	$(GO) generate ./probes/
+	$(GO) generate ./probes/...
 
 test: testdata
 	$(SUDO) env "PATH=$$PATH" $(GO) test -count=1 ./...

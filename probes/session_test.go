@@ -95,6 +95,7 @@ func TestSessionSeesEveryCall(t *testing.T) {
 		name string
 		env  []string
 		exit int
+		libs int // CUDA runtime copies probed; 1 when zero
 	}{
 		{name: "steady"},
 		{name: "leak"},
@@ -103,6 +104,7 @@ func TestSessionSeesEveryCall(t *testing.T) {
 		{name: "dlopen_late"},
 		{name: "static_runtime"},
 		{name: "hashed"},
+		{name: "static_lib", libs: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink, truth, code := runScenario(t, tc.name, tc.env...)
@@ -130,7 +132,9 @@ func TestSessionSeesEveryCall(t *testing.T) {
 			sort.Strings(got)
 			require.NotEmpty(t, want)
 			assert.Equal(t, want, got)
-			assert.NotEmpty(t, sink.libs, "a Library record names what was probed")
+			// A Library record names each runtime copy probed, once.
+			wantLibs := max(tc.libs, 1)
+			assert.Len(t, sink.libs, wantLibs, "probed libraries")
 
 			// Every allocation's stack starts in the runtime's cudaMalloc and
 			// names the scenario function that called it right after.

@@ -235,6 +235,7 @@ var scenarios = []struct {
 	{name: "dlopen_late"},
 	{name: "static_runtime"},
 	{name: "hashed"},
+	{name: "static_lib"},
 }
 
 // TestRunMatchesTruth profiles every scenario with `vramprof run` and checks

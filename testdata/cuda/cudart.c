@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define API __attribute__((visibility("default")))
@@ -43,6 +44,11 @@ struct block {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static size_t capacity;
+/* This copy's device range. Several copies of the runtime in one process (a
+ * library with the runtime linked in, beside libcudart.so) share one device
+ * in real CUDA, so their pointers never coincide: each copy claims the next
+ * range at its first call, counted process-wide in $FAKECUDA_COPIES. */
+static uintptr_t base = FAKE_BASE;
 static size_t used; /* sum of live requested sizes */
 static struct block *blocks; /* live blocks, sorted by addr */
 static size_t nblocks, cblocks;
@@ -58,6 +64,12 @@ static void init_locked(void)
 	if (initialized)
 		return;
 	initialized = 1;
+	s = getenv("FAKECUDA_COPIES");
+	v = s && *s ? strtoull(s, NULL, 10) : 0;
+	base = FAKE_BASE + (uintptr_t)v * FAKE_SPAN;
+	char buf[32];
+	snprintf(buf, sizeof buf, "%llu", v + 1);
+	setenv("FAKECUDA_COPIES", buf, 1);
 	capacity = DEFAULT_CAPACITY;
 	s = getenv("FAKECUDA_CAPACITY");
 	if (s && *s) {
@@ -94,7 +106,7 @@ static long find_block(uintptr_t addr)
 
 API cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-	uintptr_t prev_end = FAKE_BASE;
+	uintptr_t prev_end;
 	size_t reserved, i;
 
 	if (devPtr == NULL)
@@ -105,6 +117,7 @@ API cudaError_t cudaMalloc(void **devPtr, size_t size)
 	}
 	pthread_mutex_lock(&mu);
 	init_locked();
+	prev_end = base;
 	if (size > capacity || used > capacity - size) {
 		pthread_mutex_unlock(&mu);
 		return set_error(cudaErrorMemoryAllocation);
@@ -116,7 +129,7 @@ API cudaError_t cudaMalloc(void **devPtr, size_t size)
 			break;
 		prev_end = blocks[i].addr + blocks[i].reserved;
 	}
-	if (i == nblocks && FAKE_BASE + FAKE_SPAN - prev_end < reserved) {
+	if (i == nblocks && base + FAKE_SPAN - prev_end < reserved) {
 		pthread_mutex_unlock(&mu);
 		return set_error(cudaErrorMemoryAllocation);
 	}

@@ -13,9 +13,31 @@ const (
 	KindAlloc
 	// KindFree is a call that released memory at Addr.
 	KindFree
+	// KindHostAlloc and KindHostFree are pinned host memory
+	// (cudaMallocHost, cuMemHostAlloc...): its own space, never device bytes.
+	KindHostAlloc
+	KindHostFree
+	// KindReserve and KindUnreserve are virtual address space
+	// (cuMemAddressReserve/Free): reserved, not used.
+	KindReserve
+	KindUnreserve
+	// KindCreate and KindRelease are physical memory (cuMemCreate and
+	// cuMemRelease). Addr is the allocation handle, not an address: it is
+	// usage whether mapped or not.
+	KindCreate
+	KindRelease
+	// KindMap and KindUnmap back a reserved range with physical memory
+	// (cuMemMap/cuMemUnmap): Addr and Size are the range; for a map, Stream
+	// carries the allocation handle mapped there.
+	KindMap
+	KindUnmap
+	// KindSetDevice is a thread choosing its current device (cudaSetDevice,
+	// cuCtxSetCurrent): Device is the device chosen.
+	KindSetDevice
 )
 
-var kindNames = [...]string{"invalid", "alloc", "free"}
+var kindNames = [...]string{"invalid", "alloc", "free", "host_alloc", "host_free",
+	"reserve", "unreserve", "create", "release", "map", "unmap", "set_device"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -52,14 +74,74 @@ func (l Layer) String() string {
 // of the trace format and of the BPF cookie: append only.
 type API uint16
 
-// APIs.
+// APIs: the CUDA runtime (libcudart) then the driver (libcuda.so.1). The
+// _ptsz variants are the per-thread default stream builds of the same call.
 const (
 	APIUnknown API = iota
 	APICudaMalloc
 	APICudaFree
+	APICudaMallocAsync
+	APICudaFreeAsync
+	APICudaMallocFromPoolAsync
+	APICudaMallocManaged
+	APICudaMallocPitch
+	APICudaMalloc3D
+	APICudaMallocHost
+	APICudaHostAlloc
+	APICudaFreeHost
+	APICudaSetDevice
+	APICuMemAlloc
+	APICuMemFree
+	APICuMemAllocAsync
+	APICuMemFreeAsync
+	APICuMemAllocFromPoolAsync
+	APICuMemAllocManaged
+	APICuMemAllocPitch
+	APICuMemAllocHost
+	APICuMemHostAlloc
+	APICuMemFreeHost
+	APICuMemAddressReserve
+	APICuMemAddressFree
+	APICuMemCreate
+	APICuMemRelease
+	APICuMemMap
+	APICuMemUnmap
+	APICuCtxSetCurrent
+	APICudaMallocAsyncPtsz
+	APICudaFreeAsyncPtsz
+	APICudaMallocFromPoolAsyncPtsz
+	APICuMemAllocAsyncPtsz
+	APICuMemFreeAsyncPtsz
+	APICuMemAllocFromPoolAsyncPtsz
 )
 
-var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree"}
+// apiNames are the exported symbol names, as pprof's api label shows them.
+var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree",
+	"cudaMallocAsync", "cudaFreeAsync", "cudaMallocFromPoolAsync", "cudaMallocManaged",
+	"cudaMallocPitch", "cudaMalloc3D", "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost",
+	"cudaSetDevice",
+	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync",
+	"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAllocHost_v2", "cuMemHostAlloc", "cuMemFreeHost",
+	"cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
+	"cuCtxSetCurrent",
+	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
+	"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz"}
+
+// Driver reports whether a is a driver API (libcuda) call.
+func (a API) Driver() bool {
+	return a >= APICuMemAlloc && a <= APICuCtxSetCurrent || a >= APICuMemAllocAsyncPtsz
+}
+
+// Flags qualify an Event.
+type Flags uint8
+
+// Flags. The bits are part of the trace format: append only.
+const (
+	// FlagNested marks a call made inside another traced call on the same
+	// thread (cuMemAlloc_v2 inside cudaMalloc): it belongs to its API's book
+	// but is not counted again in the totals.
+	FlagNested Flags = 1 << 0
+)
 
 func (a API) String() string {
 	if int(a) < len(apiNames) {
@@ -92,6 +174,7 @@ type Event struct {
 	Kind     Kind
 	Layer    Layer
 	API      API
+	Flags    Flags
 }
 
 // OK reports whether the call succeeded.
@@ -99,7 +182,7 @@ func (e *Event) OK() bool { return e.Ret == 0 }
 
 // Frame is one symbolized frame of a stack.
 type Frame struct {
-	Addr     uint64    // runtime address (a return address, minus one for callers)
+	Addr     uint64    // runtime address: the probed function's entry, then return addresses
 	Mapping  MappingID // 0 when the address lies in no known mapping
 	Function string    // demangled name; empty when unknown
 	File     string    // source file from DWARF; empty when unknown

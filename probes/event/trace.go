@@ -17,13 +17,16 @@ package event
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     0 is never valid (zero-filled garbage)
 //
-// An Event payload is a fixed 64-byte layout, written by hand because events
+// An Event payload is a fixed 72-byte layout, written by hand because events
 // are the hot path (millions per trace):
 //
 //	 0 Time u64      8 Duration u64   16 Addr u64     24 Size u64
 //	32 Stream u64   40 PID u32        44 TID u32      48 Stack u32
 //	52 Ret i32      56 Device i32     60 Kind u8      61 Layer u8
-//	62 API u16
+//	62 API u16      64 Flags u8       65..71 reserved (zero)
+//
+// Flags was appended after the first 64 bytes; an Event of 64 bytes reads
+// with Flags 0.
 //
 // Every other payload is its struct's fields in declaration order, each one
 // as: unsigned integers as uvarint, signed integers as zig-zag varint,
@@ -124,7 +127,8 @@ const (
 	preambleSize = len(Magic) + 2
 	frameHead    = 1 + 4 // type, length
 	frameTail    = 4     // crc
-	eventSize    = 64
+	eventSize    = 72    // written: 64 bytes of format 1's first events, Flags, 7 reserved
+	minEventSize = 64    // read: events written before Flags was appended
 	// maxEventSize leaves room for appended Event fields while rejecting a
 	// damaged length on the hot record long before MaxRecordSize.
 	maxEventSize = 4 << 10
@@ -248,6 +252,8 @@ func (w *Writer) writeEvent(ev *Event) error {
 	p[60] = byte(ev.Kind)
 	p[61] = byte(ev.Layer)
 	le.PutUint16(p[62:], uint16(ev.API))
+	p[64] = byte(ev.Flags)
+	clear(p[65:eventSize])
 	le.PutUint32(b[frameHead+eventSize:], crc32.Checksum(b[:frameHead+eventSize], castagnoli))
 	if _, err := w.bw.Write(b); err != nil {
 		w.err = fmt.Errorf("write trace event: %w", err)
@@ -479,8 +485,8 @@ func (r *Reader) short(got int, err error) error {
 // decode turns a checked payload into a record; nil for a skipped type.
 func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 	if typ == recEvent {
-		if len(p) < eventSize {
-			return nil, r.corrupt("event of %d bytes, want at least %d", len(p), eventSize)
+		if len(p) < minEventSize {
+			return nil, r.corrupt("event of %d bytes, want at least %d", len(p), minEventSize)
 		}
 		decodeEvent(&r.ev, p)
 		return &r.ev, nil
@@ -525,7 +531,7 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 
 func decodeEvent(ev *Event, p []byte) {
 	le := binary.LittleEndian
-	_ = p[eventSize-1] // one bounds check
+	_ = p[minEventSize-1] // one bounds check
 	*ev = Event{
 		Time:     le.Uint64(p[0:]),
 		Duration: le.Uint64(p[8:]),
@@ -540,6 +546,9 @@ func decodeEvent(ev *Event, p []byte) {
 		Kind:     Kind(p[60]),
 		Layer:    Layer(p[61]),
 		API:      API(le.Uint16(p[62:])),
+	}
+	if len(p) > 64 {
+		ev.Flags = Flags(p[64])
 	}
 }
 

@@ -111,7 +111,7 @@ func TestRoundTrip(t *testing.T) {
 	}{
 		{"event", testEvent(9)},
 		{"event extremes", &Event{Time: ^uint64(0), Duration: ^uint64(0), Addr: ^uint64(0), Size: ^uint64(0), Stream: ^uint64(0),
-			PID: ^uint32(0), TID: ^uint32(0), Stack: ^StackID(0), Ret: -2147483648, Device: -1, Kind: 255, Layer: 255, API: 65535}},
+			PID: ^uint32(0), TID: ^uint32(0), Stack: ^StackID(0), Ret: -2147483648, Device: -1, Kind: 255, Layer: 255, API: 65535, Flags: 255}},
 		{"event zero", &Event{}},
 		{"stack", testRecords()[3]},
 		{"stack empty", &Stack{ID: 9, PID: 1}},
@@ -290,6 +290,20 @@ func TestForwardCompatible(t *testing.T) {
 	assert.Equal(t, []Record{testEvent(1), testEvent(2), &Lost{Time: 5, Total: 6}}, got)
 }
 
+// TestEventWithoutFlags reads an Event written before Flags was appended
+// (the first 64 bytes of the layout): Flags reads as 0, the rest as written.
+func TestEventWithoutFlags(t *testing.T) {
+	ev := testEvent(3)
+	ev.Flags = FlagNested
+	frame := mustTrace(t, nil, ev)[len(mustTrace(t, nil)):]
+	data := appendFrame(mustTrace(t, nil), recEvent, bytes.Clone(frame[frameHead:frameHead+minEventSize]))
+	_, got, err := readAll(t, data)
+	require.NoError(t, err)
+	want := *ev
+	want.Flags = 0
+	assert.Equal(t, []Record{&want}, got)
+}
+
 func TestBadPayloads(t *testing.T) {
 	base := mustTrace(t, nil)
 	tests := []struct {
@@ -298,7 +312,7 @@ func TestBadPayloads(t *testing.T) {
 		payload []byte
 		message string
 	}{
-		{"short event", recEvent, make([]byte, eventSize-1), "want at least 64"},
+		{"short event", recEvent, make([]byte, minEventSize-1), "want at least 64"},
 		{"second header", recHeader, nil, "second header"},
 		{"empty stack", recStack, nil, "ends early"},
 		{"huge frame count", recStack, []byte{1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, "list of"},

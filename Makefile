@@ -25,8 +25,11 @@ testdata:
 generate:
 	$(GO) generate ./probes/...
 
+# -p 1: packages one at a time. attach --all (cmd/vramprof) adopts every CUDA
+# process on the machine, other packages' test processes included, and two
+# sessions resuming the same stopped process race each other.
 test: testdata
-	$(SUDO) env "PATH=$$PATH" $(GO) test -count=1 ./...
+	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 ./...
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) and attach latency on a process with 400 mapped libraries.

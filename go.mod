@@ -3,6 +3,7 @@ module github.com/vramprof/vramprof
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.12.4-1
 	github.com/cilium/ebpf v0.22.0
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724

@@ -83,13 +83,14 @@ type Analyzer struct {
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
 
-	// live holds every live allocation of every process and layer.
+	// live holds every live allocation of every process, layer and memory
+	// space.
 	live map[liveKey]liveAlloc
 	// classes are the allocation classes in order of first use; classIx
 	// finds them. Indexes (int32) are stable and stored in liveAlloc.
 	classes []*classState
 	classIx map[classKey]int32
-	// groups are the stacks per process and layer, likewise indexed.
+	// groups are the stacks per process and scope, likewise indexed.
 	groups  []*groupState
 	groupIx map[groupKey]int32
 	// spaces are the per-process models.
@@ -98,8 +99,26 @@ type Analyzer struct {
 	// one process, and the lookup is on the hot path.
 	last *space
 	// layers and devices hold the all-process figures.
-	layers  map[event.Layer]*layerState
+	layers  map[scope]*layerState
 	devices map[devKey]*devState
+	// seenDevices are the device indexes any segment-layer event carried;
+	// capacity the sizes DeviceInfo records gave.
+	seenDevices map[int32]bool
+	capacity    map[int32]uint64
+	// pids are the processes any segment-layer event came from.
+	pids map[uint32]bool
+
+	// books are the per-API ledgers, per process and overall; bookLive
+	// their live allocations.
+	books    map[bookKey]*bookState
+	bookLive map[bookLiveKey]uint64
+
+	// VMM state: physical handles (their mapping counts), mapped ranges and
+	// reservations, and the figures per process x device.
+	handles      map[handleKey]*handleState
+	mapped       map[rangeKey]vmmRange
+	reservations map[rangeKey]vmmRange
+	vmm          map[vmmKey]*vmmState
 
 	// Copies of the descriptive records, by key.
 	procInfo  map[uint32]*event.Process
@@ -108,13 +127,33 @@ type Analyzer struct {
 	libraries map[libKey]bool // dedupes Library records
 }
 
+// scope is what one set of totals counts: a layer and, at the segment
+// layer, device memory (allocations and physical memory together) or pinned
+// host memory. Host memory has its own totals, peak and timelines.
+type scope struct {
+	layer event.Layer
+	host  bool
+}
+
+// deviceScope is report.json's "totals": device memory at the segment layer.
+var deviceScope = scope{layer: event.LayerSegment}
+
+// hostScope is pinned host memory.
+var hostScope = scope{layer: event.LayerSegment, host: true}
+
+func scopeOf(layer event.Layer, mem MemorySpace) scope {
+	return scope{layer: layer, host: mem == SpaceHost}
+}
+
 // liveKey finds a live allocation. The device is not part of it: CUDA's
 // unified virtual addressing gives each pointer one device in a process, and
-// a free may run with another device current.
+// a free may run with another device current. The memory space is: a
+// physical handle and a host pointer live in key spaces of their own.
 type liveKey struct {
 	addr  uint64
 	pid   uint32
 	layer event.Layer
+	mem   MemorySpace
 }
 
 // liveAlloc is kept small (24 bytes): there is one per live allocation.
@@ -133,6 +172,7 @@ type classKey struct {
 	device int32
 	api    event.API
 	layer  event.Layer
+	mem    MemorySpace
 }
 
 // classState is a class's running aggregates.
@@ -145,12 +185,12 @@ type classState struct {
 	dirty bool  // touched since the space's last peak
 }
 
-// groupKey is a stack within one process and layer: the unit of the "by
+// groupKey is a stack within one process and scope: the unit of the "by
 // stack" aggregates and of the leak rule.
 type groupKey struct {
 	pid   uint32
 	stack event.StackID
-	layer event.Layer
+	sc    scope
 }
 
 // groupState is a stack's running aggregates and its live-bytes history
@@ -163,13 +203,13 @@ type groupState struct {
 	hist   history
 }
 
-// spaceKey is one process's address space at one layer.
+// spaceKey is one process's memory in one scope.
 type spaceKey struct {
-	pid   uint32
-	layer event.Layer
+	pid uint32
+	sc  scope
 }
 
-// space is the model of one process at one layer.
+// space is the model of one process in one scope.
 type space struct {
 	key       spaceKey
 	totals    Totals
@@ -194,23 +234,98 @@ type procDevice struct {
 	timeline series
 }
 
-// devKey is one device at one layer, all processes together.
+// devKey is one device in one scope, all processes together.
 type devKey struct {
 	device int32
-	layer  event.Layer
+	sc     scope
 }
 
-type devState struct {
+type devState = gauge
+
+// gauge is a running level with its peak and when the peak was first
+// reached.
+type gauge struct {
 	live, peak, peakTime uint64
 }
 
-// layerState is one layer's totals, all processes together; seen tells
-// whether any event of the layer arrived (report.json's "blocks" depends on
+func (g *gauge) add(n, t uint64) {
+	g.live += n
+	if g.live > g.peak {
+		g.peak, g.peakTime = g.live, t
+	}
+}
+
+func (g *gauge) sub(n uint64) { g.live -= n }
+
+// layerState is one scope's totals, all processes together; seen tells
+// whether any event of the scope arrived (report.json's "blocks" depends on
 // it).
 type layerState struct {
 	totals Totals
 	live   Usage
 	seen   bool
+}
+
+// bookKey is one API book of one process, or of all (all set, pid 0).
+type bookKey struct {
+	pid    uint32
+	all    bool
+	driver bool
+}
+
+type bookState struct {
+	book  Book
+	level gauge
+}
+
+// bookLiveKey is a live allocation in a book: the runtime's and the
+// driver's books each see the address returned to them; physical handles
+// are apart from addresses.
+type bookLiveKey struct {
+	addr     uint64
+	pid      uint32
+	driver   bool
+	physical bool
+}
+
+// handleKey is a physical allocation handle of one process.
+type handleKey struct {
+	pid    uint32
+	handle uint64
+}
+
+// handleState is what the driver needs to know before it frees physical
+// memory: it goes when released and no longer mapped.
+type handleState struct {
+	device   int32
+	maps     int
+	released bool
+}
+
+// rangeKey is a mapped or reserved range of one process, by its start.
+type rangeKey struct {
+	pid  uint32
+	addr uint64
+}
+
+type vmmRange struct {
+	size   uint64
+	handle uint64 // mapped ranges: the physical handle
+	device int32
+}
+
+// vmmKey is one VMM scope: a process or all (allPIDs), a device or all
+// (allDevices).
+type vmmKey struct {
+	pid        uint32
+	device     int32
+	allPIDs    bool
+	allDevices bool
+}
+
+type vmmState struct {
+	counts                     VMM // counts only; bytes come from the gauges
+	reserved, physical, mapped gauge
 }
 
 // libKey identifies a Library record: one per process and path.
@@ -222,17 +337,26 @@ type libKey struct {
 // New returns an Analyzer ready for the first record.
 func New(opts Options) *Analyzer {
 	return &Analyzer{
-		opts:      opts.withDefaults(),
-		live:      make(map[liveKey]liveAlloc),
-		classIx:   make(map[classKey]int32),
-		groupIx:   make(map[groupKey]int32),
-		spaces:    make(map[spaceKey]*space),
-		layers:    make(map[event.Layer]*layerState),
-		devices:   make(map[devKey]*devState),
-		procInfo:  make(map[uint32]*event.Process),
-		stacks:    make(map[event.StackID]*event.Stack),
-		mappings:  make(map[event.MappingID]event.Mapping),
-		libraries: make(map[libKey]bool),
+		opts:         opts.withDefaults(),
+		live:         make(map[liveKey]liveAlloc),
+		classIx:      make(map[classKey]int32),
+		groupIx:      make(map[groupKey]int32),
+		spaces:       make(map[spaceKey]*space),
+		layers:       make(map[scope]*layerState),
+		devices:      make(map[devKey]*devState),
+		seenDevices:  make(map[int32]bool),
+		capacity:     make(map[int32]uint64),
+		pids:         make(map[uint32]bool),
+		books:        make(map[bookKey]*bookState),
+		bookLive:     make(map[bookLiveKey]uint64),
+		handles:      make(map[handleKey]*handleState),
+		mapped:       make(map[rangeKey]vmmRange),
+		reservations: make(map[rangeKey]vmmRange),
+		vmm:          make(map[vmmKey]*vmmState),
+		procInfo:     make(map[uint32]*event.Process),
+		stacks:       make(map[event.StackID]*event.Stack),
+		mappings:     make(map[event.MappingID]event.Mapping),
+		libraries:    make(map[libKey]bool),
 	}
 }
 
@@ -258,6 +382,15 @@ func (a *Analyzer) Add(rec event.Record) error {
 		if r != nil {
 			a.mappings[r.ID] = *r
 		}
+	case *event.DeviceInfo:
+		if r != nil {
+			a.seenDevices[r.Index] = true
+			a.capacity[r.Index] = r.TotalBytes
+			a.see(r.Time)
+		}
+	case *event.Sample, *event.NVMLStatus:
+		// The device layer (NVML) is not modelled yet: accepted, so a
+		// stream recorded with NVML on analyses like any other.
 	case *event.Process:
 		if r != nil {
 			p := *r
@@ -325,21 +458,21 @@ func (a *Analyzer) see(t uint64) {
 	a.latest = max(a.latest, t)
 }
 
-func (a *Analyzer) layer(l event.Layer) *layerState {
-	ls := a.layers[l]
+func (a *Analyzer) layer(sc scope) *layerState {
+	ls := a.layers[sc]
 	if ls == nil {
 		ls = &layerState{}
-		a.layers[l] = ls
+		a.layers[sc] = ls
 	}
 	ls.seen = true
 	return ls
 }
 
-func (a *Analyzer) space(pid uint32, l event.Layer) *space {
-	if s := a.last; s != nil && s.key.pid == pid && s.key.layer == l {
+func (a *Analyzer) space(pid uint32, sc scope) *space {
+	if s := a.last; s != nil && s.key.pid == pid && s.key.sc == sc {
 		return s
 	}
-	k := spaceKey{pid, l}
+	k := spaceKey{pid, sc}
 	s := a.spaces[k]
 	if s == nil {
 		s = &space{key: k, devices: make(map[int32]*procDevice)}
@@ -358,8 +491,8 @@ func (s *space) device(d int32) *procDevice {
 	return pd
 }
 
-func (a *Analyzer) device(d int32, l event.Layer) *devState {
-	k := devKey{d, l}
+func (a *Analyzer) device(d int32, sc scope) *devState {
+	k := devKey{d, sc}
 	ds := a.devices[k]
 	if ds == nil {
 		ds = &devState{}
@@ -382,7 +515,7 @@ func (a *Analyzer) class(k classKey) int32 {
 	if i, ok := a.classIx[k]; ok {
 		return i
 	}
-	g := a.group(groupKey{k.pid, k.stack, k.layer})
+	g := a.group(groupKey{k.pid, k.stack, scopeOf(k.layer, k.mem)})
 	i := int32(len(a.classes))
 	a.classes = append(a.classes, &classState{key: k, group: a.groupIx[g.key]})
 	a.classIx[k] = i
@@ -407,53 +540,100 @@ func (a *Analyzer) event(e *event.Event) {
 		// unset; their calls are segments.
 		layer = event.LayerSegment
 	}
-	if layer != event.LayerSegment && layer != event.LayerBlock {
-		a.layer(layer).totals.IgnoredEvents++
-		return
-	}
-	ls := a.layer(layer)
-	sp := a.space(e.PID, layer)
-	switch e.Kind {
-	case event.KindAlloc:
-		a.alloc(e, layer, ls, sp)
-	case event.KindFree:
-		a.free(e, layer, ls, sp)
+	switch layer {
+	case event.LayerSegment:
+		a.segment(e)
+	case event.LayerBlock:
+		switch e.Kind {
+		case event.KindAlloc:
+			a.alloc(e, layer, SpaceDevice)
+		case event.KindFree:
+			a.free(e, layer, SpaceDevice)
+		default:
+			a.layer(scope{layer: layer}).totals.IgnoredEvents++
+			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++
+		}
 	default:
-		ls.totals.IgnoredEvents++
-		sp.totals.IgnoredEvents++
+		a.layer(scope{layer: layer}).totals.IgnoredEvents++
 	}
 }
 
-// both applies f to the layer's and the process's totals.
+// segment applies a CUDA API call. A nested call (the driver call inside a
+// runtime call) is counted in its API's book only: the outer call already
+// counts the memory. Every other call is counted once, in its space.
+func (a *Analyzer) segment(e *event.Event) {
+	a.pids[e.PID] = true
+	a.seenDevices[e.Device] = true
+	a.book(e)
+	if e.Flags&event.FlagNested != 0 {
+		a.run.NestedEvents++
+		return
+	}
+	const layer = event.LayerSegment
+	switch e.Kind {
+	case event.KindAlloc:
+		a.alloc(e, layer, SpaceDevice)
+	case event.KindFree:
+		a.free(e, layer, SpaceDevice)
+	case event.KindHostAlloc:
+		a.alloc(e, layer, SpaceHost)
+	case event.KindHostFree:
+		a.free(e, layer, SpaceHost)
+	case event.KindCreate:
+		a.create(e)
+	case event.KindRelease:
+		a.releaseHandle(e)
+	case event.KindReserve:
+		a.reserve(e)
+	case event.KindUnreserve:
+		a.unreserve(e)
+	case event.KindMap:
+		a.mapRange(e)
+	case event.KindUnmap:
+		a.unmapRange(e)
+	case event.KindSetDevice:
+		a.run.DeviceSwitches++
+	default:
+		a.layer(deviceScope).totals.IgnoredEvents++
+		a.space(e.PID, deviceScope).totals.IgnoredEvents++
+	}
+}
+
+// both applies f to the scope's and the process's totals.
 func both(ls *layerState, sp *space, f func(t *Totals)) {
 	f(&ls.totals)
 	f(&sp.totals)
 }
 
-func (a *Analyzer) alloc(e *event.Event, layer event.Layer, ls *layerState, sp *space) {
+// alloc applies an allocation call in one memory space and reports whether
+// it made memory live.
+func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) bool {
+	sc := scopeOf(layer, mem)
+	ls := a.layer(sc)
+	sp := a.space(e.PID, sc)
 	switch {
 	case e.Ret != 0:
 		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
-		g := a.group(groupKey{e.PID, e.Stack, layer})
+		g := a.group(groupKey{e.PID, e.Stack, sc})
 		g.failed.add(e.Size)
 		if sp.firstFailure == nil {
 			sp.firstFailure = a.failure(e, layer, sp)
 		}
-		return
+		return false
 	case e.Size == 0:
 		both(ls, sp, func(t *Totals) { t.ZeroSizeAllocations++ })
-		return
+		return false
 	case e.Addr == 0:
 		both(ls, sp, func(t *Totals) { t.IgnoredEvents++ })
-		return
+		return false
 	}
-	lk := liveKey{e.Addr, e.PID, layer}
+	lk := liveKey{e.Addr, e.PID, layer, mem}
 	if old, ok := a.live[lk]; ok {
 		// A free was missed: drop the old allocation as if freed now.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
 		a.release(old, e.Time, ls, sp)
 	}
-	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer})
+	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
 	a.live[lk] = liveAlloc{size: e.Size, time: e.Time, class: ci}
 	both(ls, sp, func(t *Totals) { t.Allocations++; t.AllocatedBytes += e.Size })
@@ -470,11 +650,7 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, ls *layerState, sp *
 	if ls.live.Bytes > ls.totals.PeakBytes {
 		ls.totals.PeakBytes, ls.totals.PeakTime = ls.live.Bytes, e.Time
 	}
-	ds := a.device(e.Device, layer)
-	ds.live += e.Size
-	if ds.live > ds.peak {
-		ds.peak, ds.peakTime = ds.live, e.Time
-	}
+	a.device(e.Device, sc).add(e.Size, e.Time)
 	pd := sp.device(e.Device)
 	pd.live += e.Size
 	if pd.live > pd.peak {
@@ -496,6 +672,7 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, ls *layerState, sp *
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
+	return true
 }
 
 // touch marks a class changed since its space's last peak.
@@ -506,7 +683,11 @@ func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
 	}
 }
 
-func (a *Analyzer) free(e *event.Event, layer event.Layer, ls *layerState, sp *space) {
+// free applies a free call in one memory space.
+func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
+	sc := scopeOf(layer, mem)
+	ls := a.layer(sc)
+	sp := a.space(e.PID, sc)
 	switch {
 	case e.Ret != 0:
 		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
@@ -515,15 +696,25 @@ func (a *Analyzer) free(e *event.Event, layer event.Layer, ls *layerState, sp *s
 		both(ls, sp, func(t *Totals) { t.NullFrees++ })
 		return
 	}
-	lk := liveKey{e.Addr, e.PID, layer}
+	if !a.drop(liveKey{e.Addr, e.PID, layer, mem}, e.Time) {
+		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
+	}
+}
+
+// drop frees a live allocation at time t, counted as a free; false when the
+// key is not live.
+func (a *Analyzer) drop(lk liveKey, t uint64) bool {
 	old, ok := a.live[lk]
 	if !ok {
-		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
-		return
+		return false
 	}
+	sc := scopeOf(lk.layer, lk.mem)
+	ls := a.layer(sc)
+	sp := a.space(lk.pid, sc)
 	delete(a.live, lk)
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += old.size })
-	a.release(old, e.Time, ls, sp)
+	a.release(old, t, ls, sp)
+	return true
 }
 
 // release takes a live allocation out of every aggregate at time t.
@@ -535,7 +726,7 @@ func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
 	g.live.sub(old.size)
 	g.hist.set(a.leak, t, g.live.Bytes)
 	ls.live.sub(old.size)
-	a.device(c.key.device, c.key.layer).live -= old.size
+	a.device(c.key.device, sp.key.sc).sub(old.size)
 	pd := sp.device(c.key.device)
 	pd.live -= old.size
 	pd.timeline.add(a.tl, t, pd.live)
@@ -543,7 +734,8 @@ func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
 }
 
 // failure copies a failed allocation with what was live at that moment. It
-// runs once per process, so walking the process's classes is affordable.
+// runs once per process and scope, so walking the process's groups is
+// affordable.
 func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *space) *Failure {
 	f := &Failure{
 		Allocation: Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
@@ -557,7 +749,7 @@ func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *space) *Failur
 	}
 	byStack := make(map[event.StackID]*Usage)
 	for _, g := range a.groups {
-		if g.key.pid == e.PID && g.key.layer == layer && g.live.Count > 0 {
+		if g.key.pid == e.PID && g.key.sc == sp.key.sc && g.live.Count > 0 {
 			u := byStack[g.key.stack]
 			if u == nil {
 				u = &Usage{}

@@ -88,11 +88,12 @@ func TestAccounting(t *testing.T) {
 				PeakBytes: MiB, PeakTime: 1},
 		},
 		{
-			name: "unknown kind and device layer are ignored",
+			name: "unknown kind and invalid kind are ignored",
 			build: func(s *stream) {
-				s.ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Kind: event.Kind(9)})
+				s.ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Kind: event.Kind(200)})
+				s.ev(event.Event{Time: 2, Addr: 0xb, Size: MiB, Kind: event.KindInvalid})
 			},
-			want: Totals{IgnoredEvents: 1},
+			want: Totals{IgnoredEvents: 2},
 		},
 	}
 	for _, tt := range tests {
@@ -215,7 +216,8 @@ func TestPeak(t *testing.T) {
 		s.allocOn(1, 0xa, MiB, 1, 100, 1)
 		s.ev(event.Event{Time: 2, Addr: 0xa, Device: 0, Kind: event.KindFree})
 		r := mustAnalyze(t, Options{}, s.recs)
-		assert.Equal(t, []Device{{Index: 1, PeakBytes: MiB, PeakTime: 1}}, r.Devices)
+		// Device 0 is listed (an event carried it) with nothing on it.
+		assert.Equal(t, []Device{{Index: 0}, {Index: 1, PeakBytes: MiB, PeakTime: 1}}, r.Devices)
 		assert.Zero(t, r.Totals.UnknownFrees)
 	})
 }

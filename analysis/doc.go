@@ -20,9 +20,10 @@
 // a framework's caching allocator), a map from address to live allocation
 // {size, stack, time, device, API}. The device is an attribute of the
 // allocation, not part of the key: with unified virtual addressing a pointer
-// belongs to one device, and cudaFree may run with another device current.
-// Events with no layer count as segment events; device-layer events (NVML)
-// are not modelled yet and count as ignored.
+// belongs to one device, and cudaFree may run with another device current, so
+// a free is always charged to the allocation's device. Events with no layer
+// count as segment events; device-layer events (NVML) are not modelled yet
+// and count as ignored (DeviceInfo records give the devices' capacity).
 //
 //   - A successful allocation (Ret 0, Size > 0, Addr != 0) becomes live.
 //   - A failed allocation (Ret != 0) is counted with its stack and requested
@@ -34,12 +35,63 @@
 //     events): the old allocation is released and replaced, and the anomaly
 //     counted (ReplacedAllocations).
 //
+// # Counting each allocation once
+//
+// The segment layer holds three memory spaces (MemorySpace), each keyed apart
+// so that a host pointer or a physical handle never collides with a device
+// address:
+//
+//   - device: Alloc/Free (cudaMalloc*, cuMemAlloc*...), by address;
+//   - physical: Create/Release (cuMemCreate), by handle. Physical memory is
+//     device usage from creation until the driver frees it: when it has been
+//     released and every range mapped to it unmapped (a handle released while
+//     mapped is freed at the last unmap);
+//   - host: HostAlloc/HostFree (cudaMallocHost, cuMemHostAlloc...), pinned
+//     host memory.
+//
+// Device and physical memory together are the device usage: Totals, Devices,
+// each process's Totals, peak, stacks, timelines and findings. Host memory
+// has its own Totals (Result.Host, Process.Host), peak and timelines
+// (Timeline.Space), and is never added to device figures.
+//
+// A runtime call (cudaMalloc) calls the driver (cuMemAlloc_v2) underneath;
+// the inner call arrives flagged event.FlagNested and is NOT counted in
+// Totals, Host, VMM, classes or timelines: the outer call already counts the
+// memory. When the runtime is linked in statically with hidden symbols only
+// driver calls arrive, un-nested, and they are the totals.
+//
+// # Books
+//
+// Books are per-API ledgers of device memory, per process and overall: the
+// runtime's (libcudart) and the driver's (libcuda, event.API.Driver), each
+// counting every Alloc/Free/Create/Release of its APIs, nested or not, keyed
+// by the address (or handle) it saw. A cudaMalloc with its nested
+// cuMemAlloc_v2 is one runtime allocation, one driver allocation and one
+// allocation in Totals. Books overlap by design and are never summed; a call
+// of an unknown API is in neither. A book follows calls, not memory: a handle
+// released while still mapped leaves the driver book at cuMemRelease.
+//
+// # Virtual memory
+//
+// Result.VMM and Process.VMM (nil without any VMM call) count reserves,
+// unreserves, creates, releases, maps and unmaps, and keep per device the
+// reserved address space (address space only, never usage), the physical
+// memory (also in Totals) and the mapped ranges, each at its peak and at the
+// end. A reservation is on its caller's current device; physical memory on
+// the device cuMemCreate named; a mapping on its handle's device (the
+// caller's when the handle was created before attach). cuMemUnmap unmaps
+// every mapping contiguous from its address within its size.
+//
+// Set-device events are informational (Run.DeviceSwitches). Every device
+// index a segment-layer event carried is listed in Devices, "unknown" (-1)
+// included, with zeros when nothing was allocated there.
+//
 // # Peak
 //
 // A process's peak is the most bytes it had live at once across its devices;
 // when that value is reached several times the first counts. The allocation
 // that crossed it is kept, and the live set at the peak is kept per
-// allocation class (pid, stack, device, API, layer, size), from which the
+// allocation class (pid, stack, device, API, layer, space, size), from which the
 // "by stack" views and pprof's peak_* samples come. Tracking costs O(events)
 // however often the peak moves: classes changed since the last peak are
 // listed, and only they are copied into the snapshot when a new peak is

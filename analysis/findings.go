@@ -182,7 +182,7 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 	}
 	perPID := make(map[uint32][]Finding)
 	for _, g := range a.groups {
-		if g.key.layer != event.LayerSegment || g.live.Bytes == 0 {
+		if g.key.sc != deviceScope || g.live.Bytes == 0 {
 			continue
 		}
 		vals := g.hist.finish(a.leak, n)

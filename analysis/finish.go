@@ -40,11 +40,14 @@ func (a *Analyzer) Finish() *Result {
 		r.Stacks[0] = &Stack{Site: NoStack}
 	}
 
-	r.Totals = a.layerTotals(event.LayerSegment)
-	if ls := a.layers[event.LayerBlock]; ls != nil && ls.seen {
-		b := a.layerTotals(event.LayerBlock)
+	r.Totals = a.layerTotals(deviceScope)
+	if ls := a.layers[scope{layer: event.LayerBlock}]; ls != nil && ls.seen {
+		b := a.layerTotals(scope{layer: event.LayerBlock})
 		r.Blocks = &b
 	}
+	r.Host = a.layerTotals(hostScope)
+	r.Books = a.finishBooks(0, true)
+	r.VMM = a.finishVMM(0, true)
 	a.finishDevices(r)
 	a.finishClasses(r)
 	a.finishProcesses(r)
@@ -54,9 +57,9 @@ func (a *Analyzer) Finish() *Result {
 	return r
 }
 
-func (a *Analyzer) layerTotals(l event.Layer) Totals {
+func (a *Analyzer) layerTotals(sc scope) Totals {
 	var t Totals
-	if ls := a.layers[l]; ls != nil {
+	if ls := a.layers[sc]; ls != nil {
 		t = ls.totals
 		t.LiveBytesAtEnd = ls.live.Bytes
 		t.LiveAllocationsAtEnd = ls.live.Count
@@ -65,13 +68,16 @@ func (a *Analyzer) layerTotals(l event.Layer) Totals {
 	return t
 }
 
+// finishDevices lists every device seen: in a segment-layer event (so
+// "unknown" appears whenever an event carried it) or a DeviceInfo record,
+// with its device memory figures.
 func (a *Analyzer) finishDevices(r *Result) {
-	for k, d := range a.devices {
-		if k.layer != event.LayerSegment {
-			continue
+	for idx := range a.seenDevices {
+		dv := Device{Index: idx, CapacityBytes: a.capacity[idx]}
+		if d := a.devices[devKey{idx, deviceScope}]; d != nil {
+			dv.PeakBytes, dv.PeakTime, dv.LiveBytesAtEnd = d.peak, d.peakTime, d.live
 		}
-		r.Devices = append(r.Devices, Device{Index: k.device, PeakBytes: d.peak,
-			PeakTime: d.peakTime, LiveBytesAtEnd: d.live})
+		r.Devices = append(r.Devices, dv)
 	}
 	slices.SortFunc(r.Devices, func(x, y Device) int { return cmp.Compare(x.Index, y.Index) })
 }
@@ -81,10 +87,10 @@ func (a *Analyzer) finishClasses(r *Result) {
 	for _, c := range a.classes {
 		k := c.key
 		r.Classes = append(r.Classes, Class{PID: k.pid, Stack: k.stack, Device: k.device,
-			API: k.api, Layer: k.layer, Size: k.size, Alloc: c.alloc, Live: c.live, Peak: c.peak})
+			API: k.api, Layer: k.layer, Space: k.mem, Size: k.size, Alloc: c.alloc, Live: c.live, Peak: c.peak})
 	}
 	slices.SortFunc(r.Classes, func(x, y Class) int {
-		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer),
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
 			cmp.Compare(x.Stack, y.Stack), cmp.Compare(x.Device, y.Device),
 			cmp.Compare(x.API, y.API), cmp.Compare(x.Size, y.Size))
 	})
@@ -92,15 +98,13 @@ func (a *Analyzer) finishClasses(r *Result) {
 
 func (a *Analyzer) finishProcesses(r *Result) {
 	pids := make(map[uint32]bool)
-	for k := range a.spaces {
-		if k.layer == event.LayerSegment {
-			pids[k.pid] = true
-		}
+	for pid := range a.pids {
+		pids[pid] = true
 	}
 	for pid := range a.procInfo {
 		pids[pid] = true
 	}
-	// Per-stack aggregates of each process at the segment layer.
+	// Per-stack aggregates of each process's device memory.
 	type aggs struct{ peak, alloc, live, failed map[event.StackID]*Usage }
 	byPID := make(map[uint32]*aggs)
 	get := func(pid uint32) *aggs {
@@ -125,12 +129,12 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		t.Bytes += u.Bytes
 	}
 	for _, c := range a.classes {
-		if c.key.layer == event.LayerSegment {
+		if scopeOf(c.key.layer, c.key.mem) == deviceScope {
 			addTo(get(c.key.pid).peak, c.key.stack, c.peak)
 		}
 	}
 	for _, g := range a.groups {
-		if g.key.layer == event.LayerSegment {
+		if g.key.sc == deviceScope {
 			ag := get(g.key.pid)
 			addTo(ag.alloc, g.key.stack, g.alloc)
 			addTo(ag.live, g.key.stack, g.live)
@@ -144,12 +148,11 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		} else if pid == a.run.PID {
 			p.Command = a.run.Command
 		}
-		if sp := a.spaces[spaceKey{pid, event.LayerSegment}]; sp != nil {
-			p.Totals = sp.totals
-			p.Totals.PeakBytes, p.Totals.PeakTime = sp.peak, sp.peakTime
-			p.Totals.LiveBytesAtEnd = sp.live.Bytes
-			p.Totals.LiveAllocationsAtEnd = sp.live.Count
-			p.Totals.LostEvents = a.lost
+		p.Totals = a.spaceTotals(pid, deviceScope)
+		p.Host = a.spaceTotals(pid, hostScope)
+		p.Books = a.finishBooks(pid, false)
+		p.VMM = a.finishVMM(pid, false)
+		if sp := a.spaces[spaceKey{pid, deviceScope}]; sp != nil {
 			p.PeakTime = sp.peakTime
 			if sp.peak > 0 {
 				ev := sp.peakEvent
@@ -161,8 +164,6 @@ func (a *Analyzer) finishProcesses(r *Result) {
 					PeakTime: pd.peakTime, LiveBytesAtEnd: pd.live})
 			}
 			slices.SortFunc(p.Devices, func(x, y ProcessDevice) int { return cmp.Compare(x.Index, y.Index) })
-		} else {
-			p.Totals.LostEvents = a.lost
 		}
 		ag := get(pid)
 		p.PeakStacks = topStacks(ag.peak, 0)
@@ -174,18 +175,36 @@ func (a *Analyzer) finishProcesses(r *Result) {
 	slices.SortFunc(r.Processes, func(x, y Process) int { return cmp.Compare(x.PID, y.PID) })
 }
 
+// spaceTotals returns one process's totals in one scope; zero (but for the
+// lost-event count) when it had no event there.
+func (a *Analyzer) spaceTotals(pid uint32, sc scope) Totals {
+	var t Totals
+	if sp := a.spaces[spaceKey{pid, sc}]; sp != nil {
+		t = sp.totals
+		t.PeakBytes, t.PeakTime = sp.peak, sp.peakTime
+		t.LiveBytesAtEnd = sp.live.Bytes
+		t.LiveAllocationsAtEnd = sp.live.Count
+	}
+	t.LostEvents = a.lost
+	return t
+}
+
 func (a *Analyzer) finishTimelines(r *Result) {
 	if a.tl == nil {
 		return
 	}
 	for k, sp := range a.spaces {
 		for d, pd := range sp.devices {
-			r.Timelines = append(r.Timelines, Timeline{PID: k.pid, Layer: k.layer, Device: d,
-				Points: pd.timeline.points(a.tl)})
+			tl := Timeline{PID: k.pid, Layer: k.sc.layer, Device: d, Points: pd.timeline.points(a.tl)}
+			if k.sc.host {
+				tl.Space = SpaceHost
+			}
+			r.Timelines = append(r.Timelines, tl)
 		}
 	}
 	slices.SortFunc(r.Timelines, func(x, y Timeline) int {
-		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Device, y.Device))
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
+			cmp.Compare(x.Device, y.Device))
 	})
 }
 

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"fmt"
+
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -19,6 +21,20 @@ type Result struct {
 	// nil when no block-layer event was seen, and then report.json has no
 	// "blocks".
 	Blocks *Totals
+	// Books are the per-API ledgers of device memory (allocations and
+	// physical memory), all processes: every call of the runtime's and of
+	// the driver's APIs, nested or not. They are shown side by side and
+	// never summed: a cudaMalloc and the cuMemAlloc_v2 inside it are one
+	// allocation in each book and one in Totals.
+	Books Books
+	// Host counts pinned host memory (cudaMallocHost, cuMemHostAlloc...),
+	// all processes: its own space, never part of Totals or Devices. Zero
+	// when none was traced.
+	Host Totals
+	// VMM is the virtual memory API's figures (cuMemAddressReserve,
+	// cuMemCreate, cuMemMap...), all processes; nil when no such call was
+	// traced.
+	VMM *VMM
 	// LostEvents is the last running total of records the kernel could not
 	// deliver. Every output carries it.
 	LostEvents uint64
@@ -70,6 +86,12 @@ type Run struct {
 	Libraries []event.Library
 	// Events counts the *Event records seen.
 	Events uint64
+	// NestedEvents counts the events made inside another traced call
+	// (event.FlagNested): they are in the Books only.
+	NestedEvents uint64
+	// DeviceSwitches counts the set-device events (cudaSetDevice,
+	// cuCtxSetCurrent): informational.
+	DeviceSwitches uint64
 }
 
 // Rel converts an absolute stream time into nanoseconds since Run.Start. A
@@ -142,10 +164,14 @@ func (u *Usage) sub(size uint64) {
 	u.Bytes -= size
 }
 
-// Device is one GPU's figures at the segment layer, all processes together.
+// Device is one GPU's device memory at the segment layer (allocations and
+// physical memory, never pinned host memory), all processes together. Every
+// device index any segment-layer event carried is listed, with zeros when
+// nothing was allocated on it.
 type Device struct {
 	// Index is the device index; DeviceUnknown (-1) gathers allocations made
-	// before the device was known.
+	// before the device was known, and is listed whenever an event carried
+	// it.
 	Index          int32
 	PeakBytes      uint64
 	PeakTime       uint64
@@ -184,6 +210,122 @@ type Process struct {
 	FirstFailure *Failure
 	// Devices has the process's figures per device, sorted by index.
 	Devices []ProcessDevice
+	// Books are the process's per-API ledgers (see Result.Books).
+	Books Books
+	// Host counts the process's pinned host memory.
+	Host Totals
+	// VMM is the process's virtual memory API figures; nil when it made no
+	// such call.
+	VMM *VMM
+}
+
+// Books holds the two per-API ledgers of device memory. Nested calls are
+// counted in their own book, so the books overlap and are never summed.
+type Books struct {
+	// Runtime counts the CUDA runtime's calls (libcudart: cudaMalloc...).
+	Runtime Book
+	// Driver counts the driver's calls (libcuda: cuMemAlloc_v2, cuMemCreate...).
+	Driver Book
+}
+
+// Book is a ledger of one API family's device-memory calls: allocations
+// (cudaMalloc*, cuMemAlloc*, cuMemCreate) and frees (cudaFree*, cuMemFree*,
+// cuMemRelease), keyed by the address (or handle) the book itself saw
+// returned. A book follows calls, not memory: physical memory released
+// while still mapped leaves the book at cuMemRelease but stays in Totals
+// until unmapped.
+type Book struct {
+	// Allocations counts successful allocation calls (Ret 0, Size > 0,
+	// Addr != 0).
+	Allocations uint64
+	// Frees counts frees of an address the book had live.
+	Frees uint64
+	// FailedAllocations counts allocation calls that returned an error.
+	FailedAllocations uint64
+	// FailedFrees counts frees that returned an error.
+	FailedFrees uint64
+	// UnknownFrees counts frees of an address not live in this book
+	// (allocated before attach, or through the other API).
+	UnknownFrees uint64
+	// AllocatedBytes sums the sizes of successful allocations.
+	AllocatedBytes uint64
+	// PeakBytes is the most the book had live at once; PeakTime when first.
+	PeakBytes uint64
+	PeakTime  uint64
+	// LiveBytesAtEnd is what the book had live at the end.
+	LiveBytesAtEnd uint64
+}
+
+// Calls reports whether the book saw any call.
+func (b *Book) Calls() uint64 {
+	return b.Allocations + b.Frees + b.FailedAllocations + b.FailedFrees + b.UnknownFrees
+}
+
+// VMM is the virtual memory API's figures for one process or all of them:
+// reserved address space (not usage), physical memory (usage: it is in
+// Totals too) and the ranges mapped to it. Counts are successful calls.
+type VMM struct {
+	// Reserves and Unreserves count cuMemAddressReserve and
+	// cuMemAddressFree.
+	Reserves, Unreserves uint64
+	// Creates and Releases count cuMemCreate and cuMemRelease.
+	Creates, Releases uint64
+	// Maps and Unmaps count cuMemMap and cuMemUnmap.
+	Maps, Unmaps uint64
+	// FailedCalls counts VMM calls that returned an error.
+	FailedCalls uint64
+	// UnknownCalls counts releases, unmaps and unreserves of a handle or
+	// range not seen created, mapped or reserved (before attach).
+	UnknownCalls uint64
+	VMMBytes
+	// Devices has the figures per device, sorted by index.
+	Devices []VMMDevice
+}
+
+// VMMBytes are the VMM's byte figures for one scope. Physical memory stays
+// live until it is both released and unmapped, as the driver frees it.
+type VMMBytes struct {
+	ReservedPeakBytes  uint64
+	ReservedBytesAtEnd uint64
+	PhysicalPeakBytes  uint64
+	PhysicalBytesAtEnd uint64
+	MappedPeakBytes    uint64
+	MappedBytesAtEnd   uint64
+}
+
+// VMMDevice is the VMM's byte figures on one device. A reservation's device
+// is its caller's current device; physical memory's is the one cuMemCreate
+// named; a mapping's is that of the physical memory mapped.
+type VMMDevice struct {
+	Index int32
+	VMMBytes
+}
+
+// MemorySpace says what kind of memory an allocation class holds: pprof's
+// "space" label.
+type MemorySpace uint8
+
+// Memory spaces. Device and physical memory together are the device usage;
+// host memory is never added to them.
+const (
+	// SpaceDevice is device memory from an allocation call (cudaMalloc,
+	// cuMemAlloc_v2...), keyed by address.
+	SpaceDevice MemorySpace = iota
+	// SpacePhysical is physical device memory from cuMemCreate, keyed by
+	// its handle in a space of its own, so a handle never collides with
+	// an address.
+	SpacePhysical
+	// SpaceHost is pinned host memory (cudaMallocHost, cuMemHostAlloc...).
+	SpaceHost
+)
+
+var spaceNames = [...]string{"device", "physical", "host"}
+
+func (m MemorySpace) String() string {
+	if int(m) < len(spaceNames) {
+		return spaceNames[m]
+	}
+	return fmt.Sprintf("space(%d)", uint8(m))
 }
 
 // ProcessDevice is one process's use of one device.
@@ -236,12 +378,16 @@ type Class struct {
 	Device int32
 	API    event.API
 	Layer  event.Layer
-	Size   uint64
+	// Space is device, physical or host memory. Host classes' Peak is at
+	// the process's host peak, not its device peak.
+	Space MemorySpace
+	Size  uint64
 	// Alloc counts every successful allocation of the class.
 	Alloc Usage
 	// Live is what was live at the end.
 	Live Usage
-	// Peak is what was live at the process's peak (for its layer).
+	// Peak is what was live at the process's peak (for its layer, and for
+	// host memory its host peak).
 	Peak Usage
 }
 
@@ -267,8 +413,11 @@ type Stack struct {
 // downsampled to at most Options.TimelinePoints points. Each time bucket
 // keeps its minimum and its maximum, so the peak is never lost.
 type Timeline struct {
-	PID    uint32
-	Layer  event.Layer
+	PID   uint32
+	Layer event.Layer
+	// Space is SpaceDevice (device and physical memory together) or
+	// SpaceHost (pinned host memory, by the caller's current device).
+	Space  MemorySpace
 	Device int32
 	Points []Point
 }

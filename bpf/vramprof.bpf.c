@@ -2,54 +2,65 @@
 //go:build ignore
 
 /*
- * vramprof: uprobes on the CUDA allocation API.
+ * vramprof: uprobes on the CUDA allocation API (runtime and driver).
  *
  * Contract with probes/ (Go). Change both sides together; probes/record.go
  * decodes exactly this layout and its tests pin the offsets.
  *
  *   record (little-endian, 72-byte header, then nframes x u64 user stack):
- *     0  u64 time      ns, bpf_ktime_get_ns (CLOCK_MONOTONIC); the return
- *                      time for allocations, the entry time otherwise
- *     8  u64 duration  ns from entry to return; 0 for entry-only probes
- *    16  u64 addr      pointer returned (alloc, ret == 0) or released (free)
- *    24  u64 size      bytes requested
- *    32  u64 stream    CUDA stream (0: legacy default)
- *    40  u32 pid       tgid
+ *     0  u64 time      ns, bpf_ktime_get_ns (CLOCK_MONOTONIC): the return
+ *                      time of a call, when its result exists
+ *     8  u64 duration  ns from entry to return
+ *    16  u64 addr      pointer returned or released; for create/release the
+ *                      allocation handle; for fork the parent's tgid
+ *    24  u64 size      bytes (pitched: pitch x height [x depth])
+ *    32  u64 stream    CUDA stream; for a map, the allocation handle mapped
+ *    40  u32 pid       tgid (for fork: the child's)
  *    44  u32 tid
- *    48  s32 ret       the call's return code; 0 for entry-only probes
+ *    48  s32 ret       the call's return code
  *    52  s32 device    -1: unknown
- *    56  u16 api       the attach cookie: event.API
- *    58  u8  kind      REC_* below (alloc and free match event.Kind)
+ *    56  u16 api       event.API, from the attach cookie
+ *    58  u8  kind      event.Kind, from the attach cookie; REC_LOADER and
+ *                      REC_FORK are BPF-only
  *    59  u8  flags     REC_F_* below
  *    60  u16 nframes   user frames that follow, at most MAX_FRAMES
- *    62  u16 pad
+ *    62  u16 shape     SHAPE_* (how arguments were read; Go ignores it)
  *    64  u64 caller    *(u64 *)sp at entry: the return address into the
  *                      direct caller, which a frame-pointer walk started at a
  *                      function's first instruction skips (rbp still belongs
- *                      to the caller). Go inserts it when the kernel did not.
+ *                      to the caller). Go inserts it when missing.
  *    72  u64 stack[nframes]  leaf first; stack[0] is the probed function,
  *                      the rest return addresses up the frame-pointer chain
  *
+ * Cookie (set per attach point from Go, probes/apis.go):
+ *   bits 0-15 event.API, bits 16-23 event.Kind, bits 24-31 SHAPE_*.
+ * Every traced function gets call_enter and call_return: returns give the
+ * result and the return code, and keep the per-thread nesting depth, so a
+ * driver call made inside a runtime call (cudaMalloc -> cuMemAlloc_v2) is
+ * flagged REC_F_NESTED and counted once.
+ *
  * Maps:
- *   events   ring buffer, sized from Go (default 16 MiB). Records are
- *            submitted without a wakeup until WAKEUP_BYTES are waiting: a
- *            wakeup per record would cost the target more than the record.
- *            The reader polls on a short deadline for the rest.
- *   targets  hash tgid -> u8, the processes being traced (filled from Go).
- *   pending  LRU hash pid_tgid -> record: each thread's slot, holding an
- *            allocation between its entry and its return (kind REC_ALLOC),
- *            else idle. Slots stay between calls, so the hot path neither
- *            inserts nor deletes; LRU so exited threads age out.
- *   scratch  per-CPU array, one zeroed record to create a thread's slot
- *            from (a 1 KiB record does not fit on the 512-byte stack).
+ *   events   ring buffer, sized from Go (default 16 MiB). Records go without
+ *            a wakeup until wakeup_bytes wait: a wakeup per record would cost
+ *            the target more than the record. The reader polls for the rest.
+ *   targets  hash tgid -> u8, the processes traced (from Go, and from the
+ *            fork tracepoint for children of targets).
+ *   threads  LRU hash pid_tgid -> thread: nesting depth and current device.
+ *   slots    LRU hash {pid_tgid, depth} -> record: a call between its entry
+ *            and its return, kept between calls (kind REC_IDLE when idle) so
+ *            the hot path neither inserts nor deletes. LRU: exited threads
+ *            age out.
+ *   contexts hash {tgid, CUcontext} -> device, from cuDevicePrimaryCtxRetain
+ *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
+ *   scratch  per-CPU array, one zeroed record to create a slot from (a 1 KiB
+ *            record does not fit on the 512-byte stack).
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
- * (entries evicted from pending or returns without an entry).
+ * (a return without its entry: attached mid-call, or a slot evicted).
+ * Set from Go before load: wakeup_bytes, trace_all (every process is a
+ * target: attach --all).
  *
- * Cookie: the event.API of the probed function, so one program serves every
- * function with the same signature.
- *
- * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops).
+ * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf).
  * Uretprobes on 6.11+ return through the uretprobe syscall.
  */
 
@@ -59,21 +70,47 @@
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define MAX_FRAMES 127 /* kernel.perf_event_max_stack default */
+#define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
 #define SIGSTOP 19
 
 #define BPF_RB_NO_WAKEUP (1ULL << 0)
 #define BPF_RB_FORCE_WAKEUP (1ULL << 1)
 #define BPF_RB_AVAIL_DATA 0
 
+/* Record kinds: event.Kind's numbering, plus two that stay between BPF and
+ * Go. */
 enum rec_kind {
-	REC_IDLE = 0,	/* a pending slot with no call in progress */
-	REC_ALLOC = 1,	/* event.KindAlloc */
-	REC_FREE = 2,	/* event.KindFree */
+	REC_IDLE = 0, /* a slot with no call in progress */
+	REC_ALLOC = 1,
+	REC_HOST_ALLOC = 3,
+	REC_RESERVE = 5,
+	REC_CREATE = 7,
+	REC_SET_DEVICE = 11,
 	REC_LOADER = 100, /* the dynamic loader changed the maps: rescan, then SIGCONT */
+	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
 };
 
 enum rec_flags {
-	REC_F_STOPPED = 1 << 0, /* the target was sent SIGSTOP and waits for SIGCONT */
+	REC_F_STOPPED = 1 << 0, /* loader: the target was sent SIGSTOP */
+	REC_F_NESTED = 1 << 1,  /* made inside another traced call: event.FlagNested */
+};
+
+/* How a function's arguments are read (cookie bits 24-31). */
+enum shape {
+	SHAPE_OUT = 0,        /* f(T *out, size_t size, ...): out read at return */
+	SHAPE_OUT_STREAM3,    /* f(T *out, size_t size, stream) */
+	SHAPE_OUT_STREAM4,    /* f(T *out, size_t size, pool, stream) */
+	SHAPE_PITCH,          /* f(T *out, size_t *pitch, size_t width, size_t height) */
+	SHAPE_3D,             /* cudaMalloc3D(cudaPitchedPtr *p, cudaExtent e): e on the stack */
+	SHAPE_CREATE,         /* cuMemCreate(handle *out, size_t size, prop *p): device at p+12 */
+	SHAPE_PTR,            /* f(T ptr, ...) */
+	SHAPE_PTR_SIZE,       /* f(T ptr, size_t size) */
+	SHAPE_PTR_STREAM,     /* f(T ptr, stream) */
+	SHAPE_MAP,            /* cuMemMap(ptr, size, offset, handle, flags) */
+	SHAPE_SET_DEVICE,     /* cudaSetDevice(int device) */
+	SHAPE_CTX_RETAIN,     /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev) */
+	SHAPE_CTX_CREATE,     /* cuCtxCreate_v2(CUcontext *out, unsigned flags, CUdevice dev) */
+	SHAPE_CTX_SET,        /* cuCtxSetCurrent(CUcontext ctx) */
 };
 
 struct record {
@@ -90,15 +127,41 @@ struct record {
 	__u8 kind;
 	__u8 flags;
 	__u16 nframes;
-	__u16 pad;
+	__u16 shape;
 	__u64 caller;
 	__u64 stack[MAX_FRAMES];
 };
 
 #define RECORD_HEADER_SIZE 72
 
+/* Never used: it puts the enums above into BTF, so bpf2go generates them for
+ * Go (probes/bpf_x86_bpfel.go) and the two sides cannot drift apart. */
+struct contract {
+	enum rec_kind kind;
+	enum rec_flags flags;
+	enum shape shape;
+} contract_types __attribute__((unused));
+
+struct thread {
+	__u32 depth;   /* traced calls in progress on this thread */
+	__s32 device;  /* current device, -1 until seen */
+};
+
+struct slot_key {
+	__u64 id; /* pid_tgid */
+	__u32 depth;
+	__u32 pad;
+};
+
+struct ctx_key {
+	__u64 ctx; /* CUcontext */
+	__u32 tgid;
+	__u32 pad;
+};
+
 /* Set from Go before load. */
 volatile const __u64 wakeup_bytes = 256 * 1024;
+volatile const __u8 trace_all = 0;
 
 /* Read from Go. */
 __u64 lost = 0;
@@ -120,8 +183,22 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
+	__type(value, struct thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct slot_key);
 	__type(value, struct record);
-} pending SEC(".maps");
+} slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct ctx_key);
+	__type(value, __s32);
+} contexts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -130,9 +207,10 @@ struct {
 	__type(value, struct record);
 } scratch SEC(".maps");
 
-
 static __always_inline int traced(__u64 id)
 {
+	if (trace_all)
+		return 1;
 	__u32 tgid = id >> 32;
 	return bpf_map_lookup_elem(&targets, &tgid) != 0;
 }
@@ -144,7 +222,7 @@ static __always_inline __u64 wakeup_flag(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline void fill_common(struct record *r, __u64 id, struct pt_regs *ctx, __u8 kind)
+static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
 {
 	r->time = bpf_ktime_get_ns();
 	r->duration = 0;
@@ -155,11 +233,11 @@ static __always_inline void fill_common(struct record *r, __u64 id, struct pt_re
 	r->tid = (__u32)id;
 	r->ret = 0;
 	r->device = -1;
-	r->api = (__u16)bpf_get_attach_cookie(ctx);
+	r->api = 0;
 	r->kind = kind;
 	r->flags = 0;
 	r->nframes = 0;
-	r->pad = 0;
+	r->shape = 0;
 	r->caller = 0;
 }
 
@@ -194,58 +272,184 @@ static __always_inline void walk_user_stack(struct pt_regs *ctx, struct record *
 }
 
 /*
- * alloc_enter: entry of  err f(void **out, size_t size, ...)  (cudaMalloc,
- * and every function of the same shape). Stashes the out-pointer in addr
- * until the return reads it, and takes the stack here: at the return the
- * return address is already the uretprobe trampoline.
+ * thread_state returns the calling thread's state, creating it for a thread
+ * of a target. A thread has state only once it is known to be a target's,
+ * so an existing state spares the targets lookup on the hot path.
  */
-SEC("uprobe/alloc_enter")
-int alloc_enter(struct pt_regs *ctx)
+static __always_inline struct thread *thread_state(__u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (th)
+		return th;
 	if (!traced(id))
 		return 0;
+	struct thread init = {.depth = 0, .device = -1};
+	bpf_map_update_elem(&threads, &id, &init, BPF_ANY);
+	return bpf_map_lookup_elem(&threads, &id);
+}
 
-	/*
-	 * Each thread keeps its slot in pending between calls (kind
-	 * REC_IDLE when not inside a call): building the record in place
-	 * spares a 1 KiB copy and a hash insert and delete per allocation.
-	 */
-	struct record *r = bpf_map_lookup_elem(&pending, &id);
+/* slot returns the record slot of a thread at a depth, creating it once. */
+static __always_inline struct record *slot(struct slot_key *key)
+{
+	struct record *r = bpf_map_lookup_elem(&slots, key);
+	if (r)
+		return r;
+	__u32 zero = 0;
+	struct record *init = bpf_map_lookup_elem(&scratch, &zero);
+	if (!init)
+		return 0;
+	init->kind = REC_IDLE;
+	if (bpf_map_update_elem(&slots, key, init, BPF_ANY))
+		return 0;
+	return bpf_map_lookup_elem(&slots, key);
+}
+
+static __always_inline int allocates(__u8 kind)
+{
+	return kind == REC_ALLOC || kind == REC_HOST_ALLOC || kind == REC_RESERVE || kind == REC_CREATE;
+}
+
+/*
+ * call_enter: entry of every traced function. Records the arguments the
+ * cookie's shape names into the thread's slot at its current depth, and the
+ * user stack for the outermost allocation-like call (nested calls share it).
+ */
+static __always_inline int do_call_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct thread *th = thread_state(id);
+	if (!th)
+		return 0;
+	__u32 depth = th->depth;
+	th->depth = depth + 1;
+	if (depth >= MAX_DEPTH)
+		return 0;
+
+	struct slot_key key = {.id = id, .depth = depth};
+	struct record *r = slot(&key);
 	if (!r) {
-		__u32 zero = 0;
-		struct record *init = bpf_map_lookup_elem(&scratch, &zero);
-		if (!init)
-			return 0;
-		init->kind = REC_IDLE;
-		if (bpf_map_update_elem(&pending, &id, init, BPF_ANY)) {
-			__sync_fetch_and_add(&unpaired, 1);
-			return 0;
-		}
-		r = bpf_map_lookup_elem(&pending, &id);
-		if (!r)
-			return 0;
+		__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	fill_common(r, id, (__u8)(cookie >> 16));
+	r->api = (__u16)cookie;
+	r->shape = (__u8)(cookie >> 24);
+	r->device = th->device;
+	if (depth > 0)
+		r->flags = REC_F_NESTED;
+
+	__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
+	switch (r->shape) {
+	case SHAPE_OUT:
+		r->addr = a1; /* the out-pointer, read at return */
+		r->size = a2;
+		break;
+	case SHAPE_OUT_STREAM3:
+		r->addr = a1;
+		r->size = a2;
+		r->stream = PT_REGS_PARM3(ctx);
+		break;
+	case SHAPE_OUT_STREAM4:
+		r->addr = a1;
+		r->size = a2;
+		r->stream = PT_REGS_PARM4(ctx);
+		break;
+	case SHAPE_PITCH:
+		/* Stash the pitch pointer in stream and the height in size. */
+		r->addr = a1;
+		r->stream = a2;
+		r->size = PT_REGS_PARM4(ctx);
+		break;
+	case SHAPE_3D: {
+		/* cudaExtent {width, height, depth} is 24 bytes, passed in memory:
+		 * just above the return address. Stash height x depth. */
+		__u64 ext[3] = {};
+		bpf_probe_read_user(ext, sizeof(ext), (void *)(PT_REGS_SP(ctx) + 8));
+		r->addr = a1;
+		r->size = ext[1] * ext[2];
+		break;
+	}
+	case SHAPE_CREATE: {
+		/* CUmemAllocationProp.location.id: the device, at offset 12. */
+		__s32 dev = -1;
+		if (bpf_probe_read_user(&dev, sizeof(dev), (void *)(PT_REGS_PARM3(ctx) + 12)) == 0)
+			r->device = dev;
+		r->addr = a1;
+		r->size = a2;
+		break;
+	}
+	case SHAPE_PTR:
+		r->addr = a1;
+		break;
+	case SHAPE_PTR_SIZE:
+		r->addr = a1;
+		r->size = a2;
+		break;
+	case SHAPE_PTR_STREAM:
+		r->addr = a1;
+		r->stream = a2;
+		break;
+	case SHAPE_MAP:
+		r->addr = a1;
+		r->size = a2;
+		r->stream = PT_REGS_PARM4(ctx);
+		break;
+	case SHAPE_SET_DEVICE:
+		r->device = (__s32)a1;
+		break;
+	case SHAPE_CTX_RETAIN:
+		r->addr = a1;
+		r->device = (__s32)a2;
+		break;
+	case SHAPE_CTX_CREATE:
+		r->addr = a1;
+		r->device = (__s32)PT_REGS_PARM3(ctx);
+		break;
+	case SHAPE_CTX_SET:
+		r->addr = a1;
+		break;
 	}
 
-	fill_common(r, id, ctx, REC_ALLOC);
-	r->addr = PT_REGS_PARM1(ctx);
-	r->size = PT_REGS_PARM2(ctx);
-	bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
-
-	walk_user_stack(ctx, r);
+	if (depth == 0 && allocates(r->kind)) {
+		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
+		walk_user_stack(ctx, r);
+	}
 	return 0;
 }
 
-/* alloc_return: completes the record alloc_enter stashed and sends it. */
-SEC("uretprobe/alloc_return")
-int alloc_return(struct pt_regs *ctx)
+/* read_out reads the u64 an out-pointer points to, 0 when unreadable. */
+static __always_inline __u64 read_out(__u64 ptr)
+{
+	__u64 v = 0;
+	if (ptr)
+		bpf_probe_read_user(&v, sizeof(v), (void *)ptr);
+	return v;
+}
+
+/*
+ * call_return: completes the thread's slot at its depth with the result
+ * and sends it. Out-pointers are read only on success: on failure they may
+ * be unset or garbage.
+ */
+static __always_inline int do_call_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct record *r = bpf_map_lookup_elem(&pending, &id);
-	if (!r || r->kind != REC_ALLOC) {
-		/* Attached while this thread was inside the call, or evicted. */
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (!th || th->depth == 0) {
+		/* Attached while this thread was inside the call. */
 		if (traced(id))
 			__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	__u32 depth = th->depth - 1;
+	th->depth = depth;
+	if (depth >= MAX_DEPTH)
+		return 0;
+	struct slot_key key = {.id = id, .depth = depth};
+	struct record *r = bpf_map_lookup_elem(&slots, &key);
+	if (!r || r->kind == REC_IDLE) {
+		__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
 
@@ -253,41 +457,121 @@ int alloc_return(struct pt_regs *ctx)
 	r->duration = now - r->time;
 	r->time = now;
 	r->ret = (__s32)PT_REGS_RC(ctx);
+	int ok = r->ret == 0;
 
-	void *out = (void *)r->addr;
-	r->addr = 0;
-	/* Read *out only on success: on failure it may be garbage or unset. */
-	if (r->ret == 0 && out)
-		bpf_probe_read_user(&r->addr, sizeof(r->addr), out);
+	switch (r->shape) {
+	case SHAPE_OUT:
+	case SHAPE_OUT_STREAM3:
+	case SHAPE_OUT_STREAM4:
+	case SHAPE_CREATE:
+		r->addr = ok ? read_out(r->addr) : 0;
+		break;
+	case SHAPE_PITCH:
+		r->addr = ok ? read_out(r->addr) : 0;
+		r->size = ok ? read_out(r->stream) * r->size : 0;
+		r->stream = 0;
+		break;
+	case SHAPE_3D: {
+		/* cudaPitchedPtr {void *ptr; size_t pitch; ...} */
+		__u64 pp[2] = {};
+		if (ok)
+			bpf_probe_read_user(pp, sizeof(pp), (void *)r->addr);
+		r->addr = pp[0];
+		r->size = pp[1] * r->size;
+		break;
+	}
+	case SHAPE_SET_DEVICE:
+		if (ok)
+			th->device = r->device;
+		break;
+	case SHAPE_CTX_RETAIN:
+	case SHAPE_CTX_CREATE: {
+		/* Learn which device a context belongs to; nothing to send. */
+		if (ok) {
+			struct ctx_key k = {.ctx = read_out(r->addr), .tgid = id >> 32};
+			__s32 dev = r->device;
+			bpf_map_update_elem(&contexts, &k, &dev, BPF_ANY);
+		}
+		r->kind = REC_IDLE;
+		return 0;
+	}
+	case SHAPE_CTX_SET: {
+		struct ctx_key k = {.ctx = r->addr, .tgid = id >> 32};
+		__s32 *dev = bpf_map_lookup_elem(&contexts, &k);
+		r->device = dev ? *dev : -1;
+		r->addr = 0;
+		if (ok)
+			th->device = r->device;
+		break;
+	}
+	}
 
 	__u32 nframes = r->nframes;
 	if (nframes > MAX_FRAMES)
 		nframes = MAX_FRAMES;
 	__u32 size = RECORD_HEADER_SIZE + nframes * sizeof(__u64);
-
 	if (bpf_ringbuf_output(&events, r, size, wakeup_flag()))
 		__sync_fetch_and_add(&lost, 1);
 	r->kind = REC_IDLE;
 	return 0;
 }
 
-/* free_enter: entry of  err f(void *ptr, ...)  (cudaFree). No stack: the
- * analysis attributes memory to where it was allocated. */
-SEC("uprobe/free_enter")
-int free_enter(struct pt_regs *ctx)
+/*
+ * The same programs for the two ways of attaching: one uprobe link per
+ * function (perf events), or one uprobe_multi link per file and program
+ * (kernel 6.6+). Multi links are created and, above all, removed in one
+ * step: removing ~70 single uprobes waits for ~70 RCU grace periods,
+ * seconds in all.
+ */
+SEC("uprobe/call_enter")
+int call_enter(struct pt_regs *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id))
-		return 0;
+	return do_call_enter(ctx);
+}
 
+SEC("uretprobe/call_return")
+int call_return(struct pt_regs *ctx)
+{
+	return do_call_return(ctx);
+}
+
+SEC("uprobe.multi/call_enter")
+int call_enter_multi(struct pt_regs *ctx)
+{
+	return do_call_enter(ctx);
+}
+
+SEC("uretprobe.multi/call_return")
+int call_return_multi(struct pt_regs *ctx)
+{
+	return do_call_return(ctx);
+}
+
+/*
+ * fork: a target's child is a target too (DataLoader workers, launchers
+ * starting ranks). Threads share their process's tgid and are skipped.
+ */
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	if (ptgid == ctgid || !bpf_map_lookup_elem(&targets, &ptgid))
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
 	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
 	if (!r) {
 		__sync_fetch_and_add(&lost, 1);
 		return 0;
 	}
-	fill_common(r, id, ctx, REC_FREE);
-	r->addr = PT_REGS_PARM1(ctx);
-	bpf_ringbuf_submit(r, wakeup_flag());
+	fill_common(r, (__u64)ctgid << 32 | (__u32)child->pid, REC_FORK);
+	r->addr = ptgid;
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
 
@@ -296,13 +580,17 @@ int free_enter(struct pt_regs *ctx)
  * calls around every change to the link map (dlopen, dlclose, and the
  * initial load). The target is stopped so that user space can scan its new
  * mappings and attach before the first call into a new CUDA library; user
- * space sends SIGCONT when it is done.
+ * space sends SIGCONT when it is done. With trace_all, other processes are
+ * announced but not stopped: stopping every process on the host at every
+ * dlopen is not ours to do.
  */
 SEC("uprobe/loader_state")
 int loader_state(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id))
+	__u32 tgid = id >> 32;
+	int target = bpf_map_lookup_elem(&targets, &tgid) != 0;
+	if (!target && !trace_all)
 		return 0;
 
 	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
@@ -311,8 +599,8 @@ int loader_state(struct pt_regs *ctx)
 		__sync_fetch_and_add(&lost, 1);
 		return 0;
 	}
-	fill_common(r, id, ctx, REC_LOADER);
-	if (bpf_send_signal(SIGSTOP) == 0)
+	fill_common(r, id, REC_LOADER);
+	if (target && bpf_send_signal(SIGSTOP) == 0)
 		r->flags = REC_F_STOPPED;
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;

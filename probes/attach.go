@@ -5,6 +5,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -19,7 +20,9 @@ type attacher struct {
 	objs  *bpfObjects
 	pid   int // perf-level process filter; 0 for none (every target is in the BPF map)
 	links []link.Link
-	files map[fileKey]*probedFile
+	// noMulti: the kernel has no uprobe_multi links; use one link per probe.
+	noMulti bool
+	files   map[fileKey]*probedFile
 }
 
 func newAttacher(objs *bpfObjects, pid int) *attacher {
@@ -40,6 +43,14 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 	if err != nil {
 		return fmt.Errorf("open %s for uprobes: %w", pf.Path, err)
 	}
+	// The kernel resolves the path again when each probe is created: a
+	// process that exits meanwhile takes its /proc/PID/root with it. The
+	// same file by our own path (same device and inode) does as well.
+	if alt := samePathOutside(pf); alt != "" {
+		if ex2, err := link.OpenExecutable(alt); err == nil {
+			ex = ex2
+		}
+	}
 	var placed []link.Link
 	defer func() {
 		if err != nil {
@@ -48,28 +59,14 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 			}
 		}
 	}()
+	var offsets, cookies []uint64
 	for _, t := range pf.Targets {
-		opts := &link.UprobeOptions{Address: t.Offset, PID: a.pid, Cookie: uint64(t.Spec.API)}
 		switch t.Spec.Prog {
-		case progAlloc:
-			// The entry first: a return without its entry is counted as
-			// unpaired, an entry without its return would be a lost event.
-			l, err := ex.Uprobe("", a.objs.AllocEnter, opts)
-			if err != nil {
-				return fmt.Errorf("attach uprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
-			}
-			placed = append(placed, l)
-			l, err = ex.Uretprobe("", a.objs.AllocReturn, opts)
-			if err != nil {
-				return fmt.Errorf("attach uretprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
-			}
-			placed = append(placed, l)
-		case progFree, progLoader:
-			prog := a.objs.FreeEnter
-			if t.Spec.Prog == progLoader {
-				prog = a.objs.LoaderState
-			}
-			l, err := ex.Uprobe("", prog, opts)
+		case progCall:
+			offsets = append(offsets, t.Offset)
+			cookies = append(cookies, t.Spec.cookie())
+		case progLoader:
+			l, err := ex.Uprobe("", a.objs.LoaderState, &link.UprobeOptions{Address: t.Offset, PID: a.pid})
 			if err != nil {
 				return fmt.Errorf("attach uprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
 			}
@@ -78,9 +75,68 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 			return fmt.Errorf("attach %s in %s: unknown program kind %d", t.Spec.Symbol, pf.Path, t.Spec.Prog)
 		}
 	}
+	if len(offsets) > 0 {
+		links, err := a.attachCalls(ex, pf, offsets, cookies)
+		placed = append(placed, links...)
+		if err != nil {
+			return err
+		}
+	}
 	a.links = append(a.links, placed...)
 	a.files[pf.Key] = pf
 	return nil
+}
+
+// attachCalls places call_enter and call_return on every offset of one
+// file: as two uprobe_multi links when the kernel has them (one syscall
+// each way, and one RCU grace period to remove them all), else as a pair of
+// single uprobes per function. The entries go first: a return without its
+// entry is counted as unpaired, an entry without its return would be lost.
+func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, offsets, cookies []uint64) ([]link.Link, error) {
+	if !a.noMulti {
+		opts := &link.UprobeMultiOptions{Addresses: offsets, Cookies: cookies, PID: uint32(a.pid)}
+		enter, err := ex.UprobeMulti(nil, a.objs.CallEnterMulti, opts)
+		if err == nil {
+			ret, err := ex.UretprobeMulti(nil, a.objs.CallReturnMulti, opts)
+			if err != nil {
+				_ = enter.Close()
+				return nil, fmt.Errorf("attach uretprobe_multi (%d functions) in %s: %w", len(offsets), pf.Path, wrapPerm(err))
+			}
+			return []link.Link{enter, ret}, nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("attach uprobe_multi (%d functions) in %s: %w", len(offsets), pf.Path, wrapPerm(err))
+		}
+		a.noMulti = true // an older kernel: one link per function from now on
+	}
+	var links []link.Link
+	for i, off := range offsets {
+		opts := &link.UprobeOptions{Address: off, PID: a.pid, Cookie: cookies[i]}
+		l, err := ex.Uprobe("", a.objs.CallEnter, opts)
+		if err != nil {
+			return links, fmt.Errorf("attach uprobe at %#x in %s: %w", off, pf.Path, wrapPerm(err))
+		}
+		links = append(links, l)
+		l, err = ex.Uretprobe("", a.objs.CallReturn, opts)
+		if err != nil {
+			return links, fmt.Errorf("attach uretprobe at %#x in %s: %w", off, pf.Path, wrapPerm(err))
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// samePathOutside returns pf's path as this process sees it when that is
+// the very file (same device and inode) the target maps, else "".
+func samePathOutside(pf *probedFile) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(pf.Path, &st); err != nil {
+		return ""
+	}
+	if (fileKey{Dev: st.Dev, Inode: st.Ino}) != pf.Key {
+		return ""
+	}
+	return pf.Path
 }
 
 // Close removes every probe, newest first, and returns the first error.

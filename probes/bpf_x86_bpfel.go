@@ -13,6 +13,40 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type bpfContract struct {
+	_     structs.HostLayout
+	Kind  uint32
+	Flags uint32
+	Shape uint32
+}
+
+type bpfCtxKey struct {
+	_    structs.HostLayout
+	Ctx  uint64
+	Tgid uint32
+	Pad  uint32
+}
+
+type bpfRecFlags uint32
+
+const (
+	bpfRecFlagsREC_F_STOPPED bpfRecFlags = 1
+	bpfRecFlagsREC_F_NESTED  bpfRecFlags = 2
+)
+
+type bpfRecKind uint32
+
+const (
+	bpfRecKindREC_IDLE       bpfRecKind = 0
+	bpfRecKindREC_ALLOC      bpfRecKind = 1
+	bpfRecKindREC_HOST_ALLOC bpfRecKind = 3
+	bpfRecKindREC_RESERVE    bpfRecKind = 5
+	bpfRecKindREC_CREATE     bpfRecKind = 7
+	bpfRecKindREC_SET_DEVICE bpfRecKind = 11
+	bpfRecKindREC_LOADER     bpfRecKind = 100
+	bpfRecKindREC_FORK       bpfRecKind = 101
+)
+
 type bpfRecord struct {
 	_        structs.HostLayout
 	Time     uint64
@@ -28,26 +62,64 @@ type bpfRecord struct {
 	Kind     uint8
 	Flags    uint8
 	Nframes  uint16
-	Pad      uint16
+	Shape    uint16
 	Caller   uint64
 	Stack    [127]uint64
+}
+
+type bpfShape uint32
+
+const (
+	bpfShapeSHAPE_OUT         bpfShape = 0
+	bpfShapeSHAPE_OUT_STREAM3 bpfShape = 1
+	bpfShapeSHAPE_OUT_STREAM4 bpfShape = 2
+	bpfShapeSHAPE_PITCH       bpfShape = 3
+	bpfShapeSHAPE_3D          bpfShape = 4
+	bpfShapeSHAPE_CREATE      bpfShape = 5
+	bpfShapeSHAPE_PTR         bpfShape = 6
+	bpfShapeSHAPE_PTR_SIZE    bpfShape = 7
+	bpfShapeSHAPE_PTR_STREAM  bpfShape = 8
+	bpfShapeSHAPE_MAP         bpfShape = 9
+	bpfShapeSHAPE_SET_DEVICE  bpfShape = 10
+	bpfShapeSHAPE_CTX_RETAIN  bpfShape = 11
+	bpfShapeSHAPE_CTX_CREATE  bpfShape = 12
+	bpfShapeSHAPE_CTX_SET     bpfShape = 13
+)
+
+type bpfSlotKey struct {
+	_     structs.HostLayout
+	Id    uint64
+	Depth uint32
+	Pad   uint32
+}
+
+type bpfThread struct {
+	_      structs.HostLayout
+	Depth  uint32
+	Device int32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	bpfMapEvents       = "events"
-	bpfMapPending      = "pending"
-	bpfMapScratch      = "scratch"
-	bpfMapTargets      = "targets"
-	bpfProgAllocEnter  = "alloc_enter"
-	bpfProgAllocReturn = "alloc_return"
-	bpfProgFreeEnter   = "free_enter"
-	bpfProgLoaderState = "loader_state"
-	bpfVarLost         = "lost"
-	bpfVarUnpaired     = "unpaired"
-	bpfVarWakeupBytes  = "wakeup_bytes"
+	bpfMapContexts         = "contexts"
+	bpfMapEvents           = "events"
+	bpfMapScratch          = "scratch"
+	bpfMapSlots            = "slots"
+	bpfMapTargets          = "targets"
+	bpfMapThreads          = "threads"
+	bpfProgCallEnter       = "call_enter"
+	bpfProgCallEnterMulti  = "call_enter_multi"
+	bpfProgCallReturn      = "call_return"
+	bpfProgCallReturnMulti = "call_return_multi"
+	bpfProgFork            = "fork"
+	bpfProgLoaderState     = "loader_state"
+	bpfVarContractTypes    = "contract_types"
+	bpfVarLost             = "lost"
+	bpfVarTraceAll         = "trace_all"
+	bpfVarUnpaired         = "unpaired"
+	bpfVarWakeupBytes      = "wakeup_bytes"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -92,29 +164,35 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
-	AllocEnter  *ebpf.ProgramSpec `ebpf:"alloc_enter"`
-	AllocReturn *ebpf.ProgramSpec `ebpf:"alloc_return"`
-	FreeEnter   *ebpf.ProgramSpec `ebpf:"free_enter"`
-	LoaderState *ebpf.ProgramSpec `ebpf:"loader_state"`
+	CallEnter       *ebpf.ProgramSpec `ebpf:"call_enter"`
+	CallEnterMulti  *ebpf.ProgramSpec `ebpf:"call_enter_multi"`
+	CallReturn      *ebpf.ProgramSpec `ebpf:"call_return"`
+	CallReturnMulti *ebpf.ProgramSpec `ebpf:"call_return_multi"`
+	Fork            *ebpf.ProgramSpec `ebpf:"fork"`
+	LoaderState     *ebpf.ProgramSpec `ebpf:"loader_state"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
-	Events  *ebpf.MapSpec `ebpf:"events"`
-	Pending *ebpf.MapSpec `ebpf:"pending"`
-	Scratch *ebpf.MapSpec `ebpf:"scratch"`
-	Targets *ebpf.MapSpec `ebpf:"targets"`
+	Contexts *ebpf.MapSpec `ebpf:"contexts"`
+	Events   *ebpf.MapSpec `ebpf:"events"`
+	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
+	Slots    *ebpf.MapSpec `ebpf:"slots"`
+	Targets  *ebpf.MapSpec `ebpf:"targets"`
+	Threads  *ebpf.MapSpec `ebpf:"threads"`
 }
 
 // bpfVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfVariableSpecs struct {
-	Lost        *ebpf.VariableSpec `ebpf:"lost"`
-	Unpaired    *ebpf.VariableSpec `ebpf:"unpaired"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ContractTypes *ebpf.VariableSpec `ebpf:"contract_types"`
+	Lost          *ebpf.VariableSpec `ebpf:"lost"`
+	TraceAll      *ebpf.VariableSpec `ebpf:"trace_all"`
+	Unpaired      *ebpf.VariableSpec `ebpf:"unpaired"`
+	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // bpfObjects contains all objects after they have been loaded into the kernel.
@@ -137,18 +215,22 @@ func (o *bpfObjects) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
-	Events  *ebpf.Map `ebpf:"events"`
-	Pending *ebpf.Map `ebpf:"pending"`
-	Scratch *ebpf.Map `ebpf:"scratch"`
-	Targets *ebpf.Map `ebpf:"targets"`
+	Contexts *ebpf.Map `ebpf:"contexts"`
+	Events   *ebpf.Map `ebpf:"events"`
+	Scratch  *ebpf.Map `ebpf:"scratch"`
+	Slots    *ebpf.Map `ebpf:"slots"`
+	Targets  *ebpf.Map `ebpf:"targets"`
+	Threads  *ebpf.Map `ebpf:"threads"`
 }
 
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
+		m.Contexts,
 		m.Events,
-		m.Pending,
 		m.Scratch,
+		m.Slots,
 		m.Targets,
+		m.Threads,
 	)
 }
 
@@ -156,26 +238,32 @@ func (m *bpfMaps) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfVariables struct {
-	Lost        *ebpf.Variable `ebpf:"lost"`
-	Unpaired    *ebpf.Variable `ebpf:"unpaired"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ContractTypes *ebpf.Variable `ebpf:"contract_types"`
+	Lost          *ebpf.Variable `ebpf:"lost"`
+	TraceAll      *ebpf.Variable `ebpf:"trace_all"`
+	Unpaired      *ebpf.Variable `ebpf:"unpaired"`
+	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // bpfPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
-	AllocEnter  *ebpf.Program `ebpf:"alloc_enter"`
-	AllocReturn *ebpf.Program `ebpf:"alloc_return"`
-	FreeEnter   *ebpf.Program `ebpf:"free_enter"`
-	LoaderState *ebpf.Program `ebpf:"loader_state"`
+	CallEnter       *ebpf.Program `ebpf:"call_enter"`
+	CallEnterMulti  *ebpf.Program `ebpf:"call_enter_multi"`
+	CallReturn      *ebpf.Program `ebpf:"call_return"`
+	CallReturnMulti *ebpf.Program `ebpf:"call_return_multi"`
+	Fork            *ebpf.Program `ebpf:"fork"`
+	LoaderState     *ebpf.Program `ebpf:"loader_state"`
 }
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
-		p.AllocEnter,
-		p.AllocReturn,
-		p.FreeEnter,
+		p.CallEnter,
+		p.CallEnterMulti,
+		p.CallReturn,
+		p.CallReturnMulti,
+		p.Fork,
 		p.LoaderState,
 	)
 }

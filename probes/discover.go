@@ -10,41 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
-
-// progKind says which BPF program serves a probed function, and so which
-// signature the function must have.
-type progKind uint8
-
-const (
-	// progAlloc: err f(void **out, size_t size, ...), entry + return.
-	progAlloc progKind = iota + 1
-	// progFree: err f(void *ptr, ...), entry only.
-	progFree
-	// progLoader: the dynamic loader's debugger rendezvous, entry only.
-	progLoader
-)
-
-// probeSpec names one function to probe.
-type probeSpec struct {
-	Symbol string
-	API    event.API
-	Prog   progKind
-}
-
-// cudaProbes are the CUDA runtime functions traced. The order is the attach
-// order; a library is probed only if it defines at least one of them.
-var cudaProbes = []probeSpec{
-	{Symbol: "cudaMalloc", API: event.APICudaMalloc, Prog: progAlloc},
-	{Symbol: "cudaFree", API: event.APICudaFree, Prog: progFree},
-}
-
-// loaderProbe is the rendezvous function glibc's ld.so calls around every
-// change to the link map (r_debug protocol). A debugger sets its breakpoint
-// there; so do we, to catch a dlopen of the CUDA runtime before its first call.
-var loaderProbe = probeSpec{Symbol: "_dl_debug_state", Prog: progLoader}
 
 // fileKey identifies a file independently of the path it was reached by:
 // uprobes are per inode, so each file is probed once however many processes
@@ -94,6 +61,17 @@ type probedFile struct {
 	candidate
 	BuildID string
 	Targets []target
+}
+
+// cudaSymbols lists the CUDA functions probed in the file (not the loader's).
+func (pf *probedFile) cudaSymbols() []string {
+	var syms []string
+	for _, t := range pf.Targets {
+		if t.Spec.Prog != progLoader {
+			syms = append(syms, t.Spec.Symbol)
+		}
+	}
+	return syms
 }
 
 // scanFile looks for specs' symbols in the ELF file at c.OpenPath. It

@@ -73,6 +73,7 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	if err != nil {
 		return fail(err)
 	}
+	p.fromStart = true
 	if err := s.scan(p); err != nil {
 		return fail(err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package probes
 
 import (
@@ -8,15 +10,19 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 )
 
-// Record kinds and flags sent by bpf/vramprof.bpf.c (enum rec_kind,
-// enum rec_flags). Alloc and free share event.Kind's numbering.
+// Record kinds and flags of bpf/vramprof.bpf.c (enum rec_kind, enum
+// rec_flags, generated into bpf_x86_bpfel.go). Below recLoader, a kind is
+// an event.Kind.
 const (
-	recAlloc  = uint8(event.KindAlloc)
-	recFree   = uint8(event.KindFree)
-	recLoader = uint8(100)
+	recLoader = uint8(bpfRecKindREC_LOADER)
+	recFork   = uint8(bpfRecKindREC_FORK)
 
-	recFlagStopped = uint8(1 << 0)
+	recFlagStopped = uint8(bpfRecFlagsREC_F_STOPPED)
+	recFlagNested  = uint8(bpfRecFlagsREC_F_NESTED)
 )
+
+// lastEventKind is the highest event.Kind the BPF side sends.
+const lastEventKind = event.KindSetDevice
 
 // recordHeaderSize is RECORD_HEADER_SIZE in the BPF contract header; the
 // user stack follows it.
@@ -64,8 +70,11 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	if n > maxFrames || len(b) < recordHeaderSize+8*n {
 		return fmt.Errorf("%w: %d frames in %d bytes", errShortRecord, n, len(b))
 	}
-	if r.kind == recAlloc || r.kind == recFree {
+	if r.kind != 0 && event.Kind(r.kind) <= lastEventKind {
 		r.ev.Kind = event.Kind(r.kind)
+	}
+	if r.flags&recFlagNested != 0 {
+		r.ev.Flags = event.FlagNested
 	}
 	r.frames = r.frames[:0]
 	for i := range n {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -46,6 +47,9 @@ type Options struct {
 	// FlushEvery is how often the sink is flushed (a crash loses at most
 	// this much). Default 1s.
 	FlushEvery time.Duration
+	// All makes every process on the host a target (attach --all): see
+	// AttachAll.
+	All bool
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -65,7 +69,9 @@ type Session struct {
 	objs   bpfObjects
 	reader *ringbuf.Reader
 	att    *attacher
-	sym    *symbolize.Symbolizer
+	// forkLink follows forks of targets (tp_btf/sched_process_fork).
+	forkLink link.Link
+	sym      *symbolize.Symbolizer
 
 	procs      map[uint32]*proc
 	notCUDA    map[fileKey]bool // files scanned and found to hold nothing to probe
@@ -84,6 +90,7 @@ type proc struct {
 	startTime uint64           // /proc/PID/stat field 22: tells a reused PID apart
 	libraries map[fileKey]bool // probed files this process maps, reported once each
 	cuda      bool             // maps at least one probed CUDA library
+	fromStart bool             // traced from its first instruction (run, or forked from a target)
 	exited    bool
 	// forget: exited, but records of it may still wait in the ring buffer,
 	// and they need its maps to symbolize. Dropped once the ring is empty.
@@ -121,6 +128,11 @@ func NewSession(opts Options) (*Session, error) {
 	if err := spec.Variables[bpfVarWakeupBytes].Set(uint64(opts.RingBytes / 8)); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
+	if opts.All {
+		if err := spec.Variables[bpfVarTraceAll].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("set trace_all: %w", err)
+		}
+	}
 	s := &Session{
 		opts:    opts,
 		procs:   make(map[uint32]*proc),
@@ -143,6 +155,13 @@ func NewSession(opts Options) (*Session, error) {
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
 	s.att = newAttacher(&s.objs, 0)
+	// Children of targets are targets: the fork tracepoint adds them in
+	// the kernel before they run.
+	s.forkLink, err = link.AttachTracing(link.TracingOptions{Program: s.objs.Fork})
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("attach fork tracepoint: %w", wrapPerm(err))
+	}
 
 	return s, nil
 }
@@ -159,6 +178,9 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	var errs []error
+	if s.forkLink != nil {
+		errs = append(errs, s.forkLink.Close())
+	}
 	if s.att != nil {
 		errs = append(errs, s.att.Close())
 	}
@@ -222,6 +244,19 @@ func (s *Session) untrack(p *proc) {
 	p.forget = true
 	s.stats.Targets.Add(-1)
 	_ = s.objs.Targets.Delete(p.pid)
+	// Its threads' state passes the BPF filter by itself (see thread_state):
+	// drop it, so a later process that reuses the PID is not traced.
+	var key uint64
+	var th bpfThread
+	var stale []uint64
+	for it := s.objs.Threads.Iterate(); it.Next(&key, &th); {
+		if uint32(key>>32) == p.pid {
+			stale = append(stale, key)
+		}
+	}
+	for _, k := range stale {
+		_ = s.objs.Threads.Delete(k)
+	}
 }
 
 // forgetExited drops the symbolizer's view of processes that exited before
@@ -239,11 +274,8 @@ func (s *Session) forgetExited() {
 // allocation API or the loader rendezvous. It is called at start and after
 // every change the loader announces.
 func (s *Session) scan(p *proc) error {
-	maps, err := symbolize.ReadMaps(int(p.pid))
+	files, err := s.probeFiles(p.pid)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: %d", ErrNoProcess, p.pid)
-		}
 		return err
 	}
 	// The symbolizer learns the new maps now, while the process is alive
@@ -252,45 +284,62 @@ func (s *Session) scan(p *proc) error {
 	if err := s.sym.Prepare(p.pid); err != nil {
 		return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
 	}
-	specs := append(append([]probeSpec{}, cudaProbes...), loaderProbe)
-	for _, c := range candidates(int(p.pid), maps) {
-		if s.notCUDA[c.Key] || p.libraries[c.Key] {
+	for _, f := range files {
+		if p.libraries[f.Key] {
 			continue
 		}
-		pf := s.att.files[c.Key]
-		if pf == nil {
-			pf, err = scanFile(c, specs)
-			if err != nil {
-				// One unreadable file must not stop the others from being
-				// probed; it cannot be probed anyway.
-				s.notCUDA[c.Key] = true
-				continue
-			}
-			if pf == nil {
-				s.notCUDA[c.Key] = true
-				continue
-			}
-			if err := s.att.attach(pf); err != nil {
-				return err
-			}
-		}
-		p.libraries[c.Key] = true
-		var syms []string
-		for _, t := range pf.Targets {
-			if t.Spec.Prog != progLoader {
-				syms = append(syms, t.Spec.Symbol)
-			}
-		}
+		p.libraries[f.Key] = true
+		syms := f.cudaSymbols()
 		if len(syms) == 0 {
 			continue // the loader: not a CUDA library
 		}
 		p.cuda = true
-		lib := &event.Library{PID: p.pid, Path: c.Path, BuildID: pf.BuildID, Symbols: syms}
+		lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms}
 		if err := s.opts.Sink.Write(lib); err != nil {
 			return fmt.Errorf("write library record: %w", err)
 		}
 	}
 	return nil
+}
+
+// probeFiles probes every file pid maps that defines a traced function and
+// is not probed yet, and returns all the probed files it maps (with their
+// paths as pid sees them).
+func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
+	maps, err := symbolize.ReadMaps(int(pid))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %d", ErrNoProcess, pid)
+		}
+		return nil, err
+	}
+	specs := append(append([]probeSpec{}, cudaProbes...), loaderProbe)
+	var out []*probedFile
+	for _, c := range candidates(int(pid), maps) {
+		if s.notCUDA[c.Key] {
+			continue
+		}
+		pf := s.att.files[c.Key]
+		if pf == nil {
+			pf, err = scanFile(c, specs)
+			if err != nil || pf == nil {
+				// Nothing to probe there, or unreadable (then it cannot be
+				// probed either): one file must not stop the others.
+				s.notCUDA[c.Key] = true
+				continue
+			}
+			if err := s.att.attach(pf); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					continue // gone (the process exited): maybe next time
+				}
+				return nil, err
+			}
+		}
+		mapped := *pf
+		mapped.candidate = c // this process's path to it
+		out = append(out, &mapped)
+	}
+	return out, nil
 }
 
 // Run reads records until ctx is done or every traced process has exited,
@@ -392,8 +441,8 @@ func (s *Session) writeLost(final bool) error {
 }
 
 func (s *Session) allExited() bool {
-	if len(s.procs) == 0 {
-		return false
+	if len(s.procs) == 0 || s.opts.All {
+		return false // --all waits for processes yet to come
 	}
 	for _, p := range s.procs {
 		if !p.exited {
@@ -410,13 +459,30 @@ func (s *Session) handle(sample []byte) error {
 		s.decodeErrs++
 		return nil
 	}
-	switch r.kind {
-	case recLoader:
+	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork {
+		// A process not seen before: one that maps a probed copy of the
+		// runtime already (its calls pass the filter), or one whose loader
+		// just mapped something.
+		if err := s.adopt(r.ev.PID); err != nil {
+			return err
+		}
+	}
+	switch {
+	case r.kind == recLoader:
 		return s.loaderChanged(r)
-	case recAlloc, recFree:
-	default:
+	case r.kind == recFork:
+		return s.forked(r)
+	case r.ev.Kind == event.KindInvalid:
 		s.decodeErrs++
 		return nil
+	}
+	if r.ev.Device == event.DeviceUnknown {
+		// A thread that has not chosen a device uses device 0 (CUDA's
+		// default), but that is known only for a process seen from its
+		// start: attached later, it may have chosen before.
+		if p := s.procs[r.ev.PID]; p != nil && p.fromStart {
+			r.ev.Device = 0
+		}
 	}
 	if len(r.frames) > 0 {
 		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller))
@@ -449,6 +515,85 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		return nil // it exited meanwhile: nothing left to probe
 	}
 	return err
+}
+
+// AttachAll traces every process on the host that maps a CUDA library now,
+// and every one that maps one later: the BPF filter passes all processes
+// (Options.All), the loader probe announces new mappings in any process
+// (without stopping it: stopping every process on the host at each dlopen
+// is not ours to do, so a process that loads a copy of the runtime no
+// process had mapped before can make calls before it is probed), and a
+// process is tracked from its first record.
+func (s *Session) AttachAll() error {
+	if !s.opts.All {
+		return errors.New("attach all: the session was not created with Options.All")
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return fmt.Errorf("attach all: %w", err)
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if err := s.adopt(uint32(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adopt probes what pid maps and tracks it if it maps a CUDA library
+// (Options.All). Processes that vanish or cannot be read are skipped.
+func (s *Session) adopt(pid uint32) error {
+	files, err := s.probeFiles(pid)
+	if err != nil {
+		if errors.Is(err, ErrNoProcess) || isPermission(err) {
+			return nil
+		}
+		return err
+	}
+	for _, f := range files {
+		if len(f.cudaSymbols()) > 0 {
+			p, err := s.track(pid, nil)
+			if err != nil {
+				if errors.Is(err, ErrNoProcess) {
+					return nil
+				}
+				return err
+			}
+			return s.scan(p)
+		}
+	}
+	return nil
+}
+
+// forked starts tracking a target's child (the BPF side has already added it
+// to the targets map, so none of its calls were missed).
+func (s *Session) forked(r *rawRecord) error {
+	child, parent := r.ev.PID, uint32(r.ev.Addr)
+	p, err := s.track(child, nil)
+	if errors.Is(err, ErrNoProcess) {
+		return nil // gone already; its records, if any, still count
+	}
+	if err != nil {
+		return err
+	}
+	p.fromStart = true
+	if pp := s.procs[parent]; pp != nil {
+		// Same mappings as the parent until it execs (then the loader
+		// announces the new ones).
+		for k := range pp.libraries {
+			p.libraries[k] = true
+		}
+		p.cuda = pp.cuda
+	}
+	// Learn its maps while it lives: a short-lived worker may be gone
+	// before its stacks are read.
+	_ = s.sym.Prepare(child)
+	return nil
 }
 
 // intern returns the StackID of the raw stack of pid, symbolizing it and

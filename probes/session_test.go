@@ -95,7 +95,7 @@ func TestSessionSeesEveryCall(t *testing.T) {
 		name string
 		env  []string
 		exit int
-		libs int // CUDA runtime copies probed; 1 when zero
+		libs int // CUDA runtime copies probed (plus the driver); 1 when zero
 	}{
 		{name: "steady"},
 		{name: "leak"},
@@ -132,9 +132,15 @@ func TestSessionSeesEveryCall(t *testing.T) {
 			sort.Strings(got)
 			require.NotEmpty(t, want)
 			assert.Equal(t, want, got)
-			// A Library record names each runtime copy probed, once.
-			wantLibs := max(tc.libs, 1)
+			// A Library record names each runtime copy probed, once, and
+			// the driver the runtime loads (libcuda.so.1).
+			wantLibs := max(tc.libs, 1) + 1
 			assert.Len(t, sink.libs, wantLibs, "probed libraries")
+			var names []string
+			for _, l := range sink.libs {
+				names = append(names, filepath.Base(l.Path))
+			}
+			assert.Contains(t, names, "libcuda.so.1")
 
 			// Every allocation's stack starts in the runtime's cudaMalloc and
 			// names the scenario function that called it right after.
@@ -190,6 +196,8 @@ func TestAttachWait(t *testing.T) {
 	var allocs, frees uint64
 	for _, e := range sink.events {
 		switch {
+		case e.Flags&event.FlagNested != 0:
+			// The driver call inside each runtime call: counted once.
 		case e.Kind == event.KindAlloc && e.Ret == 0:
 			allocs++
 		case e.Kind == event.KindFree:

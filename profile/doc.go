@@ -2,7 +2,7 @@
 // `go tool pprof` and every pprof front end.
 //
 // The profile follows Go's heap profiles: one sample per allocation class
-// (stack, pid, device, API, layer, size), six values per sample in this
+// (stack, pid, device, API, layer, space, size), six values per sample in this
 // order (the trace format and tools depend on it):
 //
 //	alloc_objects/count  alloc_space/bytes   every successful allocation
@@ -10,9 +10,23 @@
 //	peak_objects/count   peak_space/bytes    live at the process's peak
 //
 // The default sample type is peak_space: the peak is what runs out of
-// memory. String labels device ("unknown" for an unknown device), pid, api
-// and layer, and the numeric label bytes (the allocation size, unit bytes),
-// keep the profile low-cardinality: never an address. Stacks are leaf first
+// memory. String labels device ("unknown" for an unknown device), pid, api,
+// layer and space, and the numeric label bytes (the allocation size, unit
+// bytes), keep the profile low-cardinality: never an address.
+//
+// The space label says what memory a sample holds: "device" (cudaMalloc,
+// cuMemAlloc...), "physical" (cuMemCreate, by handle) or "host" (pinned host
+// memory: cudaMallocHost, cuMemHostAlloc...). Device and physical samples
+// together are the device memory of report.json's totals; host samples are
+// another space, and their peak_* values are at the process's host peak, so
+// they must not be summed with the others. Leave them out with
+//
+//	go tool pprof -tagignore=space=host profile.pb.gz
+//
+// (or keep only them with -tagfocus=space=host; -tagfocus=space=device keeps
+// allocations but drops physical memory). Calls made inside another traced
+// call (the cuMemAlloc_v2 inside a cudaMalloc) are not samples: each
+// allocation is in the profile once, under the API the program called. Stacks are leaf first
 // and keep the CUDA runtime's own frames (pprof's -hide can drop them). A
 // stack that was not captured becomes the single frame "[no stack]".
 //

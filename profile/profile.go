@@ -42,6 +42,11 @@ const (
 	LabelPID    = "pid"
 	LabelAPI    = "api"
 	LabelLayer  = "layer"
+	// LabelSpace is the memory space: "device", "physical" (cuMemCreate) or
+	// "host" (pinned host memory). Added after DESIGN.md's four labels:
+	// device and physical samples are the device memory; host samples must
+	// be left out of device figures (-tagignore=space=host).
+	LabelSpace = "space"
 	// NumLabelBytes is the allocation size, as in Go heap profiles.
 	NumLabelBytes = "bytes"
 )
@@ -181,6 +186,7 @@ func (b *builder) sample(c *analysis.Class) {
 			LabelPID:    {strconv.FormatUint(uint64(c.PID), 10)},
 			LabelAPI:    {c.API.String()},
 			LabelLayer:  {c.Layer.String()},
+			LabelSpace:  {c.Space.String()},
 		},
 		NumLabel: map[string][]int64{NumLabelBytes: {int64(c.Size)}},
 		NumUnit:  map[string][]string{NumLabelBytes: {"bytes"}},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -183,4 +184,61 @@ func TestPprofTop(t *testing.T) {
 func TestBuildNil(t *testing.T) {
 	_, err := Build(nil)
 	assert.ErrorIs(t, err, ErrNilResult)
+}
+
+// mustSpacesResult analyses pid 9 with the three memory spaces: 3 MiB of
+// device memory at alloc_dev (its nested cuMemAlloc_v2 too), 5 MiB of
+// physical memory at create_phys, 7 MiB of pinned host memory at pin_host,
+// all live at the end.
+func mustSpacesResult(tb testing.TB) *analysis.Result {
+	tb.Helper()
+	recs := []event.Record{&event.Header{Version: 1, Mode: "run", PID: 9}}
+	for i, fn := range []string{"alloc_dev", "create_phys", "pin_host"} {
+		recs = append(recs, &event.Stack{ID: event.StackID(i + 1), PID: 9,
+			Frames: []event.Frame{{Function: fn, File: "m.py", Line: int64(i + 1)}}})
+	}
+	ev := func(t uint64, k event.Kind, api event.API, addr, size uint64, st event.StackID, fl event.Flags) *event.Event {
+		return &event.Event{Time: t, Kind: k, API: api, Addr: addr, Size: size, Stack: st, PID: 9,
+			Layer: event.LayerSegment, Flags: fl}
+	}
+	recs = append(recs,
+		ev(1, event.KindAlloc, event.APICudaMalloc, 0xa, 3*MiB, 1, 0),
+		ev(2, event.KindAlloc, event.APICuMemAlloc, 0xa, 3*MiB, 1, event.FlagNested),
+		ev(3, event.KindCreate, event.APICuMemCreate, 0xa, 5*MiB, 2, 0),
+		ev(4, event.KindHostAlloc, event.APICudaMallocHost, 0xa, 7*MiB, 3, 0),
+		&event.End{Time: 10, Reason: "exited"})
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		require.NoError(tb, a.Add(r))
+	}
+	return a.Finish()
+}
+
+func TestSpaceLabel(t *testing.T) {
+	res := mustSpacesResult(t)
+	p, err := Build(res)
+	require.NoError(t, err)
+	got := map[string][]string{}
+	for _, s := range p.Sample {
+		fn := s.Location[0].Line[0].Function.Name
+		got[fn] = []string{s.Label["space"][0], s.Label["api"][0], strconv.FormatInt(s.Value[InuseSpace], 10)}
+	}
+	assert.Equal(t, map[string][]string{
+		"alloc_dev":   {"device", "cudaMalloc", strconv.FormatUint(3*MiB, 10)},
+		"create_phys": {"physical", "cuMemCreate", strconv.FormatUint(5*MiB, 10)},
+		"pin_host":    {"host", "cudaMallocHost", strconv.FormatUint(7*MiB, 10)},
+	}, got, "one sample per counted call: the nested driver call is not one")
+	// Device and physical samples are report.json's totals.
+	assert.Equal(t, 8*MiB, res.Totals.LiveBytesAtEnd)
+	assert.Equal(t, 7*MiB, res.Host.LiveBytesAtEnd)
+
+	if testing.Short() {
+		t.Skip("runs go tool pprof")
+	}
+	path := mustWrite(t, res)
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-symbolize=none", "-sample_index=inuse_space",
+		"-tagignore=space=host", path).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "Showing nodes accounting for 8MB", "%s", out)
+	assert.NotContains(t, string(out), "pin_host")
 }

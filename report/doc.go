@@ -4,7 +4,17 @@
 //
 // report.json keeps every field DESIGN.md promises and adds more (run facts,
 // timelines, stacks at the peak and at the end, libraries); fields are only
-// ever added. "blocks" is absent unless the block layer was traced. Device
+// ever added. "blocks" is absent unless the block layer was traced.
+//
+// "totals", "devices" and each process's figures are device memory counted
+// once: allocations plus physical memory (cuMemCreate), never a nested driver
+// call again and never pinned host memory. "books" ({"runtime", "driver"},
+// top level and per process, always present) are the per-API ledgers, every
+// call nested or not, shown side by side and never summed. "host" (always
+// present, zeros when none) is pinned host memory. "vmm" (absent when no VMM
+// call was traced) has the reserved, physical and mapped bytes, at the peak
+// and at the end, per device. Each process carries its "ppid" (0 when
+// unknown) and each timeline its "space" ("device" or "host"). Device
 // indexes stay integers with -1 for the unknown device, and every device
 // also carries a "name" ("0", "1", "unknown"). capacity_bytes is null while
 // the device's size is unknown. Times ending in _ns count from the start of

@@ -18,9 +18,19 @@ const Schema = "vramprof/report/v1"
 // nanoseconds since the run's start (never absolute clock values, which mean
 // nothing outside the traced machine).
 type JSON struct {
-	Schema    string        `json:"schema"`
-	Totals    JSONTotals    `json:"totals"`
-	Blocks    *JSONBlocks   `json:"blocks,omitempty"` // absent when no block layer was traced
+	Schema string      `json:"schema"`
+	Totals JSONTotals  `json:"totals"`
+	Blocks *JSONBlocks `json:"blocks,omitempty"` // absent when no block layer was traced
+	// Books are the runtime's and the driver's ledgers side by side: never
+	// summed (a cudaMalloc and its nested cuMemAlloc_v2 are one allocation
+	// in each, one in totals).
+	Books JSONBooks `json:"books"`
+	// Host is pinned host memory: always present, zeros when none; never
+	// part of totals or devices.
+	Host JSONHost `json:"host"`
+	// VMM is the virtual memory API's figures; absent when no VMM call was
+	// traced.
+	VMM       *JSONVMM      `json:"vmm,omitempty"`
 	Devices   []JSONDevice  `json:"devices"`
 	Processes []JSONProcess `json:"processes"`
 	Findings  []JSONFinding `json:"findings"`
@@ -62,6 +72,71 @@ type JSONTotals struct {
 	IgnoredEvents uint64 `json:"ignored_events"`
 }
 
+// JSONBooks is the two per-API ledgers of device memory.
+type JSONBooks struct {
+	Runtime JSONBook `json:"runtime"`
+	Driver  JSONBook `json:"driver"`
+}
+
+// JSONBook is one API family's ledger: every call of its APIs, nested or
+// not (see analysis.Book).
+type JSONBook struct {
+	Allocations       uint64 `json:"allocations"`
+	Frees             uint64 `json:"frees"`
+	FailedAllocations uint64 `json:"failed_allocations"`
+	AllocatedBytes    uint64 `json:"allocated_bytes"`
+	LiveBytesAtEnd    uint64 `json:"live_bytes_at_end"`
+	PeakBytes         uint64 `json:"peak_bytes"`
+	FailedFrees       uint64 `json:"failed_frees"`
+	UnknownFrees      uint64 `json:"unknown_frees"`
+	PeakTimeNs        uint64 `json:"peak_time_ns"`
+}
+
+// JSONHost is pinned host memory, counted once (nested calls left out).
+type JSONHost struct {
+	Allocations          uint64 `json:"allocations"`
+	Frees                uint64 `json:"frees"`
+	FailedAllocations    uint64 `json:"failed_allocations"`
+	AllocatedBytes       uint64 `json:"allocated_bytes"`
+	PeakBytes            uint64 `json:"peak_bytes"`
+	LiveBytesAtEnd       uint64 `json:"live_bytes_at_end"`
+	UnknownFrees         uint64 `json:"unknown_frees"`
+	PeakTimeNs           uint64 `json:"peak_time_ns"`
+	LiveAllocationsAtEnd uint64 `json:"live_allocations_at_end"`
+}
+
+// JSONVMM is the virtual memory API's figures: reserved address space (not
+// usage), physical memory (usage, also in totals) and mapped ranges.
+type JSONVMM struct {
+	Reserves     uint64 `json:"reserves"`
+	Unreserves   uint64 `json:"unreserves"`
+	Creates      uint64 `json:"creates"`
+	Releases     uint64 `json:"releases"`
+	Maps         uint64 `json:"maps"`
+	Unmaps       uint64 `json:"unmaps"`
+	FailedCalls  uint64 `json:"failed_calls"`
+	UnknownCalls uint64 `json:"unknown_calls"`
+	JSONVMMBytes
+	Devices []JSONVMMDevice `json:"devices"`
+}
+
+// JSONVMMBytes are the VMM byte figures of one scope.
+type JSONVMMBytes struct {
+	ReservedPeakBytes  uint64 `json:"reserved_peak_bytes"`
+	ReservedBytesAtEnd uint64 `json:"reserved_bytes_at_end"`
+	PhysicalPeakBytes  uint64 `json:"physical_peak_bytes"`
+	PhysicalBytesAtEnd uint64 `json:"physical_bytes_at_end"`
+	MappedPeakBytes    uint64 `json:"mapped_peak_bytes"`
+	MappedBytesAtEnd   uint64 `json:"mapped_bytes_at_end"`
+}
+
+// JSONVMMDevice is the VMM byte figures on one device.
+type JSONVMMDevice struct {
+	Index int32  `json:"index"`
+	Name  string `json:"name"`
+	JSONVMMBytes
+}
+
 // JSONBlocks is report.json's "blocks": the framework allocator's layer.
 type JSONBlocks struct {
 	Allocations        uint64 `json:"allocations"`
@@ -101,15 +176,16 @@ type JSONProcess struct {
 	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
 
 	// Argv is the command line as recorded; Exe the executable's path.
-	Argv              []string `json:"argv"`
-	Exe               string   `json:"exe,omitempty"`
-	PPID              uint32   `json:"ppid,omitempty"`
-	PeakTimeNs        uint64   `json:"peak_time_ns"`
-	Allocations       uint64   `json:"allocations"`
-	Frees             uint64   `json:"frees"`
-	FailedAllocations uint64   `json:"failed_allocations"`
-	UnknownFrees      uint64   `json:"unknown_frees"`
-	AllocatedBytes    uint64   `json:"allocated_bytes"`
+	Argv []string `json:"argv"`
+	Exe  string   `json:"exe,omitempty"`
+	// PPID is the parent's pid (a forked worker's parent); 0 when unknown.
+	PPID              uint32 `json:"ppid"`
+	PeakTimeNs        uint64 `json:"peak_time_ns"`
+	Allocations       uint64 `json:"allocations"`
+	Frees             uint64 `json:"frees"`
+	FailedAllocations uint64 `json:"failed_allocations"`
+	UnknownFrees      uint64 `json:"unknown_frees"`
+	AllocatedBytes    uint64 `json:"allocated_bytes"`
 	// PeakEvent is the allocation that set the peak; absent when nothing
 	// was ever live.
 	PeakEvent *JSONAllocation `json:"peak_event,omitempty"`
@@ -123,6 +199,10 @@ type JSONProcess struct {
 	FirstFailure *JSONFailure `json:"first_failure,omitempty"`
 	// Devices is the process's use of each device, by index.
 	Devices []JSONProcDevices `json:"devices"`
+	// Books, Host and VMM are the process's, as the top-level ones.
+	Books JSONBooks `json:"books"`
+	Host  JSONHost  `json:"host"`
+	VMM   *JSONVMM  `json:"vmm,omitempty"`
 }
 
 // JSONProcDevices is one process's use of one device.
@@ -214,6 +294,11 @@ type JSONRun struct {
 	ExitCode     int    `json:"exit_code"`
 	// Events counts the traced calls in the stream.
 	Events uint64 `json:"events"`
+	// NestedEvents counts the calls made inside another traced call: in
+	// the books only.
+	NestedEvents uint64 `json:"nested_events"`
+	// DeviceSwitches counts cudaSetDevice/cuCtxSetCurrent calls.
+	DeviceSwitches uint64 `json:"device_switches"`
 }
 
 // JSONLibrary is a probed library.
@@ -225,10 +310,13 @@ type JSONLibrary struct {
 }
 
 // JSONTimeline is live bytes over time; each point is [time_ns, bytes].
+// Space is "device" (device and physical memory) or "host" (pinned host
+// memory).
 type JSONTimeline struct {
 	PID    uint32      `json:"pid"`
 	Device string      `json:"device"`
 	Layer  string      `json:"layer"`
+	Space  string      `json:"space"`
 	Points [][2]uint64 `json:"points"`
 }
 
@@ -246,6 +334,9 @@ func NewJSON(res *analysis.Result) *JSON {
 			ZeroSizeAllocations: t.ZeroSizeAllocations, ReplacedAllocations: t.ReplacedAllocations,
 			FailedFrees: t.FailedFrees, IgnoredEvents: t.IgnoredEvents,
 		},
+		Books:     jsonBooks(res, res.Books),
+		Host:      jsonHost(res, res.Host),
+		VMM:       jsonVMM(res.VMM),
 		Devices:   []JSONDevice{},
 		Processes: []JSONProcess{},
 		Findings:  []JSONFinding{},
@@ -287,7 +378,7 @@ func NewJSON(res *analysis.Result) *JSON {
 	run := res.Run
 	j.Run = JSONRun{Tool: run.Tool, Mode: run.Mode, Command: nonNil(run.Command), PID: run.PID, Host: run.Host,
 		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
-		Events: run.Events}
+		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}
@@ -296,7 +387,7 @@ func NewJSON(res *analysis.Result) *JSON {
 	}
 	for _, tl := range res.Timelines {
 		jt := JSONTimeline{PID: tl.PID, Device: analysis.DeviceName(tl.Device), Layer: tl.Layer.String(),
-			Points: make([][2]uint64, 0, len(tl.Points))}
+			Space: tl.Space.String(), Points: make([][2]uint64, 0, len(tl.Points))}
 		for _, p := range tl.Points {
 			jt.Points = append(jt.Points, [2]uint64{res.Rel(p.Time), p.Bytes})
 		}
@@ -316,6 +407,9 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		LiveAtEndStacks: jsonStacks(res, p.LiveAtEnd),
 		FailedStacks:    jsonStacks(res, p.Failed),
 		Devices:         []JSONProcDevices{},
+		Books:           jsonBooks(res, p.Books),
+		Host:            jsonHost(res, p.Host),
+		VMM:             jsonVMM(p.VMM),
 	}
 	if e := p.PeakEvent; e != nil {
 		a := jsonAllocation(res, e)
@@ -331,6 +425,40 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 			PeakBytes: d.PeakBytes, PeakTimeNs: res.Rel(d.PeakTime), LiveBytesAtEnd: d.LiveBytesAtEnd})
 	}
 	return jp
+}
+
+func jsonBooks(res *analysis.Result, b analysis.Books) JSONBooks {
+	one := func(b analysis.Book) JSONBook {
+		return JSONBook{Allocations: b.Allocations, Frees: b.Frees, FailedAllocations: b.FailedAllocations,
+			AllocatedBytes: b.AllocatedBytes, LiveBytesAtEnd: b.LiveBytesAtEnd, PeakBytes: b.PeakBytes,
+			FailedFrees: b.FailedFrees, UnknownFrees: b.UnknownFrees, PeakTimeNs: res.Rel(b.PeakTime)}
+	}
+	return JSONBooks{Runtime: one(b.Runtime), Driver: one(b.Driver)}
+}
+
+func jsonHost(res *analysis.Result, t analysis.Totals) JSONHost {
+	return JSONHost{Allocations: t.Allocations, Frees: t.Frees, FailedAllocations: t.FailedAllocations,
+		AllocatedBytes: t.AllocatedBytes, PeakBytes: t.PeakBytes, LiveBytesAtEnd: t.LiveBytesAtEnd,
+		UnknownFrees: t.UnknownFrees, PeakTimeNs: res.Rel(t.PeakTime), LiveAllocationsAtEnd: t.LiveAllocationsAtEnd}
+}
+
+func jsonVMM(v *analysis.VMM) *JSONVMM {
+	if v == nil {
+		return nil
+	}
+	bytes := func(b analysis.VMMBytes) JSONVMMBytes {
+		return JSONVMMBytes{ReservedPeakBytes: b.ReservedPeakBytes, ReservedBytesAtEnd: b.ReservedBytesAtEnd,
+			PhysicalPeakBytes: b.PhysicalPeakBytes, PhysicalBytesAtEnd: b.PhysicalBytesAtEnd,
+			MappedPeakBytes: b.MappedPeakBytes, MappedBytesAtEnd: b.MappedBytesAtEnd}
+	}
+	j := &JSONVMM{Reserves: v.Reserves, Unreserves: v.Unreserves, Creates: v.Creates, Releases: v.Releases,
+		Maps: v.Maps, Unmaps: v.Unmaps, FailedCalls: v.FailedCalls, UnknownCalls: v.UnknownCalls,
+		JSONVMMBytes: bytes(v.VMMBytes), Devices: []JSONVMMDevice{}}
+	for _, d := range v.Devices {
+		j.Devices = append(j.Devices, JSONVMMDevice{Index: d.Index, Name: analysis.DeviceName(d.Index),
+			JSONVMMBytes: bytes(d.VMMBytes)})
+	}
+	return j
 }
 
 func jsonAllocation(res *analysis.Result, a *analysis.Allocation) JSONAllocation {

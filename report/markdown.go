@@ -13,7 +13,9 @@ import (
 // to cover most of a peak, few enough to read.
 const mdTopStacks = 10
 
-// WriteMarkdown writes report.md for res: summary table, peak with its top
+// WriteMarkdown writes report.md for res: summary table (pinned host memory
+// on its own row), the runtime and driver books side by side (when both saw
+// calls), the VMM figures (when any), devices, processes, peak with its top
 // stacks, live at end, findings with remediation, failed allocations, lost
 // events (always, even 0) and the libraries probed.
 func WriteMarkdown(w io.Writer, res *analysis.Result) error {
@@ -42,7 +44,50 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	p("| null frees | %d | |\n", t.NullFrees)
 	p("| zero-size allocations | %d | |\n", t.ZeroSizeAllocations)
 	p("| replaced allocations | %d | a free was missed |\n", t.ReplacedAllocations)
+	if h := res.Host; h.Allocations == 0 && h.FailedAllocations == 0 && h.UnknownFrees == 0 {
+		p("| pinned host memory, peak | 0 | none traced |\n")
+	} else {
+		p("| pinned host memory, peak | %d | %s; %d bytes live at end in %d allocations; %d allocated in %d allocations; not device memory |\n",
+			h.PeakBytes, analysis.FormatBytes(h.PeakBytes), h.LiveBytesAtEnd, h.LiveAllocationsAtEnd, h.AllocatedBytes, h.Allocations)
+	}
 	p("| lost events | %d | |\n\n", res.LostEvents)
+
+	// The two books side by side, when both saw calls: they overlap, since a
+	// runtime call's nested driver call is in the driver's book.
+	if b := res.Books; b.Runtime.Calls() > 0 && b.Driver.Calls() > 0 {
+		p("## API books\n\n")
+		p("Every call of each API, nested or not: a cudaMalloc and the cuMemAlloc_v2 inside it are one allocation in each book and one in the totals. The books are never summed.\n\n")
+		p("| | runtime (libcudart) | driver (libcuda) |\n| --- | ---: | ---: |\n")
+		row := func(name string, f func(b analysis.Book) uint64) {
+			p("| %s | %d | %d |\n", name, f(b.Runtime), f(b.Driver))
+		}
+		row("allocations", func(b analysis.Book) uint64 { return b.Allocations })
+		row("frees", func(b analysis.Book) uint64 { return b.Frees })
+		row("failed allocations", func(b analysis.Book) uint64 { return b.FailedAllocations })
+		row("failed frees", func(b analysis.Book) uint64 { return b.FailedFrees })
+		row("unknown frees", func(b analysis.Book) uint64 { return b.UnknownFrees })
+		row("allocated bytes", func(b analysis.Book) uint64 { return b.AllocatedBytes })
+		row("peak bytes", func(b analysis.Book) uint64 { return b.PeakBytes })
+		row("live at end", func(b analysis.Book) uint64 { return b.LiveBytesAtEnd })
+		p("\n")
+	}
+
+	if v := res.VMM; v != nil {
+		p("## Virtual memory (VMM)\n\n")
+		p("%d reserves, %d unreserves, %d creates, %d releases, %d maps, %d unmaps; %d failed calls, %d calls on a handle or range not seen before (created before attach). Reserved address space is not usage; physical memory is, and is in the figures above.\n\n",
+			v.Reserves, v.Unreserves, v.Creates, v.Releases, v.Maps, v.Unmaps, v.FailedCalls, v.UnknownCalls)
+		p("| device | reserved peak | reserved at end | physical peak | physical at end | mapped peak | mapped at end |\n")
+		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		vrow := func(name string, b analysis.VMMBytes) {
+			p("| %s | %d | %d | %d | %d | %d | %d |\n", name, b.ReservedPeakBytes, b.ReservedBytesAtEnd,
+				b.PhysicalPeakBytes, b.PhysicalBytesAtEnd, b.MappedPeakBytes, b.MappedBytesAtEnd)
+		}
+		for _, d := range v.Devices {
+			vrow(analysis.DeviceName(d.Index), d.VMMBytes)
+		}
+		vrow("all", v.VMMBytes)
+		p("\n")
+	}
 
 	if len(res.Devices) > 0 {
 		p("## Devices\n\n| device | peak bytes | | live at end | capacity |\n| --- | ---: | --- | ---: | ---: |\n")
@@ -58,10 +103,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	}
 
 	if len(res.Processes) > 0 {
-		p("## Processes\n\n| pid | command | peak bytes | live at end | allocations | failed |\n| ---: | --- | ---: | ---: | ---: | ---: |\n")
+		p("## Processes\n\n| pid | command | peak bytes | live at end | allocations | failed | parent | pinned host peak |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, pr := range res.Processes {
-			p("| %d | %s | %d | %d | %d | %d |\n", pr.PID, cell(strings.Join(pr.Command, " ")),
-				pr.Totals.PeakBytes, pr.Totals.LiveBytesAtEnd, pr.Totals.Allocations, pr.Totals.FailedAllocations)
+			p("| %d | %s | %d | %d | %d | %d | %d | %d |\n", pr.PID, cell(strings.Join(pr.Command, " ")),
+				pr.Totals.PeakBytes, pr.Totals.LiveBytesAtEnd, pr.Totals.Allocations, pr.Totals.FailedAllocations,
+				pr.PPID, pr.Host.PeakBytes)
 		}
 		p("\n")
 	}

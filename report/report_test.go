@@ -96,6 +96,80 @@ func cutRecords() []event.Record {
 	}
 }
 
+// mixedRecords is a 10 s run of pid 200 (python fork.py), which forked pid
+// 201, with every kind of call the probes emit. Runtime calls arrive after
+// the driver call nested inside them (the inner call returns first).
+//
+//	pid 200, device 1 (set at 0.5 s):
+//	  1 s    cudaMalloc 1 GiB at alloc_params (cuMemAlloc_v2 nested)
+//	  2 s    cudaMallocHost 256 MiB at pin_batch (cuMemHostAlloc nested)
+//	  3 s    reserve 4 GiB; create h1 512 MiB, map it; create h2 512 MiB, map it
+//	  5 s    unmap h1's range, release h1
+//	pid 201, device 0:
+//	  4 s    cuMemAlloc_v2 128 MiB called directly (not nested)
+//	  4.5 s  cudaMalloc 64 MiB (nested)
+//	  6 s    cuMemFree_v2 of the 128 MiB, directly
+//	  7 s    cudaFree of 0xdead failing with 1 (nested failing too), from a
+//	         thread whose device is unknown
+//
+// Device totals: 1 GiB + 1 GiB physical + 128 + 64 MiB at 4.5 s (the peak);
+// 1 GiB + 512 MiB + 64 MiB at the end.
+func mixedRecords() []event.Record {
+	at := func(t uint64) uint64 { return 1000*sec + t }
+	recs := []event.Record{
+		&event.Header{Version: 1, Tool: "vramprof 0.1.0", Mode: "run", Command: []string{"python", "fork.py"},
+			PID: 200, Start: 1000 * sec, Host: "gpu-2"},
+		&event.Process{PID: 200, Command: []string{"python", "fork.py"}, Time: 1000 * sec},
+		&event.Process{PID: 201, PPID: 200, Command: []string{"python", "fork.py"}, Time: at(sec)},
+		&event.Library{PID: 200, Path: "/usr/lib/libcudart.so.12", Symbols: []string{"cudaFree", "cudaMalloc", "cudaMallocHost"}},
+		&event.Library{PID: 200, Path: "/usr/lib/libcuda.so.1", Symbols: []string{"cuMemAlloc_v2", "cuMemCreate", "cuMemFree_v2"}},
+	}
+	for i, fn := range []string{"alloc_params", "pin_batch", "grow_segment", "worker_alloc"} {
+		recs = append(recs, &event.Stack{ID: event.StackID(i + 1), PID: 200,
+			Frames: []event.Frame{{Function: fn, File: "fork.py", Line: int64(10 * (i + 1))}}})
+	}
+	ev := func(e event.Event) *event.Event {
+		if e.PID == 0 {
+			e.PID = 200
+		}
+		e.Layer = event.LayerSegment
+		return &e
+	}
+	// nested emits the driver call (nested), then the runtime call.
+	nested := func(e event.Event, drv event.API) []event.Record {
+		n := e
+		n.API, n.Flags = drv, event.FlagNested
+		return []event.Record{ev(n), ev(e)}
+	}
+	const va = 0x7000000000
+	recs = append(recs, ev(event.Event{Time: at(sec / 2), Device: 1, Kind: event.KindSetDevice, API: event.APICudaSetDevice}))
+	recs = append(recs, nested(event.Event{Time: at(sec), Device: 1, Kind: event.KindAlloc, API: event.APICudaMalloc,
+		Addr: 0x10000000, Size: GiB, Stack: 1}, event.APICuMemAlloc)...)
+	recs = append(recs, nested(event.Event{Time: at(2 * sec), Device: 1, Kind: event.KindHostAlloc, API: event.APICudaMallocHost,
+		Addr: 0x90000000, Size: 256 * MiB, Stack: 2}, event.APICuMemHostAlloc)...)
+	vmm := func(t uint64, k event.Kind, api event.API, addr, size, handle uint64) *event.Event {
+		return ev(event.Event{Time: at(t), Device: 1, Kind: k, API: api, Addr: addr, Size: size, Stream: handle, Stack: 3})
+	}
+	recs = append(recs,
+		vmm(3*sec, event.KindReserve, event.APICuMemAddressReserve, va, 4*GiB, 0),
+		vmm(3*sec+1, event.KindCreate, event.APICuMemCreate, 0x1, 512*MiB, 0),
+		vmm(3*sec+2, event.KindMap, event.APICuMemMap, va, 512*MiB, 0x1),
+		vmm(3*sec+3, event.KindCreate, event.APICuMemCreate, 0x2, 512*MiB, 0),
+		vmm(3*sec+4, event.KindMap, event.APICuMemMap, va+512*MiB, 512*MiB, 0x2),
+		ev(event.Event{Time: at(4 * sec), PID: 201, Kind: event.KindAlloc, API: event.APICuMemAlloc,
+			Addr: 0x20000000, Size: 128 * MiB, Stack: 4}))
+	recs = append(recs, nested(event.Event{Time: at(4*sec + sec/2), PID: 201, Kind: event.KindAlloc, API: event.APICudaMalloc,
+		Addr: 0x30000000, Size: 64 * MiB, Stack: 4}, event.APICuMemAlloc)...)
+	recs = append(recs,
+		vmm(5*sec, event.KindUnmap, event.APICuMemUnmap, va, 512*MiB, 0),
+		vmm(5*sec+1, event.KindRelease, event.APICuMemRelease, 0x1, 0, 0),
+		ev(event.Event{Time: at(6 * sec), PID: 201, Kind: event.KindFree, API: event.APICuMemFree, Addr: 0x20000000}))
+	recs = append(recs, nested(event.Event{Time: at(7 * sec), PID: 201, TID: 202, Device: event.DeviceUnknown,
+		Kind: event.KindFree, API: event.APICudaFree, Addr: 0xdead, Ret: 1}, event.APICuMemFree)...)
+	recs = append(recs, &event.End{Time: at(10 * sec), Reason: "exited"})
+	return recs
+}
+
 func mustResult(tb testing.TB, recs []event.Record) *analysis.Result {
 	tb.Helper()
 	a := analysis.New(analysis.Options{TimelinePoints: 8})
@@ -105,7 +179,7 @@ func mustResult(tb testing.TB, recs []event.Record) *analysis.Result {
 	return a.Finish()
 }
 
-var scenarios = map[string]func() []event.Record{"train": trainRecords, "cut": cutRecords}
+var scenarios = map[string]func() []event.Record{"train": trainRecords, "cut": cutRecords, "mixed": mixedRecords}
 
 var formats = map[string]func(io.Writer, *analysis.Result) error{
 	"json": WriteJSON, "md": WriteMarkdown, "txt": WriteSummary,
@@ -196,6 +270,69 @@ func TestJSONSchema(t *testing.T) {
 	assert.Equal(t, false, cut["run"].(map[string]any)["ended_cleanly"])
 }
 
+func TestJSONBooksHostVMM(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, WriteJSON(&buf, mustResult(t, mixedRecords())))
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+	num := func(v any, k string) float64 { return v.(map[string]any)[k].(float64) }
+	// Numbers from mixedRecords' comment.
+	totals := m["totals"]
+	assert.Equal(t, float64(5), num(totals, "allocations"), "2 cudaMalloc + 2 cuMemCreate + 1 direct cuMemAlloc_v2")
+	assert.Equal(t, float64(2), num(totals, "frees"), "h1 and the direct cuMemFree_v2")
+	assert.Equal(t, float64(1), num(totals, "failed_frees"))
+	assert.Equal(t, float64(GiB+GiB+128*MiB+64*MiB), num(totals, "peak_bytes"))
+	assert.Equal(t, float64(GiB+512*MiB+64*MiB), num(totals, "live_bytes_at_end"), "host memory is not in totals")
+
+	books := m["books"]
+	rt, drv := books.(map[string]any)["runtime"], books.(map[string]any)["driver"]
+	assert.Equal(t, float64(2), num(rt, "allocations"))
+	assert.Equal(t, float64(GiB+64*MiB), num(rt, "allocated_bytes"))
+	assert.Equal(t, float64(1), num(rt, "failed_frees"))
+	assert.Equal(t, float64(5), num(drv, "allocations"), "2 nested + 1 direct + 2 cuMemCreate")
+	assert.Equal(t, float64(2), num(drv, "frees"))
+	assert.Equal(t, float64(GiB+128*MiB+64*MiB+GiB), num(drv, "allocated_bytes"))
+
+	host := m["host"]
+	assert.Equal(t, float64(1), num(host, "allocations"), "cudaMallocHost once, its cuMemHostAlloc not again")
+	assert.Equal(t, float64(256*MiB), num(host, "peak_bytes"))
+	assert.Equal(t, float64(256*MiB), num(host, "live_bytes_at_end"))
+
+	vmm := m["vmm"]
+	for k, v := range map[string]float64{"reserves": 1, "creates": 2, "maps": 2, "unmaps": 1, "releases": 1,
+		"unreserves": 0, "reserved_peak_bytes": float64(4 * GiB), "reserved_bytes_at_end": float64(4 * GiB),
+		"physical_peak_bytes": float64(GiB), "physical_bytes_at_end": float64(512 * MiB),
+		"mapped_peak_bytes": float64(GiB), "mapped_bytes_at_end": float64(512 * MiB)} {
+		assert.Equal(t, v, num(vmm, k), k)
+	}
+
+	// Devices: unknown (an event carried it), 0 (pid 201), 1 (pid 200).
+	var devs []string
+	for _, d := range m["devices"].([]any) {
+		devs = append(devs, d.(map[string]any)["name"].(string))
+	}
+	assert.Equal(t, []string{"unknown", "0", "1"}, devs)
+
+	procs := m["processes"].([]any)
+	require.Len(t, procs, 2)
+	assert.Equal(t, float64(0), num(procs[0], "ppid"))
+	assert.Equal(t, float64(200), num(procs[1], "ppid"))
+	assert.Contains(t, procs[0], "vmm")
+	assert.NotContains(t, procs[1], "vmm", "pid 201 made no VMM call")
+	assert.Equal(t, float64(256*MiB), num(procs[0].(map[string]any)["host"], "peak_bytes"))
+	assert.Equal(t, float64(2), num(procs[1].(map[string]any)["books"].(map[string]any)["driver"], "allocations"), "1 direct + 1 nested")
+
+	assert.NotContains(t, decodeTrain(t), "vmm", "no VMM call, no vmm")
+}
+
+func decodeTrain(t *testing.T) map[string]any {
+	var buf bytes.Buffer
+	require.NoError(t, WriteJSON(&buf, mustResult(t, trainRecords())))
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+	return m
+}
+
 func TestLostEventsAlwaysShown(t *testing.T) {
 	res := mustResult(t, cutRecords())
 	var md, txt bytes.Buffer
@@ -206,11 +343,29 @@ func TestLostEventsAlwaysShown(t *testing.T) {
 }
 
 func TestSummaryLength(t *testing.T) {
+	for name, recs := range scenarios {
+		if name == "cut" {
+			continue // nothing to say: shorter
+		}
+		var buf bytes.Buffer
+		require.NoError(t, WriteSummary(&buf, mustResult(t, recs())))
+		n := strings.Count(buf.String(), "\n")
+		assert.GreaterOrEqual(t, n, 10, name)
+		assert.LessOrEqual(t, n, 20, name)
+	}
+}
+
+func TestSummaryBooksHostVMM(t *testing.T) {
 	var buf bytes.Buffer
+	require.NoError(t, WriteSummary(&buf, mustResult(t, mixedRecords())))
+	out := buf.String()
+	assert.Contains(t, out, "books:              runtime: 2 allocations, 1140850688 bytes (1.06 GiB) | driver: 5 allocations, 2348810240 bytes (2.19 GiB)\n")
+	assert.Contains(t, out, "pinned host:        peak 268435456 bytes (256.00 MiB)")
+	assert.Contains(t, out, "vmm:                reserved peak 4294967296 (4.00 GiB, 4294967296 at end), physical peak 1073741824")
+	buf.Reset()
 	require.NoError(t, WriteSummary(&buf, mustResult(t, trainRecords())))
-	n := strings.Count(buf.String(), "\n")
-	assert.GreaterOrEqual(t, n, 10)
-	assert.LessOrEqual(t, n, 20)
+	assert.NotContains(t, buf.String(), "books:", "one book only: nothing to compare")
+	assert.NotContains(t, buf.String(), "vmm:")
 }
 
 func TestNilResult(t *testing.T) {

@@ -13,8 +13,10 @@ import (
 const summaryStacks = 3
 
 // WriteSummary writes the terminal summary of res: about 10 to 20 lines with
-// the peak, what was live at the end, the top stacks at the peak, leak
-// candidates, failed allocations and lost events.
+// the peak, what was live at the end, pinned host memory, the runtime and
+// driver books side by side (when both saw calls), the VMM figures (when
+// any), the top stacks at the peak, leak candidates, failed allocations and
+// lost events.
 func WriteSummary(w io.Writer, res *analysis.Result) error {
 	if res == nil {
 		return ErrNilResult
@@ -29,6 +31,13 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
 	p("allocated:          %d bytes (%s) in %d allocations, %d frees\n", t.AllocatedBytes,
 		analysis.FormatBytes(t.AllocatedBytes), t.Allocations, t.Frees)
+	p("pinned host:        %s\n", hostLine(res.Host))
+	if b := res.Books; b.Runtime.Calls() > 0 && b.Driver.Calls() > 0 {
+		p("books:              %s\n", booksLine(b))
+	}
+	if v := res.VMM; v != nil {
+		p("vmm:                %s\n", vmmLine(v))
+	}
 
 	// The stacks of the process with the highest peak; others get one line.
 	var top *analysis.Process
@@ -90,6 +99,35 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	}
 	p("lost events:        %s\n", lost)
 	return bw.Flush()
+}
+
+// hostLine sums up pinned host memory, which is never in device figures.
+func hostLine(h analysis.Totals) string {
+	if h.Allocations == 0 && h.FailedAllocations == 0 && h.UnknownFrees == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("peak %d bytes (%s), %d bytes live at end in %d allocations, %d allocated in %d allocations (not device memory)",
+		h.PeakBytes, analysis.FormatBytes(h.PeakBytes), h.LiveBytesAtEnd, h.LiveAllocationsAtEnd,
+		h.AllocatedBytes, h.Allocations)
+}
+
+// booksLine shows the runtime's and the driver's ledgers side by side; they
+// overlap (nested calls) and are never summed.
+func booksLine(b analysis.Books) string {
+	one := func(name string, b analysis.Book) string {
+		return fmt.Sprintf("%s: %d allocations, %d bytes (%s)", name, b.Allocations, b.AllocatedBytes,
+			analysis.FormatBytes(b.AllocatedBytes))
+	}
+	return one("runtime", b.Runtime) + " | " + one("driver", b.Driver)
+}
+
+// vmmLine sums up the virtual memory API: reserved address space is not
+// usage; physical memory is (and is in the figures above).
+func vmmLine(v *analysis.VMM) string {
+	return fmt.Sprintf("reserved peak %d (%s, %d at end), physical peak %d (%s, %d at end), mapped %d at end; %d reserves, %d creates, %d maps",
+		v.ReservedPeakBytes, analysis.FormatBytes(v.ReservedPeakBytes), v.ReservedBytesAtEnd,
+		v.PhysicalPeakBytes, analysis.FormatBytes(v.PhysicalPeakBytes), v.PhysicalBytesAtEnd,
+		v.MappedBytesAtEnd, v.Reserves, v.Creates, v.Maps)
 }
 
 // runLine says what ran, how, for how long and how it ended.

@@ -16,23 +16,38 @@ import (
 func attach(ctx context.Context, o *attachOptions) error {
 	dir := o.out
 	if dir == "" {
-		dir = defaultDir(o.pid)
+		dir = defaultDir(o.pid) // vramprof-0-<time> for --all
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", o.pid)); err != nil {
-		return fmt.Errorf("%w: %d", probes.ErrNoProcess, o.pid)
+	if !o.all {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", o.pid)); err != nil {
+			return fmt.Errorf("%w: %d", probes.ErrNoProcess, o.pid)
+		}
 	}
-	rec, err := startRecording(dir, &event.Header{Mode: "attach", PID: uint32(o.pid)})
+	h := &event.Header{Mode: "attach", PID: uint32(o.pid)}
+	if o.all {
+		h.Command = []string{"--all"}
+	}
+	rec, err := startRecording(dir, h, probes.Options{All: o.all}, o.nvml)
 	if err != nil {
 		return err
 	}
-	if err := rec.session.Attach(o.pid, o.wait); err != nil {
+	switch {
+	case o.all:
+		err = rec.session.AttachAll()
+	default:
+		err = rec.session.Attach(o.pid, o.wait)
+	}
+	if err != nil {
 		rec.abort()
 		return err
 	}
-	if !o.wait {
-		fmt.Fprintf(os.Stderr, "vramprof: tracing pid %d; Ctrl-C to stop\n", o.pid)
-	} else {
+	switch {
+	case o.all:
+		fmt.Fprintf(os.Stderr, "vramprof: tracing every CUDA process (%d now); Ctrl-C to stop\n", rec.session.Stats().Targets.Load())
+	case o.wait:
 		fmt.Fprintf(os.Stderr, "vramprof: watching pid %d for CUDA; Ctrl-C to stop\n", o.pid)
+	default:
+		fmt.Fprintf(os.Stderr, "vramprof: tracing pid %d; Ctrl-C to stop\n", o.pid)
 	}
 	end := &event.End{Reason: "interrupted"}
 	runCtx := ctx

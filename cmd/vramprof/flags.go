@@ -35,18 +35,31 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string) error {
 	return nil
 }
 
+// checkAutoOff validates a flag that takes auto or off.
+func checkAutoOff(cmd, flag, v string) error {
+	if v != "auto" && v != "off" {
+		return usageError(fmt.Errorf("%s: --%s %q: use auto or off", cmd, flag, v))
+	}
+	return nil
+}
+
 // runOptions are the flags of `vramprof run`.
 type runOptions struct {
 	out  string
+	nvml string
 	argv []string
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--nvml auto|off] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
+	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
 	if err := parseFlags(fs, usage, args); err != nil {
+		return nil, err
+	}
+	if err := checkAutoOff("run", "nvml", o.nvml); err != nil {
 		return nil, err
 	}
 	o.argv = fs.Args()
@@ -62,24 +75,34 @@ type attachOptions struct {
 	out      string
 	duration time.Duration
 	wait     bool
+	all      bool
+	nvml     string
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach -p PID [-o DIR] [--duration D] [--wait]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--nvml auto|off]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (default: until Ctrl-C or the process exits)")
 	fs.BoolVar(&o.wait, "wait", false, "wait for a process that has not loaded CUDA yet")
+	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
+	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
 	if err := parseFlags(fs, usage, args); err != nil {
+		return nil, err
+	}
+	if err := checkAutoOff("attach", "nvml", o.nvml); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", fs.Arg(0)))
 	}
-	if o.pid <= 0 {
-		return nil, usageError(errors.New("attach: -p PID is required (a positive process ID)"))
+	switch {
+	case o.all && o.pid != 0:
+		return nil, usageError(errors.New("attach: give either -p PID or --all, not both"))
+	case !o.all && o.pid <= 0:
+		return nil, usageError(errors.New("attach: -p PID is required (a positive process ID), or --all"))
 	}
 	if o.duration < 0 {
 		return nil, usageError(fmt.Errorf("attach: --duration %s is negative", o.duration))

@@ -5,14 +5,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/nvml"
 	"github.com/vramprof/vramprof/report"
 )
 
@@ -24,12 +27,22 @@ type recording struct {
 	createdDir bool
 	file       *os.File
 	buf        *bufio.Writer
-	w          *event.Writer
-	session    *probes.Session
+	// mu serializes the trace between the session's reader and the NVML
+	// sampler, the two goroutines that write to it.
+	mu      sync.Mutex
+	w       *event.Writer
+	session *probes.Session
+	// nvml samples device memory beside the probes; nil when off or
+	// unavailable. nvmlDone is closed when its goroutine has returned.
+	nvml     *nvml.Sampler
+	stopNVML context.CancelFunc
+	nvmlDone chan struct{}
 }
 
 // startRecording prepares dir, opens its trace and loads the probes.
-func startRecording(dir string, h *event.Header) (*recording, error) {
+// opts configures the session; its Sink is the trace. nvmlMode is the
+// --nvml flag: "auto" samples device memory when NVML works, "off" never.
+func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode string) (*recording, error) {
 	// Privilege first: without it, nothing else matters, and it is the
 	// error worth reading.
 	if err := probes.CheckPrivileges(); err != nil {
@@ -55,10 +68,15 @@ func startRecording(dir string, h *event.Header) (*recording, error) {
 		r.abort()
 		return nil, fmt.Errorf("write trace header: %w", err)
 	}
-	r.session, err = probes.NewSession(probes.Options{Sink: traceSink{r}})
+	opts.Sink = traceSink{r}
+	r.session, err = probes.NewSession(opts)
 	if err != nil {
 		r.abort()
 		return nil, err
+	}
+	if err := r.startNVML(nvmlMode); err != nil {
+		r.abort()
+		return nil, fmt.Errorf("write trace: %w", err)
 	}
 	return r, nil
 }
@@ -67,18 +85,59 @@ func startRecording(dir string, h *event.Header) (*recording, error) {
 // last second" holds for the bytes on disk, not only in our buffers.
 type traceSink struct{ r *recording }
 
-func (s traceSink) Write(rec event.Record) error { return s.r.w.Write(rec) }
+func (s traceSink) Write(rec event.Record) error {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	return s.r.w.Write(rec)
+}
 
 func (s traceSink) Flush() error {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
 	if err := s.r.w.Flush(); err != nil {
 		return err
 	}
 	return s.r.buf.Flush()
 }
 
+// startNVML starts sampling device memory into the trace (--nvml auto). No
+// library, no driver or no device is not an error: the trace records why
+// NVML is unavailable, the report says so in one line, and everything else
+// works.
+func (r *recording) startNVML(mode string) error {
+	if mode == "off" {
+		return nil
+	}
+	sink := traceSink{r}
+	s, err := nvml.Open(nvml.Options{})
+	if err != nil {
+		return sink.Write(nvml.Status(probes.MonotonicNow(), err))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.nvml, r.stopNVML, r.nvmlDone = s, cancel, make(chan struct{})
+	go func() {
+		defer close(r.nvmlDone)
+		s.Run(ctx, nvml.DefaultInterval, func(rec event.Record) { _ = sink.Write(rec) })
+	}()
+	return nil
+}
+
+// closeNVML stops the sampler and waits for its last record.
+func (r *recording) closeNVML() error {
+	if r.nvml == nil {
+		return nil
+	}
+	r.stopNVML()
+	<-r.nvmlDone
+	err := r.nvml.Close()
+	r.nvml = nil
+	return err
+}
+
 // abort releases everything and removes what was created: no partial
 // output is left behind as if it were whole.
 func (r *recording) abort() {
+	_ = r.closeNVML()
 	if r.session != nil {
 		_ = r.session.Close()
 	}
@@ -94,7 +153,7 @@ func (r *recording) abort() {
 // finish closes the session, ends the trace, replays it into the outputs and
 // prints the summary to out.
 func (r *recording) finish(end *event.End, out io.Writer) error {
-	closeErr := r.session.Close()
+	closeErr := errors.Join(r.closeNVML(), r.session.Close())
 	end.Time = probes.MonotonicNow()
 	if err := r.w.Write(end); err != nil {
 		return fmt.Errorf("write trace: %w", err)

@@ -25,7 +25,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
 	}
-	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv})
+	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv}, probes.Options{}, o.nvml)
 	if err != nil {
 		return 0, err
 	}

@@ -5,7 +5,6 @@ package bare
 import (
 	"fmt"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -15,9 +14,10 @@ type Probe struct {
 	links []link.Link
 }
 
-// Attach loads the counting programs and attaches them to allocFn (entry and
-// return) and freeFn (entry) at the given file offsets of the file at path.
-func Attach(path string, allocOff, freeOff uint64) (*Probe, error) {
+// Attach loads the counting programs and attaches them, at entry and return
+// as vramprof does (uprobe_multi links), to the functions at the given file
+// offsets of the file at path.
+func Attach(path string, offsets ...uint64) (*Probe, error) {
 	p := &Probe{}
 	if err := loadBpfObjects(&p.objs, nil); err != nil {
 		return nil, fmt.Errorf("load counting probe: %w", err)
@@ -27,35 +27,28 @@ func Attach(path string, allocOff, freeOff uint64) (*Probe, error) {
 		p.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	for _, a := range []struct {
-		off uint64
-		ret bool
-		fn  func(string, *ebpf.Program, *link.UprobeOptions) (link.Link, error)
-		prg *ebpf.Program
-	}{
-		{allocOff, false, ex.Uprobe, p.objs.CountEnter},
-		{allocOff, true, ex.Uretprobe, p.objs.CountReturn},
-		{freeOff, false, ex.Uprobe, p.objs.CountFree},
-	} {
-		l, err := a.fn("", a.prg, &link.UprobeOptions{Address: a.off})
-		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("attach counting probe at %#x in %s: %w", a.off, path, err)
-		}
-		p.links = append(p.links, l)
+	opts := &link.UprobeMultiOptions{Addresses: offsets}
+	enter, err := ex.UprobeMulti(nil, p.objs.CountEnter, opts)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("attach counting probe in %s: %w", path, err)
 	}
+	p.links = append(p.links, enter)
+	ret, err := ex.UretprobeMulti(nil, p.objs.CountReturn, opts)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("attach counting return probe in %s: %w", path, err)
+	}
+	p.links = append(p.links, ret)
 	return p, nil
 }
 
-// Counts returns the hits so far: allocation entries, returns and frees.
-func (p *Probe) Counts() (enters, returns, frees uint64, err error) {
+// Counts returns the hits so far: function entries and returns.
+func (p *Probe) Counts() (enters, returns uint64, err error) {
 	if err = p.objs.Enters.Get(&enters); err != nil {
 		return
 	}
-	if err = p.objs.Returns.Get(&returns); err != nil {
-		return
-	}
-	err = p.objs.Frees.Get(&frees)
+	err = p.objs.Returns.Get(&returns)
 	return
 }
 

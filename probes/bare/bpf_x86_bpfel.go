@@ -17,10 +17,8 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	bpfProgCountEnter  = "count_enter"
-	bpfProgCountFree   = "count_free"
 	bpfProgCountReturn = "count_return"
 	bpfVarEnters       = "enters"
-	bpfVarFrees        = "frees"
 	bpfVarReturns      = "returns"
 )
 
@@ -67,7 +65,6 @@ type bpfSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
 	CountEnter  *ebpf.ProgramSpec `ebpf:"count_enter"`
-	CountFree   *ebpf.ProgramSpec `ebpf:"count_free"`
 	CountReturn *ebpf.ProgramSpec `ebpf:"count_return"`
 }
 
@@ -82,7 +79,6 @@ type bpfMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfVariableSpecs struct {
 	Enters  *ebpf.VariableSpec `ebpf:"enters"`
-	Frees   *ebpf.VariableSpec `ebpf:"frees"`
 	Returns *ebpf.VariableSpec `ebpf:"returns"`
 }
 
@@ -117,7 +113,6 @@ func (m *bpfMaps) Close() error {
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfVariables struct {
 	Enters  *ebpf.Variable `ebpf:"enters"`
-	Frees   *ebpf.Variable `ebpf:"frees"`
 	Returns *ebpf.Variable `ebpf:"returns"`
 }
 
@@ -126,14 +121,12 @@ type bpfVariables struct {
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
 	CountEnter  *ebpf.Program `ebpf:"count_enter"`
-	CountFree   *ebpf.Program `ebpf:"count_free"`
 	CountReturn *ebpf.Program `ebpf:"count_return"`
 }
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
 		p.CountEnter,
-		p.CountFree,
 		p.CountReturn,
 	)
 }

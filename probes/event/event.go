@@ -254,8 +254,61 @@ type Header struct {
 	Host     string
 }
 
+// DeviceInfo describes one GPU as NVML sees it (the device layer). The NVML
+// sampler writes one per device when it starts, before that device's first
+// Sample.
+type DeviceInfo struct {
+	// Index is the NVML device index (PCI bus order), as Sample.Device
+	// uses it. CUDA's numbering (Event.Device) can differ: CUDA_DEVICE_ORDER
+	// and CUDA_VISIBLE_DEVICES renumber devices; UUID identifies one in both.
+	Index      int32
+	Name       string // product name, "NVIDIA A100-SXM4-40GB"
+	UUID       string // "GPU-..."; stable across reboots, unlike Index
+	TotalBytes uint64 // memory capacity
+	Time       uint64 // ns, CLOCK_MONOTONIC, when it was read
+}
+
+// Sample is one device's memory as NVML reported it at Time (the device
+// layer, see DESIGN.md "The memory model"). These are the driver's figures,
+// not traced calls: the gap between a process's UsedBytes and its traced
+// segments is context, library workspaces and memory allocated before
+// attach.
+type Sample struct {
+	Time       uint64 // ns, CLOCK_MONOTONIC
+	Device     int32  // NVML device index: see DeviceInfo.Index
+	TotalBytes uint64
+	// UsedBytes is all processes and the driver. With NVML's v2 memory
+	// info (drivers from r510) it excludes memory the driver reserves, so
+	// UsedBytes + FreeBytes can be less than TotalBytes.
+	UsedBytes uint64
+	FreeBytes uint64
+	// Processes is per-process use of this device, by PID (as the host
+	// sees it), limited to the traced processes when the sampler was asked
+	// to. Nil when no process uses the device or NVML cannot list them.
+	Processes []ProcessUsage
+}
+
+// ProcessUsage is one process's memory on one device, per NVML.
+type ProcessUsage struct {
+	PID       uint32
+	UsedBytes uint64 // 0 when NVML cannot tell (some containers and virtualised GPUs)
+}
+
+// NVMLStatus records whether device-layer figures are available. A stream
+// recorded with NVML enabled carries one when sampling starts (Available)
+// and one whenever that changes; a stream without any NVMLStatus was
+// recorded with NVML turned off.
+type NVMLStatus struct {
+	Time      uint64
+	Available bool
+	// Reason is empty when Available; otherwise the one-line message a
+	// report prints verbatim, "NVML unavailable: nvmlInit: Driver Not Loaded".
+	Reason string
+}
+
 // Record is one element of an event stream: *Header, *Event, *Stack,
-// *Mapping, *Process, *Library, *Lost or *End.
+// *Mapping, *Process, *Library, *Lost, *End, *DeviceInfo, *Sample or
+// *NVMLStatus.
 type Record interface {
 	isRecord()
 }
@@ -268,3 +321,7 @@ func (*Process) isRecord() {}
 func (*Library) isRecord() {}
 func (*Lost) isRecord()    {}
 func (*End) isRecord()     {}
+
+func (*DeviceInfo) isRecord() {}
+func (*Sample) isRecord()     {}
+func (*NVMLStatus) isRecord() {}

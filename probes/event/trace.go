@@ -15,7 +15,8 @@ package event
 // Header. Record types:
 //
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
-//	7 Lost     8 End     0 is never valid (zero-filled garbage)
+//	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
+//	0 is never valid (zero-filled garbage)
 //
 // An Event payload is a fixed 72-byte layout, written by hand because events
 // are the hot path (millions per trace):
@@ -30,10 +31,12 @@ package event
 //
 // Every other payload is its struct's fields in declaration order, each one
 // as: unsigned integers as uvarint, signed integers as zig-zag varint,
-// strings as uvarint length then the bytes (any bytes, not only UTF-8, so
-// paths round-trip exactly), string lists as uvarint count then strings.
-// A Stack is ID, PID, frame count, then per frame Addr, Mapping, Function,
-// File, Line. Empty lists decode as nil. Header.Version is not in the payload:
+// booleans as uvarint 0 or 1, strings as uvarint length then the bytes (any
+// bytes, not only UTF-8, so paths round-trip exactly), string lists as
+// uvarint count then strings. A Stack is ID, PID, frame count, then per frame
+// Addr, Mapping, Function, File, Line. A Sample is Time, Device, TotalBytes,
+// UsedBytes, FreeBytes, process count, then per process PID, UsedBytes.
+// Empty lists decode as nil. Header.Version is not in the payload:
 // it is the preamble's version.
 //
 // Limits: a record's payload is at most MaxRecordSize bytes and an Event's at
@@ -121,6 +124,9 @@ const (
 	recLibrary
 	recLost
 	recEnd
+	recDeviceInfo
+	recSample
+	recNVMLStatus
 )
 
 const (
@@ -200,6 +206,12 @@ func (w *Writer) Write(rec Record) error {
 		typ, enc = recLost, func(e *encoder) { e.lost(r) }
 	case *End:
 		typ, enc = recEnd, func(e *encoder) { e.end(r) }
+	case *DeviceInfo:
+		typ, enc = recDeviceInfo, func(e *encoder) { e.deviceInfo(r) }
+	case *Sample:
+		typ, enc = recSample, func(e *encoder) { e.sample(r) }
+	case *NVMLStatus:
+		typ, enc = recNVMLStatus, func(e *encoder) { e.nvmlStatus(r) }
 	case *Header:
 		return errors.New("write trace record: the header is written once, by NewWriter")
 	}
@@ -227,6 +239,12 @@ func isNil(rec Record) bool {
 	case *Lost:
 		return r == nil
 	case *End:
+		return r == nil
+	case *DeviceInfo:
+		return r == nil
+	case *Sample:
+		return r == nil
+	case *NVMLStatus:
 		return r == nil
 	}
 	return rec == nil
@@ -520,6 +538,18 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 		e := new(End)
 		d.end(e)
 		rec = e
+	case recDeviceInfo:
+		di := new(DeviceInfo)
+		d.deviceInfo(di)
+		rec = di
+	case recSample:
+		sa := new(Sample)
+		d.sample(sa)
+		rec = sa
+	case recNVMLStatus:
+		st := new(NVMLStatus)
+		d.nvmlStatus(st)
+		rec = st
 	default:
 		return nil, nil // checksum verified: a newer record type, skip it
 	}
@@ -560,6 +590,14 @@ func (e *encoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *encoder) str(s string) {
 	e.uint(uint64(len(s)))
 	e.b = append(e.b, s...)
+}
+
+func (e *encoder) bool(v bool) {
+	if v {
+		e.uint(1)
+	} else {
+		e.uint(0)
+	}
 }
 
 func (e *encoder) strList(ss []string) {
@@ -629,6 +667,33 @@ func (e *encoder) end(x *End) {
 	e.int(int64(x.ExitCode))
 }
 
+func (e *encoder) deviceInfo(x *DeviceInfo) {
+	e.int(int64(x.Index))
+	e.str(x.Name)
+	e.str(x.UUID)
+	e.uint(x.TotalBytes)
+	e.uint(x.Time)
+}
+
+func (e *encoder) sample(x *Sample) {
+	e.uint(x.Time)
+	e.int(int64(x.Device))
+	e.uint(x.TotalBytes)
+	e.uint(x.UsedBytes)
+	e.uint(x.FreeBytes)
+	e.uint(uint64(len(x.Processes)))
+	for _, p := range x.Processes {
+		e.uint(uint64(p.PID))
+		e.uint(p.UsedBytes)
+	}
+}
+
+func (e *encoder) nvmlStatus(x *NVMLStatus) {
+	e.uint(x.Time)
+	e.bool(x.Available)
+	e.str(x.Reason)
+}
+
 // decoder reads the variable-length payload encoding. The first failure
 // sticks in err and later reads return zero values, so record decoders need
 // no error checks between fields.
@@ -667,6 +732,27 @@ func (d *decoder) u32() uint32 {
 		return 0
 	}
 	return uint32(v)
+}
+
+func (d *decoder) i32() int32 {
+	v := d.int()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		d.fail(fmt.Errorf("value %d overflows 32 bits", v))
+		return 0
+	}
+	return int32(v)
+}
+
+func (d *decoder) bool() bool {
+	switch v := d.uint(); v {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail(fmt.Errorf("boolean value %d", v))
+		return false
+	}
 }
 
 func (d *decoder) int() int64 {
@@ -795,4 +881,35 @@ func (d *decoder) end(x *End) {
 	x.Time = d.uint()
 	x.Reason = d.str()
 	x.ExitCode = int(d.int())
+}
+
+func (d *decoder) deviceInfo(x *DeviceInfo) {
+	x.Index = d.i32()
+	x.Name = d.str()
+	x.UUID = d.str()
+	x.TotalBytes = d.uint()
+	x.Time = d.uint()
+}
+
+func (d *decoder) sample(x *Sample) {
+	x.Time = d.uint()
+	x.Device = d.i32()
+	x.TotalBytes = d.uint()
+	x.UsedBytes = d.uint()
+	x.FreeBytes = d.uint()
+	// A process is at least two bytes: two fields of at least one byte.
+	n := d.count(2)
+	if n > 0 {
+		x.Processes = make([]ProcessUsage, n)
+	}
+	for i := range x.Processes {
+		x.Processes[i].PID = d.u32()
+		x.Processes[i].UsedBytes = d.uint()
+	}
+}
+
+func (d *decoder) nvmlStatus(x *NVMLStatus) {
+	x.Time = d.uint()
+	x.Available = d.bool()
+	x.Reason = d.str()
 }

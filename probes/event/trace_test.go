@@ -45,10 +45,15 @@ func testRecords() []Record {
 			{Addr: 0x7f00_0000_1234, Mapping: 1, Function: "cudaMalloc"},
 			{Addr: 0x55_0000_0042, Mapping: 2, Function: "ns::Class::method", File: "/src/a.cc", Line: 42},
 		}},
+		&NVMLStatus{Time: 6, Available: true},
+		&DeviceInfo{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-5a8a7f0e-1c2d-4e3f-8a9b-0c1d2e3f4a5b", TotalBytes: 40 << 30, Time: 7},
 		testEvent(1),
+		&Sample{Time: 1500, Device: 0, TotalBytes: 40 << 30, UsedBytes: 3 << 30, FreeBytes: 37 << 30,
+			Processes: []ProcessUsage{{PID: 4242, UsedBytes: 2 << 30}, {PID: 4250, UsedBytes: 512 << 20}}},
 		&Event{Time: 2000, Addr: 0x7f00_0010_0000, PID: 4242, TID: 4242, Stack: 1, Ret: 2, Device: DeviceUnknown,
 			Kind: KindAlloc, Layer: LayerSegment, API: APICudaMalloc, Size: 1 << 40},
 		&Lost{Time: 2500, Total: 3},
+		&NVMLStatus{Time: 2600, Reason: "NVML unavailable: nvmlDeviceGetMemoryInfo_v2: GPU is lost"},
 		&Event{Time: 3000, Addr: 0x7f00_0000_0000, PID: 4242, TID: 4244, Kind: KindFree, Layer: LayerSegment, API: APICudaFree, Device: 0},
 		&End{Time: 4000, Reason: "exited", ExitCode: 3},
 	}
@@ -124,6 +129,16 @@ func TestRoundTrip(t *testing.T) {
 		{"lost", &Lost{Time: 1, Total: 1 << 50}},
 		{"end", &End{Time: 9, Reason: "signal", ExitCode: -9}},
 		{"end empty", &End{}},
+		{"device info", testRecords()[5]},
+		{"device info extremes", &DeviceInfo{Index: -2147483648, Name: "\xff", UUID: strings.Repeat("u", 300),
+			TotalBytes: ^uint64(0), Time: ^uint64(0)}},
+		{"device info empty", &DeviceInfo{}},
+		{"sample", testRecords()[7]},
+		{"sample no processes", &Sample{Time: 1, Device: 3, TotalBytes: 80 << 30, UsedBytes: 1 << 30, FreeBytes: 79 << 30}},
+		{"sample extremes", &Sample{Time: ^uint64(0), Device: 2147483647, TotalBytes: ^uint64(0), UsedBytes: ^uint64(0),
+			FreeBytes: ^uint64(0), Processes: []ProcessUsage{{PID: ^uint32(0), UsedBytes: ^uint64(0)}, {}}}},
+		{"nvml available", &NVMLStatus{Time: 5, Available: true}},
+		{"nvml unavailable", &NVMLStatus{Time: 5, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,6 +334,11 @@ func TestBadPayloads(t *testing.T) {
 		{"string past end", recMapping, []byte{1, 1, 1, 1, 1, 100, 'a'}, "ends early"},
 		{"id over 32 bits", recMapping, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "overflows"},
 		{"type zero", 0, nil, "type 0"},
+		{"empty sample", recSample, nil, "ends early"},
+		{"huge process count", recSample, []byte{1, 0, 1, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, "list of"},
+		{"process cut", recSample, []byte{1, 0, 1, 1, 1, 2, 1, 1, 1, 0x80}, "ends early"},
+		{"device index over 32 bits", recDeviceInfo, []byte{0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0}, "overflows"},
+		{"boolean not 0 or 1", recNVMLStatus, []byte{1, 2, 0}, "boolean value 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -352,6 +372,9 @@ func TestWriterErrors(t *testing.T) {
 	assert.Error(t, w.Write(testHeader()), "header twice")
 	assert.Error(t, w.Write((*Event)(nil)))
 	assert.Error(t, w.Write((*Stack)(nil)))
+	assert.Error(t, w.Write((*DeviceInfo)(nil)))
+	assert.Error(t, w.Write((*Sample)(nil)))
+	assert.Error(t, w.Write((*NVMLStatus)(nil)))
 	assert.Error(t, w.Write(nil))
 	assert.NoError(t, w.Close())
 }

@@ -2,82 +2,156 @@
  * cudart.c: a fake CUDA runtime with the real libcudart ABI for the
  * allocation API, for tests on machines without a GPU.
  *
- * Device memory is simulated: cudaMalloc hands out addresses in a fake
- * device range [FAKE_BASE, FAKE_BASE + FAKE_SPAN) that is never mapped, so a
- * test can never mistake them for host memory. Allocations are first-fit over
- * that range, aligned to FAKE_ALIGN; freed ranges are reused, live ranges never
- * overlap.
+ * As NVIDIA's runtime does, it owns no memory: at its first call it
+ * dlopen()s the driver, libcuda.so.1 (the fake one in this folder, see
+ * libcuda.c), resolves the entry points through the driver's
+ * cuGetProcAddress_v2 (dlsym when the driver lacks it) and calls them: every
+ * allocation is a nested driver call (cudaMalloc -> cuMemAlloc_v2, ...). It
+ * is never linked against libcuda and never calls it by name through a PLT.
+ * Several copies of the runtime in one process (a library with the runtime
+ * linked in, beside libcudart.so) share the one driver, hence its devices.
  *
- * Capacity comes from FAKECUDA_CAPACITY (bytes, default 16 GiB), read lazily at
- * the first call, so a program may setenv() it in main before its first CUDA
- * call. An allocation fails with cudaErrorMemoryAllocation when the sum of live
- * requested sizes plus the new size would exceed capacity.
+ * The driver is found as "libcuda.so.1" by the dynamic loader (the build
+ * gives the runtime and the executables a RUNPATH to build/lib), else
+ * $FAKECUDA_DRIVER, else next to this runtime's file or in ../lib from it.
+ * Without a driver every call returns cudaErrorInsufficientDriver (35), as
+ * NVIDIA's runtime does.
  *
- * Every entry point is safe for concurrent use (one pthread mutex). Nothing
- * sleeps or spins.
+ * Exceptions kept from the runtime before the driver existed: cudaMalloc(p, 0)
+ * sets *p = NULL and returns 0 without calling the driver; cudaFree(NULL) and
+ * cudaFreeHost(NULL) return 0 without calling it.
  */
+#define _GNU_SOURCE
 #include <cuda_runtime_api.h>
+#include <cuda.h>
 
-#include <errno.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define API __attribute__((visibility("default")))
+#define NDEV_MAX 64
 
-/* Where fake device pointers live: CUDA's unified addressing puts real device
- * pointers in the 0x7fxx_xxxx_xxxx region too. */
-#define FAKE_BASE ((uintptr_t)0x7f2000000000ULL)
-#define FAKE_SPAN ((uintptr_t)1 << 40)
-/* Real cudaMalloc aligns to at least 256 bytes; 512 matches what is observed. */
-#define FAKE_ALIGN ((size_t)512)
-#define DEFAULT_CAPACITY ((size_t)16 << 30)
+static struct {
+	CUresult (*init)(unsigned);
+	CUresult (*deviceGetCount)(int *);
+	CUresult (*deviceGet)(CUdevice *, int);
+	CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*ctxSetCurrent)(CUcontext);
+	CUresult (*ctxGetDevice)(CUdevice *);
+	CUresult (*streamCreate)(CUstream *, unsigned);
+	CUresult (*streamDestroy)(CUstream);
+	CUresult (*memGetInfo)(size_t *, size_t *);
+	CUresult (*memAlloc)(CUdeviceptr *, size_t);
+	CUresult (*memFree)(CUdeviceptr);
+	CUresult (*memAllocAsync)(CUdeviceptr *, size_t, CUstream);
+	CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
+	CUresult (*memAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*memAllocAsyncPtsz)(CUdeviceptr *, size_t, CUstream);
+	CUresult (*memFreeAsyncPtsz)(CUdeviceptr, CUstream);
+	CUresult (*memAllocFromPoolAsyncPtsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*deviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+	CUresult (*memAllocManaged)(CUdeviceptr *, size_t, unsigned);
+	CUresult (*memAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+	CUresult (*memAllocHost)(void **, size_t);
+	CUresult (*memHostAlloc)(void **, size_t, unsigned);
+	CUresult (*memFreeHost)(void *);
+} drv;
 
-struct block {
-	uintptr_t addr;
-	size_t requested;
-	size_t reserved; /* requested rounded up to FAKE_ALIGN */
-};
-
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int initialized;
-static size_t capacity;
-/* This copy's device range. Several copies of the runtime in one process (a
- * library with the runtime linked in, beside libcudart.so) share one device
- * in real CUDA, so their pointers never coincide: each copy claims the next
- * range at its first call, counted process-wide in $FAKECUDA_COPIES. */
-static uintptr_t base = FAKE_BASE;
-static size_t used; /* sum of live requested sizes */
-static struct block *blocks; /* live blocks, sorted by addr */
-static size_t nblocks, cblocks;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int drv_ok;
+static pthread_mutex_t retain_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext retained[NDEV_MAX];
 
 static __thread cudaError_t last_error;
 
-static void init_locked(void)
+static void *open_driver(void)
 {
-	const char *s;
-	char *end;
-	unsigned long long v;
+	const char *env = getenv("FAKECUDA_DRIVER");
+	char self[PATH_MAX], path[PATH_MAX + 32];
+	Dl_info info;
+	void *h;
 
-	if (initialized)
-		return;
-	initialized = 1;
-	s = getenv("FAKECUDA_COPIES");
-	v = s && *s ? strtoull(s, NULL, 10) : 0;
-	base = FAKE_BASE + (uintptr_t)v * FAKE_SPAN;
-	char buf[32];
-	snprintf(buf, sizeof buf, "%llu", v + 1);
-	setenv("FAKECUDA_COPIES", buf, 1);
-	capacity = DEFAULT_CAPACITY;
-	s = getenv("FAKECUDA_CAPACITY");
-	if (s && *s) {
-		errno = 0;
-		v = strtoull(s, &end, 10);
-		if (errno == 0 && *end == '\0')
-			capacity = (size_t)v;
+	if (env && *env && (h = dlopen(env, RTLD_NOW | RTLD_GLOBAL)) != NULL)
+		return h;
+	if ((h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) != NULL)
+		return h;
+	/* Next to this runtime (a shared runtime in build/lib), or in ../lib
+	 * from the executable the runtime is linked into. */
+	self[0] = '\0';
+	if (dladdr((void *)open_driver, &info) && info.dli_fname && info.dli_fname[0] == '/')
+		snprintf(self, sizeof(self), "%s", info.dli_fname);
+	if (self[0] == '\0') {
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = '\0';
 	}
+	if (self[0] == '\0')
+		return NULL;
+	dirname(self);
+	snprintf(path, sizeof(path), "%s/libcuda.so.1", self);
+	if ((h = dlopen(path, RTLD_NOW | RTLD_GLOBAL)) != NULL)
+		return h;
+	snprintf(path, sizeof(path), "%s/../lib/libcuda.so.1", self);
+	return dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+}
+
+static void load_driver(void)
+{
+	CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+	void *h = open_driver();
+	int missing = 0;
+
+	if (h == NULL)
+		return;
+	gpa = (CUresult(*)(const char *, void **, int, cuuint64_t,
+			   CUdriverProcAddressQueryResult *))dlsym(h, "cuGetProcAddress_v2");
+
+	/* base: the name cuGetProcAddress takes; exact: the exported symbol. */
+#define RESOLVE(field, base, exact, flags)                                                   \
+	do {                                                                                 \
+		void *fn_ = NULL;                                                            \
+		CUdriverProcAddressQueryResult st_;                                          \
+		if (gpa == NULL || gpa(base, &fn_, 12040, flags, &st_) != CUDA_SUCCESS)      \
+			fn_ = dlsym(h, exact);                                               \
+		if (fn_ == NULL)                                                             \
+			missing++;                                                           \
+		*(void **)&drv.field = fn_;                                                  \
+	} while (0)
+#define PTDS CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+
+	RESOLVE(init, "cuInit", "cuInit", 0);
+	RESOLVE(deviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount", 0);
+	RESOLVE(deviceGet, "cuDeviceGet", "cuDeviceGet", 0);
+	RESOLVE(primaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 0);
+	RESOLVE(ctxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent", 0);
+	RESOLVE(ctxGetDevice, "cuCtxGetDevice", "cuCtxGetDevice", 0);
+	RESOLVE(streamCreate, "cuStreamCreate", "cuStreamCreate", 0);
+	RESOLVE(streamDestroy, "cuStreamDestroy", "cuStreamDestroy_v2", 0);
+	RESOLVE(memGetInfo, "cuMemGetInfo", "cuMemGetInfo_v2", 0);
+	RESOLVE(memAlloc, "cuMemAlloc", "cuMemAlloc_v2", 0);
+	RESOLVE(memFree, "cuMemFree", "cuMemFree_v2", 0);
+	RESOLVE(memAllocAsync, "cuMemAllocAsync", "cuMemAllocAsync", 0);
+	RESOLVE(memFreeAsync, "cuMemFreeAsync", "cuMemFreeAsync", 0);
+	RESOLVE(memAllocFromPoolAsync, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0);
+	RESOLVE(memAllocAsyncPtsz, "cuMemAllocAsync", "cuMemAllocAsync_ptsz", PTDS);
+	RESOLVE(memFreeAsyncPtsz, "cuMemFreeAsync", "cuMemFreeAsync_ptsz", PTDS);
+	RESOLVE(memAllocFromPoolAsyncPtsz, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", PTDS);
+	RESOLVE(deviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 0);
+	RESOLVE(memAllocManaged, "cuMemAllocManaged", "cuMemAllocManaged", 0);
+	RESOLVE(memAllocPitch, "cuMemAllocPitch", "cuMemAllocPitch_v2", 0);
+	RESOLVE(memAllocHost, "cuMemAllocHost", "cuMemAllocHost_v2", 0);
+	RESOLVE(memHostAlloc, "cuMemHostAlloc", "cuMemHostAlloc", 0);
+	RESOLVE(memFreeHost, "cuMemFreeHost", "cuMemFreeHost", 0);
+#undef RESOLVE
+#undef PTDS
+	if (missing == 0 && drv.init(0) == CUDA_SUCCESS)
+		drv_ok = 1;
 }
 
 static cudaError_t set_error(cudaError_t e)
@@ -87,27 +161,44 @@ static cudaError_t set_error(cudaError_t e)
 	return e;
 }
 
-/* find_block returns the index of the live block starting at addr, or -1. */
-static long find_block(uintptr_t addr)
+/* driver returns 0 when the driver is loaded, else the error to return. */
+static cudaError_t driver(void)
 {
-	size_t lo = 0, hi = nblocks;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (blocks[mid].addr == addr)
-			return (long)mid;
-		if (blocks[mid].addr < addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
+	pthread_once(&once, load_driver);
+	return drv_ok ? cudaSuccess : set_error(cudaErrorInsufficientDriver);
 }
+
+static cudaError_t from_driver(CUresult r)
+{
+	switch (r) {
+	case CUDA_SUCCESS:
+		return cudaSuccess;
+	case CUDA_ERROR_INVALID_VALUE:
+		return set_error(cudaErrorInvalidValue);
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return set_error(cudaErrorMemoryAllocation);
+	case CUDA_ERROR_INVALID_DEVICE:
+		return set_error(cudaErrorInvalidDevice);
+	case CUDA_ERROR_INVALID_HANDLE:
+		return set_error(cudaErrorInvalidResourceHandle);
+	default:
+		return set_error(cudaErrorUnknown);
+	}
+}
+
+#define NEED_DRIVER()                          \
+	do {                                   \
+		cudaError_t e_ = driver();     \
+		if (e_ != cudaSuccess)         \
+			return e_;             \
+	} while (0)
+
+/* ---- device memory ---- */
 
 API cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-	uintptr_t prev_end;
-	size_t reserved, i;
+	CUdeviceptr d;
+	CUresult r;
 
 	if (devPtr == NULL)
 		return set_error(cudaErrorInvalidValue);
@@ -115,65 +206,229 @@ API cudaError_t cudaMalloc(void **devPtr, size_t size)
 		*devPtr = NULL;
 		return cudaSuccess;
 	}
-	pthread_mutex_lock(&mu);
-	init_locked();
-	prev_end = base;
-	if (size > capacity || used > capacity - size) {
-		pthread_mutex_unlock(&mu);
-		return set_error(cudaErrorMemoryAllocation);
-	}
-	reserved = (size + FAKE_ALIGN - 1) & ~(FAKE_ALIGN - 1);
-	/* First fit: the first gap between live blocks that holds the request. */
-	for (i = 0; i < nblocks; i++) {
-		if (blocks[i].addr - prev_end >= reserved)
-			break;
-		prev_end = blocks[i].addr + blocks[i].reserved;
-	}
-	if (i == nblocks && base + FAKE_SPAN - prev_end < reserved) {
-		pthread_mutex_unlock(&mu);
-		return set_error(cudaErrorMemoryAllocation);
-	}
-	if (nblocks == cblocks) {
-		size_t n = cblocks ? 2 * cblocks : 256;
-		struct block *nb = realloc(blocks, n * sizeof(*nb));
-		if (nb == NULL) {
-			pthread_mutex_unlock(&mu);
-			return set_error(cudaErrorMemoryAllocation);
-		}
-		blocks = nb;
-		cblocks = n;
-	}
-	memmove(&blocks[i + 1], &blocks[i], (nblocks - i) * sizeof(*blocks));
-	blocks[i].addr = prev_end;
-	blocks[i].requested = size;
-	blocks[i].reserved = reserved;
-	nblocks++;
-	used += size;
-	pthread_mutex_unlock(&mu);
-	*devPtr = (void *)prev_end;
-	return cudaSuccess;
+	NEED_DRIVER();
+	r = drv.memAlloc(&d, size);
+	if (r == CUDA_SUCCESS)
+		*devPtr = (void *)(uintptr_t)d;
+	return from_driver(r);
 }
 
+/* Any device pointer: cudaMalloc, cudaMallocAsync, cudaMallocManaged... */
 API cudaError_t cudaFree(void *devPtr)
 {
-	long i;
-
 	if (devPtr == NULL)
 		return cudaSuccess;
-	pthread_mutex_lock(&mu);
-	init_locked();
-	i = find_block((uintptr_t)devPtr);
-	if (i < 0) {
-		pthread_mutex_unlock(&mu);
+	NEED_DRIVER();
+	return from_driver(drv.memFree((CUdeviceptr)(uintptr_t)devPtr));
+}
+
+/* out_ptr takes &d: the driver call, an argument beside it, must run first. */
+static cudaError_t out_ptr(CUresult r, const CUdeviceptr *d, void **p)
+{
+	if (r == CUDA_SUCCESS)
+		*p = (void *)(uintptr_t)*d;
+	return from_driver(r);
+}
+
+API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+	CUdeviceptr d;
+
+	if (devPtr == NULL)
 		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return out_ptr(drv.memAllocAsync(&d, size, hStream), &d, devPtr);
+}
+
+API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+	CUdeviceptr d;
+
+	if (devPtr == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return out_ptr(drv.memAllocAsyncPtsz(&d, size, hStream), &d, devPtr);
+}
+
+API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+	NEED_DRIVER();
+	return from_driver(drv.memFreeAsync((CUdeviceptr)(uintptr_t)devPtr, hStream));
+}
+
+API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+	NEED_DRIVER();
+	return from_driver(drv.memFreeAsyncPtsz((CUdeviceptr)(uintptr_t)devPtr, hStream));
+}
+
+API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+					cudaStream_t stream)
+{
+	CUdeviceptr d;
+
+	if (ptr == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return out_ptr(drv.memAllocFromPoolAsync(&d, size, memPool, stream), &d, ptr);
+}
+
+API cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+					     cudaStream_t stream)
+{
+	CUdeviceptr d;
+
+	if (ptr == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return out_ptr(drv.memAllocFromPoolAsyncPtsz(&d, size, memPool, stream), &d, ptr);
+}
+
+API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+	NEED_DRIVER();
+	return from_driver(drv.deviceGetDefaultMemPool(memPool, device));
+}
+
+API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+	CUdeviceptr d;
+
+	if (devPtr == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return out_ptr(drv.memAllocManaged(&d, size, flags), &d, devPtr);
+}
+
+/* One driver call: cuMemAllocPitch_v2, pitch * height bytes. */
+API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+	CUdeviceptr d;
+
+	if (devPtr == NULL || pitch == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return out_ptr(drv.memAllocPitch(&d, pitch, width, height, 16), &d, devPtr);
+}
+
+/* extent is passed by value (24 bytes: on the stack in the SysV ABI). One
+ * pitched driver allocation of height * depth rows: pitch * height * depth. */
+API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+	CUdeviceptr d;
+	size_t pitch;
+	CUresult r;
+
+	if (pitchedDevPtr == NULL || (extent.depth && extent.height > SIZE_MAX / extent.depth))
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	r = drv.memAllocPitch(&d, &pitch, extent.width, extent.height * extent.depth, 16);
+	if (r == CUDA_SUCCESS) {
+		pitchedDevPtr->ptr = (void *)(uintptr_t)d;
+		pitchedDevPtr->pitch = pitch;
+		pitchedDevPtr->xsize = extent.width;
+		pitchedDevPtr->ysize = extent.height;
 	}
-	used -= blocks[i].requested;
-	memmove(&blocks[i], &blocks[i + 1],
-		(nblocks - (size_t)i - 1) * sizeof(*blocks));
-	nblocks--;
-	pthread_mutex_unlock(&mu);
+	return from_driver(r);
+}
+
+/* ---- pinned host memory ---- */
+
+API cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+	NEED_DRIVER();
+	return from_driver(drv.memAllocHost(ptr, size));
+}
+
+API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+	NEED_DRIVER();
+	return from_driver(drv.memHostAlloc(pHost, size, flags));
+}
+
+API cudaError_t cudaFreeHost(void *ptr)
+{
+	if (ptr == NULL)
+		return cudaSuccess;
+	NEED_DRIVER();
+	return from_driver(drv.memFreeHost(ptr));
+}
+
+/* ---- devices and streams ---- */
+
+API cudaError_t cudaSetDevice(int device)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUresult r;
+
+	NEED_DRIVER();
+	r = drv.deviceGet(&dev, device);
+	if (r != CUDA_SUCCESS || dev >= NDEV_MAX)
+		return set_error(cudaErrorInvalidDevice);
+	/* The runtime retains each primary context once. */
+	pthread_mutex_lock(&retain_mu);
+	if (retained[dev] == NULL && (r = drv.primaryCtxRetain(&retained[dev], dev)) != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&retain_mu);
+		return from_driver(r);
+	}
+	ctx = retained[dev];
+	pthread_mutex_unlock(&retain_mu);
+	return from_driver(drv.ctxSetCurrent(ctx));
+}
+
+API cudaError_t cudaGetDevice(int *device)
+{
+	if (device == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return from_driver(drv.ctxGetDevice(device));
+}
+
+API cudaError_t cudaGetDeviceCount(int *count)
+{
+	if (count == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return from_driver(drv.deviceGetCount(count));
+}
+
+API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
+{
+	if (free == NULL || total == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return from_driver(drv.memGetInfo(free, total));
+}
+
+API cudaError_t cudaStreamCreate(cudaStream_t *pStream)
+{
+	if (pStream == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return from_driver(drv.streamCreate(pStream, 0));
+}
+
+API cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+	NEED_DRIVER();
+	return from_driver(drv.streamDestroy(stream));
+}
+
+API cudaError_t cudaDeviceSynchronize(void)
+{
 	return cudaSuccess;
 }
+
+API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
+{
+	if (runtimeVersion == NULL)
+		return set_error(cudaErrorInvalidValue);
+	*runtimeVersion = 12040;
+	return cudaSuccess;
+}
+
+/* ---- errors ---- */
 
 API const char *cudaGetErrorString(cudaError_t error)
 {
@@ -184,8 +439,14 @@ API const char *cudaGetErrorString(cudaError_t error)
 		return "invalid argument";
 	case cudaErrorMemoryAllocation:
 		return "out of memory";
+	case cudaErrorInsufficientDriver:
+		return "CUDA driver version is insufficient for CUDA runtime version";
 	case cudaErrorInvalidDevice:
 		return "invalid device ordinal";
+	case cudaErrorInvalidResourceHandle:
+		return "invalid resource handle";
+	case cudaErrorUnknown:
+		return "unknown error";
 	}
 	return "unrecognized error code";
 }
@@ -199,8 +460,14 @@ API const char *cudaGetErrorName(cudaError_t error)
 		return "cudaErrorInvalidValue";
 	case cudaErrorMemoryAllocation:
 		return "cudaErrorMemoryAllocation";
+	case cudaErrorInsufficientDriver:
+		return "cudaErrorInsufficientDriver";
 	case cudaErrorInvalidDevice:
 		return "cudaErrorInvalidDevice";
+	case cudaErrorInvalidResourceHandle:
+		return "cudaErrorInvalidResourceHandle";
+	case cudaErrorUnknown:
+		return "cudaErrorUnknown";
 	}
 	return "cudaErrorUnknown";
 }
@@ -216,50 +483,4 @@ API cudaError_t cudaGetLastError(void)
 API cudaError_t cudaPeekAtLastError(void)
 {
 	return last_error;
-}
-
-API cudaError_t cudaSetDevice(int device)
-{
-	return device == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice);
-}
-
-API cudaError_t cudaGetDevice(int *device)
-{
-	if (device == NULL)
-		return set_error(cudaErrorInvalidValue);
-	*device = 0;
-	return cudaSuccess;
-}
-
-API cudaError_t cudaGetDeviceCount(int *count)
-{
-	if (count == NULL)
-		return set_error(cudaErrorInvalidValue);
-	*count = 1;
-	return cudaSuccess;
-}
-
-API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
-{
-	if (free == NULL || total == NULL)
-		return set_error(cudaErrorInvalidValue);
-	pthread_mutex_lock(&mu);
-	init_locked();
-	*free = capacity - used;
-	*total = capacity;
-	pthread_mutex_unlock(&mu);
-	return cudaSuccess;
-}
-
-API cudaError_t cudaDeviceSynchronize(void)
-{
-	return cudaSuccess;
-}
-
-API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
-{
-	if (runtimeVersion == NULL)
-		return set_error(cudaErrorInvalidValue);
-	*runtimeVersion = 12040;
-	return cudaSuccess;
 }

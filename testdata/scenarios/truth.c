@@ -17,16 +17,19 @@
 #include <unistd.h>
 
 #define DEFAULT_CAPACITY ((uint64_t)16 << 30)
+#define MAX_DEVICES 64
+#define NO_DEVICE (-1)
 
-enum api { API_MALLOC, API_FREE };
+/* What a live entry or a call is about. */
+enum space { SP_DEVICE, SP_HOST, SP_RESERVE, SP_PHYS, SP_MAP, SP_NONE };
 
 struct call {
-	enum api api;
+	const char *api;
 	const char *func;
 	const char *outcome;
 	pid_t tid;
-	uint64_t size, ptr, t_ns;
-	int ret;
+	uint64_t size, ptr, t_ns, stream, handle;
+	int ret, device, has_handle;
 };
 
 struct func {
@@ -34,15 +37,36 @@ struct func {
 	uint64_t allocations, allocated_bytes, live, live_at_peak, failed;
 };
 
+/* A live allocation: key is the pointer, or the handle (SP_PHYS), or the
+ * mapped address (SP_MAP, with handle). */
 struct live {
-	uint64_t ptr, size;
+	enum space space;
+	uint64_t key, size, handle;
 	size_t func; /* index in funcs, or SIZE_MAX when preexisting */
+	int device;
+};
+
+struct book {
+	uint64_t allocations, frees, allocated_bytes;
+};
+
+struct devstat {
+	int used;
+	uint64_t allocations, allocated_bytes, peak_bytes, live;
+};
+
+struct owner {
+	uint64_t handle;
+	int device;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *scenario = "unknown";
 static int tracing, untraced_mode;
 static int dirty = 1, written;
+static int child_mode; /* writes $VRAMPROF_TRUTH.<pid> */
+static pid_t parent_pid;
+static int atfork_registered;
 
 static struct call *calls;
 static size_t ncalls, ccalls;
@@ -50,6 +74,12 @@ static struct func *funcs;
 static size_t nfuncs, cfuncs;
 static struct live *lives;
 static size_t nlives, clives;
+static pid_t *children;
+static size_t nchildren, cchildren;
+static struct owner *streams, *pools;
+static size_t nstreams, cstreams, npools, cpools;
+
+static __thread int cur_device;
 
 static struct {
 	uint64_t allocations, frees, failed_allocations, unknown_frees,
@@ -57,6 +87,15 @@ static struct {
 		live_bytes;
 } tot;
 static uint64_t pre_allocations, pre_bytes;
+static struct book books[2]; /* TRUTH_RUNTIME, TRUTH_DRIVER */
+static struct devstat devs[MAX_DEVICES];
+static struct {
+	uint64_t allocations, frees, allocated_bytes, peak_bytes, live;
+} host;
+static struct {
+	uint64_t reserves, unreserves, reserved_peak, reserved, creates, releases,
+		physical_peak, physical, maps, unmaps, mapped;
+} vmm;
 
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
@@ -88,24 +127,77 @@ static void at_exit(void)
 		truth_write();
 }
 
-void truth_init(const char *name)
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&mu);
+}
+
+/* A fork()ed child starts its own, empty log (streams and pools stay known:
+ * their handles are still valid) and writes $VRAMPROF_TRUTH.<pid>. */
+static void fork_child(void)
+{
+	pthread_mutex_init(&mu, NULL);
+	ncalls = nfuncs = nlives = nchildren = 0;
+	memset(&tot, 0, sizeof(tot));
+	memset(books, 0, sizeof(books));
+	memset(devs, 0, sizeof(devs));
+	memset(&host, 0, sizeof(host));
+	memset(&vmm, 0, sizeof(vmm));
+	pre_allocations = pre_bytes = 0;
+	child_mode = 1;
+	parent_pid = getppid();
+	dirty = 1;
+	written = 0;
+}
+
+static void start(const char *name)
 {
 	scenario = name;
-	tracing = 1;
+	if (!atfork_registered) {
+		atfork_registered = 1;
+		pthread_atfork(fork_prepare, fork_parent, fork_child);
+	}
 	atexit(at_exit);
+}
+
+void truth_init(const char *name)
+{
+	tracing = 1;
+	start(name);
 }
 
 void truth_init_untraced(const char *name)
 {
-	scenario = name;
 	untraced_mode = 1;
-	atexit(at_exit);
+	start(name);
+}
+
+void truth_init_child(const char *name)
+{
+	tracing = 1;
+	child_mode = 1;
+	parent_pid = getppid();
+	start(name);
 }
 
 void truth_start_tracing(void)
 {
 	pthread_mutex_lock(&mu);
 	tracing = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_add_child(pid_t pid)
+{
+	pthread_mutex_lock(&mu);
+	children = grow(children, &cchildren, nchildren, sizeof(*children));
+	children[nchildren++] = pid;
+	dirty = 1;
 	pthread_mutex_unlock(&mu);
 }
 
@@ -140,6 +232,66 @@ void check_cuda(cudaError_t ret, const char *what)
 	}
 }
 
+void check_cu(int ret, const char *what)
+{
+	if (ret != 0) {
+		fprintf(stderr, "%s: CUDA driver error %d\n", what, ret);
+		exit(3);
+	}
+}
+
+/* ---- devices, streams, pools ---- */
+
+int truth_current_device(void)
+{
+	return cur_device;
+}
+
+static void own(struct owner **tab, size_t *n, size_t *cap, uint64_t h, int dev)
+{
+	pthread_mutex_lock(&mu);
+	*tab = grow(*tab, cap, *n, sizeof(**tab));
+	(*tab)[(*n)++] = (struct owner){h, dev};
+	pthread_mutex_unlock(&mu);
+}
+
+static int owner_of(struct owner *tab, size_t n, uint64_t h)
+{
+	int dev = NO_DEVICE;
+
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < n; i++)
+		if (tab[i].handle == h)
+			dev = tab[i].device;
+	pthread_mutex_unlock(&mu);
+	return dev;
+}
+
+void truth_stream(uint64_t stream, int device)
+{
+	own(&streams, &nstreams, &cstreams, stream, device);
+}
+
+/* The default streams (0, legacy 1, per-thread 2) are the current device's. */
+int truth_stream_device(uint64_t stream)
+{
+	if (stream <= 2)
+		return cur_device;
+	return owner_of(streams, nstreams, stream);
+}
+
+void truth_pool(uint64_t pool, int device)
+{
+	own(&pools, &npools, &cpools, pool, device);
+}
+
+int truth_pool_device(uint64_t pool)
+{
+	return owner_of(pools, npools, pool);
+}
+
+/* ---- bookkeeping (callers hold mu) ---- */
+
 static size_t func_index(const char *name)
 {
 	size_t i;
@@ -153,23 +305,25 @@ static size_t func_index(const char *name)
 	return nfuncs++;
 }
 
-static long find_live(uint64_t ptr)
+static long find_live(enum space sp, uint64_t key)
 {
 	size_t i;
 
 	for (i = 0; i < nlives; i++)
-		if (lives[i].ptr == ptr)
+		if (lives[i].space == sp && lives[i].key == key)
 			return (long)i;
 	return -1;
 }
 
-static void add_call(enum api api, const char *func, const char *outcome,
-		     int ret, uint64_t ptr, uint64_t size, uint64_t t)
+static struct call *add_call(const char *api, const char *func, const char *outcome,
+			     int ret, uint64_t ptr, uint64_t size, uint64_t t, int device,
+			     uint64_t stream)
 {
 	struct call *c;
 
 	calls = grow(calls, &ccalls, ncalls, sizeof(*calls));
 	c = &calls[ncalls++];
+	memset(c, 0, sizeof(*c));
 	c->api = api;
 	c->func = func;
 	c->outcome = outcome;
@@ -178,20 +332,93 @@ static void add_call(enum api api, const char *func, const char *outcome,
 	c->ptr = ptr;
 	c->ret = ret;
 	c->t_ns = t;
+	c->device = device;
+	c->stream = stream;
 	dirty = 1;
+	return c;
 }
 
-void truth_malloc(const char *func, cudaError_t ret, void *ptr, size_t size)
+static struct devstat *dev_stat(int device)
+{
+	if (device < 0 || device >= MAX_DEVICES) {
+		fprintf(stderr, "truth: device %d out of range\n", device);
+		abort();
+	}
+	devs[device].used = 1;
+	return &devs[device];
+}
+
+static void add_live(enum space sp, uint64_t key, uint64_t size, uint64_t handle, size_t fi,
+		     int device, const char *func)
+{
+	if (find_live(sp, key) >= 0) {
+		fprintf(stderr, "truth: %s got live address/handle %#llx again: "
+			"scenario races alloc against free\n",
+			func, (unsigned long long)key);
+		abort();
+	}
+	lives = grow(lives, &clives, nlives, sizeof(*lives));
+	lives[nlives++] = (struct live){sp, key, size, handle, fi, device};
+}
+
+/* device_gain counts size bytes of device memory (an allocation or physical
+ * VMM memory) that function fi now holds on device. */
+static void device_gain(size_t fi, int device, uint64_t size)
+{
+	struct devstat *d = dev_stat(device);
+
+	tot.allocations++;
+	tot.allocated_bytes += size;
+	tot.live_bytes += size;
+	funcs[fi].allocations++;
+	funcs[fi].allocated_bytes += size;
+	funcs[fi].live += size;
+	d->allocations++;
+	d->allocated_bytes += size;
+	d->live += size;
+	if (d->live > d->peak_bytes)
+		d->peak_bytes = d->live;
+	/* Strictly greater: the first time a peak level is reached wins. */
+	if (tot.live_bytes > tot.peak_bytes) {
+		tot.peak_bytes = tot.live_bytes;
+		for (size_t i = 0; i < nfuncs; i++)
+			funcs[i].live_at_peak = funcs[i].live;
+	}
+}
+
+static void device_loss(struct live *l)
+{
+	tot.frees++;
+	tot.live_bytes -= l->size;
+	funcs[l->func].live -= l->size;
+	devs[l->device].live -= l->size;
+}
+
+static void book(int level, int is_free, uint64_t size)
+{
+	for (int lv = level; lv <= TRUTH_DRIVER; lv++) {
+		if (is_free) {
+			books[lv].frees++;
+		} else {
+			books[lv].allocations++;
+			books[lv].allocated_bytes += size;
+		}
+	}
+}
+
+/* ---- device memory ---- */
+
+void truth_alloc(const char *func, const char *api, int level, int ret, uint64_t ptr,
+		 uint64_t size, int device, uint64_t stream)
 {
 	uint64_t t = now_ns();
-	uint64_t p = ret == cudaSuccess ? (uint64_t)(uintptr_t)ptr : 0;
-	size_t fi, i;
+	uint64_t p = ret == 0 ? ptr : 0;
+	size_t fi;
 
 	pthread_mutex_lock(&mu);
 	if (!tracing) {
-		if (ret == cudaSuccess && size > 0) {
-			lives = grow(lives, &clives, nlives, sizeof(*lives));
-			lives[nlives++] = (struct live){p, size, SIZE_MAX};
+		if (ret == 0 && size > 0) {
+			add_live(SP_DEVICE, p, size, 0, SIZE_MAX, device, func);
 			pre_allocations++;
 			pre_bytes += size;
 		}
@@ -199,53 +426,40 @@ void truth_malloc(const char *func, cudaError_t ret, void *ptr, size_t size)
 		return;
 	}
 	fi = func_index(func);
-	if (ret != cudaSuccess) {
+	dev_stat(device);
+	if (ret != 0) {
 		tot.failed_allocations++;
 		funcs[fi].failed++;
-		add_call(API_MALLOC, func, "failed", ret, 0, size, t);
+		add_call(api, func, "failed", ret, 0, size, t, device, stream);
 	} else if (size == 0) {
 		tot.zero_size_allocations++;
-		add_call(API_MALLOC, func, "zero", ret, p, size, t);
+		add_call(api, func, "zero", ret, p, size, t, device, stream);
 	} else {
-		if (find_live(p) >= 0) {
-			fprintf(stderr, "truth: %s got live address %#llx again: "
-				"scenario races alloc against free\n",
-				func, (unsigned long long)p);
-			abort();
-		}
-		lives = grow(lives, &clives, nlives, sizeof(*lives));
-		lives[nlives++] = (struct live){p, size, fi};
-		tot.allocations++;
-		tot.allocated_bytes += size;
-		tot.live_bytes += size;
-		funcs[fi].allocations++;
-		funcs[fi].allocated_bytes += size;
-		funcs[fi].live += size;
-		/* Strictly greater: the first time a peak level is reached wins. */
-		if (tot.live_bytes > tot.peak_bytes) {
-			tot.peak_bytes = tot.live_bytes;
-			for (i = 0; i < nfuncs; i++)
-				funcs[i].live_at_peak = funcs[i].live;
-		}
-		add_call(API_MALLOC, func, "ok", ret, p, size, t);
+		add_live(SP_DEVICE, p, size, 0, fi, device, func);
+		device_gain(fi, device, size);
+		book(level, 0, size);
+		add_call(api, func, "ok", ret, p, size, t, device, stream);
 	}
 	pthread_mutex_unlock(&mu);
 }
 
-void truth_free(const char *func, cudaError_t ret, void *ptr)
+void truth_dfree(const char *func, const char *api, int level, int ret, uint64_t p,
+		 uint64_t stream)
 {
 	uint64_t t = now_ns();
-	uint64_t p = (uint64_t)(uintptr_t)ptr;
 	uint64_t size = 0;
+	int device = cur_device;
 	const char *outcome;
 	long li;
 
 	pthread_mutex_lock(&mu);
-	li = p ? find_live(p) : -1;
-	if (li >= 0)
+	li = p ? find_live(SP_DEVICE, p) : -1;
+	if (li >= 0) {
 		size = lives[li].size;
+		device = lives[li].device;
+	}
 	if (!tracing) {
-		if (ret == cudaSuccess && li >= 0) {
+		if (ret == 0 && li >= 0) {
 			pre_allocations--;
 			pre_bytes -= size;
 			lives[li] = lives[--nlives];
@@ -253,7 +467,7 @@ void truth_free(const char *func, cudaError_t ret, void *ptr)
 		pthread_mutex_unlock(&mu);
 		return;
 	}
-	if (ret != cudaSuccess) {
+	if (ret != 0) {
 		outcome = "failed";
 	} else if (p == 0) {
 		outcome = "null";
@@ -265,17 +479,245 @@ void truth_free(const char *func, cudaError_t ret, void *ptr)
 	} else if (lives[li].func == SIZE_MAX) {
 		outcome = "unknown";
 		tot.unknown_frees++;
+		book(level, 1, 0);
 		lives[li] = lives[--nlives];
 	} else {
 		outcome = "ok";
-		tot.frees++;
-		tot.live_bytes -= size;
-		funcs[lives[li].func].live -= size;
+		device_loss(&lives[li]);
+		book(level, 1, 0);
 		lives[li] = lives[--nlives];
 	}
-	add_call(API_FREE, func, outcome, ret, p, size, t);
+	add_call(api, func, outcome, ret, p, size, t, device, stream);
 	pthread_mutex_unlock(&mu);
 }
+
+void truth_malloc(const char *func, cudaError_t ret, void *ptr, size_t size)
+{
+	truth_alloc(func, "cudaMalloc", TRUTH_RUNTIME, ret, (uint64_t)(uintptr_t)ptr, size,
+		    cur_device, 0);
+}
+
+void truth_free(const char *func, cudaError_t ret, void *ptr)
+{
+	truth_dfree(func, "cudaFree", TRUTH_RUNTIME, ret, (uint64_t)(uintptr_t)ptr, 0);
+}
+
+/* ---- pinned host memory: its own space, never in totals ---- */
+
+void truth_host_alloc(const char *func, const char *api, int level, int ret, uint64_t ptr,
+		      uint64_t size)
+{
+	uint64_t t = now_ns();
+	uint64_t p = ret == 0 ? ptr : 0;
+
+	(void)level;
+	pthread_mutex_lock(&mu);
+	if (ret == 0) {
+		add_live(SP_HOST, p, size, 0, SIZE_MAX, NO_DEVICE, func);
+		host.allocations++;
+		host.allocated_bytes += size;
+		host.live += size;
+		if (host.live > host.peak_bytes)
+			host.peak_bytes = host.live;
+	}
+	add_call(api, func, ret == 0 ? "ok" : "failed", ret, p, size, t, NO_DEVICE, 0);
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_host_free(const char *func, const char *api, int level, int ret, uint64_t p)
+{
+	uint64_t t = now_ns();
+	uint64_t size = 0;
+	const char *outcome = "failed";
+	long li;
+
+	(void)level;
+	pthread_mutex_lock(&mu);
+	li = p ? find_live(SP_HOST, p) : -1;
+	if (li >= 0)
+		size = lives[li].size;
+	if (ret == 0 && p == 0) {
+		outcome = "null";
+	} else if (ret == 0) {
+		if (li < 0) {
+			fprintf(stderr, "truth: %s freed host %#llx, never allocated\n", func,
+				(unsigned long long)p);
+			abort();
+		}
+		outcome = "ok";
+		host.frees++;
+		host.live -= size;
+		lives[li] = lives[--nlives];
+	}
+	add_call(api, func, outcome, ret, p, size, t, NO_DEVICE, 0);
+	pthread_mutex_unlock(&mu);
+}
+
+/* ---- virtual memory management ---- */
+
+static void vmm_call(const char *api, const char *func, int ret, uint64_t ptr, uint64_t size,
+		     uint64_t t, int device, uint64_t handle)
+{
+	struct call *c = add_call(api, func, ret == 0 ? "ok" : "failed", ret, ptr, size, t,
+				  device, 0);
+
+	c->handle = handle;
+	c->has_handle = 1;
+}
+
+void truth_reserve(const char *func, int ret, uint64_t ptr, uint64_t size)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	if (ret == 0) {
+		add_live(SP_RESERVE, ptr, size, 0, SIZE_MAX, NO_DEVICE, func);
+		vmm.reserves++;
+		vmm.reserved += size;
+		if (vmm.reserved > vmm.reserved_peak)
+			vmm.reserved_peak = vmm.reserved;
+	}
+	vmm_call("cuMemAddressReserve", func, ret, ret == 0 ? ptr : 0, size, t, NO_DEVICE, 0);
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_unreserve(const char *func, int ret, uint64_t ptr, uint64_t size)
+{
+	uint64_t t = now_ns();
+	long li;
+
+	pthread_mutex_lock(&mu);
+	if (ret == 0) {
+		li = find_live(SP_RESERVE, ptr);
+		if (li < 0) {
+			fprintf(stderr, "truth: %s freed range %#llx, never reserved\n", func,
+				(unsigned long long)ptr);
+			abort();
+		}
+		vmm.unreserves++;
+		vmm.reserved -= lives[li].size;
+		lives[li] = lives[--nlives];
+	}
+	vmm_call("cuMemAddressFree", func, ret, ptr, size, t, NO_DEVICE, 0);
+	pthread_mutex_unlock(&mu);
+}
+
+/* Physical memory is device memory: totals, by_function, devices. */
+void truth_create(const char *func, int ret, uint64_t handle, uint64_t size, int device)
+{
+	uint64_t t = now_ns();
+	size_t fi;
+
+	pthread_mutex_lock(&mu);
+	fi = func_index(func);
+	dev_stat(device);
+	if (ret == 0) {
+		add_live(SP_PHYS, handle, size, handle, fi, device, func);
+		device_gain(fi, device, size);
+		book(TRUTH_DRIVER, 0, size);
+		vmm.creates++;
+		vmm.physical += size;
+		if (vmm.physical > vmm.physical_peak)
+			vmm.physical_peak = vmm.physical;
+	} else {
+		tot.failed_allocations++;
+		funcs[fi].failed++;
+	}
+	vmm_call("cuMemCreate", func, ret, 0, size, t, device, ret == 0 ? handle : 0);
+	pthread_mutex_unlock(&mu);
+}
+
+/* Scenarios unmap a handle before releasing it: the memory is gone at
+ * release. */
+void truth_release(const char *func, int ret, uint64_t handle)
+{
+	uint64_t t = now_ns();
+	uint64_t size = 0;
+	int device = NO_DEVICE;
+	long li;
+
+	pthread_mutex_lock(&mu);
+	li = find_live(SP_PHYS, handle);
+	if (li >= 0) {
+		size = lives[li].size;
+		device = lives[li].device;
+	}
+	if (ret == 0) {
+		if (li < 0) {
+			fprintf(stderr, "truth: %s released handle %#llx, never created\n", func,
+				(unsigned long long)handle);
+			abort();
+		}
+		device_loss(&lives[li]);
+		book(TRUTH_DRIVER, 1, 0);
+		vmm.releases++;
+		vmm.physical -= size;
+		lives[li] = lives[--nlives];
+	}
+	vmm_call("cuMemRelease", func, ret, 0, size, t, device, handle);
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_map(const char *func, int ret, uint64_t ptr, uint64_t size, uint64_t handle)
+{
+	uint64_t t = now_ns();
+	long hi;
+	int device;
+
+	pthread_mutex_lock(&mu);
+	hi = find_live(SP_PHYS, handle);
+	device = hi >= 0 ? lives[hi].device : NO_DEVICE;
+	if (ret == 0) {
+		add_live(SP_MAP, ptr, size, handle, SIZE_MAX, device, func);
+		vmm.maps++;
+		vmm.mapped += size;
+	}
+	vmm_call("cuMemMap", func, ret, ptr, size, t, device, handle);
+	pthread_mutex_unlock(&mu);
+}
+
+/* Scenarios unmap exactly one mapping per call: the record names its handle. */
+void truth_unmap(const char *func, int ret, uint64_t ptr, uint64_t size)
+{
+	uint64_t t = now_ns();
+	uint64_t handle = 0;
+	int device = NO_DEVICE;
+	long li;
+
+	pthread_mutex_lock(&mu);
+	li = find_live(SP_MAP, ptr);
+	if (li >= 0) {
+		handle = lives[li].handle;
+		device = lives[li].device;
+	}
+	if (ret == 0) {
+		if (li < 0 || lives[li].size != size) {
+			fprintf(stderr, "truth: %s unmapped %#llx, not one mapping\n", func,
+				(unsigned long long)ptr);
+			abort();
+		}
+		vmm.unmaps++;
+		vmm.mapped -= size;
+		lives[li] = lives[--nlives];
+	}
+	vmm_call("cuMemUnmap", func, ret, ptr, size, t, device, handle);
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_set_device(const char *func, const char *api, int ret, int device)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	if (ret == 0)
+		cur_device = device;
+	add_call(api, func, ret == 0 ? "ok" : "failed", ret, 0, 0, t, device, 0);
+	pthread_mutex_unlock(&mu);
+}
+
+/* ---- output ---- */
+
+#define U(x) ((unsigned long long)(x))
 
 static void write_json(FILE *f)
 {
@@ -284,23 +726,16 @@ static void write_json(FILE *f)
 
 	fprintf(f, "{\n  \"scenario\": \"%s\",\n  \"pid\": %d,\n", scenario,
 		(int)getpid());
-	fprintf(f, "  \"capacity_bytes\": %llu,\n",
-		(unsigned long long)truth_capacity());
+	fprintf(f, "  \"capacity_bytes\": %llu,\n", U(truth_capacity()));
 	fprintf(f,
 		"  \"totals\": {\"allocations\": %llu, \"frees\": %llu, "
 		"\"failed_allocations\": %llu, \"unknown_frees\": %llu, "
 		"\"null_frees\": %llu, \"zero_size_allocations\": %llu, "
 		"\"allocated_bytes\": %llu, \"peak_bytes\": %llu, "
 		"\"live_bytes_at_end\": %llu},\n",
-		(unsigned long long)tot.allocations,
-		(unsigned long long)tot.frees,
-		(unsigned long long)tot.failed_allocations,
-		(unsigned long long)tot.unknown_frees,
-		(unsigned long long)tot.null_frees,
-		(unsigned long long)tot.zero_size_allocations,
-		(unsigned long long)tot.allocated_bytes,
-		(unsigned long long)tot.peak_bytes,
-		(unsigned long long)tot.live_bytes);
+		U(tot.allocations), U(tot.frees), U(tot.failed_allocations),
+		U(tot.unknown_frees), U(tot.null_frees), U(tot.zero_size_allocations),
+		U(tot.allocated_bytes), U(tot.peak_bytes), U(tot.live_bytes));
 	fprintf(f, "  \"by_function\": {");
 	sep = "\n";
 	for (i = 0; i < nfuncs; i++) {
@@ -312,11 +747,8 @@ static void write_json(FILE *f)
 			"\"allocated_bytes\": %llu, \"live_bytes_at_end\": %llu, "
 			"\"live_bytes_at_peak\": %llu, "
 			"\"failed_allocations\": %llu}",
-			sep, fn->name, (unsigned long long)fn->allocations,
-			(unsigned long long)fn->allocated_bytes,
-			(unsigned long long)fn->live,
-			(unsigned long long)fn->live_at_peak,
-			(unsigned long long)fn->failed);
+			sep, fn->name, U(fn->allocations), U(fn->allocated_bytes),
+			U(fn->live), U(fn->live_at_peak), U(fn->failed));
 		sep = ",\n";
 	}
 	fprintf(f, "\n  },\n");
@@ -324,9 +756,50 @@ static void write_json(FILE *f)
 		fprintf(f,
 			"  \"preexisting\": {\"allocations\": %llu, "
 			"\"bytes\": %llu},\n",
-			(unsigned long long)pre_allocations,
-			(unsigned long long)pre_bytes);
+			U(pre_allocations), U(pre_bytes));
 	}
+	fprintf(f, "  \"devices\": {");
+	sep = "";
+	for (i = 0; i < MAX_DEVICES; i++) {
+		struct devstat *d = &devs[i];
+		if (!d->used)
+			continue;
+		fprintf(f,
+			"%s\"%zu\": {\"allocations\": %llu, \"allocated_bytes\": %llu, "
+			"\"peak_bytes\": %llu, \"live_bytes_at_end\": %llu}",
+			sep, i, U(d->allocations), U(d->allocated_bytes), U(d->peak_bytes),
+			U(d->live));
+		sep = ", ";
+	}
+	fprintf(f, "},\n");
+	fprintf(f,
+		"  \"host\": {\"allocations\": %llu, \"frees\": %llu, "
+		"\"allocated_bytes\": %llu, \"peak_bytes\": %llu, "
+		"\"live_bytes_at_end\": %llu},\n",
+		U(host.allocations), U(host.frees), U(host.allocated_bytes),
+		U(host.peak_bytes), U(host.live));
+	fprintf(f,
+		"  \"vmm\": {\"reserves\": %llu, \"unreserves\": %llu, "
+		"\"reserved_bytes_peak\": %llu, \"reserved_bytes_at_end\": %llu, "
+		"\"creates\": %llu, \"releases\": %llu, \"physical_bytes_peak\": %llu, "
+		"\"physical_bytes_at_end\": %llu, \"maps\": %llu, \"unmaps\": %llu, "
+		"\"mapped_bytes_at_end\": %llu},\n",
+		U(vmm.reserves), U(vmm.unreserves), U(vmm.reserved_peak), U(vmm.reserved),
+		U(vmm.creates), U(vmm.releases), U(vmm.physical_peak), U(vmm.physical),
+		U(vmm.maps), U(vmm.unmaps), U(vmm.mapped));
+	fprintf(f,
+		"  \"books\": {\"runtime\": {\"allocations\": %llu, \"frees\": %llu, "
+		"\"allocated_bytes\": %llu}, \"driver\": {\"allocations\": %llu, "
+		"\"frees\": %llu, \"allocated_bytes\": %llu}},\n",
+		U(books[TRUTH_RUNTIME].allocations), U(books[TRUTH_RUNTIME].frees),
+		U(books[TRUTH_RUNTIME].allocated_bytes), U(books[TRUTH_DRIVER].allocations),
+		U(books[TRUTH_DRIVER].frees), U(books[TRUTH_DRIVER].allocated_bytes));
+	fprintf(f, "  \"children\": [");
+	for (i = 0; i < nchildren; i++)
+		fprintf(f, "%s%d", i ? ", " : "", (int)children[i]);
+	fprintf(f, "],\n");
+	if (child_mode)
+		fprintf(f, "  \"parent_pid\": %d,\n", (int)parent_pid);
 	fprintf(f, "  \"calls\": [");
 	sep = "\n";
 	for (i = 0; i < ncalls; i++) {
@@ -334,43 +807,63 @@ static void write_json(FILE *f)
 		fprintf(f,
 			"%s    {\"api\": \"%s\", \"func\": \"%s\", \"tid\": %d, "
 			"\"size\": %llu, \"ptr\": %llu, \"ret\": %d, "
-			"\"t_ns\": %llu, \"outcome\": \"%s\"}",
-			sep, c->api == API_MALLOC ? "cudaMalloc" : "cudaFree",
-			c->func, (int)c->tid, (unsigned long long)c->size,
-			(unsigned long long)c->ptr, c->ret,
-			(unsigned long long)c->t_ns, c->outcome);
+			"\"t_ns\": %llu, \"outcome\": \"%s\", \"device\": %d, "
+			"\"stream\": %llu",
+			sep, c->api, c->func, (int)c->tid, U(c->size), U(c->ptr), c->ret,
+			U(c->t_ns), c->outcome, c->device, U(c->stream));
+		if (c->has_handle)
+			fprintf(f, ", \"handle\": %llu", U(c->handle));
+		fprintf(f, "}");
 		sep = ",\n";
 	}
 	fprintf(f, "\n  ]\n}\n");
 }
 
-int truth_write(void)
+/* write_to writes the log to path; mu is held. */
+static int write_to(const char *path)
 {
-	const char *path = getenv("VRAMPROF_TRUTH");
 	char tmp[4096];
 	FILE *f;
 	int err;
 
-	if (path == NULL || *path == '\0')
-		return 0;
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-	pthread_mutex_lock(&mu);
 	f = fopen(tmp, "w");
 	if (f == NULL) {
-		pthread_mutex_unlock(&mu);
 		fprintf(stderr, "truth: create %s: %s\n", tmp, strerror(errno));
 		return -1;
 	}
 	write_json(f);
 	err = ferror(f);
 	if (fclose(f) != 0 || err || rename(tmp, path) != 0) {
-		pthread_mutex_unlock(&mu);
 		fprintf(stderr, "truth: write %s: %s\n", path, strerror(errno));
 		unlink(tmp);
 		return -1;
 	}
-	dirty = 0;
-	written = 1;
-	pthread_mutex_unlock(&mu);
 	return 0;
+}
+
+/* A process in a tree (a child, or a parent that registered children)
+ * writes $VRAMPROF_TRUTH.<pid>; a parent then also writes $VRAMPROF_TRUTH,
+ * last. A lone process writes $VRAMPROF_TRUTH only. */
+int truth_write(void)
+{
+	const char *path = getenv("VRAMPROF_TRUTH");
+	char own_path[4096];
+	int ret = 0;
+
+	if (path == NULL || *path == '\0')
+		return 0;
+	pthread_mutex_lock(&mu);
+	if (child_mode || nchildren > 0) {
+		snprintf(own_path, sizeof(own_path), "%s.%d", path, (int)getpid());
+		ret = write_to(own_path);
+	}
+	if (ret == 0 && !child_mode)
+		ret = write_to(path);
+	if (ret == 0) {
+		dirty = 0;
+		written = 1;
+	}
+	pthread_mutex_unlock(&mu);
+	return ret;
 }

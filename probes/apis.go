@@ -1,0 +1,95 @@
+//go:build linux
+
+package probes
+
+import "github.com/vramprof/vramprof/probes/event"
+
+// shape says how the BPF programs read a function's arguments and result;
+// the values are bpf/vramprof.bpf.c's enum shape, generated into
+// bpf_x86_bpfel.go as bpfShape.
+type shape = uint8
+
+// progKind says which BPF programs serve a probed function.
+type progKind uint8
+
+const (
+	// progCall: call_enter at the entry and call_return at the return,
+	// with the cookie naming API, kind and shape.
+	progCall progKind = iota + 1
+	// progLoader: the dynamic loader's debugger rendezvous, entry only.
+	progLoader
+)
+
+// probeSpec names one function to probe and how.
+type probeSpec struct {
+	Symbol string
+	API    event.API
+	Kind   event.Kind
+	Shape  shape
+	Prog   progKind
+}
+
+// cookie is the attach cookie call_enter reads (see the BPF contract
+// header): API in bits 0-15, kind in 16-23, shape in 24-31.
+func (p probeSpec) cookie() uint64 {
+	return uint64(p.API) | uint64(p.Kind)<<16 | uint64(p.Shape)<<24
+}
+
+func call(sym string, api event.API, kind event.Kind, sh bpfShape) probeSpec {
+	return probeSpec{Symbol: sym, API: api, Kind: kind, Shape: shape(sh), Prog: progCall}
+}
+
+// cudaProbes are the CUDA runtime (libcudart) and driver (libcuda) functions
+// traced, in every file that defines them. Only the 64-bit _v2 driver names:
+// the unsuffixed legacy ones take 32-bit sizes. The CUDA headers'
+// signatures are in the BPF contract's enum shape.
+var cudaProbes = []probeSpec{
+	// Runtime.
+	call("cudaMalloc", event.APICudaMalloc, event.KindAlloc, bpfShapeSHAPE_OUT),
+	call("cudaFree", event.APICudaFree, event.KindFree, bpfShapeSHAPE_PTR),
+	call("cudaMallocAsync", event.APICudaMallocAsync, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM3),
+	call("cudaMallocAsync_ptsz", event.APICudaMallocAsyncPtsz, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM3),
+	call("cudaFreeAsync", event.APICudaFreeAsync, event.KindFree, bpfShapeSHAPE_PTR_STREAM),
+	call("cudaFreeAsync_ptsz", event.APICudaFreeAsyncPtsz, event.KindFree, bpfShapeSHAPE_PTR_STREAM),
+	call("cudaMallocFromPoolAsync", event.APICudaMallocFromPoolAsync, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM4),
+	call("cudaMallocFromPoolAsync_ptsz", event.APICudaMallocFromPoolAsyncPtsz, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM4),
+	call("cudaMallocManaged", event.APICudaMallocManaged, event.KindAlloc, bpfShapeSHAPE_OUT),
+	call("cudaMallocPitch", event.APICudaMallocPitch, event.KindAlloc, bpfShapeSHAPE_PITCH),
+	call("cudaMalloc3D", event.APICudaMalloc3D, event.KindAlloc, bpfShapeSHAPE_3D),
+	call("cudaMallocHost", event.APICudaMallocHost, event.KindHostAlloc, bpfShapeSHAPE_OUT),
+	call("cudaHostAlloc", event.APICudaHostAlloc, event.KindHostAlloc, bpfShapeSHAPE_OUT),
+	call("cudaFreeHost", event.APICudaFreeHost, event.KindHostFree, bpfShapeSHAPE_PTR),
+	call("cudaSetDevice", event.APICudaSetDevice, event.KindSetDevice, bpfShapeSHAPE_SET_DEVICE),
+
+	// Driver.
+	call("cuMemAlloc_v2", event.APICuMemAlloc, event.KindAlloc, bpfShapeSHAPE_OUT),
+	call("cuMemFree_v2", event.APICuMemFree, event.KindFree, bpfShapeSHAPE_PTR),
+	call("cuMemAllocAsync", event.APICuMemAllocAsync, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM3),
+	call("cuMemAllocAsync_ptsz", event.APICuMemAllocAsyncPtsz, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM3),
+	call("cuMemFreeAsync", event.APICuMemFreeAsync, event.KindFree, bpfShapeSHAPE_PTR_STREAM),
+	call("cuMemFreeAsync_ptsz", event.APICuMemFreeAsyncPtsz, event.KindFree, bpfShapeSHAPE_PTR_STREAM),
+	call("cuMemAllocFromPoolAsync", event.APICuMemAllocFromPoolAsync, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM4),
+	call("cuMemAllocFromPoolAsync_ptsz", event.APICuMemAllocFromPoolAsyncPtsz, event.KindAlloc, bpfShapeSHAPE_OUT_STREAM4),
+	call("cuMemAllocManaged", event.APICuMemAllocManaged, event.KindAlloc, bpfShapeSHAPE_OUT),
+	call("cuMemAllocPitch_v2", event.APICuMemAllocPitch, event.KindAlloc, bpfShapeSHAPE_PITCH),
+	call("cuMemAllocHost_v2", event.APICuMemAllocHost, event.KindHostAlloc, bpfShapeSHAPE_OUT),
+	call("cuMemHostAlloc", event.APICuMemHostAlloc, event.KindHostAlloc, bpfShapeSHAPE_OUT),
+	call("cuMemFreeHost", event.APICuMemFreeHost, event.KindHostFree, bpfShapeSHAPE_PTR),
+	call("cuMemAddressReserve", event.APICuMemAddressReserve, event.KindReserve, bpfShapeSHAPE_OUT),
+	call("cuMemAddressFree", event.APICuMemAddressFree, event.KindUnreserve, bpfShapeSHAPE_PTR_SIZE),
+	call("cuMemCreate", event.APICuMemCreate, event.KindCreate, bpfShapeSHAPE_CREATE),
+	call("cuMemRelease", event.APICuMemRelease, event.KindRelease, bpfShapeSHAPE_PTR),
+	call("cuMemMap", event.APICuMemMap, event.KindMap, bpfShapeSHAPE_MAP),
+	call("cuMemUnmap", event.APICuMemUnmap, event.KindUnmap, bpfShapeSHAPE_PTR_SIZE),
+	call("cuCtxSetCurrent", event.APICuCtxSetCurrent, event.KindSetDevice, bpfShapeSHAPE_CTX_SET),
+	// Contexts to devices, for cuCtxSetCurrent: learned, never sent. The
+	// kind only has to differ from idle.
+	call("cuDevicePrimaryCtxRetain", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_RETAIN),
+	call("cuCtxCreate_v2", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_CREATE),
+}
+
+// loaderProbe is the rendezvous function glibc's ld.so calls around every
+// change to the link map (r_debug protocol). A debugger sets its breakpoint
+// there; so do we, to catch a dlopen of the CUDA runtime before its first
+// call.
+var loaderProbe = probeSpec{Symbol: "_dl_debug_state", Prog: progLoader}

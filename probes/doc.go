@@ -1,0 +1,27 @@
+// Package probes traces the CUDA allocation API in live processes with eBPF
+// and turns what the kernel sends into event records.
+//
+// A Session owns everything that touches the kernel: the BPF objects
+// (bpf/vramprof.bpf.c, compiled into bpf_x86_bpfel.o by `make generate`),
+// the ring buffer reader, the uprobe links and the fork tracepoint. It
+// finds the CUDA runtime (libcudart) and driver (libcuda) wherever a target
+// maps them: shared libraries, pip's hashed copies, copies linked into an
+// executable or another library, each file probed once (uprobes live on the
+// inode). It follows the dynamic loader so that a runtime loaded late with
+// dlopen is probed before its first call, follows forks of its targets, and
+// symbolizes stacks while the process is alive.
+//
+// Records reach the caller's Sink in the order the session produced them,
+// from one goroutine: Process, Library, Mapping and Stack records always
+// precede the events that refer to them. Nothing here knows about analysis
+// or reports; those consume the records (see DESIGN.md, "Data flow").
+//
+// Lifecycle: NewSession loads and checks privileges; Launch or Attach (or
+// AttachAll) names targets; Run reads until its context ends or the targets
+// exit; Close releases everything in reverse order and resumes any target
+// the loader probe left stopped. A Session is not safe for concurrent use,
+// except Stats.
+//
+// Tracing needs Linux: elsewhere only the sentinel errors build, so that
+// callers compile everywhere.
+package probes

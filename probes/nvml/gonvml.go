@@ -1,0 +1,189 @@
+//go:build linux && cgo
+
+package nvml
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/dl"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
+)
+
+// memoryInfoV2 is the symbol that decides between the two memory calls:
+// go-nvml binds DeviceGetMemoryInfo_v2 whether or not the loaded library
+// has it, and calling a missing symbol crashes.
+const memoryInfoV2 = "nvmlDeviceGetMemoryInfo_v2"
+
+// goNVML is the production Library: go-nvml, which dlopens libnvidia-ml at
+// Init. Every nvml.Return becomes an *Error here, so nothing past this file
+// sees go-nvml's types.
+type goNVML struct {
+	lib nvml.Interface
+	// path is the library go-nvml loads, checked before it does; empty
+	// for an injected nvml.Interface (tests).
+	path     string
+	memoryV2 bool
+}
+
+func newGoNVML(path string) Library {
+	return &goNVML{lib: nvml.New(nvml.WithLibraryPath(path)), path: path}
+}
+
+// fromInterface wraps any nvml.Interface, go-nvml's mocks included.
+func fromInterface(lib nvml.Interface) *goNVML {
+	return &goNVML{lib: lib}
+}
+
+// check converts ret to an error. nvmlErrorString is the one call NVML
+// allows even after a failed nvmlInit, so it is always safe here.
+func (g *goNVML) check(fn string, ret nvml.Return) error {
+	if ret == nvml.SUCCESS {
+		return nil
+	}
+	return &Error{Func: fn, Code: int(ret), Text: g.lib.ErrorString(ret)}
+}
+
+func (g *goNVML) Init() error {
+	if g.path != "" {
+		// go-nvml drops dlopen's message, and a library without the
+		// functions it binds ends the process at the first call (a lazy
+		// binding failure). Check first, in the loader's words.
+		if err := preflight(g.path); err != nil {
+			return &Error{Func: "nvmlInit", Code: int(nvml.ERROR_LIBRARY_NOT_FOUND), Text: err.Error()}
+		}
+	}
+	created := g.path != "" && controlNodeMissing()
+	ret := g.lib.Init()
+	if ret == nvml.ERROR_DRIVER_NOT_LOADED && created {
+		removeControlNode()
+	}
+	if err := g.check("nvmlInit", ret); err != nil {
+		return err
+	}
+	g.memoryV2 = g.lib.Extensions().LookupSymbol(memoryInfoV2) == nil
+	return nil
+}
+
+// required are the functions go-nvml calls for the Sampler, by the names
+// every driver exports (go-nvml switches to a _v2 or _v3 only when the
+// library has it).
+var required = []string{
+	"nvmlInit", "nvmlShutdown", "nvmlErrorString",
+	"nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
+	"nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo",
+	"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+}
+
+// preflight loads path on its own and checks it exports what go-nvml will
+// call. The loader counts references, so go-nvml's own dlopen that follows
+// finds the library already mapped.
+func preflight(path string) error {
+	lib := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)
+	if err := lib.Open(); err != nil {
+		return err
+	}
+	defer func() { _ = lib.Close() }()
+	for _, sym := range required {
+		if err := lib.Lookup(sym); err != nil {
+			return fmt.Errorf("%s is not NVIDIA's management library: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// NVML's nvmlInit, run as root, creates the driver's control node
+// /dev/nvidiactl (character device 195:255) before finding that no driver
+// is loaded, and leaves it behind. On a machine without the driver the
+// sampler removes the node it caused, and nothing else.
+const (
+	controlNode  = "/dev/nvidiactl"
+	controlMajor = 195
+	controlMinor = 255
+)
+
+func controlNodeMissing() bool {
+	_, err := os.Lstat(controlNode)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+func removeControlNode() {
+	var st unix.Stat_t
+	if unix.Lstat(controlNode, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR ||
+		unix.Major(st.Rdev) != controlMajor || unix.Minor(st.Rdev) != controlMinor {
+		return
+	}
+	_ = os.Remove(controlNode)
+}
+
+func (g *goNVML) Shutdown() error {
+	return g.check("nvmlShutdown", g.lib.Shutdown())
+}
+
+func (g *goNVML) DeviceCount() (int, error) {
+	n, ret := g.lib.DeviceGetCount()
+	return n, g.check("nvmlDeviceGetCount", ret)
+}
+
+func (g *goNVML) Device(index int) (Device, error) {
+	d, ret := g.lib.DeviceGetHandleByIndex(index)
+	if err := g.check("nvmlDeviceGetHandleByIndex", ret); err != nil {
+		return nil, err
+	}
+	return &goDevice{g: g, d: d}, nil
+}
+
+// goDevice is a device handle; its methods call NVML directly.
+type goDevice struct {
+	g *goNVML
+	d nvml.Device
+}
+
+func (d *goDevice) Name() (string, error) {
+	s, ret := d.d.GetName()
+	return s, d.g.check("nvmlDeviceGetName", ret)
+}
+
+func (d *goDevice) UUID() (string, error) {
+	s, ret := d.d.GetUUID()
+	return s, d.g.check("nvmlDeviceGetUUID", ret)
+}
+
+func (d *goDevice) MemoryInfo() (Memory, error) {
+	if d.g.memoryV2 {
+		m, ret := d.d.GetMemoryInfo_v2()
+		if err := d.g.check(memoryInfoV2, ret); err != nil {
+			return Memory{}, err
+		}
+		return Memory{Total: m.Total, Reserved: m.Reserved, Free: m.Free, Used: m.Used}, nil
+	}
+	m, ret := d.d.GetMemoryInfo()
+	if err := d.g.check("nvmlDeviceGetMemoryInfo", ret); err != nil {
+		return Memory{}, err
+	}
+	return Memory{Total: m.Total, Free: m.Free, Used: m.Used}, nil
+}
+
+func (d *goDevice) ComputeProcesses() ([]Process, error) {
+	ps, ret := d.d.GetComputeRunningProcesses()
+	return convertProcesses(ps), d.g.check("nvmlDeviceGetComputeRunningProcesses", ret)
+}
+
+func (d *goDevice) GraphicsProcesses() ([]Process, error) {
+	ps, ret := d.d.GetGraphicsRunningProcesses()
+	return convertProcesses(ps), d.g.check("nvmlDeviceGetGraphicsRunningProcesses", ret)
+}
+
+func convertProcesses(ps []nvml.ProcessInfo) []Process {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]Process, len(ps))
+	for i, p := range ps {
+		out[i] = Process{PID: p.Pid, UsedBytes: p.UsedGpuMemory, GPUInstance: p.GpuInstanceId, ComputeInstance: p.ComputeInstanceId}
+	}
+	return out
+}

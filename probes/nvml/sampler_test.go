@@ -1,0 +1,288 @@
+//go:build linux && cgo
+
+package nvml
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+func twoGPUs() []*gpu {
+	return []*gpu{
+		{name: "NVIDIA A100-SXM4-40GB", uuid: "GPU-aaaa", total: 40 * gib, reserved: gib / 2, free: 30 * gib},
+		{name: "NVIDIA H100 80GB HBM3", uuid: "GPU-bbbb", total: 80 * gib, reserved: gib, free: 79 * gib},
+	}
+}
+
+func TestOpenDevices(t *testing.T) {
+	m := newMockNVML(true, nvml.SUCCESS, twoGPUs()...)
+	s := mustOpen(t, m, Options{})
+	// The clock reads 1000, 2000: one per device, in index order.
+	assert.Equal(t, []event.DeviceInfo{
+		{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-aaaa", TotalBytes: 40 * gib, Time: 1000},
+		{Index: 1, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-bbbb", TotalBytes: 80 * gib, Time: 2000},
+	}, s.Devices())
+	assert.Empty(t, s.Skipped())
+	assert.Len(t, m.InitCalls(), 1)
+	assert.Equal(t, []string{memoryInfoV2}, m.lookups, "checks the v2 symbol exists before using it")
+
+	require.NoError(t, s.Close())
+	assert.Len(t, m.ShutdownCalls(), 1)
+	require.NoError(t, s.Close(), "closing twice is a no-op")
+	assert.Len(t, m.ShutdownCalls(), 1)
+	_, err := s.Sample(1)
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestSampleMemory(t *testing.T) {
+	tests := []struct {
+		name string
+		v2   bool
+		want []event.Sample
+	}{
+		{"v2 symbol present", true, []event.Sample{
+			// used = total - reserved - free: v2 leaves the driver's reservation out.
+			{Time: 7, Device: 0, TotalBytes: 40 * gib, FreeBytes: 30 * gib, UsedBytes: 40*gib - gib/2 - 30*gib},
+			{Time: 7, Device: 1, TotalBytes: 80 * gib, FreeBytes: 79 * gib, UsedBytes: 80*gib - gib - 79*gib},
+		}},
+		{"v1 only", false, []event.Sample{
+			// used = total - free.
+			{Time: 7, Device: 0, TotalBytes: 40 * gib, FreeBytes: 30 * gib, UsedBytes: 40*gib - 30*gib},
+			{Time: 7, Device: 1, TotalBytes: 80 * gib, FreeBytes: 79 * gib, UsedBytes: 80*gib - 79*gib},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMockNVML(tt.v2, nvml.SUCCESS, twoGPUs()...)
+			s := mustOpen(t, m, Options{})
+			got, err := s.Sample(7)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+			for _, d := range m.devices {
+				if tt.v2 {
+					assert.NotEmpty(t, d.GetMemoryInfo_v2Calls())
+					assert.Empty(t, d.GetMemoryInfoCalls())
+				} else {
+					assert.Empty(t, d.GetMemoryInfo_v2Calls(), "v2 called without the symbol")
+					assert.NotEmpty(t, d.GetMemoryInfoCalls())
+				}
+			}
+		})
+	}
+}
+
+func TestSampleProcesses(t *testing.T) {
+	mig := func(pid uint32, used uint64, gi, ci uint32) nvml.ProcessInfo {
+		return nvml.ProcessInfo{Pid: pid, UsedGpuMemory: used, GpuInstanceId: gi, ComputeInstanceId: ci}
+	}
+	const notAvailable = ^uint64(0) // NVML_VALUE_NOT_AVAILABLE
+	tests := []struct {
+		name              string
+		compute, graphics []nvml.ProcessInfo
+		graphicsRet       nvml.Return
+		pids              func(uint32) bool
+		want              []event.ProcessUsage
+	}{
+		{name: "none"},
+		{name: "compute, sorted by pid",
+			compute: []nvml.ProcessInfo{proc(300, 3*gib), proc(100, gib)},
+			want:    []event.ProcessUsage{usage(100, gib), usage(300, 3*gib)}},
+		{name: "compute and graphics merged",
+			compute:  []nvml.ProcessInfo{proc(100, gib)},
+			graphics: []nvml.ProcessInfo{proc(200, 2*gib)},
+			want:     []event.ProcessUsage{usage(100, gib), usage(200, 2*gib)}},
+		{name: "one process in both lists counts once",
+			compute:  []nvml.ProcessInfo{proc(100, 5*gib)},
+			graphics: []nvml.ProcessInfo{proc(100, 5*gib)},
+			want:     []event.ProcessUsage{usage(100, 5*gib)}},
+		{name: "MIG partitions of one process summed",
+			compute: []nvml.ProcessInfo{mig(100, gib, 1, 0), mig(100, 2*gib, 2, 0)},
+			want:    []event.ProcessUsage{usage(100, gib+2*gib)}},
+		{name: "usage NVML cannot tell is 0",
+			compute: []nvml.ProcessInfo{proc(100, notAvailable)},
+			want:    []event.ProcessUsage{usage(100, 0)}},
+		{name: "filtered to traced pids",
+			compute: []nvml.ProcessInfo{proc(100, gib), proc(200, 2*gib), proc(300, 3*gib)},
+			pids:    func(pid uint32) bool { return pid != 200 },
+			want:    []event.ProcessUsage{usage(100, gib), usage(300, 3*gib)}},
+		{name: "no traced pid on the device",
+			compute: []nvml.ProcessInfo{proc(100, gib)},
+			pids:    func(uint32) bool { return false }},
+		{name: "graphics list not supported",
+			compute:     []nvml.ProcessInfo{proc(100, gib)},
+			graphicsRet: nvml.ERROR_NOT_SUPPORTED,
+			want:        []event.ProcessUsage{usage(100, gib)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &gpu{name: "g", uuid: "GPU-1", total: 16 * gib, free: 4 * gib,
+				compute: tt.compute, graphics: tt.graphics, graphicsRet: tt.graphicsRet}
+			m := newMockNVML(true, nvml.SUCCESS, g)
+			s := mustOpen(t, m, Options{PIDs: tt.pids})
+			for range 2 {
+				got, err := s.Sample(1)
+				require.NoError(t, err)
+				require.Len(t, got, 1)
+				assert.Equal(t, tt.want, got[0].Processes)
+				assert.Equal(t, 16*gib-4*gib, got[0].UsedBytes)
+			}
+			wantGraphics := 2
+			if tt.graphicsRet == nvml.ERROR_NOT_SUPPORTED {
+				wantGraphics = 1 // not asked again once known unsupported
+			}
+			assert.Len(t, m.devices[0].GetGraphicsRunningProcessesCalls(), wantGraphics)
+		})
+	}
+}
+
+func TestSampleDeviceFails(t *testing.T) {
+	gpus := twoGPUs()
+	m := newMockNVML(true, nvml.SUCCESS, gpus...)
+	s := mustOpen(t, m, Options{})
+	gpus[1].memoryRet = nvml.ERROR_GPU_IS_LOST
+	gpus[0].computeRet = nvml.ERROR_NO_PERMISSION
+
+	got, err := s.Sample(5)
+	assert.Empty(t, got)
+	var ne *Error
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, "device 0: nvmlDeviceGetComputeRunningProcesses: Insufficient Permissions; "+
+		"device 1: nvmlDeviceGetMemoryInfo_v2: GPU is lost", err.Error())
+
+	gpus[0].computeRet = nvml.SUCCESS
+	got, err = s.Sample(6)
+	assert.Equal(t, "device 1: nvmlDeviceGetMemoryInfo_v2: GPU is lost", err.Error())
+	require.Len(t, got, 1, "the devices that answer are still sampled")
+	assert.Equal(t, int32(0), got[0].Device)
+	assert.Equal(t, 40*gib-gib/2-30*gib, got[0].UsedBytes)
+}
+
+func TestOpenUnavailable(t *testing.T) {
+	tests := []struct {
+		name     string
+		initRet  nvml.Return
+		gpus     []*gpu
+		want     string
+		shutdown int // nvmlShutdown calls: none after a failed nvmlInit
+	}{
+		{"no driver", nvml.ERROR_DRIVER_NOT_LOADED, twoGPUs(), "NVML unavailable: nvmlInit: Driver Not Loaded", 0},
+		{"no device", nvml.SUCCESS, nil, "NVML unavailable: nvmlDeviceGetCount: no NVIDIA device", 1},
+		{"every device fails", nvml.SUCCESS, []*gpu{{handleRet: nvml.ERROR_NO_PERMISSION}, {handleRet: nvml.ERROR_GPU_IS_LOST}},
+			"NVML unavailable: device 0: nvmlDeviceGetHandleByIndex: Insufficient Permissions; " +
+				"device 1: nvmlDeviceGetHandleByIndex: GPU is lost", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMockNVML(true, tt.initRet, tt.gpus...)
+			_, err := Open(Options{Library: fromInterface(m)})
+			require.ErrorIs(t, err, ErrUnavailable)
+			assert.Equal(t, tt.want, err.Error())
+			assert.Len(t, m.ShutdownCalls(), tt.shutdown)
+			if tt.initRet != nvml.SUCCESS {
+				var ne *Error
+				require.ErrorAs(t, err, &ne)
+				assert.Equal(t, Error{Func: "nvmlInit", Code: int(tt.initRet), Text: errorTexts[tt.initRet]}, *ne)
+				assert.Empty(t, m.lookups, "nothing but ErrorString after a failed nvmlInit")
+				assert.Empty(t, m.DeviceGetCountCalls())
+			}
+		})
+	}
+}
+
+func TestOpenSkipsBrokenDevice(t *testing.T) {
+	gpus := twoGPUs()
+	gpus[0].handleRet = nvml.ERROR_NO_PERMISSION
+	s := mustOpen(t, newMockNVML(true, nvml.SUCCESS, gpus...), Options{})
+	require.Len(t, s.Devices(), 1)
+	assert.Equal(t, int32(1), s.Devices()[0].Index, "indices stay NVML's")
+	require.Len(t, s.Skipped(), 1)
+	assert.EqualError(t, s.Skipped()[0], "device 0: nvmlDeviceGetHandleByIndex: Insufficient Permissions")
+	got, err := s.Sample(1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, int32(1), got[0].Device)
+}
+
+func TestErrorNotSupported(t *testing.T) {
+	assert.Equal(t, codeNotSupported, int(nvml.ERROR_NOT_SUPPORTED), "NVML's ABI")
+	g := fromInterface(newMockNVML(true, nvml.SUCCESS))
+	err := g.check("nvmlDeviceGetGraphicsRunningProcesses", nvml.ERROR_NOT_SUPPORTED)
+	assert.ErrorIs(t, err, ErrNotSupported)
+	assert.EqualError(t, err, "nvmlDeviceGetGraphicsRunningProcesses: Not Supported")
+	assert.NotErrorIs(t, g.check("nvmlInit", nvml.ERROR_UNKNOWN), ErrNotSupported)
+	assert.NoError(t, g.check("nvmlInit", nvml.SUCCESS))
+}
+
+// TestRun follows Run through a failure and a recovery: the status records
+// bracket the failure and the device that answers keeps being sampled.
+func TestRun(t *testing.T) {
+	gpus := twoGPUs()
+	m := newMockNVML(true, nvml.SUCCESS, gpus...)
+	clock := testClock()
+	s := mustOpen(t, m, Options{Clock: clock}) // DeviceInfo at 1000 and 2000
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var got []event.Record
+	ticks := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, time.Millisecond, func(r event.Record) {
+			got = append(got, r)
+			// Tick k samples at clock 3000 + 1000k (3000 is the first
+			// status). GPU 1 is lost on the second tick only.
+			if sa, ok := r.(*event.Sample); ok && sa.Device == 0 {
+				ticks++
+				switch ticks {
+				case 1:
+					gpus[1].memoryRet = nvml.ERROR_GPU_IS_LOST
+				case 2:
+					gpus[1].memoryRet = nvml.SUCCESS
+				case 3:
+					cancel()
+				}
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+
+	info := s.Devices()
+	sample := func(now uint64, dev int32) *event.Sample {
+		g := gpus[dev]
+		return &event.Sample{Time: now, Device: dev, TotalBytes: g.total, FreeBytes: g.free, UsedBytes: g.total - g.reserved - g.free}
+	}
+	want := []event.Record{
+		&event.NVMLStatus{Time: 3000, Available: true},
+		&info[0], &info[1],
+		sample(4000, 0), sample(4000, 1), // tick 1
+		sample(5000, 0), // tick 2: GPU 1 lost
+		&event.NVMLStatus{Time: 5000, Reason: "NVML unavailable: device 1: nvmlDeviceGetMemoryInfo_v2: GPU is lost"},
+		sample(6000, 0), sample(6000, 1), // tick 3: back
+		&event.NVMLStatus{Time: 6000, Available: true},
+	}
+	assert.Equal(t, want, got)
+
+	require.NoError(t, s.Close())
+	got = nil
+	s.Run(t.Context(), time.Millisecond, func(r event.Record) { got = append(got, r) })
+	assert.Empty(t, got, "Run on a closed Sampler returns at once")
+}
+
+func TestStatus(t *testing.T) {
+	assert.Equal(t, &event.NVMLStatus{Time: 1, Available: true}, Status(1, nil))
+	err := unavailable(errors.Join(errors.New("a"), errors.New("b")))
+	assert.Equal(t, &event.NVMLStatus{Time: 2, Reason: "NVML unavailable: a; b"}, Status(2, err), "one line")
+}

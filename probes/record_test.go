@@ -1,0 +1,97 @@
+//go:build linux
+
+package probes
+
+import (
+	"encoding/binary"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// TestRecordLayout pins the BPF contract header's offsets against the
+// struct bpf2go generated from the C source.
+func TestRecordLayout(t *testing.T) {
+	var r bpfRecord
+	for _, tc := range []struct {
+		name string
+		got  uintptr
+		want uintptr
+	}{
+		{"time", unsafe.Offsetof(r.Time), 0},
+		{"duration", unsafe.Offsetof(r.Duration), 8},
+		{"addr", unsafe.Offsetof(r.Addr), 16},
+		{"size", unsafe.Offsetof(r.Size), 24},
+		{"stream", unsafe.Offsetof(r.Stream), 32},
+		{"pid", unsafe.Offsetof(r.Pid), 40},
+		{"tid", unsafe.Offsetof(r.Tid), 44},
+		{"ret", unsafe.Offsetof(r.Ret), 48},
+		{"device", unsafe.Offsetof(r.Device), 52},
+		{"api", unsafe.Offsetof(r.Api), 56},
+		{"kind", unsafe.Offsetof(r.Kind), 58},
+		{"flags", unsafe.Offsetof(r.Flags), 59},
+		{"nframes", unsafe.Offsetof(r.Nframes), 60},
+		{"caller", unsafe.Offsetof(r.Caller), 64},
+		{"stack", unsafe.Offsetof(r.Stack), recordHeaderSize},
+	} {
+		assert.Equal(t, tc.want, tc.got, tc.name)
+	}
+	assert.Len(t, r.Stack, maxFrames)
+}
+
+// TestDecodeRecord decodes a record laid out by hand per the contract.
+func TestDecodeRecord(t *testing.T) {
+	le := binary.LittleEndian
+	b := make([]byte, recordHeaderSize+3*8)
+	le.PutUint64(b[0:], 1000)        // time
+	le.PutUint64(b[8:], 20)          // duration
+	le.PutUint64(b[16:], 0x7f0000)   // addr
+	le.PutUint64(b[24:], 4096)       // size
+	le.PutUint64(b[32:], 7)          // stream
+	le.PutUint32(b[40:], 42)         // pid
+	le.PutUint32(b[44:], 43)         // tid
+	le.PutUint32(b[48:], uint32(2))  // ret
+	le.PutUint32(b[52:], 0xffffffff) // device -1
+	le.PutUint16(b[56:], uint16(event.APICuMemAlloc))
+	b[58] = byte(event.KindAlloc)
+	b[59] = recFlagNested
+	le.PutUint16(b[60:], 3)
+	le.PutUint64(b[64:], 0xc0ffee)
+	for i, a := range []uint64{0x100, 0x200, 0x300} {
+		le.PutUint64(b[recordHeaderSize+8*i:], a)
+	}
+	var r rawRecord
+	require.NoError(t, decodeRecord(b, &r))
+	assert.Equal(t, event.Event{Time: 1000, Duration: 20, Addr: 0x7f0000, Size: 4096, Stream: 7, PID: 42, TID: 43,
+		Ret: 2, Device: -1, Kind: event.KindAlloc, Layer: event.LayerSegment, API: event.APICuMemAlloc,
+		Flags: event.FlagNested}, r.ev)
+	assert.Equal(t, []uint64{0x100, 0x200, 0x300}, r.frames)
+	assert.Equal(t, uint64(0xc0ffee), r.caller)
+
+	// A header that promises more frames than the sample holds.
+	require.ErrorIs(t, decodeRecord(b[:recordHeaderSize+8], &r), errShortRecord)
+	require.ErrorIs(t, decodeRecord(b[:10], &r), errShortRecord)
+}
+
+func TestWithCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames []uint64
+		caller uint64
+		want   []uint64
+	}{
+		{"kernel skipped the caller", []uint64{1, 3, 4}, 2, []uint64{1, 2, 3, 4}},
+		{"kernel kept the caller", []uint64{1, 2, 3}, 2, []uint64{1, 2, 3}},
+		{"leaf only", []uint64{1}, 2, []uint64{1, 2}},
+		{"no caller read", []uint64{1, 3}, 0, []uint64{1, 3}},
+		{"no stack", nil, 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, withCaller(append([]uint64(nil), tc.frames...), tc.caller))
+		})
+	}
+}

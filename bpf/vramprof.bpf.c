@@ -44,7 +44,8 @@
  *            a wakeup until wakeup_bytes wait: a wakeup per record would cost
  *            the target more than the record. The reader polls for the rest.
  *   targets  hash tgid -> u8, the processes traced (from Go, and from the
- *            fork tracepoint for children of targets).
+ *            fork tracepoint for children of targets; the exit tracepoint
+ *            removes them).
  *   threads  LRU hash pid_tgid -> thread: nesting depth and current device.
  *   slots    LRU hash {pid_tgid, depth} -> record: a call between its entry
  *            and its return, kept between calls (kind REC_IDLE when idle) so
@@ -88,6 +89,8 @@ enum rec_kind {
 	REC_SET_DEVICE = 11,
 	REC_LOADER = 100, /* the dynamic loader changed the maps: rescan, then SIGCONT */
 	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
+	REC_EXEC = 102,   /* a target exec'd: new maps; stopped like REC_LOADER */
+	REC_EXIT = 103,   /* a target's main thread exited */
 };
 
 enum rec_flags {
@@ -556,22 +559,61 @@ struct task_struct {
 	int tgid;
 } __attribute__((preserve_access_index));
 
+/* announce sends a record about a target's life (fork, exec, exit). */
+static __always_inline void announce(__u32 tgid, __u32 tid, __u8 kind, __u64 addr, int stop)
+{
+	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
+	if (!r) {
+		__sync_fetch_and_add(&lost, 1);
+		return;
+	}
+	fill_common(r, (__u64)tgid << 32 | tid, kind);
+	r->addr = addr;
+	if (stop && bpf_send_signal(SIGSTOP) == 0)
+		r->flags = REC_F_STOPPED;
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+}
+
 SEC("tp_btf/sched_process_fork")
-int BPF_PROG(fork, struct task_struct *parent, struct task_struct *child)
+int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid, ctgid = child->tgid;
 	if (ptgid == ctgid || !bpf_map_lookup_elem(&targets, &ptgid))
 		return 0;
 	__u8 one = 1;
 	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
-	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
-	if (!r) {
-		__sync_fetch_and_add(&lost, 1);
+	announce(ctgid, child->pid, REC_FORK, ptgid, 0);
+	return 0;
+}
+
+/*
+ * exec: a target replaced its image. It is stopped (as at a loader change)
+ * so user space can probe the new executable before it runs: a statically
+ * linked one never calls the loader.
+ */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(process_exec, struct task_struct *p, int old_pid, void *bprm)
+{
+	__u32 tgid = p->tgid;
+	if (!bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
-	}
-	fill_common(r, (__u64)ctgid << 32 | (__u32)child->pid, REC_FORK);
-	r->addr = ptgid;
-	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	announce(tgid, p->pid, REC_EXEC, 0, 1);
+	return 0;
+}
+
+/*
+ * exit: a target's main thread is gone. Sent after every record of the
+ * process, so a PID reused later starts clean. The process leaves the
+ * filter here, in the kernel, before its PID can be reused.
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(process_exit, struct task_struct *p)
+{
+	__u32 tgid = p->tgid;
+	if (p->pid != tgid || !bpf_map_lookup_elem(&targets, &tgid))
+		return 0;
+	bpf_map_delete_elem(&targets, &tgid);
+	announce(tgid, p->pid, REC_EXIT, 0, 0);
 	return 0;
 }
 

@@ -45,6 +45,8 @@ const (
 	bpfRecKindREC_SET_DEVICE bpfRecKind = 11
 	bpfRecKindREC_LOADER     bpfRecKind = 100
 	bpfRecKindREC_FORK       bpfRecKind = 101
+	bpfRecKindREC_EXEC       bpfRecKind = 102
+	bpfRecKindREC_EXIT       bpfRecKind = 103
 )
 
 type bpfRecord struct {
@@ -113,8 +115,10 @@ const (
 	bpfProgCallEnterMulti  = "call_enter_multi"
 	bpfProgCallReturn      = "call_return"
 	bpfProgCallReturnMulti = "call_return_multi"
-	bpfProgFork            = "fork"
 	bpfProgLoaderState     = "loader_state"
+	bpfProgProcessExec     = "process_exec"
+	bpfProgProcessExit     = "process_exit"
+	bpfProgProcessFork     = "process_fork"
 	bpfVarContractTypes    = "contract_types"
 	bpfVarLost             = "lost"
 	bpfVarTraceAll         = "trace_all"
@@ -168,8 +172,10 @@ type bpfProgramSpecs struct {
 	CallEnterMulti  *ebpf.ProgramSpec `ebpf:"call_enter_multi"`
 	CallReturn      *ebpf.ProgramSpec `ebpf:"call_return"`
 	CallReturnMulti *ebpf.ProgramSpec `ebpf:"call_return_multi"`
-	Fork            *ebpf.ProgramSpec `ebpf:"fork"`
 	LoaderState     *ebpf.ProgramSpec `ebpf:"loader_state"`
+	ProcessExec     *ebpf.ProgramSpec `ebpf:"process_exec"`
+	ProcessExit     *ebpf.ProgramSpec `ebpf:"process_exit"`
+	ProcessFork     *ebpf.ProgramSpec `ebpf:"process_fork"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
@@ -253,8 +259,10 @@ type bpfPrograms struct {
 	CallEnterMulti  *ebpf.Program `ebpf:"call_enter_multi"`
 	CallReturn      *ebpf.Program `ebpf:"call_return"`
 	CallReturnMulti *ebpf.Program `ebpf:"call_return_multi"`
-	Fork            *ebpf.Program `ebpf:"fork"`
 	LoaderState     *ebpf.Program `ebpf:"loader_state"`
+	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
+	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
+	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
 }
 
 func (p *bpfPrograms) Close() error {
@@ -263,8 +271,10 @@ func (p *bpfPrograms) Close() error {
 		p.CallEnterMulti,
 		p.CallReturn,
 		p.CallReturnMulti,
-		p.Fork,
 		p.LoaderState,
+		p.ProcessExec,
+		p.ProcessExit,
+		p.ProcessFork,
 	)
 }
 

@@ -16,6 +16,8 @@ import (
 const (
 	recLoader = uint8(bpfRecKindREC_LOADER)
 	recFork   = uint8(bpfRecKindREC_FORK)
+	recExec   = uint8(bpfRecKindREC_EXEC)
+	recExit   = uint8(bpfRecKindREC_EXIT)
 
 	recFlagStopped = uint8(bpfRecFlagsREC_F_STOPPED)
 	recFlagNested  = uint8(bpfRecFlagsREC_F_NESTED)

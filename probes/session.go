@@ -69,8 +69,8 @@ type Session struct {
 	objs   bpfObjects
 	reader *ringbuf.Reader
 	att    *attacher
-	// forkLink follows forks of targets (tp_btf/sched_process_fork).
-	forkLink link.Link
+	// lifeLinks follow targets' forks, execs and exits (tp_btf).
+	lifeLinks []link.Link
 	sym      *symbolize.Symbolizer
 
 	procs      map[uint32]*proc
@@ -155,12 +155,16 @@ func NewSession(opts Options) (*Session, error) {
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
 	s.att = newAttacher(&s.objs, 0)
-	// Children of targets are targets: the fork tracepoint adds them in
-	// the kernel before they run.
-	s.forkLink, err = link.AttachTracing(link.TracingOptions{Program: s.objs.Fork})
-	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("attach fork tracepoint: %w", wrapPerm(err))
+	// Children of targets are targets (the fork tracepoint adds them in the
+	// kernel before they run); an exec is a new image to probe; an exit
+	// ends a process before its PID can be reused.
+	for _, prog := range []*ebpf.Program{s.objs.ProcessFork, s.objs.ProcessExec, s.objs.ProcessExit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("attach %s tracepoint: %w", prog, wrapPerm(err))
+		}
+		s.lifeLinks = append(s.lifeLinks, l)
 	}
 
 	return s, nil
@@ -178,8 +182,8 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	var errs []error
-	if s.forkLink != nil {
-		errs = append(errs, s.forkLink.Close())
+	for i := len(s.lifeLinks) - 1; i >= 0; i-- {
+		errs = append(errs, s.lifeLinks[i].Close())
 	}
 	if s.att != nil {
 		errs = append(errs, s.att.Close())
@@ -235,14 +239,22 @@ func (s *Session) track(pid uint32, command []string) (*proc, error) {
 	return p, nil
 }
 
-// untrack marks pid exited and stops filtering for it.
-func (s *Session) untrack(p *proc) {
+// retire marks a process instance exited, leaving the BPF maps alone.
+func (s *Session) retire(p *proc) {
 	if p.exited {
 		return
 	}
 	p.exited = true
 	p.forget = true
 	s.stats.Targets.Add(-1)
+}
+
+// untrack marks pid exited and stops filtering for it.
+func (s *Session) untrack(p *proc) {
+	if p.exited {
+		return
+	}
+	s.retire(p)
 	_ = s.objs.Targets.Delete(p.pid)
 	// Its threads' state passes the BPF filter by itself (see thread_state):
 	// drop it, so a later process that reuses the PID is not traced.
@@ -459,7 +471,7 @@ func (s *Session) handle(sample []byte) error {
 		s.decodeErrs++
 		return nil
 	}
-	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork {
+	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
@@ -468,10 +480,15 @@ func (s *Session) handle(sample []byte) error {
 		}
 	}
 	switch {
-	case r.kind == recLoader:
+	case r.kind == recLoader || r.kind == recExec:
 		return s.loaderChanged(r)
 	case r.kind == recFork:
 		return s.forked(r)
+	case r.kind == recExit:
+		if p := s.procs[r.ev.PID]; p != nil {
+			s.untrack(p)
+		}
+		return nil
 	case r.ev.Kind == event.KindInvalid:
 		s.decodeErrs++
 		return nil
@@ -574,6 +591,11 @@ func (s *Session) adopt(pid uint32) error {
 // to the targets map, so none of its calls were missed).
 func (s *Session) forked(r *rawRecord) error {
 	child, parent := r.ev.PID, uint32(r.ev.Addr)
+	if old := s.procs[child]; old != nil {
+		// The PID belonged to a process whose exit was not seen (its
+		// records are all before this one): this is another process.
+		s.retire(old)
+	}
 	p, err := s.track(child, nil)
 	if errors.Is(err, ErrNoProcess) {
 		return nil // gone already; its records, if any, still count

@@ -105,8 +105,21 @@ type Analyzer struct {
 	// capacity the sizes DeviceInfo records gave.
 	seenDevices map[int32]bool
 	capacity    map[int32]uint64
-	// pids are the processes any segment-layer event came from.
+	// pids are the process instances (ids, see instances.go) any
+	// segment-layer event came from.
 	pids map[uint32]bool
+	// insts are the process instances by id; current finds a PID's latest
+	// instance; lastInst caches the latest lookup (the hot path); reused
+	// counts the instances that reused a PID.
+	insts    map[uint32]*instance
+	current  map[uint32]uint32
+	lastInst *instance
+	reused   uint32
+	// procIndex finds an instance's entry in Result.Processes (Finish).
+	procIndex map[uint32]int
+
+	// nvml is the device layer (NVML): status, devices and samples.
+	nvml nvmlState
 
 	// books are the per-API ledgers, per process and overall; bookLive
 	// their live allocations.
@@ -121,7 +134,6 @@ type Analyzer struct {
 	vmm          map[vmmKey]*vmmState
 
 	// Copies of the descriptive records, by key.
-	procInfo  map[uint32]*event.Process
 	stacks    map[event.StackID]*event.Stack
 	mappings  map[event.MappingID]event.Mapping
 	libraries map[libKey]bool // dedupes Library records
@@ -347,13 +359,14 @@ func New(opts Options) *Analyzer {
 		seenDevices:  make(map[int32]bool),
 		capacity:     make(map[int32]uint64),
 		pids:         make(map[uint32]bool),
+		insts:        make(map[uint32]*instance),
+		current:      make(map[uint32]uint32),
 		books:        make(map[bookKey]*bookState),
 		bookLive:     make(map[bookLiveKey]uint64),
 		handles:      make(map[handleKey]*handleState),
 		mapped:       make(map[rangeKey]vmmRange),
 		reservations: make(map[rangeKey]vmmRange),
 		vmm:          make(map[vmmKey]*vmmState),
-		procInfo:     make(map[uint32]*event.Process),
 		stacks:       make(map[event.StackID]*event.Stack),
 		mappings:     make(map[event.MappingID]event.Mapping),
 		libraries:    make(map[libKey]bool),
@@ -386,21 +399,22 @@ func (a *Analyzer) Add(rec event.Record) error {
 		if r != nil {
 			a.seenDevices[r.Index] = true
 			a.capacity[r.Index] = r.TotalBytes
+			a.deviceInfo(r)
 			a.see(r.Time)
 		}
-	case *event.Sample, *event.NVMLStatus:
-		// The device layer (NVML) is not modelled yet: accepted, so a
-		// stream recorded with NVML on analyses like any other.
+	case *event.Sample:
+		if r != nil {
+			a.sample(r)
+			a.see(r.Time)
+		}
+	case *event.NVMLStatus:
+		if r != nil {
+			a.nvmlStatus(r)
+			a.see(r.Time)
+		}
 	case *event.Process:
 		if r != nil {
-			p := *r
-			p.Command = slices.Clone(r.Command)
-			a.procInfo[r.PID] = &p
-			if a.run.PID == 0 {
-				// A launched command's PID is known only after the
-				// Header is written: the first process is the root.
-				a.run.PID = r.PID
-			}
+			a.process(r)
 		}
 	case *event.Library:
 		if r != nil && !a.libraries[libKey{r.PID, r.Path}] {
@@ -534,6 +548,15 @@ func (a *Analyzer) event(e *event.Event) {
 		a.leak = newGrid(e.Time, leakResolution)
 	}
 	a.lastEvent = max(a.lastEvent, e.Time)
+	id := a.instanceOf(e.PID, e.Time)
+	a.lastInst.active = true
+	if id != e.PID {
+		// A later instance of a reused PID: the model keys it by its own
+		// id. The producer's record is left alone.
+		c := *e
+		c.PID = id
+		e = &c
+	}
 	layer := e.Layer
 	if layer == event.LayerUnknown {
 		// The CUDA API probes are the only sources that may leave the layer
@@ -563,7 +586,16 @@ func (a *Analyzer) event(e *event.Event) {
 // counts the memory. Every other call is counted once, in its space.
 func (a *Analyzer) segment(e *event.Event) {
 	a.pids[e.PID] = true
-	a.seenDevices[e.Device] = true
+	switch e.Kind {
+	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve,
+		event.KindMap, event.KindUnmap, event.KindRelease:
+		// Pinned host memory and reserved address space are on no device
+		// (the probes mark them DeviceUnknown); a mapping and a release
+		// are on their handle's device, which cuMemCreate named. The
+		// caller's device, often not chosen yet, must not list a device.
+	default:
+		a.seenDevices[e.Device] = true
+	}
 	a.book(e)
 	if e.Flags&event.FlagNested != 0 {
 		a.run.NestedEvents++

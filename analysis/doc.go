@@ -22,8 +22,8 @@
 // allocation, not part of the key: with unified virtual addressing a pointer
 // belongs to one device, and cudaFree may run with another device current, so
 // a free is always charged to the allocation's device. Events with no layer
-// count as segment events; device-layer events (NVML) are not modelled yet
-// and count as ignored (DeviceInfo records give the devices' capacity).
+// count as segment events; an Event of the device layer counts as ignored
+// (NVML's figures come as Sample records, see "The device layer").
 //
 //   - A successful allocation (Ret 0, Size > 0, Addr != 0) becomes live.
 //   - A failed allocation (Ret != 0) is counted with its stack and requested
@@ -84,7 +84,9 @@
 //
 // Set-device events are informational (Run.DeviceSwitches). Every device
 // index a segment-layer event carried is listed in Devices, "unknown" (-1)
-// included, with zeros when nothing was allocated there.
+// included, with zeros when nothing was allocated there; but for pinned
+// host memory and reserved address space, which are on no device, and for
+// cuMemMap, cuMemUnmap and cuMemRelease, which are on their handle's.
 //
 // # Peak
 //
@@ -128,6 +130,55 @@
 // one step only, a cache filled once likewise; neither is flagged. Severity
 // is high when the growth is at least 10% of the process's peak, else
 // medium. Runs shorter than three buckets have no leak findings.
+//
+// # Processes and PID reuse
+//
+// A process is an instance, not a PID. The probes write a Process record
+// when they start tracing a process, and again when it execs a new image; a
+// record for a PID whose current instance already had events is an exec or
+// a reused PID (the first process exited, a fork got the PID again), which
+// the record cannot tell apart, and either way what ran before lost its
+// memory (the driver frees it at exec and at exit): it starts a new
+// instance, and later events of the PID go to it. A record for an instance
+// without events yet (a fork child that execs before any CUDA call) or
+// implied by events alone (hand-made or imported streams) describes that
+// instance instead. The old instance keeps its figures: what it had live at
+// its end is what it leaked, and stays in its Totals, classes (pprof's
+// inuse_*) and findings; but it leaves the all-process figures (Totals,
+// Devices, the books and the VMM of all processes) when the new instance
+// starts (Process.SupersededAt). Result.Processes then holds two entries
+// with one PID and different Starts; classes, timelines and findings carry
+// ProcessStart to tell them apart.
+//
+// # The device layer
+//
+// NVML's records are the device layer: NVMLStatus (Result.NVML: available,
+// or the reason it is not; nil when the stream has none, NVML off),
+// DeviceInfo (a device's name, UUID and capacity) and Samples (a device's
+// used, free and total bytes, and used bytes per process, every tick).
+// NVML's device index is taken for CUDA's: the trace knows no CUDA UUID,
+// so where CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER renumber devices the
+// figures belong to another GPU (Device.NVML says so).
+//
+// Per device: the latest sample at or before the device's traced peak, the
+// sample with the most used bytes, and the last one. Per process instance,
+// per tick (the samples of every device stamped with one time): NVML's used
+// bytes summed over the devices that list the process with a size (0 is
+// NVML's "cannot tell"; a tick sizing it on no device does not count), next
+// to the instance's traced live device bytes when the tick's records reached
+// the analysis. The gap, NVML - traced, is the CUDA context, library
+// workspaces and memory allocated before attach; it is reported, never
+// hidden, and can be negative (NVML lags; allocations traced just before a
+// tick may not be in it yet). Process.NVML has it at the latest tick and at
+// the latest tick at or before the process's traced peak.
+//
+// Pre-existing memory (Process.Preexisting): a process traced from its
+// first instruction (run mode, the launched command or a child forked by a
+// traced process, known by its PPID) has none, exactly 0. Any other (attach
+// mode) held an unknown amount when tracing began; with NVML it is
+// estimated as the gap at the first tick that listed it, clamped at 0, an
+// upper bound since the context is in it. Its frees are UnknownFrees, their
+// sizes unknown.
 //
 // # Findings
 //

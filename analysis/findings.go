@@ -25,7 +25,8 @@ func (a *Analyzer) findings(r *Result) {
 	r.Findings = append(r.Findings, leaks...)
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
 		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
-			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.Summary, y.Summary),
+			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
+			cmp.Compare(x.Summary, y.Summary),
 			cmp.Compare(firstStack(x), firstStack(y)))
 	})
 }
@@ -83,7 +84,7 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 	}
 	ev := p.PeakEvent
 	f := &Finding{
-		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, Bytes: peak, Time: p.PeakTime,
+		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, ProcessStart: p.Start, Bytes: peak, Time: p.PeakTime,
 		Summary: fmt.Sprintf("process %d peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
 			p.PID, peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
 		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks),
@@ -127,7 +128,7 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 	}
 	site := r.Site(ff.Stack)
 	f := &Finding{
-		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, Bytes: ff.Size, Time: ff.Time,
+		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, ProcessStart: p.Start, Bytes: ff.Size, Time: ff.Time,
 		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %d (%d on that device; peak so far %d)",
 			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
 			ff.LiveBytes, FormatBytes(ff.LiveBytes), p.PID, ff.DeviceLiveBytes, ff.PeakBytes),
@@ -176,9 +177,10 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		times[k] = a.leak.bucketEnd(ends[k])
 	}
 	times[w-1] = a.lastEvent
+	// Keyed by instance id: a reused PID's instances are apart.
 	peaks := make(map[uint32]uint64)
-	for _, p := range r.Processes {
-		peaks[p.PID] = p.Totals.PeakBytes
+	for id, i := range a.procIndex {
+		peaks[id] = r.Processes[i].Totals.PeakBytes
 	}
 	perPID := make(map[uint32][]Finding)
 	for _, g := range a.groups {
@@ -204,10 +206,11 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		if growth*10 >= peaks[g.key.pid] {
 			sev = SeverityHigh
 		}
+		in := a.inst(g.key.pid)
 		f := Finding{
-			Kind: KindLeak, Severity: sev, PID: g.key.pid, Bytes: growth, Time: times[0],
+			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
 			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) from %s to %s (%.0f bytes/s) without falling; %d bytes in %d allocations were still live at the end",
-				site, g.key.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count),
+				site, in.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count),
 			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,
 				Count: g.live.Count, Bytes: g.live.Bytes}},
 			Remediation: []string{fmt.Sprintf(

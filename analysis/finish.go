@@ -49,6 +49,7 @@ func (a *Analyzer) Finish() *Result {
 	r.Books = a.finishBooks(0, true)
 	r.VMM = a.finishVMM(0, true)
 	a.finishDevices(r)
+	a.finishNVML(r)
 	a.finishClasses(r)
 	a.finishProcesses(r)
 	a.finishTimelines(r)
@@ -86,23 +87,37 @@ func (a *Analyzer) finishClasses(r *Result) {
 	r.Classes = make([]Class, 0, len(a.classes))
 	for _, c := range a.classes {
 		k := c.key
-		r.Classes = append(r.Classes, Class{PID: k.pid, Stack: k.stack, Device: k.device,
+		in := a.inst(k.pid)
+		r.Classes = append(r.Classes, Class{PID: in.pid, ProcessStart: in.start, Stack: k.stack, Device: k.device,
 			API: k.api, Layer: k.layer, Space: k.mem, Size: k.size, Alloc: c.alloc, Live: c.live, Peak: c.peak})
 	}
 	slices.SortFunc(r.Classes, func(x, y Class) int {
-		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
+			cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
 			cmp.Compare(x.Stack, y.Stack), cmp.Compare(x.Device, y.Device),
 			cmp.Compare(x.API, y.API), cmp.Compare(x.Size, y.Size))
 	})
 }
 
-func (a *Analyzer) finishProcesses(r *Result) {
-	pids := make(map[uint32]bool)
-	for pid := range a.pids {
-		pids[pid] = true
+// inst returns the instance of an id; every id in the model has one.
+func (a *Analyzer) inst(id uint32) *instance {
+	if in := a.insts[id]; in != nil {
+		return in
 	}
-	for pid := range a.procInfo {
-		pids[pid] = true
+	return &instance{id: id, pid: id}
+}
+
+// finishProcesses lists every instance that a Process record described or
+// a segment-layer event came from; a.procIndex then finds each one's entry.
+func (a *Analyzer) finishProcesses(r *Result) {
+	pids := make(map[uint32]bool) // instance ids
+	for id := range a.pids {
+		pids[id] = true
+	}
+	for id, in := range a.insts {
+		if in.info != nil {
+			pids[id] = true
+		}
 	}
 	// Per-stack aggregates of each process's device memory.
 	type aggs struct{ peak, alloc, live, failed map[event.StackID]*Usage }
@@ -141,9 +156,11 @@ func (a *Analyzer) finishProcesses(r *Result) {
 			addTo(ag.failed, g.key.stack, g.failed)
 		}
 	}
+	ids := make([]uint32, 0, len(pids))
 	for pid := range pids {
-		p := Process{PID: pid}
-		if pi := a.procInfo[pid]; pi != nil {
+		in := a.inst(pid)
+		p := Process{PID: in.pid, Start: in.start, SupersededAt: in.supersededAt}
+		if pi := in.info; pi != nil {
 			p.PPID, p.Command, p.Exe = pi.PPID, pi.Command, pi.Exe
 		} else if pid == a.run.PID {
 			p.Command = a.run.Command
@@ -170,9 +187,26 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		p.Allocated = topStacks(ag.alloc, 0)
 		p.LiveAtEnd = topStacks(ag.live, 0)
 		p.Failed = topStacks(ag.failed, 0)
+		p.NVML, p.Preexisting = a.processNVML(in, &p)
 		r.Processes = append(r.Processes, p)
+		ids = append(ids, pid)
 	}
-	slices.SortFunc(r.Processes, func(x, y Process) int { return cmp.Compare(x.PID, y.PID) })
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	less := func(x, y int) int {
+		px, py := &r.Processes[x], &r.Processes[y]
+		return cmp.Or(cmp.Compare(px.PID, py.PID), cmp.Compare(px.Start, py.Start), cmp.Compare(ids[x], ids[y]))
+	}
+	slices.SortFunc(order, less)
+	sorted := make([]Process, len(order))
+	a.procIndex = make(map[uint32]int, len(order))
+	for i, j := range order {
+		sorted[i] = r.Processes[j]
+		a.procIndex[ids[j]] = i
+	}
+	r.Processes = sorted
 }
 
 // spaceTotals returns one process's totals in one scope; zero (but for the
@@ -193,19 +227,33 @@ func (a *Analyzer) finishTimelines(r *Result) {
 	if a.tl == nil {
 		return
 	}
+	// ids breaks ties between two instances of one PID that started at
+	// the same time, so the order never depends on map iteration.
+	type entry struct {
+		tl Timeline
+		id uint32
+	}
+	var all []entry
 	for k, sp := range a.spaces {
+		in := a.inst(k.pid)
 		for d, pd := range sp.devices {
-			tl := Timeline{PID: k.pid, Layer: k.sc.layer, Device: d, Points: pd.timeline.points(a.tl)}
+			tl := Timeline{PID: in.pid, ProcessStart: in.start, Layer: k.sc.layer, Device: d,
+				Points: pd.timeline.points(a.tl)}
 			if k.sc.host {
 				tl.Space = SpaceHost
 			}
-			r.Timelines = append(r.Timelines, tl)
+			all = append(all, entry{tl, k.pid})
 		}
 	}
-	slices.SortFunc(r.Timelines, func(x, y Timeline) int {
-		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
+	slices.SortFunc(all, func(ex, ey entry) int {
+		x, y := &ex.tl, &ey.tl
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
+			cmp.Compare(ex.id, ey.id), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
 			cmp.Compare(x.Device, y.Device))
 	})
+	for _, e := range all {
+		r.Timelines = append(r.Timelines, e.tl)
+	}
 }
 
 // topStacks sorts per-stack usage by bytes (then count, then stack ID, for a

@@ -38,10 +38,14 @@ type Result struct {
 	// LostEvents is the last running total of records the kernel could not
 	// deliver. Every output carries it.
 	LostEvents uint64
-	// Devices has one entry per device seen at the segment layer, sorted by
-	// index (DeviceUnknown, -1, first).
+	// NVML is the device layer's status (see doc.go, "The device layer");
+	// nil when the stream has no NVML record (recorded with NVML off).
+	NVML *NVML
+	// Devices has one entry per device seen at the segment layer or in an
+	// NVML record, sorted by index (DeviceUnknown, -1, first).
 	Devices []Device
-	// Processes has one entry per traced process, sorted by PID.
+	// Processes has one entry per traced process instance, sorted by PID
+	// then Start: a reused PID has one entry per instance.
 	Processes []Process
 	// Classes are the allocation classes: one per (pid, stack, device, API,
 	// layer, size), the unit of a pprof sample. Sorted by that key.
@@ -179,14 +183,77 @@ type Device struct {
 	// CapacityBytes is the device's memory size; 0 when unknown (NVML not
 	// sampled).
 	CapacityBytes uint64
+	// Name and UUID are NVML's ("NVIDIA A100-SXM4-40GB", "GPU-..."); empty
+	// when unknown.
+	Name string
+	UUID string
+	// NVML is what NVML's samples of the device said; nil when none came.
+	//
+	// NVML numbers devices in PCI bus order, CUDA (Index, from the traced
+	// calls) as CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES say. The trace
+	// knows no CUDA UUID, so the NVML device of the same index is taken:
+	// when the two orders differ, these figures are another GPU's.
+	NVML *DeviceNVML
 }
 
-// Process is one traced process at the segment layer.
+// DeviceNVML is one device's NVML figures, next to the traced ones.
+type DeviceNVML struct {
+	// Samples counts the device's NVML samples.
+	Samples uint64
+	// AtPeak is the latest sample at or before the device's traced peak
+	// (Device.PeakTime); nil when nothing was traced on the device or no
+	// sample came before its peak.
+	AtPeak *DeviceSample
+	// Max is the sample with the most used bytes (the first, on a tie).
+	Max DeviceSample
+	// Last is the latest sample.
+	Last DeviceSample
+}
+
+// DeviceSample is one NVML sample of a device: every process's memory and
+// the driver's, not only the traced ones.
+type DeviceSample struct {
+	Time       uint64
+	UsedBytes  uint64
+	FreeBytes  uint64
+	TotalBytes uint64
+}
+
+// NVML says whether device-layer figures exist and how sampling went.
+type NVML struct {
+	// Available is true when sampling started (some NVMLStatus said so).
+	// When false, Reason says why, without the "NVML unavailable: " that
+	// every rendering puts before it, and no figure comes from NVML.
+	Available bool
+	Reason    string
+	// Samples counts the Sample records (one per device per tick).
+	Samples uint64
+	// Interruptions counts the times sampling failed after it started
+	// (a status turning unavailable); LastError is the last such reason.
+	Interruptions uint64
+	LastError     string
+}
+
+// NVMLUnavailablePrefix starts every rendering of NVML.Reason.
+const NVMLUnavailablePrefix = "NVML unavailable: "
+
+// Process is one traced process instance at the segment layer. A PID
+// reused during the run (the first process exited, another got its PID)
+// gives two Processes with the same PID and different Starts.
 type Process struct {
 	PID     uint32
 	PPID    uint32
 	Command []string
 	Exe     string
+	// Start is when tracing of this instance began: its Process record's
+	// time, or its first event's when no record described it.
+	Start uint64
+	// SupersededAt is when a later Process record for the PID started
+	// another instance: this one exec'd a new image, or exited and its PID
+	// was reused (see doc.go). 0 when that did not happen. Its
+	// LiveBytesAtEnd is then what it held when it ended, and is not in
+	// Result.Totals or Devices at the end: its memory died with it.
+	SupersededAt uint64
 
 	// Totals counts this process alone; Totals.PeakBytes is the process's
 	// peak across its devices.
@@ -217,6 +284,67 @@ type Process struct {
 	// VMM is the process's virtual memory API figures; nil when it made no
 	// such call.
 	VMM *VMM
+	// NVML sets NVML's per-process figures beside the traced ones; nil when
+	// no NVML sample listed the process with a size.
+	NVML *ProcessNVML
+	// Preexisting is the memory the process held before tracing began.
+	Preexisting Preexisting
+}
+
+// ProcessNVML reconciles NVML's figure for one process with the traced
+// one. NVML's figure is summed over the devices of one sampling tick; the
+// traced one is the process's live device memory (all devices, "unknown"
+// included) at the point the tick's records reached the analysis.
+type ProcessNVML struct {
+	// Samples counts the ticks that listed the process.
+	Samples uint64
+	// Latest is at the last tick that listed the process.
+	Latest Reconciliation
+	// AtPeak is at the latest tick at or before the process's traced peak;
+	// nil when it never had memory live or no tick came before its peak.
+	AtPeak *Reconciliation
+}
+
+// Reconciliation is NVML's used bytes for a process next to its traced live
+// device bytes at the same moment. The gap is context, library workspaces
+// and memory allocated before attach: shown, never hidden. It can be
+// negative: NVML's figure lags the driver, and allocations traced just
+// before a tick may not be in it yet.
+type Reconciliation struct {
+	Time        uint64
+	NVMLBytes   uint64
+	TracedBytes uint64
+	// GapBytes is NVMLBytes - TracedBytes.
+	GapBytes int64
+}
+
+// PreexistingBasis says where a Preexisting figure comes from.
+type PreexistingBasis string
+
+// Bases of a Preexisting figure.
+const (
+	// PreexistingNone: traced from its first instruction (run mode: the
+	// launched command, or a child a traced process forked), so nothing
+	// predates the trace. Bytes is 0, exactly.
+	PreexistingNone PreexistingBasis = "traced_from_start"
+	// PreexistingEstimate: attached mid-run; Bytes is NVML's figure minus
+	// the traced live bytes at the first tick after tracing began,
+	// clamped at 0. It includes the CUDA context and library workspaces,
+	// so it is an upper bound on the allocations made before attach.
+	PreexistingEstimate PreexistingBasis = "nvml_estimate"
+	// PreexistingUnknown: attached mid-run with no NVML figure for the
+	// process. Bytes is 0 and means nothing.
+	PreexistingUnknown PreexistingBasis = "unknown"
+)
+
+// Preexisting is memory a process held before tracing began. Frees of it
+// are counted in Totals.UnknownFrees, their sizes unknown.
+type Preexisting struct {
+	Basis PreexistingBasis
+	Bytes uint64
+	// At is the reconciliation the estimate came from; set for
+	// PreexistingEstimate only.
+	At *Reconciliation
 }
 
 // Books holds the two per-API ledgers of device memory. Nested calls are
@@ -373,11 +501,13 @@ type Failure struct {
 // one device through one API in one process and layer. It is what one pprof
 // sample holds, as Go heap profiles have it (the size is a label).
 type Class struct {
-	PID    uint32
-	Stack  event.StackID
-	Device int32
-	API    event.API
-	Layer  event.Layer
+	PID uint32
+	// ProcessStart is the Start of the process instance (see Process).
+	ProcessStart uint64
+	Stack        event.StackID
+	Device       int32
+	API          event.API
+	Layer        event.Layer
 	// Space is device, physical or host memory. Host classes' Peak is at
 	// the process's host peak, not its device peak.
 	Space MemorySpace
@@ -413,8 +543,10 @@ type Stack struct {
 // downsampled to at most Options.TimelinePoints points. Each time bucket
 // keeps its minimum and its maximum, so the peak is never lost.
 type Timeline struct {
-	PID   uint32
-	Layer event.Layer
+	PID uint32
+	// ProcessStart is the Start of the process instance (see Process).
+	ProcessStart uint64
+	Layer        event.Layer
 	// Space is SpaceDevice (device and physical memory together) or
 	// SpaceHost (pinned host memory, by the caller's current device).
 	Space  MemorySpace
@@ -453,8 +585,10 @@ type Finding struct {
 	Kind     string
 	Severity Severity
 	PID      uint32
-	Summary  string
-	Bytes    uint64
+	// ProcessStart is the Start of the process instance (see Process).
+	ProcessStart uint64
+	Summary      string
+	Bytes        uint64
 	// Time is when the finding's event happened: the peak, the first failure,
 	// the end of the leak's first window.
 	Time        uint64

@@ -329,16 +329,14 @@ func TestTwoProcesses(t *testing.T) {
 	assert.Equal(t, 2*MiB, r.Host.PeakBytes)
 }
 
-func TestDeviceInfoAndNVMLRecordsAreAccepted(t *testing.T) {
+func TestHostAndReservedMemoryListNoDevice(t *testing.T) {
+	// The probes mark pinned host memory and reserved address space
+	// DeviceUnknown: they are on no device, so "unknown" is not listed.
 	s := newStream().stack(1, "f", 1)
-	s.recs = append(s.recs, &event.NVMLStatus{Time: 1, Available: true},
-		&event.DeviceInfo{Index: 0, Name: "GPU", TotalBytes: 40 * GiB, Time: 1},
-		&event.DeviceInfo{Index: 1, Name: "GPU", TotalBytes: 80 * GiB, Time: 1},
-		&event.Sample{Time: 2, Device: 0, TotalBytes: 40 * GiB})
-	s.alloc(3, 0xa, MiB, 1)
+	s.ev(event.Event{Time: 1, Addr: 0x100, Size: MiB, Device: event.DeviceUnknown, Kind: event.KindHostAlloc, API: event.APICudaMallocHost}).
+		ev(event.Event{Time: 2, Addr: 0x7000, Size: GiB, Device: event.DeviceUnknown, Kind: event.KindReserve, API: event.APICuMemAddressReserve}).
+		alloc(3, 0xa, MiB, 1).end(4)
 	r := mustAnalyze(t, Options{}, s.recs)
-	assert.Equal(t, []Device{
-		{Index: 0, PeakBytes: MiB, PeakTime: 3, LiveBytesAtEnd: MiB, CapacityBytes: 40 * GiB},
-		{Index: 1, CapacityBytes: 80 * GiB},
-	}, r.Devices)
+	assert.Equal(t, []Device{{Index: 0, PeakBytes: MiB, PeakTime: 3, LiveBytesAtEnd: MiB}}, r.Devices)
+	assert.Equal(t, MiB, r.Host.LiveBytesAtEnd)
 }

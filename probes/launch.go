@@ -69,7 +69,9 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 		_ = cmd.Wait()
 		return nil, err
 	}
-	p, err := s.track(uint32(pid), o.Argv)
+	info := procInfo(uint32(pid))
+	info.Command = o.Argv // as launched: the shell's view, not /proc's
+	p, err := s.track(uint32(pid), info)
 	if err != nil {
 		return fail(err)
 	}

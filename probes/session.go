@@ -71,7 +71,7 @@ type Session struct {
 	att    *attacher
 	// lifeLinks follow targets' forks, execs and exits (tp_btf).
 	lifeLinks []link.Link
-	sym      *symbolize.Symbolizer
+	sym       *symbolize.Symbolizer
 
 	procs      map[uint32]*proc
 	notCUDA    map[fileKey]bool // files scanned and found to hold nothing to probe
@@ -91,6 +91,7 @@ type proc struct {
 	libraries map[fileKey]bool // probed files this process maps, reported once each
 	cuda      bool             // maps at least one probed CUDA library
 	fromStart bool             // traced from its first instruction (run, or forked from a target)
+	info      event.Process    // the last Process record written for it
 	exited    bool
 	// forget: exited, but records of it may still wait in the ring buffer,
 	// and they need its maps to symbolize. Dropped once the ring is empty.
@@ -212,12 +213,15 @@ func (s *Session) Close() error {
 }
 
 // track adds pid to the traced set: the BPF filter map, the Process record.
-func (s *Session) track(pid uint32, command []string) (*proc, error) {
+// The record describes the process as /proc shows it now, or as info says
+// when given (a fork child is its parent's image until it execs: reading
+// /proc later races with that exec, or with its exit).
+func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 	if p, ok := s.procs[pid]; ok && !p.exited {
 		return p, nil
 	}
 	st, err := procStartTime(int(pid))
-	if err != nil {
+	if err != nil && info == nil {
 		return nil, err
 	}
 	if err := s.objs.Targets.Put(pid, uint8(1)); err != nil {
@@ -226,17 +230,30 @@ func (s *Session) track(pid uint32, command []string) (*proc, error) {
 	p := &proc{pid: pid, startTime: st, libraries: make(map[fileKey]bool)}
 	s.procs[pid] = p
 	s.stats.Targets.Add(1)
-
-	rec := &event.Process{PID: pid, Time: MonotonicNow(), Command: command}
-	if rec.Command == nil {
-		rec.Command = procCmdline(int(pid))
+	if info == nil {
+		info = procInfo(pid)
 	}
-	rec.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	rec.PPID = procPPID(int(pid))
-	if err := s.opts.Sink.Write(rec); err != nil {
-		return nil, fmt.Errorf("write process record: %w", err)
+	info.PID, info.Time = pid, MonotonicNow()
+	if err := s.describe(p, info); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// describe writes the Process record of p and keeps it.
+func (s *Session) describe(p *proc, info *event.Process) error {
+	p.info = *info
+	if err := s.opts.Sink.Write(info); err != nil {
+		return fmt.Errorf("write process record: %w", err)
+	}
+	return nil
+}
+
+// procInfo describes pid as /proc shows it now.
+func procInfo(pid uint32) *event.Process {
+	info := &event.Process{PID: pid, Command: procCmdline(int(pid)), PPID: procPPID(int(pid))}
+	info.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	return info
 }
 
 // retire marks a process instance exited, leaving the BPF maps alone.
@@ -493,12 +510,19 @@ func (s *Session) handle(sample []byte) error {
 		s.decodeErrs++
 		return nil
 	}
-	if r.ev.Device == event.DeviceUnknown {
-		// A thread that has not chosen a device uses device 0 (CUDA's
-		// default), but that is known only for a process seen from its
-		// start: attached later, it may have chosen before.
-		if p := s.procs[r.ev.PID]; p != nil && p.fromStart {
-			r.ev.Device = 0
+	switch r.ev.Kind {
+	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve:
+		// Pinned host memory and virtual address space belong to no
+		// device, whatever device the calling thread had chosen.
+		r.ev.Device = event.DeviceUnknown
+	case event.KindAlloc, event.KindFree:
+		if r.ev.Device == event.DeviceUnknown {
+			// A thread that has not chosen a device uses device 0 (CUDA's
+			// default), but that is known only for a process seen from
+			// its start: attached later, it may have chosen before.
+			if p := s.procs[r.ev.PID]; p != nil && p.fromStart {
+				r.ev.Device = 0
+			}
 		}
 	}
 	if len(r.frames) > 0 {
@@ -521,7 +545,16 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 	p := s.procs[r.ev.PID]
 	var err error
 	if p != nil && !p.exited {
-		err = s.scan(p)
+		if r.kind == recExec {
+			// A new image (stopped before its first instruction): the
+			// process is what it now runs.
+			info := procInfo(p.pid)
+			info.Time = MonotonicNow()
+			err = s.describe(p, info)
+		}
+		if err == nil {
+			err = s.scan(p)
+		}
 	}
 	if r.flags&recFlagStopped != 0 {
 		if kerr := syscall.Kill(int(r.ev.PID), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
@@ -596,10 +629,11 @@ func (s *Session) forked(r *rawRecord) error {
 		// records are all before this one): this is another process.
 		s.retire(old)
 	}
-	p, err := s.track(child, nil)
-	if errors.Is(err, ErrNoProcess) {
-		return nil // gone already; its records, if any, still count
+	info := &event.Process{PPID: parent}
+	if pp := s.procs[parent]; pp != nil {
+		info.Command, info.Exe = pp.info.Command, pp.info.Exe
 	}
+	p, err := s.track(child, info)
 	if err != nil {
 		return err
 	}

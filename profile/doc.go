@@ -30,6 +30,11 @@
 // and keep the CUDA runtime's own frames (pprof's -hide can drop them). A
 // stack that was not captured becomes the single frame "[no stack]".
 //
+// A PID reused during the run (one process exited, another got its PID) is
+// two processes in the analysis and one pid label here: their samples sum
+// under it. inuse_* of the process that ended is what it held when it
+// ended; report.json's processes[] (start_ns) tells the two apart.
+//
 // The profile's comments always carry "lost_events: N", so a reader of the
 // profile alone still learns that records were lost.
 //

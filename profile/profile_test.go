@@ -242,3 +242,36 @@ func TestSpaceLabel(t *testing.T) {
 	assert.Contains(t, string(out), "Showing nodes accounting for 8MB", "%s", out)
 	assert.NotContains(t, string(out), "pin_host")
 }
+
+func TestPIDReuseKeepsThePIDLabel(t *testing.T) {
+	// pid 9 allocates 4 MiB (never freed) and exits; its PID is reused by a
+	// process that allocates 1 MiB at the same address and frees it, then 2
+	// MiB. Both processes' samples carry pid=9; their sums stay apart in
+	// the values: alloc 7 MiB in 3 allocations, in use 4 + 2 MiB.
+	recs := []event.Record{
+		&event.Header{Version: 1, Mode: "attach", PID: 9},
+		&event.Process{PID: 9, Time: 1},
+		&event.Event{Time: 2, PID: 9, Kind: event.KindAlloc, Layer: event.LayerSegment, API: event.APICudaMalloc, Addr: 0xa, Size: 4 * MiB},
+		&event.Process{PID: 9, Time: 3},
+		&event.Event{Time: 4, PID: 9, Kind: event.KindAlloc, Layer: event.LayerSegment, API: event.APICudaMalloc, Addr: 0xa, Size: MiB},
+		&event.Event{Time: 5, PID: 9, Kind: event.KindFree, Layer: event.LayerSegment, API: event.APICudaFree, Addr: 0xa},
+		&event.Event{Time: 6, PID: 9, Kind: event.KindAlloc, Layer: event.LayerSegment, API: event.APICudaMalloc, Addr: 0xa, Size: 2 * MiB},
+		&event.End{Time: 7},
+	}
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		require.NoError(t, a.Add(r))
+	}
+	p, err := Build(a.Finish())
+	require.NoError(t, err)
+	var alloc, allocBytes, inuse int64
+	for _, s := range p.Sample {
+		assert.Equal(t, []string{"9"}, s.Label[LabelPID])
+		alloc += s.Value[AllocObjects]
+		allocBytes += s.Value[AllocSpace]
+		inuse += s.Value[InuseSpace]
+	}
+	assert.Equal(t, int64(3), alloc)
+	assert.Equal(t, int64(7*MiB), allocBytes)
+	assert.Equal(t, int64(6*MiB), inuse, "the first process's 4 MiB, left when it ended, and the second's 2 MiB")
+}

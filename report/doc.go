@@ -17,9 +17,24 @@
 // unknown) and each timeline its "space" ("device" or "host"). Device
 // indexes stay integers with -1 for the unknown device, and every device
 // also carries a "name" ("0", "1", "unknown"). capacity_bytes is null while
-// the device's size is unknown. Times ending in _ns count from the start of
-// the run. Lists are never null, and all orderings come from the Result's
-// sorted slices, so a replay of one trace writes byte-identical files.
+// the device's size is unknown.
+//
+// "nvml" is the device layer's status: absent when the trace has no NVML
+// record ("NVML: off" in text), {"available": false, "reason"} when NVML
+// could not start (text renderings print "NVML unavailable: <reason>" once
+// and no other NVML figure), else {"available": true, "samples"}. Devices
+// carry NVML's product_name, uuid and nvml_* figures (null without a
+// sample); processes carry "nvml" (NVML's used bytes next to the traced
+// live bytes at one sample, and the gap between them, negative when NVML
+// lags) and "preexisting_bytes_estimate" with its "preexisting_basis": 0
+// when traced from the start (run mode), an NVML estimate when attached,
+// null when attached without NVML. A PID reused during the run gives two
+// processes with different "start_ns"; the first has "superseded_ns", and
+// timelines and findings carry "process_start_ns".
+//
+// Times ending in _ns count from the start of the run. Lists are never
+// null, and all orderings come from the Result's sorted slices, so a replay
+// of one trace writes byte-identical files.
 //
 // Bytes are exact integers everywhere; human units ("1.50 GiB") are only
 // ever printed next to them. Lost events are always shown, even when 0.

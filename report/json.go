@@ -30,7 +30,10 @@ type JSON struct {
 	Host JSONHost `json:"host"`
 	// VMM is the virtual memory API's figures; absent when no VMM call was
 	// traced.
-	VMM       *JSONVMM      `json:"vmm,omitempty"`
+	VMM *JSONVMM `json:"vmm,omitempty"`
+	// NVML is the device layer's status; absent when the trace has no NVML
+	// record (recorded with NVML off).
+	NVML      *JSONNVML     `json:"nvml,omitempty"`
 	Devices   []JSONDevice  `json:"devices"`
 	Processes []JSONProcess `json:"processes"`
 	Findings  []JSONFinding `json:"findings"`
@@ -151,6 +154,20 @@ type JSONBlocks struct {
 	PeakTimeNs        uint64 `json:"peak_time_ns"`
 }
 
+// JSONNVML is report.json's "nvml". Unavailable, it is exactly
+// {"available": false, "reason": "..."}, the reason without the "NVML
+// unavailable: " that text renderings put before it.
+type JSONNVML struct {
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	// Samples counts the samples (one per device per tick).
+	Samples uint64 `json:"samples,omitempty"`
+	// Interruptions counts the times sampling failed after it started;
+	// LastError is the last reason.
+	Interruptions uint64 `json:"interruptions,omitempty"`
+	LastError     string `json:"last_error,omitempty"`
+}
+
 // JSONDevice is one device. Index is the device index and stays an integer:
 // -1 is the "unknown" device (allocations made before the device was seen),
 // which Name spells out. CapacityBytes is null while unknown (no NVML sample).
@@ -165,6 +182,24 @@ type JSONDevice struct {
 	Name string `json:"name"`
 	// PeakTimeNs is when the device's PeakBytes was first reached.
 	PeakTimeNs uint64 `json:"peak_time_ns"`
+	// ProductName and UUID are NVML's; empty when unknown. NVML's device
+	// of the same index is taken for CUDA's (the trace knows no CUDA
+	// UUID): where CUDA_VISIBLE_DEVICES renumbers, the nvml_* figures are
+	// another GPU's.
+	ProductName string `json:"product_name"`
+	UUID        string `json:"uuid"`
+	// NVMLSamples counts the device's NVML samples; the nvml_* fields
+	// below are null without one.
+	NVMLSamples uint64 `json:"nvml_samples"`
+	// NVMLUsedAtPeakBytes is NVML's used bytes (every process and the
+	// driver) in the latest sample at or before the traced peak; null when
+	// none came before it.
+	NVMLUsedAtPeakBytes  *uint64 `json:"nvml_used_at_peak_bytes"`
+	NVMLUsedAtPeakTimeNs *uint64 `json:"nvml_used_at_peak_time_ns"`
+	// NVMLMaxUsedBytes is the most used bytes any sample saw, first at
+	// NVMLMaxUsedTimeNs.
+	NVMLMaxUsedBytes  *uint64 `json:"nvml_max_used_bytes"`
+	NVMLMaxUsedTimeNs *uint64 `json:"nvml_max_used_time_ns"`
 }
 
 // JSONProcess is one traced process at the segment layer. Command is the
@@ -203,6 +238,46 @@ type JSONProcess struct {
 	Books JSONBooks `json:"books"`
 	Host  JSONHost  `json:"host"`
 	VMM   *JSONVMM  `json:"vmm,omitempty"`
+	// StartNs is when tracing of this process began. A PID reused during
+	// the run has one entry per process, with different starts.
+	StartNs uint64 `json:"start_ns"`
+	// SupersededNs is when a later process took this one's PID (an exec
+	// of a new image after it used CUDA, or the PID reused after it
+	// exited): live_bytes_at_end is then what it held when it ended, and is
+	// not in totals or devices. Null when that did not happen.
+	SupersededNs *uint64 `json:"superseded_ns"`
+	// NVML reconciles NVML's figure for the process with the traced one;
+	// null when no NVML sample sized the process.
+	NVML *JSONProcNVML `json:"nvml"`
+	// PreexistingBytesEstimate is the memory the process held before
+	// tracing began: 0 when traced from its start (preexisting_basis
+	// "traced_from_start"), NVML's figure minus the traced one at the first
+	// sample, clamped at 0 and including the CUDA context
+	// ("nvml_estimate"), null when attached without an NVML figure
+	// ("unknown"). Frees of it are unknown_frees, sizes unknown.
+	PreexistingBytesEstimate *uint64 `json:"preexisting_bytes_estimate"`
+	PreexistingBasis         string  `json:"preexisting_basis"`
+}
+
+// JSONProcNVML is one process's NVML figures next to the traced ones.
+type JSONProcNVML struct {
+	// Samples counts the ticks that sized the process.
+	Samples uint64 `json:"samples"`
+	// Latest is at the last tick; AtPeak at the latest tick at or before
+	// the traced peak, null when none came before it.
+	Latest JSONReconciliation  `json:"latest"`
+	AtPeak *JSONReconciliation `json:"at_peak"`
+}
+
+// JSONReconciliation is NVML's used bytes for a process next to its traced
+// live device bytes at one tick. GapBytes, NVML - traced, is the context,
+// library workspaces and memory from before attach; negative when NVML
+// lags the trace.
+type JSONReconciliation struct {
+	TimeNs          uint64 `json:"time_ns"`
+	NVMLUsedBytes   uint64 `json:"nvml_used_bytes"`
+	TracedLiveBytes uint64 `json:"traced_live_bytes"`
+	GapBytes        int64  `json:"gap_bytes"`
 }
 
 // JSONProcDevices is one process's use of one device.
@@ -257,8 +332,10 @@ type JSONFinding struct {
 	Stacks      []JSONStack `json:"stacks"`
 	Remediation []string    `json:"remediation"`
 
-	// PID is the process the finding is about.
-	PID uint32 `json:"pid"`
+	// PID is the process the finding is about; ProcessStartNs its start
+	// (see JSONProcess.StartNs).
+	PID            uint32 `json:"pid"`
+	ProcessStartNs uint64 `json:"process_start_ns"`
 	// TimeNs is when: the peak, the first failure, the end of a leak's
 	// first window.
 	TimeNs uint64 `json:"time_ns"`
@@ -313,11 +390,13 @@ type JSONLibrary struct {
 // Space is "device" (device and physical memory) or "host" (pinned host
 // memory).
 type JSONTimeline struct {
-	PID    uint32      `json:"pid"`
-	Device string      `json:"device"`
-	Layer  string      `json:"layer"`
-	Space  string      `json:"space"`
-	Points [][2]uint64 `json:"points"`
+	PID uint32 `json:"pid"`
+	// ProcessStartNs tells apart the processes of a reused PID.
+	ProcessStartNs uint64      `json:"process_start_ns"`
+	Device         string      `json:"device"`
+	Layer          string      `json:"layer"`
+	Space          string      `json:"space"`
+	Points         [][2]uint64 `json:"points"`
 }
 
 // NewJSON builds report.json's content from res.
@@ -337,6 +416,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		Books:     jsonBooks(res, res.Books),
 		Host:      jsonHost(res, res.Host),
 		VMM:       jsonVMM(res.VMM),
+		NVML:      jsonNVML(res.NVML),
 		Devices:   []JSONDevice{},
 		Processes: []JSONProcess{},
 		Findings:  []JSONFinding{},
@@ -355,6 +435,14 @@ func NewJSON(res *analysis.Result) *JSON {
 			c := d.CapacityBytes
 			jd.CapacityBytes = &c
 		}
+		jd.ProductName, jd.UUID = d.Name, d.UUID
+		if n := d.NVML; n != nil {
+			jd.NVMLSamples = n.Samples
+			if at := n.AtPeak; at != nil {
+				jd.NVMLUsedAtPeakBytes, jd.NVMLUsedAtPeakTimeNs = ptr(at.UsedBytes), ptr(res.Rel(at.Time))
+			}
+			jd.NVMLMaxUsedBytes, jd.NVMLMaxUsedTimeNs = ptr(n.Max.UsedBytes), ptr(res.Rel(n.Max.Time))
+		}
 		j.Devices = append(j.Devices, jd)
 	}
 	for i := range res.Processes {
@@ -362,7 +450,8 @@ func NewJSON(res *analysis.Result) *JSON {
 	}
 	for _, f := range res.Findings {
 		jf := JSONFinding{Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
-			Stacks: []JSONStack{}, Remediation: nonNil(f.Remediation), PID: f.PID, TimeNs: res.Rel(f.Time)}
+			Stacks: []JSONStack{}, Remediation: nonNil(f.Remediation), PID: f.PID,
+			ProcessStartNs: res.Rel(f.ProcessStart), TimeNs: res.Rel(f.Time)}
 		for _, s := range f.Stacks {
 			jf.Stacks = append(jf.Stacks, JSONStack{Frames: s.Frames, Bytes: s.Bytes, Count: s.Count, Site: s.Site})
 		}
@@ -386,7 +475,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols)})
 	}
 	for _, tl := range res.Timelines {
-		jt := JSONTimeline{PID: tl.PID, Device: analysis.DeviceName(tl.Device), Layer: tl.Layer.String(),
+		jt := JSONTimeline{PID: tl.PID, ProcessStartNs: res.Rel(tl.ProcessStart), Device: analysis.DeviceName(tl.Device), Layer: tl.Layer.String(),
 			Space: tl.Space.String(), Points: make([][2]uint64, 0, len(tl.Points))}
 		for _, p := range tl.Points {
 			jt.Points = append(jt.Points, [2]uint64{res.Rel(p.Time), p.Bytes})
@@ -402,14 +491,29 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		LiveBytesAtEnd: p.Totals.LiveBytesAtEnd, Argv: nonNil(p.Command), Exe: p.Exe, PPID: p.PPID,
 		PeakTimeNs: res.Rel(p.PeakTime), Allocations: p.Totals.Allocations, Frees: p.Totals.Frees,
 		FailedAllocations: p.Totals.FailedAllocations, UnknownFrees: p.Totals.UnknownFrees,
-		AllocatedBytes:  p.Totals.AllocatedBytes,
-		PeakStacks:      jsonStacks(res, p.PeakStacks),
-		LiveAtEndStacks: jsonStacks(res, p.LiveAtEnd),
-		FailedStacks:    jsonStacks(res, p.Failed),
-		Devices:         []JSONProcDevices{},
-		Books:           jsonBooks(res, p.Books),
-		Host:            jsonHost(res, p.Host),
-		VMM:             jsonVMM(p.VMM),
+		AllocatedBytes:   p.Totals.AllocatedBytes,
+		PeakStacks:       jsonStacks(res, p.PeakStacks),
+		LiveAtEndStacks:  jsonStacks(res, p.LiveAtEnd),
+		FailedStacks:     jsonStacks(res, p.Failed),
+		Devices:          []JSONProcDevices{},
+		Books:            jsonBooks(res, p.Books),
+		Host:             jsonHost(res, p.Host),
+		VMM:              jsonVMM(p.VMM),
+		StartNs:          res.Rel(p.Start),
+		PreexistingBasis: string(p.Preexisting.Basis),
+	}
+	if p.SupersededAt != 0 {
+		jp.SupersededNs = ptr(res.Rel(p.SupersededAt))
+	}
+	if n := p.NVML; n != nil {
+		jp.NVML = &JSONProcNVML{Samples: n.Samples, Latest: jsonReconciliation(res, n.Latest)}
+		if at := n.AtPeak; at != nil {
+			r := jsonReconciliation(res, *at)
+			jp.NVML.AtPeak = &r
+		}
+	}
+	if p.Preexisting.Basis != analysis.PreexistingUnknown {
+		jp.PreexistingBytesEstimate = ptr(p.Preexisting.Bytes)
 	}
 	if e := p.PeakEvent; e != nil {
 		a := jsonAllocation(res, e)
@@ -426,6 +530,23 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 	}
 	return jp
 }
+
+func jsonReconciliation(res *analysis.Result, r analysis.Reconciliation) JSONReconciliation {
+	return JSONReconciliation{TimeNs: res.Rel(r.Time), NVMLUsedBytes: r.NVMLBytes, TracedLiveBytes: r.TracedBytes,
+		GapBytes: r.GapBytes}
+}
+
+func jsonNVML(n *analysis.NVML) *JSONNVML {
+	if n == nil {
+		return nil
+	}
+	if !n.Available {
+		return &JSONNVML{Reason: n.Reason}
+	}
+	return &JSONNVML{Available: true, Samples: n.Samples, Interruptions: n.Interruptions, LastError: n.LastError}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func jsonBooks(res *analysis.Result, b analysis.Books) JSONBooks {
 	one := func(b analysis.Book) JSONBook {

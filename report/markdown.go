@@ -15,7 +15,9 @@ const mdTopStacks = 10
 
 // WriteMarkdown writes report.md for res: summary table (pinned host memory
 // on its own row), the runtime and driver books side by side (when both saw
-// calls), the VMM figures (when any), devices, processes, peak with its top
+// calls), the VMM figures (when any), devices, the device layer (NVML: off,
+// unavailable in one line, or its figures reconciled with the traced ones),
+// processes with their memory from before tracing, peak with its top
 // stacks, live at end, findings with remediation, failed allocations, lost
 // events (always, even 0) and the libraries probed.
 func WriteMarkdown(w io.Writer, res *analysis.Result) error {
@@ -102,12 +104,25 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("\n")
 	}
 
+	writeNVMLMarkdown(p, res)
+
 	if len(res.Processes) > 0 {
-		p("## Processes\n\n| pid | command | peak bytes | live at end | allocations | failed | parent | pinned host peak |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		p("## Processes\n\n| pid | started | command | peak bytes | live at end | allocations | failed | parent | pinned host peak |\n| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, pr := range res.Processes {
-			p("| %d | %s | %d | %d | %d | %d | %d | %d |\n", pr.PID, cell(strings.Join(pr.Command, " ")),
+			p("| %d | %s | %s | %d | %d | %d | %d | %d | %d |\n", pr.PID, secs(res, pr.Start), cell(strings.Join(pr.Command, " ")),
 				pr.Totals.PeakBytes, pr.Totals.LiveBytesAtEnd, pr.Totals.Allocations, pr.Totals.FailedAllocations,
 				pr.PPID, pr.Host.PeakBytes)
+		}
+		for i := range res.Processes {
+			if pr := &res.Processes[i]; pr.SupersededAt != 0 {
+				p("\n%s ended by %s, when another process record came for its PID (an exec, or the PID reused after an exit): its live at end is what it held when it ended, and its memory is not in the totals or devices at the end.\n",
+					procLabel(res, pr), secs(res, pr.SupersededAt))
+			}
+		}
+		p("\nMemory held before tracing began:\n\n")
+		for i := range res.Processes {
+			pr := &res.Processes[i]
+			p("- %s: %s\n", procLabel(res, pr), preexistingText(res, pr))
 		}
 		p("\n")
 	}
@@ -122,7 +137,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		}
 		peaked = true
 		e := pr.PeakEvent
-		p("### Process %d: %d bytes (%s) at %s\n\n", pr.PID, pr.Totals.PeakBytes,
+		p("### Process %s: %d bytes (%s) at %s\n\n", procHeading(res, &pr), pr.Totals.PeakBytes,
 			analysis.FormatBytes(pr.Totals.PeakBytes), secs(res, pr.PeakTime))
 		p("Crossed by an allocation of %d bytes at %s on device %s (%s).\n\n", e.Size, cell(res.Site(e.Stack)),
 			analysis.DeviceName(e.Device), e.API)
@@ -139,7 +154,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 			continue
 		}
 		lived = true
-		p("### Process %d: %d bytes (%s) in %d allocations\n\n", pr.PID, pr.Totals.LiveBytesAtEnd,
+		p("### Process %s: %d bytes (%s) in %d allocations\n\n", procHeading(res, &pr), pr.Totals.LiveBytesAtEnd,
 			analysis.FormatBytes(pr.Totals.LiveBytesAtEnd), pr.Totals.LiveAllocationsAtEnd)
 		stackTable(bw, res, pr.LiveAtEnd, pr.Totals.LiveBytesAtEnd, "of live")
 	}
@@ -175,7 +190,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		if ff == nil {
 			continue
 		}
-		p("### Process %d: %d failed, %d bytes requested\n\n", pr.PID, pr.Totals.FailedAllocations, pr.Totals.FailedBytes)
+		p("### Process %s: %d failed, %d bytes requested\n\n", procHeading(res, &pr), pr.Totals.FailedAllocations, pr.Totals.FailedBytes)
 		p("The first asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes live in the process.\n\n",
 			ff.Size, analysis.FormatBytes(ff.Size), cell(res.Site(ff.Stack)), analysis.DeviceName(ff.Device),
 			secs(res, ff.Time), analysis.ErrorName(ff.Ret), ff.LiveBytes)
@@ -216,6 +231,12 @@ func stackTable(w io.Writer, res *analysis.Result, us []analysis.StackUsage, who
 		fmt.Fprintf(w, "| %d | %.1f%% | %d | %s |\n", u.Bytes, pct(u.Bytes, whole), u.Count, cell(res.Site(u.Stack)))
 	}
 	fmt.Fprintln(w)
+}
+
+// procHeading is procLabel without its "pid ": "100", or "100 (started
+// +5.000s)" for a reused PID.
+func procHeading(res *analysis.Result, p *analysis.Process) string {
+	return strings.TrimPrefix(procLabel(res, p), "pid ")
 }
 
 // cell escapes text for a markdown table cell.

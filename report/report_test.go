@@ -170,6 +170,60 @@ func mixedRecords() []event.Record {
 	return recs
 }
 
+// attachRecords is a 10 s attach to pid 300 (python serve.py) with NVML on
+// two devices, a child 301 whose PID is reused, and NVML lagging at the end.
+//
+//	0 s    NVML available; devices 0 and 1 (40 GiB each); pid 300 attached
+//	1 s    300 frees 0xdead, allocated before the attach (size unknown)
+//	2 s    300: 4 GiB on device 0
+//	3 s    tick: device 0 10 GiB used, 300 at 7 GiB (3 GiB gap: pre-existing
+//	       estimate); device 1 1 GiB used
+//	4 s    301 (parent 300) starts; 5 s: 1 GiB on device 1
+//	6 s    tick: 300 at 7 GiB, 301 at 1.2 GiB (1 GiB traced)
+//	7 s    PID 301 reused; 8 s: 512 MiB on device 1
+//	8.5 s  300: 1 GiB more on device 0 (5 GiB traced)
+//	9 s    tick: 300 at 4.5 GiB (NVML lags: -0.5 GiB), 301 at 600 MiB
+func attachRecords() []event.Record {
+	at := func(t uint64) uint64 { return 1000*sec + t }
+	recs := []event.Record{
+		&event.Header{Version: 1, Tool: "vramprof 0.1.0", Mode: "attach", Command: []string{"python", "serve.py"},
+			PID: 300, Start: 1000 * sec, Host: "gpu-3"},
+		&event.NVMLStatus{Time: at(0), Available: true},
+		&event.DeviceInfo{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-1111", TotalBytes: 40 * GiB, Time: at(0)},
+		&event.DeviceInfo{Index: 1, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-2222", TotalBytes: 40 * GiB, Time: at(0)},
+		&event.Process{PID: 300, Command: []string{"python", "serve.py"}, Time: at(0)},
+		&event.Stack{ID: 1, PID: 300, Frames: []event.Frame{{Function: "load_model", File: "serve.py", Line: 10}}},
+		&event.Stack{ID: 2, PID: 301, Frames: []event.Frame{{Function: "worker", File: "serve.py", Line: 20}}},
+	}
+	ev := func(t uint64, pid uint32, dev int32, k event.Kind, addr, size uint64, st event.StackID) *event.Event {
+		api := event.APICudaMalloc
+		if k == event.KindFree {
+			api = event.APICudaFree
+		}
+		return &event.Event{Time: at(t), PID: pid, Device: dev, Kind: k, Layer: event.LayerSegment, API: api,
+			Addr: addr, Size: size, Stack: st}
+	}
+	sample := func(t uint64, dev int32, used uint64, procs ...event.ProcessUsage) *event.Sample {
+		return &event.Sample{Time: at(t), Device: dev, TotalBytes: 40 * GiB, UsedBytes: used, FreeBytes: 40*GiB - used,
+			Processes: procs}
+	}
+	return append(recs,
+		ev(sec, 300, 0, event.KindFree, 0xdead, 0, 0),
+		ev(2*sec, 300, 0, event.KindAlloc, 0x1000000, 4*GiB, 1),
+		sample(3*sec, 0, 10*GiB, event.ProcessUsage{PID: 300, UsedBytes: 7 * GiB}),
+		sample(3*sec, 1, GiB),
+		&event.Process{PID: 301, PPID: 300, Command: []string{"python", "worker.py"}, Time: at(4 * sec)},
+		ev(5*sec, 301, 1, event.KindAlloc, 0xa000000, GiB, 2),
+		sample(6*sec, 0, 10*GiB, event.ProcessUsage{PID: 300, UsedBytes: 7 * GiB}),
+		sample(6*sec, 1, 2*GiB, event.ProcessUsage{PID: 301, UsedBytes: 1228 * MiB}),
+		&event.Process{PID: 301, PPID: 300, Command: []string{"python", "worker.py", "--again"}, Time: at(7 * sec)},
+		ev(8*sec, 301, 1, event.KindAlloc, 0xa000000, 512*MiB, 2),
+		ev(8*sec+sec/2, 300, 0, event.KindAlloc, 0x200000000, GiB, 1),
+		sample(9*sec, 0, 8*GiB, event.ProcessUsage{PID: 300, UsedBytes: 4*GiB + 512*MiB}),
+		sample(9*sec, 1, 2*GiB, event.ProcessUsage{PID: 301, UsedBytes: 600 * MiB}),
+		&event.End{Time: at(10 * sec), Reason: "interrupted"})
+}
+
 func mustResult(tb testing.TB, recs []event.Record) *analysis.Result {
 	tb.Helper()
 	a := analysis.New(analysis.Options{TimelinePoints: 8})
@@ -179,7 +233,8 @@ func mustResult(tb testing.TB, recs []event.Record) *analysis.Result {
 	return a.Finish()
 }
 
-var scenarios = map[string]func() []event.Record{"train": trainRecords, "cut": cutRecords, "mixed": mixedRecords}
+var scenarios = map[string]func() []event.Record{"train": trainRecords, "cut": cutRecords, "mixed": mixedRecords,
+	"attach": attachRecords}
 
 var formats = map[string]func(io.Writer, *analysis.Result) error{
 	"json": WriteJSON, "md": WriteMarkdown, "txt": WriteSummary,
@@ -377,4 +432,96 @@ func TestNilResult(t *testing.T) {
 func TestDiff(t *testing.T) {
 	assert.Empty(t, diff("a\nb\n", "a\nb\n"))
 	assert.Equal(t, "@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n", diff("a\nb\nd\n", "a\nc\nd\n"))
+}
+
+func TestNVMLUnavailableIsOneLine(t *testing.T) {
+	// Attached, NVML failed to start: one line in each rendering, the
+	// reason once in report.json, no per-process estimate.
+	recs := cutRecords()
+	recs = append(recs[:1:1], append([]event.Record{
+		&event.NVMLStatus{Time: 5, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}}, recs[1:]...)...)
+	res := mustResult(t, recs)
+	const line = "NVML unavailable: nvmlInit: Driver Not Loaded\n"
+	for _, w := range []func(io.Writer, *analysis.Result) error{WriteMarkdown, WriteSummary} {
+		var buf bytes.Buffer
+		require.NoError(t, w(&buf, res))
+		assert.Equal(t, 1, strings.Count(buf.String(), "NVML unavailable"), buf.String())
+		assert.Contains(t, buf.String(), "\n"+line)
+		assert.NotContains(t, buf.String(), "NVML: off")
+	}
+	m := decodeJSON(t, res)
+	assert.Equal(t, map[string]any{"available": false, "reason": "nvmlInit: Driver Not Loaded"}, m["nvml"])
+	p := m["processes"].([]any)[0].(map[string]any)
+	assert.Nil(t, p["preexisting_bytes_estimate"], "attached without NVML: unknown")
+	assert.Equal(t, "unknown", p["preexisting_basis"])
+	assert.Nil(t, p["nvml"])
+}
+
+func TestNVMLOff(t *testing.T) {
+	res := mustResult(t, trainRecords())
+	m := decodeJSON(t, res)
+	assert.NotContains(t, m, "nvml", "no NVML record: absent")
+	var buf bytes.Buffer
+	require.NoError(t, WriteSummary(&buf, res))
+	assert.Contains(t, buf.String(), "\nNVML: off\n")
+	// Run mode: the launched command and its forked child predate nothing.
+	for _, p := range m["processes"].([]any) {
+		assert.Equal(t, float64(0), p.(map[string]any)["preexisting_bytes_estimate"])
+		assert.Equal(t, "traced_from_start", p.(map[string]any)["preexisting_basis"])
+	}
+}
+
+func TestJSONNVMLAndPIDReuse(t *testing.T) {
+	// See attachRecords for the arithmetic.
+	m := decodeJSON(t, mustResult(t, attachRecords()))
+	assert.Equal(t, map[string]any{"available": true, "samples": float64(6)}, m["nvml"])
+	d1 := m["devices"].([]any)[1].(map[string]any)
+	assert.Equal(t, "GPU-2222", d1["uuid"])
+	assert.Equal(t, float64(GiB), d1["nvml_used_at_peak_bytes"], "the 3 s sample, before the 5 s peak")
+	assert.Equal(t, float64(3*sec), d1["nvml_used_at_peak_time_ns"])
+	assert.Equal(t, float64(2*GiB), d1["nvml_max_used_bytes"])
+
+	procs := m["processes"].([]any)
+	require.Len(t, procs, 3)
+	p300, old, cur := procs[0].(map[string]any), procs[1].(map[string]any), procs[2].(map[string]any)
+	nv := p300["nvml"].(map[string]any)
+	assert.Equal(t, map[string]any{"time_ns": float64(9 * sec), "nvml_used_bytes": float64(4*GiB + 512*MiB),
+		"traced_live_bytes": float64(5 * GiB), "gap_bytes": -float64(512 * MiB)}, nv["latest"], "NVML lags")
+	assert.Equal(t, map[string]any{"time_ns": float64(6 * sec), "nvml_used_bytes": float64(7 * GiB),
+		"traced_live_bytes": float64(4 * GiB), "gap_bytes": float64(3 * GiB)}, nv["at_peak"])
+	assert.Equal(t, float64(3*GiB), p300["preexisting_bytes_estimate"], "7 GiB NVML - 4 GiB traced at 3 s")
+	assert.Equal(t, float64(1), p300["unknown_frees"])
+
+	// PID 301 twice: the first keeps its 1 GiB (left when it ended), the
+	// second has its own 512 MiB at the same address.
+	for _, p := range []map[string]any{old, cur} {
+		assert.Equal(t, float64(301), p["pid"])
+	}
+	assert.Equal(t, float64(4*sec), old["start_ns"])
+	assert.Equal(t, float64(7*sec), old["superseded_ns"])
+	assert.Equal(t, float64(GiB), old["live_bytes_at_end"])
+	assert.Equal(t, float64(7*sec), cur["start_ns"])
+	assert.Nil(t, cur["superseded_ns"])
+	assert.Equal(t, float64(512*MiB), cur["live_bytes_at_end"])
+	// Totals: 4 + 1 GiB (300), 512 MiB (301 again); the first 301's GiB
+	// died with it.
+	totals := m["totals"].(map[string]any)
+	assert.Equal(t, float64(5*GiB+512*MiB), totals["live_bytes_at_end"])
+	assert.Equal(t, float64(5*GiB+512*MiB), totals["peak_bytes"])
+	var starts []float64
+	for _, tl := range m["timelines"].([]any) {
+		if tm := tl.(map[string]any); tm["pid"] == float64(301) {
+			starts = append(starts, tm["process_start_ns"].(float64))
+		}
+	}
+	assert.Equal(t, []float64{float64(4 * sec), float64(7 * sec)}, starts)
+}
+
+func decodeJSON(t *testing.T, res *analysis.Result) map[string]any {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, WriteJSON(&buf, res))
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
+	return m
 }

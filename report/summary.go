@@ -15,7 +15,8 @@ const summaryStacks = 3
 // WriteSummary writes the terminal summary of res: about 10 to 20 lines with
 // the peak, what was live at the end, pinned host memory, the runtime and
 // driver books side by side (when both saw calls), the VMM figures (when
-// any), the top stacks at the peak, leak candidates, failed allocations and
+// any), the device layer (one line when NVML is off or unavailable) and
+// memory from before tracing, the top stacks at the peak, leak candidates, failed allocations and
 // lost events.
 func WriteSummary(w io.Writer, res *analysis.Result) error {
 	if res == nil {
@@ -38,6 +39,12 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	if v := res.VMM; v != nil {
 		p("vmm:                %s\n", vmmLine(v))
 	}
+	for _, l := range summaryNVMLLines(res) {
+		p("%s\n", l)
+	}
+	for _, l := range summaryPreexistingLines(res) {
+		p("%s\n", l)
+	}
 
 	// The stacks of the process with the highest peak; others get one line.
 	var top *analysis.Process
@@ -48,7 +55,7 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		}
 	}
 	if top != nil {
-		p("top stacks at the peak of pid %d (%d bytes):\n", top.PID, top.Totals.PeakBytes)
+		p("top stacks at the peak of %s (%d bytes):\n", procLabel(res, top), top.Totals.PeakBytes)
 		for i, s := range top.PeakStacks {
 			if i == summaryStacks {
 				break
@@ -56,9 +63,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 			p("  %d. %d bytes (%s, %.1f%%) in %d allocations at %s\n", i+1, s.Bytes, analysis.FormatBytes(s.Bytes),
 				pct(s.Bytes, top.Totals.PeakBytes), s.Count, res.Site(s.Stack))
 		}
-		for _, pr := range res.Processes {
-			if pr.PID != top.PID && pr.PeakEvent != nil {
-				p("  pid %d peaked at %d bytes (%s)\n", pr.PID, pr.Totals.PeakBytes, analysis.FormatBytes(pr.Totals.PeakBytes))
+		for i := range res.Processes {
+			if pr := &res.Processes[i]; pr != top && pr.PeakEvent != nil {
+				p("  %s peaked at %d bytes (%s)\n", procLabel(res, pr), pr.Totals.PeakBytes, analysis.FormatBytes(pr.Totals.PeakBytes))
 			}
 		}
 	}
@@ -89,7 +96,7 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	p("failed allocations: %d (%d bytes requested)\n", t.FailedAllocations, t.FailedBytes)
 	for _, pr := range res.Processes {
 		if ff := pr.FirstFailure; ff != nil {
-			p("  first in pid %d: %d bytes (%s) at %s, error %s, %d bytes live\n", pr.PID, ff.Size,
+			p("  first in %s: %d bytes (%s) at %s, error %s, %d bytes live\n", procLabel(res, &pr), ff.Size,
 				analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.Ret), ff.LiveBytes)
 		}
 	}

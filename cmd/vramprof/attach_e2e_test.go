@@ -52,12 +52,19 @@ type longrun struct {
 // killed at cleanup if still running.
 func startLongrun(t *testing.T) *longrun {
 	t.Helper()
+	return startLongrunCmd(t, exec.Command(scenario.Bin(t, "longrun")))
+}
+
+// startLongrunCmd is startLongrun for a command that ends up running longrun
+// in its own process (through exec: the `ready` pid must be cmd's).
+func startLongrunCmd(t *testing.T, cmd *exec.Cmd) *longrun {
+	t.Helper()
 	lr := &longrun{
 		truth: filepath.Join(t.TempDir(), "truth.json"),
 		lines: make(chan string, 16),
 		exit:  make(chan error, 1),
 	}
-	lr.cmd = exec.Command(scenario.Bin(t, "longrun"))
+	lr.cmd = cmd
 	lr.cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+lr.truth, "LONGRUN_MAX_SECONDS=20")
 	lr.cmd.Stderr = os.Stderr
 	out, err := lr.cmd.StdoutPipe()

@@ -48,6 +48,9 @@ var hints = []struct {
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
 	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
 	{event.ErrTruncated, "the trace was cut short before its first record; re-record it"},
+	{errCommandFailed, "the command's own failure, not a memory regression: see its output above"},
+	{errSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},
+	{errRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},
 	{errInput, "INPUT must be a vramprof output directory (holding trace.vpt) or a .vpt trace"},
 	{errTruncatedTrace, "the outputs cover the whole records before the cut and say the run was cut short"},
 }

@@ -48,6 +48,8 @@ type runOptions struct {
 	out  string
 	nvml string
 	argv []string
+	// quiet leaves the summary out (check prints its own verdict).
+	quiet bool
 }
 
 func parseRun(args []string) (*runOptions, error) {

@@ -24,6 +24,10 @@ const usage = `usage: vramprof <command> [flags]
                                              trace a running process
   report  INPUT [-o DIR] [--format text|md|json]
                                              re-analyse a recorded trace (no root needed)
+  check   [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT]
+          [--write-baseline FILE] [--junit FILE] [-o DIR] (-- CMD [ARGS...] | INPUT)
+                                             gate CI on GPU memory: exit 0 pass, 1 regression, 2 error
+  diff    BASE NEW [--format text|json]      compare two recordings (DIRs, traces or report.json files)
 
 Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json, report.md.
 `
@@ -81,6 +85,18 @@ func dispatch(ctx context.Context, cmd string, args []string) (int, error) {
 			return 0, err
 		}
 		return 0, reportCmd(o, os.Stdout)
+	case "check":
+		o, err := parseCheck(args)
+		if err != nil {
+			return 0, err
+		}
+		return checkCmd(ctx, o, os.Stdout)
+	case "diff":
+		o, err := parseDiff(args)
+		if err != nil {
+			return 0, err
+		}
+		return 0, diffCmd(o, os.Stdout)
 	default:
 		return 0, usageError(fmt.Errorf("unknown command %q; run 'vramprof help'", cmd))
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -72,7 +73,11 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		end.Reason = "signal: " + ws.Signal().String()
 	}
-	if err := rec.finish(end, os.Stderr); err != nil {
+	var summary io.Writer = os.Stderr
+	if o.quiet {
+		summary = io.Discard
+	}
+	if err := rec.finish(end, summary); err != nil {
 		return code, err
 	}
 	return code, sessionErr

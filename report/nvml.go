@@ -1,0 +1,175 @@
+package report
+
+import (
+	"fmt"
+
+	"github.com/vramprof/vramprof/analysis"
+)
+
+// The device layer (NVML) and pre-existing memory, as text: shared by the
+// markdown report and the terminal summary.
+
+// nvmlOffLine is printed when the trace has no NVML record.
+const nvmlOffLine = "NVML: off"
+
+// nvmlLine is the one line that says whether NVML figures exist: "NVML:
+// off", "NVML unavailable: <reason>", or how many samples there are.
+func nvmlLine(res *analysis.Result) string {
+	n := res.NVML
+	switch {
+	case n == nil:
+		return nvmlOffLine
+	case !n.Available:
+		return analysis.NVMLUnavailablePrefix + n.Reason
+	}
+	line := fmt.Sprintf("NVML: %d samples", n.Samples)
+	if n.Interruptions > 0 {
+		line += fmt.Sprintf(", sampling interrupted %d times (last: %s)", n.Interruptions, n.LastError)
+	}
+	return line
+}
+
+// gapText renders a reconciliation: "NVML 2860 MiB vs 2048 MiB traced,
+// gap +812 MiB" with exact bytes.
+func gapText(r analysis.Reconciliation) string {
+	return fmt.Sprintf("NVML %d bytes (%s) vs %d traced (%s), gap %s", r.NVMLBytes, analysis.FormatBytes(r.NVMLBytes),
+		r.TracedBytes, analysis.FormatBytes(r.TracedBytes), signedBytes(r.GapBytes))
+}
+
+// signedBytes renders a gap with its sign and human units: "+812 bytes
+// (812 B)", "-805306368 bytes (-768.00 MiB, NVML lags)".
+func signedBytes(n int64) string {
+	if n < 0 {
+		return fmt.Sprintf("%d bytes (-%s, NVML lags the trace)", n, analysis.FormatBytes(uint64(-n)))
+	}
+	return fmt.Sprintf("+%d bytes (%s)", n, analysis.FormatBytes(uint64(n)))
+}
+
+// preexistingText says what a process held before tracing began, with the
+// frees of that memory (sizes unknown).
+func preexistingText(res *analysis.Result, p *analysis.Process) string {
+	pre := p.Preexisting
+	var s string
+	switch pre.Basis {
+	case analysis.PreexistingNone:
+		return "0 (traced from its start)"
+	case analysis.PreexistingEstimate:
+		s = fmt.Sprintf("%d bytes (%s), an estimate: NVML minus traced at %s, CUDA context included",
+			pre.Bytes, analysis.FormatBytes(pre.Bytes), secs(res, pre.At.Time))
+	default:
+		s = "unknown (attached mid-run, no NVML figure)"
+	}
+	return s + fmt.Sprintf("; %d unknown frees (memory from before tracing, sizes unknown)", p.Totals.UnknownFrees)
+}
+
+// procLabel names a process: "pid 100", or "pid 100 (started +5.000s)"
+// when its PID was reused during the run.
+func procLabel(res *analysis.Result, p *analysis.Process) string {
+	n := 0
+	for i := range res.Processes {
+		if res.Processes[i].PID == p.PID {
+			n++
+		}
+	}
+	if n > 1 {
+		return fmt.Sprintf("pid %d (started %s)", p.PID, secs(res, p.Start))
+	}
+	return fmt.Sprintf("pid %d", p.PID)
+}
+
+// writeNVMLMarkdown writes the device layer's section of report.md.
+func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
+	p("## Device memory (NVML)\n\n%s\n\n", nvmlLine(res))
+	if res.NVML == nil || !res.NVML.Available {
+		return
+	}
+	var devs []analysis.Device
+	for _, d := range res.Devices {
+		if d.NVML != nil {
+			devs = append(devs, d)
+		}
+	}
+	if len(devs) > 0 {
+		p("Every process's memory and the driver's, per device. NVML's device of the same index is taken for CUDA's: where CUDA_VISIBLE_DEVICES renumbers devices, these are another GPU's.\n\n")
+		p("| device | product | uuid | capacity | NVML used at the traced peak | max NVML used |\n| --- | --- | --- | ---: | ---: | ---: |\n")
+		for _, d := range devs {
+			atPeak := "no sample before it"
+			if at := d.NVML.AtPeak; at != nil {
+				atPeak = fmt.Sprintf("%d (sample at %s)", at.UsedBytes, secs(res, at.Time))
+			} else if d.PeakBytes == 0 {
+				atPeak = "nothing traced"
+			}
+			p("| %s | %s | %s | %d | %s | %d (at %s) |\n", analysis.DeviceName(d.Index), cell(d.Name), cell(d.UUID),
+				d.CapacityBytes, atPeak, d.NVML.Max.UsedBytes, secs(res, d.NVML.Max.Time))
+		}
+		p("\n")
+	}
+	p("Per process, NVML's used bytes next to the traced live bytes at the same sample. The gap (NVML - traced) is the CUDA context, library workspaces and memory allocated before attach; negative when NVML lags the trace.\n\n")
+	p("| process | latest sample | NVML | traced | gap | sample before the peak | NVML | traced | gap |\n| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n")
+	for i := range res.Processes {
+		pr := &res.Processes[i]
+		n := pr.NVML
+		if n == nil {
+			p("| %s | no sample sized it | | | | | | | |\n", procLabel(res, pr))
+			continue
+		}
+		l := n.Latest
+		row := fmt.Sprintf("| %s | %s | %d | %d | %+d |", procLabel(res, pr), secs(res, l.Time), l.NVMLBytes, l.TracedBytes, l.GapBytes)
+		if at := n.AtPeak; at != nil {
+			row += fmt.Sprintf(" %s | %d | %d | %+d |", secs(res, at.Time), at.NVMLBytes, at.TracedBytes, at.GapBytes)
+		} else {
+			row += " none | | | |"
+		}
+		p("%s\n", row)
+	}
+	p("\n")
+}
+
+// summaryNVMLLines are the terminal summary's device-layer lines: the
+// status line, then the gap of up to summaryStacks processes.
+func summaryNVMLLines(res *analysis.Result) []string {
+	out := []string{nvmlLine(res)}
+	if res.NVML == nil || !res.NVML.Available {
+		return out
+	}
+	shown := 0
+	for i := range res.Processes {
+		pr := &res.Processes[i]
+		if pr.NVML == nil {
+			continue
+		}
+		if shown == summaryStacks {
+			out = append(out, "  ... more in the report")
+			break
+		}
+		shown++
+		out = append(out, fmt.Sprintf("  %s at %s: %s", procLabel(res, pr), secs(res, pr.NVML.Latest.Time), gapText(pr.NVML.Latest)))
+	}
+	return out
+}
+
+// summaryPreexistingLines say what processes held before tracing began:
+// one line when every process was traced from its start, else one per other
+// process (up to summaryStacks).
+func summaryPreexistingLines(res *analysis.Result) []string {
+	if len(res.Processes) == 0 {
+		return nil
+	}
+	var out []string
+	for i := range res.Processes {
+		pr := &res.Processes[i]
+		if pr.Preexisting.Basis == analysis.PreexistingNone {
+			continue
+		}
+		if len(out) == summaryStacks {
+			out = append(out, "  ... more in the report")
+			break
+		}
+		out = append(out, fmt.Sprintf("  %s: %s", procLabel(res, pr), preexistingText(res, pr)))
+	}
+	if len(out) == 0 {
+		return []string{"pre-existing:       0 (every process traced from its start)"}
+	}
+	out[0] = "pre-existing:       " + out[0][2:]
+	return out
+}

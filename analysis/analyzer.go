@@ -80,6 +80,9 @@ type Analyzer struct {
 	// grids are created when the time origin is known.
 	tl   *grid // timelines
 	leak *grid // leak histories, from the first event on
+	// ranges are, per process, the device address span each known device
+	// handed out: the address-range cross-check for unknown devices.
+	ranges map[uint32]map[int32]*addrRange
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
 
@@ -586,6 +589,18 @@ func (a *Analyzer) event(e *event.Event) {
 // counts the memory. Every other call is counted once, in its space.
 func (a *Analyzer) segment(e *event.Event) {
 	a.pids[e.PID] = true
+	if e.Kind == event.KindAlloc && e.Ret == 0 && e.Addr != 0 {
+		if e.Device == event.DeviceUnknown {
+			if d, ok := a.inferDevice(e.PID, e.Addr); ok {
+				ev := *e
+				ev.Device = d
+				e = &ev
+				a.run.DevicesInferred++
+			}
+		} else {
+			a.widenRange(e.PID, e.Device, e.Addr, e.Size)
+		}
+	}
 	switch e.Kind {
 	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve,
 		event.KindMap, event.KindUnmap, event.KindRelease:
@@ -629,6 +644,42 @@ func (a *Analyzer) segment(e *event.Event) {
 		a.layer(deviceScope).totals.IgnoredEvents++
 		a.space(e.PID, deviceScope).totals.IgnoredEvents++
 	}
+}
+
+// addrRange is the span of device addresses a device handed a process.
+type addrRange struct{ lo, hi uint64 }
+
+// widenRange records that device d gave pid memory at [addr, addr+size).
+func (a *Analyzer) widenRange(pid uint32, d int32, addr, size uint64) {
+	if a.ranges == nil {
+		a.ranges = make(map[uint32]map[int32]*addrRange)
+	}
+	m := a.ranges[pid]
+	if m == nil {
+		m = make(map[int32]*addrRange)
+		a.ranges[pid] = m
+	}
+	r := m[d]
+	if r == nil {
+		m[d] = &addrRange{lo: addr, hi: addr + size}
+		return
+	}
+	r.lo, r.hi = min(r.lo, addr), max(r.hi, addr+size)
+}
+
+// inferDevice cross-checks an allocation whose device was not seen (a thread
+// that chose its device before an attach) against the address ranges the
+// process's known devices handed out: CUDA gives each device its own part
+// of the unified address space. Exactly one device's range must hold the
+// address; anything else stays unknown.
+func (a *Analyzer) inferDevice(pid uint32, addr uint64) (int32, bool) {
+	found, n := int32(0), 0
+	for d, r := range a.ranges[pid] {
+		if addr >= r.lo && addr < r.hi {
+			found, n = d, n+1
+		}
+	}
+	return found, n == 1
 }
 
 // both applies f to the scope's and the process's totals.

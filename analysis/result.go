@@ -96,6 +96,10 @@ type Run struct {
 	// DeviceSwitches counts the set-device events (cudaSetDevice,
 	// cuCtxSetCurrent): informational.
 	DeviceSwitches uint64
+	// DevicesInferred counts allocations whose device was unknown (the
+	// thread chose it before tracing began) and was inferred from the
+	// address ranges the process's known devices handed out.
+	DevicesInferred uint64
 }
 
 // Rel converts an absolute stream time into nanoseconds since Run.Start. A

@@ -340,3 +340,25 @@ func TestHostAndReservedMemoryListNoDevice(t *testing.T) {
 	assert.Equal(t, []Device{{Index: 0, PeakBytes: MiB, PeakTime: 3, LiveBytesAtEnd: MiB}}, r.Devices)
 	assert.Equal(t, MiB, r.Host.LiveBytesAtEnd)
 }
+
+// TestDeviceInferredFromAddressRange: an allocation whose device was not
+// seen (the thread chose it before an attach) takes the device whose
+// address range holds it; between two devices' ranges it stays unknown.
+func TestDeviceInferredFromAddressRange(t *testing.T) {
+	s := newStream().stack(1, "f", 1)
+	const MiB = 1 << 20
+	s.allocOn(1, 0x10_0000_0000, MiB, 1, 100, 0) // device 0: [0x10_0000_0000, +3 MiB)
+	s.allocOn(2, 0x10_0020_0000, MiB, 1, 100, 0)
+	s.allocOn(3, 0x20_0000_0000, MiB, 1, 100, 1) // device 1: [0x20_0000_0000, +1 MiB)
+	s.allocOn(4, 0x10_0010_0000, 2*MiB, 1, 100, event.DeviceUnknown)
+	s.allocOn(5, 0x18_0000_0000, 4*MiB, 1, 100, event.DeviceUnknown)
+	r := mustAnalyze(t, Options{}, s.end(10).recs)
+
+	assert.Equal(t, uint64(1), r.Run.DevicesInferred)
+	live := map[int32]uint64{}
+	for _, d := range r.Devices {
+		live[d.Index] = d.LiveBytesAtEnd
+	}
+	// Device 0: its two allocations and the inferred one.
+	assert.Equal(t, map[int32]uint64{-1: 4 * MiB, 0: 4 * MiB, 1: MiB}, live)
+}

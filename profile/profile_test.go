@@ -59,7 +59,7 @@ func mustResult(tb testing.TB) *analysis.Result {
 	}
 	recs = append(recs,
 		ev(tm+1, event.KindFree, 0x1000, 0, 0, 0), ev(tm+2, event.KindFree, 0x1001, 0, 0, 0),
-		ev(tm+3, event.KindAlloc, 0x5000, 2*MiB, 0, event.DeviceUnknown),
+		ev(tm+3, event.KindAlloc, 0x4000_0000, 2*MiB, 0, event.DeviceUnknown), // outside every known device's range
 		&event.Lost{Time: tm + 4, Total: 3}, &event.End{Time: 1_000_000_000, Reason: "exited"})
 	a := analysis.New(analysis.Options{})
 	for _, r := range recs {

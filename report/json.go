@@ -376,6 +376,9 @@ type JSONRun struct {
 	NestedEvents uint64 `json:"nested_events"`
 	// DeviceSwitches counts cudaSetDevice/cuCtxSetCurrent calls.
 	DeviceSwitches uint64 `json:"device_switches"`
+	// DevicesInferred counts allocations whose unknown device was inferred
+	// from the address ranges of the process's known devices.
+	DevicesInferred uint64 `json:"devices_inferred"`
 }
 
 // JSONLibrary is a probed library.
@@ -467,7 +470,8 @@ func NewJSON(res *analysis.Result) *JSON {
 	run := res.Run
 	j.Run = JSONRun{Tool: run.Tool, Mode: run.Mode, Command: nonNil(run.Command), PID: run.PID, Host: run.Host,
 		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
-		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches}
+		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
+		DevicesInferred: run.DevicesInferred}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}

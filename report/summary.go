@@ -32,6 +32,16 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
 	p("allocated:          %d bytes (%s) in %d allocations, %d frees\n", t.AllocatedBytes,
 		analysis.FormatBytes(t.AllocatedBytes), t.Allocations, t.Frees)
+	if len(res.Devices) > 1 {
+		// Per device, when there is more than one: the peak that matters is
+		// the one on the device that runs out. One line; report.md and
+		// report.json have the rest.
+		var parts []string
+		for _, d := range res.Devices {
+			parts = append(parts, fmt.Sprintf("%s: %d (%s)", analysis.DeviceName(d.Index), d.PeakBytes, analysis.FormatBytes(d.PeakBytes)))
+		}
+		p("peak by device:     %s\n", strings.Join(parts, " | "))
+	}
 	p("pinned host:        %s\n", hostLine(res.Host))
 	if b := res.Books; b.Runtime.Calls() > 0 && b.Driver.Calls() > 0 {
 		p("books:              %s\n", booksLine(b))

@@ -1,5 +1,6 @@
 // Package report renders an analysis.Result for people and programs:
-// report.json (schema vramprof/report/v1), report.md, and the short summary
+// report.json (schema vramprof/report/v1), report.md, report.html (one
+// self-contained page with SVG charts: see html.go), and the short summary
 // printed on the terminal when a run stops.
 //
 // report.json keeps every field DESIGN.md promises and adds more (run facts,

@@ -168,11 +168,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("None.\n\n")
 	}
 	for i, f := range res.Findings {
-		p("### %d. %s (%s), %d bytes\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, f.Summary)
+		p("### %d. %s (%s), %d bytes (%s)\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, analysis.FormatBytes(f.Bytes), md(f.Summary))
 		if len(f.Remediation) > 0 {
 			p("Remediation:\n\n")
 			for _, r := range f.Remediation {
-				p("- %s\n", r)
+				p("- %s\n", md(r))
 			}
 			p("\n")
 		}
@@ -213,9 +213,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if len(run.Libraries) == 0 {
 		p("None recorded.\n")
 	} else {
-		p("| pid | path | build id | functions |\n| ---: | --- | --- | --- |\n")
+		// The functions' names are in report.json: a count keeps the table
+		// narrow enough for a pull-request comment.
+		p("| pid | path | build id | functions probed |\n| ---: | --- | --- | ---: |\n")
 		for _, l := range run.Libraries {
-			p("| %d | %s | %s | %s |\n", l.PID, cell(l.Path), cell(l.BuildID), cell(strings.Join(l.Symbols, ", ")))
+			p("| %d | %s | %s | %d |\n", l.PID, cell(l.Path), cell(l.BuildID), len(l.Symbols))
 		}
 	}
 	return bw.Flush()
@@ -228,7 +230,7 @@ func stackTable(w io.Writer, res *analysis.Result, us []analysis.StackUsage, who
 			fmt.Fprintf(w, "| | | | %d more stacks |\n", len(us)-i)
 			break
 		}
-		fmt.Fprintf(w, "| %d | %.1f%% | %d | %s |\n", u.Bytes, pct(u.Bytes, whole), u.Count, cell(res.Site(u.Stack)))
+		fmt.Fprintf(w, "| %d (%s) | %.1f%% | %d | %s |\n", u.Bytes, analysis.FormatBytes(u.Bytes), pct(u.Bytes, whole), u.Count, cell(res.Site(u.Stack)))
 	}
 	fmt.Fprintln(w)
 }
@@ -239,10 +241,21 @@ func procHeading(res *analysis.Result, p *analysis.Process) string {
 	return strings.TrimPrefix(procLabel(res, p), "pid ")
 }
 
+// mdEscaper makes text from the target (symbols, paths, commands) literal
+// in GitHub markdown: `std::vector<float>` must not lose `<float>` to HTML,
+// nor `__init__` turn bold.
+var mdEscaper = strings.NewReplacer(
+	`\`, `\\`, "`", "\\`", "*", `\*`, "_", `\_`, "[", `\[`, "]", `\]`,
+	"#", `\#`, "|", `\|`, "<", "&lt;", ">", "&gt;",
+)
+
+// md escapes prose that quotes the target's names.
+func md(s string) string { return mdEscaper.Replace(s) }
+
 // cell escapes text for a markdown table cell.
 func cell(s string) string {
 	if s == "" {
 		return " "
 	}
-	return strings.ReplaceAll(s, "|", `\|`)
+	return md(s)
 }

@@ -525,3 +525,17 @@ func decodeJSON(t *testing.T, res *analysis.Result) map[string]any {
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &m))
 	return m
 }
+
+// TestMarkdownEscapesTargetNames: names from the target stay literal in
+// GitHub markdown (no HTML tag swallowed, no emphasis, no broken table).
+func TestMarkdownEscapesTargetNames(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"std::vector<float>::push_back", `std::vector&lt;float&gt;::push\_back`},
+		{"__init__ (model.py:3)", `\_\_init\_\_ (model.py:3)`},
+		{"a|b*c`d[e]#f", "a\\|b\\*c\\`d\\[e\\]\\#f"},
+		{`C:\path`, `C:\\path`},
+	} {
+		assert.Equal(t, tc.want, md(tc.in), tc.in)
+	}
+	assert.Equal(t, " ", cell(""))
+}

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/vramprof/vramprof/probes"
@@ -27,7 +28,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if o.all {
 		h.Command = []string{"--all"}
 	}
-	rec, err := startRecording(dir, h, probes.Options{All: o.all}, o.nvml)
+	rec, err := startRecording(dir, h, probes.Options{All: o.all}, o.nvml, !o.quiet)
 	if err != nil {
 		return err
 	}
@@ -41,13 +42,17 @@ func attach(ctx context.Context, o *attachOptions) error {
 		rec.abort()
 		return err
 	}
+	var out io.Writer = os.Stderr // the banner and the summary
+	if o.quiet {
+		out = io.Discard
+	}
 	switch {
 	case o.all:
-		fmt.Fprintf(os.Stderr, "vramprof: tracing every CUDA process (%d now); Ctrl-C to stop\n", rec.session.Stats().Targets.Load())
+		fmt.Fprintf(out, "vramprof: tracing every CUDA process (%d now); Ctrl-C to stop\n", rec.session.Stats().Targets.Load())
 	case o.wait:
-		fmt.Fprintf(os.Stderr, "vramprof: watching pid %d for CUDA; Ctrl-C to stop\n", o.pid)
+		fmt.Fprintf(out, "vramprof: watching pid %d for CUDA; Ctrl-C to stop\n", o.pid)
 	default:
-		fmt.Fprintf(os.Stderr, "vramprof: tracing pid %d; Ctrl-C to stop\n", o.pid)
+		fmt.Fprintf(out, "vramprof: tracing pid %d; Ctrl-C to stop\n", o.pid)
 	}
 	end := &event.End{Reason: "interrupted"}
 	runCtx := ctx
@@ -56,7 +61,10 @@ func attach(ctx context.Context, o *attachOptions) error {
 		runCtx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
+	st := startStatus(rec, o.quiet)
+	defer st.stop()
 	runErr := rec.run(runCtx)
+	st.stop() // before the summary: clear the line
 	switch {
 	case ctx.Err() != nil:
 		end.Reason = "interrupted"
@@ -65,7 +73,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 	default:
 		end.Reason = "target exited"
 	}
-	if err := rec.finish(end, os.Stderr); err != nil {
+	if err := rec.finish(end, out); err != nil {
 		return err
 	}
 	return runErr

@@ -211,7 +211,7 @@ func TestBadInput(t *testing.T) {
 			r := vramprof(t, execOpts{dir: t.TempDir()}, "report", in, "-o", out)
 			assertToolError(t, r, "cut short")
 			assert.NotEmpty(t, r.stdout, "the summary of what was read")
-			assertDirHolds(t, out, []string{"profile.pb.gz", "report.json", "report.md"})
+			assertDirHolds(t, out, []string{"profile.pb.gz", "report.html", "report.json", "report.md"})
 			rep := mustReadReport(t, filepath.Join(out, "report.json"))
 			assert.False(t, rep.Run.EndedCleanly, "report.json says the run was cut short")
 			full := mustReadReport(t, filepath.Join(dir, "report.json"))

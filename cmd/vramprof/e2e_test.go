@@ -197,7 +197,7 @@ func byFunction(stacks []ReportStack) map[string]uint64 {
 }
 
 // outputFiles is what an output directory holds, and nothing else.
-var outputFiles = []string{"profile.pb.gz", "report.json", "report.md", "trace.vpt"}
+var outputFiles = []string{"profile.pb.gz", "report.html", "report.json", "report.md", "trace.vpt"}
 
 func assertDirHolds(tb testing.TB, dir string, want []string) {
 	tb.Helper()
@@ -390,14 +390,14 @@ func checkReplay(t *testing.T, dir string) {
 	dir2 := filepath.Join(t.TempDir(), "replay")
 	r := vramprof(t, execOpts{}, "report", filepath.Join(dir, "trace.vpt"), "-o", dir2)
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
-	for _, name := range []string{"profile.pb.gz", "report.json", "report.md"} {
+	for _, name := range []string{"profile.pb.gz", "report.html", "report.json", "report.md"} {
 		live, err := os.ReadFile(filepath.Join(dir, name))
 		require.NoError(t, err)
 		replay, err := os.ReadFile(filepath.Join(dir2, name))
 		require.NoError(t, err)
 		assert.True(t, bytes.Equal(live, replay), "%s differs between the live run and the replay", name)
 	}
-	assertDirHolds(t, dir2, []string{"profile.pb.gz", "report.json", "report.md"})
+	assertDirHolds(t, dir2, []string{"profile.pb.gz", "report.html", "report.json", "report.md"})
 
 	// A directory is an input too, and --format json prints report.json.
 	r = vramprof(t, execOpts{}, "report", dir, "--format", "json")

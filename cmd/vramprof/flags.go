@@ -48,16 +48,27 @@ type runOptions struct {
 	out  string
 	nvml string
 	argv []string
-	// quiet leaves the summary out (check prints its own verdict).
+	// quiet (-q) leaves out the live status and the summary; outputs are
+	// still written and errors still printed. check sets it: it prints its
+	// own verdict.
 	quiet bool
 }
 
+// addQuiet defines -q and its long form --quiet (the flag package takes
+// either with one or two dashes).
+func addQuiet(fs *flag.FlagSet, quiet *bool) {
+	const help = "no live status and no summary (outputs are still written, errors still printed)"
+	fs.BoolVar(quiet, "q", false, help)
+	fs.BoolVar(quiet, "quiet", false, help)
+}
+
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--nvml auto|off] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--nvml auto|off] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
+	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
 	}
@@ -79,10 +90,11 @@ type attachOptions struct {
 	wait     bool
 	all      bool
 	nvml     string
+	quiet    bool // -q: see runOptions.quiet
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--nvml auto|off]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--nvml auto|off] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -91,6 +103,7 @@ func parseAttach(args []string) (*attachOptions, error) {
 	fs.BoolVar(&o.wait, "wait", false, "wait for a process that has not loaded CUDA yet")
 	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
+	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
 	}

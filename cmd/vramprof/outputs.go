@@ -20,6 +20,7 @@ const (
 	profileFile = "profile.pb.gz"
 	jsonFile    = "report.json"
 	mdFile      = "report.md"
+	htmlFile    = "report.html"
 )
 
 // errTruncatedTrace: the trace ends inside a record (the recorder was
@@ -75,6 +76,7 @@ func writeOutputs(dir string, res *analysis.Result) error {
 		{profileFile, profile.Write},
 		{jsonFile, report.WriteJSON},
 		{mdFile, report.WriteMarkdown},
+		{htmlFile, report.WriteHTML},
 	}
 	for _, o := range outputs {
 		if err := writeFileAtomic(filepath.Join(dir, o.name), func(w io.Writer) error { return o.write(w, res) }); err != nil {

@@ -37,12 +37,18 @@ type recording struct {
 	nvml     *nvml.Sampler
 	stopNVML context.CancelFunc
 	nvmlDone chan struct{}
+	// started is when recording began, for the status line's clock.
+	started time.Time
+	// live follows live device bytes for the status line (status.go); nil
+	// when no status is shown.
+	live *liveBytes
 }
 
 // startRecording prepares dir, opens its trace and loads the probes.
 // opts configures the session; its Sink is the trace. nvmlMode is the
 // --nvml flag: "auto" samples device memory when NVML works, "off" never.
-func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode string) (*recording, error) {
+// withStatus feeds the live status line (startStatus) from the records.
+func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool) (*recording, error) {
 	// Privilege first: without it, nothing else matters, and it is the
 	// error worth reading.
 	if err := probes.CheckPrivileges(); err != nil {
@@ -52,7 +58,10 @@ func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode s
 	if err != nil {
 		return nil, err
 	}
-	r := &recording{dir: dir, createdDir: created}
+	r := &recording{dir: dir, createdDir: created, started: time.Now()}
+	if withStatus {
+		r.live = newLiveBytes()
+	}
 	r.file, err = os.OpenFile(filepath.Join(dir, traceFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		r.abort()
@@ -88,6 +97,9 @@ type traceSink struct{ r *recording }
 func (s traceSink) Write(rec event.Record) error {
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
+	if s.r.live != nil {
+		s.r.live.observe(rec)
+	}
 	return s.r.w.Write(rec)
 }
 
@@ -186,7 +198,7 @@ func produce(dir, tracePath string, out io.Writer) error {
 	if err := report.WriteSummary(out, res); err != nil {
 		return fmt.Errorf("write summary: %w", err)
 	}
-	fmt.Fprintf(out, "\nwrote %s: %s, %s, %s, %s\n", dir, traceFile, profileFile, jsonFile, mdFile)
+	fmt.Fprintf(out, "\nwrote %s: %s, %s, %s, %s, %s\n", dir, traceFile, profileFile, jsonFile, mdFile, htmlFile)
 	fmt.Fprintf(out, "open the profile: go tool pprof -http=: %s\n", filepath.Join(dir, profileFile))
 	return nil
 }

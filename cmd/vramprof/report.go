@@ -19,11 +19,11 @@ type reportOptions struct {
 }
 
 func parseReport(args []string) (*reportOptions, error) {
-	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json]   (INPUT: an output DIR or a .vpt trace)"
+	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json|html]   (INPUT: an output DIR or a .vpt trace)"
 	fs := newFlagSet("report")
 	o := &reportOptions{}
-	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md) into DIR")
-	fs.StringVar(&o.format, "format", "text", "what to print: text, md or json")
+	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md, report.html) into DIR")
+	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json or html")
 	// INPUT may come before or after the flags.
 	var positional []string
 	for len(args) > 0 {
@@ -41,9 +41,9 @@ func parseReport(args []string) (*reportOptions, error) {
 	}
 	o.input = positional[0]
 	switch o.format {
-	case "text", "md", "json":
+	case "text", "md", "json", "html":
 	default:
-		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md or json", o.format))
+		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md, json or html", o.format))
 	}
 	return o, nil
 }
@@ -73,6 +73,7 @@ func reportCmd(o *reportOptions, stdout io.Writer) error {
 		"text": report.WriteSummary,
 		"md":   report.WriteMarkdown,
 		"json": report.WriteJSON,
+		"html": report.WriteHTML,
 	}
 	if err := writers[o.format](stdout, res); err != nil {
 		return fmt.Errorf("write %s report: %w", o.format, err)

@@ -26,7 +26,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
 	}
-	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv}, probes.Options{}, o.nvml)
+	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv}, probes.Options{}, o.nvml, !o.quiet)
 	if err != nil {
 		return 0, err
 	}
@@ -62,10 +62,15 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	defer stop()
 	runErr := make(chan error, 1)
 	go func() { runErr <- rec.run(runCtx) }()
+	// The command's own output shares the terminal: the status line is
+	// redrawn after it.
+	st := startStatus(rec, o.quiet)
+	defer st.stop()
 
 	waitErr := cmd.Wait()
 	stop()
 	sessionErr := <-runErr
+	st.stop() // before the summary: clear the line
 
 	end := &event.End{Reason: "exited"}
 	code := exitCode(cmd.ProcessState, waitErr)

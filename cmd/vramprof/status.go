@@ -1,0 +1,295 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// The live status of `run` and `attach` goes to stderr: on a terminal, one
+// line redrawn in place (carriage return, clear to end of line) twice a
+// second; otherwise a plain line every statusPlainEvery, so that a CI log
+// shows progress without drowning in it. -q turns it off.
+const (
+	// statusTTYEvery is fast enough to look live, slow enough not to
+	// flicker or cost anything.
+	statusTTYEvery = 500 * time.Millisecond
+	// statusPlainEvery keeps a long job's log readable: a one-hour run
+	// writes 360 lines.
+	statusPlainEvery = 10 * time.Second
+	// statusEveryEnv overrides statusPlainEvery (a Go duration): tests use
+	// it to see plain lines without waiting ten seconds.
+	statusEveryEnv = "VRAMPROF_STATUS_EVERY"
+)
+
+// statusFigures are the numbers one status line shows.
+type statusFigures struct {
+	elapsed time.Duration
+	events  uint64  // records traced so far
+	rate    float64 // events per second over the last interval
+	live    uint64  // device bytes live now (segment layer)
+	peak    uint64  // the most device bytes live at once so far
+	lost    uint64
+	procs   int64 // processes traced now
+	// nvmlUsed is the device memory NVML last reported used, summed over
+	// devices; shown only when nvmlSeen.
+	nvmlUsed uint64
+	nvmlSeen bool
+}
+
+// formatStatus renders one status line, without prefix or line ending:
+//
+//	12.5s  8160 events (650/s)  live 1.50 GiB  peak 2.00 GiB  lost 0  1 process  NVML used 3.10 GiB
+func formatStatus(f statusFigures) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s  %d events (%s)  live %s  peak %s  lost %d  %d process",
+		elapsedText(f.elapsed), f.events, rateText(f.rate),
+		analysis.FormatBytes(f.live), analysis.FormatBytes(f.peak), f.lost, f.procs)
+	if f.procs != 1 {
+		b.WriteString("es")
+	}
+	if f.nvmlSeen {
+		fmt.Fprintf(&b, "  NVML used %s", analysis.FormatBytes(f.nvmlUsed))
+	}
+	return b.String()
+}
+
+// elapsedText renders a run's age: "0.5s", "59.9s", "2m05s", "1h02m05s".
+func elapsedText(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%.1fs", d.Truncate(100*time.Millisecond).Seconds())
+	}
+	s := int64(d / time.Second)
+	if s < 3600 {
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	}
+	return fmt.Sprintf("%dh%02dm%02ds", s/3600, s/60%60, s%60)
+}
+
+// rateText renders events per second: "0/s", "650/s", "12.3k/s", "1.5M/s".
+func rateText(r float64) string {
+	switch {
+	case r < 999.5:
+		return fmt.Sprintf("%.0f/s", r)
+	case r < 999.5e3:
+		return fmt.Sprintf("%.1fk/s", r/1e3)
+	default:
+		return fmt.Sprintf("%.1fM/s", r/1e6)
+	}
+}
+
+// liveBytes follows the device memory live in the traced processes as the
+// records go to the trace, for the status line only: the outputs come from
+// the analysis of the trace, never from here. It applies the analysis's
+// rule for device totals (segment layer, nested calls not counted again; a
+// successful alloc or cuMemCreate adds, a free or cuMemRelease removes) at
+// O(1) per record, keyed by process and address (or handle). It also keeps
+// NVML's latest per-device figures.
+//
+// observe is called by one goroutine at a time (the trace's mutex
+// serializes the session's reader and the NVML sampler); figures is safe
+// for concurrent use.
+type liveBytes struct {
+	sizes    map[liveKey]uint64
+	nvml     map[int32]uint64
+	live     atomic.Uint64
+	peak     atomic.Uint64
+	nvmlUsed atomic.Uint64
+	nvmlSeen atomic.Bool
+}
+
+// liveKey names a live allocation: a device pointer, or a physical handle
+// (cuMemCreate), which lives in a number space of its own.
+type liveKey struct {
+	pid    uint32
+	handle bool
+	addr   uint64
+}
+
+func newLiveBytes() *liveBytes {
+	return &liveBytes{sizes: make(map[liveKey]uint64), nvml: make(map[int32]uint64)}
+}
+
+// observe applies one record.
+func (l *liveBytes) observe(rec event.Record) {
+	switch r := rec.(type) {
+	case *event.Event:
+		l.event(r)
+	case *event.Sample:
+		l.nvml[r.Device] = r.UsedBytes
+		var sum uint64
+		for _, used := range l.nvml {
+			sum += used
+		}
+		l.nvmlUsed.Store(sum)
+		l.nvmlSeen.Store(true)
+	}
+}
+
+func (l *liveBytes) event(e *event.Event) {
+	if e.Layer != event.LayerSegment && e.Layer != event.LayerUnknown || e.Flags&event.FlagNested != 0 {
+		return
+	}
+	live := l.live.Load()
+	switch e.Kind {
+	case event.KindAlloc, event.KindCreate:
+		if e.Ret != 0 || e.Size == 0 || e.Addr == 0 {
+			return // failed calls are never live
+		}
+		k := liveKey{e.PID, e.Kind == event.KindCreate, e.Addr}
+		live -= l.sizes[k] // a missed free: the old one is gone
+		l.sizes[k] = e.Size
+		live += e.Size
+	case event.KindFree, event.KindRelease:
+		if e.Ret != 0 {
+			return
+		}
+		k := liveKey{e.PID, e.Kind == event.KindRelease, e.Addr}
+		size, ok := l.sizes[k]
+		if !ok {
+			return // allocated before tracing began, or never
+		}
+		delete(l.sizes, k)
+		live -= size
+	default:
+		return
+	}
+	l.live.Store(live)
+	if live > l.peak.Load() {
+		l.peak.Store(live)
+	}
+}
+
+// statusLine draws the live status line until stopped. Stop it before anything
+// else is printed to its writer: it clears the line it drew.
+type statusLine struct {
+	out   io.Writer
+	tty   int // the terminal's fd, or -1 when out is not a terminal
+	every time.Duration
+	start time.Time
+	stats *probes.Stats
+	live  *liveBytes
+
+	stopOnce sync.Once
+	quit     chan struct{}
+	done     chan struct{}
+
+	// Touched only by the drawing goroutine, then by stop after it ended.
+	lastEvents uint64
+	lastTime   time.Time
+	drawn      bool
+}
+
+// startStatus starts drawing the status of rec on stderr. It returns nil
+// when quiet; a nil *statusLine stops as a no-op.
+func startStatus(rec *recording, quiet bool) *statusLine {
+	if quiet || rec.live == nil {
+		return nil
+	}
+	s := &statusLine{
+		out:   os.Stderr,
+		tty:   -1,
+		every: statusPlainEvery,
+		start: rec.started,
+		stats: rec.session.Stats(),
+		live:  rec.live,
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	if fd := int(os.Stderr.Fd()); isTerminal(fd) {
+		s.tty, s.every = fd, statusTTYEvery
+	} else if v := os.Getenv(statusEveryEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			fmt.Fprintf(os.Stderr, "vramprof: %s=%q is not a positive duration (like 10s); using %s\n", statusEveryEnv, v, statusPlainEvery)
+		} else {
+			s.every = d
+		}
+	}
+	s.lastTime = s.start
+	go s.loop()
+	return s
+}
+
+// isTerminal reports whether fd is a terminal (it has terminal attributes).
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}
+
+func (s *statusLine) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case now := <-t.C:
+			s.draw(now)
+		}
+	}
+}
+
+// figures reads the counters at now; the rate is over the time since the
+// previous call.
+func (s *statusLine) figures(now time.Time) statusFigures {
+	f := statusFigures{
+		elapsed:  now.Sub(s.start),
+		events:   s.stats.Events.Load(),
+		live:     s.live.live.Load(),
+		peak:     s.live.peak.Load(),
+		lost:     s.stats.Lost.Load(),
+		procs:    s.stats.Targets.Load(),
+		nvmlUsed: s.live.nvmlUsed.Load(),
+		nvmlSeen: s.live.nvmlSeen.Load(),
+	}
+	if dt := now.Sub(s.lastTime).Seconds(); dt > 0 && f.events >= s.lastEvents {
+		f.rate = float64(f.events-s.lastEvents) / dt
+	}
+	s.lastEvents, s.lastTime = f.events, now
+	return f
+}
+
+func (s *statusLine) draw(now time.Time) {
+	line := formatStatus(s.figures(now))
+	if s.tty < 0 {
+		fmt.Fprintf(s.out, "vramprof: %s\n", line)
+		return
+	}
+	// A line wider than the terminal wraps, and the carriage return then
+	// redraws only its last row: cut it to fit.
+	if ws, err := unix.IoctlGetWinsize(s.tty, unix.TIOCGWINSZ); err == nil && ws.Col > 1 && len(line) >= int(ws.Col) {
+		line = line[:int(ws.Col)-1]
+	}
+	fmt.Fprintf(s.out, "\r\x1b[K%s", line)
+	s.drawn = true
+}
+
+// stop ends the status line and waits for its goroutine; on a terminal it
+// clears the line, so that what is printed next starts on a clean line.
+// Safe to call more than once, and on nil.
+func (s *statusLine) stop() {
+	if s == nil {
+		return
+	}
+	s.stopOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+		if s.drawn {
+			fmt.Fprint(s.out, "\r\x1b[K")
+		}
+	})
+}

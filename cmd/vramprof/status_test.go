@@ -1,0 +1,369 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+const (
+	stGiB = 1 << 30
+	stMiB = 1 << 20
+)
+
+func TestFormatStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    statusFigures
+		want string
+	}{
+		{
+			name: "nothing yet",
+			want: "0.0s  0 events (0/s)  live 0 B  peak 0 B  lost 0  0 processes",
+		},
+		{
+			name: "one process",
+			f:    statusFigures{elapsed: 12500 * time.Millisecond, events: 8160, rate: 650, live: 1536 * stMiB, peak: 2 * stGiB, procs: 1},
+			want: "12.5s  8160 events (650/s)  live 1.50 GiB  peak 2.00 GiB  lost 0  1 process",
+		},
+		{
+			name: "nvml sampled",
+			f: statusFigures{elapsed: 59960 * time.Millisecond, events: 10, rate: 999.4, live: 512, peak: 4096,
+				procs: 1, nvmlUsed: 3*stGiB + 100*stMiB, nvmlSeen: true},
+			want: "59.9s  10 events (999/s)  live 512 B  peak 4.00 KiB  lost 0  1 process  NVML used 3.10 GiB",
+		},
+		{
+			name: "nvml sampled, nothing used",
+			f:    statusFigures{elapsed: time.Second, procs: 1, nvmlSeen: true},
+			want: "1.0s  0 events (0/s)  live 0 B  peak 0 B  lost 0  1 process  NVML used 0 B",
+		},
+		{
+			name: "minutes",
+			f:    statusFigures{elapsed: 2*time.Minute + 5900*time.Millisecond, events: 1000, rate: 999.6, procs: 2},
+			want: "2m05s  1000 events (1.0k/s)  live 0 B  peak 0 B  lost 0  2 processes",
+		},
+		{
+			name: "hours, losing events",
+			f: statusFigures{elapsed: time.Hour + 2*time.Minute + 5*time.Second, events: 123456789, rate: 12345.6,
+				live: 80 * stGiB, peak: 81 * stGiB, lost: 17, procs: 3},
+			want: "1h02m05s  123456789 events (12.3k/s)  live 80.00 GiB  peak 81.00 GiB  lost 17  3 processes",
+		},
+		{
+			name: "millions a second",
+			f:    statusFigures{elapsed: 25 * time.Hour, events: 1 << 40, rate: 1.5e6, procs: 1},
+			want: "25h00m00s  1099511627776 events (1.5M/s)  live 0 B  peak 0 B  lost 0  1 process",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, formatStatus(tc.f))
+		})
+	}
+}
+
+// TestLiveBytes feeds records to the status line's tracker and checks live
+// and peak after each, by the analysis's rules for device totals.
+func TestLiveBytes(t *testing.T) {
+	ev := func(kind event.Kind, pid uint32, addr, size uint64) *event.Event {
+		return &event.Event{Kind: kind, PID: pid, Addr: addr, Size: size, Layer: event.LayerSegment}
+	}
+	nested := ev(event.KindAlloc, 1, 0x9000, 7*stMiB)
+	nested.Flags = event.FlagNested
+	failed := ev(event.KindAlloc, 1, 0, 5*stMiB)
+	failed.Ret = 2
+	block := ev(event.KindAlloc, 1, 0xa000, 9*stMiB)
+	block.Layer = event.LayerBlock
+	unknownLayer := ev(event.KindAlloc, 1, 0xb000, 3*stMiB)
+	unknownLayer.Layer = event.LayerUnknown
+
+	l := newLiveBytes()
+	for _, step := range []struct {
+		name       string
+		rec        event.Record
+		live, peak uint64
+	}{
+		{"alloc", ev(event.KindAlloc, 1, 0x1000, 10*stMiB), 10 * stMiB, 10 * stMiB},
+		{"nested driver call: counted by its outer call", nested, 10 * stMiB, 10 * stMiB},
+		{"failed alloc: never live", failed, 10 * stMiB, 10 * stMiB},
+		{"block layer: inside segments already counted", block, 10 * stMiB, 10 * stMiB},
+		{"same address, other process", ev(event.KindAlloc, 2, 0x1000, 20*stMiB), 30 * stMiB, 30 * stMiB},
+		{"unset layer is a segment", unknownLayer, 33 * stMiB, 33 * stMiB},
+		{"physical handle equal to a pointer", ev(event.KindCreate, 1, 0x1000, 2*stMiB), 35 * stMiB, 35 * stMiB},
+		{"free", ev(event.KindFree, 2, 0x1000, 0), 15 * stMiB, 35 * stMiB},
+		{"free of memory from before tracing", ev(event.KindFree, 1, 0x5000, 0), 15 * stMiB, 35 * stMiB},
+		{"missed free: the old allocation goes", ev(event.KindAlloc, 1, 0x1000, 4*stMiB), 9 * stMiB, 35 * stMiB},
+		{"release", ev(event.KindRelease, 1, 0x1000, 0), 7 * stMiB, 35 * stMiB},
+		{"pinned host memory is not device memory", ev(event.KindHostAlloc, 1, 0x7000, 64*stMiB), 7 * stMiB, 35 * stMiB},
+		{"free the rest", ev(event.KindFree, 1, 0x1000, 0), 3 * stMiB, 35 * stMiB},
+		{"double free", ev(event.KindFree, 1, 0x1000, 0), 3 * stMiB, 35 * stMiB},
+	} {
+		l.observe(step.rec)
+		assert.Equal(t, step.live, l.live.Load(), "live after %s", step.name)
+		assert.Equal(t, step.peak, l.peak.Load(), "peak after %s", step.name)
+	}
+
+	assert.False(t, l.nvmlSeen.Load(), "no NVML sample yet")
+	l.observe(&event.Sample{Device: 0, UsedBytes: 3 * stGiB})
+	l.observe(&event.Sample{Device: 1, UsedBytes: 1 * stGiB})
+	l.observe(&event.Sample{Device: 0, UsedBytes: 2 * stGiB})
+	assert.True(t, l.nvmlSeen.Load())
+	assert.Equal(t, uint64(3*stGiB), l.nvmlUsed.Load(), "latest sample of each device, summed")
+}
+
+// statusLine matches one formatted status line.
+var statusLineRE = regexp.MustCompile(`^(\d+\.\ds|\d+m\d\ds|\d+h\d\dm\d\ds)  (\d+) events \((\d+|\d+\.\dk|\d+\.\dM)/s\)  ` +
+	`live (\d+ B|\d+\.\d\d [KMGTPE]iB)  peak (\d+ B|\d+\.\d\d [KMGTPE]iB)  lost (\d+)  (\d+) process(es)?` +
+	`(  NVML used (\d+ B|\d+\.\d\d [KMGTPE]iB))?$`)
+
+// TestStatusPlainLines runs a 2 s scenario with stderr not a terminal and
+// the plain-line interval set small: status lines appear among the
+// command's output, each whole on its own line, and the summary follows.
+func TestStatusPlainLines(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	t.Parallel()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "out")
+	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=100ms"}, dir: tmp}, "run", "-o", dir, "--", scenario.Bin(t, "demo"))
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	assert.NotContains(t, r.stderr, "\r", "no carriage returns when not a terminal")
+	assert.NotContains(t, r.stderr, "\x1b", "no escape sequences when not a terminal")
+
+	var status []string
+	for _, l := range r.stderrLines() {
+		if s, ok := strings.CutPrefix(l, "vramprof: "); ok && statusLineRE.MatchString(s) {
+			status = append(status, s)
+		}
+	}
+	require.GreaterOrEqual(t, len(status), 5, "status lines every 100ms of a 2 s run; stderr:\n%s", r.stderr)
+	last := statusLineRE.FindStringSubmatch(status[len(status)-1])
+	n, err := strconv.ParseUint(last[2], 10, 64)
+	require.NoError(t, err)
+	assert.Positive(t, n, "events counted")
+	assert.Equal(t, "1", last[7], "processes traced")
+	assert.Equal(t, "0", last[6], "lost")
+	assert.NotEqual(t, "0 B", last[5], "peak seen")
+
+	// The summary comes after the last status line, and its peak is the
+	// one the status line converged to (both in 7.52 GiB form).
+	rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+	peak := val(t, "peak_bytes", rep.Totals.PeakBytes)
+	assert.Equal(t, formatStatusBytes(peak), last[5], "the status line's peak is the report's")
+	iLast := strings.LastIndex(r.stderr, status[len(status)-1])
+	iSummary := strings.Index(r.stderr, "peak:")
+	assert.Greater(t, iSummary, iLast, "summary after the last status line")
+}
+
+// formatStatusBytes is how the status line shows n bytes.
+func formatStatusBytes(n uint64) string {
+	m := statusLineRE.FindStringSubmatch(formatStatus(statusFigures{peak: n}))
+	return m[5]
+}
+
+// TestStatusBadInterval: a bad override is said once, and the default kept.
+func TestStatusBadInterval(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	t.Parallel()
+	tmp := t.TempDir()
+	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=fast"}, dir: tmp}, "run", "-o", filepath.Join(tmp, "out"), "--", scenario.Bin(t, "steady"))
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, `VRAMPROF_STATUS_EVERY="fast" is not a positive duration (like 10s); using 10s`), r.stderr)
+}
+
+// TestQuiet: -q and --quiet print nothing on success (no status, no
+// summary, no banner), and still write every output.
+func TestQuiet(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, flag := range []string{"-q", "--quiet"} {
+		t.Run("run"+flag, func(t *testing.T) {
+			t.Parallel()
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, "out")
+			r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=50ms"}, dir: tmp}, "run", flag, "-o", dir, "--", scenario.Bin(t, "steady"))
+			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+			assert.Empty(t, r.stderr)
+			assert.Empty(t, r.stdout, "steady prints nothing itself")
+			assertDirHolds(t, dir, outputFiles)
+		})
+	}
+	t.Run("run -q keeps the command's exit code and errors", func(t *testing.T) {
+		t.Parallel()
+		tmp := t.TempDir()
+		r := vramprof(t, execOpts{env: []string{"FAKECUDA_CAPACITY=1073741824"}, dir: tmp},
+			"run", "-q", "-o", filepath.Join(tmp, "out"), "--", scenario.Bin(t, "oom"))
+		assert.Equal(t, 1, r.code, "oom exits 1")
+		assert.NotContains(t, r.stderr, "vramprof", "only the command's own error message")
+		assert.Contains(t, r.stderr, "CUDA out of memory")
+		r = vramprof(t, execOpts{dir: tmp}, "run", "-q", "-o", filepath.Join(tmp, "out2"), "--", "/nonexistent/cmd")
+		assert.Equal(t, exitToolError, r.code)
+		assert.Contains(t, r.stderr, "vramprof: ", "errors are still printed")
+	})
+	t.Run("attach-q", func(t *testing.T) {
+		t.Parallel()
+		lr := startLongrun(t)
+		tmp := t.TempDir()
+		dir := filepath.Join(tmp, "out")
+		r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=50ms"}, dir: tmp},
+			"attach", "-q", "-p", strconv.Itoa(lr.pid), "-o", dir, "--duration", "500ms")
+		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+		assert.Empty(t, r.stderr)
+		assertDirHolds(t, dir, outputFiles)
+	})
+}
+
+// TestStatusAttachPlain: attach shows the same plain lines, counting the
+// process it traces.
+func TestStatusAttachPlain(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	t.Parallel()
+	lr := startLongrun(t)
+	tmp := t.TempDir()
+	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=100ms"}, dir: tmp},
+		"attach", "-p", strconv.Itoa(lr.pid), "-o", filepath.Join(tmp, "out"), "--duration", "600ms")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	var n int
+	for _, l := range r.stderrLines() {
+		if s, ok := strings.CutPrefix(l, "vramprof: "); ok {
+			if m := statusLineRE.FindStringSubmatch(s); m != nil {
+				n++
+				assert.Equal(t, "1", m[7], "one process traced: %q", s)
+				assert.Equal(t, "live 0 B", "live "+m[4], "memory allocated before attach is not live in the status: %q", s)
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, n, 3, "status lines; stderr:\n%s", r.stderr)
+}
+
+// openPTY opens a pseudo-terminal of rows x cols and returns its master and
+// slave ends, closed at cleanup.
+func openPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	require.NoError(t, unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0), "unlockpt")
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	require.NoError(t, err, "ptsname")
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.NoError(t, unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}))
+	return m, s
+}
+
+// runOnTTY runs the binary with its stderr on a fresh pseudo-terminal of
+// cols columns and returns what the terminal received and the exit code.
+func runOnTTY(t *testing.T, cols uint16, env []string, args ...string) (string, int) {
+	t.Helper()
+	master, slave := openPTY(t, 24, cols)
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = t.TempDir()
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, slave
+	var (
+		got  bytes.Buffer
+		wg   sync.WaitGroup
+		rerr error
+	)
+	require.NoError(t, cmd.Start())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				rerr = err
+				return
+			}
+		}
+	}()
+	code := 0
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("vramprof on a terminal did not finish in a minute")
+	}
+	// With every writer gone (the child, and our copy), the master reads
+	// EIO: everything written has been read.
+	require.NoError(t, slave.Close())
+	wg.Wait()
+	require.ErrorIs(t, rerr, syscall.EIO)
+	return got.String(), code
+}
+
+// TestStatusTTY runs a 2 s scenario with stderr on a pseudo-terminal: the
+// status is one line refreshed in place (carriage return, clear to end of
+// line) about twice a second, cut to the terminal's width, and cleared
+// before the summary.
+func TestStatusTTY(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name string
+		cols uint16
+	}{{"wide", 200}, {"narrow", 40}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The environment's interval is for plain lines only.
+			out, code := runOnTTY(t, tc.cols, []string{statusEveryEnv + "=10ms"}, "run", "-o", "out", "--", scenario.Bin(t, "demo"))
+			require.Equal(t, 0, code, "terminal:\n%q", out)
+			const redraw = "\r\x1b[K"
+			parts := strings.Split(out, redraw)
+			require.Greater(t, len(parts), 3, "several redraws; terminal:\n%q", out)
+			// Between two redraws: the status line alone (the scenario's
+			// stdout is not the terminal here).
+			assert.Empty(t, parts[0], "nothing before the first status line")
+			draws := parts[1 : len(parts)-1]
+			assert.InDelta(t, 4, len(draws), 2, "a 2 s run redraws about every 500ms: %q", draws)
+			for _, d := range draws {
+				assert.NotContains(t, d, "\n", "a redraw never ends the line: %q", d)
+				assert.Less(t, len(d), int(tc.cols), "fits the terminal: %q", d)
+				if tc.cols == 200 {
+					assert.Regexp(t, statusLineRE, d)
+				} else {
+					assert.Len(t, d, int(tc.cols)-1, "cut to the width: %q", d)
+					assert.Regexp(t, `^\d+\.\ds  \d+ events \(`, d)
+				}
+			}
+			// The last redraw is the clear: the summary starts on a clean line.
+			assert.True(t, strings.HasPrefix(parts[len(parts)-1], "vramprof: "+scenario.Bin(t, "demo")+" (run, "),
+				"summary after the clear: %q", parts[len(parts)-1])
+		})
+	}
+}
+
+// TestStatusTTYQuiet: -q draws nothing on a terminal either.
+func TestStatusTTYQuiet(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	t.Parallel()
+	out, code := runOnTTY(t, 80, nil, "run", "-q", "-o", "out", "--", scenario.Bin(t, "demo"))
+	require.Equal(t, 0, code, "terminal:\n%q", out)
+	assert.Empty(t, out)
+}

@@ -76,16 +76,9 @@ func parseCheck(args []string) (*checkOptions, error) {
 	if i := slices.Index(args, "--"); i >= 0 {
 		flagArgs, o.argv, hasCmd = args[:i], args[i+1:], true
 	}
-	var positional []string
-	for len(flagArgs) > 0 {
-		if err := parseFlags(fs, usage, flagArgs); err != nil {
-			return nil, err
-		}
-		flagArgs = fs.Args()
-		if len(flagArgs) > 0 {
-			positional = append(positional, flagArgs[0])
-			flagArgs = flagArgs[1:]
-		}
+	positional, err := parseInterleaved(fs, usage, flagArgs)
+	if err != nil {
+		return nil, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -456,16 +456,9 @@ func parseDiff(args []string) (*diffOptions, error) {
 	fs := newFlagSet("diff")
 	o := &diffOptions{}
 	fs.StringVar(&o.format, "format", "text", "what to print: text or json")
-	var positional []string
-	for len(args) > 0 {
-		if err := parseFlags(fs, usage, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			positional = append(positional, args[0])
-			args = args[1:]
-		}
+	positional, err := parseInterleaved(fs, usage, args)
+	if err != nil {
+		return nil, err
 	}
 	if len(positional) != 2 {
 		return nil, usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))

@@ -35,6 +35,24 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string) error {
 	return nil
 }
 
+// parseInterleaved parses flags and positional arguments given in any
+// order ("report trace.vpt -o out" and "report -o out trace.vpt" alike) and
+// returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
+	var positional []string
+	for len(args) > 0 {
+		if err := parseFlags(fs, usage, args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			positional = append(positional, args[0])
+			args = args[1:]
+		}
+	}
+	return positional, nil
+}
+
 // checkAutoOff validates a flag that takes auto or off.
 func checkAutoOff(cmd, flag, v string) error {
 	if v != "auto" && v != "off" {

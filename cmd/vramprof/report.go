@@ -24,17 +24,9 @@ func parseReport(args []string) (*reportOptions, error) {
 	o := &reportOptions{}
 	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md, report.html) into DIR")
 	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json or html")
-	// INPUT may come before or after the flags.
-	var positional []string
-	for len(args) > 0 {
-		if err := parseFlags(fs, usage, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			positional = append(positional, args[0])
-			args = args[1:]
-		}
+	positional, err := parseInterleaved(fs, usage, args)
+	if err != nil {
+		return nil, err
 	}
 	if len(positional) != 1 {
 		return nil, usageError(errors.New("report: give exactly one INPUT (an output directory or a .vpt trace)"))

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -26,7 +25,6 @@ type recording struct {
 	dir        string
 	createdDir bool
 	file       *os.File
-	buf        *bufio.Writer
 	// mu serializes the trace between the session's reader and the NVML
 	// sampler, the two goroutines that write to it.
 	mu      sync.Mutex
@@ -67,12 +65,11 @@ func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode s
 		r.abort()
 		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
 	}
-	r.buf = bufio.NewWriterSize(r.file, 1<<20)
 	h.Tool = "vramprof " + version
 	h.Start = probes.MonotonicNow()
 	h.WallTime = time.Now().UnixNano()
 	h.Host, _ = os.Hostname()
-	r.w, err = event.NewWriter(r.buf, h)
+	r.w, err = event.NewWriter(r.file, h) // it buffers; Flush writes through
 	if err != nil {
 		r.abort()
 		return nil, fmt.Errorf("write trace header: %w", err)
@@ -106,10 +103,7 @@ func (s traceSink) Write(rec event.Record) error {
 func (s traceSink) Flush() error {
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
-	if err := s.r.w.Flush(); err != nil {
-		return err
-	}
-	return s.r.buf.Flush()
+	return s.r.w.Flush()
 }
 
 // startNVML starts sampling device memory into the trace (--nvml auto). No
@@ -171,9 +165,6 @@ func (r *recording) finish(end *event.End, out io.Writer) error {
 		return fmt.Errorf("write trace: %w", err)
 	}
 	if err := r.w.Close(); err != nil {
-		return fmt.Errorf("write trace: %w", err)
-	}
-	if err := r.buf.Flush(); err != nil {
 		return fmt.Errorf("write trace: %w", err)
 	}
 	if err := r.file.Close(); err != nil {

@@ -96,7 +96,33 @@ enum rec_kind {
 enum rec_flags {
 	REC_F_STOPPED = 1 << 0, /* loader: the target was sent SIGSTOP */
 	REC_F_NESTED = 1 << 1,  /* made inside another traced call: event.FlagNested */
+	REC_F_BLOCK = 1 << 2,   /* block layer (a framework allocator's USDT probe) */
 };
+
+/* How a USDT argument is read (probes/usdt parses the note's spec). */
+enum usdt_arg_kind {
+	USDT_ARG_NONE = 0,
+	USDT_ARG_CONST, /* value = val_off */
+	USDT_ARG_REG,   /* value = the pt_regs field at reg_off */
+	USDT_ARG_MEM,   /* value = *(register at reg_off + val_off) */
+};
+
+struct usdt_arg {
+	__u64 val_off; /* the constant, or the memory operand's displacement */
+	__u16 reg_off; /* byte offset of the register in struct pt_regs */
+	__u8 kind;     /* enum usdt_arg_kind */
+	signed char size; /* bytes, negative when signed (the spec's SIZE) */
+	__u32 pad;
+};
+
+#define USDT_MAX_ARGS 4
+
+/* One USDT probe site's arguments, by spec id (cookie bits 32-63). */
+struct usdt_spec {
+	struct usdt_arg args[USDT_MAX_ARGS];
+};
+
+
 
 /* How a function's arguments are read (cookie bits 24-31). */
 enum shape {
@@ -137,13 +163,6 @@ struct record {
 
 #define RECORD_HEADER_SIZE 72
 
-/* Never used: it puts the enums above into BTF, so bpf2go generates them for
- * Go (probes/bpf_x86_bpfel.go) and the two sides cannot drift apart. */
-struct contract {
-	enum rec_kind kind;
-	enum rec_flags flags;
-	enum shape shape;
-} contract_types __attribute__((unused));
 
 struct thread {
 	__u32 depth;   /* traced calls in progress on this thread */
@@ -161,6 +180,15 @@ struct ctx_key {
 	__u32 tgid;
 	__u32 pad;
 };
+
+/* Never used: it puts the enums above into BTF, so bpf2go generates them for
+ * Go (probes/bpf_x86_bpfel.go) and the two sides cannot drift apart. */
+struct contract {
+	enum rec_kind kind;
+	enum rec_flags flags;
+	enum shape shape;
+	enum usdt_arg_kind usdt_kind;
+} contract_types __attribute__((unused));
 
 /* Set from Go before load. */
 volatile const __u64 wakeup_bytes = 256 * 1024;
@@ -209,6 +237,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct record);
 } scratch SEC(".maps");
+
+/* A block-layer record is built here, then sent with its used size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct record);
+} block_scratch SEC(".maps");
+
+/* USDT argument specs, by spec id (filled from Go before attaching). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct usdt_spec);
+} usdt_specs SEC(".maps");
 
 static __always_inline int traced(__u64 id)
 {
@@ -548,6 +592,80 @@ SEC("uretprobe.multi/call_return")
 int call_return_multi(struct pt_regs *ctx)
 {
 	return do_call_return(ctx);
+}
+
+/* usdt_value reads one USDT argument as its spec says, sign- or
+ * zero-extended from its size to 64 bits. */
+static __always_inline __u64 usdt_value(struct pt_regs *ctx, struct usdt_arg *a)
+{
+	__u64 v = 0, base = 0;
+	switch (a->kind) {
+	case USDT_ARG_CONST:
+		v = a->val_off;
+		break;
+	case USDT_ARG_REG:
+		if (a->reg_off > sizeof(struct pt_regs) - 8)
+			return 0;
+		bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + a->reg_off);
+		break;
+	case USDT_ARG_MEM:
+		if (a->reg_off > sizeof(struct pt_regs) - 8)
+			return 0;
+		bpf_probe_read_kernel(&base, sizeof(base), (void *)ctx + a->reg_off);
+		bpf_probe_read_user(&v, sizeof(v), (void *)(base + a->val_off));
+		break;
+	default:
+		return 0;
+	}
+	int bytes = a->size < 0 ? -a->size : a->size;
+	if (bytes <= 0 || bytes >= 8)
+		return v;
+	int shift = 64 - bytes * 8;
+	if (a->size < 0)
+		return (__u64)(((__s64)(v << shift)) >> shift);
+	return (v << shift) >> shift;
+}
+
+/*
+ * usdt_block: a framework allocator's USDT probe (PyTorch's
+ * pytorch:malloc(ptr, device, size, stream) and pytorch:free(ptr)),
+ * attached with its semaphore's reference counter so the probe is live.
+ * Entry only: the probe is a nop inside C++ code, where a uretprobe would
+ * break exception unwinding. Cookie: bits 0-15 API, 16-23 kind (alloc or
+ * free), 32-63 the spec id in usdt_specs. Arguments by position: 0 the
+ * pointer, 1 the device, 2 the size, 3 the stream.
+ */
+SEC("uprobe/usdt_block")
+int usdt_block(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 spec_id = cookie >> 32;
+	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &spec_id);
+	__u32 zero = 0;
+	struct record *r = bpf_map_lookup_elem(&block_scratch, &zero);
+	if (!spec || !r)
+		return 0;
+	fill_common(r, id, (__u8)(cookie >> 16));
+	r->api = (__u16)cookie;
+	r->flags = REC_F_BLOCK;
+	r->addr = usdt_value(ctx, &spec->args[0]);
+	if (r->kind == REC_ALLOC) {
+		r->device = (__s32)usdt_value(ctx, &spec->args[1]);
+		r->size = usdt_value(ctx, &spec->args[2]);
+		r->stream = usdt_value(ctx, &spec->args[3]);
+		/* A probe site is not a function entry: the caller's return
+		 * address is not at sp, and the frame-pointer walk is whole. */
+		walk_user_stack(ctx, r);
+	}
+	__u32 nframes = r->nframes;
+	if (nframes > MAX_FRAMES)
+		nframes = MAX_FRAMES;
+	if (bpf_ringbuf_output(&events, r, RECORD_HEADER_SIZE + nframes * sizeof(__u64), wakeup_flag()))
+		__sync_fetch_and_add(&lost, 1);
+	return 0;
 }
 
 /*

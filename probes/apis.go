@@ -18,6 +18,9 @@ const (
 	progCall progKind = iota + 1
 	// progLoader: the dynamic loader's debugger rendezvous, entry only.
 	progLoader
+	// progUSDT: a framework allocator's USDT probe (block layer), entry
+	// only, attached with its semaphore's reference counter.
+	progUSDT
 )
 
 // probeSpec names one function to probe and how.
@@ -86,6 +89,19 @@ var cudaProbes = []probeSpec{
 	// kind only has to differ from idle.
 	call("cuDevicePrimaryCtxRetain", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_RETAIN),
 	call("cuCtxCreate_v2", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_CREATE),
+}
+
+// usdtProbes are the block-layer probes: PyTorch's caching allocator
+// (libc10_cuda.so, PyTorch 2.1+) announces every block it hands out and
+// takes back. Arguments by position: malloc(ptr, device, size, stream),
+// free(ptr).
+var usdtProbes = []struct {
+	Provider, Name string
+	API            event.API
+	Kind           event.Kind
+}{
+	{"pytorch", "malloc", event.APIPyTorchMalloc, event.KindAlloc},
+	{"pytorch", "free", event.APIPyTorchFree, event.KindFree},
 }
 
 // loaderProbe is the rendezvous function glibc's ld.so calls around every

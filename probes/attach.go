@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/vramprof/vramprof/probes/usdt"
 )
 
 // attacher owns the uprobe links. Each file (by device and inode) is probed
@@ -22,6 +24,8 @@ type attacher struct {
 	links []link.Link
 	// noMulti: the kernel has no uprobe_multi links; use one link per probe.
 	noMulti bool
+	// nextSpec is the next free usdt_specs slot.
+	nextSpec uint32
 	files   map[fileKey]*probedFile
 }
 
@@ -69,6 +73,12 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 			l, err := ex.Uprobe("", a.objs.LoaderState, &link.UprobeOptions{Address: t.Offset, PID: a.pid})
 			if err != nil {
 				return fmt.Errorf("attach uprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
+			}
+			placed = append(placed, l)
+		case progUSDT:
+			l, err := a.attachUSDT(ex, pf, t)
+			if err != nil {
+				return err
 			}
 			placed = append(placed, l)
 		default:
@@ -124,6 +134,66 @@ func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, offsets, coo
 		links = append(links, l)
 	}
 	return links, nil
+}
+
+// attachUSDT places usdt_block on one USDT site, with the site's argument
+// spec in usdt_specs and its semaphore's reference counter raised by the
+// kernel while the probe is attached (so the allocator fires it at all).
+func (a *attacher) attachUSDT(ex *link.Executable, pf *probedFile, t target) (link.Link, error) {
+	if a.nextSpec >= a.objs.UsdtSpecs.MaxEntries() {
+		return nil, fmt.Errorf("attach %s in %s: more than %d USDT sites", t.Spec.Symbol, pf.Path, a.nextSpec)
+	}
+	id := a.nextSpec
+	if err := a.objs.UsdtSpecs.Put(id, usdtSpec(t.USDT)); err != nil {
+		return nil, fmt.Errorf("store USDT spec of %s in %s: %w", t.Spec.Symbol, pf.Path, err)
+	}
+	a.nextSpec++
+	opts := &link.UprobeOptions{
+		Address:      t.Offset,
+		RefCtrOffset: t.USDT.SemaphoreOffset,
+		PID:          a.pid,
+		Cookie:       t.Spec.cookie() | uint64(id)<<32,
+	}
+	l, err := ex.Uprobe("", a.objs.UsdtBlock, opts)
+	if err != nil {
+		return nil, fmt.Errorf("attach USDT %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
+	}
+	return l, nil
+}
+
+// usdtSpec converts a site's parsed arguments to the BPF contract's
+// struct usdt_spec.
+func usdtSpec(p *usdt.Probe) bpfUsdtSpec {
+	var spec bpfUsdtSpec
+	for i, arg := range p.Args {
+		if i == len(spec.Args) {
+			break
+		}
+		out := &spec.Args[i]
+		size := arg.Size
+		switch arg.Kind {
+		case usdt.KindConst:
+			out.Kind = uint8(bpfUsdtArgKindUSDT_ARG_CONST)
+			out.ValOff = uint64(arg.Value)
+		case usdt.KindReg:
+			out.Kind = uint8(bpfUsdtArgKindUSDT_ARG_REG)
+			out.RegOff = uint16(arg.Reg.ReadOffset())
+			if arg.Reg.Width > 0 && arg.Reg.Width < size {
+				size = arg.Reg.Width // 8@%eax: only 4 bytes are the value
+			}
+		case usdt.KindMem:
+			out.Kind = uint8(bpfUsdtArgKindUSDT_ARG_MEM)
+			out.RegOff = uint16(arg.Reg.ReadOffset())
+			out.ValOff = uint64(arg.Offset)
+		default:
+			continue // USDT_ARG_NONE: reads as 0
+		}
+		out.Size = int8(size)
+		if arg.Signed {
+			out.Size = -out.Size
+		}
+	}
+	return spec
 }
 
 // samePathOutside returns pf's path as this process sees it when that is

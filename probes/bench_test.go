@@ -56,7 +56,7 @@ func BenchmarkOverhead(b *testing.B) {
 	// runtime, cuMemAlloc_v2 and cuMemFree_v2 nested in the driver.
 	// vramprof probes these four; so does the bare counting probe.
 	offsetsIn := func(lib string, apis ...event.API) []uint64 {
-		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes)
+		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false)
 		require.NoError(b, err)
 		require.NotNil(b, pf)
 		var offs []uint64

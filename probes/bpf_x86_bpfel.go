@@ -14,10 +14,11 @@ import (
 )
 
 type bpfContract struct {
-	_     structs.HostLayout
-	Kind  uint32
-	Flags uint32
-	Shape uint32
+	_        structs.HostLayout
+	Kind     uint32
+	Flags    uint32
+	Shape    uint32
+	UsdtKind uint32
 }
 
 type bpfCtxKey struct {
@@ -32,6 +33,7 @@ type bpfRecFlags uint32
 const (
 	bpfRecFlagsREC_F_STOPPED bpfRecFlags = 1
 	bpfRecFlagsREC_F_NESTED  bpfRecFlags = 2
+	bpfRecFlagsREC_F_BLOCK   bpfRecFlags = 4
 )
 
 type bpfRecKind uint32
@@ -101,16 +103,39 @@ type bpfThread struct {
 	Device int32
 }
 
+type bpfUsdtArgKind uint32
+
+const (
+	bpfUsdtArgKindUSDT_ARG_NONE  bpfUsdtArgKind = 0
+	bpfUsdtArgKindUSDT_ARG_CONST bpfUsdtArgKind = 1
+	bpfUsdtArgKindUSDT_ARG_REG   bpfUsdtArgKind = 2
+	bpfUsdtArgKindUSDT_ARG_MEM   bpfUsdtArgKind = 3
+)
+
+type bpfUsdtSpec struct {
+	_    structs.HostLayout
+	Args [4]struct {
+		_      structs.HostLayout
+		ValOff uint64
+		RegOff uint16
+		Kind   uint8
+		Size   int8
+		Pad    uint32
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	bpfMapBlockScratch     = "block_scratch"
 	bpfMapContexts         = "contexts"
 	bpfMapEvents           = "events"
 	bpfMapScratch          = "scratch"
 	bpfMapSlots            = "slots"
 	bpfMapTargets          = "targets"
 	bpfMapThreads          = "threads"
+	bpfMapUsdtSpecs        = "usdt_specs"
 	bpfProgCallEnter       = "call_enter"
 	bpfProgCallEnterMulti  = "call_enter_multi"
 	bpfProgCallReturn      = "call_return"
@@ -119,6 +144,7 @@ const (
 	bpfProgProcessExec     = "process_exec"
 	bpfProgProcessExit     = "process_exit"
 	bpfProgProcessFork     = "process_fork"
+	bpfProgUsdtBlock       = "usdt_block"
 	bpfVarContractTypes    = "contract_types"
 	bpfVarLost             = "lost"
 	bpfVarTraceAll         = "trace_all"
@@ -176,18 +202,21 @@ type bpfProgramSpecs struct {
 	ProcessExec     *ebpf.ProgramSpec `ebpf:"process_exec"`
 	ProcessExit     *ebpf.ProgramSpec `ebpf:"process_exit"`
 	ProcessFork     *ebpf.ProgramSpec `ebpf:"process_fork"`
+	UsdtBlock       *ebpf.ProgramSpec `ebpf:"usdt_block"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
-	Contexts *ebpf.MapSpec `ebpf:"contexts"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
-	Slots    *ebpf.MapSpec `ebpf:"slots"`
-	Targets  *ebpf.MapSpec `ebpf:"targets"`
-	Threads  *ebpf.MapSpec `ebpf:"threads"`
+	BlockScratch *ebpf.MapSpec `ebpf:"block_scratch"`
+	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	Slots        *ebpf.MapSpec `ebpf:"slots"`
+	Targets      *ebpf.MapSpec `ebpf:"targets"`
+	Threads      *ebpf.MapSpec `ebpf:"threads"`
+	UsdtSpecs    *ebpf.MapSpec `ebpf:"usdt_specs"`
 }
 
 // bpfVariableSpecs contains global variables before they are loaded into the kernel.
@@ -221,22 +250,26 @@ func (o *bpfObjects) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
-	Contexts *ebpf.Map `ebpf:"contexts"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
-	Slots    *ebpf.Map `ebpf:"slots"`
-	Targets  *ebpf.Map `ebpf:"targets"`
-	Threads  *ebpf.Map `ebpf:"threads"`
+	BlockScratch *ebpf.Map `ebpf:"block_scratch"`
+	Contexts     *ebpf.Map `ebpf:"contexts"`
+	Events       *ebpf.Map `ebpf:"events"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
+	Slots        *ebpf.Map `ebpf:"slots"`
+	Targets      *ebpf.Map `ebpf:"targets"`
+	Threads      *ebpf.Map `ebpf:"threads"`
+	UsdtSpecs    *ebpf.Map `ebpf:"usdt_specs"`
 }
 
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
+		m.BlockScratch,
 		m.Contexts,
 		m.Events,
 		m.Scratch,
 		m.Slots,
 		m.Targets,
 		m.Threads,
+		m.UsdtSpecs,
 	)
 }
 
@@ -263,6 +296,7 @@ type bpfPrograms struct {
 	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
 	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
 	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
+	UsdtBlock       *ebpf.Program `ebpf:"usdt_block"`
 }
 
 func (p *bpfPrograms) Close() error {
@@ -275,6 +309,7 @@ func (p *bpfPrograms) Close() error {
 		p.ProcessExec,
 		p.ProcessExit,
 		p.ProcessFork,
+		p.UsdtBlock,
 	)
 }
 

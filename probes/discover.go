@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/usdt"
+
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
 
@@ -50,10 +53,13 @@ func candidates(pid int, maps []symbolize.MapEntry) []candidate {
 	return out
 }
 
-// target is a probe to place: a function at a file offset in one file.
+// target is a probe to place: a function at a file offset in one file, or
+// a USDT probe site.
 type target struct {
 	Spec   probeSpec
-	Offset uint64 // file offset of the function's first instruction
+	Offset uint64 // file offset of the function's first instruction, or of the USDT nop
+	// USDT, for progUSDT: the site's arguments and semaphore.
+	USDT *usdt.Probe
 }
 
 // probedFile is a file that holds functions to probe.
@@ -80,10 +86,28 @@ func (pf *probedFile) cudaSymbols() []string {
 // searched for the names first (cheap, bytes only), and the symbol tables
 // are decoded only for the few files that pass: a trainer maps hundreds of
 // libraries, some of them a gigabyte, and attach must be quick.
-func scanFile(c candidate, specs []probeSpec) (*probedFile, error) {
+func scanFile(c candidate, specs []probeSpec, withUSDT bool) (*probedFile, error) {
+	var sites []target
+	if withUSDT {
+		var err error
+		if sites, err = usdtTargets(c.OpenPath); err != nil {
+			return nil, fmt.Errorf("read USDT notes of %s: %w", c.Path, err)
+		}
+	}
 	mentioned, err := stringTablesMention(c.OpenPath, specs)
-	if err != nil || !mentioned {
+	if err != nil {
 		return nil, err
+	}
+	if !mentioned {
+		if len(sites) == 0 {
+			return nil, nil
+		}
+		f, err := elf.Open(c.OpenPath)
+		if err != nil {
+			return nil, fmt.Errorf("open ELF %s: %w", c.Path, err)
+		}
+		defer f.Close()
+		return &probedFile{candidate: c, BuildID: symbolize.ReadBuildID(f), Targets: sites}, nil
 	}
 	f, err := symbolize.OpenFile(c.OpenPath)
 	if err != nil {
@@ -105,10 +129,66 @@ func scanFile(c candidate, specs []probeSpec) (*probedFile, error) {
 		}
 		pf.Targets = append(pf.Targets, target{Spec: s, Offset: off})
 	}
+	pf.Targets = append(pf.Targets, sites...)
 	if len(pf.Targets) == 0 {
 		return nil, nil
 	}
 	return pf, nil
+}
+
+// usdtTargets lists the block-layer USDT probe sites of a file (usdtProbes)
+// whose arguments can be read. A file without notes has none.
+func usdtTargets(path string) ([]target, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		var fe *elf.FormatError
+		if errors.As(err, &fe) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	if f.Section(".note.stapsdt") == nil {
+		return nil, nil
+	}
+	probes, err := usdt.Probes(f)
+	if err != nil {
+		return nil, err
+	}
+	var out []target
+	for i := range probes {
+		p := &probes[i]
+		for _, want := range usdtProbes {
+			if p.Provider != want.Provider || p.Name != want.Name || !usdtReadable(p, want.Kind) {
+				continue
+			}
+			out = append(out, target{
+				Spec:   probeSpec{Symbol: p.String(), API: want.API, Kind: want.Kind, Prog: progUSDT},
+				Offset: p.Offset,
+				USDT:   p,
+			})
+		}
+	}
+	return out, nil
+}
+
+// usdtReadable reports whether the arguments a site's kind needs (the
+// pointer; for an allocation also device, size and stream) are ones the
+// BPF side can read.
+func usdtReadable(p *usdt.Probe, kind event.Kind) bool {
+	need := 1
+	if kind == event.KindAlloc {
+		need = 4
+	}
+	if len(p.Args) < need {
+		return false
+	}
+	for _, a := range p.Args[:need] {
+		if a.Kind == usdt.KindUnsupported {
+			return false
+		}
+	}
+	return true
 }
 
 // stringTablesMention reports whether any spec's name appears in the file's

@@ -21,6 +21,7 @@ const (
 
 	recFlagStopped = uint8(bpfRecFlagsREC_F_STOPPED)
 	recFlagNested  = uint8(bpfRecFlagsREC_F_NESTED)
+	recFlagBlock   = uint8(bpfRecFlagsREC_F_BLOCK)
 )
 
 // lastEventKind is the highest event.Kind the BPF side sends.
@@ -77,6 +78,9 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	}
 	if r.flags&recFlagNested != 0 {
 		r.ev.Flags = event.FlagNested
+	}
+	if r.flags&recFlagBlock != 0 {
+		r.ev.Layer = event.LayerBlock
 	}
 	r.frames = r.frames[:0]
 	for i := range n {

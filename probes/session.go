@@ -50,6 +50,10 @@ type Options struct {
 	// All makes every process on the host a target (attach --all): see
 	// AttachAll.
 	All bool
+	// NoPool leaves framework allocators' USDT probes alone (--pool off):
+	// no block layer. By default (--pool auto) they are probed wherever
+	// their notes are found.
+	NoPool bool
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -350,7 +354,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 		}
 		pf := s.att.files[c.Key]
 		if pf == nil {
-			pf, err = scanFile(c, specs)
+			pf, err = scanFile(c, specs, !s.opts.NoPool)
 			if err != nil || pf == nil {
 				// Nothing to probe there, or unreadable (then it cannot be
 				// probed either): one file must not stop the others.

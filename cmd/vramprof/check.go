@@ -203,7 +203,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		} else {
 			recording = "recording: " + dir
 		}
-		code, err := run(ctx, &runOptions{out: dir, nvml: "auto", argv: o.argv, quiet: true})
+		code, err := run(ctx, &runOptions{out: dir, nvml: "auto", pool: "auto", argv: o.argv, quiet: true})
 		if err != nil {
 			return 0, err
 		}

@@ -65,6 +65,7 @@ func checkAutoOff(cmd, flag, v string) error {
 type runOptions struct {
 	out  string
 	nvml string
+	pool string
 	argv []string
 	// quiet (-q) leaves out the live status and the summary; outputs are
 	// still written and errors still printed. check sets it: it prints its
@@ -81,16 +82,20 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--nvml auto|off] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
+	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
 	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
 	}
 	if err := checkAutoOff("run", "nvml", o.nvml); err != nil {
+		return nil, err
+	}
+	if err := checkAutoOff("run", "pool", o.pool); err != nil {
 		return nil, err
 	}
 	o.argv = fs.Args()
@@ -108,11 +113,12 @@ type attachOptions struct {
 	wait     bool
 	all      bool
 	nvml     string
+	pool     string
 	quiet    bool // -q: see runOptions.quiet
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--nvml auto|off] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--nvml auto|off] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -121,11 +127,15 @@ func parseAttach(args []string) (*attachOptions, error) {
 	fs.BoolVar(&o.wait, "wait", false, "wait for a process that has not loaded CUDA yet")
 	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
+	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
 	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
 	}
 	if err := checkAutoOff("attach", "nvml", o.nvml); err != nil {
+		return nil, err
+	}
+	if err := checkAutoOff("attach", "pool", o.pool); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

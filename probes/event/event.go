@@ -113,6 +113,9 @@ const (
 	APICuMemAllocAsyncPtsz
 	APICuMemFreeAsyncPtsz
 	APICuMemAllocFromPoolAsyncPtsz
+	// Block layer: a framework allocator's USDT probes.
+	APIPyTorchMalloc // pytorch:malloc(ptr, device, size, stream) in libc10_cuda.so
+	APIPyTorchFree   // pytorch:free(ptr)
 )
 
 // apiNames are the exported symbol names, as pprof's api label shows them.
@@ -125,7 +128,8 @@ var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree",
 	"cuMemAddressReserve", "cuMemAddressFree", "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
 	"cuCtxSetCurrent",
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
-	"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz"}
+	"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz",
+	"pytorch:malloc", "pytorch:free"}
 
 // Driver reports whether a is a driver API (libcuda) call.
 func (a API) Driver() bool {

@@ -61,6 +61,19 @@ type Truth struct {
 		Bytes       uint64 `json:"bytes"`
 	} `json:"preexisting"`
 	Calls []Call `json:"calls"`
+	// Blocks is the block layer (a caching allocator's blocks), for the
+	// scenarios built on testdata's libc10_cuda.so.
+	Blocks *Blocks `json:"blocks"`
+}
+
+// Blocks are a caching allocator's own counts of the blocks it handed out.
+type Blocks struct {
+	Allocations        uint64 `json:"allocations"`
+	Frees              uint64 `json:"frees"`
+	FailedAllocations  uint64 `json:"failed_allocations"`
+	AllocatedBytes     uint64 `json:"allocated_bytes"`
+	PeakAllocatedBytes uint64 `json:"peak_allocated_bytes"`
+	LiveBytesAtEnd     uint64 `json:"live_bytes_at_end"`
 }
 
 // Root is the repository root.

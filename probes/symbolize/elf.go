@@ -142,7 +142,7 @@ func newFile(path string, osf *os.File) (*File, error) {
 			f.loads = append(f.loads, p.ProgHeader)
 		}
 	}
-	f.buildID = readBuildID(ef)
+	f.buildID = ReadBuildID(ef)
 	if err := f.readSymbols(); err != nil {
 		return nil, err
 	}
@@ -441,9 +441,9 @@ func (f *File) loadLines() {
 	f.lines = slices.Clip(out)
 }
 
-// readBuildID returns the hex NT_GNU_BUILD_ID note, from the section when
+// ReadBuildID returns the hex NT_GNU_BUILD_ID note, from the section when
 // there are section headers, else from the PT_NOTE segments.
-func readBuildID(ef *elf.File) string {
+func ReadBuildID(ef *elf.File) string {
 	var notes [][]byte
 	if s := ef.Section(".note.gnu.build-id"); s != nil {
 		if b, err := s.Data(); err == nil {

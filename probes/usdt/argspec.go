@@ -228,8 +228,7 @@ func ParseArg(s string) (Arg, error) {
 	}
 	a.Size = size
 	if err := parseLocation(&a, loc); err != nil {
-		a.Kind = KindUnsupported
-		return a, fmt.Errorf("%w: %q: %w", ErrArgSpec, s, err)
+		return Arg{Size: a.Size, Signed: a.Signed, Raw: s}, fmt.Errorf("%w: %q: %w", ErrArgSpec, s, err)
 	}
 	return a, nil
 }
@@ -289,7 +288,7 @@ func parseLocation(a *Arg, loc string) error {
 		return fmt.Errorf("unbalanced parentheses in %q", loc)
 	}
 	inner = inner[:len(inner)-1]
-	base, index, indexed := strings.Cut(inner, ",")
+	base, _, indexed := strings.Cut(inner, ",")
 	if base != "" {
 		if base[0] != '%' {
 			return fmt.Errorf("base %q is not a register", base)
@@ -314,8 +313,7 @@ func parseLocation(a *Arg, loc string) error {
 	}
 	switch {
 	case indexed:
-		_ = index // (base,index,scale): unsupported, gcc's "o" constraint never picks it
-		return nil
+		return nil // (base,index,scale): gcc's "o" constraint never picks it
 	case base == "":
 		return fmt.Errorf("no base register in %q", loc)
 	case a.Reg.Name == "ip":

@@ -21,7 +21,7 @@
 #define NO_DEVICE (-1)
 
 /* What a live entry or a call is about. */
-enum space { SP_DEVICE, SP_HOST, SP_RESERVE, SP_PHYS, SP_MAP, SP_NONE };
+enum space { SP_DEVICE, SP_HOST, SP_RESERVE, SP_PHYS, SP_MAP, SP_BLOCK, SP_NONE };
 
 struct call {
 	const char *api;
@@ -29,7 +29,7 @@ struct call {
 	const char *outcome;
 	pid_t tid;
 	uint64_t size, ptr, t_ns, stream, handle;
-	int ret, device, has_handle;
+	int ret, device, has_handle, retry;
 };
 
 struct func {
@@ -87,6 +87,33 @@ static struct {
 		live_bytes;
 } tot;
 static uint64_t pre_allocations, pre_bytes;
+
+/* The block layer (a caching allocator's blocks): only logs that record
+ * blocks (pool_mode) write it. Block lives are SP_BLOCK entries whose func
+ * indexes bfuncs. */
+struct block_call {
+	const char *api, *func, *outcome;
+	pid_t tid;
+	uint64_t size, ptr, t_ns, stream;
+	int device;
+};
+struct pool_event {
+	const char *func;
+	struct truth_pool_state st;
+	uint64_t t_ns;
+};
+static int pool_mode;
+static struct func *bfuncs;
+static size_t nbfuncs, cbfuncs;
+static struct block_call *bcalls;
+static size_t nbcalls, cbcalls;
+static struct pool_event *retries, *frags;
+static size_t nretries, cretries, nfrags, cfrags;
+static struct {
+	uint64_t allocations, frees, failed_allocations, allocated_bytes, peak, live,
+		empty_cache_calls;
+} blk;
+static __thread const char *block_func;
 static struct book books[2]; /* TRUTH_RUNTIME, TRUTH_DRIVER */
 static struct devstat devs[MAX_DEVICES];
 static struct {
@@ -149,6 +176,8 @@ static void fork_child(void)
 	memset(&host, 0, sizeof(host));
 	memset(&vmm, 0, sizeof(vmm));
 	pre_allocations = pre_bytes = 0;
+	nbfuncs = nbcalls = nretries = nfrags = 0;
+	memset(&blk, 0, sizeof(blk));
 	child_mode = 1;
 	parent_pid = getppid();
 	dirty = 1;
@@ -408,9 +437,10 @@ static void book(int level, int is_free, uint64_t size)
 
 /* ---- device memory ---- */
 
-void truth_alloc(const char *func, const char *api, int level, int ret, uint64_t ptr,
-		 uint64_t size, int device, uint64_t stream)
+static void alloc_impl(const char *func, const char *api, int level, int ret, uint64_t ptr,
+		       uint64_t size, int device, uint64_t stream, int retry)
 {
+	struct call *c = NULL;
 	uint64_t t = now_ns();
 	uint64_t p = ret == 0 ? ptr : 0;
 	size_t fi;
@@ -430,17 +460,30 @@ void truth_alloc(const char *func, const char *api, int level, int ret, uint64_t
 	if (ret != 0) {
 		tot.failed_allocations++;
 		funcs[fi].failed++;
-		add_call(api, func, "failed", ret, 0, size, t, device, stream);
+		c = add_call(api, func, "failed", ret, 0, size, t, device, stream);
 	} else if (size == 0) {
 		tot.zero_size_allocations++;
-		add_call(api, func, "zero", ret, p, size, t, device, stream);
+		c = add_call(api, func, "zero", ret, p, size, t, device, stream);
 	} else {
 		add_live(SP_DEVICE, p, size, 0, fi, device, func);
 		device_gain(fi, device, size);
 		book(level, 0, size);
-		add_call(api, func, "ok", ret, p, size, t, device, stream);
+		c = add_call(api, func, "ok", ret, p, size, t, device, stream);
 	}
+	c->retry = retry;
 	pthread_mutex_unlock(&mu);
+}
+
+void truth_alloc(const char *func, const char *api, int level, int ret, uint64_t ptr,
+		 uint64_t size, int device, uint64_t stream)
+{
+	alloc_impl(func, api, level, ret, ptr, size, device, stream, 0);
+}
+
+void truth_segment_alloc(const char *func, int ret, uint64_t ptr, uint64_t size, int device,
+			 int retry)
+{
+	alloc_impl(func, "cudaMalloc", TRUTH_RUNTIME, ret, ptr, size, device, 0, retry);
 }
 
 void truth_dfree(const char *func, const char *api, int level, int ret, uint64_t p,
@@ -715,9 +758,220 @@ void truth_set_device(const char *func, const char *api, int ret, int device)
 	pthread_mutex_unlock(&mu);
 }
 
-/* ---- output ---- */
+/* ---- the block layer ---- */
+
+static size_t bfunc_index(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < nbfuncs; i++)
+		if (strcmp(bfuncs[i].name, name) == 0)
+			return i;
+	bfuncs = grow(bfuncs, &cbfuncs, nbfuncs, sizeof(*bfuncs));
+	memset(&bfuncs[nbfuncs], 0, sizeof(*bfuncs));
+	bfuncs[nbfuncs].name = name;
+	return nbfuncs++;
+}
+
+static void add_bcall(const char *api, const char *func, const char *outcome, uint64_t ptr,
+		      uint64_t size, int device, uint64_t stream, uint64_t t)
+{
+	struct block_call *c;
+
+	bcalls = grow(bcalls, &cbcalls, nbcalls, sizeof(*bcalls));
+	c = &bcalls[nbcalls++];
+	*c = (struct block_call){api, func, outcome, gettid(), size, ptr, t, stream, device};
+	dirty = 1;
+}
+
+void truth_block_enter(const char *func)
+{
+	block_func = func;
+	pthread_mutex_lock(&mu);
+	pool_mode = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_block_alloc(const char *func, uint64_t ptr, uint64_t size, int device,
+		       uint64_t stream)
+{
+	uint64_t t = now_ns();
+	size_t fi;
+
+	pthread_mutex_lock(&mu);
+	pool_mode = 1;
+	fi = bfunc_index(func);
+	if (ptr == 0) {
+		blk.failed_allocations++;
+		bfuncs[fi].failed++;
+		add_bcall("c10_alloc", func, "failed", 0, size, device, stream, t);
+	} else {
+		add_live(SP_BLOCK, ptr, size, 0, fi, device, func);
+		blk.allocations++;
+		blk.allocated_bytes += size;
+		blk.live += size;
+		bfuncs[fi].allocations++;
+		bfuncs[fi].allocated_bytes += size;
+		bfuncs[fi].live += size;
+		if (blk.live > blk.peak) {
+			blk.peak = blk.live;
+			for (size_t i = 0; i < nbfuncs; i++)
+				bfuncs[i].live_at_peak = bfuncs[i].live;
+		}
+		add_bcall("c10_alloc", func, "ok", ptr, size, device, stream, t);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_block_free(const char *func, int ret, uint64_t ptr)
+{
+	uint64_t t = now_ns();
+	uint64_t size = 0;
+	int device = cur_device;
+	long li;
+
+	pthread_mutex_lock(&mu);
+	pool_mode = 1;
+	li = ptr ? find_live(SP_BLOCK, ptr) : -1;
+	if (ret == 0) {
+		if (li < 0) {
+			fprintf(stderr, "truth: %s freed block %#llx, never allocated\n", func,
+				(unsigned long long)ptr);
+			abort();
+		}
+		size = lives[li].size;
+		device = lives[li].device;
+		blk.frees++;
+		blk.live -= size;
+		bfuncs[lives[li].func].live -= size;
+		lives[li] = lives[--nlives];
+	}
+	add_bcall("c10_free", func, ret == 0 ? "ok" : "failed", ptr, size, device, 0, t);
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_empty_cache(const char *func)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	pool_mode = 1;
+	blk.empty_cache_calls++;
+	add_bcall("c10_empty_cache", func, "ok", 0, 0, cur_device, 0, t);
+	pthread_mutex_unlock(&mu);
+}
+
+static void add_pool_event(struct pool_event **tab, size_t *n, size_t *cap, const char *func,
+			   const struct truth_pool_state *st)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	pool_mode = 1;
+	*tab = grow(*tab, cap, *n, sizeof(**tab));
+	(*tab)[(*n)++] = (struct pool_event){func ? func : "unknown", *st, t};
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_pool_retry(const struct truth_pool_state *st)
+{
+	add_pool_event(&retries, &nretries, &cretries, block_func, st);
+}
+
+void truth_block_oom(const char *func, const struct truth_pool_state *st)
+{
+	add_pool_event(&frags, &nfrags, &cfrags, func, st);
+}
 
 #define U(x) ((unsigned long long)(x))
+
+static void write_state(FILE *f, const struct truth_pool_state *st)
+{
+	fprintf(f,
+		"\"device\": %d, \"requested\": %llu, \"rounded\": %llu, "
+		"\"segment_size\": %llu, \"reserved_bytes\": %llu, \"allocated_bytes\": %llu, "
+		"\"requested_bytes\": %llu, \"cached_free_bytes\": %llu, "
+		"\"largest_free_range\": %llu, \"segments\": %llu, "
+		"\"device_free_bytes\": %llu, \"device_total_bytes\": %llu",
+		st->device, U(st->requested), U(st->rounded), U(st->segment_size),
+		U(st->reserved_bytes), U(st->allocated_bytes), U(st->requested_bytes),
+		U(st->cached_free_bytes), U(st->largest_free_range), U(st->segments),
+		U(st->device_free_bytes), U(st->device_total_bytes));
+}
+
+/* oom_kind: fragmentation when the cache held enough free bytes in total
+ * but no free range fitted (defragmenting, e.g. expandable segments, would
+ * have served it); capacity when even the whole cache could not. */
+static const char *oom_kind(const struct truth_pool_state *st)
+{
+	return st->cached_free_bytes >= st->rounded ? "fragmentation" : "capacity";
+}
+
+static void write_blocks(FILE *f)
+{
+	size_t i;
+	const char *sep;
+
+	fprintf(f,
+		"  \"blocks\": {\"allocations\": %llu, \"frees\": %llu, "
+		"\"failed_allocations\": %llu, \"allocated_bytes\": %llu, "
+		"\"peak_allocated_bytes\": %llu, \"live_bytes_at_end\": %llu, "
+		"\"empty_cache_calls\": %llu, \"alloc_retries\": %llu},\n",
+		U(blk.allocations), U(blk.frees), U(blk.failed_allocations),
+		U(blk.allocated_bytes), U(blk.peak), U(blk.live), U(blk.empty_cache_calls),
+		U(nretries));
+	fprintf(f, "  \"by_function_blocks\": {");
+	sep = "\n";
+	for (i = 0; i < nbfuncs; i++) {
+		struct func *fn = &bfuncs[i];
+		fprintf(f,
+			"%s    \"%s\": {\"allocations\": %llu, "
+			"\"allocated_bytes\": %llu, \"live_bytes_at_end\": %llu, "
+			"\"live_bytes_at_peak\": %llu, \"failed_allocations\": %llu}",
+			sep, fn->name, U(fn->allocations), U(fn->allocated_bytes), U(fn->live),
+			U(fn->live_at_peak), U(fn->failed));
+		sep = ",\n";
+	}
+	fprintf(f, "\n  },\n  \"retries\": [");
+	sep = "\n";
+	for (i = 0; i < nretries; i++) {
+		struct pool_event *e = &retries[i];
+		fprintf(f, "%s    {\"func\": \"%s\", ", sep, e->func);
+		write_state(f, &e->st);
+		fprintf(f,
+			", \"released_bytes\": %llu, \"released_segments\": %llu, "
+			"\"outcome\": \"%s\", \"t_ns\": %llu}",
+			U(e->st.released_bytes), U(e->st.released_segments),
+			e->st.retry_succeeded ? "succeeded" : "failed", U(e->t_ns));
+		sep = ",\n";
+	}
+	fprintf(f, "\n  ],\n  \"fragmentation\": [");
+	sep = "\n";
+	for (i = 0; i < nfrags; i++) {
+		struct pool_event *e = &frags[i];
+		fprintf(f, "%s    {\"func\": \"%s\", ", sep, e->func);
+		write_state(f, &e->st);
+		fprintf(f, ", \"oom_kind\": \"%s\", \"t_ns\": %llu}", oom_kind(&e->st),
+			U(e->t_ns));
+		sep = ",\n";
+	}
+	fprintf(f, "\n  ],\n  \"block_calls\": [");
+	sep = "\n";
+	for (i = 0; i < nbcalls; i++) {
+		struct block_call *c = &bcalls[i];
+		fprintf(f,
+			"%s    {\"api\": \"%s\", \"func\": \"%s\", \"tid\": %d, "
+			"\"size\": %llu, \"ptr\": %llu, \"t_ns\": %llu, \"outcome\": \"%s\", "
+			"\"device\": %d, \"stream\": %llu}",
+			sep, c->api, c->func, (int)c->tid, U(c->size), U(c->ptr), U(c->t_ns),
+			c->outcome, c->device, U(c->stream));
+		sep = ",\n";
+	}
+	fprintf(f, "\n  ],\n");
+}
+
+/* ---- output ---- */
 
 static void write_json(FILE *f)
 {
@@ -800,6 +1054,8 @@ static void write_json(FILE *f)
 	fprintf(f, "],\n");
 	if (child_mode)
 		fprintf(f, "  \"parent_pid\": %d,\n", (int)parent_pid);
+	if (pool_mode)
+		write_blocks(f);
 	fprintf(f, "  \"calls\": [");
 	sep = "\n";
 	for (i = 0; i < ncalls; i++) {
@@ -813,6 +1069,8 @@ static void write_json(FILE *f)
 			U(c->t_ns), c->outcome, c->device, U(c->stream));
 		if (c->has_handle)
 			fprintf(f, ", \"handle\": %llu", U(c->handle));
+		if (c->retry)
+			fprintf(f, ", \"retry\": true");
 		fprintf(f, "}");
 		sep = ",\n";
 	}

@@ -84,6 +84,40 @@ int truth_stream_device(uint64_t stream);
 void truth_pool(uint64_t pool, int device);
 int truth_pool_device(uint64_t pool);
 
+/* ---- the block layer: a caching allocator's blocks inside segments ----
+ * (pool.h records them; see ../README.md, "Truth JSON", blocks.) A log with
+ * any block-layer record gains the "blocks", "by_function_blocks",
+ * "retries", "fragmentation" and "block_calls" keys; other logs do not. */
+
+/* The allocator's state at a failed cudaMalloc (before the free-all), and
+ * what the free-all-and-retry did. */
+struct truth_pool_state {
+	int device;
+	uint64_t requested, rounded, segment_size, reserved_bytes, allocated_bytes,
+		requested_bytes, cached_free_bytes, largest_free_range, segments,
+		device_free_bytes, device_total_bytes, released_bytes, released_segments;
+	int retry_succeeded;
+};
+
+/* truth_segment_alloc is truth_alloc for a cudaMalloc made by the allocator;
+ * retry marks the one after free-all (its call gets "retry": true). */
+void truth_segment_alloc(const char *func, int ret, uint64_t ptr, uint64_t size, int device,
+			 int retry);
+/* truth_block_enter names the function about to call the allocator on this
+ * thread (retries are charged to it). */
+void truth_block_enter(const char *func);
+/* A block handed out (ptr 0: the allocation failed, the caller raises OOM). */
+void truth_block_alloc(const char *func, uint64_t ptr, uint64_t size, int device,
+		       uint64_t stream);
+/* A block given back (ret: the allocator's return code, 0 = ok). */
+void truth_block_free(const char *func, int ret, uint64_t ptr);
+/* An empty_cache() call. */
+void truth_empty_cache(const char *func);
+/* A free-all-and-retry, after it finished (the thread's entered function). */
+void truth_pool_retry(const struct truth_pool_state *st);
+/* A failed block allocation's state: a "fragmentation" record. */
+void truth_block_oom(const char *func, const struct truth_pool_state *st);
+
 /* truth_write writes the log now; the atexit hook writes again only if calls
  * were recorded since. Returns 0, or -1 (and says why on stderr). */
 int truth_write(void);

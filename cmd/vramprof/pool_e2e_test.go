@@ -1,0 +1,96 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// poolReport is the part of report.json the block-layer tests read.
+type poolReport struct {
+	Totals struct {
+		Allocations    uint64 `json:"allocations"`
+		Frees          uint64 `json:"frees"`
+		PeakBytes      uint64 `json:"peak_bytes"`
+		LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+		LostEvents     uint64 `json:"lost_events"`
+	} `json:"totals"`
+	Blocks *struct {
+		Allocations        uint64 `json:"allocations"`
+		Frees              uint64 `json:"frees"`
+		FailedAllocations  uint64 `json:"failed_allocations"`
+		AllocatedBytes     uint64 `json:"allocated_bytes"`
+		PeakAllocatedBytes uint64 `json:"peak_allocated_bytes"`
+		LiveBytesAtEnd     uint64 `json:"live_bytes_at_end"`
+	} `json:"blocks"`
+	Libraries []struct {
+		Path    string   `json:"path"`
+		Symbols []string `json:"symbols"`
+	} `json:"libraries"`
+}
+
+func readPoolReport(t *testing.T, dir string) *poolReport {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	var rep poolReport
+	require.NoError(t, json.Unmarshal(data, &rep))
+	return &rep
+}
+
+// TestRunBlockLayer profiles a caching allocator over the fake runtime: the
+// block layer comes from its USDT probes (pytorch:malloc and pytorch:free,
+// guarded by semaphores that only a tracer raises), the segment layer from
+// the CUDA API underneath. Both equal the allocator's own truth; with
+// --pool off the block layer is absent.
+func TestRunBlockLayer(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	dir, truth, r := runScenario(t, "pool_steady")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	require.NotNil(t, truth.Blocks, "pool_steady's truth has blocks")
+	rep := readPoolReport(t, dir)
+
+	require.NotNil(t, rep.Blocks, "report.json has the blocks section")
+	b, want := rep.Blocks, truth.Blocks
+	assert.Equal(t, want.Allocations, b.Allocations, "block allocations")
+	assert.Equal(t, want.Frees, b.Frees, "block frees")
+	assert.Equal(t, want.FailedAllocations, b.FailedAllocations, "failed block allocations")
+	assert.Equal(t, want.AllocatedBytes, b.AllocatedBytes, "block bytes allocated")
+	assert.Equal(t, want.PeakAllocatedBytes, b.PeakAllocatedBytes, "block peak")
+	assert.Equal(t, want.LiveBytesAtEnd, b.LiveBytesAtEnd, "block bytes live at end")
+
+	// The segments the allocator got from CUDA: counted once, apart.
+	assert.Equal(t, truth.Totals.Allocations, rep.Totals.Allocations, "segment allocations")
+	assert.Equal(t, truth.Totals.Frees, rep.Totals.Frees, "segment frees")
+	assert.Equal(t, truth.Totals.PeakBytes, rep.Totals.PeakBytes, "segment peak")
+	assert.Equal(t, truth.Totals.LiveBytesAtEnd, rep.Totals.LiveBytesAtEnd, "segment live at end")
+	assert.Zero(t, rep.Totals.LostEvents)
+
+	var usdtSyms []string
+	for _, l := range rep.Libraries {
+		if filepath.Base(l.Path) == "libc10_cuda.so" {
+			usdtSyms = l.Symbols
+		}
+	}
+	assert.Subset(t, usdtSyms, []string{"pytorch:malloc", "pytorch:free"}, "libc10_cuda.so's probes are listed")
+	checkReplay(t, dir)
+
+	t.Run("pool off", func(t *testing.T) {
+		tmp := t.TempDir()
+		out := filepath.Join(tmp, "out")
+		r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + filepath.Join(tmp, "truth.json")}},
+			"run", "--pool", "off", "-o", out, "--", scenario.Bin(t, "pool_steady"))
+		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+		rep := readPoolReport(t, out)
+		assert.Nil(t, rep.Blocks, "no block layer with --pool off")
+		assert.Equal(t, truth.Totals.Allocations, rep.Totals.Allocations, "segments still traced")
+	})
+}

@@ -26,7 +26,7 @@ type attacher struct {
 	noMulti bool
 	// nextSpec is the next free usdt_specs slot.
 	nextSpec uint32
-	files   map[fileKey]*probedFile
+	files    map[fileKey]*probedFile
 }
 
 func newAttacher(objs *bpfObjects, pid int) *attacher {

@@ -17,11 +17,12 @@ import (
 // poolReport is the part of report.json the block-layer tests read.
 type poolReport struct {
 	Totals struct {
-		Allocations    uint64 `json:"allocations"`
-		Frees          uint64 `json:"frees"`
-		PeakBytes      uint64 `json:"peak_bytes"`
-		LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
-		LostEvents     uint64 `json:"lost_events"`
+		Allocations       uint64 `json:"allocations"`
+		FailedAllocations uint64 `json:"failed_allocations"`
+		Frees             uint64 `json:"frees"`
+		PeakBytes         uint64 `json:"peak_bytes"`
+		LiveBytesAtEnd    uint64 `json:"live_bytes_at_end"`
+		LostEvents        uint64 `json:"lost_events"`
 	} `json:"totals"`
 	Blocks *struct {
 		Allocations        uint64 `json:"allocations"`
@@ -53,6 +54,34 @@ func readPoolReport(t *testing.T, dir string) *poolReport {
 // --pool off the block layer is absent.
 func TestRunBlockLayer(t *testing.T) {
 	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name string
+		exit int
+	}{
+		{"pool_retry", 0},        // a cudaMalloc fails, the cache is freed, the retry works
+		{"pool_empty_cache", 0},  // empty_cache every step: segment churn
+		{"pool_frag_oom", 1},     // the final request fails: fragmentation
+		{"pool_capacity_oom", 1}, // the final request fails: capacity
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, truth, r := runScenario(t, tc.name)
+			require.Equal(t, tc.exit, r.code, "stderr:\n%s", r.stderr)
+			require.NotNil(t, truth.Blocks)
+			rep := readPoolReport(t, dir)
+			require.NotNil(t, rep.Blocks)
+			// pytorch:malloc fires only for a block handed out: a failed
+			// request shows at the segment layer (its failed cudaMalloc),
+			// not as a failed block.
+			want := *truth.Blocks
+			want.FailedAllocations = 0
+			assert.Equal(t, want, scenario.Blocks(*rep.Blocks), "blocks")
+			assert.Equal(t, truth.Totals.Allocations, rep.Totals.Allocations, "segment allocations")
+			assert.Equal(t, truth.Totals.FailedAllocations, rep.Totals.FailedAllocations, "failed segment allocations")
+			assert.Equal(t, truth.Totals.PeakBytes, rep.Totals.PeakBytes, "segment peak")
+			assert.Equal(t, truth.Totals.LiveBytesAtEnd, rep.Totals.LiveBytesAtEnd, "segment live at end")
+		})
+	}
+
 	dir, truth, r := runScenario(t, "pool_steady")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	require.NotNil(t, truth.Blocks, "pool_steady's truth has blocks")

@@ -32,9 +32,11 @@ test: testdata
 	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 ./...
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
-# interleaved) and attach latency on a process with 400 mapped libraries.
+# interleaved) for the CUDA API and for the block layer (--pool), and attach
+# latency on a process with 400 mapped libraries.
 bench: build
-	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Overhead -benchtime 20000x -count 1 ./probes/
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench 'Overhead$$' -benchtime 20000x -count 1 ./probes/
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Attach -benchtime 5x -count 1 ./probes/
 
 demo: build

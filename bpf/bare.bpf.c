@@ -8,7 +8,10 @@
  * only counting its hits. What vramprof costs beyond this is its own work:
  * arguments, nesting, stacks, the ring buffer, the reader.
  *
- * Globals read from Go: enters, returns. Minimum kernel: 6.6.
+ * count_site is the same for a USDT probe site, attached as vramprof
+ * attaches those: a single uprobe with the site's semaphore raised.
+ *
+ * Globals read from Go: enters, returns, sites. Minimum kernel: 6.6.
  */
 
 #include "common.h"
@@ -17,6 +20,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 __u64 enters = 0;
 __u64 returns = 0;
+__u64 sites = 0;
 
 SEC("uprobe.multi/count_enter")
 int count_enter(void *ctx)
@@ -29,5 +33,12 @@ SEC("uretprobe.multi/count_return")
 int count_return(void *ctx)
 {
 	__sync_fetch_and_add(&returns, 1);
+	return 0;
+}
+
+SEC("uprobe/count_site")
+int count_site(void *ctx)
+{
+	__sync_fetch_and_add(&sites, 1);
 	return 0;
 }

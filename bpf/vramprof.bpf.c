@@ -594,25 +594,52 @@ int call_return_multi(struct pt_regs *ctx)
 	return do_call_return(ctx);
 }
 
+/*
+ * reg_value reads the pt_regs field at a byte offset. The common registers
+ * are direct context loads (a helper call each would cost more than the
+ * rest of the probe); anything else, such as %ah at an odd offset, goes
+ * through bpf_probe_read_kernel.
+ */
+static __always_inline __u64 reg_value(struct pt_regs *ctx, __u16 off)
+{
+	switch (off) {
+	case 0: return ctx->r15;
+	case 8: return ctx->r14;
+	case 16: return ctx->r13;
+	case 24: return ctx->r12;
+	case 32: return ctx->rbp;
+	case 40: return ctx->rbx;
+	case 48: return ctx->r11;
+	case 56: return ctx->r10;
+	case 64: return ctx->r9;
+	case 72: return ctx->r8;
+	case 80: return ctx->rax;
+	case 88: return ctx->rcx;
+	case 96: return ctx->rdx;
+	case 104: return ctx->rsi;
+	case 112: return ctx->rdi;
+	case 152: return ctx->rsp;
+	}
+	__u64 v = 0;
+	if (off <= sizeof(struct pt_regs) - 8)
+		bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + off);
+	return v;
+}
+
 /* usdt_value reads one USDT argument as its spec says, sign- or
  * zero-extended from its size to 64 bits. */
 static __always_inline __u64 usdt_value(struct pt_regs *ctx, struct usdt_arg *a)
 {
-	__u64 v = 0, base = 0;
+	__u64 v = 0;
 	switch (a->kind) {
 	case USDT_ARG_CONST:
 		v = a->val_off;
 		break;
 	case USDT_ARG_REG:
-		if (a->reg_off > sizeof(struct pt_regs) - 8)
-			return 0;
-		bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + a->reg_off);
+		v = reg_value(ctx, a->reg_off);
 		break;
 	case USDT_ARG_MEM:
-		if (a->reg_off > sizeof(struct pt_regs) - 8)
-			return 0;
-		bpf_probe_read_kernel(&base, sizeof(base), (void *)ctx + a->reg_off);
-		bpf_probe_read_user(&v, sizeof(v), (void *)(base + a->val_off));
+		bpf_probe_read_user(&v, sizeof(v), (void *)(reg_value(ctx, a->reg_off) + a->val_off));
 		break;
 	default:
 		return 0;

@@ -37,13 +37,75 @@ func pairCost(b *testing.B, out *bytes.Buffer) float64 {
 	return v
 }
 
-// BenchmarkOverhead prices one cudaMalloc+cudaFree pair three ways in the
-// same run, interleaved round by round so that machine noise hits all three
-// alike: unprobed, under a bare counting probe at the same attach points
-// (the floor any uprobe tracer pays), and under a full vramprof session
-// (stacks, pairing, ring buffer, reader, trace encoding). The ratios are the
-// figures that matter: probed/bare is vramprof's own cost over the floor.
-// b.N is the number of pairs per run; use -benchtime 20000x.
+// workload is one side-by-side overhead measurement: a program that times
+// its own loop of pairs, a bare counting probe at the attach points
+// vramprof uses for it, and the events one pair makes.
+type workload struct {
+	name       string // "cudaMalloc+cudaFree", for the printout
+	bin        string
+	attachBare func(b *testing.B) (check func(b *testing.B, pairs int))
+	events     func(pairs int) uint64 // records vramprof must deliver
+	opts       Options
+}
+
+// measure runs the workload unprobed, under the bare probe and under a full
+// vramprof session, interleaved round by round so that machine noise hits
+// all three alike, and reports the medians and their ratios. probed/bare
+// is vramprof's own cost over the floor any uprobe tracer pays.
+func measure(b *testing.B, w workload) {
+	n := strconv.Itoa(b.N)
+	const rounds = 9
+	var unprobed, counted, probed []float64
+	runPlain := func() float64 {
+		var out bytes.Buffer
+		cmd := exec.Command(w.bin, n)
+		cmd.Stdout = &out
+		require.NoError(b, cmd.Run())
+		return pairCost(b, &out)
+	}
+	for range rounds {
+		unprobed = append(unprobed, runPlain())
+
+		check := w.attachBare(b)
+		counted = append(counted, runPlain())
+		check(b, b.N)
+
+		tw, err := event.NewWriter(io.Discard, &event.Header{Mode: "run"})
+		require.NoError(b, err)
+		opts := w.opts
+		opts.Sink = traceSink{tw}
+		s, err := NewSession(opts)
+		require.NoError(b, err)
+		var out bytes.Buffer
+		cmd, err := s.Launch(LaunchOptions{Argv: []string{w.bin, n}, Stdout: &out})
+		require.NoError(b, err)
+		done := make(chan error, 1)
+		go func() { done <- s.Run(context.Background()) }()
+		require.NoError(b, cmd.Wait())
+		require.NoError(b, <-done)
+		probed = append(probed, pairCost(b, &out))
+		// Every event of every pair (and of the warm-up) was recorded, and
+		// nothing was lost.
+		require.EqualValues(b, w.events(b.N+100), s.Stats().Events.Load())
+		require.Zero(b, s.Stats().Lost.Load())
+		require.NoError(b, s.Close())
+	}
+	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
+	u, c, p := med(unprobed), med(counted), med(probed)
+	b.ReportMetric(u, "ns/pair-unprobed")
+	b.ReportMetric(c, "ns/pair-bare")
+	b.ReportMetric(p, "ns/pair-vramprof")
+	b.ReportMetric(p/c, "vramprof/bare")
+	b.ReportMetric(p/u, "vramprof/unprobed")
+	b.ReportMetric(c/u, "bare/unprobed")
+	fmt.Printf("\nper %s pair, median of %d interleaved rounds of %d pairs:\n"+
+		"  unprobed %8.0f ns\n  bare     %8.0f ns  (%.2fx unprobed)\n  vramprof %8.0f ns  (%.2fx unprobed, %.2fx bare; target <= 1.3x bare)\n",
+		w.name, rounds, b.N, u, c, c/u, p, p/u, p/c)
+}
+
+// BenchmarkOverhead prices one cudaMalloc+cudaFree pair (and the driver
+// calls nested in it). b.N is the number of pairs per run; use -benchtime
+// 20000x.
 func BenchmarkOverhead(b *testing.B) {
 	scenario.RequirePrivilege(b)
 	if b.N < 1000 {
@@ -51,7 +113,6 @@ func BenchmarkOverhead(b *testing.B) {
 		// -benchtime Nx the real one follows. Too few pairs to price.
 		return
 	}
-	bin := scenario.Bin(b, "bench_pairs")
 	// The functions one pair goes through: cudaMalloc and cudaFree in the
 	// runtime, cuMemAlloc_v2 and cuMemFree_v2 nested in the driver.
 	// vramprof probes these four; so does the bare counting probe.
@@ -71,61 +132,65 @@ func BenchmarkOverhead(b *testing.B) {
 	cudart, cuda := scenario.Lib(b, "libcudart.so.12"), scenario.Lib(b, "libcuda.so.1")
 	cudartOffs := offsetsIn(cudart, event.APICudaMalloc, event.APICudaFree)
 	cudaOffs := offsetsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
-	n := strconv.Itoa(b.N)
-	const rounds = 9
-	var unprobed, counted, probed []float64
-
-	runPlain := func() float64 {
-		var out bytes.Buffer
-		cmd := exec.Command(bin, n)
-		cmd.Stdout = &out
-		require.NoError(b, cmd.Run())
-		return pairCost(b, &out)
-	}
-	for range rounds {
-		unprobed = append(unprobed, runPlain())
-
-		p1, err := bare.Attach(cudart, cudartOffs...)
-		require.NoError(b, err)
-		p2, err := bare.Attach(cuda, cudaOffs...)
-		require.NoError(b, err)
-		counted = append(counted, runPlain())
-		for _, p := range []*bare.Probe{p1, p2} {
-			enters, returns, err := p.Counts()
+	measure(b, workload{
+		name: "cudaMalloc+cudaFree",
+		bin:  scenario.Bin(b, "bench_pairs"),
+		attachBare: func(b *testing.B) func(*testing.B, int) {
+			p1, err := bare.Attach(cudart, cudartOffs...)
 			require.NoError(b, err)
-			require.NoError(b, p.Close())
-			// The counting probe fires system-wide: at least our calls.
-			require.GreaterOrEqual(b, enters, uint64(2*b.N))
-			require.GreaterOrEqual(b, returns, uint64(2*b.N))
-		}
+			p2, err := bare.Attach(cuda, cudaOffs...)
+			require.NoError(b, err)
+			return func(b *testing.B, pairs int) {
+				for _, p := range []*bare.Probe{p1, p2} {
+					enters, returns, err := p.Counts()
+					require.NoError(b, err)
+					require.NoError(b, p.Close())
+					// The counting probe fires system-wide: at least our calls.
+					require.GreaterOrEqual(b, enters, uint64(2*pairs))
+					require.GreaterOrEqual(b, returns, uint64(2*pairs))
+				}
+			}
+		},
+		// Runtime call and nested driver call, for both halves.
+		events: func(pairs int) uint64 { return uint64(4 * pairs) },
+	})
+}
 
-		w, err := event.NewWriter(io.Discard, &event.Header{Mode: "run"})
-		require.NoError(b, err)
-		s, err := NewSession(Options{Sink: traceSink{w}})
-		require.NoError(b, err)
-		var out bytes.Buffer
-		cmd, err := s.Launch(LaunchOptions{Argv: []string{bin, n}, Stdout: &out})
-		require.NoError(b, err)
-		done := make(chan error, 1)
-		go func() { done <- s.Run(context.Background()) }()
-		require.NoError(b, cmd.Wait())
-		require.NoError(b, <-done)
-		probed = append(probed, pairCost(b, &out))
-		// Every call of every pair (and of the warm-up) was recorded, the
-		// nested driver calls too, and nothing was lost.
-		require.EqualValues(b, 4*(b.N+100), s.Stats().Events.Load())
-		require.Zero(b, s.Stats().Lost.Load())
-		require.NoError(b, s.Close())
+// BenchmarkPoolOverhead prices --pool: one c10_alloc+c10_free pair through
+// the caching allocator, its segment cached, so the loop makes no CUDA call
+// and the only probes that fire are the allocator's two USDT sites. The
+// bare probe counts at those sites, attached the same way (semaphores
+// raised); unprobed, the semaphores are down and the sites are skipped.
+func BenchmarkPoolOverhead(b *testing.B) {
+	scenario.RequirePrivilege(b)
+	if b.N < 1000 {
+		return // sizing call; see BenchmarkOverhead
 	}
-	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
-	u, c, p := med(unprobed), med(counted), med(probed)
-	b.ReportMetric(u, "ns/pair-unprobed")
-	b.ReportMetric(c, "ns/pair-bare")
-	b.ReportMetric(p, "ns/pair-vramprof")
-	b.ReportMetric(p/c, "vramprof/bare")
-	b.ReportMetric(p/u, "vramprof/unprobed")
-	b.ReportMetric(c/u, "bare/unprobed")
-	fmt.Printf("\nper cudaMalloc+cudaFree pair, median of %d interleaved rounds of %d pairs:\n"+
-		"  unprobed %8.0f ns\n  bare     %8.0f ns  (%.2fx unprobed)\n  vramprof %8.0f ns  (%.2fx unprobed, %.2fx bare; target <= 1.3x bare)\n",
-		rounds, b.N, u, c, c/u, p, p/u, p/c)
+	lib := scenario.Lib(b, "libc10_cuda.so")
+	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, true)
+	require.NoError(b, err)
+	require.NotNil(b, pf)
+	var offs, refs []uint64
+	for _, t := range pf.Targets {
+		offs = append(offs, t.Offset)
+		refs = append(refs, t.USDT.SemaphoreOffset)
+	}
+	require.Len(b, offs, 2, "pytorch:malloc and pytorch:free")
+	measure(b, workload{
+		name: "c10_alloc+c10_free (block layer, --pool)",
+		bin:  scenario.Bin(b, "bench_blocks"),
+		attachBare: func(b *testing.B) func(*testing.B, int) {
+			p, err := bare.AttachSites(lib, offs, refs)
+			require.NoError(b, err)
+			return func(b *testing.B, pairs int) {
+				sites, err := p.Sites()
+				require.NoError(b, err)
+				require.NoError(b, p.Close())
+				require.GreaterOrEqual(b, sites, uint64(2*pairs))
+			}
+		},
+		// The segment's one cudaMalloc (+ nested cuMemAlloc_v2) at warm-up,
+		// then a block alloc and free per pair; the segment is never freed.
+		events: func(pairs int) uint64 { return uint64(2*pairs) + 2 },
+	})
 }

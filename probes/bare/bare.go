@@ -43,6 +43,37 @@ func Attach(path string, offsets ...uint64) (*Probe, error) {
 	return p, nil
 }
 
+// AttachSites loads the counting programs and attaches count_site to USDT
+// probe sites at the given file offsets, each with the reference counter
+// (semaphore) at the matching offset raised, as vramprof attaches them.
+func AttachSites(path string, offsets, refCtrs []uint64) (*Probe, error) {
+	p := &Probe{}
+	if err := loadBpfObjects(&p.objs, nil); err != nil {
+		return nil, fmt.Errorf("load counting probe: %w", err)
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	for i, off := range offsets {
+		l, err := ex.Uprobe("", p.objs.CountSite, &link.UprobeOptions{Address: off, RefCtrOffset: refCtrs[i]})
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("attach counting probe at %#x in %s: %w", off, path, err)
+		}
+		p.links = append(p.links, l)
+	}
+	return p, nil
+}
+
+// Sites returns the USDT site hits so far.
+func (p *Probe) Sites() (uint64, error) {
+	var n uint64
+	err := p.objs.Sites.Get(&n)
+	return n, err
+}
+
 // Counts returns the hits so far: function entries and returns.
 func (p *Probe) Counts() (enters, returns uint64, err error) {
 	if err = p.objs.Enters.Get(&enters); err != nil {

@@ -18,8 +18,10 @@ import (
 const (
 	bpfProgCountEnter  = "count_enter"
 	bpfProgCountReturn = "count_return"
+	bpfProgCountSite   = "count_site"
 	bpfVarEnters       = "enters"
 	bpfVarReturns      = "returns"
+	bpfVarSites        = "sites"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -66,6 +68,7 @@ type bpfSpecs struct {
 type bpfProgramSpecs struct {
 	CountEnter  *ebpf.ProgramSpec `ebpf:"count_enter"`
 	CountReturn *ebpf.ProgramSpec `ebpf:"count_return"`
+	CountSite   *ebpf.ProgramSpec `ebpf:"count_site"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
@@ -80,6 +83,7 @@ type bpfMapSpecs struct {
 type bpfVariableSpecs struct {
 	Enters  *ebpf.VariableSpec `ebpf:"enters"`
 	Returns *ebpf.VariableSpec `ebpf:"returns"`
+	Sites   *ebpf.VariableSpec `ebpf:"sites"`
 }
 
 // bpfObjects contains all objects after they have been loaded into the kernel.
@@ -114,6 +118,7 @@ func (m *bpfMaps) Close() error {
 type bpfVariables struct {
 	Enters  *ebpf.Variable `ebpf:"enters"`
 	Returns *ebpf.Variable `ebpf:"returns"`
+	Sites   *ebpf.Variable `ebpf:"sites"`
 }
 
 // bpfPrograms contains all programs after they have been loaded into the kernel.
@@ -122,12 +127,14 @@ type bpfVariables struct {
 type bpfPrograms struct {
 	CountEnter  *ebpf.Program `ebpf:"count_enter"`
 	CountReturn *ebpf.Program `ebpf:"count_return"`
+	CountSite   *ebpf.Program `ebpf:"count_site"`
 }
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
 		p.CountEnter,
 		p.CountReturn,
+		p.CountSite,
 	)
 }
 

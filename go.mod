@@ -7,6 +7,7 @@ require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
+	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.48.0
 )

@@ -41,6 +41,10 @@ type Options struct {
 	LeakWindows int
 	// TopStacks is how many stacks findings name (default 5).
 	TopStacks int
+	// ChurnWindow is how soon, in ns, a released segment's size must be
+	// allocated again to count as a churn cycle (default
+	// DefaultChurnWindow).
+	ChurnWindow uint64
 }
 
 func (o Options) withDefaults() Options {
@@ -54,6 +58,9 @@ func (o Options) withDefaults() Options {
 	o.LeakWindows = max(o.LeakWindows, 3)
 	if o.TopStacks <= 0 {
 		o.TopStacks = DefaultTopStacks
+	}
+	if o.ChurnWindow == 0 {
+		o.ChurnWindow = DefaultChurnWindow
 	}
 	return o
 }
@@ -135,6 +142,13 @@ type Analyzer struct {
 	mapped       map[rangeKey]vmmRange
 	reservations map[rangeKey]vmmRange
 	vmm          map[vmmKey]*vmmState
+
+	// pools are the segment/block geometry per process and device (see
+	// fragmentation.go); churn the segment traffic per process instance,
+	// releases the segment frees waiting for a same-size reallocation.
+	pools    map[poolKey]*pool
+	churn    map[uint32]*churnState
+	releases map[churnKey][]released
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -373,6 +387,9 @@ func New(opts Options) *Analyzer {
 		stacks:       make(map[event.StackID]*event.Stack),
 		mappings:     make(map[event.MappingID]event.Mapping),
 		libraries:    make(map[libKey]bool),
+		pools:        make(map[poolKey]*pool),
+		churn:        make(map[uint32]*churnState),
+		releases:     make(map[churnKey][]released),
 	}
 }
 
@@ -570,6 +587,7 @@ func (a *Analyzer) event(e *event.Event) {
 	case event.LayerSegment:
 		a.segment(e)
 	case event.LayerBlock:
+		a.poolEvent(e, layer)
 		switch e.Kind {
 		case event.KindAlloc:
 			a.alloc(e, layer, SpaceDevice)
@@ -617,6 +635,10 @@ func (a *Analyzer) segment(e *event.Event) {
 		return
 	}
 	const layer = event.LayerSegment
+	if e.Kind == event.KindAlloc || e.Kind == event.KindFree {
+		a.poolEvent(e, layer)
+		a.churnEvent(e)
+	}
 	switch e.Kind {
 	case event.KindAlloc:
 		a.alloc(e, layer, SpaceDevice)

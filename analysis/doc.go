@@ -180,12 +180,58 @@
 // upper bound since the context is in it. Its frees are UnknownFrees, their
 // sizes unknown.
 //
+// # Fragmentation
+//
+// Blocks (the block layer) lie inside segments (device allocations at the
+// segment layer) by address. Per process and device a pool keeps the live
+// segments sorted by address and, in each, its live blocks sorted by
+// address: placing or removing a block is a binary search (O(log n) plus
+// the slice shift). Reserved = live segment bytes, allocated = live block
+// bytes inside them (requested sizes), cached free = the difference. Free
+// ranges (holes between blocks and at segment ends), the largest one and
+// pinned segments (one live block under a quarter of the segment) are
+// computed from the geometry, O(live blocks), only when needed: at a
+// failure, at the end, and at the worst moment (the most cached free while
+// blocks are allocated), whose snapshot is completed lazily before the
+// next change, so only local maxima pay for it.
+//
+// OOM forensics: a failed non-nested segment allocation while the block
+// layer is traced records the geometry before the allocator reacts. Kind:
+// "fragmentation" when cached free >= the failing cudaMalloc's size (the
+// segment asked for: PyTorch's USDT fires only for blocks handed out, so
+// the tensor's request is not observable), else "capacity". Segment frees
+// that follow are the cache flush; a successful allocation of the same
+// size on the same thread is a retry that worked (retry_succeeded); a
+// failed one, or a block event or the end first, makes it final.
+//
+// # Churn
+//
+// Per process: non-nested device allocation and free calls at the segment
+// layer, their time inside (Event.Duration), and release-and-reallocate
+// cycles: a segment freed and a segment of the same size allocated again
+// on the same device within Options.ChurnWindow (default 2 s), the oldest
+// pending release matched first. A cycle's cost is the free's and the
+// allocation's durations, reported in ms per second of run.
+//
 // # Findings
 //
 // peak (one per process: bytes = the peak, stacks = the largest stacks at
 // the peak), leak (one per leaking stack, at most 10 per process), oom (one
 // per process with failed allocations: bytes = the first failing request,
-// with what was live at that moment). Findings are ranked by bytes, then
+// with what was live at that moment). With the block layer traced, oom
+// becomes one finding per failed segment allocation (at most 5 per pool):
+// critical when final, with remediation by kind (fragmentation:
+// expandable_segments:True, then max_split_size_mb:N with N one MiB above
+// the largest segment holding live blocks smaller than the request, given
+// only when N MiB <= the request; capacity: reduce the batch or
+// activations, naming the largest live blocks, and say that allocator
+// settings would not help), medium when a retry succeeded (the cache was
+// flushed, with its cost). fragmentation (bytes = cached free at a final
+// fragmentation OOM, high; or at the worst moment when cached free is at
+// least 16 MiB and a quarter of reserved, tensors hold a quarter, and no
+// free range reaches half of it, medium). churn (bytes = the cycles'
+// bytes; at least 3 cycles in a process whose block layer was traced;
+// medium from 1 ms per second or 10 cycles, else info). Findings are ranked by bytes, then
 // severity. Every summary and remediation line quotes this run's numbers, and
 // points at the leaf-most frame outside the CUDA runtime (Stack.Site).
 //

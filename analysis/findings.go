@@ -13,16 +13,22 @@ import (
 // evidence.
 func (a *Analyzer) findings(r *Result) {
 	leaks := a.leakFindings(r)
+	pools, explained := a.poolFindings(r)
 	for i := range r.Processes {
 		p := &r.Processes[i]
 		if f := a.peakFinding(r, p); f != nil {
 			r.Findings = append(r.Findings, *f)
+		}
+		if explained[p.PID][p.Start] {
+			// The block layer explained its failures, one finding each.
+			continue
 		}
 		if f := a.oomFinding(r, p); f != nil {
 			r.Findings = append(r.Findings, *f)
 		}
 	}
 	r.Findings = append(r.Findings, leaks...)
+	r.Findings = append(r.Findings, pools...)
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
 		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
 			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),

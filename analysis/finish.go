@@ -53,6 +53,7 @@ func (a *Analyzer) Finish() *Result {
 	a.finishClasses(r)
 	a.finishProcesses(r)
 	a.finishTimelines(r)
+	a.finishPools(r)
 	a.findings(r)
 	a.result = r
 	return r
@@ -188,6 +189,7 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		p.LiveAtEnd = topStacks(ag.live, 0)
 		p.Failed = topStacks(ag.failed, 0)
 		p.NVML, p.Preexisting = a.processNVML(in, &p)
+		p.Churn = a.finishChurn(pid, r.Run.Duration)
 		r.Processes = append(r.Processes, p)
 		ids = append(ids, pid)
 	}

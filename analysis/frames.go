@@ -39,6 +39,14 @@ func IsRuntimeFile(file string) bool {
 	return strings.Contains(base, "libcudart") || strings.HasPrefix(base, "libcuda.so")
 }
 
+// IsAllocatorFile reports whether a mapped file is a framework's caching
+// allocator (PyTorch's libc10_cuda*): its frames (alloc_block, malloc,
+// c10_alloc...) sit between the user's tensor and the CUDA call, so a
+// stack's Site skips them as it skips the runtime's.
+func IsAllocatorFile(file string) bool {
+	return strings.HasPrefix(path.Base(file), "libc10_cuda")
+}
+
 // renderStack copies a stack record and renders its frames.
 func renderStack(s *event.Stack, mappings map[event.MappingID]event.Mapping) *Stack {
 	out := &Stack{ID: s.ID, PID: s.PID, Frames: s.Frames,
@@ -53,6 +61,9 @@ func renderStack(s *event.Stack, mappings map[event.MappingID]event.Mapping) *St
 	}
 	out.Site = NoStack
 	for i, rt := range out.Runtime {
+		if m, ok := mappings[s.Frames[i].Mapping]; ok && s.Frames[i].Mapping != 0 && IsAllocatorFile(m.File) {
+			continue
+		}
 		if !rt {
 			out.Site = out.Lines[i]
 			break

@@ -58,6 +58,10 @@ type Result struct {
 	// Timelines has live bytes over time per process, layer and device,
 	// downsampled; sorted by (pid, layer, device).
 	Timelines []Timeline
+	// Pools are the caching allocators seen through their block layer,
+	// one per process and device, sorted by (pid, start, device); empty
+	// when no block layer was traced.
+	Pools []Pool
 	// Findings are ranked by bytes at stake, largest first.
 	Findings []Finding
 }
@@ -293,6 +297,9 @@ type Process struct {
 	NVML *ProcessNVML
 	// Preexisting is the memory the process held before tracing began.
 	Preexisting Preexisting
+	// Churn is the process's segment allocator traffic; nil when it made
+	// no device allocation or free call.
+	Churn *Churn
 }
 
 // ProcessNVML reconciles NVML's figure for one process with the traced
@@ -580,6 +587,11 @@ const (
 	KindPeak = "peak"
 	KindLeak = "leak"
 	KindOOM  = "oom"
+	// KindFragmentation: memory reserved by a caching allocator but not
+	// allocated, in ranges too small to use.
+	KindFragmentation = "fragmentation"
+	// KindChurn: segments released and allocated again (empty_cache).
+	KindChurn = "churn"
 )
 
 // Finding is one conclusion with the evidence for it. Bytes is what is at
@@ -600,6 +612,10 @@ type Finding struct {
 	Remediation []string
 	// Leak is set for leak findings only.
 	Leak *Leak
+	// OOM is the failure an oom or fragmentation finding is about, when the block layer was traced; nil otherwise.
+	OOM *OOM
+	// Churn is a churn finding's evidence.
+	Churn *Churn
 }
 
 // FindingStack is a stack named by a finding, with its rendered frames.
@@ -623,4 +639,146 @@ type Leak struct {
 	BytesPerSecond float64
 	// Seconds is that time span in seconds.
 	Seconds float64
+}
+
+// Pool is one process's caching allocator on one device, seen through the
+// geometry of its blocks inside its segments (see doc.go,
+// "Fragmentation"). Listed only when block-layer events came for it.
+type Pool struct {
+	PID uint32
+	// ProcessStart is the Start of the process instance (see Process).
+	ProcessStart uint64
+	Device       int32
+	// Worst is the state at the most cached free bytes (reserved but not
+	// allocated) while blocks were allocated; nil when no block was ever
+	// allocated inside a traced segment.
+	Worst *PoolState
+	// AtEnd is the state at the end of the stream.
+	AtEnd PoolState
+	// OOMs are the failed segment allocations (cudaMalloc returning an
+	// error) made while the block layer was traced, in order.
+	OOMs []OOM
+}
+
+// PoolState is a caching allocator's geometry at one moment.
+type PoolState struct {
+	Time uint64
+	// ReservedBytes sums the live segments; AllocatedBytes the live blocks
+	// inside them (requested sizes); CachedFreeBytes is the difference:
+	// memory the allocator holds and no tensor uses.
+	ReservedBytes   uint64
+	AllocatedBytes  uint64
+	CachedFreeBytes uint64
+	// LargestFreeRange is the largest contiguous free range inside one
+	// segment: the largest request the cache could serve without a new
+	// segment. FreeRanges counts the free ranges (holes between live blocks
+	// and at the ends of segments).
+	LargestFreeRange uint64
+	FreeRanges       int
+	// Segments counts the live segments.
+	Segments int
+	// PinnedSegments counts the segments held by one live block smaller
+	// than a quarter of the segment: empty_cache cannot release them.
+	// PinnedBytes is the free part of those segments.
+	PinnedSegments int
+	PinnedBytes    uint64
+	// UnplacedBytes are live blocks in no traced segment (segments from
+	// before attach): in neither reserved nor allocated.
+	UnplacedBytes uint64
+}
+
+// OOMKind tells a fragmentation OOM from a capacity OOM.
+type OOMKind string
+
+// OOM kinds.
+const (
+	// OOMFragmentation: the cache held at least the request in free bytes,
+	// in ranges none of which fits it. Defragmenting (expandable segments)
+	// would have served it.
+	OOMFragmentation OOMKind = "fragmentation"
+	// OOMCapacity: the cache held less than the request even if all its
+	// free bytes were one range.
+	OOMCapacity OOMKind = "capacity"
+)
+
+// OOMOutcome says how a failed segment allocation ended.
+type OOMOutcome string
+
+// OOM outcomes.
+const (
+	// OOMPending is internal: a retry may still follow.
+	OOMPending OOMOutcome = "pending"
+	// OOMRetried: the allocator freed cached segments and a retry of the
+	// same size on the same thread succeeded. The run went on; the cache
+	// was flushed.
+	OOMRetried OOMOutcome = "retry_succeeded"
+	// OOMFinal: the retry failed too, or none came before the next block
+	// event or the end: the framework raised out-of-memory.
+	OOMFinal OOMOutcome = "final"
+)
+
+// OOM is one failed segment allocation while the block layer was traced,
+// with the allocator's geometry at that moment (before it freed its cache).
+type OOM struct {
+	// Index numbers the OOMs of the run from 1, across pools: the CLI's
+	// oom-<Index>.pb.gz.
+	Index  int
+	Time   uint64
+	Device int32
+	TID    uint32
+	Stack  event.StackID
+	Ret    int32
+	// RequestBytes is the failing cudaMalloc's size: the segment the
+	// allocator asked for, at least the tensor's request (which the block
+	// layer does not report for a failed request).
+	RequestBytes uint64
+	// State is the geometry at the failure.
+	State PoolState
+	Kind  OOMKind
+	// Outcome is retry_succeeded or final; RetryTime the retry's time (0
+	// when none came).
+	Outcome   OOMOutcome
+	RetryTime uint64
+	// ReleasedBytes and ReleasedSegments are the segments freed between
+	// the failure and the retry (the allocator flushing its cache).
+	ReleasedBytes    uint64
+	ReleasedSegments int
+	// CostNs is the time spent inside the failed call, the frees that
+	// flushed the cache and the retry.
+	CostNs uint64
+	// LiveStacks are the live blocks at the failure by stack, largest
+	// first (at most Options.TopStacks).
+	LiveStacks []StackUsage
+	// Live is everything the pool held at the failure as allocation
+	// classes (segments and blocks): the samples of oom-<Index>.pb.gz.
+	Live []Class
+
+	blockStacks      map[event.StackID]*Usage
+	maxSharedSegment uint64
+}
+
+// Churn is a process's traffic into the segment allocator (cudaMalloc,
+// cudaFree and the like, device memory, not nested) and its
+// release-and-reallocate cycles (see doc.go, "Churn").
+type Churn struct {
+	// Allocs and Frees count the calls (failed ones included); AllocNs and
+	// FreeNs the time spent inside them.
+	Allocs, Frees   uint64
+	AllocNs, FreeNs uint64
+	// CallsPerSecond is (Allocs + Frees) over the run's duration.
+	CallsPerSecond float64
+	// Cycles counts segments freed and a segment of the same size
+	// allocated again on the same device within ChurnWindow; CycleBytes
+	// sums their sizes; CycleNs is the time inside those frees and
+	// allocations; CycleGapNs sums the time each size stayed released.
+	Cycles     uint64
+	CycleBytes uint64
+	CycleNs    uint64
+	CycleGapNs uint64
+	// CostMsPerSecond is CycleNs in milliseconds per second of run.
+	CostMsPerSecond float64
+	// FreeStacks and AllocStacks are the cycles' frees and allocations by
+	// stack, largest first.
+	FreeStacks  []StackUsage
+	AllocStacks []StackUsage
 }

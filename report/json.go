@@ -21,6 +21,9 @@ type JSON struct {
 	Schema string      `json:"schema"`
 	Totals JSONTotals  `json:"totals"`
 	Blocks *JSONBlocks `json:"blocks,omitempty"` // absent when no block layer was traced
+	// Fragmentation has one entry per process and device whose caching
+	// allocator was traced (block layer); absent otherwise.
+	Fragmentation []JSONPool `json:"fragmentation,omitempty"`
 	// Books are the runtime's and the driver's ledgers side by side: never
 	// summed (a cudaMalloc and its nested cuMemAlloc_v2 are one allocation
 	// in each, one in totals).
@@ -257,6 +260,9 @@ type JSONProcess struct {
 	// ("unknown"). Frees of it are unknown_frees, sizes unknown.
 	PreexistingBytesEstimate *uint64 `json:"preexisting_bytes_estimate"`
 	PreexistingBasis         string  `json:"preexisting_basis"`
+	// Churn is the process's cudaMalloc/cudaFree traffic and its
+	// release-and-reallocate cycles; absent without such calls.
+	Churn *JSONChurn `json:"churn,omitempty"`
 }
 
 // JSONProcNVML is one process's NVML figures next to the traced ones.
@@ -341,6 +347,11 @@ type JSONFinding struct {
 	TimeNs uint64 `json:"time_ns"`
 	// Leak is a leak finding's evidence; absent for other kinds.
 	Leak *JSONLeak `json:"leak,omitempty"`
+	// OOM is the failure an oom or fragmentation finding is about, when the
+	// block layer was traced; absent otherwise.
+	OOM *JSONOOM `json:"oom,omitempty"`
+	// Churn is a churn finding's evidence.
+	Churn *JSONChurn `json:"churn,omitempty"`
 }
 
 // JSONLeak is a leak finding's evidence: live bytes at each window's end.
@@ -451,6 +462,7 @@ func NewJSON(res *analysis.Result) *JSON {
 	for i := range res.Processes {
 		j.Processes = append(j.Processes, jsonProcess(res, &res.Processes[i]))
 	}
+	j.Fragmentation = jsonPools(res)
 	for _, f := range res.Findings {
 		jf := JSONFinding{Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
 			Stacks: []JSONStack{}, Remediation: nonNil(f.Remediation), PID: f.PID,
@@ -465,6 +477,11 @@ func NewJSON(res *analysis.Result) *JSON {
 			}
 			jf.Leak = jl
 		}
+		if f.OOM != nil {
+			o := jsonOOM(res, f.OOM)
+			jf.OOM = &o
+		}
+		jf.Churn = jsonChurn(res, f.Churn)
 		j.Findings = append(j.Findings, jf)
 	}
 	run := res.Run
@@ -505,6 +522,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		VMM:              jsonVMM(p.VMM),
 		StartNs:          res.Rel(p.Start),
 		PreexistingBasis: string(p.Preexisting.Basis),
+		Churn:            jsonChurn(res, p.Churn),
 	}
 	if p.SupersededAt != 0 {
 		jp.SupersededNs = ptr(res.Rel(p.SupersededAt))

@@ -181,6 +181,8 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		}
 	}
 
+	writePoolsMarkdown(p, res)
+
 	p("## Failed allocations\n\n")
 	if t.FailedAllocations == 0 {
 		p("None.\n\n")

@@ -51,7 +51,7 @@ var hints = []struct {
 	{errCommandFailed, "the command's own failure, not a memory regression: see its output above"},
 	{errSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},
 	{errRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},
-	{errInput, "INPUT must be a vramprof output directory (holding trace.vpt) or a .vpt trace"},
+	{errInput, "INPUT must be a vramprof output directory (holding trace.vpt), a .vpt trace or a PyTorch memory snapshot .pickle"},
 	{errTruncatedTrace, "the outputs cover the whole records before the cut and say the run was cut short"},
 }
 

@@ -28,11 +28,15 @@ const (
 // run was cut short.
 var errTruncatedTrace = errors.New("trace cut short")
 
-// analyze replays a trace through the analysis. The live commands use it
+// analyze replays a trace (or imports a PyTorch snapshot pickle) through
+// the analysis. The live commands use it
 // too, on the trace they just recorded: that is what makes `vramprof report`
 // byte-identical to the live run. A trace cut short inside a record gives
 // both a result and an error matching errTruncatedTrace.
 func analyze(tracePath string) (*analysis.Result, error) {
+	if isSnapshot(tracePath) {
+		return analyzeSnapshot(tracePath) // a PyTorch memory snapshot
+	}
 	f, err := os.Open(tracePath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open trace: %w", errInput, err)
@@ -81,6 +85,18 @@ func writeOutputs(dir string, res *analysis.Result) error {
 	for _, o := range outputs {
 		if err := writeFileAtomic(filepath.Join(dir, o.name), func(w io.Writer) error { return o.write(w, res) }); err != nil {
 			return err
+		}
+	}
+	// What was live at each failed segment allocation of a traced caching
+	// allocator (segments and blocks): oom-<n>.pb.gz, as report.json names
+	// them.
+	for i := range res.Pools {
+		for j := range res.Pools[i].OOMs {
+			o := &res.Pools[i].OOMs[j]
+			view := res.AtOOM(o)
+			if err := writeFileAtomic(filepath.Join(dir, analysis.OOMProfileName(o)), func(w io.Writer) error { return profile.Write(w, view) }); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -19,11 +19,11 @@ type reportOptions struct {
 }
 
 func parseReport(args []string) (*reportOptions, error) {
-	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json|html]   (INPUT: an output DIR or a .vpt trace)"
+	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json|html|snapshot]   (INPUT: an output DIR, a .vpt trace or a PyTorch snapshot .pickle)"
 	fs := newFlagSet("report")
 	o := &reportOptions{}
 	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md, report.html) into DIR")
-	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json or html")
+	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json, html, or snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/"+snapshotFile+" instead)")
 	positional, err := parseInterleaved(fs, usage, args)
 	if err != nil {
 		return nil, err
@@ -33,9 +33,9 @@ func parseReport(args []string) (*reportOptions, error) {
 	}
 	o.input = positional[0]
 	switch o.format {
-	case "text", "md", "json", "html":
+	case "text", "md", "json", "html", "snapshot":
 	default:
-		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md, json or html", o.format))
+		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html or snapshot", o.format))
 	}
 	return o, nil
 }
@@ -60,6 +60,24 @@ func reportCmd(o *reportOptions, stdout io.Writer) error {
 		if err := writeOutputs(o.out, res); err != nil {
 			return err
 		}
+	}
+	if o.format == "snapshot" {
+		if o.out == "" {
+			if serr := writeSnapshot(stdout, tracePath); serr != nil && !errors.Is(serr, errTruncatedTrace) {
+				return serr
+			}
+			return err
+		}
+		serr := writeFileAtomic(filepath.Join(o.out, snapshotFile), func(w io.Writer) error {
+			if err := writeSnapshot(w, tracePath); err != nil && !errors.Is(err, errTruncatedTrace) {
+				return err
+			}
+			return nil
+		})
+		if serr != nil {
+			return serr
+		}
+		return err
 	}
 	writers := map[string]func(io.Writer, *analysis.Result) error{
 		"text": report.WriteSummary,

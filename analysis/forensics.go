@@ -1,0 +1,239 @@
+package analysis
+
+import (
+	"fmt"
+	"strings"
+)
+
+// maxPoolOOMFindings caps the OOM findings per pool: past the first few,
+// later failures repeat the first's evidence.
+const maxPoolOOMFindings = 5
+
+// minChurnCycles: fewer release-and-reallocate cycles are a phase change,
+// not a habit worth a finding.
+const minChurnCycles = 3
+
+// fragmentationShare: at the worst moment, the cache must hold at least
+// this fraction (1/n) of reserved memory free, tensors at least as much,
+// and no free range may reach half of the free bytes, for a fragmentation
+// finding without an OOM.
+const fragmentationShare = 4
+
+// fragmentationMin: below this many cached free bytes fragmentation is
+// noise (one small-pool segment is 2 MiB).
+const fragmentationMin = 16 << 20
+
+// poolFindings derives the oom, fragmentation and churn findings of the
+// block layer and the segment traffic. It returns the processes whose
+// failures it explained, so the generic oom finding is not repeated.
+func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]map[uint64]bool) {
+	explained = make(map[uint32]map[uint64]bool)
+	for i := range r.Pools {
+		pl := &r.Pools[i]
+		var fragOOM *OOM
+		for j := range pl.OOMs {
+			o := &pl.OOMs[j]
+			if explained[pl.PID] == nil {
+				explained[pl.PID] = make(map[uint64]bool)
+			}
+			explained[pl.PID][pl.ProcessStart] = true
+			if j < maxPoolOOMFindings {
+				out = append(out, a.poolOOMFinding(r, pl, o))
+			}
+			if fragOOM == nil && o.Kind == OOMFragmentation && o.Outcome == OOMFinal {
+				fragOOM = o
+			}
+		}
+		if f := a.fragmentationFinding(r, pl, fragOOM); f != nil {
+			out = append(out, *f)
+		}
+	}
+	for i := range r.Processes {
+		if f := a.churnFinding(r, &r.Processes[i]); f != nil {
+			out = append(out, *f)
+		}
+	}
+	return out, explained
+}
+
+func mib(n uint64) float64 { return float64(n) / (1 << 20) }
+
+// stackSites names the sites of the first n stacks with their bytes.
+func stackSites(r *Result, us []StackUsage, n int) string {
+	var parts []string
+	for i, u := range us {
+		if i == n {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d bytes in %d blocks)", r.Site(u.Stack), u.Bytes, u.Count))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// splitSizeMiB is the max_split_size_mb value this run's blocks support:
+// one MiB above the largest segment that held live blocks smaller than the
+// failing request. Blocks below it keep sharing segments as they did;
+// requests of that size and more (the failing one) get blocks that are
+// never split, and PyTorch frees such cached blocks before it raises
+// out-of-memory. 0 when no such value is at most the request.
+func splitSizeMiB(o *OOM) uint64 {
+	if o.maxSharedSegment == 0 {
+		return 0
+	}
+	n := (o.maxSharedSegment+(1<<20)-1)>>20 + 1
+	if n<<20 > o.RequestBytes {
+		return 0
+	}
+	return n
+}
+
+// poolOOMFinding explains one failed segment allocation with the
+// allocator's geometry at that moment.
+func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
+	st := o.State
+	site := r.Site(o.Stack)
+	f := Finding{Kind: KindOOM, PID: pl.PID, ProcessStart: pl.ProcessStart, Bytes: o.RequestBytes, Time: o.Time,
+		Stacks: r.findingStacks(o.LiveStacks, a.opts.TopStacks)}
+	oc := *o
+	oc.Live = nil
+	f.OOM = &oc
+	geometry := fmt.Sprintf("reserved %d bytes in %d segments, %d allocated to tensors, %d cached free in %d ranges, the largest %d",
+		st.ReservedBytes, st.Segments, st.AllocatedBytes, st.CachedFreeBytes, st.FreeRanges, st.LargestFreeRange)
+	if o.Ret != 2 {
+		f.Severity = SeverityCritical
+		f.Summary = fmt.Sprintf("a segment allocation of %d bytes at %s failed with error %s on device %s at %s (%s)",
+			o.RequestBytes, site, ErrorName(o.Ret), DeviceName(o.Device), seconds(r, o.Time), geometry)
+		f.Remediation = []string{fmt.Sprintf("error %s is not out-of-memory: check the driver and device setup before the sizes", ErrorName(o.Ret))}
+		return f
+	}
+	if o.Outcome == OOMRetried {
+		f.Severity = SeverityMedium
+		f.Summary = fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %.3f ms inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",
+			o.RequestBytes, FormatBytes(o.RequestBytes), site, DeviceName(o.Device), seconds(r, o.Time), geometry,
+			o.ReleasedSegments, o.ReleasedBytes, float64(o.CostNs)/1e6)
+		if o.Kind == OOMFragmentation && st.LargestFreeRange < o.RequestBytes {
+			f.Remediation = append(f.Remediation, fmt.Sprintf(
+				"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache held %d bytes free, more than the %d requested, but no range above %d; expandable segments grow in place and would have served it without flushing the cache",
+				st.CachedFreeBytes, o.RequestBytes, st.LargestFreeRange))
+		} else {
+			f.Remediation = append(f.Remediation, fmt.Sprintf(
+				"the device was nearly full: %d bytes reserved when %d more were asked; lower the peak (the largest live blocks then: %s) before this becomes a final OOM",
+				st.ReservedBytes, o.RequestBytes, stackSites(r, o.LiveStacks, 3)))
+		}
+		return f
+	}
+	f.Severity = SeverityCritical
+	switch o.Kind {
+	case OOMFragmentation:
+		f.Summary = fmt.Sprintf("fragmentation OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, more than requested, in %d ranges of which the largest was %d (%s); %s",
+			o.RequestBytes, FormatBytes(o.RequestBytes), site, DeviceName(o.Device), seconds(r, o.Time),
+			st.CachedFreeBytes, FormatBytes(st.CachedFreeBytes), st.FreeRanges, st.LargestFreeRange, FormatBytes(st.LargestFreeRange), geometry)
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: %d bytes were free in the cache but split into %d ranges no larger than %d, below the %d requested; expandable segments map memory into segments that grow in place, so freed ranges are not stranded between live blocks",
+			st.CachedFreeBytes, st.FreeRanges, st.LargestFreeRange, o.RequestBytes))
+		if n := splitSizeMiB(o); n > 0 {
+			f.Remediation = append(f.Remediation, fmt.Sprintf(
+				"or set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:%d: N is one MiB above the largest segment (%.0f MiB) holding live blocks smaller than the request, so those keep sharing segments, while requests of %d MiB and more (this one: %.0f MiB) get blocks that are never split and that PyTorch frees before raising out-of-memory",
+				n, mib(o.maxSharedSegment), n, mib(o.RequestBytes)))
+		}
+	default:
+		f.Summary = fmt.Sprintf("capacity OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded; the cache held only %d bytes (%s) free, less than requested even as one range (%s)",
+			o.RequestBytes, FormatBytes(o.RequestBytes), site, DeviceName(o.Device), seconds(r, o.Time),
+			st.CachedFreeBytes, FormatBytes(st.CachedFreeBytes), geometry)
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"reduce the batch size or the activation memory: tensors held %d bytes when %d more were needed; the largest live blocks then: %s",
+			st.AllocatedBytes, o.RequestBytes, stackSites(r, o.LiveStacks, 3)))
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"expandable_segments:True or empty_cache() would not avoid it: even defragmented, the %d cached free bytes are short of the %d requested by %d",
+			st.CachedFreeBytes, o.RequestBytes, o.RequestBytes-st.CachedFreeBytes))
+	}
+	return f
+}
+
+// fragmentationFinding reports the bytes reserved but unallocated at a
+// fragmentation OOM, or else at the worst moment when they were a large
+// share of reserved memory scattered in small ranges.
+func (a *Analyzer) fragmentationFinding(r *Result, pl *Pool, o *OOM) *Finding {
+	f := &Finding{Kind: KindFragmentation, PID: pl.PID, ProcessStart: pl.ProcessStart}
+	if o != nil {
+		st := o.State
+		f.Severity, f.Bytes, f.Time = SeverityHigh, st.CachedFreeBytes, o.Time
+		oc := *o
+		oc.Live = nil
+		f.OOM = &oc
+		f.Summary = fmt.Sprintf("at the failing request of %d bytes on device %s (%s), %d bytes (%.1f%% of the %d reserved) were cached free in %d ranges, the largest %d: fragmentation, not capacity, ended the run",
+			o.RequestBytes, DeviceName(pl.Device), seconds(r, o.Time), st.CachedFreeBytes, percent(st.CachedFreeBytes, st.ReservedBytes),
+			st.ReservedBytes, st.FreeRanges, st.LargestFreeRange)
+		f.Stacks = r.findingStacks(o.LiveStacks, a.opts.TopStacks)
+		f.Remediation = []string{fmt.Sprintf(
+			"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (see the oom finding at %s)", seconds(r, o.Time))}
+		return f
+	}
+	w := pl.Worst
+	// Tensors must still hold a quarter of the reserved memory: the worst
+	// moment is otherwise a teardown (everything freed, segments cached),
+	// which is no fragmentation.
+	if w == nil || w.CachedFreeBytes < fragmentationMin || w.CachedFreeBytes*fragmentationShare < w.ReservedBytes ||
+		w.AllocatedBytes*fragmentationShare < w.ReservedBytes || 2*w.LargestFreeRange >= w.CachedFreeBytes {
+		return nil
+	}
+	f.Severity, f.Bytes, f.Time = SeverityMedium, w.CachedFreeBytes, w.Time
+	f.Summary = fmt.Sprintf("at %s, %d bytes (%.1f%% of the %d reserved on device %s) were cached free but scattered in %d ranges, the largest %d; %d segments were pinned by one small block",
+		seconds(r, w.Time), w.CachedFreeBytes, percent(w.CachedFreeBytes, w.ReservedBytes), w.ReservedBytes,
+		DeviceName(pl.Device), w.FreeRanges, w.LargestFreeRange, w.PinnedSegments)
+	f.Remediation = []string{fmt.Sprintf(
+		"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no request above %d bytes could use the %d free bytes without a new segment",
+		w.LargestFreeRange, w.CachedFreeBytes)}
+	return f
+}
+
+// churnFinding prices a process's release-and-reallocate cycles. Only a
+// process whose caching allocator was traced qualifies: there the cycles
+// are the cache released and refilled (empty_cache); a program calling
+// cudaMalloc/cudaFree itself every step has no cache to keep.
+func (a *Analyzer) churnFinding(r *Result, p *Process) *Finding {
+	c := p.Churn
+	if c == nil || c.Cycles < minChurnCycles || !hasPool(r, p) {
+		return nil
+	}
+	sev := SeverityInfo
+	if c.CostMsPerSecond >= 1 || c.Cycles >= 10 {
+		sev = SeverityMedium
+	}
+	gap := float64(c.CycleGapNs) / float64(c.Cycles) / 1e6
+	f := &Finding{Kind: KindChurn, Severity: sev, PID: p.PID, ProcessStart: p.Start, Bytes: c.CycleBytes, Time: p.Start,
+		Summary: fmt.Sprintf("process %d released %d segments (%d bytes, %s) that a segment of the same size replaced within %.3f ms on average: %d cudaMalloc and %d cudaFree calls (%.1f per second, %.3f ms inside them); the cycles cost %.3f ms per second of run",
+			p.PID, c.Cycles, c.CycleBytes, FormatBytes(c.CycleBytes), gap, c.Allocs, c.Frees, c.CallsPerSecond,
+			float64(c.AllocNs+c.FreeNs)/1e6, c.CostMsPerSecond),
+	}
+	// The release stacks first (where empty_cache() is called), when the
+	// frees had stacks; then the allocations that took the memory back.
+	where := "the release sites (no stack was captured at the frees)"
+	for _, s := range c.FreeStacks {
+		if s.Stack != 0 {
+			if len(f.Stacks) == 0 {
+				where = r.Site(s.Stack)
+			}
+			f.Stacks = append(f.Stacks, r.findingStacks([]StackUsage{s}, 1)...)
+		}
+	}
+	f.Stacks = append(f.Stacks, r.findingStacks(c.AllocStacks, a.opts.TopStacks)...)
+	if len(c.AllocStacks) > 0 {
+		where += fmt.Sprintf(", before the allocations at %s", r.Site(c.AllocStacks[0].Stack))
+	}
+	f.Remediation = []string{fmt.Sprintf(
+		"remove the empty_cache() (or other cache release) at %s from the loop: the %d bytes it released came back within %.3f ms on average, so it saved nothing for long and cost %.3f ms per second in cudaFree/cudaMalloc; call it once after a phase that will not need the memory again",
+		where, c.CycleBytes, gap, c.CostMsPerSecond)}
+	f.Churn = c
+	return f
+}
+
+// hasPool reports whether the block layer was traced for p.
+func hasPool(r *Result, p *Process) bool {
+	for i := range r.Pools {
+		if r.Pools[i].PID == p.PID && r.Pools[i].ProcessStart == p.Start {
+			return true
+		}
+	}
+	return false
+}

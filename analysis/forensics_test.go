@@ -1,0 +1,305 @@
+package analysis
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// poolStream drives a caching allocator by hand: segments through
+// cudaMalloc/cudaFree (thread 1), blocks through pytorch:malloc/free. The
+// clock advances 1 ms per event; each CUDA call lasts 10 µs.
+type poolStream struct {
+	*stream
+	t uint64
+}
+
+func newPoolStream() *poolStream {
+	return &poolStream{stream: newStream().stack(1, "alloc_block", 1).stack(2, "train", 2)}
+}
+
+func (s *poolStream) next() uint64 { s.t += 1e6; return s.t }
+
+func (s *poolStream) seg(addr, size uint64) {
+	s.ev(event.Event{Time: s.next(), Duration: 10e3, Addr: addr, Size: size, Stack: 1, TID: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})
+}
+
+func (s *poolStream) segFail(size uint64) {
+	s.ev(event.Event{Time: s.next(), Duration: 10e3, Size: size, Stack: 1, TID: 1, Ret: 2, Kind: event.KindAlloc, API: event.APICudaMalloc})
+}
+
+func (s *poolStream) segFree(addr uint64) {
+	s.ev(event.Event{Time: s.next(), Duration: 10e3, Addr: addr, TID: 1, Kind: event.KindFree, API: event.APICudaFree})
+}
+
+func (s *poolStream) block(addr, size uint64) {
+	s.ev(event.Event{Time: s.next(), Addr: addr, Size: size, Stack: 2, TID: 1, Layer: event.LayerBlock, Kind: event.KindAlloc, API: event.APIPyTorchMalloc})
+}
+
+func (s *poolStream) blockFree(addr uint64) {
+	s.ev(event.Event{Time: s.next(), Addr: addr, TID: 1, Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
+}
+
+func (s *poolStream) result(tb testing.TB) *Result {
+	s.end(s.next())
+	return mustAnalyze(tb, Options{}, s.recs)
+}
+
+const segBase = uint64(0x7f20_0000_0000)
+
+// TestFragmentationOOM replays pool_frag_oom's allocator (testdata
+// README): a free 2 MiB small segment, 4 x 20 MiB segments of 5 x 4 MiB
+// blocks with every other block freed, then a 24 MiB segment that fails,
+// the free-all releasing the 2 MiB segment, and the retry failing. The
+// truth's fragmentation record: reserved 85983232, allocated 41943040,
+// cached free 44040192, largest free range 4194304, oom_kind
+// fragmentation.
+func TestFragmentationOOM(t *testing.T) {
+	s := newPoolStream()
+	s.seg(segBase, 2*MiB)
+	for i := range uint64(3) {
+		s.block(segBase+i*256*KiB, 256*KiB)
+	}
+	for i := range uint64(3) {
+		s.blockFree(segBase + i*256*KiB)
+	}
+	var blocks []uint64
+	for k := range uint64(4) {
+		seg := segBase + 2*MiB + k*20*MiB
+		s.seg(seg, 20*MiB)
+		for i := range uint64(5) {
+			s.block(seg+i*4*MiB, 4*MiB)
+			blocks = append(blocks, seg+i*4*MiB)
+		}
+	}
+	for i := 1; i < len(blocks); i += 2 {
+		s.blockFree(blocks[i])
+	}
+	s.segFail(24 * MiB)
+	s.segFree(segBase)
+	s.segFail(24 * MiB)
+	for i := 0; i < len(blocks); i += 2 {
+		s.blockFree(blocks[i])
+	}
+	r := s.result(t)
+
+	require.Len(t, r.Pools, 1)
+	pl := r.Pools[0]
+	require.Len(t, pl.OOMs, 1, "the failed retry belongs to the first failure")
+	o := pl.OOMs[0]
+	assert.Equal(t, PoolState{Time: o.Time, ReservedBytes: 85983232, AllocatedBytes: 41943040, CachedFreeBytes: 44040192,
+		LargestFreeRange: 4194304, FreeRanges: 11, Segments: 5}, o.State)
+	assert.Equal(t, OOMFragmentation, o.Kind)
+	assert.Equal(t, OOMFinal, o.Outcome)
+	assert.Equal(t, uint64(24*MiB), o.RequestBytes)
+	assert.Equal(t, uint64(2*MiB), o.ReleasedBytes)
+	assert.Equal(t, 1, o.ReleasedSegments)
+	assert.Equal(t, uint64(30e3), o.CostNs, "failed call, one free, failed retry")
+	assert.Equal(t, 1, o.Index)
+	require.NotEmpty(t, o.LiveStacks)
+	assert.Equal(t, Usage{Count: 10, Bytes: 41943040}, o.LiveStacks[0].Usage)
+	// What was live: 4 segments (the 2 MiB one too, freed only after) and
+	// 10 blocks.
+	var segs, blks Usage
+	for _, c := range o.Live {
+		if c.Layer == event.LayerSegment {
+			segs.Count += c.Live.Count
+			segs.Bytes += c.Live.Bytes
+		} else {
+			blks.Count += c.Live.Count
+			blks.Bytes += c.Live.Bytes
+		}
+	}
+	assert.Equal(t, Usage{Count: 5, Bytes: 85983232}, segs)
+	assert.Equal(t, Usage{Count: 10, Bytes: 41943040}, blks)
+
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1, "one finding per failure, the generic one replaced")
+	f := ooms[0]
+	assert.Equal(t, SeverityCritical, f.Severity)
+	assert.Equal(t, uint64(24*MiB), f.Bytes)
+	assert.Contains(t, f.Summary, "fragmentation OOM")
+	require.Len(t, f.Remediation, 2)
+	assert.Contains(t, f.Remediation[0], "expandable_segments:True")
+	// 1 + the 20 MiB segments that hold the 4 MiB blocks.
+	assert.Contains(t, f.Remediation[1], "max_split_size_mb:21")
+
+	frag := findings(r, KindFragmentation)
+	require.Len(t, frag, 1)
+	assert.Equal(t, uint64(44040192), frag[0].Bytes, "cached free at the failing request")
+	assert.Equal(t, SeverityHigh, frag[0].Severity)
+
+	assert.Equal(t, "oom-1.pb.gz", OOMProfileName(&o))
+	assert.Equal(t, o.Live, r.AtOOM(&o).Classes)
+}
+
+// TestCapacityOOM replays pool_capacity_oom: 3 x 12 MiB segments (one
+// block each) and a 20 MiB segment with two 4 MiB blocks, the second
+// freed; a 32 MiB segment fails twice (nothing to release). Truth:
+// reserved 58720256, allocated 41943040, cached free 16777216, largest
+// free range 16777216, oom_kind capacity.
+func TestCapacityOOM(t *testing.T) {
+	s := newPoolStream()
+	for i := range uint64(3) {
+		s.seg(segBase+i*12*MiB, 12*MiB)
+		s.block(segBase+i*12*MiB, 12*MiB)
+	}
+	act := segBase + 36*MiB
+	s.seg(act, 20*MiB)
+	s.block(act, 4*MiB)
+	s.block(act+4*MiB, 4*MiB)
+	s.blockFree(act + 4*MiB)
+	s.segFail(32 * MiB)
+	s.segFail(32 * MiB)
+	r := s.result(t)
+
+	require.Len(t, r.Pools, 1)
+	require.Len(t, r.Pools[0].OOMs, 1)
+	o := r.Pools[0].OOMs[0]
+	assert.Equal(t, uint64(58720256), o.State.ReservedBytes)
+	assert.Equal(t, uint64(41943040), o.State.AllocatedBytes)
+	assert.Equal(t, uint64(16777216), o.State.CachedFreeBytes)
+	assert.Equal(t, uint64(16777216), o.State.LargestFreeRange)
+	assert.Equal(t, OOMCapacity, o.Kind)
+	assert.Equal(t, OOMFinal, o.Outcome)
+	assert.Zero(t, o.ReleasedSegments)
+
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Contains(t, ooms[0].Summary, "capacity OOM")
+	assert.Contains(t, ooms[0].Remediation[0], "reduce the batch size")
+	assert.Contains(t, ooms[0].Remediation[1], "would not avoid it")
+	for _, rem := range ooms[0].Remediation {
+		assert.False(t, strings.HasPrefix(rem, "set PYTORCH_CUDA_ALLOC_CONF"), "no allocator setting for a capacity OOM")
+	}
+	assert.Empty(t, findings(r, KindFragmentation))
+}
+
+// TestRetrySucceeded replays pool_retry: the 28 MiB segment fails, the
+// allocator frees the 12 and 14 MiB segments (27262976 bytes) and the
+// retry succeeds. State before the free-all (truth's retries[]): reserved
+// 48234496, allocated 8388608, cached free 39845888, largest 14680064.
+func TestRetrySucceeded(t *testing.T) {
+	s := newPoolStream()
+	s.seg(segBase, 20*MiB)
+	s.block(segBase, 8*MiB)
+	s.block(segBase+8*MiB, 8*MiB)
+	s.seg(segBase+20*MiB, 12*MiB)
+	s.block(segBase+20*MiB, 12*MiB)
+	s.seg(segBase+32*MiB, 14*MiB)
+	s.block(segBase+32*MiB, 14*MiB)
+	s.blockFree(segBase + 20*MiB)
+	s.blockFree(segBase + 32*MiB)
+	s.blockFree(segBase + 8*MiB)
+	s.segFail(28 * MiB)
+	s.segFree(segBase + 20*MiB)
+	s.segFree(segBase + 32*MiB)
+	s.seg(segBase+20*MiB, 28*MiB)
+	s.block(segBase+20*MiB, 28*MiB)
+	s.blockFree(segBase + 20*MiB)
+	r := s.result(t)
+
+	require.Len(t, r.Pools, 1)
+	require.Len(t, r.Pools[0].OOMs, 1)
+	o := r.Pools[0].OOMs[0]
+	assert.Equal(t, OOMRetried, o.Outcome)
+	assert.Equal(t, uint64(48234496), o.State.ReservedBytes)
+	assert.Equal(t, uint64(8388608), o.State.AllocatedBytes)
+	assert.Equal(t, uint64(39845888), o.State.CachedFreeBytes)
+	assert.Equal(t, uint64(14680064), o.State.LargestFreeRange)
+	assert.Equal(t, uint64(27262976), o.ReleasedBytes)
+	assert.Equal(t, 2, o.ReleasedSegments)
+	assert.Equal(t, uint64(40e3), o.CostNs)
+
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Equal(t, SeverityMedium, ooms[0].Severity, "the run went on")
+	assert.Contains(t, ooms[0].Summary, "the retry succeeded")
+	assert.Empty(t, findings(r, KindFragmentation), "no final OOM, no fragmentation finding")
+}
+
+// TestChurn replays pool_empty_cache: a 40 MiB weight, then 20 steps that
+// each get a 20 MiB, a 2 MiB and a 12 MiB segment and release them with
+// empty_cache, then teardown. 61 cudaMalloc and 61 cudaFree; steps 2..20
+// take back what the step before released: 19 x 3 = 57 cycles, 19 x 34 MiB
+// = 677380096 bytes.
+func TestChurn(t *testing.T) {
+	s := newPoolStream()
+	w := segBase
+	s.seg(w, 40*MiB)
+	s.block(w, 40*MiB)
+	sizes := []uint64{20 * MiB, 2 * MiB, 12 * MiB}
+	for range 20 {
+		addr := segBase + 40*MiB
+		var segs []uint64
+		for _, sz := range sizes {
+			s.seg(addr, sz)
+			s.block(addr, sz/2)
+			s.blockFree(addr)
+			segs = append(segs, addr)
+			addr += sz
+		}
+		for _, a := range segs {
+			s.segFree(a)
+		}
+	}
+	s.blockFree(w)
+	s.segFree(w)
+	r := s.result(t)
+
+	c := process(t, r, 100).Churn
+	require.NotNil(t, c)
+	assert.Equal(t, uint64(61), c.Allocs)
+	assert.Equal(t, uint64(61), c.Frees)
+	assert.Equal(t, uint64(57), c.Cycles)
+	assert.Equal(t, uint64(677380096), c.CycleBytes)
+	assert.Equal(t, uint64(57*2*10e3), c.CycleNs)
+	fs := findings(r, KindChurn)
+	require.Len(t, fs, 1)
+	assert.Equal(t, uint64(677380096), fs[0].Bytes)
+	assert.Contains(t, fs[0].Remediation[0], "empty_cache()")
+
+	// The same calls 3 s apart are phases, not churn.
+	r2 := mustAnalyze(t, Options{ChurnWindow: 1}, s.recs)
+	assert.Zero(t, process(t, r2, 100).Churn.Cycles)
+	assert.Empty(t, findings(r2, KindChurn))
+}
+
+// TestNoPoolNoForensics: without block events, a failed cudaMalloc keeps
+// the generic oom finding and no pool is reported.
+func TestNoPoolNoForensics(t *testing.T) {
+	s := newStream().stack(1, "f", 1)
+	s.alloc(1, segBase, MiB, 1).fail(2, GiB, 1, 2).end(3)
+	r := mustAnalyze(t, Options{}, s.recs)
+	assert.Empty(t, r.Pools)
+	require.Len(t, findings(r, KindOOM), 1)
+	assert.Contains(t, findings(r, KindOOM)[0].Summary, "a request for")
+}
+
+// TestPoolGeometry checks holes, pinned segments and unplaced blocks.
+func TestPoolGeometry(t *testing.T) {
+	s := newPoolStream()
+	s.block(0x1000, 512) // before any segment: unplaced
+	s.seg(segBase, 20*MiB)
+	s.block(segBase+4*MiB, MiB) // pins the segment: 1 MiB of 20
+	s.seg(segBase+20*MiB, 2*MiB)
+	s.block(segBase+20*MiB, 512*KiB)
+	s.block(segBase+20*MiB+MiB, 512*KiB)
+	r := s.result(t)
+	require.Len(t, r.Pools, 1)
+	end := r.Pools[0].AtEnd
+	assert.Equal(t, uint64(22*MiB), end.ReservedBytes)
+	assert.Equal(t, uint64(2*MiB), end.AllocatedBytes)
+	assert.Equal(t, uint64(20*MiB), end.CachedFreeBytes)
+	assert.Equal(t, uint64(15*MiB), end.LargestFreeRange)
+	// 4 MiB before the pinning block, 15 after; 512 KiB twice in the small
+	// segment.
+	assert.Equal(t, 4, end.FreeRanges)
+	assert.Equal(t, 1, end.PinnedSegments)
+	assert.Equal(t, uint64(19*MiB), end.PinnedBytes)
+	assert.Equal(t, uint64(512), end.UnplacedBytes)
+}

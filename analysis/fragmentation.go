@@ -1,0 +1,443 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// poolKey is one process's caching allocator on one device.
+type poolKey struct {
+	pid    uint32
+	device int32
+}
+
+// pool is the geometry of one process's memory on one device: the segments
+// it got from CUDA (the segment layer) and the blocks handed out inside them
+// (the block layer), placed by address. It exists for every process with
+// segment-layer allocations; only those with block events are reported.
+type pool struct {
+	key poolKey
+	// segs are the live segments, sorted by address; a block lies in the
+	// one whose range holds its address (binary search: O(log segments)).
+	segs []*poolSegment
+	// reserved sums the live segments; allocated the live blocks placed in
+	// them; unplaced the live blocks in no traced segment (a segment from
+	// before attach), outside reserved and allocated both.
+	reserved, allocated, unplaced uint64
+	// unplacedBlocks are those blocks, by address.
+	unplacedBlocks map[uint64]poolBlock
+	// blocks is set once a block event came for the pool: its
+	// fragmentation figures and OOM forensics are reported.
+	blocks bool
+	// worst is the state at the largest cached-free total seen while
+	// blocks were allocated. Its geometry (free ranges) is taken lazily:
+	// worstPending is set when a new maximum is reached, and the snapshot
+	// is completed before the next event changes the pool, so the cost is
+	// paid at local maxima only, not at every event.
+	worst        *PoolState
+	worstPending bool
+	// ooms are the failed segment allocations while blocks were traced;
+	// open is the last one while a retry may still follow.
+	ooms []*OOM
+	open *OOM
+}
+
+// poolSegment is one live segment and its live blocks, sorted by address.
+type poolSegment struct {
+	addr, size uint64
+	stack      event.StackID
+	api        event.API
+	allocated  uint64
+	blocks     []poolBlock
+}
+
+// poolBlock is one live block.
+type poolBlock struct {
+	addr, size uint64
+	stack      event.StackID
+}
+
+func (a *Analyzer) pool(pid uint32, device int32) *pool {
+	k := poolKey{pid, device}
+	p := a.pools[k]
+	if p == nil {
+		p = &pool{key: k, unplacedBlocks: make(map[uint64]poolBlock)}
+		a.pools[k] = p
+	}
+	return p
+}
+
+// segmentAt returns the index of the live segment holding addr, or -1.
+func (p *pool) segmentAt(addr uint64) int {
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > addr }) - 1
+	if i >= 0 && addr < p.segs[i].addr+p.segs[i].size {
+		return i
+	}
+	return -1
+}
+
+// touch completes a pending worst-moment snapshot before the pool changes.
+func (p *pool) touch() {
+	if p.worstPending {
+		p.snapshot(p.worst)
+		p.worstPending = false
+	}
+}
+
+// noteWorst records a new worst moment when cached free bytes exceed the
+// previous worst while blocks are allocated.
+func (p *pool) noteWorst(t uint64) {
+	if !p.blocks || p.allocated == 0 {
+		return
+	}
+	free := p.reserved - p.allocated
+	if p.worst != nil && free <= p.worst.CachedFreeBytes {
+		return
+	}
+	p.worst = &PoolState{Time: t, ReservedBytes: p.reserved, AllocatedBytes: p.allocated, CachedFreeBytes: free}
+	p.worstPending = true
+}
+
+// segmentAlloc adds a segment the process got from CUDA.
+func (p *pool) segmentAlloc(e *event.Event) {
+	p.touch()
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
+	s := &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
+	p.segs = slices.Insert(p.segs, i, s)
+	p.reserved += e.Size
+	// Blocks seen before their segment (a segment from before attach that
+	// was freed and reallocated is not possible; but a missed segment
+	// record is) stay unplaced: they are not moved in.
+	p.noteWorst(e.Time)
+}
+
+// segmentFree drops a segment. Blocks still live in it (a missed block
+// free) become unplaced.
+func (p *pool) segmentFree(t, addr, duration uint64) {
+	i := p.segmentAt(addr)
+	if i < 0 || p.segs[i].addr != addr {
+		return
+	}
+	p.touch()
+	s := p.segs[i]
+	p.segs = slices.Delete(p.segs, i, i+1)
+	p.reserved -= s.size
+	p.allocated -= s.allocated
+	for _, b := range s.blocks {
+		p.unplacedBlocks[b.addr] = b
+		p.unplaced += b.size
+	}
+	if o := p.open; o != nil && o.Outcome == OOMPending {
+		o.ReleasedBytes += s.size
+		o.ReleasedSegments++
+		o.CostNs += duration
+	}
+	p.noteWorst(t)
+}
+
+// blockAlloc places a block handed out by the allocator.
+func (p *pool) blockAlloc(e *event.Event) {
+	p.touch()
+	p.closeOpen()
+	p.blocks = true
+	b := poolBlock{addr: e.Addr, size: e.Size, stack: e.Stack}
+	i := p.segmentAt(e.Addr)
+	if i < 0 {
+		p.unplacedBlocks[e.Addr] = b
+		p.unplaced += e.Size
+		return
+	}
+	s := p.segs[i]
+	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
+	if found {
+		// A free was missed: the new block replaces the old.
+		s.allocated -= s.blocks[j].size
+		p.allocated -= s.blocks[j].size
+		s.blocks[j] = b
+	} else {
+		s.blocks = slices.Insert(s.blocks, j, b)
+	}
+	s.allocated += e.Size
+	p.allocated += e.Size
+	p.noteWorst(e.Time)
+}
+
+// blockFree returns a block to the cache.
+func (p *pool) blockFree(t, addr uint64) {
+	p.touch()
+	p.closeOpen()
+	p.blocks = true
+	if b, ok := p.unplacedBlocks[addr]; ok {
+		delete(p.unplacedBlocks, addr)
+		p.unplaced -= b.size
+		return
+	}
+	i := p.segmentAt(addr)
+	if i < 0 {
+		return
+	}
+	s := p.segs[i]
+	j, found := slices.BinarySearchFunc(s.blocks, addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
+	if !found {
+		return
+	}
+	s.allocated -= s.blocks[j].size
+	p.allocated -= s.blocks[j].size
+	s.blocks = slices.Delete(s.blocks, j, j+1)
+	p.noteWorst(t)
+}
+
+// pinnedShare: a segment is pinned when one live block holds less than this
+// fraction of it (1/pinnedShare): empty_cache cannot release the segment,
+// and the block keeps the rest of it out of every other pool and stream.
+const pinnedShare = 4
+
+// snapshot fills the geometry of st from the pool as it is now: free
+// ranges between and around live blocks, the largest, and pinned segments.
+// Cost O(segments + live blocks).
+func (p *pool) snapshot(st *PoolState) {
+	st.ReservedBytes, st.AllocatedBytes = p.reserved, p.allocated
+	st.CachedFreeBytes = p.reserved - p.allocated
+	st.UnplacedBytes = p.unplaced
+	st.Segments = len(p.segs)
+	st.LargestFreeRange, st.FreeRanges, st.PinnedSegments, st.PinnedBytes = 0, 0, 0, 0
+	for _, s := range p.segs {
+		end := s.addr
+		gap := func(to uint64) {
+			if to > end {
+				st.FreeRanges++
+				st.LargestFreeRange = max(st.LargestFreeRange, to-end)
+			}
+		}
+		for _, b := range s.blocks {
+			gap(b.addr)
+			end = max(end, b.addr+b.size)
+		}
+		gap(s.addr + s.size)
+		if len(s.blocks) == 1 && s.blocks[0].size*pinnedShare < s.size {
+			st.PinnedSegments++
+			st.PinnedBytes += s.size - s.blocks[0].size
+		}
+	}
+}
+
+// liveBlocksByStack sums the live blocks by stack (placed or not).
+func (p *pool) liveBlocksByStack() map[event.StackID]*Usage {
+	m := make(map[event.StackID]*Usage)
+	add := func(b poolBlock) {
+		u := m[b.stack]
+		if u == nil {
+			u = &Usage{}
+			m[b.stack] = u
+		}
+		u.add(b.size)
+	}
+	for _, s := range p.segs {
+		for _, b := range s.blocks {
+			add(b)
+		}
+	}
+	for _, b := range p.unplacedBlocks {
+		add(b)
+	}
+	return m
+}
+
+// classesAt lists what the pool held live now as allocation classes (one
+// per layer, stack, size): the segments and the blocks, for oom-<n>.pb.gz.
+func (p *pool) classesAt(pid uint32, start uint64) []Class {
+	type key struct {
+		layer event.Layer
+		stack event.StackID
+		api   event.API
+		size  uint64
+	}
+	m := make(map[key]*Usage)
+	add := func(k key) {
+		u := m[k]
+		if u == nil {
+			u = &Usage{}
+			m[k] = u
+		}
+		u.add(k.size)
+	}
+	for _, s := range p.segs {
+		add(key{event.LayerSegment, s.stack, s.api, s.size})
+		for _, b := range s.blocks {
+			add(key{event.LayerBlock, b.stack, event.APIPyTorchMalloc, b.size})
+		}
+	}
+	for _, b := range p.unplacedBlocks {
+		add(key{event.LayerBlock, b.stack, event.APIPyTorchMalloc, b.size})
+	}
+	out := make([]Class, 0, len(m))
+	for k, u := range m {
+		out = append(out, Class{PID: pid, ProcessStart: start, Stack: k.stack, Device: p.key.device, API: k.api,
+			Layer: k.layer, Space: SpaceDevice, Size: k.size, Alloc: *u, Live: *u, Peak: *u})
+	}
+	slices.SortFunc(out, func(x, y Class) int {
+		return cmp.Or(cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Stack, y.Stack), cmp.Compare(x.API, y.API),
+			cmp.Compare(x.Size, y.Size))
+	})
+	return out
+}
+
+// segmentFailed opens an OOM record for a failed segment allocation while
+// the block layer is traced, or closes the open one when this is its retry.
+func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
+	if !p.blocks {
+		return
+	}
+	p.touch()
+	if o := p.open; o != nil && o.Outcome == OOMPending && o.TID == e.TID && o.RequestBytes == e.Size {
+		o.Outcome = OOMFinal
+		o.RetryTime = e.Time
+		o.CostNs += e.Duration
+		p.open = nil
+		return
+	}
+	p.closeOpen()
+	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, Ret: e.Ret, RequestBytes: e.Size,
+		Outcome: OOMPending, CostNs: e.Duration}
+	p.snapshot(&o.State)
+	o.State.Time = e.Time
+	o.Kind = OOMCapacity
+	if o.State.CachedFreeBytes >= e.Size {
+		o.Kind = OOMFragmentation
+	}
+	o.blockStacks = p.liveBlocksByStack()
+	in := a.inst(e.PID)
+	o.Live = p.classesAt(in.pid, in.start)
+	// The largest segment that serves blocks smaller than the request: the
+	// max_split_size_mb remediation must stay above it.
+	for _, s := range p.segs {
+		for _, b := range s.blocks {
+			if b.size < e.Size {
+				o.maxSharedSegment = max(o.maxSharedSegment, s.size)
+				break
+			}
+		}
+	}
+	p.ooms = append(p.ooms, o)
+	p.open = o
+}
+
+// segmentRetried closes the open OOM record when a successful allocation
+// of the same size on the same thread follows it: the allocator's retry
+// after freeing its cache worked.
+func (p *pool) segmentRetried(e *event.Event) {
+	if o := p.open; o != nil && o.Outcome == OOMPending && o.TID == e.TID && o.RequestBytes == e.Size {
+		o.Outcome = OOMRetried
+		o.RetryTime = e.Time
+		o.CostNs += e.Duration
+		p.open = nil
+	}
+}
+
+// closeOpen ends a pending OOM record without a retry: a block event came
+// first, or the stream ended.
+func (p *pool) closeOpen() {
+	if o := p.open; o != nil {
+		if o.Outcome == OOMPending {
+			o.Outcome = OOMFinal
+		}
+		p.open = nil
+	}
+}
+
+// poolEvent applies a block-layer event or a non-nested device-memory
+// segment event to the geometry, before the model's own accounting (which
+// deletes the live entry a free needs).
+func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
+	switch {
+	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
+		if e.Ret == 0 && e.Size > 0 && e.Addr != 0 {
+			a.pool(e.PID, e.Device).blockAlloc(e)
+		}
+	case layer == event.LayerBlock && e.Kind == event.KindFree:
+		if e.Ret != 0 || e.Addr == 0 {
+			return
+		}
+		// pytorch:free carries only the pointer: the device is the block's.
+		if la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}]; ok {
+			a.pool(e.PID, a.classes[la.class].key.device).blockFree(e.Time, e.Addr)
+		}
+	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
+		p := a.pool(e.PID, e.Device)
+		switch {
+		case e.Ret != 0:
+			if e.Flags&event.FlagNested == 0 {
+				a.segmentFailed(p, e)
+			}
+		case e.Size > 0 && e.Addr != 0:
+			if old, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]; ok {
+				a.pool(e.PID, a.classes[old.class].key.device).segmentFree(e.Time, e.Addr, 0)
+			}
+			p.segmentRetried(e)
+			p.segmentAlloc(e)
+		}
+	case layer == event.LayerSegment && e.Kind == event.KindFree:
+		if e.Ret != 0 || e.Addr == 0 {
+			return
+		}
+		if la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]; ok {
+			a.pool(e.PID, a.classes[la.class].key.device).segmentFree(e.Time, e.Addr, e.Duration)
+		}
+	}
+}
+
+// finishPools completes the pools with block events into Result.Pools.
+func (a *Analyzer) finishPools(r *Result) {
+	for _, p := range a.pools {
+		if !p.blocks {
+			continue
+		}
+		p.touch()
+		p.closeOpen()
+		in := a.inst(p.key.pid)
+		fp := Pool{PID: in.pid, ProcessStart: in.start, Device: p.key.device}
+		if p.worst != nil {
+			w := *p.worst
+			fp.Worst = &w
+		}
+		fp.AtEnd.Time = a.latest
+		p.snapshot(&fp.AtEnd)
+		for _, o := range p.ooms {
+			c := *o
+			c.LiveStacks = topStacks(o.blockStacks, a.opts.TopStacks)
+			c.blockStacks = nil
+			fp.OOMs = append(fp.OOMs, c)
+		}
+		r.Pools = append(r.Pools, fp)
+	}
+	slices.SortFunc(r.Pools, func(x, y Pool) int {
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart), cmp.Compare(x.Device, y.Device))
+	})
+	n := 0
+	for i := range r.Pools {
+		for j := range r.Pools[i].OOMs {
+			n++
+			r.Pools[i].OOMs[j].Index = n
+		}
+	}
+}
+
+// OOMProfileName is the file the CLI writes what was live at an OOM into,
+// in the output directory: "oom-<Index>.pb.gz".
+func OOMProfileName(o *OOM) string {
+	return fmt.Sprintf("oom-%d.pb.gz", o.Index)
+}
+
+// AtOOM returns a view of r whose allocation classes are what the failing
+// pool held at o (segments and blocks, live and "peak" alike): profile.Build
+// on it gives oom-<n>.pb.gz. The view shares everything else with r and,
+// like r, must not be changed.
+func (r *Result) AtOOM(o *OOM) *Result {
+	v := *r
+	v.Classes = o.Live
+	return &v
+}

@@ -1,0 +1,40 @@
+// Package snapshot reads and writes PyTorch CUDA memory snapshots: the
+// pickles of torch.cuda.memory._snapshot() / _dump_snapshot(), which
+// PyTorch's memory viewer (torch/utils/viz/MemoryViz.js) opens.
+//
+// # The format
+//
+// A snapshot is a pickled dict of plain values (dicts, lists, strings,
+// ints, bools, None). Two generations exist:
+//
+//   - current (PyTorch 2.1+): {"segments": [...], "device_traces": [[...]
+//     per device], "allocator_settings": {...}}. A segment has device,
+//     address, total_size, allocated_size, active_size, requested_size,
+//     stream, segment_type ("small"|"large"), segment_pool_id, is_expandable,
+//     frames and blocks; blocks tile their segment in address order, each
+//     with address, size, requested_size, state ("active_allocated",
+//     "active_pending_free", "inactive") and frames. A trace entry has
+//     action, addr (device_free for "oom"), size, stream, time_us and
+//     frames. Frames are {filename, line, name}, innermost first.
+//   - older (PyTorch 1.13-2.0): no device_traces; a block carries a
+//     "history" of {addr, real_size, frames}, the last entry being its
+//     current allocation.
+//
+// # Safety
+//
+// Unpickling in Python runs code; here nothing is ever executed. Decode
+// first scans the opcode stream and refuses any opcode that names or calls a
+// Python object (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ,
+// persistent ids, extensions, out-of-band buffers) with ErrUnsafe, and any
+// length that points past the end of the input with ErrMalformed, before
+// github.com/nlpodyssey/gopickle builds the values. The unpickler's class
+// resolver refuses every class as a second line of defence.
+//
+// # Events
+//
+// Read turns a snapshot into the event stream every vramprof source
+// produces (see Snapshot.Records for the mapping), so `vramprof report
+// snapshot.pickle` runs the same analysis as a recorded trace. Exporter goes
+// the other way: fed a trace's records, it builds a Snapshot that Encode
+// writes as a protocol 2 pickle.
+package snapshot

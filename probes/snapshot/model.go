@@ -1,0 +1,441 @@
+package snapshot
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+
+	"github.com/nlpodyssey/gopickle/pickle"
+	"github.com/nlpodyssey/gopickle/types"
+)
+
+// Snapshot is a PyTorch memory snapshot, decoded. Fields not listed are
+// dropped on import (allocator_settings, compile_context, user_metadata).
+type Snapshot struct {
+	// Segments are the allocator's segments at the time of the snapshot.
+	Segments []Segment
+	// DeviceTraces has one list of trace entries per device index, oldest
+	// first. Nil for the older generation, which has no traces.
+	DeviceTraces [][]TraceEntry
+}
+
+// Segment is one cudaMalloc'd (or, expandable, mapped) region and the
+// blocks that tile it.
+type Segment struct {
+	Device        int32
+	Address       uint64
+	TotalSize     uint64
+	AllocatedSize uint64
+	ActiveSize    uint64
+	RequestedSize uint64
+	Stream        uint64
+	SegmentType   string // "small" or "large"
+	IsExpandable  bool
+	Frames        []Frame // where the segment was allocated; may be empty
+	Blocks        []Block
+}
+
+// Block states.
+const (
+	StateActiveAllocated   = "active_allocated"    // handed out, in use
+	StateActivePendingFree = "active_pending_free" // freed by the program, awaiting its streams
+	StateInactive          = "inactive"            // cached free space
+)
+
+// Block is a range of a segment.
+type Block struct {
+	Address       uint64
+	Size          uint64
+	RequestedSize uint64
+	State         string
+	Frames        []Frame
+	// History is the older generation's record of the allocations made in
+	// this block, the last being the current one.
+	History []HistoryEntry
+}
+
+// Live reports whether the block holds an allocation the program has not
+// yet seen completed as freed.
+func (b *Block) Live() bool {
+	return b.State == StateActiveAllocated || b.State == StateActivePendingFree
+}
+
+// HistoryEntry is one allocation in an older-generation block's history.
+type HistoryEntry struct {
+	Addr     uint64
+	RealSize uint64
+	Frames   []Frame
+}
+
+// Trace actions (TraceEntry.Action).
+const (
+	ActionAlloc         = "alloc"
+	ActionFreeRequested = "free_requested"
+	ActionFreeCompleted = "free_completed"
+	ActionSegmentAlloc  = "segment_alloc"
+	ActionSegmentFree   = "segment_free"
+	ActionSegmentMap    = "segment_map"
+	ActionSegmentUnmap  = "segment_unmap"
+	ActionSnapshot      = "snapshot"
+	ActionOOM           = "oom"
+	ActionEmptyCache    = "empty_cache"
+)
+
+// TraceEntry is one allocator action.
+type TraceEntry struct {
+	Action string
+	Addr   uint64 // absent for "oom"
+	Size   uint64
+	Stream uint64
+	// TimeUS is the entry's time in microseconds; HasTime is false for
+	// snapshots that predate the field.
+	TimeUS  int64
+	HasTime bool
+	// DeviceFree is the device's free memory at an "oom".
+	DeviceFree uint64
+	Frames     []Frame
+}
+
+// Frame is one Python or C++ frame, as PyTorch's CapturedTraceback gives it.
+type Frame struct {
+	Filename string
+	Line     int64
+	Name     string
+}
+
+// Decode reads one snapshot pickle. It reads r to the end (snapshots are
+// decoded whole), refuses pickles that refer to Python code (ErrUnsafe) and
+// never executes anything.
+func Decode(r io.Reader) (*Snapshot, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	if err := scan(data); err != nil {
+		return nil, err
+	}
+	u := pickle.NewUnpickler(bufio.NewReader(bytes.NewReader(data)))
+	u.FindClass = refuseClass
+	v, err := load(&u)
+	if err != nil {
+		if errors.Is(err, ErrUnsafe) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return fromValue(v)
+}
+
+// load runs the unpickler, turning its panics on inconsistent input (an odd
+// number of SETITEMS operands, a stack underflow it does not check) into
+// ErrMalformed.
+func load(u *pickle.Unpickler) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("%w: %v", ErrMalformed, r)
+		}
+	}()
+	return u.Load()
+}
+
+// refuseClass is the unpickler's class resolver: a snapshot names no class.
+func refuseClass(module, name string) (any, error) {
+	return nil, fmt.Errorf("%w: class %s.%s", ErrUnsafe, module, name)
+}
+
+// path names where a value sits, for error messages.
+type path string
+
+func (p path) key(k string) path { return path(string(p) + "." + k) }
+func (p path) idx(i int) path    { return path(fmt.Sprintf("%s[%d]", p, i)) }
+
+func malformed(p path, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrMalformed, p, fmt.Sprintf(format, args...))
+}
+
+// dict is a decoded Python dict keyed by strings.
+type dict struct {
+	p path
+	m map[string]any
+}
+
+func asDict(p path, v any) (dict, error) {
+	var entries []types.DictEntry
+	switch d := v.(type) {
+	case *types.Dict:
+		entries = *d
+	default:
+		return dict{}, malformed(p, "want a dict, got %T", v)
+	}
+	m := make(map[string]any, len(entries))
+	for _, e := range entries {
+		k, ok := e.Key.(string)
+		if !ok {
+			return dict{}, malformed(p, "dict key %v is not a string", e.Key)
+		}
+		m[k] = e.Value
+	}
+	return dict{p, m}, nil
+}
+
+func asList(p path, v any) ([]any, error) {
+	switch l := v.(type) {
+	case *types.List:
+		return *l, nil
+	case *types.Tuple:
+		return *l, nil
+	case nil:
+		return nil, nil
+	}
+	return nil, malformed(p, "want a list, got %T", v)
+}
+
+// int64Of converts a Python int.
+func int64Of(p path, v any) (int64, error) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), nil
+	case bool:
+		if n {
+			return 1, nil
+		}
+		return 0, nil
+	case *big.Int:
+		if n.IsInt64() {
+			return n.Int64(), nil
+		}
+		if n.IsUint64() {
+			return int64(n.Uint64()), nil // an address or stream over 2^63: keep its bits
+		}
+	case nil:
+		return 0, nil
+	}
+	return 0, malformed(p, "want an int, got %v (%T)", v, v)
+}
+
+func (d dict) int(k string) (int64, error) { return int64Of(d.p.key(k), d.m[k]) }
+
+func (d dict) uint(k string) (uint64, error) {
+	v, err := d.int(k)
+	return uint64(v), err
+}
+
+func (d dict) str(k string) (string, error) {
+	switch s := d.m[k].(type) {
+	case string:
+		return s, nil
+	case nil:
+		return "", nil
+	}
+	return "", malformed(d.p.key(k), "want a string, got %T", d.m[k])
+}
+
+func (d dict) bool(k string) (bool, error) {
+	switch b := d.m[k].(type) {
+	case bool:
+		return b, nil
+	case nil:
+		return false, nil
+	}
+	return false, malformed(d.p.key(k), "want a bool, got %T", d.m[k])
+}
+
+func (d dict) has(k string) bool {
+	_, ok := d.m[k]
+	return ok
+}
+
+// errs collects the first error of a run of field reads.
+type errs struct{ err error }
+
+func (e *errs) u(v uint64, err error) uint64 {
+	if e.err == nil {
+		e.err = err
+	}
+	return v
+}
+
+func (e *errs) i(v int64, err error) int64 {
+	if e.err == nil {
+		e.err = err
+	}
+	return v
+}
+
+func (e *errs) s(v string, err error) string {
+	if e.err == nil {
+		e.err = err
+	}
+	return v
+}
+
+func (e *errs) b(v bool, err error) bool {
+	if e.err == nil {
+		e.err = err
+	}
+	return v
+}
+
+func fromValue(v any) (*Snapshot, error) {
+	top, err := asDict("snapshot", v)
+	if err != nil {
+		return nil, err
+	}
+	if !top.has("segments") {
+		return nil, malformed("snapshot", "no \"segments\": not a torch.cuda.memory snapshot")
+	}
+	s := &Snapshot{}
+	segs, err := asList(top.p.key("segments"), top.m["segments"])
+	if err != nil {
+		return nil, err
+	}
+	for i, sv := range segs {
+		seg, err := segmentOf(top.p.key("segments").idx(i), sv)
+		if err != nil {
+			return nil, err
+		}
+		s.Segments = append(s.Segments, seg)
+	}
+	if top.has("device_traces") {
+		tp := top.p.key("device_traces")
+		devs, err := asList(tp, top.m["device_traces"])
+		if err != nil {
+			return nil, err
+		}
+		s.DeviceTraces = make([][]TraceEntry, len(devs))
+		for d, dv := range devs {
+			entries, err := asList(tp.idx(d), dv)
+			if err != nil {
+				return nil, err
+			}
+			for i, ev := range entries {
+				te, err := traceEntryOf(tp.idx(d).idx(i), ev)
+				if err != nil {
+					return nil, err
+				}
+				s.DeviceTraces[d] = append(s.DeviceTraces[d], te)
+			}
+		}
+	}
+	return s, nil
+}
+
+func segmentOf(p path, v any) (Segment, error) {
+	d, err := asDict(p, v)
+	if err != nil {
+		return Segment{}, err
+	}
+	var e errs
+	seg := Segment{
+		Device:        int32(e.i(d.int("device"))),
+		Address:       e.u(d.uint("address")),
+		TotalSize:     e.u(d.uint("total_size")),
+		AllocatedSize: e.u(d.uint("allocated_size")),
+		ActiveSize:    e.u(d.uint("active_size")),
+		RequestedSize: e.u(d.uint("requested_size")),
+		Stream:        e.u(d.uint("stream")),
+		SegmentType:   e.s(d.str("segment_type")),
+		IsExpandable:  e.b(d.bool("is_expandable")),
+	}
+	if e.err != nil {
+		return Segment{}, e.err
+	}
+	if seg.Frames, err = framesOf(p.key("frames"), d.m["frames"]); err != nil {
+		return Segment{}, err
+	}
+	blocks, err := asList(p.key("blocks"), d.m["blocks"])
+	if err != nil {
+		return Segment{}, err
+	}
+	addr := seg.Address
+	for i, bv := range blocks {
+		bp := p.key("blocks").idx(i)
+		bd, err := asDict(bp, bv)
+		if err != nil {
+			return Segment{}, err
+		}
+		b := Block{
+			Address:       addr, // blocks tile the segment; older snapshots carry no address
+			Size:          e.u(bd.uint("size")),
+			RequestedSize: e.u(bd.uint("requested_size")),
+			State:         e.s(bd.str("state")),
+		}
+		if bd.has("address") {
+			b.Address = e.u(bd.uint("address"))
+		}
+		if e.err != nil {
+			return Segment{}, e.err
+		}
+		if b.Frames, err = framesOf(bp.key("frames"), bd.m["frames"]); err != nil {
+			return Segment{}, err
+		}
+		hist, err := asList(bp.key("history"), bd.m["history"])
+		if err != nil {
+			return Segment{}, err
+		}
+		for j, hv := range hist {
+			hp := bp.key("history").idx(j)
+			hd, err := asDict(hp, hv)
+			if err != nil {
+				return Segment{}, err
+			}
+			h := HistoryEntry{Addr: e.u(hd.uint("addr")), RealSize: e.u(hd.uint("real_size"))}
+			if e.err != nil {
+				return Segment{}, e.err
+			}
+			if h.Frames, err = framesOf(hp.key("frames"), hd.m["frames"]); err != nil {
+				return Segment{}, err
+			}
+			b.History = append(b.History, h)
+		}
+		seg.Blocks = append(seg.Blocks, b)
+		addr = b.Address + b.Size
+	}
+	return seg, nil
+}
+
+func traceEntryOf(p path, v any) (TraceEntry, error) {
+	d, err := asDict(p, v)
+	if err != nil {
+		return TraceEntry{}, err
+	}
+	var e errs
+	te := TraceEntry{
+		Action:     e.s(d.str("action")),
+		Addr:       e.u(d.uint("addr")),
+		Size:       e.u(d.uint("size")),
+		Stream:     e.u(d.uint("stream")),
+		TimeUS:     e.i(d.int("time_us")),
+		HasTime:    d.has("time_us"),
+		DeviceFree: e.u(d.uint("device_free")),
+	}
+	if e.err != nil {
+		return TraceEntry{}, e.err
+	}
+	te.Frames, err = framesOf(p.key("frames"), d.m["frames"])
+	return te, err
+}
+
+func framesOf(p path, v any) ([]Frame, error) {
+	l, err := asList(p, v)
+	if err != nil {
+		return nil, err
+	}
+	var out []Frame
+	for i, fv := range l {
+		d, err := asDict(p.idx(i), fv)
+		if err != nil {
+			return nil, err
+		}
+		var e errs
+		f := Frame{Filename: e.s(d.str("filename")), Line: e.i(d.int("line")), Name: e.s(d.str("name"))}
+		if e.err != nil {
+			return nil, e.err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -41,6 +41,9 @@ type Options struct {
 	LeakWindows int
 	// TopStacks is how many stacks findings name (default 5).
 	TopStacks int
+	// SpikeWindow is how briefly, in ns, a device allocation must live to
+	// be a spike candidate (default DefaultSpikeWindow).
+	SpikeWindow uint64
 	// ChurnWindow is how soon, in ns, a released segment's size must be
 	// allocated again to count as a churn cycle (default
 	// DefaultChurnWindow).
@@ -58,6 +61,9 @@ func (o Options) withDefaults() Options {
 	o.LeakWindows = max(o.LeakWindows, 3)
 	if o.TopStacks <= 0 {
 		o.TopStacks = DefaultTopStacks
+	}
+	if o.SpikeWindow == 0 {
+		o.SpikeWindow = DefaultSpikeWindow
 	}
 	if o.ChurnWindow == 0 {
 		o.ChurnWindow = DefaultChurnWindow
@@ -90,6 +96,8 @@ type Analyzer struct {
 	// ranges are, per process, the device address span each known device
 	// handed out: the address-range cross-check for unknown devices.
 	ranges map[uint32]map[int32]*addrRange
+	// spikes gathers short-lived device allocations by site.
+	spikes map[spikeKey]*spikeStats
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
 
@@ -818,6 +826,10 @@ func (a *Analyzer) drop(lk liveKey, t uint64) bool {
 	sp := a.space(lk.pid, sc)
 	delete(a.live, lk)
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += old.size })
+	if sc == deviceScope && t-old.time <= a.opts.SpikeWindow {
+		c := a.classes[old.class]
+		a.noteShortLived(spikeKey{lk.pid, c.key.stack}, old.time, t, old.size)
+	}
 	a.release(old, t, ls, sp)
 	return true
 }

@@ -29,6 +29,7 @@ func (a *Analyzer) findings(r *Result) {
 	}
 	r.Findings = append(r.Findings, leaks...)
 	r.Findings = append(r.Findings, pools...)
+	r.Findings = append(r.Findings, a.spikeFindings(r)...)
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
 		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
 			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),

@@ -443,6 +443,19 @@ func checkFindings(t *testing.T, name string, rep *Report, truth *scenario.Truth
 		}
 	case "steady":
 		assert.NotContains(t, kinds, "leak", "steady frees everything")
+		assert.NotContains(t, kinds, "spike", "steady has no spike")
+	case "spike":
+		// save_checkpoint's 512 MiB, allocated and freed at once, is what
+		// was live of it at the peak (the truth's live_bytes_at_peak).
+		var spikes []string
+		for _, f := range rep.Findings {
+			if f.Kind == "spike" {
+				require.NotEmpty(t, f.Stacks)
+				spikes = append(spikes, frameFunction(f.Stacks[0].Site))
+				assert.Equal(t, truth.ByFunction["save_checkpoint"].LiveBytesAtPeak, f.Bytes, "spike height")
+			}
+		}
+		assert.Equal(t, []string{"save_checkpoint"}, spikes, "spike findings")
 	case "oom":
 		var failed []uint64
 		for _, c := range truth.Calls {

@@ -1,0 +1,165 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// KindSpike: a large allocation that lives briefly (a checkpoint being
+// saved) and lifts the process's memory while it does.
+const KindSpike = "spike"
+
+// DefaultSpikeWindow is how briefly, in ns, an allocation must live to be a
+// spike candidate: a checkpoint copy or a one-off gather lasts milliseconds
+// to a second; activations freed at the end of a step are short-lived too,
+// which is why a spike must also be rare (see spikeFindings).
+const DefaultSpikeWindow = 1_000_000_000 // 1 s
+
+// spikeMaxShare: a site is a spike only if its short-lived allocations
+// number at most this share of the busiest site's allocations in the same
+// process. The busiest site allocates at least once per training step, so
+// this asks for "at most once every ten steps": every layer of a model
+// allocates its activations each step (rare against the total, not against
+// the step count); a checkpoint does not.
+const spikeMaxShare = 0.1
+
+// maxSpikeFindings bounds the spike findings per process (the largest).
+const maxSpikeFindings = 5
+
+// spikeMinPeakShare: a spike's height must be at least this share of the
+// process's peak to be worth a finding.
+const spikeMinPeakShare = 0.25
+
+// maxSpikeIntervals bounds the lifetimes kept per stack (the largest).
+const maxSpikeIntervals = 16
+
+// spikeKey is one allocation site of one process instance (the model's
+// instance id, see instances.go).
+type spikeKey struct {
+	inst  uint32
+	stack event.StackID
+}
+
+// spikeInterval is one short-lived allocation's life.
+type spikeInterval struct {
+	from, to, size uint64
+}
+
+// spikeStats gathers a site's short-lived device allocations.
+type spikeStats struct {
+	count     uint64          // short-lived allocations (within SpikeWindow)
+	intervals []spikeInterval // the largest, at most maxSpikeIntervals
+}
+
+// noteShortLived records a device allocation freed within the spike window.
+func (a *Analyzer) noteShortLived(k spikeKey, from, to, size uint64) {
+	if a.spikes == nil {
+		a.spikes = make(map[spikeKey]*spikeStats)
+	}
+	s := a.spikes[k]
+	if s == nil {
+		s = &spikeStats{}
+		a.spikes[k] = s
+	}
+	s.count++
+	iv := spikeInterval{from, to, size}
+	if len(s.intervals) < maxSpikeIntervals {
+		s.intervals = append(s.intervals, iv)
+		return
+	}
+	i := slices.IndexFunc(s.intervals, func(x spikeInterval) bool { return x.size < size })
+	if i >= 0 {
+		s.intervals[i] = iv
+	}
+}
+
+// spikeFindings names the sites whose rare, brief allocations reach a
+// quarter of the process's peak. Brief: freed within SpikeWindow and within
+// 5% of the run's span. Rare: the site's short-lived allocations are at
+// most 5% of the process's allocations. Bytes is the spike's height, its
+// largest brief allocation. High severity when the process's peak fell
+// inside one of them (it set the peak), else medium.
+func (a *Analyzer) spikeFindings(r *Result) []Finding {
+	if a.leak == nil {
+		return nil // no events
+	}
+	// Brief is also relative: in a run of a few milliseconds everything
+	// lives a few milliseconds, and the weights are no spike.
+	maxLife := min(a.opts.SpikeWindow, (a.lastEvent-a.leak.origin)/20)
+	busiest := make(map[uint32]uint64) // per instance: the most allocations of one site
+	for _, g := range a.groups {
+		if g.key.sc == deviceScope {
+			busiest[g.key.pid] = max(busiest[g.key.pid], g.alloc.Count)
+		}
+	}
+	var out []Finding
+	for k, s := range a.spikes {
+		i, ok := a.procIndex[k.inst]
+		if !ok {
+			continue
+		}
+		p := &r.Processes[i]
+		peak := p.Totals.PeakBytes
+		if peak == 0 || float64(s.count) > spikeMaxShare*float64(busiest[k.inst]) {
+			continue
+		}
+		setPeak := false
+		var longest, height, brief, first uint64
+		for _, iv := range s.intervals {
+			if iv.to-iv.from > maxLife {
+				continue
+			}
+			brief++
+			if brief == 1 || iv.from < first {
+				first = iv.from
+			}
+			longest = max(longest, iv.to-iv.from)
+			height = max(height, iv.size)
+			if p.PeakTime >= iv.from && p.PeakTime < iv.to {
+				setPeak = true
+			}
+		}
+		if brief == 0 || float64(height) < spikeMinPeakShare*float64(peak) {
+			continue
+		}
+		site := r.Site(k.stack)
+		f := Finding{
+			Kind: KindSpike, Severity: SeverityMedium, PID: p.PID, ProcessStart: p.Start, Bytes: height,
+			Time: first,
+			Summary: fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %d, each freed within %.3f ms",
+				brief, height, FormatBytes(height), site, p.PID, float64(longest)/1e6),
+			Stacks: []FindingStack{{Stack: k.stack, Frames: r.Lines(k.stack), Site: site, Count: brief, Bytes: height}},
+		}
+		if setPeak {
+			f.Severity = SeverityHigh
+			f.Summary += fmt.Sprintf("; the process's peak of %d bytes (%s) at %s fell inside one: without it the peak there was %d bytes",
+				peak, FormatBytes(peak), seconds(r, p.PeakTime), peak-height)
+		}
+		f.Remediation = []string{fmt.Sprintf(
+			"allocate the %s at %s where less is live, in smaller pieces, or on the host (e.g. copy tensors to CPU before saving a checkpoint): it adds %d bytes on top of what is live",
+			FormatBytes(height), site, height)}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(x, y Finding) int {
+		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
+			cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(x.Stacks[0].Stack, y.Stacks[0].Stack))
+	})
+	// At most maxSpikeFindings per process instance, the largest.
+	type inst struct {
+		pid   uint32
+		start uint64
+	}
+	per := make(map[inst]int)
+	var kept []Finding
+	for _, f := range out {
+		k := inst{f.PID, f.ProcessStart}
+		if per[k] < maxSpikeFindings {
+			per[k]++
+			kept = append(kept, f)
+		}
+	}
+	return kept
+}

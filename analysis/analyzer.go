@@ -48,6 +48,9 @@ type Options struct {
 	// allocated again to count as a churn cycle (default
 	// DefaultChurnWindow).
 	ChurnWindow uint64
+	// Capacity, when set, is every device's memory size in bytes for the
+	// leak's projected time to out-of-memory, over NVML's DeviceInfo.
+	Capacity uint64
 }
 
 func (o Options) withDefaults() Options {
@@ -100,6 +103,13 @@ type Analyzer struct {
 	spikes map[spikeKey]*spikeStats
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
+	// sites are the allocation times per device-scope stack, and liveLogs
+	// the stacks' live-bytes changes: iteration detection and the leak
+	// rate per iteration (iterations.go).
+	sites    map[groupKey]*siteTimes
+	liveLogs map[groupKey]*liveLog
+	// loops are the processes' loops by instance id (Finish).
+	loops map[uint32]*loop
 
 	// live holds every live allocation of every process, layer and memory
 	// space.
@@ -758,6 +768,10 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 	g.alloc.add(e.Size)
 	g.live.add(e.Size)
 	g.hist.set(a.leak, e.Time, g.live.Bytes)
+	a.logLive(g, e.Time)
+	if layer == event.LayerSegment && mem == SpaceDevice {
+		a.noteSite(g.key, e.Time)
+	}
 
 	ls.live.add(e.Size)
 	if ls.live.Bytes > ls.totals.PeakBytes {
@@ -842,6 +856,7 @@ func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
 	g := a.groups[c.group]
 	g.live.sub(old.size)
 	g.hist.set(a.leak, t, g.live.Bytes)
+	a.logLive(g, t)
 	ls.live.sub(old.size)
 	a.device(c.key.device, sp.key.sc).sub(old.size)
 	pd := sp.device(c.key.device)

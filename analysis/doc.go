@@ -131,6 +131,41 @@
 // is high when the growth is at least 10% of the process's peak, else
 // medium. Runs shorter than three buckets have no leak findings.
 //
+// When the process has a loop (see "Iterations"), a leak also gets its rate
+// per iteration: the least-squares slope of the stack's live bytes sampled
+// at the iteration boundaries (just before each iteration's first
+// allocation at the loop's site, and at the last start plus the period,
+// at most the last event), so n iterations give n+1 samples; bytes per
+// minute is that over the period. A stack with more than 65536 live-bytes
+// changes falls back to the windows' growth over the iterations that
+// started within them. With the device's capacity known (Options.Capacity,
+// else NVML's DeviceInfo) on the device where the stack holds the most,
+// the projected time to out-of-memory is (capacity - live bytes on that
+// device at the end, all processes) / (bytes per second).
+//
+// # Iterations
+//
+// Per process instance, from its successful non-nested device allocations
+// at the segment layer, by allocation site (stack). A site's allocations
+// are grouped into bursts: a burst starts at its first allocation and after
+// every gap longer than 4 times the lower quartile of the site's gaps (so
+// forward()'s four allocations in one iteration are one burst); with no
+// such gap every allocation is a burst. The most common burst size k (the
+// smaller on a tie) is the site's allocations per iteration: a thread
+// stalled inside an iteration splits a burst now and then, and only the
+// mode is robust to it. The site's allocations are then cut into
+// consecutive runs of k from its first: each run is an iteration, started
+// by its first allocation (so n allocations make ceil(n/k) iterations, a
+// loop stopped mid-iteration counting its last). A site is periodic when it
+// has at least 4 iterations and the median absolute deviation of the
+// spacings between iteration starts is at most a quarter of their median
+// (which must be > 0). The loop is the periodic site with the most
+// iterations, the earliest first start on a tie: Iterations.Count is its
+// iterations, PeriodNs their median spacing, Starts the starts (the first
+// 1000). A lost event at the site shifts the runs after it. A site keeps at most
+// 65536 allocation times. A caching allocator (the block layer) makes few
+// segment calls in steady state, so such a process usually has no loop.
+//
 // # Processes and PID reuse
 //
 // A process is an instance, not a PID. The probes write a Process record

@@ -214,16 +214,28 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 			sev = SeverityHigh
 		}
 		in := a.inst(g.key.pid)
+		lk := &Leak{WindowEnds: slices.Clone(times), Live: live, BytesPerSecond: rate, Seconds: secs}
+		a.leakRate(lk, g, a.loops[g.key.pid])
+		a.timeToOOM(r, lk, g)
 		f := Finding{
 			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
-			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) from %s to %s (%.0f bytes/s) without falling; %d bytes in %d allocations were still live at the end",
-				site, in.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count),
+			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) from %s to %s (%.0f bytes/s) without falling; %d bytes in %d allocations were still live at the end%s",
+				site, in.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count, lk.describe()),
 			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,
 				Count: g.live.Count, Bytes: g.live.Bytes}},
 			Remediation: []string{fmt.Sprintf(
 				"free or detach the buffers allocated at %s: +%d bytes over %.1f s (%.0f bytes/s); %d allocations from there were still live at the end",
 				site, growth, secs, rate, g.live.Count)},
-			Leak: &Leak{WindowEnds: slices.Clone(times), Live: live, BytesPerSecond: rate, Seconds: secs},
+			Leak: lk,
+		}
+		if lk.Iterations > 0 {
+			fix := fmt.Sprintf("each iteration keeps %.0f more bytes allocated at %s (%.0f bytes/minute): release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
+				lk.BytesPerIteration, site, lk.BytesPerMinute)
+			if lk.CapacityBytes > 0 {
+				fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %.0f s (%.1f h)",
+					DeviceName(lk.Device), lk.CapacityBytes, lk.TimeToOOMSeconds, lk.TimeToOOMSeconds/3600)
+			}
+			f.Remediation = append(f.Remediation, fix)
 		}
 		perPID[g.key.pid] = append(perPID[g.key.pid], f)
 	}

@@ -54,6 +54,8 @@ func (a *Analyzer) Finish() *Result {
 	a.finishProcesses(r)
 	a.finishTimelines(r)
 	a.finishPools(r)
+	a.loops = a.iterations()
+	r.setIterations(a.loops, a.procIndex)
 	a.findings(r)
 	a.result = r
 	return r

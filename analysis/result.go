@@ -300,6 +300,9 @@ type Process struct {
 	// Churn is the process's segment allocator traffic; nil when it made
 	// no device allocation or free call.
 	Churn *Churn
+	// Iterations is the process's training loop, detected from its
+	// allocations (see doc.go, "Iterations"); nil when no regular loop.
+	Iterations *Iterations
 }
 
 // ProcessNVML reconciles NVML's figure for one process with the traced
@@ -639,6 +642,22 @@ type Leak struct {
 	BytesPerSecond float64
 	// Seconds is that time span in seconds.
 	Seconds float64
+	// Iterations is the process's iteration count and PeriodNs its
+	// period when a loop was detected; 0 otherwise, and then the
+	// per-iteration figures are 0 too.
+	Iterations uint64
+	PeriodNs   uint64
+	// BytesPerIteration is the least-squares slope of the stack's live
+	// bytes at the iteration boundaries; BytesPerMinute the same over the
+	// period.
+	BytesPerIteration float64
+	BytesPerMinute    float64
+	// CapacityBytes is the capacity of Device, where the stack holds the
+	// most, when known (0 otherwise); TimeToOOMSeconds is (capacity - live
+	// on that device at the end) / the rate, 0 when already past it.
+	Device           int32
+	CapacityBytes    uint64
+	TimeToOOMSeconds float64
 }
 
 // Pool is one process's caching allocator on one device, seen through the

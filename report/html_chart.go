@@ -47,7 +47,17 @@ type chart struct {
 	Series        []*series
 	Marks         []mark
 	Regions       []region
-	Notes         []string
+	// Iterations shade every other iteration of the processes' loops;
+	// IterNotes describe them in the legend.
+	Iterations []iterBand
+	IterNotes  []string
+	Notes      []string
+}
+
+// iterBand is one process's shaded iterations: one SVG path of rectangles.
+type iterBand struct {
+	Path  string
+	Title string
 }
 
 // rect is a rectangle in SVG units.
@@ -240,6 +250,7 @@ func newChart(res *analysis.Result, title string, tls []analysis.Timeline, dur u
 	}
 	c.Marks = append(c.Marks, oomMarks(res, sc, dev.Index)...)
 	c.Marks = append(c.Marks, nvmlMarks(res, sc, dev)...)
+	c.Iterations, c.IterNotes = iterationBands(res, sc, keys)
 	regions, marks := findingMarks(res, sc, dev.Index)
 	c.Regions, c.Marks = regions, append(c.Marks, marks...)
 	if dev.NVML != nil && res.NVML != nil && res.NVML.Available {
@@ -440,6 +451,49 @@ func nvmlMarks(res *analysis.Result, sc scale, d *analysis.Device) []mark {
 		out = append(out, m)
 	}
 	return out
+}
+
+// minIterWidth is the narrowest iteration, in SVG units, worth shading:
+// narrower bands would be noise, and the legend says so instead.
+const minIterWidth = 4
+
+// iterationBands shades every other iteration (the 1st, 3rd...) of the
+// loop of each process drawn on the chart, from its start to the next one
+// (the last to its start plus the period).
+func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBand, []string) {
+	var bands []iterBand
+	var notes []string
+	seen := map[[2]uint64]bool{}
+	for _, k := range keys {
+		if seen[[2]uint64{uint64(k.pid), k.start}] {
+			continue
+		}
+		seen[[2]uint64{uint64(k.pid), k.start}] = true
+		p := findProcess(res, k.pid, k.start)
+		if p == nil || p.Iterations == nil || len(p.Iterations.Starts) == 0 {
+			continue
+		}
+		it := p.Iterations
+		what := fmt.Sprintf("%s: %d iterations of %.3f s, paced by the allocations at %s",
+			procLabel(res, p), it.Count, float64(it.PeriodNs)/1e9, it.Site)
+		if sc.x(res.Rel(it.Starts[0])+it.PeriodNs)-sc.x(res.Rel(it.Starts[0])) < minIterWidth {
+			notes = append(notes, what+" (too many to shade)")
+			continue
+		}
+		notes = append(notes, what+" (every other one shaded)")
+		var b strings.Builder
+		top, h := f1(chartTop), f1(chartH-chartTop-chartBottom)
+		for i := 0; i < len(it.Starts); i += 2 {
+			end := it.Starts[i] + it.PeriodNs
+			if i+1 < len(it.Starts) {
+				end = it.Starts[i+1]
+			}
+			x0, x1 := sc.x(res.Rel(it.Starts[i])), sc.x(res.Rel(end))
+			fmt.Fprintf(&b, "M%s %sh%sv%sh-%sz", f1(x0), top, f1(max(x1-x0, 0.5)), h, f1(max(x1-x0, 0.5)))
+		}
+		bands = append(bands, iterBand{Path: b.String(), Title: what})
+	}
+	return bands, notes
 }
 
 // findingMarks marks the findings about memory on device dev: a leak shades

@@ -364,6 +364,17 @@ type JSONLeak struct {
 	// the first window to the end of the run.
 	BytesPerSecond float64 `json:"bytes_per_second"`
 	Seconds        float64 `json:"seconds"`
+	// Iterations, BytesPerIteration and BytesPerMinute are set when the
+	// process's loop was detected (analysis doc, "Iterations"): its
+	// iteration count, the stack's growth per iteration and per minute.
+	Iterations        uint64  `json:"iterations,omitempty"`
+	BytesPerIteration float64 `json:"bytes_per_iteration,omitempty"`
+	BytesPerMinute    float64 `json:"bytes_per_minute,omitempty"`
+	// CapacityBytes and TimeToOOMSeconds are set when the capacity of the
+	// device the stack grows on is known: the projected time until the
+	// device is full at this rate.
+	CapacityBytes    uint64   `json:"capacity_bytes,omitempty"`
+	TimeToOOMSeconds *float64 `json:"time_to_oom_s,omitempty"`
 }
 
 // JSONRun is the recording's facts.
@@ -471,7 +482,13 @@ func NewJSON(res *analysis.Result) *JSON {
 			jf.Stacks = append(jf.Stacks, JSONStack{Frames: s.Frames, Bytes: s.Bytes, Count: s.Count, Site: s.Site})
 		}
 		if l := f.Leak; l != nil {
-			jl := &JSONLeak{LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds}
+			jl := &JSONLeak{LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds,
+				Iterations: l.Iterations, BytesPerIteration: l.BytesPerIteration, BytesPerMinute: l.BytesPerMinute}
+			if l.Iterations > 0 && l.CapacityBytes > 0 {
+				jl.CapacityBytes = l.CapacityBytes
+				ttl := l.TimeToOOMSeconds
+				jl.TimeToOOMSeconds = &ttl
+			}
 			for _, e := range l.WindowEnds {
 				jl.WindowEndsNs = append(jl.WindowEndsNs, res.Rel(e))
 			}

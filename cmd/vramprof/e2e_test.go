@@ -122,6 +122,11 @@ type Report struct {
 		Summary  string        `json:"summary"`
 		Bytes    uint64        `json:"bytes"`
 		Stacks   []ReportStack `json:"stacks"`
+		Leak     *struct {
+			Iterations        uint64  `json:"iterations"`
+			BytesPerIteration float64 `json:"bytes_per_iteration"`
+			BytesPerMinute    float64 `json:"bytes_per_minute"`
+		} `json:"leak"`
 	} `json:"findings"`
 	Run struct {
 		Mode         string `json:"mode"`
@@ -438,6 +443,15 @@ func checkFindings(t *testing.T, name string, rep *Report, truth *scenario.Truth
 			if f.Kind == "leak" {
 				for _, s := range f.Stacks {
 					assert.Equal(t, "cache_activations", frameFunction(s.Site), "leak site")
+				}
+				// scenarios/leak.c runs ITERATIONS = 100 iterations, and
+				// cache_activations keeps what the truth says it had live at
+				// the end: the rate is that over 100, within 1 %.
+				if assert.NotNil(t, f.Leak, "leak evidence") {
+					assert.Equal(t, uint64(100), f.Leak.Iterations, "iterations detected")
+					want := float64(truth.ByFunction["cache_activations"].LiveBytesAtEnd) / 100
+					assert.InEpsilon(t, want, f.Leak.BytesPerIteration, 0.01, "bytes per iteration")
+					assert.Greater(t, f.Leak.BytesPerMinute, 0.0, "bytes per minute")
 				}
 			}
 		}

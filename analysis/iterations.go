@@ -1,0 +1,378 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+const (
+	// maxSiteTimes caps the allocation times kept per allocation site for
+	// iteration detection; a site past it stops recording (its Count goes
+	// on).
+	maxSiteTimes = 1 << 16
+	// maxLiveLog caps the live-bytes changes kept per stack for the leak
+	// rate per iteration; a stack past it falls back to growth/iterations.
+	maxLiveLog = 1 << 16
+	// maxIterationStarts caps Iterations.Starts.
+	maxIterationStarts = 1000
+	// minIterations is the fewest iterations that make a loop.
+	minIterations = 4
+)
+
+// Iterations is a process's training loop as its allocations show it (see
+// doc.go, "Iterations").
+type Iterations struct {
+	// Count is the number of iterations: bursts of allocations at Site.
+	Count uint64
+	// PeriodNs is the median time between iteration starts.
+	PeriodNs uint64
+	// Starts are the iteration starts (absolute stream times), the first
+	// maxIterationStarts (1000) of them.
+	Starts []uint64
+	// Stack is the allocation site that paces the loop; Site its rendering.
+	Stack event.StackID
+	Site  string
+}
+
+// siteTimes is one allocation site's successful non-nested device
+// allocations: the event sequence number and time of each.
+type siteTimes struct {
+	seq   []uint64
+	times []uint64
+	count uint64
+}
+
+// liveChange is a stack's live bytes after event seq at time t.
+type liveChange struct {
+	seq, t, v uint64
+}
+
+// liveLog is a stack's live-bytes changes, in stream order.
+type liveLog struct {
+	changes []liveChange
+	full    bool
+}
+
+// noteSite records a successful device allocation at the segment layer.
+func (a *Analyzer) noteSite(k groupKey, t uint64) {
+	if a.sites == nil {
+		a.sites = make(map[groupKey]*siteTimes)
+	}
+	s := a.sites[k]
+	if s == nil {
+		s = &siteTimes{}
+		a.sites[k] = s
+	}
+	s.count++
+	if len(s.times) < maxSiteTimes {
+		s.seq = append(s.seq, a.run.Events)
+		s.times = append(s.times, t)
+	}
+}
+
+// logLive records a device-scope stack's new live bytes.
+func (a *Analyzer) logLive(g *groupState, t uint64) {
+	if g.key.sc != deviceScope {
+		return
+	}
+	if a.liveLogs == nil {
+		a.liveLogs = make(map[groupKey]*liveLog)
+	}
+	l := a.liveLogs[g.key]
+	if l == nil {
+		l = &liveLog{}
+		a.liveLogs[g.key] = l
+	}
+	if l.full {
+		return
+	}
+	if len(l.changes) == maxLiveLog {
+		l.full, l.changes = true, nil
+		return
+	}
+	l.changes = append(l.changes, liveChange{a.run.Events, t, g.live.Bytes})
+}
+
+// before returns the live bytes just before event seq.
+func (l *liveLog) before(seq uint64) uint64 {
+	i, _ := slices.BinarySearchFunc(l.changes, seq, func(c liveChange, s uint64) int { return cmp.Compare(c.seq, s) })
+	if i == 0 {
+		return 0
+	}
+	return l.changes[i-1].v
+}
+
+// at returns the live bytes at time t (after every change up to t).
+func (l *liveLog) at(t uint64) uint64 {
+	var v uint64
+	for i := len(l.changes) - 1; i >= 0; i-- {
+		if l.changes[i].t <= t {
+			// Times may go backwards by a few ns between CPUs: take the
+			// latest change in stream order stamped at or before t.
+			v = l.changes[i].v
+			break
+		}
+	}
+	return v
+}
+
+// loop is a candidate training loop: the burst starts at one site.
+type loop struct {
+	stack  event.StackID
+	seq    []uint64
+	starts []uint64
+	period uint64
+	count  uint64
+}
+
+// bursts groups a site's allocations into bursts: a new burst starts at the
+// first allocation and after every gap longer than 4 times the lower
+// quartile of the gaps. It returns the burst starts' indexes.
+func bursts(times []uint64) []int {
+	gaps := make([]uint64, 0, len(times)-1)
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i]-min(times[i], times[i-1]))
+	}
+	sorted := slices.Clone(gaps)
+	slices.Sort(sorted)
+	limit := 4 * sorted[len(sorted)/4]
+	out := []int{0}
+	for i, g := range gaps {
+		if g > limit {
+			out = append(out, i+1)
+		}
+	}
+	if len(out) == 1 {
+		// No long gap: each allocation is its own burst.
+		out = out[:0]
+		for i := range times {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// burstSize is the most common number of allocations in a burst (the
+// smaller on a tie), given the bursts' first indexes among n allocations:
+// the site's allocations per iteration. A stalled thread splits a burst
+// now and then; the most common size is not fooled by it.
+func burstSize(idx []int, n int) int {
+	counts := make(map[int]int)
+	for j, i := range idx {
+		end := n
+		if j+1 < len(idx) {
+			end = idx[j+1]
+		}
+		counts[end-i]++
+	}
+	best, most := 1, 0
+	for size, c := range counts {
+		if c > most || c == most && size < best {
+			best, most = size, c
+		}
+	}
+	return best
+}
+
+// regular reports the median spacing of starts and whether it is regular:
+// the median absolute deviation of the spacings is at most a quarter of
+// their median, which is positive.
+func regular(starts []uint64) (uint64, bool) {
+	d := make([]uint64, 0, len(starts)-1)
+	for i := 1; i < len(starts); i++ {
+		d = append(d, starts[i]-min(starts[i], starts[i-1]))
+	}
+	slices.Sort(d)
+	m := d[len(d)/2]
+	if m == 0 {
+		return 0, false
+	}
+	dev := make([]uint64, len(d))
+	for i, x := range d {
+		if x > m {
+			dev[i] = x - m
+		} else {
+			dev[i] = m - x
+		}
+	}
+	slices.Sort(dev)
+	return m, 4*dev[len(dev)/2] <= m
+}
+
+// iterations finds each process's loop (see doc.go, "Iterations"), keyed by
+// instance id.
+func (a *Analyzer) iterations() map[uint32]*loop {
+	out := make(map[uint32]*loop)
+	keys := make([]groupKey, 0, len(a.sites))
+	for k := range a.sites {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y groupKey) int {
+		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(x.stack, y.stack))
+	})
+	for _, k := range keys {
+		s := a.sites[k]
+		if len(s.times) < minIterations {
+			continue
+		}
+		idx := bursts(s.times)
+		if len(idx) < minIterations {
+			continue
+		}
+		per := burstSize(idx, len(s.times))
+		l := &loop{stack: k.stack}
+		for i := 0; i < len(s.times); i += per {
+			l.seq = append(l.seq, s.seq[i])
+			l.starts = append(l.starts, s.times[i])
+		}
+		l.count = uint64(len(l.starts))
+		if l.count < minIterations {
+			continue
+		}
+		p, ok := regular(l.starts)
+		if !ok {
+			continue
+		}
+		l.period = p
+		best := out[k.pid]
+		if best == nil || l.count > best.count || l.count == best.count && l.starts[0] < best.starts[0] {
+			out[k.pid] = l
+		}
+	}
+	return out
+}
+
+// setIterations sets Process.Iterations.
+func (r *Result) setIterations(loops map[uint32]*loop, procIndex map[uint32]int) {
+	for id, l := range loops {
+		i, ok := procIndex[id]
+		if !ok {
+			continue
+		}
+		r.Processes[i].Iterations = &Iterations{Count: l.count, PeriodNs: l.period,
+			Starts: slices.Clone(l.starts[:min(len(l.starts), maxIterationStarts)]),
+			Stack:  l.stack, Site: r.Site(l.stack)}
+	}
+}
+
+// leakRate fills a leak's per-iteration figures from the process's loop:
+// the least-squares slope of the stack's live bytes at the iteration
+// boundaries (every start, and the last start plus the period, at most the
+// last event), or, when the stack's change log overflowed, the windows'
+// growth over the iterations that started within them.
+func (a *Analyzer) leakRate(l *Leak, g *groupState, lp *loop) {
+	if lp == nil {
+		return
+	}
+	var per float64
+	if log := a.liveLogs[g.key]; log != nil && !log.full {
+		ys := make([]float64, 0, len(lp.seq)+1)
+		for _, s := range lp.seq {
+			ys = append(ys, float64(log.before(s)))
+		}
+		end := min(lp.starts[len(lp.starts)-1]+lp.period, a.lastEvent)
+		ys = append(ys, float64(log.at(end)))
+		per = slope(ys)
+	} else {
+		lo, hi := l.WindowEnds[0], l.WindowEnds[len(l.WindowEnds)-1]
+		n := 0
+		for _, t := range lp.starts {
+			if t > lo && t <= hi {
+				n++
+			}
+		}
+		if n == 0 {
+			return
+		}
+		per = float64(l.Live[len(l.Live)-1]-l.Live[0]) / float64(n)
+	}
+	if per <= 0 {
+		return
+	}
+	l.Iterations = lp.count
+	l.PeriodNs = lp.period
+	l.BytesPerIteration = per
+	l.BytesPerMinute = per * 60e9 / float64(lp.period)
+}
+
+// slope is the least-squares slope of ys against 0, 1, 2...
+func slope(ys []float64) float64 {
+	n := float64(len(ys))
+	if n < 2 {
+		return 0
+	}
+	mx := (n - 1) / 2
+	var my float64
+	for _, y := range ys {
+		my += y
+	}
+	my /= n
+	var sxy, sxx float64
+	for i, y := range ys {
+		dx := float64(i) - mx
+		sxy += dx * (y - my)
+		sxx += dx * dx
+	}
+	return sxy / sxx
+}
+
+// timeToOOM sets the leak's projected time to out-of-memory on the device
+// where the stack holds the most live bytes, when its capacity is known
+// (Options.Capacity, else NVML's DeviceInfo).
+func (a *Analyzer) timeToOOM(r *Result, l *Leak, g *groupState) {
+	if l.BytesPerMinute <= 0 {
+		return
+	}
+	byDev := make(map[int32]uint64)
+	for _, c := range a.classes {
+		if c.group >= 0 && a.groups[c.group] == g {
+			byDev[c.key.device] += c.live.Bytes
+		}
+	}
+	dev, most := int32(0), uint64(0)
+	found := false
+	for d, b := range byDev {
+		if !found || b > most || b == most && d < dev {
+			dev, most, found = d, b, true
+		}
+	}
+	if !found {
+		return
+	}
+	capacity := a.opts.Capacity
+	if capacity == 0 {
+		capacity = a.capacity[dev]
+	}
+	if capacity == 0 {
+		return
+	}
+	var live uint64
+	for _, d := range r.Devices {
+		if d.Index == dev {
+			live = d.LiveBytesAtEnd
+		}
+	}
+	l.Device = dev
+	l.CapacityBytes = capacity
+	if capacity > live {
+		l.TimeToOOMSeconds = float64(capacity-live) / (l.BytesPerMinute / 60)
+	}
+}
+
+// describe renders the per-iteration figures for a summary, "" without them.
+func (l *Leak) describe() string {
+	if l.Iterations == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("; %.0f bytes (%s) per iteration over %d iterations of %.3f s, %.0f bytes (%s) per minute",
+		l.BytesPerIteration, FormatBytes(uint64(math.Round(l.BytesPerIteration))), l.Iterations,
+		float64(l.PeriodNs)/1e9, l.BytesPerMinute, FormatBytes(uint64(math.Round(l.BytesPerMinute))))
+	if l.CapacityBytes > 0 {
+		s += fmt.Sprintf("; device %s (%d bytes) runs out in %.0f s at that rate", DeviceName(l.Device), l.CapacityBytes, l.TimeToOOMSeconds)
+	}
+	return s
+}

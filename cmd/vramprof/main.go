@@ -19,17 +19,19 @@ import (
 
 const usage = `usage: vramprof <command> [flags]
 
-  run     [-o DIR] -- CMD [ARGS...]          launch CMD and trace it from its first CUDA call
-  attach  -p PID [-o DIR] [--duration D] [--wait]
-                                             trace a running process
-  report  INPUT [-o DIR] [--format text|md|json]
-                                             re-analyse a recorded trace (no root needed)
+  run     [-o DIR] [--pool auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]
+                                             launch CMD and trace it from its first CUDA call
+  attach  (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--nvml auto|off] [-q]
+                                             trace a running process (or every CUDA process)
+  report  INPUT [-o DIR] [--format text|md|json|html|snapshot]
+                                             re-analyse a recording or a PyTorch snapshot (no root needed)
   check   [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT]
           [--write-baseline FILE] [--junit FILE] [-o DIR] (-- CMD [ARGS...] | INPUT)
                                              gate CI on GPU memory: exit 0 pass, 1 regression, 2 error
   diff    BASE NEW [--format text|json]      compare two recordings (DIRs, traces or report.json files)
 
-Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json, report.md.
+Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json,
+report.md, report.html; with a caching allocator traced, oom-<n>.pb.gz at each failed allocation.
 `
 
 // version is vramprof's version, recorded in every trace.

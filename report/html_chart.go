@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
@@ -474,8 +475,8 @@ func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBan
 			continue
 		}
 		it := p.Iterations
-		what := fmt.Sprintf("%s: %d iterations of %.3f s, paced by the allocations at %s",
-			procLabel(res, p), it.Count, float64(it.PeriodNs)/1e9, it.Site)
+		what := fmt.Sprintf("%s: %d iterations of %s, paced by the allocations at %s",
+			procLabel(res, p), it.Count, time.Duration(it.PeriodNs).Round(time.Microsecond), it.Site)
 		if sc.x(res.Rel(it.Starts[0])+it.PeriodNs)-sc.x(res.Rel(it.Starts[0])) < minIterWidth {
 			notes = append(notes, what+" (too many to shade)")
 			continue

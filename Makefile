@@ -35,7 +35,7 @@ test: testdata
 # interleaved) for the CUDA API and for the block layer (--pool), and attach
 # latency on a process with 400 mapped libraries.
 bench: build
-	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench 'Overhead$$' -benchtime 20000x -count 1 ./probes/
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Attach -benchtime 5x -count 1 ./probes/
 

@@ -9,7 +9,6 @@ package main
 // arithmetic on it (sums over processes, a replay of its calls[]).
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,11 +83,7 @@ type covTruthCall struct {
 
 func mustReadCovTruth(tb testing.TB, path string) *covTruth {
 	tb.Helper()
-	data, err := os.ReadFile(path)
-	require.NoError(tb, err)
-	var t covTruth
-	require.NoError(tb, json.Unmarshal(data, &t), "parse %s", path)
-	return &t
+	return mustReadJSON[covTruth](tb, path)
 }
 
 // devicePeakSplit replays a truth's calls[] in their recorded order and
@@ -224,11 +219,7 @@ type covProcess struct {
 
 func mustReadCovReport(tb testing.TB, path string) *covReport {
 	tb.Helper()
-	data, err := os.ReadFile(path)
-	require.NoError(tb, err)
-	var r covReport
-	require.NoError(tb, json.Unmarshal(data, &r), "parse %s", path)
-	return &r
+	return mustReadJSON[covReport](tb, path)
 }
 
 // wantBooks is what a truth's books say a profiler probing both libraries

@@ -144,11 +144,17 @@ type ReportStack struct {
 
 func mustReadReport(tb testing.TB, path string) *Report {
 	tb.Helper()
+	return mustReadJSON[Report](tb, path)
+}
+
+// mustReadJSON reads a JSON file (a report, a truth) into a T.
+func mustReadJSON[T any](tb testing.TB, path string) *T {
+	tb.Helper()
 	data, err := os.ReadFile(path)
 	require.NoError(tb, err)
-	var r Report
-	require.NoError(tb, json.Unmarshal(data, &r), "parse %s", path)
-	return &r
+	var v T
+	require.NoError(tb, json.Unmarshal(data, &v), "parse %s", path)
+	return &v
 }
 
 // val dereferences a totals field, failing when report.json lacks it.

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -40,11 +38,7 @@ type poolReport struct {
 
 func readPoolReport(t *testing.T, dir string) *poolReport {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	require.NoError(t, err)
-	var rep poolReport
-	require.NoError(t, json.Unmarshal(data, &rep))
-	return &rep
+	return mustReadJSON[poolReport](t, filepath.Join(dir, "report.json"))
 }
 
 // TestRunBlockLayer profiles a caching allocator over the fake runtime: the

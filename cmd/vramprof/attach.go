@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -32,6 +33,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if err != nil {
 		return err
 	}
+	rec.analysis = analysis.Options{Capacity: o.capacity}
 	switch {
 	case o.all:
 		err = rec.session.AttachAll()

@@ -153,7 +153,7 @@ func isJSONFile(path string) bool {
 }
 
 func snapshotFromTrace(source, trace string) (*snapshot, error) {
-	res, err := analyze(trace)
+	res, err := analyze(trace, analysis.Options{})
 	truncated := errors.Is(err, errTruncatedTrace)
 	if err != nil && !truncated {
 		return nil, fmt.Errorf("%w: %w", errRecording, err)

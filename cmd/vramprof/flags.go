@@ -53,6 +53,19 @@ func parseInterleaved(fs *flag.FlagSet, usage string, args []string) ([]string, 
 	return positional, nil
 }
 
+// capacityFlag registers --capacity, every device's memory size, for the
+// leak's time to OOM when NVML cannot tell it.
+func capacityFlag(fs *flag.FlagSet, dst *uint64) {
+	fs.Func("capacity", "each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell", func(v string) error {
+		n, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		*dst = n
+		return nil
+	})
+}
+
 // checkAutoOff validates a flag that takes auto or off.
 func checkAutoOff(cmd, flag, v string) error {
 	if v != "auto" && v != "off" {
@@ -63,10 +76,11 @@ func checkAutoOff(cmd, flag, v string) error {
 
 // runOptions are the flags of `vramprof run`.
 type runOptions struct {
-	out  string
-	nvml string
-	pool string
-	argv []string
+	out      string
+	nvml     string
+	pool     string
+	capacity uint64
+	argv     []string
 	// quiet (-q) leaves out the live status and the summary; outputs are
 	// still written and errors still printed. check sets it: it prints its
 	// own verdict.
@@ -82,12 +96,13 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
 	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
+	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
@@ -115,10 +130,11 @@ type attachOptions struct {
 	nvml     string
 	pool     string
 	quiet    bool // -q: see runOptions.quiet
+	capacity uint64
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--nvml auto|off] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--nvml auto|off] [--capacity SIZE] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -128,6 +144,7 @@ func parseAttach(args []string) (*attachOptions, error) {
 	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
 	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
+	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err

@@ -33,9 +33,12 @@ var errTruncatedTrace = errors.New("trace cut short")
 // too, on the trace they just recorded: that is what makes `vramprof report`
 // byte-identical to the live run. A trace cut short inside a record gives
 // both a result and an error matching errTruncatedTrace.
-func analyze(tracePath string) (*analysis.Result, error) {
+//
+// opts are the analysis options the user can set (--capacity); the same
+// options give the same outputs.
+func analyze(tracePath string, opts analysis.Options) (*analysis.Result, error) {
 	if isSnapshot(tracePath) {
-		return analyzeSnapshot(tracePath) // a PyTorch memory snapshot
+		return analyzeSnapshot(tracePath, opts) // a PyTorch memory snapshot
 	}
 	f, err := os.Open(tracePath)
 	if err != nil {
@@ -46,7 +49,7 @@ func analyze(tracePath string) (*analysis.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read trace %s: %w", tracePath, err)
 	}
-	a := analysis.New(analysis.Options{})
+	a := analysis.New(opts)
 	if err := a.Add(r.Header()); err != nil {
 		return nil, fmt.Errorf("analyze %s: %w", tracePath, err)
 	}

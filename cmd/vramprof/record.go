@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/nvml"
@@ -40,6 +41,8 @@ type recording struct {
 	// live follows live device bytes for the status line (status.go); nil
 	// when no status is shown.
 	live *liveBytes
+	// analysis are the options the outputs are analysed with (--capacity).
+	analysis analysis.Options
 }
 
 // startRecording prepares dir, opens its trace and loads the probes.
@@ -173,13 +176,13 @@ func (r *recording) finish(end *event.End, out io.Writer) error {
 	if closeErr != nil {
 		return closeErr
 	}
-	return produce(r.dir, filepath.Join(r.dir, traceFile), out)
+	return produce(r.dir, filepath.Join(r.dir, traceFile), out, r.analysis)
 }
 
 // produce analyses a trace, writes the outputs into dir and the summary to
 // out.
-func produce(dir, tracePath string, out io.Writer) error {
-	res, err := analyze(tracePath)
+func produce(dir, tracePath string, out io.Writer, opts analysis.Options) error {
+	res, err := analyze(tracePath, opts)
 	if err != nil {
 		return err // a trace we just closed cannot be cut short
 	}

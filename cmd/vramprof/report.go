@@ -13,9 +13,10 @@ import (
 
 // reportOptions are the flags of `vramprof report`.
 type reportOptions struct {
-	input  string
-	out    string
-	format string
+	input    string
+	out      string
+	format   string
+	capacity uint64
 }
 
 func parseReport(args []string) (*reportOptions, error) {
@@ -23,6 +24,7 @@ func parseReport(args []string) (*reportOptions, error) {
 	fs := newFlagSet("report")
 	o := &reportOptions{}
 	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md, report.html) into DIR")
+	capacityFlag(fs, &o.capacity)
 	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json, html, or snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/"+snapshotFile+" instead)")
 	positional, err := parseInterleaved(fs, usage, args)
 	if err != nil {
@@ -48,7 +50,7 @@ func reportCmd(o *reportOptions, stdout io.Writer) error {
 	} else if st.IsDir() {
 		tracePath = filepath.Join(tracePath, traceFile)
 	}
-	res, err := analyze(tracePath)
+	res, err := analyze(tracePath, analysis.Options{Capacity: o.capacity})
 	truncated := errors.Is(err, errTruncatedTrace)
 	if err != nil && !truncated {
 		return err

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -30,6 +31,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	rec.analysis = analysis.Options{Capacity: o.capacity}
 	// The terminal's Ctrl-C reaches the child too (same process group);
 	// vramprof keeps recording until the child is gone. A SIGTERM sent to
 	// vramprof alone is passed on.

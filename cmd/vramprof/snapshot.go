@@ -87,8 +87,8 @@ func replay(path string, add func(event.Record) error) error {
 }
 
 // analyzeSnapshot runs the analysis on an imported PyTorch snapshot.
-func analyzeSnapshot(path string) (*analysis.Result, error) {
-	a := analysis.New(analysis.Options{})
+func analyzeSnapshot(path string, opts analysis.Options) (*analysis.Result, error) {
+	a := analysis.New(opts)
 	if err := replay(path, func(r event.Record) error {
 		if err := a.Add(r); err != nil {
 			return fmt.Errorf("analyze %s: %w", path, err)

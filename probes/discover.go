@@ -87,27 +87,28 @@ func (pf *probedFile) cudaSymbols() []string {
 // are decoded only for the few files that pass: a trainer maps hundreds of
 // libraries, some of them a gigabyte, and attach must be quick.
 func scanFile(c candidate, specs []probeSpec, withUSDT bool) (*probedFile, error) {
+	// One open for the cheap screening of every mapped file; the symbol
+	// tables are read (symbolize.OpenFile) only for the few that pass.
+	ef, err := elf.Open(c.OpenPath)
+	if err != nil {
+		var fe *elf.FormatError
+		if errors.As(err, &fe) {
+			return nil, nil // not ELF: nothing to probe
+		}
+		return nil, fmt.Errorf("open ELF %s: %w", c.Path, err)
+	}
+	defer ef.Close()
 	var sites []target
 	if withUSDT {
-		var err error
-		if sites, err = usdtTargets(c.OpenPath); err != nil {
+		if sites, err = usdtTargets(ef); err != nil {
 			return nil, fmt.Errorf("read USDT notes of %s: %w", c.Path, err)
 		}
 	}
-	mentioned, err := stringTablesMention(c.OpenPath, specs)
-	if err != nil {
-		return nil, err
-	}
-	if !mentioned {
+	if !stringTablesMention(ef, specs) {
 		if len(sites) == 0 {
 			return nil, nil
 		}
-		f, err := elf.Open(c.OpenPath)
-		if err != nil {
-			return nil, fmt.Errorf("open ELF %s: %w", c.Path, err)
-		}
-		defer f.Close()
-		return &probedFile{candidate: c, BuildID: symbolize.ReadBuildID(f), Targets: sites}, nil
+		return &probedFile{candidate: c, BuildID: symbolize.ReadBuildID(ef), Targets: sites}, nil
 	}
 	f, err := symbolize.OpenFile(c.OpenPath)
 	if err != nil {
@@ -138,16 +139,7 @@ func scanFile(c candidate, specs []probeSpec, withUSDT bool) (*probedFile, error
 
 // usdtTargets lists the block-layer USDT probe sites of a file (usdtProbes)
 // whose arguments can be read. A file without notes has none.
-func usdtTargets(path string) ([]target, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		var fe *elf.FormatError
-		if errors.As(err, &fe) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	defer f.Close()
+func usdtTargets(f *elf.File) ([]target, error) {
 	if f.Section(".note.stapsdt") == nil {
 		return nil, nil
 	}
@@ -192,17 +184,8 @@ func usdtReadable(p *usdt.Probe, kind event.Kind) bool {
 }
 
 // stringTablesMention reports whether any spec's name appears in the file's
-// dynamic or static string table. A file that is not ELF mentions nothing.
-func stringTablesMention(path string, specs []probeSpec) (bool, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		var fe *elf.FormatError
-		if errors.As(err, &fe) {
-			return false, nil
-		}
-		return false, fmt.Errorf("open ELF: %w", err)
-	}
-	defer f.Close()
+// dynamic or static string table.
+func stringTablesMention(f *elf.File, specs []probeSpec) bool {
 	for _, name := range []string{".dynstr", ".strtab"} {
 		sec := f.Section(name)
 		if sec == nil || sec.Type == elf.SHT_NOBITS {
@@ -216,9 +199,9 @@ func stringTablesMention(path string, specs []probeSpec) (bool, error) {
 			// NUL on both sides: the whole name, not a part of a longer one.
 			// Versioned names keep the bare name in .dynstr.
 			if bytes.Contains(data, []byte("\x00"+s.Symbol+"\x00")) {
-				return true, nil
+				return true
 			}
 		}
 	}
-	return false, nil
+	return false
 }

@@ -25,14 +25,13 @@ func addr2Line310(table []byte, firstLine int, offset int) int {
 	}
 	line, end := firstLine, 0
 	for i := 0; i+1 < len(table); i += 2 {
-		start := end
 		end += int(table[i])
 		rangeLine := noLine
 		if d := int8(table[i+1]); d != -128 {
 			line += int(d)
 			rangeLine = line
 		}
-		if end > start && end > offset {
+		if end > offset { // never a zero-length range: the previous one would have matched
 			return rangeLine
 		}
 	}

@@ -119,7 +119,7 @@ func TestAddr2LineEdges(t *testing.T) {
 				0x80 | 11<<3, 1, 2, // one-line +1, 1 unit (length bits 0): 101
 				0x80 | 13<<3 | 2, 0x03, // no columns, varint 3 = -1, 3 units: 100
 				0x80 | 14<<3, 0x40 | 0x08, 0x01, 0, 1, 1, // long, varint 8+64=72 -> +36, 1 unit: 136
-				0x80 | 15<<3 | 1,       // none, 2 units
+				0x80 | 15<<3 | 1,   // none, 2 units
 				0x80 | 12<<3, 0, 0, // one-line +2, 1 unit: 138
 			},
 			offsets: map[int]int{-2: 100, 0: 100, 2: 100, 4: 101, 6: 100, 10: 100, 12: 136, 14: noLine, 16: noLine, 18: 138, 20: noLine},

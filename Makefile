@@ -36,6 +36,7 @@ test: testdata
 # latency on a process with 400 mapped libraries.
 bench: build
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Attach -benchtime 5x -count 1 ./probes/
 

@@ -461,6 +461,10 @@ func (a *Analyzer) Add(rec event.Record) error {
 			l.Symbols = slices.Clone(r.Symbols)
 			a.run.Libraries = append(a.run.Libraries, l)
 		}
+	case *event.Interpreter:
+		if r != nil {
+			a.run.Interpreters = append(a.run.Interpreters, *r)
+		}
 	case *event.Lost:
 		if r != nil {
 			a.lost = r.Total

@@ -92,6 +92,10 @@ type Run struct {
 	// Libraries are the files whose functions were probed, in stream order
 	// with duplicates (same PID and path) dropped.
 	Libraries []event.Library
+	// Interpreters are the language runtimes whose frames the stacks
+	// include, or the notes saying why not (event.Interpreter), in stream
+	// order.
+	Interpreters []event.Interpreter
 	// Events counts the *Event records seen.
 	Events uint64
 	// NestedEvents counts the events made inside another traced call

@@ -24,13 +24,20 @@
  *                      REC_FORK are BPF-only
  *    59  u8  flags     REC_F_* below
  *    60  u16 nframes   user frames that follow, at most MAX_FRAMES
- *    62  u16 shape     SHAPE_* (how arguments were read; Go ignores it)
+ *    62  u8  shape     SHAPE_* (how arguments were read; Go ignores it)
+ *    63  u8  npy       Python frames that follow the user frames, at most
+ *                      MAX_PY_FRAMES
  *    64  u64 caller    *(u64 *)sp at entry: the return address into the
  *                      direct caller, which a frame-pointer walk started at a
  *                      function's first instruction skips (rbp still belongs
  *                      to the caller). Go inserts it when missing.
  *    72  u64 stack[nframes]  leaf first; stack[0] is the probed function,
  *                      the rest return addresses up the frame-pointer chain
+ *        then npy x {u64 code, u64 instr}: the calling thread's CPython
+ *                      frames, innermost first: the code object pointer as
+ *                      the frame holds it, and the frame's instruction field
+ *                      (low 56 bits) with the byte at the layout's owner
+ *                      offset (top 8 bits). probes/python interprets both.
  *
  * Cookie (set per attach point from Go, probes/apis.go):
  *   bits 0-15 event.API, bits 16-23 event.Kind, bits 24-31 SHAPE_*.
@@ -53,8 +60,16 @@
  *            age out.
  *   contexts hash {tgid, CUcontext} -> device, from cuDevicePrimaryCtxRetain
  *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
- *   scratch  per-CPU array, one zeroed record to create a slot from (a 1 KiB
+ *   scratch  per-CPU array, one zeroed record to create a slot from (a 2 KiB
  *            record does not fit on the 512-byte stack).
+ *   py_procs hash tgid -> py_proc: where a process's CPython keeps its state
+ *            and the layout offsets of its version (from Go, probes/python;
+ *            copied to a forked child in the kernel).
+ *   py_threads LRU pid_tgid -> the thread's PyThreadState, verified by its
+ *            native thread id at every use.
+ *   py_seen  LRU {tgid, hash of the code objects} -> 1: a record whose
+ *            Python stack was not seen before wakes the reader at once, so
+ *            user space reads the new code objects while the process lives.
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
@@ -71,6 +86,10 @@
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define MAX_FRAMES 127 /* kernel.perf_event_max_stack default */
+#define MAX_PY_FRAMES 64 /* Python frames a record can hold */
+#define PY_SLOTS 256     /* stack[]: native frames, then 2 u64 per Python frame */
+#define MAX_PY_THREADS 64 /* thread states searched per interpreter */
+#define MAX_PY_INTERPS 4  /* interpreters searched */
 #define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
 #define SIGSTOP 19
 
@@ -97,6 +116,9 @@ enum rec_flags {
 	REC_F_STOPPED = 1 << 0, /* loader: the target was sent SIGSTOP */
 	REC_F_NESTED = 1 << 1,  /* made inside another traced call: event.FlagNested */
 	REC_F_BLOCK = 1 << 2,   /* block layer (a framework allocator's USDT probe) */
+	REC_F_PY_TRUNC = 1 << 3, /* the Python frame chain went on past the depth limit */
+	REC_F_PY_BROKEN = 1 << 4, /* a Python frame could not be read: the chain is cut */
+	REC_F_WAKE = 1 << 5,     /* new Python code objects: wake the reader now */
 };
 
 /* How a USDT argument is read (probes/usdt parses the note's spec). */
@@ -156,9 +178,10 @@ struct record {
 	__u8 kind;
 	__u8 flags;
 	__u16 nframes;
-	__u16 shape;
+	__u8 shape;
+	__u8 npy;
 	__u64 caller;
-	__u64 stack[MAX_FRAMES];
+	__u64 stack[PY_SLOTS];
 };
 
 #define RECORD_HEADER_SIZE 72
@@ -181,6 +204,37 @@ struct ctx_key {
 	__u32 pad;
 };
 
+/*
+ * py_proc: a traced process's CPython (probes/python.Layout). Offsets are
+ * bytes; a negative one is a field the version lacks.
+ */
+struct py_proc {
+	__u64 runtime;            /* run-time address of _PyRuntime */
+	__s32 interp_head;        /* _PyRuntimeState.interpreters.head */
+	__s32 interp_next;        /* PyInterpreterState.next */
+	__s32 interp_threads;     /* PyInterpreterState.threads.head */
+	__s32 thread_next;        /* PyThreadState.next */
+	__s32 thread_native_id;   /* PyThreadState.native_thread_id (3.11+), or -1 */
+	__s32 thread_id;          /* PyThreadState.thread_id: pthread_self(), the fs base */
+	__s32 thread_frame;       /* PyThreadState.frame / .cframe / .current_frame */
+	__s32 cframe_current;     /* _PyCFrame.current_frame, or -1 */
+	__s32 frame_previous;     /* frame: f_back / previous */
+	__s32 frame_code;         /* frame: f_code / f_executable */
+	__s32 frame_instr;        /* frame: f_lasti / prev_instr / instr_ptr */
+	__s32 frame_instr_size;   /* 4 or 8 */
+	__s32 frame_owner;        /* frame: is_entry / owner, or -1 */
+	__s32 frame_size;         /* bytes to read per frame, <= PY_FRAME_READ */
+	__u32 depth;              /* frames to record, <= MAX_PY_FRAMES */
+};
+
+#define PY_FRAME_READ 128
+
+struct py_seen_key {
+	__u64 hash;
+	__u32 tgid;
+	__u32 pad;
+};
+
 /* Never used: it puts the enums above into BTF, so bpf2go generates them for
  * Go (probes/bpf_x86_bpfel.go) and the two sides cannot drift apart. */
 struct contract {
@@ -188,6 +242,7 @@ struct contract {
 	enum rec_flags flags;
 	enum shape shape;
 	enum usdt_arg_kind usdt_kind;
+	struct py_proc py;
 } contract_types __attribute__((unused));
 
 /* Set from Go before load. */
@@ -219,7 +274,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 8192); /* 2 KiB each: 17 MiB */
 	__type(key, struct slot_key);
 	__type(value, struct record);
 } slots SEC(".maps");
@@ -254,6 +309,39 @@ struct {
 	__type(value, struct usdt_spec);
 } usdt_specs SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} py_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct py_seen_key);
+	__type(value, __u8);
+} py_seen SEC(".maps");
+
+/* One frame's bytes, read at once (one helper call per frame). */
+struct py_buf {
+	__u8 b[PY_FRAME_READ + 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_buf);
+} py_scratch SEC(".maps");
+
 static __always_inline int traced(__u64 id)
 {
 	if (trace_all)
@@ -285,6 +373,7 @@ static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
 	r->flags = 0;
 	r->nframes = 0;
 	r->shape = 0;
+	r->npy = 0;
 	r->caller = 0;
 }
 
@@ -316,6 +405,166 @@ static __always_inline void walk_user_stack(struct pt_regs *ctx, struct record *
 		fp = frame[0];
 	}
 	r->nframes = n;
+}
+
+/* The kernel's task fields read here, relocated by CO-RE against the
+ * running kernel's BTF. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
+
+/* py_read reads the u64 at a user address, 0 when unreadable. */
+static __always_inline __u64 py_read(__u64 addr)
+{
+	__u64 v = 0;
+	if (addr)
+		bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+	return v;
+}
+
+/*
+ * py_thread_state finds the calling thread's PyThreadState: the cached one
+ * when its thread id is still this thread's, else a search of every
+ * interpreter's thread list. Matching by native thread id (not the GIL
+ * holder) finds threads that released the GIL around a C call, as ctypes
+ * and PyTorch do.
+ */
+static __always_inline __u64 py_thread_state(struct py_proc *pp, __u64 id)
+{
+	/* 3.11+: the native thread id; 3.10: pthread_self(), which glibc on
+	 * x86-64 makes the thread's fs base. */
+	__s32 off = pp->thread_native_id;
+	__u64 want = (__u32)id;
+	if (off < 0) {
+		off = pp->thread_id;
+		struct task_struct *task = bpf_get_current_task_btf();
+		want = task->thread.fsbase;
+	}
+	if (off < 0 || !want)
+		return 0;
+	__u64 *cached = bpf_map_lookup_elem(&py_threads, &id);
+	if (cached && *cached && py_read(*cached + off) == want)
+		return *cached;
+
+	__u64 interp = py_read(pp->runtime + pp->interp_head);
+	for (int i = 0; i < MAX_PY_INTERPS && interp; i++) {
+		__u64 ts = py_read(interp + pp->interp_threads);
+		for (int j = 0; j < MAX_PY_THREADS && ts; j++) {
+			if (py_read(ts + off) == want) {
+				bpf_map_update_elem(&py_threads, &id, &ts, BPF_ANY);
+				return ts;
+			}
+			ts = py_read(ts + pp->thread_next);
+		}
+		interp = py_read(interp + pp->interp_next);
+	}
+	return 0;
+}
+
+/* py_field reads a field of the frame bytes in buf at a layout offset. */
+static __always_inline __u64 py_field(struct py_buf *buf, __s32 off, __s32 size)
+{
+	if (off < 0)
+		return 0;
+	__u64 v = *(__u64 *)&buf->b[off & (PY_FRAME_READ - 1)];
+	if (size == 4)
+		v &= 0xffffffff;
+	else if (size == 1)
+		v &= 0xff;
+	return v;
+}
+
+/*
+ * walk_python appends the calling thread's Python frames after the native
+ * ones (see the contract header) when the process runs a CPython user
+ * space has described. Each frame is one read of frame_size bytes; the
+ * chain ends at a NULL previous, a failed read (REC_F_PY_BROKEN) or the
+ * depth limit (REC_F_PY_TRUNC). Returns a hash of the code objects, 0 when
+ * no Python frame was recorded.
+ */
+static __always_inline __u64 walk_python(struct record *r, __u64 id)
+{
+	__u32 tgid = id >> 32;
+	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!pp)
+		return 0;
+	__u32 zero = 0;
+	struct py_buf *buf = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!buf)
+		return 0;
+	__u64 ts = py_thread_state(pp, id);
+	if (!ts)
+		return 0;
+	__u64 fp = py_read(ts + pp->thread_frame);
+	if (pp->cframe_current >= 0)
+		fp = py_read(fp + pp->cframe_current);
+
+	__u32 base = r->nframes;
+	if (base > MAX_FRAMES)
+		base = MAX_FRAMES;
+	__u32 size = pp->frame_size;
+	if (size > PY_FRAME_READ)
+		size = PY_FRAME_READ;
+	__u32 depth = pp->depth;
+	__u64 hash = 0xcbf29ce484222325ULL;
+	__u32 n = 0;
+	for (int i = 0; i < MAX_PY_FRAMES; i++) {
+		if (!fp)
+			break;
+		if (i >= depth) {
+			r->flags |= REC_F_PY_TRUNC;
+			break;
+		}
+		if (bpf_probe_read_user(buf->b, size, (void *)fp)) {
+			r->flags |= REC_F_PY_BROKEN;
+			break;
+		}
+		__u64 code = py_field(buf, pp->frame_code, 8);
+		__u64 instr = py_field(buf, pp->frame_instr, pp->frame_instr_size) & 0x00ffffffffffffffULL;
+		instr |= py_field(buf, pp->frame_owner, 1) << 56;
+		__u32 idx = base + 2 * i;
+		r->stack[idx & (PY_SLOTS - 1)] = code;
+		r->stack[(idx + 1) & (PY_SLOTS - 1)] = instr;
+		hash = (hash ^ code) * 0x100000001b3ULL;
+		n = i + 1;
+		fp = py_field(buf, pp->frame_previous, 8);
+	}
+	r->npy = n;
+	return n ? hash : 0;
+}
+
+/*
+ * py_new_stack reports whether this process has not sent this set of code
+ * objects before: user space must then read them while the process lives.
+ */
+static __always_inline int py_new_stack(__u64 hash, __u64 id)
+{
+	if (!hash)
+		return 0;
+	struct py_seen_key k = {.hash = hash, .tgid = id >> 32};
+	if (bpf_map_lookup_elem(&py_seen, &k))
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&py_seen, &k, &one, BPF_ANY);
+	return 1;
+}
+
+/* record_size is a record's size in the ring: header, native frames, Python frames. */
+static __always_inline __u32 record_size(struct record *r)
+{
+	__u32 nframes = r->nframes;
+	if (nframes > MAX_FRAMES)
+		nframes = MAX_FRAMES;
+	__u32 npy = r->npy;
+	if (npy > MAX_PY_FRAMES)
+		npy = MAX_PY_FRAMES;
+	return RECORD_HEADER_SIZE + (nframes + 2 * npy) * sizeof(__u64);
 }
 
 /*
@@ -461,6 +710,8 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	if (depth == 0 && allocates(r->kind)) {
 		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
 		walk_user_stack(ctx, r);
+		if (py_new_stack(walk_python(r, id), id))
+			r->flags |= REC_F_WAKE;
 	}
 	return 0;
 }
@@ -553,11 +804,8 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 	}
 	}
 
-	__u32 nframes = r->nframes;
-	if (nframes > MAX_FRAMES)
-		nframes = MAX_FRAMES;
-	__u32 size = RECORD_HEADER_SIZE + nframes * sizeof(__u64);
-	if (bpf_ringbuf_output(&events, r, size, wakeup_flag()))
+	__u64 wake = r->flags & REC_F_WAKE ? BPF_RB_FORCE_WAKEUP : wakeup_flag();
+	if (bpf_ringbuf_output(&events, r, record_size(r), wake))
 		__sync_fetch_and_add(&lost, 1);
 	r->kind = REC_IDLE;
 	return 0;
@@ -686,11 +934,11 @@ int usdt_block(struct pt_regs *ctx)
 		/* A probe site is not a function entry: the caller's return
 		 * address is not at sp, and the frame-pointer walk is whole. */
 		walk_user_stack(ctx, r);
+		if (py_new_stack(walk_python(r, id), id))
+			r->flags |= REC_F_WAKE;
 	}
-	__u32 nframes = r->nframes;
-	if (nframes > MAX_FRAMES)
-		nframes = MAX_FRAMES;
-	if (bpf_ringbuf_output(&events, r, RECORD_HEADER_SIZE + nframes * sizeof(__u64), wakeup_flag()))
+	__u64 wake = r->flags & REC_F_WAKE ? BPF_RB_FORCE_WAKEUP : wakeup_flag();
+	if (bpf_ringbuf_output(&events, r, record_size(r), wake))
 		__sync_fetch_and_add(&lost, 1);
 	return 0;
 }
@@ -699,10 +947,6 @@ int usdt_block(struct pt_regs *ctx)
  * fork: a target's child is a target too (DataLoader workers, launchers
  * starting ranks). Threads share their process's tgid and are skipped.
  */
-struct task_struct {
-	int pid;
-	int tgid;
-} __attribute__((preserve_access_index));
 
 /* announce sends a record about a target's life (fork, exec, exit). */
 static __always_inline void announce(__u32 tgid, __u32 tid, __u8 kind, __u64 addr, int stop)
@@ -727,6 +971,10 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 		return 0;
 	__u8 one = 1;
 	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
+	/* The child runs the parent's interpreter at the same addresses. */
+	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &ptgid);
+	if (pp)
+		bpf_map_update_elem(&py_procs, &ctgid, pp, BPF_ANY);
 	announce(ctgid, child->pid, REC_FORK, ptgid, 0);
 	return 0;
 }
@@ -742,6 +990,7 @@ int BPF_PROG(process_exec, struct task_struct *p, int old_pid, void *bprm)
 	__u32 tgid = p->tgid;
 	if (!bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
+	bpf_map_delete_elem(&py_procs, &tgid); /* another image: user space looks again */
 	announce(tgid, p->pid, REC_EXEC, 0, 1);
 	return 0;
 }
@@ -758,6 +1007,7 @@ int BPF_PROG(process_exit, struct task_struct *p)
 	if (p->pid != tgid || !bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
 	bpf_map_delete_elem(&targets, &tgid);
+	bpf_map_delete_elem(&py_procs, &tgid);
 	announce(tgid, p->pid, REC_EXIT, 0, 0);
 	return 0;
 }

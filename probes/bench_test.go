@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,8 +43,9 @@ func pairCost(b *testing.B, out *bytes.Buffer) float64 {
 // its own loop of pairs, a bare counting probe at the attach points
 // vramprof uses for it, and the events one pair makes.
 type workload struct {
-	name       string // "cudaMalloc+cudaFree", for the printout
-	bin        string
+	name       string   // "cudaMalloc+cudaFree", for the printout
+	argv       []string // the program; N (pairs) is appended
+	env        []string // added to this process's environment
 	attachBare func(b *testing.B) (check func(b *testing.B, pairs int))
 	events     func(pairs int) uint64 // records vramprof must deliver
 	opts       Options
@@ -57,9 +60,12 @@ func measure(b *testing.B, w workload) {
 	n := strconv.Itoa(b.N)
 	const rounds = 9
 	var unprobed, counted, probed []float64
+	argv := append(slices.Clone(w.argv), n)
+	env := append(os.Environ(), w.env...)
 	runPlain := func() float64 {
 		var out bytes.Buffer
-		cmd := exec.Command(w.bin, n)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
 		cmd.Stdout = &out
 		require.NoError(b, cmd.Run())
 		return pairCost(b, &out)
@@ -78,7 +84,7 @@ func measure(b *testing.B, w workload) {
 		s, err := NewSession(opts)
 		require.NoError(b, err)
 		var out bytes.Buffer
-		cmd, err := s.Launch(LaunchOptions{Argv: []string{w.bin, n}, Stdout: &out})
+		cmd, err := s.Launch(LaunchOptions{Argv: argv, Env: env, Stdout: &out})
 		require.NoError(b, err)
 		done := make(chan error, 1)
 		go func() { done <- s.Run(context.Background()) }()
@@ -114,9 +120,21 @@ func BenchmarkOverhead(b *testing.B) {
 		// -benchtime Nx the real one follows. Too few pairs to price.
 		return
 	}
-	// The functions one pair goes through: cudaMalloc and cudaFree in the
-	// runtime, cuMemAlloc_v2 and cuMemFree_v2 nested in the driver.
-	// vramprof probes these four; so does the bare counting probe.
+	measure(b, workload{
+		name:       "cudaMalloc+cudaFree",
+		argv:       []string{scenario.Bin(b, "bench_pairs")},
+		attachBare: barePairs(b),
+		// Runtime call and nested driver call, for both halves.
+		events: func(pairs int) uint64 { return uint64(4 * pairs) },
+		target: "; target <= 1.3x bare",
+	})
+}
+
+// barePairs returns the bare counting probe's attach for a
+// cudaMalloc+cudaFree workload: the functions one pair goes through,
+// cudaMalloc and cudaFree in the runtime, cuMemAlloc_v2 and cuMemFree_v2
+// nested in the driver. vramprof probes these four; so does the bare probe.
+func barePairs(b *testing.B) func(b *testing.B) func(*testing.B, int) {
 	offsetsIn := func(lib string, apis ...event.API) []uint64 {
 		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false)
 		require.NoError(b, err)
@@ -133,28 +151,44 @@ func BenchmarkOverhead(b *testing.B) {
 	cudart, cuda := scenario.Lib(b, "libcudart.so.12"), scenario.Lib(b, "libcuda.so.1")
 	cudartOffs := offsetsIn(cudart, event.APICudaMalloc, event.APICudaFree)
 	cudaOffs := offsetsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
-	measure(b, workload{
-		name: "cudaMalloc+cudaFree",
-		bin:  scenario.Bin(b, "bench_pairs"),
-		attachBare: func(b *testing.B) func(*testing.B, int) {
-			p1, err := bare.Attach(cudart, cudartOffs...)
-			require.NoError(b, err)
-			p2, err := bare.Attach(cuda, cudaOffs...)
-			require.NoError(b, err)
-			return func(b *testing.B, pairs int) {
-				for _, p := range []*bare.Probe{p1, p2} {
-					enters, returns, err := p.Counts()
-					require.NoError(b, err)
-					require.NoError(b, p.Close())
-					// The counting probe fires system-wide: at least our calls.
-					require.GreaterOrEqual(b, enters, uint64(2*pairs))
-					require.GreaterOrEqual(b, returns, uint64(2*pairs))
-				}
+	return func(b *testing.B) func(*testing.B, int) {
+		p1, err := bare.Attach(cudart, cudartOffs...)
+		require.NoError(b, err)
+		p2, err := bare.Attach(cuda, cudaOffs...)
+		require.NoError(b, err)
+		return func(b *testing.B, pairs int) {
+			for _, p := range []*bare.Probe{p1, p2} {
+				enters, returns, err := p.Counts()
+				require.NoError(b, err)
+				require.NoError(b, p.Close())
+				// The counting probe fires system-wide: at least our calls.
+				require.GreaterOrEqual(b, enters, uint64(2*pairs))
+				require.GreaterOrEqual(b, returns, uint64(2*pairs))
 			}
-		},
-		// Runtime call and nested driver call, for both halves.
-		events: func(pairs int) uint64 { return uint64(4 * pairs) },
-		target: "; target <= 1.3x bare",
+		}
+	}
+}
+
+// BenchmarkPythonOverhead prices Python stacks: the same pairs as
+// BenchmarkOverhead, made by CPython through ctypes about 20 Python frames
+// deep, so every allocation record carries the frame chain read in BPF.
+// Use -benchtime 20000x.
+func BenchmarkPythonOverhead(b *testing.B) {
+	scenario.RequirePrivilege(b)
+	if b.N < 1000 {
+		return // sizing call; see BenchmarkOverhead
+	}
+	python := "/usr/bin/python3.11" // Debian's: the interpreter CI has
+	if _, err := os.Stat(python); err != nil {
+		b.Fatalf("%s: %v (the Python benchmark needs Debian's python3.11)", python, err)
+	}
+	measure(b, workload{
+		name:       "cudaMalloc+cudaFree from CPython (~20 Python frames, --python auto)",
+		argv:       []string{python, filepath.Join(scenario.Root(), "testdata", "python", "bench_pairs.py")},
+		env:        []string{"FAKECUDA_LIB=" + scenario.Lib(b, "libcudart.so.12")},
+		attachBare: barePairs(b),
+		events:     func(pairs int) uint64 { return uint64(4 * pairs) },
+		target:     "; target <= 1.6x bare",
 	})
 }
 
@@ -180,7 +214,7 @@ func BenchmarkPoolOverhead(b *testing.B) {
 	require.Len(b, offs, 2, "pytorch:malloc and pytorch:free")
 	measure(b, workload{
 		name: "c10_alloc+c10_free (block layer, --pool)",
-		bin:  scenario.Bin(b, "bench_blocks"),
+		argv: []string{scenario.Bin(b, "bench_blocks")},
 		attachBare: func(b *testing.B) func(*testing.B, int) {
 			p, err := bare.AttachSites(lib, offs, refs)
 			require.NoError(b, err)

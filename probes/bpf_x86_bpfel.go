@@ -19,6 +19,26 @@ type bpfContract struct {
 	Flags    uint32
 	Shape    uint32
 	UsdtKind uint32
+	Py       struct {
+		_              structs.HostLayout
+		Runtime        uint64
+		InterpHead     int32
+		InterpNext     int32
+		InterpThreads  int32
+		ThreadNext     int32
+		ThreadNativeId int32
+		ThreadId       int32
+		ThreadFrame    int32
+		CframeCurrent  int32
+		FramePrevious  int32
+		FrameCode      int32
+		FrameInstr     int32
+		FrameInstrSize int32
+		FrameOwner     int32
+		FrameSize      int32
+		Depth          uint32
+		_              [4]byte
+	}
 }
 
 type bpfCtxKey struct {
@@ -28,12 +48,48 @@ type bpfCtxKey struct {
 	Pad  uint32
 }
 
+type bpfPyBuf struct {
+	_ structs.HostLayout
+	B [136]uint8
+}
+
+type bpfPyProc struct {
+	_              structs.HostLayout
+	Runtime        uint64
+	InterpHead     int32
+	InterpNext     int32
+	InterpThreads  int32
+	ThreadNext     int32
+	ThreadNativeId int32
+	ThreadId       int32
+	ThreadFrame    int32
+	CframeCurrent  int32
+	FramePrevious  int32
+	FrameCode      int32
+	FrameInstr     int32
+	FrameInstrSize int32
+	FrameOwner     int32
+	FrameSize      int32
+	Depth          uint32
+	_              [4]byte
+}
+
+type bpfPySeenKey struct {
+	_    structs.HostLayout
+	Hash uint64
+	Tgid uint32
+	Pad  uint32
+}
+
 type bpfRecFlags uint32
 
 const (
-	bpfRecFlagsREC_F_STOPPED bpfRecFlags = 1
-	bpfRecFlagsREC_F_NESTED  bpfRecFlags = 2
-	bpfRecFlagsREC_F_BLOCK   bpfRecFlags = 4
+	bpfRecFlagsREC_F_STOPPED   bpfRecFlags = 1
+	bpfRecFlagsREC_F_NESTED    bpfRecFlags = 2
+	bpfRecFlagsREC_F_BLOCK     bpfRecFlags = 4
+	bpfRecFlagsREC_F_PY_TRUNC  bpfRecFlags = 8
+	bpfRecFlagsREC_F_PY_BROKEN bpfRecFlags = 16
+	bpfRecFlagsREC_F_WAKE      bpfRecFlags = 32
 )
 
 type bpfRecKind uint32
@@ -66,9 +122,10 @@ type bpfRecord struct {
 	Kind     uint8
 	Flags    uint8
 	Nframes  uint16
-	Shape    uint16
+	Shape    uint8
+	Npy      uint8
 	Caller   uint64
-	Stack    [127]uint64
+	Stack    [256]uint64
 }
 
 type bpfShape uint32
@@ -131,6 +188,10 @@ const (
 	bpfMapBlockScratch     = "block_scratch"
 	bpfMapContexts         = "contexts"
 	bpfMapEvents           = "events"
+	bpfMapPyProcs          = "py_procs"
+	bpfMapPyScratch        = "py_scratch"
+	bpfMapPySeen           = "py_seen"
+	bpfMapPyThreads        = "py_threads"
 	bpfMapScratch          = "scratch"
 	bpfMapSlots            = "slots"
 	bpfMapTargets          = "targets"
@@ -212,6 +273,10 @@ type bpfMapSpecs struct {
 	BlockScratch *ebpf.MapSpec `ebpf:"block_scratch"`
 	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	PyProcs      *ebpf.MapSpec `ebpf:"py_procs"`
+	PyScratch    *ebpf.MapSpec `ebpf:"py_scratch"`
+	PySeen       *ebpf.MapSpec `ebpf:"py_seen"`
+	PyThreads    *ebpf.MapSpec `ebpf:"py_threads"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Slots        *ebpf.MapSpec `ebpf:"slots"`
 	Targets      *ebpf.MapSpec `ebpf:"targets"`
@@ -253,6 +318,10 @@ type bpfMaps struct {
 	BlockScratch *ebpf.Map `ebpf:"block_scratch"`
 	Contexts     *ebpf.Map `ebpf:"contexts"`
 	Events       *ebpf.Map `ebpf:"events"`
+	PyProcs      *ebpf.Map `ebpf:"py_procs"`
+	PyScratch    *ebpf.Map `ebpf:"py_scratch"`
+	PySeen       *ebpf.Map `ebpf:"py_seen"`
+	PyThreads    *ebpf.Map `ebpf:"py_threads"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Slots        *ebpf.Map `ebpf:"slots"`
 	Targets      *ebpf.Map `ebpf:"targets"`
@@ -265,6 +334,10 @@ func (m *bpfMaps) Close() error {
 		m.BlockScratch,
 		m.Contexts,
 		m.Events,
+		m.PyProcs,
+		m.PyScratch,
+		m.PySeen,
+		m.PyThreads,
 		m.Scratch,
 		m.Slots,
 		m.Targets,

@@ -22,6 +22,8 @@ const (
 	recFlagStopped = uint8(bpfRecFlagsREC_F_STOPPED)
 	recFlagNested  = uint8(bpfRecFlagsREC_F_NESTED)
 	recFlagBlock   = uint8(bpfRecFlagsREC_F_BLOCK)
+	recFlagPyTrunc = uint8(bpfRecFlagsREC_F_PY_TRUNC)
+	recFlagPyBroke = uint8(bpfRecFlagsREC_F_PY_BROKEN)
 )
 
 // lastEventKind is the highest event.Kind the BPF side sends.
@@ -34,6 +36,9 @@ const recordHeaderSize = 72
 // maxFrames is MAX_FRAMES in the BPF contract header.
 const maxFrames = 127
 
+// maxPyFrames is MAX_PY_FRAMES in the BPF contract header.
+const maxPyFrames = 64
+
 // errShortRecord reports a ring buffer sample smaller than its header says.
 var errShortRecord = errors.New("short record")
 
@@ -44,6 +49,9 @@ type rawRecord struct {
 	flags  uint8
 	caller uint64   // return address into the probed function's caller
 	frames []uint64 // raw user stack, leaf first; reused between records
+	// py holds the Python frames, innermost first, as (code, instr) pairs
+	// (see the contract header); reused between records.
+	py []uint64
 }
 
 // decodeRecord decodes b, laid out as the BPF contract header says, into r.
@@ -69,9 +77,10 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	r.kind = b[58]
 	r.flags = b[59]
 	n := int(le.Uint16(b[60:]))
+	npy := int(b[63])
 	r.caller = le.Uint64(b[64:])
-	if n > maxFrames || len(b) < recordHeaderSize+8*n {
-		return fmt.Errorf("%w: %d frames in %d bytes", errShortRecord, n, len(b))
+	if n > maxFrames || npy > maxPyFrames || len(b) < recordHeaderSize+8*n+16*npy {
+		return fmt.Errorf("%w: %d frames and %d Python frames in %d bytes", errShortRecord, n, npy, len(b))
 	}
 	if r.kind != 0 && event.Kind(r.kind) <= lastEventKind {
 		r.ev.Kind = event.Kind(r.kind)
@@ -85,6 +94,10 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	r.frames = r.frames[:0]
 	for i := range n {
 		r.frames = append(r.frames, le.Uint64(b[recordHeaderSize+8*i:]))
+	}
+	r.py = r.py[:0]
+	for i := range 2 * npy {
+		r.py = append(r.py, le.Uint64(b[recordHeaderSize+8*n+8*i:]))
 	}
 	return nil
 }

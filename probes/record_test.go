@@ -35,18 +35,21 @@ func TestRecordLayout(t *testing.T) {
 		{"kind", unsafe.Offsetof(r.Kind), 58},
 		{"flags", unsafe.Offsetof(r.Flags), 59},
 		{"nframes", unsafe.Offsetof(r.Nframes), 60},
+		{"shape", unsafe.Offsetof(r.Shape), 62},
+		{"npy", unsafe.Offsetof(r.Npy), 63},
 		{"caller", unsafe.Offsetof(r.Caller), 64},
 		{"stack", unsafe.Offsetof(r.Stack), recordHeaderSize},
 	} {
 		assert.Equal(t, tc.want, tc.got, tc.name)
 	}
-	assert.Len(t, r.Stack, maxFrames)
+	// Native frames, then two u64 per Python frame, in one array.
+	assert.GreaterOrEqual(t, len(r.Stack), maxFrames+2*maxPyFrames)
 }
 
 // TestDecodeRecord decodes a record laid out by hand per the contract.
 func TestDecodeRecord(t *testing.T) {
 	le := binary.LittleEndian
-	b := make([]byte, recordHeaderSize+3*8)
+	b := make([]byte, recordHeaderSize+3*8+2*16)
 	le.PutUint64(b[0:], 1000)        // time
 	le.PutUint64(b[8:], 20)          // duration
 	le.PutUint64(b[16:], 0x7f0000)   // addr
@@ -60,8 +63,9 @@ func TestDecodeRecord(t *testing.T) {
 	b[58] = byte(event.KindAlloc)
 	b[59] = recFlagNested
 	le.PutUint16(b[60:], 3)
+	b[63] = 2 // Python frames
 	le.PutUint64(b[64:], 0xc0ffee)
-	for i, a := range []uint64{0x100, 0x200, 0x300} {
+	for i, a := range []uint64{0x100, 0x200, 0x300, 0xc0de1, 0x1_0000_0000_00aa, 0xc0de2, 0xbb} {
 		le.PutUint64(b[recordHeaderSize+8*i:], a)
 	}
 	var r rawRecord
@@ -70,10 +74,12 @@ func TestDecodeRecord(t *testing.T) {
 		Ret: 2, Device: -1, Kind: event.KindAlloc, Layer: event.LayerSegment, API: event.APICuMemAlloc,
 		Flags: event.FlagNested}, r.ev)
 	assert.Equal(t, []uint64{0x100, 0x200, 0x300}, r.frames)
+	assert.Equal(t, []uint64{0xc0de1, 0x1_0000_0000_00aa, 0xc0de2, 0xbb}, r.py)
 	assert.Equal(t, uint64(0xc0ffee), r.caller)
 
 	// A header that promises more frames than the sample holds.
 	require.ErrorIs(t, decodeRecord(b[:recordHeaderSize+8], &r), errShortRecord)
+	require.ErrorIs(t, decodeRecord(b[:recordHeaderSize+3*8+16], &r), errShortRecord) // one Python frame short
 	require.ErrorIs(t, decodeRecord(b[:10], &r), errShortRecord)
 }
 

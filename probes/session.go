@@ -54,6 +54,13 @@ type Options struct {
 	// no block layer. By default (--pool auto) they are probed wherever
 	// their notes are found.
 	NoPool bool
+	// NoPython leaves Python frames out of stacks (--python off). By
+	// default (--python auto) a CPython found in a target has its frames
+	// read at every allocation.
+	NoPython bool
+	// PythonDepth is the most Python frames recorded per stack, at most
+	// and by default DefaultPythonDepth.
+	PythonDepth int
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -99,7 +106,9 @@ type proc struct {
 	exited    bool
 	// forget: exited, but records of it may still wait in the ring buffer,
 	// and they need its maps to symbolize. Dropped once the ring is empty.
-	forget bool
+	forget  bool
+	py      *pyProc // its CPython, once found
+	pyNoted bool    // a CPython was found that cannot be read: said once
 }
 
 // NewSession loads the BPF objects and opens the ring buffer. Nothing is
@@ -208,6 +217,9 @@ func (s *Session) Close() error {
 		errs = append(errs, fmt.Errorf("unload BPF objects: %w", err))
 	}
 	s.sym.Close()
+	for _, p := range s.procs {
+		dropPython(p)
+	}
 	for _, err := range errs {
 		if err != nil {
 			return err
@@ -277,6 +289,7 @@ func (s *Session) untrack(p *proc) {
 	}
 	s.retire(p)
 	_ = s.objs.Targets.Delete(p.pid)
+	_ = s.objs.PyProcs.Delete(p.pid)
 	// Its threads' state passes the BPF filter by itself (see thread_state):
 	// drop it, so a later process that reuses the PID is not traced.
 	var key uint64
@@ -299,6 +312,7 @@ func (s *Session) forgetExited() {
 		if p.forget {
 			p.forget = false
 			s.sym.Forget(p.pid)
+			dropPython(p)
 		}
 	}
 }
@@ -316,6 +330,9 @@ func (s *Session) scan(p *proc) error {
 	// gone before its stacks are read.
 	if err := s.sym.Prepare(p.pid); err != nil {
 		return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
+	}
+	if err := s.findPython(p); err != nil {
+		return err
 	}
 	for _, f := range files {
 		if p.libraries[f.Key] {
@@ -529,8 +546,8 @@ func (s *Session) handle(sample []byte) error {
 			}
 		}
 	}
-	if len(r.frames) > 0 {
-		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller))
+	if len(r.frames) > 0 || len(r.py) > 0 {
+		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller), r.py, r.flags&(recFlagPyTrunc|recFlagPyBroke))
 		if err != nil {
 			return err
 		}
@@ -555,6 +572,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			info := procInfo(p.pid)
 			info.Time = MonotonicNow()
 			err = s.describe(p, info)
+			dropPython(p) // the BPF side forgot it too
 		}
 		if err == nil {
 			err = s.scan(p)
@@ -632,6 +650,7 @@ func (s *Session) forked(r *rawRecord) error {
 		// The PID belonged to a process whose exit was not seen (its
 		// records are all before this one): this is another process.
 		s.retire(old)
+		dropPython(old)
 	}
 	info := &event.Process{PPID: parent}
 	if pp := s.procs[parent]; pp != nil {
@@ -649,6 +668,9 @@ func (s *Session) forked(r *rawRecord) error {
 			p.libraries[k] = true
 		}
 		p.cuda = pp.cuda
+		if err := s.inheritPython(p, pp); err != nil {
+			return err
+		}
 	}
 	// Learn its maps while it lives: a short-lived worker may be gone
 	// before its stacks are read.
@@ -658,10 +680,15 @@ func (s *Session) forked(r *rawRecord) error {
 
 // intern returns the StackID of the raw stack of pid, symbolizing it and
 // writing its Mapping and Stack records the first time it is seen.
-func (s *Session) intern(pid uint32, frames []uint64) (event.StackID, error) {
+func (s *Session) intern(pid uint32, frames, py []uint64, pyFlags uint8) (event.StackID, error) {
 	key := s.stackKey[:0]
 	key = binary.LittleEndian.AppendUint32(key, pid)
+	key = binary.LittleEndian.AppendUint16(key, uint16(len(frames)))
 	for _, f := range frames {
+		key = binary.LittleEndian.AppendUint64(key, f)
+	}
+	key = append(key, pyFlags)
+	for _, f := range py {
 		key = binary.LittleEndian.AppendUint64(key, f)
 	}
 	s.stackKey = key
@@ -676,6 +703,9 @@ func (s *Session) intern(pid uint32, frames []uint64) (event.StackID, error) {
 			syms[i] = event.Frame{Addr: a}
 		}
 		maps = nil
+	}
+	if p := s.procs[pid]; p != nil && p.py != nil && len(py) > 0 {
+		syms = mergeStacks(syms, pySegments(p.py, py, pyFlags))
 	}
 	for i := range maps {
 		if err := s.opts.Sink.Write(&maps[i]); err != nil {

@@ -128,6 +128,7 @@ type htmlRun struct {
 	Nested    uint64
 	Lost      uint64
 	NVML      string
+	Python    []string // interpreterLines
 	DeviceSw  uint64
 	Inferred  uint64
 	Libraries int
@@ -250,7 +251,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PID,
 		Duration: fmt.Sprintf("%.3f s", float64(run.Duration)/1e9), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
-		Libraries: len(run.Libraries), Processes: len(res.Processes)}
+		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}

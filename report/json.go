@@ -41,9 +41,22 @@ type JSON struct {
 	Processes []JSONProcess `json:"processes"`
 	Findings  []JSONFinding `json:"findings"`
 
-	Run       JSONRun        `json:"run"`
-	Libraries []JSONLibrary  `json:"libraries"`
-	Timelines []JSONTimeline `json:"timelines"`
+	Run       JSONRun       `json:"run"`
+	Libraries []JSONLibrary `json:"libraries"`
+	// Interpreters are the CPythons whose frames the stacks hold, or the
+	// notes saying why they do not; absent when none was found.
+	Interpreters []JSONInterpreter `json:"interpreters,omitempty"`
+	Timelines    []JSONTimeline    `json:"timelines"`
+}
+
+// JSONInterpreter is one entry of report.json's "interpreters".
+type JSONInterpreter struct {
+	PID     uint32 `json:"pid"`
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	Path    string `json:"path,omitempty"`
+	// Note is the reason the frames are missing; absent when they are there.
+	Note string `json:"note,omitempty"`
 }
 
 // JSONTotals is report.json's "totals": the segment layer, all processes.
@@ -511,6 +524,9 @@ func NewJSON(res *analysis.Result) *JSON {
 	}
 	for _, l := range run.Libraries {
 		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols)})
+	}
+	for _, in := range run.Interpreters {
+		j.Interpreters = append(j.Interpreters, JSONInterpreter{PID: in.PID, Name: in.Name, Version: in.Version, Path: in.Path, Note: in.Note})
 	}
 	for _, tl := range res.Timelines {
 		jt := JSONTimeline{PID: tl.PID, ProcessStartNs: res.Rel(tl.ProcessStart), Device: analysis.DeviceName(tl.Device), Layer: tl.Layer.String(),

@@ -211,6 +211,14 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("%d records lost (ring buffer full): the figures above may miss allocations and frees.\n\n", res.LostEvents)
 	}
 
+	if lines := interpreterLines(&run); len(lines) > 0 {
+		p("## Python\n\n")
+		for _, l := range lines {
+			p("- %s\n", cell(l))
+		}
+		p("\n")
+	}
+
 	p("## Libraries probed\n\n")
 	if len(run.Libraries) == 0 {
 		p("None recorded.\n")

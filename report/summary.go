@@ -52,6 +52,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	for _, l := range summaryNVMLLines(res) {
 		p("%s\n", l)
 	}
+	for _, l := range interpreterLines(&res.Run) {
+		p("%s\n", l)
+	}
 	for _, l := range summaryPreexistingLines(res) {
 		p("%s\n", l)
 	}

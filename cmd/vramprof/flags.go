@@ -79,6 +79,7 @@ type runOptions struct {
 	out      string
 	nvml     string
 	pool     string
+	python   pythonFlags
 	capacity uint64
 	argv     []string
 	// quiet (-q) leaves out the live status and the summary; outputs are
@@ -96,12 +97,13 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
 	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
+	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
@@ -111,6 +113,9 @@ func parseRun(args []string) (*runOptions, error) {
 		return nil, err
 	}
 	if err := checkAutoOff("run", "pool", o.pool); err != nil {
+		return nil, err
+	}
+	if err := o.python.check("run"); err != nil {
 		return nil, err
 	}
 	o.argv = fs.Args()
@@ -129,12 +134,13 @@ type attachOptions struct {
 	all      bool
 	nvml     string
 	pool     string
+	python   pythonFlags
 	quiet    bool // -q: see runOptions.quiet
 	capacity uint64
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--nvml auto|off] [--capacity SIZE] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -144,6 +150,7 @@ func parseAttach(args []string) (*attachOptions, error) {
 	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
 	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
+	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
 	if err := parseFlags(fs, usage, args); err != nil {
@@ -153,6 +160,9 @@ func parseAttach(args []string) (*attachOptions, error) {
 		return nil, err
 	}
 	if err := checkAutoOff("attach", "pool", o.pool); err != nil {
+		return nil, err
+	}
+	if err := o.python.check("attach"); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -168,4 +178,29 @@ func parseAttach(args []string) (*attachOptions, error) {
 		return nil, usageError(fmt.Errorf("attach: --duration %s is negative", o.duration))
 	}
 	return o, nil
+}
+
+// maxPythonDepth is the most Python frames a stack can hold
+// (probes.DefaultPythonDepth; run.go checks the two agree).
+const maxPythonDepth = 64
+
+// pythonFlags are --python and --python-depth of run and attach.
+type pythonFlags struct {
+	mode  string
+	depth int
+}
+
+func (p *pythonFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&p.mode, "python", "auto", "add CPython frames (function, file, line) to stacks: auto or off")
+	fs.IntVar(&p.depth, "python-depth", maxPythonDepth, "most Python frames kept per stack")
+}
+
+func (p *pythonFlags) check(cmd string) error {
+	if err := checkAutoOff(cmd, "python", p.mode); err != nil {
+		return err
+	}
+	if p.depth < 1 || p.depth > maxPythonDepth {
+		return usageError(fmt.Errorf("%s: --python-depth %d is out of range; give 1 to %d", cmd, p.depth, maxPythonDepth))
+	}
+	return nil
 }

@@ -27,7 +27,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
 	}
-	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv}, probes.Options{NoPool: o.pool == "off"}, o.nvml, !o.quiet)
+	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.argv}, o.python.options(probes.Options{NoPool: o.pool == "off"}), o.nvml, !o.quiet)
 	if err != nil {
 		return 0, err
 	}
@@ -100,4 +100,14 @@ func exitCode(ps *os.ProcessState, waitErr error) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// The depth flag's bound is the probes' limit.
+var _ = [1]struct{}{}[maxPythonDepth-probes.DefaultPythonDepth]
+
+// options returns opts with the Python flags applied.
+func (p *pythonFlags) options(opts probes.Options) probes.Options {
+	opts.NoPython = p.mode == "off"
+	opts.PythonDepth = p.depth
+	return opts
 }

@@ -310,9 +310,22 @@ type NVMLStatus struct {
 	Reason string
 }
 
+// Interpreter says what a traced process runs whose frames the stacks
+// include (CPython), or why they do not: a stream without one for a process
+// has native stacks only because none was found (or --python off).
+type Interpreter struct {
+	PID     uint32
+	Name    string // "CPython"
+	Version string // "3.11.2"
+	Path    string // the file holding the interpreter's state, as mapped
+	// Note is empty when its frames are recorded; otherwise the one-line
+	// reason they are not, which a report prints verbatim.
+	Note string
+}
+
 // Record is one element of an event stream: *Header, *Event, *Stack,
-// *Mapping, *Process, *Library, *Lost, *End, *DeviceInfo, *Sample or
-// *NVMLStatus.
+// *Mapping, *Process, *Library, *Lost, *End, *DeviceInfo, *Sample,
+// *NVMLStatus or *Interpreter.
 type Record interface {
 	isRecord()
 }
@@ -326,6 +339,7 @@ func (*Library) isRecord() {}
 func (*Lost) isRecord()    {}
 func (*End) isRecord()     {}
 
-func (*DeviceInfo) isRecord() {}
-func (*Sample) isRecord()     {}
-func (*NVMLStatus) isRecord() {}
+func (*DeviceInfo) isRecord()  {}
+func (*Sample) isRecord()      {}
+func (*Interpreter) isRecord() {}
+func (*NVMLStatus) isRecord()  {}

@@ -16,6 +16,7 @@ package event
 //
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
+//	12 Interpreter
 //	0 is never valid (zero-filled garbage)
 //
 // An Event payload is a fixed 72-byte layout, written by hand because events
@@ -127,6 +128,7 @@ const (
 	recDeviceInfo
 	recSample
 	recNVMLStatus
+	recInterpreter
 )
 
 const (
@@ -212,6 +214,8 @@ func (w *Writer) Write(rec Record) error {
 		typ, enc = recSample, func(e *encoder) { e.sample(r) }
 	case *NVMLStatus:
 		typ, enc = recNVMLStatus, func(e *encoder) { e.nvmlStatus(r) }
+	case *Interpreter:
+		typ, enc = recInterpreter, func(e *encoder) { e.interpreter(r) }
 	case *Header:
 		return errors.New("write trace record: the header is written once, by NewWriter")
 	}
@@ -245,6 +249,8 @@ func isNil(rec Record) bool {
 	case *Sample:
 		return r == nil
 	case *NVMLStatus:
+		return r == nil
+	case *Interpreter:
 		return r == nil
 	}
 	return rec == nil
@@ -550,6 +556,10 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 		st := new(NVMLStatus)
 		d.nvmlStatus(st)
 		rec = st
+	case recInterpreter:
+		in := new(Interpreter)
+		d.interpreter(in)
+		rec = in
 	default:
 		return nil, nil // checksum verified: a newer record type, skip it
 	}
@@ -692,6 +702,14 @@ func (e *encoder) nvmlStatus(x *NVMLStatus) {
 	e.uint(x.Time)
 	e.bool(x.Available)
 	e.str(x.Reason)
+}
+
+func (e *encoder) interpreter(x *Interpreter) {
+	e.uint(uint64(x.PID))
+	e.str(x.Name)
+	e.str(x.Version)
+	e.str(x.Path)
+	e.str(x.Note)
 }
 
 // decoder reads the variable-length payload encoding. The first failure
@@ -912,4 +930,12 @@ func (d *decoder) nvmlStatus(x *NVMLStatus) {
 	x.Time = d.uint()
 	x.Available = d.bool()
 	x.Reason = d.str()
+}
+
+func (d *decoder) interpreter(x *Interpreter) {
+	x.PID = d.u32()
+	x.Name = d.str()
+	x.Version = d.str()
+	x.Path = d.str()
+	x.Note = d.str()
 }

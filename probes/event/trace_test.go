@@ -46,6 +46,8 @@ func testRecords() []Record {
 			{Addr: 0x55_0000_0042, Mapping: 2, Function: "ns::Class::method", File: "/src/a.cc", Line: 42},
 		}},
 		&NVMLStatus{Time: 6, Available: true},
+		&Interpreter{PID: 7, Name: "CPython", Version: "3.11.2", Path: "/usr/bin/python3.11"},
+		&Interpreter{PID: 8, Name: "CPython", Version: "3.9.2", Path: "/usr/lib/libpython3.9.so.1.0", Note: "Python 3.9 in pid 8: unsupported (3.10-3.14); native stacks only"},
 		&DeviceInfo{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-5a8a7f0e-1c2d-4e3f-8a9b-0c1d2e3f4a5b", TotalBytes: 40 << 30, Time: 7},
 		testEvent(1),
 		&Sample{Time: 1500, Device: 0, TotalBytes: 40 << 30, UsedBytes: 3 << 30, FreeBytes: 37 << 30,
@@ -139,6 +141,7 @@ func TestRoundTrip(t *testing.T) {
 			FreeBytes: ^uint64(0), Processes: []ProcessUsage{{PID: ^uint32(0), UsedBytes: ^uint64(0)}, {}}}},
 		{"nvml available", &NVMLStatus{Time: 5, Available: true}},
 		{"nvml unavailable", &NVMLStatus{Time: 5, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}},
+		{"interpreter", &Interpreter{PID: 5, Name: "CPython", Version: "3.13.5", Path: "/p", Note: "n"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -375,6 +378,7 @@ func TestWriterErrors(t *testing.T) {
 	assert.Error(t, w.Write((*DeviceInfo)(nil)))
 	assert.Error(t, w.Write((*Sample)(nil)))
 	assert.Error(t, w.Write((*NVMLStatus)(nil)))
+	assert.Error(t, w.Write((*Interpreter)(nil)))
 	assert.Error(t, w.Write(nil))
 	assert.NoError(t, w.Close())
 }

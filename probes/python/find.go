@@ -40,6 +40,10 @@ type Interpreter struct {
 // interpreter: libpython3.11.so.1.0, libpython3.12d.so and the like.
 var libpythonName = regexp.MustCompile(`^libpython\d+\.\d+[a-z]*\.so`)
 
+// pythonName matches interpreter executables: python3, python3.11,
+// python3.13t.
+var pythonName = regexp.MustCompile(`^python\d+(\.\d+[a-z]*)?$`)
+
 // Find looks for a CPython in the live process pid: its executable, then
 // any mapped libpython3.X.so*, the first that defines _PyRuntime (in
 // .dynsym or .symtab). The version comes from Py_Version's value in the
@@ -85,7 +89,12 @@ func candidates(maps []symbolize.MapEntry, exe string) []string {
 		}
 	}
 	for _, m := range maps {
-		if libpythonName.MatchString(filepath.Base(m.Path)) && !seen[m.Path] {
+		// libpython3.X.so, or a python3.X executable that is not the
+		// process's executable: started through a dynamic loader run as a
+		// command (ld-linux-x86-64.so.2 /path/python3.X), /proc/PID/exe is
+		// the loader.
+		base := filepath.Base(m.Path)
+		if (libpythonName.MatchString(base) || pythonName.MatchString(base)) && !seen[m.Path] {
 			seen[m.Path] = true
 			out = append(out, m.Path)
 		}
@@ -171,6 +180,7 @@ func fileVersion(f *elf.File, path string, syms map[string]elf.Symbol) (Version,
 		return versionFromHex(uint64(binary.LittleEndian.Uint32(b))), nil
 	}
 	if v, ok := versionFromName(filepath.Base(path)); ok {
+		v.Micro = microFromRodata(f, v)
 		return v, nil
 	}
 	return Version{}, fmt.Errorf("%s defines _PyRuntime but neither Py_Version nor its name tells the version: %w", path, ErrUnsupported)
@@ -239,4 +249,32 @@ func readMem(pid int, addr uint64, b []byte) error {
 	defer f.Close()
 	_, err = f.ReadAt(b, int64(addr))
 	return err
+}
+
+// microFromRodata finds the micro version of an interpreter without
+// Py_Version (3.10): PY_VERSION, "3.10.13", is a string literal in .rodata
+// (Py_GetVersion formats it). 0 when it is not there exactly once.
+func microFromRodata(f *elf.File, v Version) int {
+	sec := f.Section(".rodata")
+	if sec == nil {
+		return 0
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return 0
+	}
+	// The linker may merge it into the tail of a longer string (a path
+	// ending in the version): match a suffix.
+	re := regexp.MustCompile(fmt.Sprintf(`[^0-9.]%d\.%d\.(\d{1,2})\x00`, v.Major, v.Minor))
+	found := re.FindAllSubmatch(data, 8)
+	if len(found) == 0 {
+		return 0
+	}
+	for _, m := range found[1:] {
+		if string(m[1]) != string(found[0][1]) {
+			return 0 // two versions: neither is certain
+		}
+	}
+	micro, _ := strconv.Atoi(string(found[0][1]))
+	return micro
 }

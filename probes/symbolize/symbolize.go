@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -231,10 +232,19 @@ func (s *Symbolizer) Close() error {
 
 // refresh re-reads the executable mappings of pid, keeping the IDs (and
 // sent marks) of mappings seen before.
+// errExiting: a process's maps read empty while it exits.
+var errExiting = errors.New("process exiting")
+
 func (s *Symbolizer) refresh(pid uint32, p *proc) error {
 	entries, err := readMaps(s.opts.ProcRoot, int(pid))
 	if err != nil {
 		return err
+	}
+	if !slices.ContainsFunc(entries, func(e MapEntry) bool { return e.Exec() }) {
+		// A live process maps at least its executable: this one is
+		// exiting (its address space is gone, the maps file reads
+		// empty). The maps read before still hold for its stacks.
+		return fmt.Errorf("pid %d maps no code: %w", pid, errExiting)
 	}
 	p.maps = p.maps[:0]
 	for _, e := range entries {

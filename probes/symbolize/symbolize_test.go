@@ -168,13 +168,14 @@ func TestSymbolizeMisses(t *testing.T) {
 	p := newFakeProc(t)
 	const base = 0x7f00_0000_0000
 	libLine, _, _ := libLoad(t, lib, lib, base)
-	p.setMaps(t)
+	progLine, _, _ := libLoad(t, a.path("prog-pie"), a.path("prog-pie"), 0x5555_0000_0000)
+	p.setMaps(t, progLine)
 	s := mustSymbolizer(t, Options{ProcRoot: p.root})
 
 	frames, _, err := s.Symbolize(p.pid, []uint64{base + foo.Value})
 	require.NoError(t, err)
 	assert.Empty(t, frames[0].Function)
-	p.setMaps(t, libLine) // the region was unmapped and a library mapped there
+	p.setMaps(t, progLine, libLine) // the region was unmapped and a library mapped there
 	frames, _, err = s.Symbolize(p.pid, []uint64{base + foo.Value})
 	require.NoError(t, err)
 	assert.Empty(t, frames[0].Function, "the miss is trusted for missTTL")
@@ -184,6 +185,33 @@ func TestSymbolizeMisses(t *testing.T) {
 	frames, _, err = s.Symbolize(p.pid, []uint64{base + foo.Value})
 	require.NoError(t, err)
 	assert.Equal(t, "foo", frames[0].Function, "then it expires")
+}
+
+// TestSymbolizeExiting: an exiting process's maps read empty; the maps read
+// before still symbolize its last stacks, even when an address in no
+// mapping (a broken frame-pointer chain) asks for a fresh read.
+func TestSymbolizeExiting(t *testing.T) {
+	a := mustBuild(t)
+	lib := a.path("libfoo.so")
+	foo, ok := mustOpen(t, lib).Lookup("foo")
+	require.True(t, ok)
+	p := newFakeProc(t)
+	const base = 0x7f00_0000_0000
+	libLine, _, _ := libLoad(t, lib, lib, base)
+	progLine, _, _ := libLoad(t, a.path("prog-pie"), a.path("prog-pie"), 0x5555_0000_0000)
+	p.setMaps(t, progLine, libLine)
+	s := mustSymbolizer(t, Options{ProcRoot: p.root})
+	frames, _, err := s.Symbolize(p.pid, []uint64{base + foo.Value})
+	require.NoError(t, err)
+	require.Equal(t, "foo", frames[0].Function)
+
+	p.setMaps(t) // exit_mm: the address space is gone
+	for range 2 {
+		frames, _, err = s.Symbolize(p.pid, []uint64{base + foo.Value, 0x7ffd_0000_1000})
+		require.NoError(t, err)
+		assert.Equal(t, "foo", frames[0].Function)
+		assert.Zero(t, frames[1].Mapping)
+	}
 }
 
 // TestSymbolizeReturnAddress: a return address just past a function's last

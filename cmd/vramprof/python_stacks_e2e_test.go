@@ -1,0 +1,185 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// pyStacksTruth is what testdata/python/stacks/train.py writes: every
+// cudaMalloc with the Python stack that made it, innermost first, as the
+// interpreter itself saw it (code names, files, f_lineno).
+type pyStacksTruth struct {
+	PID        uint32 `json:"pid"`
+	Version    []int  `json:"version"`
+	Executable string `json:"executable"`
+	Calls      []struct {
+		TID   uint32 `json:"tid"`
+		Size  uint64 `json:"size"`
+		Ret   int32  `json:"ret"`
+		Ptr   uint64 `json:"ptr"`
+		Stack []struct {
+			Function string `json:"function"`
+			File     string `json:"file"`
+			Line     int64  `json:"line"`
+		} `json:"stack"`
+	} `json:"calls"`
+}
+
+// pyReport is the part of report.json this test reads.
+type pyReport struct {
+	Interpreters []struct {
+		PID     uint32 `json:"pid"`
+		Name    string `json:"name"`
+		Version string `json:"version"`
+		Path    string `json:"path"`
+		Note    string `json:"note"`
+	} `json:"interpreters"`
+	Findings []struct {
+		Kind   string        `json:"kind"`
+		Stacks []ReportStack `json:"stacks"`
+	} `json:"findings"`
+}
+
+// pythonFrame formats a Python frame as report.json does.
+func pythonFrame(function, file string, line int64) string {
+	return fmt.Sprintf("%s (%s:%d)", function, file, line)
+}
+
+// TestPythonStacks runs a Python trainer (two modules, a class, a
+// generator, a coroutine, worker threads) over the fake CUDA runtime and
+// compares the Python frames of every allocation's stack, in the trace,
+// with the stack the script read from its own frames at that call; then
+// checks that the leak and peak findings name the Python line.
+func TestPythonStacks(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, py := range scenario.Pythons(t) {
+		t.Run(py.Name, func(t *testing.T) {
+			testPythonStacks(t, py.Argv)
+		})
+	}
+}
+
+func testPythonStacks(t *testing.T, python []string) {
+	tmp := t.TempDir()
+	truthPath := filepath.Join(tmp, "truth.json")
+	dir := filepath.Join(tmp, "out")
+	script := filepath.Join(scenario.Root(), "testdata", "python", "stacks", "train.py")
+	args := append([]string{"run", "-o", dir, "--"}, python...)
+	r := vramprof(t, execOpts{dir: tmp, env: []string{
+		"VRAMPROF_TRUTH=" + truthPath,
+		"FAKECUDA_LIB=" + scenario.Lib(t, "libcudart.so.12"),
+	}}, append(args, script)...)
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	truth := mustReadJSON[pyStacksTruth](t, truthPath)
+	require.NotEmpty(t, truth.Calls)
+
+	// The trace: every segment-layer allocation's stack, per thread, in order.
+	f, err := os.Open(filepath.Join(dir, "trace.vpt"))
+	require.NoError(t, err)
+	defer f.Close()
+	rd, err := event.NewReader(f)
+	require.NoError(t, err)
+	stacks := map[event.StackID][]event.Frame{}
+	byThread := map[uint32][][]event.Frame{}
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		switch x := rec.(type) {
+		case *event.Stack:
+			stacks[x.ID] = slices.Clone(x.Frames)
+		case *event.Event:
+			if x.Kind == event.KindAlloc && x.Layer == event.LayerSegment && x.Flags&event.FlagNested == 0 && x.PID == truth.PID {
+				byThread[x.TID] = append(byThread[x.TID], stacks[x.Stack])
+			}
+		}
+	}
+
+	// 3.10 to 3.14 are supported; another version gets native stacks and
+	// one line saying why.
+	supported := truth.Version[0] == 3 && truth.Version[1] >= 10 && truth.Version[1] <= 14
+	rep := mustReadJSON[pyReport](t, filepath.Join(dir, "report.json"))
+	require.NotEmpty(t, rep.Interpreters)
+	in := rep.Interpreters[0]
+	assert.Equal(t, truth.PID, in.PID)
+	assert.Equal(t, "CPython", in.Name)
+	if !supported {
+		assert.Contains(t, in.Note, fmt.Sprintf("%d.%d", truth.Version[0], truth.Version[1]), "the note names the version")
+		assert.Contains(t, in.Note, "native stacks only")
+	} else {
+		assert.Empty(t, in.Note)
+		assert.Equal(t, fmt.Sprintf("%d.%d.%d", truth.Version[0], truth.Version[1], truth.Version[2]), in.Version)
+	}
+
+	seen := map[uint32]int{}
+	for i, call := range truth.Calls {
+		n := seen[call.TID]
+		seen[call.TID]++
+		require.Less(t, n, len(byThread[call.TID]), "call %d: thread %d made more allocations than were traced", i, call.TID)
+		var got, want []string
+		for _, fr := range byThread[call.TID][n] {
+			if fr.Addr == 0 && strings.HasSuffix(fr.File, ".py") {
+				got = append(got, pythonFrame(fr.Function, fr.File, fr.Line))
+			}
+		}
+		for _, fr := range call.Stack {
+			if supported {
+				want = append(want, pythonFrame(fr.Function, fr.File, fr.Line))
+			}
+		}
+		require.Equal(t, want, got, "call %d (thread %d, %d bytes): Python frames; the stack: %+v", i, call.TID, call.Size, byThread[call.TID][n])
+		// The native frames come first: cudaMalloc is the leaf.
+		require.NotEmpty(t, byThread[call.TID][n], "call %d: no stack", i)
+		require.Equal(t, "cudaMalloc", byThread[call.TID][n][0].Function, "call %d: %+v", i, byThread[call.TID][n])
+	}
+	for tid, evs := range byThread {
+		assert.Equal(t, len(evs), seen[tid], "thread %d: traced allocations the script did not make", tid)
+	}
+
+	// The findings name the Python function and line that allocated: the
+	// leak is Model.forward's kept 1 MiB activation, the peak crossed in
+	// Model.generate_buffers (16 MiB buffers).
+	lineOf := func(fn string, size uint64) string {
+		if truth.Version[0] == 3 && truth.Version[1] < 11 {
+			fn = fn[strings.LastIndex(fn, ".")+1:] // no co_qualname before 3.11
+		}
+		for _, c := range truth.Calls {
+			if c.Size == size && len(c.Stack) > 1 && c.Stack[1].Function == fn {
+				return pythonFrame(fn, c.Stack[1].File, c.Stack[1].Line)
+			}
+		}
+		t.Fatalf("the truth has no %d-byte call from %s", size, fn)
+		return ""
+	}
+	if !supported {
+		checkReplay(t, dir)
+		return
+	}
+	const MiB = 1 << 20
+	kinds := map[string][]string{}
+	for _, fd := range rep.Findings {
+		for _, st := range fd.Stacks {
+			kinds[fd.Kind] = append(kinds[fd.Kind], st.Frames...)
+		}
+	}
+	assert.Contains(t, kinds["leak"], lineOf("Model.forward", MiB), "leak finding's stacks")
+	assert.Contains(t, kinds["peak"], lineOf("Model.generate_buffers", 16*MiB), "peak finding's stacks")
+
+	checkReplay(t, dir)
+}

@@ -1,0 +1,59 @@
+"""A Python trainer over the fake CUDA runtime, for the Python stacks test.
+
+Allocates from named functions in two modules, a class, a generator, a
+coroutine run by asyncio and worker threads, and writes to $VRAMPROF_TRUTH
+every cudaMalloc with the Python stack that made it (see gpu.py).
+
+Usage: python3 train.py   (FAKECUDA_LIB names the runtime to load)"""
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+
+import gpu
+from model import Model, MiB
+
+
+async def prefetch(n):
+    await asyncio.sleep(0)
+    return gpu.malloc(n * MiB)
+
+
+def worker(steps):
+    for _ in range(steps):
+        gpu.free(gpu.malloc(2 * MiB))
+
+
+def train(model, steps):
+    for step in range(steps):
+        model.forward(step)
+        time.sleep(0.005)  # the step's compute
+
+
+def main():
+    time.sleep(0.05)  # the runtime arrives after start-up, as with torch
+    gpu.load()
+    model = Model()
+    threads = [threading.Thread(target=worker, args=(5,), name=f"loader-{i}") for i in range(2)]
+    for t in threads:
+        t.start()
+    train(model, 40)
+    for t in threads:
+        t.join()
+    for ptr in model.checkpoint():
+        gpu.free(ptr)
+    gpu.free(asyncio.run(prefetch(3)))
+    path = os.environ.get("VRAMPROF_TRUTH")
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(dict(scenario="python_stacks", pid=os.getpid(), version=list(sys.version_info[:3]),
+                           executable=sys.executable, calls=gpu.calls), f)
+        os.rename(path + ".tmp", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -47,7 +47,7 @@ var pythonName = regexp.MustCompile(`^python\d+(\.\d+[a-z]*)?$`)
 // Find looks for a CPython in the live process pid: its executable, then
 // any mapped libpython3.X.so*, the first that defines _PyRuntime (in
 // .dynsym or .symtab). The version comes from Py_Version's value in the
-// file (3.11+), else from the file name (3.10: Micro is 0); for 3.13+ the
+// file (3.11+), else from the file name and PY_VERSION in .rodata (3.10); for 3.13+ the
 // Layout is built from the _Py_DebugOffsets that the running interpreter
 // holds at _PyRuntime (read from /proc/PID/mem), for older versions from
 // the built-in tables. Files are opened through /proc/PID/root, so

@@ -7,7 +7,7 @@ import (
 )
 
 // Version is a CPython version. Micro is 0 when the interpreter's files do
-// not record it (3.10, whose version comes from the file name).
+// not record it (a 3.10 whose .rodata lacks PY_VERSION).
 type Version struct{ Major, Minor, Micro int }
 
 // String returns "3.11.7".

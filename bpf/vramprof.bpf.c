@@ -34,6 +34,8 @@
  *
  * Cookie (set per attach point from Go, probes/apis.go):
  *   bits 0-15 event.API, bits 16-23 event.Kind, bits 24-31 SHAPE_*.
+ *   usdt_block: bits 32-63 the spec id; spec_enter and spec_return: bits
+ *   24-31 SPEC_F_*, 32-63 the spec id (see "allocator specs" below).
  * Every traced function gets call_enter and call_return: returns give the
  * result and the return code, and keep the per-thread nesting depth, so a
  * driver call made inside a runtime call (cudaMalloc -> cuMemAlloc_v2) is
@@ -55,6 +57,13 @@
  *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
  *   scratch  per-CPU array, one zeroed record to create a slot from (a 1 KiB
  *            record does not fit on the 512-byte stack).
+ *   spec_calls   LRU hash pid_tgid -> spec_call {rsp at entry, record}: a
+ *            spec'd allocation between its entry and a return instruction
+ *            (allocator specs, below; apart from threads and slots).
+ *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
+ *            built there, and it seeds new spec_calls slots.
+ *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
+ *            function's arguments are (cookie bits 32-63).
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
@@ -694,6 +703,150 @@ int usdt_block(struct pt_regs *ctx)
 		__sync_fetch_and_add(&lost, 1);
 	return 0;
 }
+
+/* ==== allocator specs (block layer): begin ====
+ *
+ * spec_enter and spec_return: the functions an allocator spec names
+ * (probes/allocspec: XLA's BFC allocator, RMM's pools, user specs), read
+ * as the spec says. Entry probes only: a pointer the function returns is
+ * read by spec_return, a plain uprobe on each of the function's return
+ * instructions (found by disassembly in Go), where rax is the result and
+ * rsp points at the return address. Never a uretprobe: these are C++
+ * functions, and an exception cannot unwind through a uretprobe's
+ * trampoline (the process would terminate).
+ *
+ * Cookie: bits 0-15 API, 16-23 kind (alloc or free), 24-31 SPEC_F_*,
+ * 32-63 the spec id in usdt_specs, whose args[0] is the pointer and
+ * args[2] the size (the positions usdt_block reads; an argument is a
+ * register, or a stack slot at entry for arg7 and up).
+ *
+ * A call in flight waits in spec_calls, one slot per thread, apart from
+ * the threads map: a spec'd allocation must not change the nesting depth,
+ * so a cuMemAlloc made inside BFCAllocator::AllocateRaw is an ordinary
+ * segment allocation. The slot keeps rsp at entry, and a return pairs
+ * only with the call whose rsp it sees. A call that never reaches a
+ * return instruction (an exception) is overwritten by the thread's next
+ * entry. Spec'd functions must not nest on one thread: the inner one's
+ * entry takes the slot and the outer return is counted unpaired.
+ */
+enum spec_flags {
+	SPEC_F_AT_RETURN = 1 << 0, /* the pointer is the result: wait for spec_return */
+};
+
+/* The ret of a record whose spec'd allocation returned NULL: failed, with
+ * the number cudaErrorMemoryAllocation has. */
+#define SPEC_RET_FAILED 2
+
+struct spec_call {
+	__u64 sp; /* rsp at entry: at a return instruction it is the same */
+	struct record r;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct spec_call);
+} spec_calls SEC(".maps");
+
+/* Entry-only records are built here; it also seeds new spec_calls slots. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct spec_call);
+} spec_scratch SEC(".maps");
+
+struct spec_contract {
+	enum spec_flags flags;
+} spec_contract_types __attribute__((unused));
+
+/* spec_slot returns the thread's in-flight slot, creating it once. */
+static __always_inline struct spec_call *spec_slot(__u64 id)
+{
+	struct spec_call *c = bpf_map_lookup_elem(&spec_calls, &id);
+	if (c)
+		return c;
+	__u32 zero = 0;
+	struct spec_call *init = bpf_map_lookup_elem(&spec_scratch, &zero);
+	if (!init)
+		return 0;
+	init->r.kind = REC_IDLE;
+	if (bpf_map_update_elem(&spec_calls, &id, init, BPF_ANY))
+		return 0;
+	return bpf_map_lookup_elem(&spec_calls, &id);
+}
+
+static __always_inline void spec_send(struct record *r)
+{
+	__u32 nframes = r->nframes;
+	if (nframes > MAX_FRAMES)
+		nframes = MAX_FRAMES;
+	if (bpf_ringbuf_output(&events, r, RECORD_HEADER_SIZE + nframes * sizeof(__u64), wakeup_flag()))
+		__sync_fetch_and_add(&lost, 1);
+}
+
+SEC("uprobe/spec_enter")
+int spec_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 spec_id = cookie >> 32;
+	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &spec_id);
+	if (!spec)
+		return 0;
+	int at_return = (cookie >> 24) & SPEC_F_AT_RETURN;
+	__u32 zero = 0;
+	struct spec_call *c = at_return ? spec_slot(id) : bpf_map_lookup_elem(&spec_scratch, &zero);
+	if (!c) {
+		__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	struct record *r = &c->r;
+	c->sp = PT_REGS_SP(ctx);
+	fill_common(r, id, (__u8)(cookie >> 16));
+	r->api = (__u16)cookie;
+	r->flags = REC_F_BLOCK;
+	/* The thread's current device, read but never created here. */
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (th)
+		r->device = th->device;
+	r->addr = usdt_value(ctx, &spec->args[0]);
+	r->size = usdt_value(ctx, &spec->args[2]);
+	if (r->kind == REC_ALLOC) {
+		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
+		walk_user_stack(ctx, r);
+	}
+	if (!at_return)
+		spec_send(r);
+	return 0;
+}
+
+SEC("uprobe/spec_return")
+int spec_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct spec_call *c = bpf_map_lookup_elem(&spec_calls, &id);
+	if (!c || c->r.kind == REC_IDLE || c->sp != PT_REGS_SP(ctx)) {
+		/* Attached while the thread was inside the call, or its entry
+		 * was taken by a nested spec'd call. */
+		if (traced(id))
+			__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	struct record *r = &c->r;
+	__u64 now = bpf_ktime_get_ns();
+	r->duration = now - r->time;
+	r->time = now;
+	r->addr = PT_REGS_RC(ctx);
+	r->ret = r->addr ? 0 : SPEC_RET_FAILED;
+	spec_send(r);
+	r->kind = REC_IDLE;
+	return 0;
+}
+/* ==== allocator specs (block layer): end ==== */
 
 /*
  * fork: a target's child is a target too (DataLoader workers, launchers

@@ -118,7 +118,7 @@ func BenchmarkOverhead(b *testing.B) {
 	// runtime, cuMemAlloc_v2 and cuMemFree_v2 nested in the driver.
 	// vramprof probes these four; so does the bare counting probe.
 	offsetsIn := func(lib string, apis ...event.API) []uint64 {
-		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false)
+		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false, nil)
 		require.NoError(b, err)
 		require.NotNil(b, pf)
 		var offs []uint64
@@ -169,7 +169,7 @@ func BenchmarkPoolOverhead(b *testing.B) {
 		return // sizing call; see BenchmarkOverhead
 	}
 	lib := scenario.Lib(b, "libc10_cuda.so")
-	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, true)
+	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, true, nil)
 	require.NoError(b, err)
 	require.NotNil(b, pf)
 	var offs, refs []uint64

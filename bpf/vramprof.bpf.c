@@ -57,7 +57,8 @@
  *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
  *   scratch  per-CPU array, one zeroed record to create a slot from (a 1 KiB
  *            record does not fit on the 512-byte stack).
- *   spec_calls   LRU hash pid_tgid -> spec_call {rsp at entry, record}: a
+ *   spec_calls   LRU hash pid_tgid -> spec_call {rsp and return address
+ *            at entry, record}: a
  *            spec'd allocation between its entry and a return instruction
  *            (allocator specs, below; apart from threads and slots).
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
@@ -723,11 +724,15 @@ int usdt_block(struct pt_regs *ctx)
  * A call in flight waits in spec_calls, one slot per thread, apart from
  * the threads map: a spec'd allocation must not change the nesting depth,
  * so a cuMemAlloc made inside BFCAllocator::AllocateRaw is an ordinary
- * segment allocation. The slot keeps rsp at entry, and a return pairs
- * only with the call whose rsp it sees. A call that never reaches a
- * return instruction (an exception) is overwritten by the thread's next
- * entry. Spec'd functions must not nest on one thread: the inner one's
- * entry takes the slot and the outer return is counted unpaired.
+ * segment allocation. The slot keeps rsp at entry and the return address
+ * found there, and a return pairs only with the call whose rsp it sees.
+ * Nesting (a spec'd alloc calling another, as tiny_alloc7 -> tiny_alloc):
+ * the outermost call counts. An entry that finds the slot busy with a call
+ * above it on the stack (a higher rsp) whose return address is still in
+ * place is inside that call and is not recorded, and a return below the
+ * slot's rsp is such an inner call's. A call that never reaches a return
+ * instruction (an exception) is overwritten by the thread's next entry at
+ * or above its rsp, or below it once its return address is gone.
  */
 enum spec_flags {
 	SPEC_F_AT_RETURN = 1 << 0, /* the pointer is the result: wait for spec_return */
@@ -739,6 +744,7 @@ enum spec_flags {
 
 struct spec_call {
 	__u64 sp; /* rsp at entry: at a return instruction it is the same */
+	__u64 ra; /* the return address at sp, at entry */
 	struct record r;
 };
 
@@ -804,8 +810,17 @@ int spec_enter(struct pt_regs *ctx)
 		__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
+	__u64 sp = PT_REGS_SP(ctx), ra = 0;
+	bpf_probe_read_user(&ra, sizeof(ra), (void *)sp);
+	if (at_return && c->r.kind != REC_IDLE && c->sp > sp) {
+		__u64 outer = 0;
+		bpf_probe_read_user(&outer, sizeof(outer), (void *)c->sp);
+		if (outer == c->ra)
+			return 0; /* inside a spec'd call in flight: it counts */
+	}
 	struct record *r = &c->r;
-	c->sp = PT_REGS_SP(ctx);
+	c->sp = sp;
+	c->ra = ra;
 	fill_common(r, id, (__u8)(cookie >> 16));
 	r->api = (__u16)cookie;
 	r->flags = REC_F_BLOCK;
@@ -816,7 +831,7 @@ int spec_enter(struct pt_regs *ctx)
 	r->addr = usdt_value(ctx, &spec->args[0]);
 	r->size = usdt_value(ctx, &spec->args[2]);
 	if (r->kind == REC_ALLOC) {
-		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
+		r->caller = ra;
 		walk_user_stack(ctx, r);
 	}
 	if (!at_return)
@@ -829,9 +844,11 @@ int spec_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct spec_call *c = bpf_map_lookup_elem(&spec_calls, &id);
-	if (!c || c->r.kind == REC_IDLE || c->sp != PT_REGS_SP(ctx)) {
-		/* Attached while the thread was inside the call, or its entry
-		 * was taken by a nested spec'd call. */
+	__u64 sp = PT_REGS_SP(ctx);
+	if (c && c->r.kind != REC_IDLE && c->sp > sp)
+		return 0; /* a call nested in the one in flight: not recorded */
+	if (!c || c->r.kind == REC_IDLE || c->sp != sp) {
+		/* Attached while the thread was inside the call. */
 		if (traced(id))
 			__sync_fetch_and_add(&unpaired, 1);
 		return 0;

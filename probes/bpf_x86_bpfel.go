@@ -100,6 +100,7 @@ type bpfSlotKey struct {
 type bpfSpecCall struct {
 	_  structs.HostLayout
 	Sp uint64
+	Ra uint64
 	R  bpfRecord
 }
 

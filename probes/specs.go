@@ -52,14 +52,19 @@ func specTargets(ef *elf.File, f *symbolize.File, allocs []*allocspec.Allocator)
 			// The mangled name holds the function's own identifier as
 			// written: a cheap screen before demangling.
 			ident := patternIdent(fn.Pattern)
-			for _, sym := range f.Symbols(func(name string) bool {
-				return strings.HasPrefix(name, "_Z") && strings.Contains(name, ident)
-			}) {
+			for _, sym := range f.Symbols(func(name string) bool { return strings.Contains(name, ident) }) {
 				if !sym.Func || sym.Value == 0 || seen[sym.Value] {
 					continue
 				}
-				name, err := demangle.ToString(sym.Name)
-				if err != nil || !fn.Match(name) {
+				name := sym.Name // a C function's name is its symbol
+				if strings.HasPrefix(name, "_Z") {
+					d, err := demangle.ToString(name)
+					if err != nil {
+						continue
+					}
+					name = d
+				}
+				if !fn.Match(name) {
 					continue
 				}
 				seen[sym.Value] = true

@@ -22,7 +22,9 @@ import (
 // name of each file a target maps (libtensorflow_framework.so*); alloc and
 // free name the functions, PATTERN (the rest of the line, spaces
 // included) being a glob on the demangled name with its parameters, as
-// c++filt prints it: "tsl::BFCAllocator::DeallocateRaw(void*)". In globs,
+// c++filt prints it: "tsl::BFCAllocator::DeallocateRaw(void*)"; a C
+// function's name is its symbol, without parameters ("my_pool_alloc"). In
+// globs,
 // * matches any run of characters and ? one character; everything else is
 // literal.
 //
@@ -283,8 +285,6 @@ func parseFunction(word, rest string) (fn Function, msg string) {
 		return fn, "free ptr=ret: a free's pointer is one of its arguments; write ptr=argN"
 	case fn.Pattern == "":
 		return fn, fmt.Sprintf("%s names no function: end the line with the demangled name, e.g. `ns::Pool::Free(void*)`", word)
-	case !strings.Contains(fn.Pattern, "("):
-		return fn, fmt.Sprintf("pattern %q has no parameter list: match the demangled name with its parameters, e.g. `%s(*)`", fn.Pattern, fn.Pattern)
 	}
 	return fn, ""
 }

@@ -55,12 +55,12 @@ func Returns(parts ...Code) ([]uint64, error) {
 	for _, p := range parts {
 		for off := 0; off < len(p.Bytes); {
 			pc := p.Addr + uint64(off)
+			if n := endbr(p.Bytes[off:]); n > 0 {
+				off += n // the decoder takes its f3 for a lone prefix
+				continue
+			}
 			inst, err := x86asm.Decode(p.Bytes[off:], 64)
 			if err != nil {
-				if n := endbr(p.Bytes[off:]); n > 0 {
-					off += n
-					continue
-				}
 				return nil, fmt.Errorf("%w at %#x: %w", ErrUndecodable, pc, err)
 			}
 			next := pc + uint64(inst.Len)
@@ -90,7 +90,7 @@ func Returns(parts ...Code) ([]uint64, error) {
 
 // endbr returns the length of an endbr64/endbr32 instruction (CET's landing
 // pad, first in functions built with -fcf-protection) at the start of b,
-// for decoders that do not know it, else 0.
+// which x86asm does not know, else 0.
 func endbr(b []byte) int {
 	if len(b) >= 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && (b[3] == 0xfa || b[3] == 0xfb) {
 		return 4

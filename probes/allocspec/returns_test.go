@@ -66,8 +66,8 @@ func TestReturns(t *testing.T) {
 			0xe9, 0x00, 0x10, 0x00, 0x00, // jmp +0x1000
 		}}}, nil, ErrTailCall},
 		{"indirect jump", []Code{{base, []byte{0xff, 0xe0, 0xc3}}}, nil, ErrIndirectJump}, // jmp *%rax
-		{"undecodable", []Code{{base, []byte{0x06, 0xc3}}}, nil, ErrUndecodable},         // push %es: not in 64-bit mode
-		{"no return", []Code{{base, []byte{0x0f, 0x0b}}}, nil, ErrNoReturn},             // ud2
+		{"undecodable", []Code{{base, []byte{0x06, 0xc3}}}, nil, ErrUndecodable},          // push %es: not in 64-bit mode
+		{"no return", []Code{{base, []byte{0x0f, 0x0b}}}, nil, ErrNoReturn},               // ud2
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Returns(tc.parts...)

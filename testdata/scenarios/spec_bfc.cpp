@@ -9,7 +9,7 @@
  * 128 MiB) and AllocateRaw returns nullptr; teardown frees the blocks and
  * deletes the allocator (both regions cudaFree'd). Segments: 2 allocations
  * (100663296), 1 failed, 2 frees, peak 100663296, live 0. Blocks: 55
- * allocations + 1 failed, 55 frees, 221483543 bytes, peak 62915687, live 0.
+ * allocations + 1 failed, 55 frees, 161490877 bytes, peak 61866087, live 0.
  */
 #include "spec_truth.h"
 

@@ -3,10 +3,11 @@
  * traced by vramprof's built-in rmm spec. The pool takes 32 MiB at once;
  * 20 x step allocates 1 MiB + 13, 6 MiB and 700 KiB (through
  * device_memory_resource::allocate, as RMM's callers do) and deallocates
- * them; hold keeps 20 MiB, then 30 MiB (the pool grows by 30 MiB); release
- * gives them back and deletes the pool. Segments: 2 allocations (65011712),
- * 2 frees, peak 65011712, live 0. Blocks: 62 allocations, 62 frees,
- * 216548600 bytes, peak 52428800, live 0.
+ * them; hold keeps 20 MiB, then 30 MiB (the pool grows by its initial
+ * 32 MiB, more than the request rounded up to 2 MiB); release gives them
+ * back and deletes the pool. Segments: 2 allocations (67108864), 2 frees,
+ * peak 67108864, live 0. Blocks: 62 allocations, 62 frees, 213565700
+ * bytes, peak 52428800, live 0.
  */
 #include "spec_truth.h"
 

@@ -2,10 +2,12 @@
  * spec_tiny: blocks from libtinypool.so (../specs/tinypool.cpp), which no
  * built-in spec names: traced with a user spec (testdata/specs/tiny.spec,
  * --allocators). 8 x work: tiny_alloc 100000, tiny_alloc7 (size as arg7)
- * 2 MiB + 1, tiny_alloc 3 MiB; frees the first two; keep holds one 4 MiB
- * block to the end; an 20 MiB request does not fit the 16 MiB region and
- * fails (NULL). Segments: 1 allocation (16777216), 0 frees (the region
- * stays), live 16777216. Blocks: 25 allocations + 1 failed, 16 frees.
+ * 2 MiB + 1 (it calls tiny_alloc: nested, one block), tiny_alloc 1 MiB +
+ * 512 i kept; frees the first two; keep asks 20 MiB, which does not fit
+ * the 16 MiB region: NULL, a failed allocation; main keeps 4 MiB more.
+ * Segments: 1 allocation (16777216), 0 frees (the region stays), live
+ * 16777216. Blocks: 25 allocations + 1 failed, 16 frees, 30174472 bytes,
+ * peak 12597248, live 12597248.
  */
 #include "spec_truth.h"
 

@@ -9,13 +9,13 @@ require (
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/arch v0.32.0
 	golang.org/x/sys v0.48.0
 )
 
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/arch v0.32.0 // indirect
 	golang.org/x/exp/typeparams v0.0.0-20260209203927-2842357ff358 // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect

@@ -95,6 +95,28 @@ func TestRunAllocatorSpecs(t *testing.T) {
 		})
 	}
 
+	t.Run("skipped function", func(t *testing.T) {
+		// tiny_alloc_tail tail-calls tiny_alloc: its returns are not its
+		// own, so it is left unprobed, and the reports say so.
+		text, err := os.ReadFile(tinySpec)
+		require.NoError(t, err)
+		spec := filepath.Join(t.TempDir(), "tail.spec")
+		require.NoError(t, os.WriteFile(spec, append(text, "alloc ptr=ret size=arg1 tiny_alloc_tail\n"...), 0o644))
+		dir, truth, r := runWith(t, "spec_tiny", "--allocators", spec)
+		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+		rep := mustReadJSON[specReport](t, filepath.Join(dir, "report.json"))
+		require.NotNil(t, rep.Blocks)
+		assert.Equal(t, *truth.Blocks, scenario.Blocks(*rep.Blocks), "blocks: the others are probed")
+		var skipped []string
+		for _, l := range rep.Libraries {
+			skipped = append(skipped, l.Skipped...)
+		}
+		require.Len(t, skipped, 1)
+		assert.Regexp(t, `^tiny_alloc_tail \(tinypool\): jumps out of the function at 0x[0-9a-f]+: to 0x[0-9a-f]+$`, skipped[0])
+		md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+		require.NoError(t, err)
+		assert.Regexp(t, `\nWarning: not probed in [^\n]*/libtinypool\.so: tiny\\_alloc\\_tail \(tinypool\): jumps out of the function at 0x`, string(md))
+	})
 	t.Run("pool off", func(t *testing.T) {
 		dir, truth, r := runWith(t, "spec_bfc", "--pool", "off")
 		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)

@@ -9,6 +9,7 @@ require (
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/nlpodyssey/gopickle v0.2.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/arch v0.32.0
 	golang.org/x/sys v0.48.0
 )
 

@@ -59,6 +59,7 @@ type poolSegment struct {
 type poolBlock struct {
 	addr, size uint64
 	stack      event.StackID
+	api        event.API // pytorch:malloc, or allocspec:alloc for an allocator spec's
 }
 
 func (a *Analyzer) pool(pid uint32, device int32) *pool {
@@ -144,7 +145,7 @@ func (p *pool) blockAlloc(e *event.Event) {
 	p.touch()
 	p.closeOpen()
 	p.blocks = true
-	b := poolBlock{addr: e.Addr, size: e.Size, stack: e.Stack}
+	b := poolBlock{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
 	i := p.segmentAt(e.Addr)
 	if i < 0 {
 		p.unplacedBlocks[e.Addr] = b
@@ -268,11 +269,11 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 	for _, s := range p.segs {
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
 		for _, b := range s.blocks {
-			add(key{event.LayerBlock, b.stack, event.APIPyTorchMalloc, b.size})
+			add(key{event.LayerBlock, b.stack, b.api, b.size})
 		}
 	}
 	for _, b := range p.unplacedBlocks {
-		add(key{event.LayerBlock, b.stack, event.APIPyTorchMalloc, b.size})
+		add(key{event.LayerBlock, b.stack, b.api, b.size})
 	}
 	out := make([]Class, 0, len(m))
 	for k, u := range m {

@@ -41,6 +41,8 @@
  *
  * Cookie (set per attach point from Go, probes/apis.go):
  *   bits 0-15 event.API, bits 16-23 event.Kind, bits 24-31 SHAPE_*.
+ *   usdt_block: bits 32-63 the spec id; spec_enter and spec_return: bits
+ *   24-31 SPEC_F_*, 32-63 the spec id (see "allocator specs" below).
  * Every traced function gets call_enter and call_return: returns give the
  * result and the return code, and keep the per-thread nesting depth, so a
  * driver call made inside a runtime call (cudaMalloc -> cuMemAlloc_v2) is
@@ -70,6 +72,14 @@
  *   py_seen  LRU {tgid, hash of the code objects} -> 1: a record whose
  *            Python stack was not seen before wakes the reader at once, so
  *            user space reads the new code objects while the process lives.
+ *   spec_calls   LRU hash pid_tgid -> spec_call {rsp and return address
+ *            at entry, record}: a
+ *            spec'd allocation between its entry and a return instruction
+ *            (allocator specs, below; apart from threads and slots).
+ *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
+ *            built there, and it seeds new spec_calls slots.
+ *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
+ *            function's arguments are (cookie bits 32-63).
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
@@ -942,6 +952,166 @@ int usdt_block(struct pt_regs *ctx)
 		__sync_fetch_and_add(&lost, 1);
 	return 0;
 }
+
+/* ==== allocator specs (block layer): begin ====
+ *
+ * spec_enter and spec_return: the functions an allocator spec names
+ * (probes/allocspec: XLA's BFC allocator, RMM's pools, user specs), read
+ * as the spec says. Entry probes only: a pointer the function returns is
+ * read by spec_return, a plain uprobe on each of the function's return
+ * instructions (found by disassembly in Go), where rax is the result and
+ * rsp points at the return address. Never a uretprobe: these are C++
+ * functions, and an exception cannot unwind through a uretprobe's
+ * trampoline (the process would terminate).
+ *
+ * Cookie: bits 0-15 API, 16-23 kind (alloc or free), 24-31 SPEC_F_*,
+ * 32-63 the spec id in usdt_specs, whose args[0] is the pointer and
+ * args[2] the size (the positions usdt_block reads; an argument is a
+ * register, or a stack slot at entry for arg7 and up).
+ *
+ * A call in flight waits in spec_calls, one slot per thread, apart from
+ * the threads map: a spec'd allocation must not change the nesting depth,
+ * so a cuMemAlloc made inside BFCAllocator::AllocateRaw is an ordinary
+ * segment allocation. The slot keeps rsp at entry and the return address
+ * found there, and a return pairs only with the call whose rsp it sees.
+ * Nesting (a spec'd alloc calling another, as tiny_alloc7 -> tiny_alloc):
+ * the outermost call counts. An entry that finds the slot busy with a call
+ * above it on the stack (a higher rsp) whose return address is still in
+ * place is inside that call and is not recorded, and a return below the
+ * slot's rsp is such an inner call's. A call that never reaches a return
+ * instruction (an exception) is overwritten by the thread's next entry at
+ * or above its rsp, or below it once its return address is gone.
+ */
+enum spec_flags {
+	SPEC_F_AT_RETURN = 1 << 0, /* the pointer is the result: wait for spec_return */
+};
+
+/* The ret of a record whose spec'd allocation returned NULL: failed, with
+ * the number cudaErrorMemoryAllocation has. */
+#define SPEC_RET_FAILED 2
+
+struct spec_call {
+	__u64 sp; /* rsp at entry: at a return instruction it is the same */
+	__u64 ra; /* the return address at sp, at entry */
+	struct record r;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096); /* 2 KiB each: 8 MiB */
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct spec_call);
+} spec_calls SEC(".maps");
+
+/* Entry-only records are built here; it also seeds new spec_calls slots. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct spec_call);
+} spec_scratch SEC(".maps");
+
+struct spec_contract {
+	enum spec_flags flags;
+} spec_contract_types __attribute__((unused));
+
+/* spec_slot returns the thread's in-flight slot, creating it once. */
+static __always_inline struct spec_call *spec_slot(__u64 id)
+{
+	struct spec_call *c = bpf_map_lookup_elem(&spec_calls, &id);
+	if (c)
+		return c;
+	__u32 zero = 0;
+	struct spec_call *init = bpf_map_lookup_elem(&spec_scratch, &zero);
+	if (!init)
+		return 0;
+	init->r.kind = REC_IDLE;
+	if (bpf_map_update_elem(&spec_calls, &id, init, BPF_ANY))
+		return 0;
+	return bpf_map_lookup_elem(&spec_calls, &id);
+}
+
+static __always_inline void spec_send(struct record *r)
+{
+	__u64 wake = r->flags & REC_F_WAKE ? BPF_RB_FORCE_WAKEUP : wakeup_flag();
+	if (bpf_ringbuf_output(&events, r, record_size(r), wake))
+		__sync_fetch_and_add(&lost, 1);
+}
+
+SEC("uprobe/spec_enter")
+int spec_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 spec_id = cookie >> 32;
+	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &spec_id);
+	if (!spec)
+		return 0;
+	int at_return = (cookie >> 24) & SPEC_F_AT_RETURN;
+	__u32 zero = 0;
+	struct spec_call *c = at_return ? spec_slot(id) : bpf_map_lookup_elem(&spec_scratch, &zero);
+	if (!c) {
+		__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	__u64 sp = PT_REGS_SP(ctx), ra = 0;
+	bpf_probe_read_user(&ra, sizeof(ra), (void *)sp);
+	if (at_return && c->r.kind != REC_IDLE && c->sp > sp) {
+		__u64 outer = 0;
+		bpf_probe_read_user(&outer, sizeof(outer), (void *)c->sp);
+		if (outer == c->ra)
+			return 0; /* inside a spec'd call in flight: it counts */
+	}
+	struct record *r = &c->r;
+	c->sp = sp;
+	c->ra = ra;
+	fill_common(r, id, (__u8)(cookie >> 16));
+	r->api = (__u16)cookie;
+	r->flags = REC_F_BLOCK;
+	/* The thread's current device, read but never created here. */
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (th)
+		r->device = th->device;
+	r->addr = usdt_value(ctx, &spec->args[0]);
+	r->size = usdt_value(ctx, &spec->args[2]);
+	if (r->kind == REC_ALLOC) {
+		r->caller = ra;
+		walk_user_stack(ctx, r);
+		if (py_new_stack(walk_python(r, id), id))
+			r->flags |= REC_F_WAKE;
+	}
+	if (!at_return)
+		spec_send(r);
+	return 0;
+}
+
+SEC("uprobe/spec_return")
+int spec_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct spec_call *c = bpf_map_lookup_elem(&spec_calls, &id);
+	__u64 sp = PT_REGS_SP(ctx);
+	if (c && c->r.kind != REC_IDLE && c->sp > sp)
+		return 0; /* a call nested in the one in flight: not recorded */
+	if (!c || c->r.kind == REC_IDLE || c->sp != sp) {
+		/* Attached while the thread was inside the call. */
+		if (traced(id))
+			__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	struct record *r = &c->r;
+	__u64 now = bpf_ktime_get_ns();
+	r->duration = now - r->time;
+	r->time = now;
+	r->addr = PT_REGS_RC(ctx);
+	r->ret = r->addr ? 0 : SPEC_RET_FAILED;
+	spec_send(r);
+	r->kind = REC_IDLE;
+	return 0;
+}
+/* ==== allocator specs (block layer): end ==== */
 
 /*
  * fork: a target's child is a target too (DataLoader workers, launchers

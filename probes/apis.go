@@ -21,6 +21,10 @@ const (
 	// progUSDT: a framework allocator's USDT probe (block layer), entry
 	// only, attached with its semaphore's reference counter.
 	progUSDT
+	// progSpec: a function an allocator spec names (block layer):
+	// spec_enter at its entry and, when its pointer is its result,
+	// spec_return at each of its return instructions. Never a uretprobe.
+	progSpec
 )
 
 // probeSpec names one function to probe and how.

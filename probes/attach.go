@@ -81,6 +81,12 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 				return err
 			}
 			placed = append(placed, l)
+		case progSpec:
+			links, err := a.attachSpec(ex, pf, t)
+			placed = append(placed, links...)
+			if err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("attach %s in %s: unknown program kind %d", t.Spec.Symbol, pf.Path, t.Spec.Prog)
 		}
@@ -159,6 +165,39 @@ func (a *attacher) attachUSDT(ex *link.Executable, pf *probedFile, t target) (li
 		return nil, fmt.Errorf("attach USDT %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
 	}
 	return l, nil
+}
+
+// attachSpec places spec_return on every return instruction of a function
+// an allocator spec names (when its pointer is its result), then spec_enter
+// on its entry. Returns first: a return without its entry is counted as
+// unpaired, an entry whose return is not probed yet would pass unseen.
+// Never a uretprobe: see bpf/vramprof.bpf.c, "allocator specs".
+func (a *attacher) attachSpec(ex *link.Executable, pf *probedFile, t target) ([]link.Link, error) {
+	if a.nextSpec >= a.objs.UsdtSpecs.MaxEntries() {
+		return nil, fmt.Errorf("attach %s in %s: more than %d USDT sites and spec'd functions", t.Spec.Symbol, pf.Path, a.nextSpec)
+	}
+	id := a.nextSpec
+	if err := a.objs.UsdtSpecs.Put(id, t.Func.Args); err != nil {
+		return nil, fmt.Errorf("store spec of %s in %s: %w", t.Spec.Symbol, pf.Path, err)
+	}
+	a.nextSpec++
+	cookie := t.Spec.cookie() | uint64(id)<<32
+	if t.Func.AtReturn {
+		cookie |= uint64(bpfSpecFlagsSPEC_F_AT_RETURN) << 24
+	}
+	var links []link.Link
+	for _, off := range t.Func.Returns {
+		l, err := ex.Uprobe("", a.objs.SpecReturn, &link.UprobeOptions{Address: off, PID: a.pid, Cookie: cookie})
+		if err != nil {
+			return links, fmt.Errorf("attach uprobe at return %#x of %s in %s: %w", off, t.Spec.Symbol, pf.Path, wrapPerm(err))
+		}
+		links = append(links, l)
+	}
+	l, err := ex.Uprobe("", a.objs.SpecEnter, &link.UprobeOptions{Address: t.Offset, PID: a.pid, Cookie: cookie})
+	if err != nil {
+		return links, fmt.Errorf("attach uprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
+	}
+	return append(links, l), nil
 }
 
 // usdtSpec converts a site's parsed arguments to the BPF contract's

@@ -136,7 +136,7 @@ func BenchmarkOverhead(b *testing.B) {
 // nested in the driver. vramprof probes these four; so does the bare probe.
 func barePairs(b *testing.B) func(b *testing.B) func(*testing.B, int) {
 	offsetsIn := func(lib string, apis ...event.API) []uint64 {
-		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false)
+		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false, nil)
 		require.NoError(b, err)
 		require.NotNil(b, pf)
 		var offs []uint64
@@ -203,7 +203,7 @@ func BenchmarkPoolOverhead(b *testing.B) {
 		return // sizing call; see BenchmarkOverhead
 	}
 	lib := scenario.Lib(b, "libc10_cuda.so")
-	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, true)
+	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, true, nil)
 	require.NoError(b, err)
 	require.NotNil(b, pf)
 	var offs, refs []uint64

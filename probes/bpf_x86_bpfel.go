@@ -154,6 +154,24 @@ type bpfSlotKey struct {
 	Pad   uint32
 }
 
+type bpfSpecCall struct {
+	_  structs.HostLayout
+	Sp uint64
+	Ra uint64
+	R  bpfRecord
+}
+
+type bpfSpecContract struct {
+	_     structs.HostLayout
+	Flags uint32
+}
+
+type bpfSpecFlags uint32
+
+const (
+	bpfSpecFlagsSPEC_F_AT_RETURN bpfSpecFlags = 1
+)
+
 type bpfThread struct {
 	_      structs.HostLayout
 	Depth  uint32
@@ -185,32 +203,37 @@ type bpfUsdtSpec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	bpfMapBlockScratch     = "block_scratch"
-	bpfMapContexts         = "contexts"
-	bpfMapEvents           = "events"
-	bpfMapPyProcs          = "py_procs"
-	bpfMapPyScratch        = "py_scratch"
-	bpfMapPySeen           = "py_seen"
-	bpfMapPyThreads        = "py_threads"
-	bpfMapScratch          = "scratch"
-	bpfMapSlots            = "slots"
-	bpfMapTargets          = "targets"
-	bpfMapThreads          = "threads"
-	bpfMapUsdtSpecs        = "usdt_specs"
-	bpfProgCallEnter       = "call_enter"
-	bpfProgCallEnterMulti  = "call_enter_multi"
-	bpfProgCallReturn      = "call_return"
-	bpfProgCallReturnMulti = "call_return_multi"
-	bpfProgLoaderState     = "loader_state"
-	bpfProgProcessExec     = "process_exec"
-	bpfProgProcessExit     = "process_exit"
-	bpfProgProcessFork     = "process_fork"
-	bpfProgUsdtBlock       = "usdt_block"
-	bpfVarContractTypes    = "contract_types"
-	bpfVarLost             = "lost"
-	bpfVarTraceAll         = "trace_all"
-	bpfVarUnpaired         = "unpaired"
-	bpfVarWakeupBytes      = "wakeup_bytes"
+	bpfMapBlockScratch      = "block_scratch"
+	bpfMapContexts          = "contexts"
+	bpfMapEvents            = "events"
+	bpfMapPyProcs           = "py_procs"
+	bpfMapPyScratch         = "py_scratch"
+	bpfMapPySeen            = "py_seen"
+	bpfMapPyThreads         = "py_threads"
+	bpfMapScratch           = "scratch"
+	bpfMapSlots             = "slots"
+	bpfMapSpecCalls         = "spec_calls"
+	bpfMapSpecScratch       = "spec_scratch"
+	bpfMapTargets           = "targets"
+	bpfMapThreads           = "threads"
+	bpfMapUsdtSpecs         = "usdt_specs"
+	bpfProgCallEnter        = "call_enter"
+	bpfProgCallEnterMulti   = "call_enter_multi"
+	bpfProgCallReturn       = "call_return"
+	bpfProgCallReturnMulti  = "call_return_multi"
+	bpfProgLoaderState      = "loader_state"
+	bpfProgProcessExec      = "process_exec"
+	bpfProgProcessExit      = "process_exit"
+	bpfProgProcessFork      = "process_fork"
+	bpfProgSpecEnter        = "spec_enter"
+	bpfProgSpecReturn       = "spec_return"
+	bpfProgUsdtBlock        = "usdt_block"
+	bpfVarContractTypes     = "contract_types"
+	bpfVarLost              = "lost"
+	bpfVarSpecContractTypes = "spec_contract_types"
+	bpfVarTraceAll          = "trace_all"
+	bpfVarUnpaired          = "unpaired"
+	bpfVarWakeupBytes       = "wakeup_bytes"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -263,6 +286,8 @@ type bpfProgramSpecs struct {
 	ProcessExec     *ebpf.ProgramSpec `ebpf:"process_exec"`
 	ProcessExit     *ebpf.ProgramSpec `ebpf:"process_exit"`
 	ProcessFork     *ebpf.ProgramSpec `ebpf:"process_fork"`
+	SpecEnter       *ebpf.ProgramSpec `ebpf:"spec_enter"`
+	SpecReturn      *ebpf.ProgramSpec `ebpf:"spec_return"`
 	UsdtBlock       *ebpf.ProgramSpec `ebpf:"usdt_block"`
 }
 
@@ -279,6 +304,8 @@ type bpfMapSpecs struct {
 	PyThreads    *ebpf.MapSpec `ebpf:"py_threads"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Slots        *ebpf.MapSpec `ebpf:"slots"`
+	SpecCalls    *ebpf.MapSpec `ebpf:"spec_calls"`
+	SpecScratch  *ebpf.MapSpec `ebpf:"spec_scratch"`
 	Targets      *ebpf.MapSpec `ebpf:"targets"`
 	Threads      *ebpf.MapSpec `ebpf:"threads"`
 	UsdtSpecs    *ebpf.MapSpec `ebpf:"usdt_specs"`
@@ -288,11 +315,12 @@ type bpfMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfVariableSpecs struct {
-	ContractTypes *ebpf.VariableSpec `ebpf:"contract_types"`
-	Lost          *ebpf.VariableSpec `ebpf:"lost"`
-	TraceAll      *ebpf.VariableSpec `ebpf:"trace_all"`
-	Unpaired      *ebpf.VariableSpec `ebpf:"unpaired"`
-	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ContractTypes     *ebpf.VariableSpec `ebpf:"contract_types"`
+	Lost              *ebpf.VariableSpec `ebpf:"lost"`
+	SpecContractTypes *ebpf.VariableSpec `ebpf:"spec_contract_types"`
+	TraceAll          *ebpf.VariableSpec `ebpf:"trace_all"`
+	Unpaired          *ebpf.VariableSpec `ebpf:"unpaired"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // bpfObjects contains all objects after they have been loaded into the kernel.
@@ -324,6 +352,8 @@ type bpfMaps struct {
 	PyThreads    *ebpf.Map `ebpf:"py_threads"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Slots        *ebpf.Map `ebpf:"slots"`
+	SpecCalls    *ebpf.Map `ebpf:"spec_calls"`
+	SpecScratch  *ebpf.Map `ebpf:"spec_scratch"`
 	Targets      *ebpf.Map `ebpf:"targets"`
 	Threads      *ebpf.Map `ebpf:"threads"`
 	UsdtSpecs    *ebpf.Map `ebpf:"usdt_specs"`
@@ -340,6 +370,8 @@ func (m *bpfMaps) Close() error {
 		m.PyThreads,
 		m.Scratch,
 		m.Slots,
+		m.SpecCalls,
+		m.SpecScratch,
 		m.Targets,
 		m.Threads,
 		m.UsdtSpecs,
@@ -350,11 +382,12 @@ func (m *bpfMaps) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfVariables struct {
-	ContractTypes *ebpf.Variable `ebpf:"contract_types"`
-	Lost          *ebpf.Variable `ebpf:"lost"`
-	TraceAll      *ebpf.Variable `ebpf:"trace_all"`
-	Unpaired      *ebpf.Variable `ebpf:"unpaired"`
-	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ContractTypes     *ebpf.Variable `ebpf:"contract_types"`
+	Lost              *ebpf.Variable `ebpf:"lost"`
+	SpecContractTypes *ebpf.Variable `ebpf:"spec_contract_types"`
+	TraceAll          *ebpf.Variable `ebpf:"trace_all"`
+	Unpaired          *ebpf.Variable `ebpf:"unpaired"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // bpfPrograms contains all programs after they have been loaded into the kernel.
@@ -369,6 +402,8 @@ type bpfPrograms struct {
 	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
 	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
 	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
+	SpecEnter       *ebpf.Program `ebpf:"spec_enter"`
+	SpecReturn      *ebpf.Program `ebpf:"spec_return"`
 	UsdtBlock       *ebpf.Program `ebpf:"usdt_block"`
 }
 
@@ -382,6 +417,8 @@ func (p *bpfPrograms) Close() error {
 		p.ProcessExec,
 		p.ProcessExit,
 		p.ProcessFork,
+		p.SpecEnter,
+		p.SpecReturn,
 		p.UsdtBlock,
 	)
 }

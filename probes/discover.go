@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/usdt"
 
@@ -60,6 +61,8 @@ type target struct {
 	Offset uint64 // file offset of the function's first instruction, or of the USDT nop
 	// USDT, for progUSDT: the site's arguments and semaphore.
 	USDT *usdt.Probe
+	// Func, for progSpec: where its arguments are, and its returns.
+	Func *specFunc
 }
 
 // probedFile is a file that holds functions to probe.
@@ -67,6 +70,9 @@ type probedFile struct {
 	candidate
 	BuildID string
 	Targets []target
+	// Skipped are allocator-spec functions found but not probed, with the
+	// reason (event.Library.Skipped).
+	Skipped []string
 }
 
 // cudaSymbols lists the CUDA functions probed in the file (not the loader's).
@@ -86,7 +92,11 @@ func (pf *probedFile) cudaSymbols() []string {
 // searched for the names first (cheap, bytes only), and the symbol tables
 // are decoded only for the few files that pass: a trainer maps hundreds of
 // libraries, some of them a gigabyte, and attach must be quick.
-func scanFile(c candidate, specs []probeSpec, withUSDT bool) (*probedFile, error) {
+//
+// allocs are the allocator specs (block layer): a file whose base name one
+// of them matches has its symbols read and demangled for the functions they
+// name.
+func scanFile(c candidate, specs []probeSpec, withUSDT bool, allocs []allocspec.Allocator) (*probedFile, error) {
 	// One open for the cheap screening of every mapped file; the symbol
 	// tables are read (symbolize.OpenFile) only for the few that pass.
 	ef, err := elf.Open(c.OpenPath)
@@ -104,7 +114,8 @@ func scanFile(c candidate, specs []probeSpec, withUSDT bool) (*probedFile, error
 			return nil, fmt.Errorf("read USDT notes of %s: %w", c.Path, err)
 		}
 	}
-	if !stringTablesMention(ef, specs) {
+	spec := specAllocators(c.Path, allocs)
+	if len(spec) == 0 && !stringTablesMention(ef, specs) {
 		if len(sites) == 0 {
 			return nil, nil
 		}
@@ -131,7 +142,12 @@ func scanFile(c candidate, specs []probeSpec, withUSDT bool) (*probedFile, error
 		pf.Targets = append(pf.Targets, target{Spec: s, Offset: off})
 	}
 	pf.Targets = append(pf.Targets, sites...)
-	if len(pf.Targets) == 0 {
+	if len(spec) > 0 {
+		targets, skipped := specTargets(ef, f, spec)
+		pf.Targets = append(pf.Targets, targets...)
+		pf.Skipped = skipped
+	}
+	if len(pf.Targets) == 0 && len(pf.Skipped) == 0 {
 		return nil, nil
 	}
 	return pf, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
@@ -61,6 +62,9 @@ type Options struct {
 	// PythonDepth is the most Python frames recorded per stack, at most
 	// and by default DefaultPythonDepth.
 	PythonDepth int
+	// Allocators are allocator specs (block layer) beside the built-in
+	// ones (allocspec.Builtin), from --allocators. NoPool turns both off.
+	Allocators []allocspec.Allocator
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -84,6 +88,7 @@ type Session struct {
 	lifeLinks []link.Link
 	sym       *symbolize.Symbolizer
 
+	allocs     []allocspec.Allocator // built-in and user specs; none with NoPool
 	procs      map[uint32]*proc
 	notCUDA    map[fileKey]bool // files scanned and found to hold nothing to probe
 	stacks     map[string]event.StackID
@@ -167,6 +172,9 @@ func NewSession(opts Options) (*Session, error) {
 	if err != nil {
 		_ = s.objs.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	if !opts.NoPool {
+		s.allocs = append(allocspec.Builtin(), opts.Allocators...)
 	}
 	s.att = newAttacher(&s.objs, 0)
 	// Children of targets are targets (the fork tracepoint adds them in the
@@ -340,11 +348,11 @@ func (s *Session) scan(p *proc) error {
 		}
 		p.libraries[f.Key] = true
 		syms := f.cudaSymbols()
-		if len(syms) == 0 {
+		if len(syms) == 0 && len(f.Skipped) == 0 {
 			continue // the loader: not a CUDA library
 		}
-		p.cuda = true
-		lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms}
+		p.cuda = p.cuda || len(syms) > 0
+		lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms, Skipped: f.Skipped}
 		if err := s.opts.Sink.Write(lib); err != nil {
 			return fmt.Errorf("write library record: %w", err)
 		}
@@ -371,7 +379,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 		}
 		pf := s.att.files[c.Key]
 		if pf == nil {
-			pf, err = scanFile(c, specs, !s.opts.NoPool)
+			pf, err = scanFile(c, specs, !s.opts.NoPool, s.allocs)
 			if err != nil || pf == nil {
 				// Nothing to probe there, or unreadable (then it cannot be
 				// probed either): one file must not stop the others.

@@ -422,6 +422,9 @@ type JSONLibrary struct {
 	Path    string   `json:"path"`
 	BuildID string   `json:"build_id"`
 	Symbols []string `json:"symbols"`
+	// Skipped are functions an allocator spec named but vramprof did not
+	// probe, each with the reason (omitted when none).
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // JSONTimeline is live bytes over time; each point is [time_ns, bytes].
@@ -523,7 +526,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}
 	for _, l := range run.Libraries {
-		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols)})
+		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols), Skipped: l.Skipped})
 	}
 	for _, in := range run.Interpreters {
 		j.Interpreters = append(j.Interpreters, JSONInterpreter{PID: in.PID, Name: in.Name, Version: in.Version, Path: in.Path, Note: in.Note})

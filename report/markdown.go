@@ -229,6 +229,13 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		for _, l := range run.Libraries {
 			p("| %d | %s | %s | %d |\n", l.PID, cell(l.Path), cell(l.BuildID), len(l.Symbols))
 		}
+		// An allocator spec's function left unprobed is a gap in the block
+		// layer: say which and why, one line each.
+		for _, l := range run.Libraries {
+			for _, sk := range l.Skipped {
+				p("\nWarning: not probed in %s: %s\n", cell(l.Path), cell(sk))
+			}
+		}
 	}
 	return bw.Flush()
 }

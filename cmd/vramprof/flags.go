@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/vramprof/vramprof/probes/allocspec"
 )
 
 // newFlagSet returns a flag set that prints nothing itself: a bad flag
@@ -66,6 +68,21 @@ func capacityFlag(fs *flag.FlagSet, dst *uint64) {
 	})
 }
 
+// allocatorsFlag registers --allocators FILE, allocator specs (block layer)
+// beside the built-in ones, read and checked as the flag is parsed: a bad
+// file is a usage error (exit 2) on one line, file:line, what is wrong and
+// what to write instead.
+func allocatorsFlag(fs *flag.FlagSet, dst *[]allocspec.Allocator) {
+	fs.Func("allocators", "allocator specs for the block layer beside the built-in ones (XLA BFC, RMM): see README, \"Allocator specs\"", func(v string) error {
+		specs, err := allocspec.ReadFile(v)
+		if err != nil {
+			return err
+		}
+		*dst = append(*dst, specs...)
+		return nil
+	})
+}
+
 // checkAutoOff validates a flag that takes auto or off.
 func checkAutoOff(cmd, flag, v string) error {
 	if v != "auto" && v != "off" {
@@ -81,6 +98,7 @@ type runOptions struct {
 	pool     string
 	python   pythonFlags
 	capacity uint64
+	allocs   []allocspec.Allocator // --allocators
 	argv     []string
 	// quiet (-q) leaves out the live status and the summary; outputs are
 	// still written and errors still printed. check sets it: it prints its
@@ -97,12 +115,13 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
-	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
+	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off")
+	allocatorsFlag(fs, &o.allocs)
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
@@ -137,10 +156,11 @@ type attachOptions struct {
 	python   pythonFlags
 	quiet    bool // -q: see runOptions.quiet
 	capacity uint64
+	allocs   []allocspec.Allocator // --allocators
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -149,7 +169,8 @@ func parseAttach(args []string) (*attachOptions, error) {
 	fs.BoolVar(&o.wait, "wait", false, "wait for a process that has not loaded CUDA yet")
 	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
 	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
-	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes): auto or off")
+	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off")
+	allocatorsFlag(fs, &o.allocs)
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)

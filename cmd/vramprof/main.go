@@ -19,9 +19,9 @@ import (
 
 const usage = `usage: vramprof <command> [flags]
 
-  run     [-o DIR] [--pool auto|off] [--python auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]
+  run     [-o DIR] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]
                                              launch CMD and trace it from its first CUDA call
-  attach  (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--python auto|off] [--nvml auto|off] [-q]
+  attach  (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q]
                                              trace a running process (or every CUDA process)
   report  INPUT [-o DIR] [--format text|md|json|html|snapshot]
                                              re-analyse a recording or a PyTorch snapshot (no root needed)

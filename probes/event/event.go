@@ -116,6 +116,10 @@ const (
 	// Block layer: a framework allocator's USDT probes.
 	APIPyTorchMalloc // pytorch:malloc(ptr, device, size, stream) in libc10_cuda.so
 	APIPyTorchFree   // pytorch:free(ptr)
+	// Block layer: a function an allocator spec names (probes/allocspec:
+	// XLA's BFC allocator, RMM's pools, user specs).
+	APISpecAlloc // allocspec:alloc
+	APISpecFree  // allocspec:free
 )
 
 // apiNames are the exported symbol names, as pprof's api label shows them.
@@ -129,11 +133,11 @@ var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree",
 	"cuCtxSetCurrent",
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
 	"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz",
-	"pytorch:malloc", "pytorch:free"}
+	"pytorch:malloc", "pytorch:free", "allocspec:alloc", "allocspec:free"}
 
 // Driver reports whether a is a driver API (libcuda) call.
 func (a API) Driver() bool {
-	return a >= APICuMemAlloc && a <= APICuCtxSetCurrent || a >= APICuMemAllocAsyncPtsz
+	return a >= APICuMemAlloc && a <= APICuCtxSetCurrent || a >= APICuMemAllocAsyncPtsz && a <= APICuMemAllocFromPoolAsyncPtsz
 }
 
 // Flags qualify an Event.
@@ -229,6 +233,11 @@ type Library struct {
 	Path    string   // path as mapped in that process
 	BuildID string   // hex GNU build ID, empty when none
 	Symbols []string // functions probed in it
+	// Skipped are functions an allocator spec named that were not probed,
+	// one line each saying why ("ns::Pool::alloc(unsigned long): jumps out
+	// of the function at 0x1234: to 0x5678"). Appended to the format:
+	// older traces read with none.
+	Skipped []string
 }
 
 // Lost carries the running total of records the kernel could not deliver

@@ -664,6 +664,7 @@ func (e *encoder) library(l *Library) {
 	e.str(l.Path)
 	e.str(l.BuildID)
 	e.strList(l.Symbols)
+	e.strList(l.Skipped)
 }
 
 func (e *encoder) lost(l *Lost) {
@@ -888,6 +889,9 @@ func (d *decoder) library(l *Library) {
 	l.Path = d.str()
 	l.BuildID = d.str()
 	l.Symbols = d.strList()
+	if len(d.b) > 0 { // appended field: absent from older traces
+		l.Skipped = d.strList()
+	}
 }
 
 func (d *decoder) lost(l *Lost) {

@@ -41,6 +41,8 @@ func testRecords() []Record {
 		&Mapping{ID: 1, PID: 4242, Start: 0x7f00_0000_1000, Limit: 0x7f00_0010_0000, Offset: 0x1000,
 			File: "/usr/lib/libcudart.so.12", BuildID: "0123abcd"},
 		&Library{PID: 4242, Path: "/usr/lib/libcudart.so.12", BuildID: "0123abcd", Symbols: []string{"cudaMalloc", "cudaFree"}},
+		&Library{PID: 4242, Path: "/usr/lib/libtinypool.so", Symbols: []string{"tiny_alloc"},
+			Skipped: []string{"tiny_alloc_tail (tiny): jumps out of the function at 0x22a9: to 0x2160"}},
 		&Stack{ID: 1, PID: 4242, Frames: []Frame{
 			{Addr: 0x7f00_0000_1234, Mapping: 1, Function: "cudaMalloc"},
 			{Addr: 0x55_0000_0042, Mapping: 2, Function: "ns::Class::method", File: "/src/a.cc", Line: 42},
@@ -320,6 +322,20 @@ func TestEventWithoutFlags(t *testing.T) {
 	want := *ev
 	want.Flags = 0
 	assert.Equal(t, []Record{&want}, got)
+}
+
+// TestLibraryWithoutSkipped reads a Library written before Skipped was
+// appended: Skipped reads as nil, the rest as written.
+func TestLibraryWithoutSkipped(t *testing.T) {
+	lib := &Library{PID: 7, Path: "/lib/libx.so", BuildID: "ab", Symbols: []string{"f", "g"}}
+	var e encoder
+	e.uint(uint64(lib.PID))
+	e.str(lib.Path)
+	e.str(lib.BuildID)
+	e.strList(lib.Symbols)
+	_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recLibrary, e.b))
+	require.NoError(t, err)
+	assert.Equal(t, []Record{lib}, got)
 }
 
 func TestBadPayloads(t *testing.T) {

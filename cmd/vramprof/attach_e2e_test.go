@@ -65,7 +65,11 @@ func startLongrunCmd(t *testing.T, cmd *exec.Cmd) *longrun {
 		exit:  make(chan error, 1),
 	}
 	lr.cmd = cmd
-	lr.cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+lr.truth, "LONGRUN_MAX_SECONDS=20")
+	env := cmd.Env // the command's own additions, if any
+	if env == nil {
+		env = os.Environ()
+	}
+	lr.cmd.Env = append(env, "VRAMPROF_TRUTH="+lr.truth, "LONGRUN_MAX_SECONDS=20")
 	lr.cmd.Stderr = os.Stderr
 	out, err := lr.cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,29 +90,7 @@ func testPythonStacks(t *testing.T, python []string) {
 	truth := mustReadJSON[pyStacksTruth](t, truthPath)
 	require.NotEmpty(t, truth.Calls)
 
-	// The trace: every segment-layer allocation's stack, per thread, in order.
-	f, err := os.Open(filepath.Join(dir, "trace.vpt"))
-	require.NoError(t, err)
-	defer f.Close()
-	rd, err := event.NewReader(f)
-	require.NoError(t, err)
-	stacks := map[event.StackID][]event.Frame{}
-	byThread := map[uint32][][]event.Frame{}
-	for {
-		rec, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-		switch x := rec.(type) {
-		case *event.Stack:
-			stacks[x.ID] = slices.Clone(x.Frames)
-		case *event.Event:
-			if x.Kind == event.KindAlloc && x.Layer == event.LayerSegment && x.Flags&event.FlagNested == 0 && x.PID == truth.PID {
-				byThread[x.TID] = append(byThread[x.TID], stacks[x.Stack])
-			}
-		}
-	}
+	byThread := allocStacks(t, filepath.Join(dir, "trace.vpt"), truth.PID)
 
 	// 3.10 to 3.14 are supported; another version gets native stacks and
 	// one line saying why.
@@ -127,30 +108,7 @@ func testPythonStacks(t *testing.T, python []string) {
 		assert.Equal(t, fmt.Sprintf("%d.%d.%d", truth.Version[0], truth.Version[1], truth.Version[2]), in.Version)
 	}
 
-	seen := map[uint32]int{}
-	for i, call := range truth.Calls {
-		n := seen[call.TID]
-		seen[call.TID]++
-		require.Less(t, n, len(byThread[call.TID]), "call %d: thread %d made more allocations than were traced", i, call.TID)
-		var got, want []string
-		for _, fr := range byThread[call.TID][n] {
-			if fr.Addr == 0 && strings.HasSuffix(fr.File, ".py") {
-				got = append(got, pythonFrame(fr.Function, fr.File, fr.Line))
-			}
-		}
-		for _, fr := range call.Stack {
-			if supported {
-				want = append(want, pythonFrame(fr.Function, fr.File, fr.Line))
-			}
-		}
-		require.Equal(t, want, got, "call %d (thread %d, %d bytes): Python frames; the stack: %+v", i, call.TID, call.Size, byThread[call.TID][n])
-		// The native frames come first: cudaMalloc is the leaf.
-		require.NotEmpty(t, byThread[call.TID][n], "call %d: no stack", i)
-		require.Equal(t, "cudaMalloc", byThread[call.TID][n][0].Function, "call %d: %+v", i, byThread[call.TID][n])
-	}
-	for tid, evs := range byThread {
-		assert.Equal(t, len(evs), seen[tid], "thread %d: traced allocations the script did not make", tid)
-	}
+	checkPythonFrames(t, truth, byThread, supported, 0)
 
 	// The findings name the Python function and line that allocated: the
 	// leak is Model.forward's kept 1 MiB activation, the peak crossed in
@@ -182,4 +140,131 @@ func testPythonStacks(t *testing.T, python []string) {
 	assert.Contains(t, kinds["peak"], lineOf("Model.generate_buffers", 16*MiB), "peak finding's stacks")
 
 	checkReplay(t, dir)
+}
+
+// allocStacks reads a trace's segment-layer allocations of pid (not the
+// nested driver calls): each one's stack, per thread, in order.
+func allocStacks(t *testing.T, path string, pid uint32) map[uint32][][]event.Frame {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	rd, err := event.NewReader(f)
+	require.NoError(t, err)
+	stacks := map[event.StackID][]event.Frame{}
+	byThread := map[uint32][][]event.Frame{}
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		switch x := rec.(type) {
+		case *event.Stack:
+			stacks[x.ID] = slices.Clone(x.Frames) // the reader reuses its buffers
+		case *event.Event:
+			if x.Kind == event.KindAlloc && x.Layer == event.LayerSegment && x.Flags&event.FlagNested == 0 && x.PID == pid {
+				byThread[x.TID] = append(byThread[x.TID], stacks[x.Stack])
+			}
+		}
+	}
+	return byThread
+}
+
+// checkPythonFrames compares the Python frames of each traced allocation
+// with the stack the script recorded for it, thread by thread in order.
+// skip is how many of the main thread's first calls were made before
+// tracing began (attach): those are not in the trace.
+func checkPythonFrames(t *testing.T, truth *pyStacksTruth, byThread map[uint32][][]event.Frame, supported bool, skip int) {
+	seen := map[uint32]int{}
+	for i, call := range truth.Calls {
+		if call.TID == truth.PID && skip > 0 {
+			skip--
+			continue
+		}
+		n := seen[call.TID]
+		seen[call.TID]++
+		require.Less(t, n, len(byThread[call.TID]), "call %d: thread %d made more allocations than were traced", i, call.TID)
+		var got, want []string
+		for _, fr := range byThread[call.TID][n] {
+			if fr.Addr == 0 && strings.HasSuffix(fr.File, ".py") {
+				got = append(got, pythonFrame(fr.Function, fr.File, fr.Line))
+			}
+		}
+		for _, fr := range call.Stack {
+			if supported {
+				want = append(want, pythonFrame(fr.Function, fr.File, fr.Line))
+			}
+		}
+		require.Equal(t, want, got, "call %d (thread %d, %d bytes): Python frames; the stack: %+v", i, call.TID, call.Size, byThread[call.TID][n])
+		// The native frames come first: cudaMalloc is the leaf.
+		require.NotEmpty(t, byThread[call.TID][n], "call %d: no stack", i)
+		require.Equal(t, "cudaMalloc", byThread[call.TID][n][0].Function, "call %d: %+v", i, byThread[call.TID][n])
+	}
+	for tid, evs := range byThread {
+		assert.Equal(t, len(evs), seen[tid], "thread %d: traced allocations the script did not make", tid)
+	}
+}
+
+// TestPythonStacksAttach attaches to a Python trainer that is already
+// running (its model built, two allocations made) and checks the Python
+// frames of everything it allocates afterwards: no restart, no change to
+// the program. One interpreter with a layout table, one with
+// _Py_DebugOffsets.
+func TestPythonStacksAttach(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	var picked []scenario.Python
+	for _, py := range scenario.Pythons(t) {
+		if py.Name == "system-3.11" || py.Version == "3.14" && !py.Shared {
+			picked = append(picked, py)
+		}
+	}
+	require.Len(t, picked, 2, "want Debian's 3.11 and a static 3.14 (testdata/python/fetch.sh)")
+	script := filepath.Join(scenario.Root(), "testdata", "python", "stacks", "train.py")
+	for _, py := range picked {
+		t.Run(py.Name, func(t *testing.T) {
+			cmd := exec.Command(py.Argv[0], append(py.Argv[1:], script)...)
+			cmd.Env = append(os.Environ(), "TRAIN_WAIT_SIGNAL=1", "FAKECUDA_LIB="+scenario.Lib(t, "libcudart.so.12"))
+			lr := startLongrunCmd(t, cmd)
+			a := startAttach(t, lr.pid)
+			require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+			require.NoError(t, <-lr.exit)
+			require.Equal(t, 0, a.wait(t, 30*time.Second), "stderr:\n%s", a.stderr.String())
+
+			truth := mustReadJSON[pyStacksTruth](t, lr.truth)
+			byThread := allocStacks(t, filepath.Join(a.dir, "trace.vpt"), truth.PID)
+			// Model.__init__'s two weights were allocated before the attach.
+			checkPythonFrames(t, truth, byThread, true, 2)
+			rep := mustReadJSON[pyReport](t, filepath.Join(a.dir, "report.json"))
+			require.NotEmpty(t, rep.Interpreters)
+			assert.Empty(t, rep.Interpreters[0].Note)
+		})
+	}
+}
+
+// TestPythonStripped: a program that looks like an interpreter (named
+// python3.11) but defines no _PyRuntime is profiled as native code, exact
+// as ever, and the report says in one line why there are no Python frames.
+func TestPythonStripped(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	data, err := os.ReadFile(scenario.Bin(t, "steady"))
+	require.NoError(t, err)
+	tmp := t.TempDir()
+	fake := filepath.Join(tmp, "python3.11")
+	require.NoError(t, os.WriteFile(fake, data, 0o755))
+	truthPath := filepath.Join(tmp, "truth.json")
+	dir := filepath.Join(tmp, "out")
+	// The copy's rpath ($ORIGIN) no longer leads to the fake runtime.
+	libs := filepath.Dir(scenario.Lib(t, "libcudart.so.12"))
+	r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + truthPath, "LD_LIBRARY_PATH=" + libs}}, "run", "-o", dir, "--", fake)
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	truth := scenario.MustReadTruth(t, truthPath)
+	rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+	assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations))
+	assert.Equal(t, truth.Totals.PeakBytes, val(t, "peak_bytes", rep.Totals.PeakBytes))
+	py := mustReadJSON[pyReport](t, filepath.Join(dir, "report.json"))
+	require.Len(t, py.Interpreters, 1)
+	assert.Equal(t, fmt.Sprintf("no Python frames in pid %d: %s defines no _PyRuntime symbol (stripped?): unsupported CPython; native stacks only", py.Interpreters[0].PID, fake), py.Interpreters[0].Note)
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), `defines no \_PyRuntime symbol`, "one line in report.md (markdown-escaped)")
 }

@@ -64,15 +64,25 @@ func Find(pid int) (*Interpreter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find python in pid %d: %w", pid, err)
 	}
+	stripped := ""
 	for _, path := range candidates(maps, exe) {
 		in, err := inspect(pid, path, maps)
 		if errors.Is(err, errNoRuntime) {
+			if base := filepath.Base(path); stripped == "" && (libpythonName.MatchString(base) || pythonName.MatchString(base)) {
+				stripped = path
+			}
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("find python in pid %d: %w", pid, err)
 		}
 		return in, nil
+	}
+	if stripped != "" {
+		// Named like an interpreter, without the symbol that finds its
+		// state: a build stripped of its dynamic symbols, or a static
+		// embedding without -rdynamic.
+		return nil, fmt.Errorf("find python in pid %d: %s defines no _PyRuntime symbol (stripped?): %w", pid, stripped, ErrUnsupported)
 	}
 	return nil, fmt.Errorf("pid %d: %w", pid, ErrNotPython)
 }

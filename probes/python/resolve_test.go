@@ -3,6 +3,7 @@ package python
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -140,6 +141,25 @@ func TestFindNotPython(t *testing.T) {
 	_, err = Find(done.Process.Pid)
 	assert.Error(t, err)
 	assert.NotErrorIs(t, err, ErrNotPython)
+}
+
+// TestFindStripped: an executable named like an interpreter that defines
+// no _PyRuntime (stripped of its symbols) is ErrUnsupported, saying so,
+// not ErrNotPython: the report then tells why the stacks are native.
+func TestFindStripped(t *testing.T) {
+	needRoot(t)
+	sleep, err := exec.LookPath("sleep")
+	require.NoError(t, err)
+	data, err := os.ReadFile(sleep)
+	require.NoError(t, err)
+	fake := filepath.Join(t.TempDir(), "python3.11")
+	require.NoError(t, os.WriteFile(fake, data, 0o755))
+	cmd := exec.Command(fake, "30")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	_, err = Find(cmd.Process.Pid)
+	require.ErrorIs(t, err, ErrUnsupported)
+	assert.Contains(t, err.Error(), fake+" defines no _PyRuntime symbol")
 }
 
 // TestFindUnsupported: interpreters older than 3.10 (pyenv's, where

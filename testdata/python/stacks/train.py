@@ -4,11 +4,14 @@ Allocates from named functions in two modules, a class, a generator, a
 coroutine run by asyncio and worker threads, and writes to $VRAMPROF_TRUTH
 every cudaMalloc with the Python stack that made it (see gpu.py).
 
-Usage: python3 train.py   (FAKECUDA_LIB names the runtime to load)"""
+Usage: python3 train.py   (FAKECUDA_LIB names the runtime to load; with
+TRAIN_WAIT_SIGNAL=1 it prints "ready PID" once the model is built and waits
+for SIGUSR1 before training, for attach)"""
 
 import asyncio
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -37,6 +40,11 @@ def main():
     time.sleep(0.05)  # the runtime arrives after start-up, as with torch
     gpu.load()
     model = Model()
+    if os.environ.get("TRAIN_WAIT_SIGNAL"):
+        # For attach: say so, then wait until the profiler is live.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        print(f"ready {os.getpid()}", flush=True)
+        signal.sigwait({signal.SIGUSR1})
     threads = [threading.Thread(target=worker, args=(5,), name=f"loader-{i}") for i in range(2)]
     for t in threads:
         t.start()

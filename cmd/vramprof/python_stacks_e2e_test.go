@@ -268,3 +268,62 @@ func TestPythonStripped(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(md), `defines no \_PyRuntime symbol`, "one line in report.md (markdown-escaped)")
 }
+
+// TestPythonDepthAndOff: --python-depth 2 keeps the two innermost Python
+// frames and marks the cut; --python off keeps the stacks native.
+func TestPythonDepthAndOff(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	const python = "/usr/bin/python3.11"
+	script := filepath.Join(scenario.Root(), "testdata", "python", "stacks", "train.py")
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		depth int // Python frames kept; 0: none
+	}{
+		{"depth-2", []string{"--python-depth", "2"}, 2},
+		{"off", []string{"--python", "off"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			truthPath := filepath.Join(tmp, "truth.json")
+			dir := filepath.Join(tmp, "out")
+			args := append(append([]string{"run", "-o", dir}, tc.flags...), "--", python, script)
+			r := vramprof(t, execOpts{dir: tmp, env: []string{
+				"VRAMPROF_TRUTH=" + truthPath,
+				"FAKECUDA_LIB=" + scenario.Lib(t, "libcudart.so.12"),
+			}}, args...)
+			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+			truth := mustReadJSON[pyStacksTruth](t, truthPath)
+			byThread := allocStacks(t, filepath.Join(dir, "trace.vpt"), truth.PID)
+			seen := map[uint32]int{}
+			for i, call := range truth.Calls {
+				n := seen[call.TID]
+				seen[call.TID]++
+				require.Less(t, n, len(byThread[call.TID]))
+				var got, want []string
+				for _, fr := range byThread[call.TID][n] {
+					if fr.Addr == 0 && (strings.HasSuffix(fr.File, ".py") || strings.HasPrefix(fr.Function, "<python")) {
+						got = append(got, pythonFrame(fr.Function, fr.File, fr.Line))
+					}
+				}
+				for k, fr := range call.Stack {
+					if k == tc.depth {
+						want = append(want, pythonFrame("<python frames past the depth limit>", "", 0))
+						break
+					}
+					want = append(want, pythonFrame(fr.Function, fr.File, fr.Line))
+				}
+				if tc.depth == 0 {
+					want = nil
+				}
+				require.Equal(t, want, got, "call %d", i)
+			}
+			rep := mustReadJSON[pyReport](t, filepath.Join(dir, "report.json"))
+			if tc.depth == 0 {
+				assert.Empty(t, rep.Interpreters, "--python off: no interpreter looked for")
+			} else {
+				assert.NotEmpty(t, rep.Interpreters)
+			}
+		})
+	}
+}

@@ -36,16 +36,15 @@ func (s *Session) findPython(p *proc) error {
 	}
 	in, err := python.Find(int(p.pid))
 	switch {
-	case errors.Is(err, python.ErrNotPython):
-		return nil
-	case err != nil:
+	case errors.Is(err, python.ErrUnsupported):
 		p.pyNoted = true
 		why := strings.TrimPrefix(err.Error(), fmt.Sprintf("find python in pid %d: ", p.pid))
-		note := &event.Interpreter{PID: p.pid, Name: "CPython", Note: fmt.Sprintf("no Python frames in pid %d: %s; native stacks only", p.pid, why)}
-		if in != nil {
-			note.Version, note.Path = versionString(in.Version), in.Path
-		}
-		return s.writeInterpreter(note)
+		return s.writeInterpreter(&event.Interpreter{PID: p.pid, Name: "CPython",
+			Note: fmt.Sprintf("no Python frames in pid %d: %s; native stacks only", p.pid, why)})
+	case err != nil:
+		// Not Python, or gone meanwhile (its exit is noticed elsewhere):
+		// nothing to say; the next scan looks again.
+		return nil
 	}
 	if err := s.objs.PyProcs.Put(p.pid, pyProcFor(in, s.opts.PythonDepth)); err != nil {
 		return fmt.Errorf("describe python of pid %d to BPF: %w", p.pid, err)
@@ -63,12 +62,13 @@ func (s *Session) writeInterpreter(in *event.Interpreter) error {
 
 // inheritPython gives a forked child its parent's interpreter (the BPF
 // side copied the walker's entry at the fork) with a resolver of its own:
-// the child's memory is its own from now on.
+// the child's memory is its own from now on (and its parent's stands in
+// for it once it is gone).
 func (s *Session) inheritPython(child, parent *proc) error {
 	if parent.py == nil {
 		return nil
 	}
-	child.py = &pyProc{in: parent.py.in, res: python.NewResolver(int(child.pid), parent.py.in)}
+	child.py = &pyProc{in: parent.py.in, res: parent.py.res.Fork(int(child.pid))}
 	return s.writeInterpreter(&event.Interpreter{PID: child.pid, Name: "CPython", Version: versionString(parent.py.in.Version), Path: parent.py.in.Path})
 }
 

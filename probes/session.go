@@ -681,7 +681,9 @@ func (s *Session) forked(r *rawRecord) error {
 		}
 	}
 	// Learn its maps while it lives: a short-lived worker may be gone
-	// before its stacks are read.
+	// before its stacks are read. Until then, and if it is gone already,
+	// the parent's: a fork copies them.
+	s.sym.Inherit(child, parent)
 	_ = s.sym.Prepare(child)
 	return nil
 }

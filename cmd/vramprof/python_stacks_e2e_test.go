@@ -109,6 +109,14 @@ func testPythonStacks(t *testing.T, python []string) {
 	}
 
 	checkPythonFrames(t, truth, byThread, supported, 0)
+	// The forked worker: its frames too (the interpreter carried over at
+	// the fork), against its own truth.
+	children, err := filepath.Glob(truthPath + ".*")
+	require.NoError(t, err)
+	require.Len(t, children, 1, "the forked worker's truth")
+	child := mustReadJSON[pyStacksTruth](t, children[0])
+	require.NotEmpty(t, child.Calls)
+	checkPythonFrames(t, child, allocStacks(t, filepath.Join(dir, "trace.vpt"), child.PID), supported, 0)
 
 	// The findings name the Python function and line that allocated: the
 	// leak is Model.forward's kept 1 MiB activation, the peak crossed in

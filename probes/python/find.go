@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/vramprof/vramprof/probes/symbolize"
@@ -68,7 +69,7 @@ func Find(pid int) (*Interpreter, error) {
 	for _, path := range candidates(maps, exe) {
 		in, err := inspect(pid, path, maps)
 		if errors.Is(err, errNoRuntime) {
-			if base := filepath.Base(path); stripped == "" && (libpythonName.MatchString(base) || pythonName.MatchString(base)) {
+			if base := filepath.Base(path); stripped == "" && (libpythonName.MatchString(base) || pythonName.MatchString(base)) && !needsLibpython(pid, path) {
 				stripped = path
 			}
 			continue
@@ -287,4 +288,17 @@ func microFromRodata(f *elf.File, v Version) int {
 	}
 	micro, _ := strconv.Atoi(string(found[0][1]))
 	return micro
+}
+
+// needsLibpython reports whether the file links libpython3.X.so (pyenv's
+// and most embedding executables): its _PyRuntime is there, mapped by the
+// loader after the executable, so lacking it is no sign of stripping.
+func needsLibpython(pid int, path string) bool {
+	f, err := elf.Open(filepath.Join(fmt.Sprintf("/proc/%d/root", pid), path))
+	if err != nil {
+		return true // cannot tell: do not accuse it
+	}
+	defer f.Close()
+	libs, _ := f.ImportedLibraries()
+	return slices.ContainsFunc(libs, libpythonName.MatchString)
 }

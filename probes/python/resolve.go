@@ -42,6 +42,11 @@ type Resolver struct {
 	memErr error
 	opened bool
 	cache  map[uint64]*codeInfo // nil value: not a code object
+	// parent resolves, for a forked child whose memory is gone (it exited
+	// before its stacks were read), the code objects it inherited: at the
+	// fork the child's memory was a copy of the parent's, so a code object
+	// the child ran from then lies at the same address in the parent.
+	parent *Resolver
 }
 
 // codeInfo is what the Resolver keeps of a code object.
@@ -56,6 +61,15 @@ type codeInfo struct {
 // in. It opens nothing yet.
 func NewResolver(pid int, in *Interpreter) *Resolver {
 	return &Resolver{pid: pid, in: in, cache: map[uint64]*codeInfo{}}
+}
+
+// Fork returns a Resolver for a child that pid forked (see
+// Resolver.parent). The child's own memory is read first, always; the
+// parent's only once the child's cannot be read at all.
+func (r *Resolver) Fork(child int) *Resolver {
+	c := NewResolver(child, r.in)
+	c.parent = r
+	return c
 }
 
 // Close releases the process's memory file.
@@ -126,6 +140,17 @@ func (r *Resolver) code(addr uint64) *codeInfo {
 	ci, err := r.readCode(addr)
 	if err != nil {
 		ci = nil
+		if r.parent != nil {
+			// The child's memory gone (its runtime state unreadable): the
+			// code object it inherited, from the parent. A code object
+			// the child made itself after the fork is not in the parent
+			// at that address, and fails the parent's checks, or names a
+			// code object the parent made there: a wrong name possible
+			// only for a child gone before its stacks were read.
+			if _, gone := r.read(r.in.RuntimeAddr, 8); gone != nil {
+				ci = r.parent.code(addr)
+			}
+		}
 	}
 	if len(r.cache) >= maxCache {
 		clear(r.cache)

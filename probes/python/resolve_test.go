@@ -83,6 +83,26 @@ func testResolveLive(t *testing.T, py interpreter) {
 		}
 	})
 
+	t.Run("forked child gone", func(t *testing.T) {
+		// A child that exited before its stacks were read: its code
+		// objects, inherited, come from the parent's memory; a resolver
+		// without a parent gives placeholders.
+		done := exec.Command("true")
+		require.NoError(t, done.Run())
+		gone := done.Process.Pid
+		orphan := NewResolver(gone, in)
+		child := NewResolver(truth.PID, in).Fork(gone)
+		t.Cleanup(func() { _ = orphan.Close(); _ = child.Close(); _ = child.parent.Close() })
+		require.NotEmpty(t, truth.Functions)
+		for _, fn := range truth.Functions {
+			got, ok := child.Frame(fn.ID, 0)
+			require.True(t, ok, "%s", fn.Name)
+			assert.Equal(t, fn.Name, got.Function)
+			_, ok = orphan.Frame(fn.ID, 0)
+			assert.False(t, ok, "%s without a parent", fn.Name)
+		}
+	})
+
 	t.Run("functions", func(t *testing.T) {
 		names := map[string]bool{}
 		for _, fn := range truth.Functions {

@@ -205,6 +205,26 @@ func (s *Symbolizer) Prepare(pid uint32) error {
 	return nil
 }
 
+// Inherit gives a forked child the mappings its parent has (a fork copies
+// the address space), for a child that may exit before its own maps are
+// read. A later Prepare or re-read replaces them with the child's own.
+func (s *Symbolizer) Inherit(child, parent uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pp := s.procs[parent]
+	if pp == nil {
+		return
+	}
+	c := &proc{known: make(map[mapKey]*mapping), misses: make(map[uint64]struct{}), readAt: pp.readAt}
+	for _, m := range pp.maps {
+		s.nextID++
+		cm := &mapping{MapEntry: m.MapEntry, id: s.nextID, opened: m.opened, file: m.file}
+		c.known[mapKey{start: m.Start, offset: m.Offset, inode: m.Inode, path: m.Path}] = cm
+		c.maps = append(c.maps, cm)
+	}
+	s.procs[child] = c
+}
+
 // Forget drops what is known of a process, after it exits. Files stay
 // cached for other processes that map them.
 func (s *Symbolizer) Forget(pid uint32) {

@@ -214,6 +214,37 @@ func TestSymbolizeExiting(t *testing.T) {
 	}
 }
 
+// TestSymbolizeInherit: a forked child that exited before its maps were
+// read symbolizes with its parent's, under its own mapping IDs.
+func TestSymbolizeInherit(t *testing.T) {
+	a := mustBuild(t)
+	lib := a.path("libfoo.so")
+	foo, ok := mustOpen(t, lib).Lookup("foo")
+	require.True(t, ok)
+	p := newFakeProc(t)
+	const base = 0x7f00_0000_0000
+	libLine, _, _ := libLoad(t, lib, lib, base)
+	progLine, _, _ := libLoad(t, a.path("prog-pie"), a.path("prog-pie"), 0x5555_0000_0000)
+	p.setMaps(t, progLine, libLine)
+	s := mustSymbolizer(t, Options{ProcRoot: p.root})
+	require.NoError(t, s.Prepare(p.pid))
+	parentFrames, parentMaps, err := s.Symbolize(p.pid, []uint64{base + foo.Value})
+	require.NoError(t, err)
+	require.Len(t, parentMaps, 1)
+
+	child := p.pid + 1 // no /proc entry: gone already
+	_, _, err = s.Symbolize(child, []uint64{base + foo.Value})
+	require.Error(t, err, "without inheriting, the child's maps are unknown")
+	s.Forget(child)
+	s.Inherit(child, p.pid)
+	frames, maps, err := s.Symbolize(child, []uint64{base + foo.Value})
+	require.NoError(t, err)
+	assert.Equal(t, "foo", frames[0].Function)
+	require.Len(t, maps, 1, "the child's own Mapping record")
+	assert.NotEqual(t, parentFrames[0].Mapping, frames[0].Mapping)
+	assert.Equal(t, child, maps[0].PID)
+}
+
 // TestSymbolizeReturnAddress: a return address just past a function's last
 // byte (a call that ends it, to a noreturn function) belongs to that
 // function; the same address as a leaf belongs to the next one.

@@ -1,7 +1,8 @@
 """A Python trainer over the fake CUDA runtime, for the Python stacks test.
 
 Allocates from named functions in two modules, a class, a generator, a
-coroutine run by asyncio and worker threads, and writes to $VRAMPROF_TRUTH
+coroutine run by asyncio, worker threads and a forked worker process, and
+writes to $VRAMPROF_TRUTH
 every cudaMalloc with the Python stack that made it (see gpu.py).
 
 Usage: python3 train.py   (FAKECUDA_LIB names the runtime to load; with
@@ -30,6 +31,22 @@ def worker(steps):
         gpu.free(gpu.malloc(2 * MiB))
 
 
+def data_worker(path):
+    """A forked worker (as DataLoader's fork start method makes): its own
+    allocations, its own truth file, PATH.PID."""
+    gpu.calls.clear()
+    gpu.free(gpu.malloc(3 * MiB))
+    if path:
+        write_truth(path + f".{os.getpid()}")
+
+
+def write_truth(path):
+    with open(path + ".tmp", "w") as f:
+        json.dump(dict(scenario="python_stacks", pid=os.getpid(), version=list(sys.version_info[:3]),
+                       executable=sys.executable, calls=gpu.calls), f)
+    os.rename(path + ".tmp", path)
+
+
 def train(model, steps):
     for step in range(steps):
         model.forward(step)
@@ -55,11 +72,15 @@ def main():
         gpu.free(ptr)
     gpu.free(asyncio.run(prefetch(3)))
     path = os.environ.get("VRAMPROF_TRUTH")
+    child = os.fork()
+    if child == 0:
+        data_worker(path)
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    if status != 0:
+        return 1
     if path:
-        with open(path + ".tmp", "w") as f:
-            json.dump(dict(scenario="python_stacks", pid=os.getpid(), version=list(sys.version_info[:3]),
-                           executable=sys.executable, calls=gpu.calls), f)
-        os.rename(path + ".tmp", path)
+        write_truth(path)
     return 0
 
 

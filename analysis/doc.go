@@ -143,6 +143,24 @@
 // the projected time to out-of-memory is (capacity - live bytes on that
 // device at the end, all processes) / (bytes per second).
 //
+// # Pinned host growth
+//
+// The leak rule, applied to each stack's live pinned host bytes (host
+// space: cudaMallocHost, cudaHostAlloc, cuMemHostAlloc), per process: the
+// stacks it flags are the growing ones, and the process gets one
+// pinned_host_growth finding naming them (at most TopStacks). With a loop
+// (see "Iterations", detected from device allocations) and every growing
+// stack's change log complete, a stack's growth is its live bytes at the
+// end minus its live bytes just before the loop's first iteration (what it
+// pinned in the loop and kept), and the rate per iteration is the
+// least-squares slope of the growing stacks' summed live bytes at the
+// iteration boundaries, as a leak's; otherwise a stack's growth is that of
+// the windows (vW - v1) and the rate per iteration, when a loop exists, the
+// windows' growth over the iterations that started within them. The
+// finding's bytes sum the stacks' growth; Finding.Leak carries the summed
+// window values. Severity is high from 1 GiB of growth, else medium. Host
+// bytes are never added to device figures, nor flagged as device leaks.
+//
 // # Iterations
 //
 // Per process instance, from its successful non-nested device allocations
@@ -266,7 +284,9 @@
 // least 16 MiB and a quarter of reserved, tensors hold a quarter, and no
 // free range reaches half of it, medium). churn (bytes = the cycles'
 // bytes; at least 3 cycles in a process whose block layer was traced;
-// medium from 1 ms per second or 10 cycles, else info). Findings are ranked by bytes, then
+// medium from 1 ms per second or 10 cycles, else info). pinned_host_growth
+// (bytes = the growing stacks' growth; see "Pinned host growth").
+// Findings are ranked by bytes, then
 // severity. Every summary and remediation line quotes this run's numbers, and
 // points at the leaf-most frame outside the CUDA runtime (Stack.Site).
 //

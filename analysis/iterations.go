@@ -74,9 +74,10 @@ func (a *Analyzer) noteSite(k groupKey, t uint64) {
 	}
 }
 
-// logLive records a device-scope stack's new live bytes.
+// logLive records a device-scope or pinned host stack's new live bytes
+// (the leak and the pinned host growth rates per iteration).
 func (a *Analyzer) logLive(g *groupState, t uint64) {
-	if g.key.sc != deviceScope {
+	if g.key.sc != deviceScope && g.key.sc != hostScope {
 		return
 	}
 	if a.liveLogs == nil {

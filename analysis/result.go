@@ -595,6 +595,12 @@ const (
 	KindFragmentation = "fragmentation"
 	// KindChurn: segments released and allocated again (empty_cache).
 	KindChurn = "churn"
+	// KindPinnedHostGrowth: pinned host memory (cudaMallocHost,
+	// cudaHostAlloc, cuMemHostAlloc) whose live bytes grow over the run.
+	KindPinnedHostGrowth = "pinned_host_growth"
+	// KindDeviceImbalance: one device's peak well above another's, across
+	// the devices of a process or of a process group (ranks, workers).
+	KindDeviceImbalance = "device_imbalance"
 )
 
 // Finding is one conclusion with the evidence for it. Bytes is what is at
@@ -613,7 +619,9 @@ type Finding struct {
 	Time        uint64
 	Stacks      []FindingStack
 	Remediation []string
-	// Leak is set for leak findings only.
+	// Leak is the growth evidence of a leak or a pinned_host_growth
+	// finding; nil for other kinds. For pinned_host_growth it sums the
+	// growing stacks.
 	Leak *Leak
 	// OOM is the failure an oom or fragmentation finding is about, when the block layer was traced; nil otherwise.
 	OOM *OOM

@@ -314,6 +314,11 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 				}
 			}
 			hf.Rate = rate(l.BytesPerSecond)
+			if f.Kind != analysis.KindLeak {
+				// Pinned host growth: host memory, not a device leak.
+				fs = append(fs, hf)
+				continue
+			}
 			hl := htmlLeak{N: i + 1, PID: f.PID, Growth: f.Bytes, Rate: hf.Rate, Site: analysis.NoStack,
 				Spark: newSparkline(l.Live)}
 			if len(l.Live) > 0 {

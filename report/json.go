@@ -345,7 +345,8 @@ type JSONFinding struct {
 	// TimeNs is when: the peak, the first failure, the end of a leak's
 	// first window.
 	TimeNs uint64 `json:"time_ns"`
-	// Leak is a leak finding's evidence; absent for other kinds.
+	// Leak is a leak finding's evidence, or a pinned_host_growth
+	// finding's (its growing stacks summed); absent for other kinds.
 	Leak *JSONLeak `json:"leak,omitempty"`
 	// OOM is the failure an oom or fragmentation finding is about, when the
 	// block layer was traced; absent otherwise.

@@ -161,6 +161,22 @@
 // window values. Severity is high from 1 GiB of growth, else medium. Host
 // bytes are never added to device figures, nor flagged as device leaks.
 //
+// # Device imbalance
+//
+// Each device keeps the live set at its own peak (all processes, device
+// memory), by the same dirty-class trick as a process's peak
+// (Device.PeakStacks); an instance whose PID was taken over leaves it with
+// its memory. When the processes that held device memory form one process
+// tree (a process and the workers or ranks it started; unrelated processes
+// of attach --all are never compared) and at least two known devices held
+// memory, the heaviest and the lightest device peaks are compared: a
+// device_imbalance finding when the difference is at least 256 MiB and at
+// least a quarter of the lightest peak. Its bytes are that difference; its
+// stacks, compared by rendered frames (the same code on two ranks has one
+// stack ID per process), those whose bytes at the heavy device's peak
+// exceed the same frames' at the light device's peak, by that excess. The
+// finding belongs to the process that peaked highest on the heavy device.
+//
 // # Iterations
 //
 // Per process instance, from its successful non-nested device allocations
@@ -286,6 +302,8 @@
 // bytes; at least 3 cycles in a process whose block layer was traced;
 // medium from 1 ms per second or 10 cycles, else info). pinned_host_growth
 // (bytes = the growing stacks' growth; see "Pinned host growth").
+// device_imbalance (bytes = heaviest minus lightest device peak, medium;
+// see "Device imbalance").
 // Findings are ranked by bytes, then
 // severity. Every summary and remediation line quotes this run's numbers, and
 // points at the leaf-most frame outside the CUDA runtime (Stack.Site).

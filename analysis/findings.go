@@ -31,6 +31,9 @@ func (a *Analyzer) findings(r *Result) {
 	r.Findings = append(r.Findings, pools...)
 	r.Findings = append(r.Findings, a.spikeFindings(r)...)
 	r.Findings = append(r.Findings, a.pinnedHostFindings(r)...)
+	if f := a.imbalanceFinding(r); f != nil {
+		r.Findings = append(r.Findings, *f)
+	}
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
 		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
 			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),

@@ -188,6 +188,10 @@ type Device struct {
 	PeakBytes      uint64
 	PeakTime       uint64
 	LiveBytesAtEnd uint64
+	// PeakStacks is the live set at the device's peak (all processes) by
+	// stack, largest first; stack IDs are the stream's, unique across
+	// processes.
+	PeakStacks []StackUsage
 	// CapacityBytes is the device's memory size; 0 when unknown (NVML not
 	// sampled).
 	CapacityBytes uint64

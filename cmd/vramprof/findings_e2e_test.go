@@ -8,6 +8,7 @@ package main
 // arithmetic shown here.
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -115,6 +116,89 @@ func TestPinnedHostGrowth(t *testing.T) {
 			for _, f := range rep.Findings {
 				assert.NotEqual(t, "leak", f.Kind, "device memory does not leak here")
 			}
+		})
+	}
+}
+
+// rankTruth is what a process of a tree says about its devices and
+// functions.
+type rankTruth struct {
+	PID        uint32                       `json:"pid"`
+	Children   []uint32                     `json:"children"`
+	Devices    map[string]covTruthDev       `json:"devices"`
+	ByFunction map[string]scenario.Function `json:"by_function"`
+}
+
+// TestDeviceImbalance: imbalance's rank 0 gathers a checkpoint on device 0
+// that rank 1 never holds. The finding's bytes are the heaviest device's
+// peak minus the lightest's, both from the ranks' truth files, and its
+// stacks are the functions whose bytes at the heavy device's peak exceed
+// the light one's (live_bytes_at_peak of the rank on each: each rank is
+// alone on its device, so its peak is its device's). Balanced or small
+// differences (four_devices: 53 MiB, launcher: 21 MiB, steady: one device)
+// make none.
+func TestDeviceImbalance(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"imbalance", true},
+		{"four_devices", false},
+		{"launcher", false},
+		{"steady", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir, _, r := runScenario(t, tc.name)
+			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+			rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+			var got []int
+			for i, f := range rep.Findings {
+				if f.Kind == "device_imbalance" {
+					got = append(got, i)
+				}
+			}
+			if !tc.want {
+				assert.Empty(t, got, "no device imbalance in %s", tc.name)
+				return
+			}
+			require.Len(t, got, 1)
+			f := rep.Findings[got[0]]
+
+			base := filepath.Join(filepath.Dir(dir), "truth.json")
+			root := mustReadJSON[rankTruth](t, base)
+			require.Len(t, root.Children, 2, "truth: two ranks")
+			var heavy, light *rankTruth
+			var heavyPeak, lightPeak uint64
+			for _, pid := range root.Children {
+				rk := mustReadJSON[rankTruth](t, fmt.Sprintf("%s.%d", base, pid))
+				require.Len(t, rk.Devices, 1, "truth: a rank uses one device")
+				for _, d := range rk.Devices {
+					if heavy == nil || d.PeakBytes > heavyPeak {
+						heavy, heavyPeak = rk, d.PeakBytes
+					}
+					if light == nil || d.PeakBytes < lightPeak {
+						light, lightPeak = rk, d.PeakBytes
+					}
+				}
+			}
+			require.NotSame(t, heavy, light)
+			assert.Equal(t, heavyPeak-lightPeak, f.Bytes, "max peak - min peak")
+			want := map[string]uint64{}
+			for fn, h := range heavy.ByFunction {
+				if l := light.ByFunction[fn].LiveBytesAtPeak; h.LiveBytesAtPeak > l {
+					want[fn] = h.LiveBytesAtPeak - l
+				}
+			}
+			// imbalance.c: only gather_checkpoint, 768 MiB + 123 bytes.
+			require.Equal(t, map[string]uint64{"gather_checkpoint": 768<<20 + 123}, want, "truth: the difference")
+			gotStacks := map[string]uint64{}
+			for _, s := range f.Stacks {
+				gotStacks[frameFunction(s.Site)] += s.Bytes
+			}
+			assert.Equal(t, want, gotStacks, "stacks that make the difference")
+			assert.Contains(t, f.Summary, "none at device")
 		})
 	}
 }

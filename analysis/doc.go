@@ -273,6 +273,25 @@
 // size on the same thread is a retry that worked (retry_succeeded); a
 // failed one, or a block event or the end first, makes it final.
 //
+// Garbage collection: PyTorch's garbage_collection_threshold:T (honoured
+// only with torch.cuda.set_per_process_memory_fraction set) makes the
+// allocator, when no cached block fits a request, release whole free
+// large-pool segments (unsplit free blocks; not the 2 MiB small-pool ones)
+// until reserved memory is at most T x the allowed memory, before it calls
+// cudaMalloc. It is advised only on this evidence: a failed cudaMalloc of
+// kind "fragmentation" (the cache held the request) that the free-all and
+// retry survived, the cache at least a quarter of reserved, and the whole
+// free large segments at the failure enough to make room: reserved - those
+// + request <= capacity. Capacity is Options.Capacity, else NVML's, else
+// the least the retry proved available (reserved - released + request,
+// when the free-all released no more than those segments). T =
+// floor(100 * (capacity - request) / capacity) / 100, leaving room for the
+// request, and it must exceed allocated / capacity (else reclamation could
+// never get under it). Not when the pool also had a final fragmentation
+// OOM: reclaiming did not save that run. The advice goes in the pool's
+// fragmentation finding, which such a failure creates (medium, bytes =
+// cached free at the failing request) when no other condition did.
+//
 // # Churn
 //
 // Per process: non-nested device allocation and free calls at the segment

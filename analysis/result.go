@@ -786,6 +786,9 @@ type OOM struct {
 
 	blockStacks      map[event.StackID]*Usage
 	maxSharedSegment uint64
+	// idleLarge sums the segments with no live block larger than a
+	// small-pool segment: what PyTorch's garbage collection could release.
+	idleLarge uint64
 }
 
 // Churn is a process's traffic into the segment allocator (cudaMalloc,

@@ -328,3 +328,36 @@ func TestPoolGeometry(t *testing.T) {
 	assert.Equal(t, uint64(19*MiB), end.PinnedBytes)
 	assert.Equal(t, uint64(512), end.UnplacedBytes)
 }
+
+// TestChurnFreeStacks: the live probes record no stack at a free (only
+// allocation-like calls walk the user stack, bpf/vramprof.bpf.c), but an
+// imported snapshot's segment_free carries its frames. When frees have
+// stacks, the churn finding names the release site first.
+func TestChurnFreeStacks(t *testing.T) {
+	build := func(withStacks bool) *Result {
+		s := newPoolStream()
+		s.stack(3, "release_cache", 3)
+		for range 5 {
+			s.seg(segBase, 20*MiB)
+			s.block(segBase, MiB)
+			s.blockFree(segBase)
+			s.segFree(segBase)
+			if withStacks {
+				s.recs[len(s.recs)-1].(*event.Event).Stack = 3
+			}
+		}
+		return s.result(t)
+	}
+	fs := findings(build(false), KindChurn)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Remediation[0], "no stack was captured at the frees")
+	assert.Equal(t, "alloc_block (train.py:1)", fs[0].Stacks[0].Site)
+
+	fs = findings(build(true), KindChurn)
+	require.Len(t, fs, 1)
+	// 5 releases, 4 of them taken back within the window: 4 cycles.
+	assert.Equal(t, "release_cache (train.py:3)", fs[0].Stacks[0].Site, "the release site first")
+	assert.Equal(t, uint64(4*20*MiB), fs[0].Stacks[0].Bytes)
+	assert.Equal(t, "alloc_block (train.py:1)", fs[0].Stacks[1].Site, "then the allocations")
+	assert.Contains(t, fs[0].Remediation[0], "at release_cache (train.py:3), before the allocations at alloc_block (train.py:1)")
+}

@@ -302,6 +302,10 @@ type space struct {
 	dirty        []int32
 	devices      map[int32]*procDevice
 	firstFailure *Failure
+	// log is the device scope's live and allocated bytes after each
+	// change (iterations.go), until it overflows (logFull).
+	log     []procChange
+	logFull bool
 }
 
 // procDevice is one process's use of one device, with its timeline.
@@ -833,6 +837,7 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 	pd.timeline.add(a.tl, e.Time, pd.live)
 
 	sp.live.add(e.Size)
+	a.logProc(sp)
 	if sp.live.Bytes > sp.peak {
 		// A new peak (strictly above: the first time a value is reached
 		// counts). Bring the snapshot up to date with the classes changed
@@ -914,6 +919,7 @@ func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
 	pd.live -= old.size
 	pd.timeline.add(a.tl, t, pd.live)
 	sp.live.sub(old.size)
+	a.logProc(sp)
 }
 
 // failure copies a failed allocation with what was live at that moment. It

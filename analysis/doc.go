@@ -196,7 +196,12 @@
 // (which must be > 0). The loop is the periodic site with the most
 // iterations, the earliest first start on a tie: Iterations.Count is its
 // iterations, PeriodNs their median spacing, Starts the starts (the first
-// 1000). A lost event at the site shifts the runs after it. A site keeps at most
+// 1000), LastStart the last. Per iteration, from the process's log of its
+// live and cumulative allocated device bytes (the first 65536 changes):
+// AllocatedBytesPerIteration, the bytes allocated from the first start to
+// the last over Count - 1, and LiveGrowthPerIteration, the least-squares
+// slope of live bytes just before each start. A lost event at the site
+// shifts the runs after it. A site keeps at most
 // 65536 allocation times. A caching allocator (the block layer) makes few
 // segment calls in steady state, so such a process usually has no loop.
 //

@@ -55,7 +55,7 @@ func (a *Analyzer) Finish() *Result {
 	a.finishTimelines(r)
 	a.finishPools(r)
 	a.loops = a.iterations()
-	r.setIterations(a.loops, a.procIndex)
+	a.setIterations(r)
 	a.findings(r)
 	a.result = r
 	return r

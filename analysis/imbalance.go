@@ -139,9 +139,13 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 			r.Site(top.stack), top.heavy.Bytes, hd, lightText(top, ld), hd, top.diff()))
 	}
 	if capacity := heavy.CapacityBytes; capacity > 0 {
+		other := fmt.Sprintf("device %s peaked at %d", ld, light.PeakBytes)
+		if c := light.CapacityBytes; c > 0 {
+			other = fmt.Sprintf("device %s used %.1f%% of its %d", ld, percent(light.PeakBytes, c), c)
+		}
 		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"device %s reached %.1f%% of its %d bytes while device %s used %.1f%%: the heaviest device sets the batch size every device can run",
-			hd, percent(heavy.PeakBytes, capacity), capacity, ld, percent(light.PeakBytes, max(light.CapacityBytes, 1))))
+			"device %s reached %.1f%% of its %d bytes while %s: the heaviest device sets the batch size every device can run",
+			hd, percent(heavy.PeakBytes, capacity), capacity, other))
 	}
 	return f
 }

@@ -200,6 +200,8 @@ type htmlProcess struct {
 	HostPeak    uint64
 	NVML        string
 	Preexisting string
+	// Loop describes the process's training loop; "" without one.
+	Loop string
 }
 
 // htmlFailure is a process's failed allocations.
@@ -366,7 +368,7 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 			Exe: p.Exe, Started: secs(res, p.Start), Peak: p.Totals.PeakBytes, PeakAt: secs(res, p.PeakTime),
 			LiveAtEnd: p.Totals.LiveBytesAtEnd, Allocs: p.Totals.Allocations, Frees: p.Totals.Frees,
 			Failed: p.Totals.FailedAllocations, Unknown: p.Totals.UnknownFrees, HostPeak: p.Host.PeakBytes,
-			Preexisting: preexistingText(res, p)}
+			Preexisting: preexistingText(res, p), Loop: iterationText(p)}
 		if p.SupersededAt != 0 {
 			hp.Ended = "ended by " + secs(res, p.SupersededAt) + " (its PID taken by a later process)"
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -175,4 +176,22 @@ func pct(part, whole uint64) float64 {
 		return 0
 	}
 	return 100 * float64(part) / float64(whole)
+}
+
+// iterationText describes a process's loop in one line; "" without one.
+func iterationText(p *analysis.Process) string {
+	it := p.Iterations
+	if it == nil {
+		return ""
+	}
+	s := fmt.Sprintf("%d iterations of %.3f s, paced by the allocations at %s", it.Count, float64(it.PeriodNs)/1e9, it.Site)
+	if it.AllocatedBytesPerIteration > 0 {
+		sign := "+"
+		if it.LiveGrowthPerIteration < 0 {
+			sign = "-"
+		}
+		s += fmt.Sprintf("; %.0f bytes allocated per iteration, live bytes %s%.0f per iteration",
+			it.AllocatedBytesPerIteration, sign, math.Abs(it.LiveGrowthPerIteration))
+	}
+	return s
 }

@@ -9,7 +9,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -201,4 +203,76 @@ func TestDeviceImbalance(t *testing.T) {
 			assert.Contains(t, f.Summary, "none at device")
 		})
 	}
+}
+
+// TestIterationsSection: report.json's iterations for the leak scenario
+// (scenarios/leak.c: ITERATIONS = 100, forward's 4 allocations first in
+// each). Its truth's calls[] give the rest: the period is the median time
+// between the first forward call of consecutive iterations, and a
+// complete iteration allocates, on average, every byte allocated from the
+// first iteration's first call to the last iteration's first call, over 99.
+func TestIterationsSection(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	dir, truth, r := runScenario(t, "leak")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	type iterations struct {
+		PID                         uint32   `json:"pid"`
+		Count                       uint64   `json:"count"`
+		PeriodNs                    uint64   `json:"period_ns"`
+		Site                        string   `json:"site"`
+		AllocatedBytesPerIteration  *float64 `json:"allocated_bytes_per_iteration"`
+		LiveGrowthBytesPerIteration *float64 `json:"live_growth_bytes_per_iteration"`
+	}
+	rep := mustReadJSON[struct {
+		Iterations []iterations `json:"iterations"`
+	}](t, filepath.Join(dir, "report.json"))
+	require.Len(t, rep.Iterations, 1)
+	it := rep.Iterations[0]
+	assert.Equal(t, truth.PID, it.PID)
+	assert.Equal(t, uint64(100), it.Count, "leak.c's ITERATIONS")
+	assert.Equal(t, "forward", frameFunction(it.Site), "forward allocates first in each iteration")
+
+	// Truth: the index of each iteration's first forward call.
+	var starts []int
+	n := 0
+	for i, c := range truth.Calls {
+		if c.Func == "forward" && c.API == "cudaMalloc" {
+			if n%4 == 0 {
+				starts = append(starts, i)
+			}
+			n++
+		}
+	}
+	require.Len(t, starts, 100, "truth: 4 forward allocations per iteration")
+	var gaps []uint64
+	for k := 1; k < len(starts); k++ {
+		gaps = append(gaps, truth.Calls[starts[k]].TimeNs-truth.Calls[starts[k-1]].TimeNs)
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	period := gaps[len(gaps)/2]
+	// The truth stamps each call just after it returned, the probes at its
+	// return too: the same clock, a few µs apart.
+	assert.InEpsilon(t, float64(period), float64(it.PeriodNs), 0.10, "period: truth's median %d ns", period)
+
+	var allocated uint64
+	for _, c := range truth.Calls[starts[0]:starts[99]] {
+		if c.API == "cudaMalloc" && c.Outcome == "ok" {
+			allocated += c.Size
+		}
+	}
+	if assert.NotNil(t, it.AllocatedBytesPerIteration) {
+		assert.InDelta(t, float64(allocated)/99, *it.AllocatedBytesPerIteration, 1e-6, "allocated per iteration")
+	}
+	// The loop's live bytes grow by what cache_activations keeps: its live
+	// bytes at the end over 100 iterations, within 1% (a least-squares
+	// slope of 1 MiB + 4096 i).
+	if assert.NotNil(t, it.LiveGrowthBytesPerIteration) {
+		assert.InEpsilon(t, float64(truth.ByFunction["cache_activations"].LiveBytesAtEnd)/100, *it.LiveGrowthBytesPerIteration, 0.01)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "100 iterations of")
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	require.NoError(t, err)
+	assert.Contains(t, string(html), "100 iterations of")
 }

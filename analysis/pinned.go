@@ -84,14 +84,37 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 		}
 	}
 	secs := float64(times[w-1]-times[0]) / 1e9
-	windowGrowth := sum[w-1] - sum[0]
 	lk := &Leak{WindowEnds: slices.Clone(times), Live: sum, Seconds: secs}
 	if secs > 0 {
-		lk.BytesPerSecond = float64(windowGrowth) / secs
+		lk.BytesPerSecond = float64(sum[w-1]-sum[0]) / secs
 	}
 	overLoop := a.pinnedLoopRate(lk, gs, lp)
-	for i := range gs {
-		if !overLoop {
+	if overLoop {
+		// A stack that grew before the loop only is not part of the
+		// loop's growth; none left means the growth preceded the loop.
+		kept := gs[:0]
+		for _, s := range gs {
+			if s.growth > 0 {
+				kept = append(kept, s)
+			}
+		}
+		if len(kept) > 0 {
+			gs = kept
+			clear(sum)
+			for i := range gs {
+				for k, v := range gs[i].live {
+					sum[k] += v
+				}
+			}
+			if secs > 0 {
+				lk.BytesPerSecond = float64(sum[w-1]-sum[0]) / secs
+			}
+		} else {
+			overLoop = false
+		}
+	}
+	if !overLoop {
+		for i := range gs {
 			gs[i].growth = gs[i].live[w-1] - gs[i].live[0]
 		}
 	}

@@ -322,15 +322,18 @@
 // flushed, with its cost). fragmentation (bytes = cached free at a final
 // fragmentation OOM, high; or at the worst moment when cached free is at
 // least 16 MiB and a quarter of reserved, tensors hold a quarter, and no
-// free range reaches half of it, medium). churn (bytes = the cycles'
-// bytes; at least 3 cycles in a process whose block layer was traced;
-// medium from 1 ms per second or 10 cycles, else info). pinned_host_growth
-// (bytes = the growing stacks' growth; see "Pinned host growth").
-// device_imbalance (bytes = heaviest minus lightest device peak, medium;
-// see "Device imbalance").
-// Findings are ranked by bytes, then
-// severity. Every summary and remediation line quotes this run's numbers, and
-// points at the leaf-most frame outside the CUDA runtime (Stack.Site).
+// free range reaches half of it, medium; or, with the evidence for
+// garbage_collection_threshold, at a failure the flush-and-retry survived,
+// medium; see "Fragmentation"). churn (bytes = the cycles' bytes; at least
+// 3 cycles in a process whose block layer was traced; medium from 1 ms per
+// second or 10 cycles, else info; the release stacks come first when the
+// frees carry stacks: imported snapshots do, the live probes take none at
+// a free). pinned_host_growth (bytes = the growing stacks' growth; see
+// "Pinned host growth"). device_imbalance (bytes = heaviest minus lightest
+// device peak, medium; see "Device imbalance"). Findings are ranked by
+// bytes, then severity. Every summary and remediation line quotes this
+// run's numbers, and points at the leaf-most frame outside the CUDA runtime
+// (Stack.Site).
 //
 // # Concurrency
 //

@@ -2,7 +2,7 @@
  * pinned_growth: a training loop whose pinned host memory grows.
  * load_model allocates 64 MiB of device memory; alloc_staging pins an
  * 8 MiB staging buffer once (cudaMallocHost), freed in teardown. Then 50
- * iterations, 2 ms apart: forward allocates 16 MiB and 8 MiB of device
+ * iterations, 5 ms apart: forward allocates 16 MiB and 8 MiB of device
  * memory; pin_batch pins a new batch buffer of 2 MiB + 4096 bytes
  * (cudaHostAlloc, portable) and keeps it (never freed: the growth);
  * copy_staging pins 1 MiB + 100 bytes and frees it (steady);
@@ -72,7 +72,7 @@ int main(void)
 		pin_batch(i);
 		copy_staging();
 		optimizer_step();
-		truth_sleep_ms(2);
+		truth_sleep_ms(5);
 	}
 	teardown();
 	return 0;

@@ -63,9 +63,7 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 		return nil
 	}
 
-	// The same code on two ranks has two stack IDs (one per process) and
-	// the same frames: compare by rendered frames.
-	key := func(id event.StackID) string { return strings.Join(r.Lines(id), "\n") }
+	key, rep := stackKeys(r)
 	lightBy := make(map[string]uint64)
 	for _, s := range light.PeakStacks {
 		lightBy[key(s.Stack)] += s.Bytes
@@ -76,7 +74,7 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 		k := key(s.Stack)
 		is := heavyBy[k]
 		if is == nil {
-			is = &imbalanceStack{stack: s.Stack, lightBytes: lightBy[k]}
+			is = &imbalanceStack{stack: rep(s.Stack), lightBytes: lightBy[k]}
 			heavyBy[k] = is
 			order = append(order, k)
 		}
@@ -148,6 +146,73 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 			hd, percent(heavy.PeakBytes, capacity), capacity, other))
 	}
 	return f
+}
+
+// stackKeys returns a key that is equal for the same code path in two
+// processes: the same code on two ranks has one stack ID per process. The
+// key is the stack's symbolized frames, rendered; frames without a
+// function are left out (their raw addresses differ between exec'd
+// processes under ASLR). A stack with no symbolized frame (its process
+// exited before its mappings were read) borrows the key of a symbolized
+// stack with the very same return addresses: a forked child runs its
+// parent's image at the parent's addresses. Otherwise its raw addresses
+// are its key.
+//
+// rep returns the stack to show for id: id itself, or the symbolized stack
+// it borrowed its key from.
+func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackID) event.StackID) {
+	symbolic := func(st *Stack) string {
+		var parts []string
+		for i, f := range st.Frames {
+			if f.Function != "" && i < len(st.Lines) {
+				parts = append(parts, st.Lines[i])
+			}
+		}
+		return strings.Join(parts, "\n")
+	}
+	raw := func(st *Stack) string {
+		var b strings.Builder
+		for _, f := range st.Frames {
+			fmt.Fprintf(&b, "%x;", f.Addr)
+		}
+		return b.String()
+	}
+	byRaw := make(map[string]event.StackID)
+	ids := make([]event.StackID, 0, len(r.Stacks))
+	for id := range r.Stacks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if st := r.Stacks[id]; len(st.Frames) > 0 {
+			if symbolic(st) != "" {
+				if _, ok := byRaw[raw(st)]; !ok {
+					byRaw[raw(st)] = id
+				}
+			}
+		}
+	}
+	rep = func(id event.StackID) event.StackID {
+		st := r.Stacks[id]
+		if st == nil || len(st.Frames) == 0 || symbolic(st) != "" {
+			return id
+		}
+		if sym, ok := byRaw[raw(st)]; ok {
+			return sym
+		}
+		return id
+	}
+	key = func(id event.StackID) string {
+		st := r.Stacks[rep(id)]
+		if st == nil || len(st.Frames) == 0 {
+			return NoStack
+		}
+		if k := symbolic(st); k != "" {
+			return k
+		}
+		return raw(st)
+	}
+	return key, rep
 }
 
 // lightText says what the light device held of a stack's frames.

@@ -103,3 +103,40 @@ func TestDevicePeakStacksRetired(t *testing.T) {
 	assert.Equal(t, 16*MiB, r.Devices[0].PeakBytes)
 	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{2, 16 * MiB}}}, r.Devices[0].PeakStacks)
 }
+
+// TestDeviceImbalanceStackKeys: the same code in two ranks matches when
+// one rank's stacks were never symbolized (a forked child that exited
+// before its mappings were read: the same addresses as its parent's
+// image), and when exec'd ranks differ only in unsymbolized frames (libc
+// under ASLR).
+func TestDeviceImbalanceStackKeys(t *testing.T) {
+	for _, forked := range []bool{false, true} {
+		testStackKeys(t, forked)
+	}
+}
+
+func testStackKeys(t *testing.T, forked bool) {
+	const gather = 768*MiB + 123
+	s := ranksStream(gather)
+	for _, rec := range s.recs {
+		st, ok := rec.(*event.Stack)
+		if !ok {
+			continue
+		}
+		libc := event.Frame{Addr: 0x7f11_0000_0000 + uint64(st.PID)<<20} // differs per process
+		st.Frames = append(st.Frames, libc)
+		if forked && st.PID == 102 {
+			// Rank 1 unsymbolized: raw addresses only, its parent image's.
+			for i := range st.Frames {
+				st.Frames[i] = event.Frame{Addr: st.Frames[i].Addr}
+			}
+			st.Frames[len(st.Frames)-1].Addr = 0x7f11_0000_0000 + 101<<20 // as rank 0's (forked)
+		}
+	}
+	r := mustAnalyze(t, Options{}, s.recs)
+	fs := findings(r, KindDeviceImbalance)
+	require.Len(t, fs, 1)
+	require.Len(t, fs[0].Stacks, 1, "params and optimizer state match across the ranks (forked %v)", forked)
+	assert.Equal(t, "gather_checkpoint (rank.py:30)", fs[0].Stacks[0].Site)
+	assert.Equal(t, gather, fs[0].Stacks[0].Bytes)
+}

@@ -5,9 +5,9 @@
  * (its own process and truth file) calls cudaSetDevice(r); load_params
  * allocates 256 MiB and init_optimizer 512 MiB (kept); then 4 steps of
  * forward 64 MiB, backward 64 MiB and optimizer_step freeing both, 2 ms
- * apart. Rank 0 alone, in step 2 between backward and optimizer_step,
- * gather_checkpoint allocates the full state, 768 MiB + 123 bytes, and
- * frees it (a checkpoint gathered on rank 0).
+ * apart, then 200 ms idle before exiting. Rank 0 alone, in step 2 between
+ * backward and optimizer_step, gather_checkpoint allocates the full state,
+ * 768 MiB + 123 bytes, and frees it (a checkpoint gathered on rank 0).
  * Rank 0 (device 0): peak 256 + 512 + 64 + 64 MiB + 805306491 =
  * 1744830587; rank 1 (device 1): peak 939524096. Both end with 805306368
  * live (params and optimizer state).
@@ -71,6 +71,9 @@ NOINLINE void run_rank(int rank)
 		optimizer_step();
 		truth_sleep_ms(2);
 	}
+	/* Linger: a child that exits right after its last call may be gone
+	 * before a profiler reads its mappings to symbolize its stacks. */
+	truth_sleep_ms(200);
 	exit(0); /* atexit writes $VRAMPROF_TRUTH.<pid> */
 }
 

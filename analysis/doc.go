@@ -172,9 +172,14 @@
 // memory, the heaviest and the lightest device peaks are compared: a
 // device_imbalance finding when the difference is at least 256 MiB and at
 // least a quarter of the lightest peak. Its bytes are that difference; its
-// stacks, compared by rendered frames (the same code on two ranks has one
-// stack ID per process), those whose bytes at the heavy device's peak
-// exceed the same frames' at the light device's peak, by that excess. The
+// stacks, those whose bytes at the heavy device's peak exceed the same
+// code path's at the light device's peak, by that excess. The same code on
+// two ranks has one stack ID per process, so stacks match by their
+// symbolized frames, rendered (raw frames left out: ASLR moves them
+// between exec'd processes); a stack with no symbolized frame (a forked
+// child gone before its mappings were read) takes the symbols of a stack
+// with the very same return addresses (its parent's image), else matches
+// by its raw addresses. The
 // finding belongs to the process that peaked highest on the heavy device.
 //
 // # Iterations

@@ -230,6 +230,37 @@ type classState struct {
 	live  Usage
 	peak  Usage // live at the space's last peak, valid when !dirty
 	dirty bool  // touched since the space's last peak
+	// devPeak is live at its device's last peak (all processes, device
+	// scope), valid when !devDirty; retired is set when its process
+	// instance left the all-process figures (see retire).
+	devPeak  Usage
+	devDirty bool
+	retired  bool
+}
+
+// devLive is what the class counts in its device's all-process level.
+func (c *classState) devLive() Usage {
+	if c.retired {
+		return Usage{}
+	}
+	return c.live
+}
+
+// devTouch marks a device-scope class changed since its device's last peak.
+func (ds *devState) devTouch(ci int32, c *classState) {
+	if !c.devDirty {
+		c.devDirty = true
+		ds.dirty = append(ds.dirty, ci)
+	}
+}
+
+// devPeak brings the device's peak snapshot up to date at a new peak.
+func (a *Analyzer) devPeak(ds *devState) {
+	for _, i := range ds.dirty {
+		dc := a.classes[i]
+		dc.devPeak, dc.devDirty = dc.devLive(), false
+	}
+	ds.dirty = ds.dirty[:0]
 }
 
 // groupKey is a stack within one process and scope: the unit of the "by
@@ -271,6 +302,10 @@ type space struct {
 	dirty        []int32
 	devices      map[int32]*procDevice
 	firstFailure *Failure
+	// log is the device scope's live and allocated bytes after each
+	// change (iterations.go), until it overflows (logFull).
+	log     []procChange
+	logFull bool
 }
 
 // procDevice is one process's use of one device, with its timeline.
@@ -287,7 +322,15 @@ type devKey struct {
 	sc     scope
 }
 
-type devState = gauge
+// devState is one device's level in one scope, all processes together.
+// At the device scope it also lists the classes changed since the
+// device's last peak, so that the live set at each device's own peak
+// (Device.PeakStacks) is kept as a space's is: O(events) however often the
+// peak moves.
+type devState struct {
+	gauge
+	dirty []int32
+}
 
 // gauge is a running level with its peak and when the peak was first
 // reached.
@@ -781,7 +824,15 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 	if ls.live.Bytes > ls.totals.PeakBytes {
 		ls.totals.PeakBytes, ls.totals.PeakTime = ls.live.Bytes, e.Time
 	}
-	a.device(e.Device, sc).add(e.Size, e.Time)
+	ds := a.device(e.Device, sc)
+	before := ds.peak
+	if sc == deviceScope {
+		ds.devTouch(ci, c)
+	}
+	ds.add(e.Size, e.Time)
+	if sc == deviceScope && ds.peak > before {
+		a.devPeak(ds)
+	}
 	pd := sp.device(e.Device)
 	pd.live += e.Size
 	if pd.live > pd.peak {
@@ -790,6 +841,7 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 	pd.timeline.add(a.tl, e.Time, pd.live)
 
 	sp.live.add(e.Size)
+	a.logProc(sp)
 	if sp.live.Bytes > sp.peak {
 		// A new peak (strictly above: the first time a value is reached
 		// counts). Bring the snapshot up to date with the classes changed
@@ -862,11 +914,16 @@ func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
 	g.hist.set(a.leak, t, g.live.Bytes)
 	a.logLive(g, t)
 	ls.live.sub(old.size)
-	a.device(c.key.device, sp.key.sc).sub(old.size)
+	ds := a.device(c.key.device, sp.key.sc)
+	ds.sub(old.size)
+	if sp.key.sc == deviceScope {
+		ds.devTouch(old.class, c)
+	}
 	pd := sp.device(c.key.device)
 	pd.live -= old.size
 	pd.timeline.add(a.tl, t, pd.live)
 	sp.live.sub(old.size)
+	a.logProc(sp)
 }
 
 // failure copies a failed allocation with what was live at that moment. It

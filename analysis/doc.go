@@ -143,6 +143,45 @@
 // the projected time to out-of-memory is (capacity - live bytes on that
 // device at the end, all processes) / (bytes per second).
 //
+// # Pinned host growth
+//
+// The leak rule, applied to each stack's live pinned host bytes (host
+// space: cudaMallocHost, cudaHostAlloc, cuMemHostAlloc), per process: the
+// stacks it flags are the growing ones, and the process gets one
+// pinned_host_growth finding naming them (at most TopStacks). With a loop
+// (see "Iterations", detected from device allocations) and every growing
+// stack's change log complete, a stack's growth is its live bytes at the
+// end minus its live bytes just before the loop's first iteration (what it
+// pinned in the loop and kept), and the rate per iteration is the
+// least-squares slope of the growing stacks' summed live bytes at the
+// iteration boundaries, as a leak's; otherwise a stack's growth is that of
+// the windows (vW - v1) and the rate per iteration, when a loop exists, the
+// windows' growth over the iterations that started within them. The
+// finding's bytes sum the stacks' growth; Finding.Leak carries the summed
+// window values. Severity is high from 1 GiB of growth, else medium. Host
+// bytes are never added to device figures, nor flagged as device leaks.
+//
+// # Device imbalance
+//
+// Each device keeps the live set at its own peak (all processes, device
+// memory), by the same dirty-class trick as a process's peak
+// (Device.PeakStacks); an instance whose PID was taken over leaves it with
+// its memory. When the processes that held device memory form one process
+// tree (a process and the workers or ranks it started; unrelated processes
+// of attach --all are never compared) and at least two known devices held
+// memory, the heaviest and the lightest device peaks are compared: a
+// device_imbalance finding when the difference is at least 256 MiB and at
+// least a quarter of the lightest peak. Its bytes are that difference; its
+// stacks, those whose bytes at the heavy device's peak exceed the same
+// code path's at the light device's peak, by that excess. The same code on
+// two ranks has one stack ID per process, so stacks match by their
+// symbolized frames, rendered (raw frames left out: ASLR moves them
+// between exec'd processes); a stack with no symbolized frame (a forked
+// child gone before its mappings were read) takes the symbols of a stack
+// with the very same return addresses (its parent's image), else matches
+// by its raw addresses. The
+// finding belongs to the process that peaked highest on the heavy device.
+//
 // # Iterations
 //
 // Per process instance, from its successful non-nested device allocations
@@ -162,7 +201,12 @@
 // (which must be > 0). The loop is the periodic site with the most
 // iterations, the earliest first start on a tie: Iterations.Count is its
 // iterations, PeriodNs their median spacing, Starts the starts (the first
-// 1000). A lost event at the site shifts the runs after it. A site keeps at most
+// 1000), LastStart the last. Per iteration, from the process's log of its
+// live and cumulative allocated device bytes (the first 65536 changes):
+// AllocatedBytesPerIteration, the bytes allocated from the first start to
+// the last over Count - 1, and LiveGrowthPerIteration, the least-squares
+// slope of live bytes just before each start. A lost event at the site
+// shifts the runs after it. A site keeps at most
 // 65536 allocation times. A caching allocator (the block layer) makes few
 // segment calls in steady state, so such a process usually has no loop.
 //
@@ -239,6 +283,25 @@
 // size on the same thread is a retry that worked (retry_succeeded); a
 // failed one, or a block event or the end first, makes it final.
 //
+// Garbage collection: PyTorch's garbage_collection_threshold:T (honoured
+// only with torch.cuda.set_per_process_memory_fraction set) makes the
+// allocator, when no cached block fits a request, release whole free
+// large-pool segments (unsplit free blocks; not the 2 MiB small-pool ones)
+// until reserved memory is at most T x the allowed memory, before it calls
+// cudaMalloc. It is advised only on this evidence: a failed cudaMalloc of
+// kind "fragmentation" (the cache held the request) that the free-all and
+// retry survived, the cache at least a quarter of reserved, and the whole
+// free large segments at the failure enough to make room: reserved - those
+// + request <= capacity. Capacity is Options.Capacity, else NVML's, else
+// the least the retry proved available (reserved - released + request,
+// when the free-all released no more than those segments). T =
+// floor(100 * (capacity - request) / capacity) / 100, leaving room for the
+// request, and it must exceed allocated / capacity (else reclamation could
+// never get under it). Not when the pool also had a final fragmentation
+// OOM: reclaiming did not save that run. The advice goes in the pool's
+// fragmentation finding, which such a failure creates (medium, bytes =
+// cached free at the failing request) when no other condition did.
+//
 // # Churn
 //
 // Per process: non-nested device allocation and free calls at the segment
@@ -264,11 +327,18 @@
 // flushed, with its cost). fragmentation (bytes = cached free at a final
 // fragmentation OOM, high; or at the worst moment when cached free is at
 // least 16 MiB and a quarter of reserved, tensors hold a quarter, and no
-// free range reaches half of it, medium). churn (bytes = the cycles'
-// bytes; at least 3 cycles in a process whose block layer was traced;
-// medium from 1 ms per second or 10 cycles, else info). Findings are ranked by bytes, then
-// severity. Every summary and remediation line quotes this run's numbers, and
-// points at the leaf-most frame outside the CUDA runtime (Stack.Site).
+// free range reaches half of it, medium; or, with the evidence for
+// garbage_collection_threshold, at a failure the flush-and-retry survived,
+// medium; see "Fragmentation"). churn (bytes = the cycles' bytes; at least
+// 3 cycles in a process whose block layer was traced; medium from 1 ms per
+// second or 10 cycles, else info; the release stacks come first when the
+// frees carry stacks: imported snapshots do, the live probes take none at
+// a free). pinned_host_growth (bytes = the growing stacks' growth; see
+// "Pinned host growth"). device_imbalance (bytes = heaviest minus lightest
+// device peak, medium; see "Device imbalance"). Findings are ranked by
+// bytes, then severity. Every summary and remediation line quotes this
+// run's numbers, and points at the leaf-most frame outside the CUDA runtime
+// (Stack.Site).
 //
 // # Concurrency
 //

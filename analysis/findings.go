@@ -30,6 +30,10 @@ func (a *Analyzer) findings(r *Result) {
 	r.Findings = append(r.Findings, leaks...)
 	r.Findings = append(r.Findings, pools...)
 	r.Findings = append(r.Findings, a.spikeFindings(r)...)
+	r.Findings = append(r.Findings, a.pinnedHostFindings(r)...)
+	if f := a.imbalanceFinding(r); f != nil {
+		r.Findings = append(r.Findings, *f)
+	}
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
 		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
 			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
@@ -176,14 +180,7 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 	if w < 3 {
 		return nil
 	}
-	// ends[k] is the grid bucket that closes window k.
-	ends := make([]int, w)
-	times := make([]uint64, w)
-	for k := range w {
-		ends[k] = ((k+1)*n+w-1)/w - 1
-		times[k] = a.leak.bucketEnd(ends[k])
-	}
-	times[w-1] = a.lastEvent
+	ends, times := a.leakWindows(n, w)
 	// Keyed by instance id: a reused PID's instances are apart.
 	peaks := make(map[uint32]uint64)
 	for id, i := range a.procIndex {
@@ -247,6 +244,20 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		out = append(out, fs[:min(len(fs), maxLeakFindings)]...)
 	}
 	return out
+}
+
+// leakWindows cuts the n leak-grid buckets into w windows (see doc.go, "The
+// leak rule"): ends[k] is the bucket that closes window k, times[k] its end
+// time, the last one the last event.
+func (a *Analyzer) leakWindows(n, w int) (ends []int, times []uint64) {
+	ends = make([]int, w)
+	times = make([]uint64, w)
+	for k := range w {
+		ends[k] = ((k+1)*n+w-1)/w - 1
+		times[k] = a.leak.bucketEnd(ends[k])
+	}
+	times[w-1] = a.lastEvent
+	return ends, times
 }
 
 // isLeak is the leak rule on a stack's live bytes at the window ends: never

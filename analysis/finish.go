@@ -55,7 +55,7 @@ func (a *Analyzer) Finish() *Result {
 	a.finishTimelines(r)
 	a.finishPools(r)
 	a.loops = a.iterations()
-	r.setIterations(a.loops, a.procIndex)
+	a.setIterations(r)
 	a.findings(r)
 	a.result = r
 	return r
@@ -76,10 +76,29 @@ func (a *Analyzer) layerTotals(sc scope) Totals {
 // "unknown" appears whenever an event carried it) or a DeviceInfo record,
 // with its device memory figures.
 func (a *Analyzer) finishDevices(r *Result) {
+	atPeak := make(map[int32]map[event.StackID]*Usage)
+	for _, c := range a.classes {
+		if c.devPeak.Count == 0 || scopeOf(c.key.layer, c.key.mem) != deviceScope {
+			continue
+		}
+		m := atPeak[c.key.device]
+		if m == nil {
+			m = make(map[event.StackID]*Usage)
+			atPeak[c.key.device] = m
+		}
+		u := m[c.key.stack]
+		if u == nil {
+			u = &Usage{}
+			m[c.key.stack] = u
+		}
+		u.Count += c.devPeak.Count
+		u.Bytes += c.devPeak.Bytes
+	}
 	for idx := range a.seenDevices {
 		dv := Device{Index: idx, CapacityBytes: a.capacity[idx]}
 		if d := a.devices[devKey{idx, deviceScope}]; d != nil {
 			dv.PeakBytes, dv.PeakTime, dv.LiveBytesAtEnd = d.peak, d.peakTime, d.live
+			dv.PeakStacks = topStacks(atPeak[idx], 0)
 		}
 		r.Devices = append(r.Devices, dv)
 	}

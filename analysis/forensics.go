@@ -44,7 +44,14 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 				fragOOM = o
 			}
 		}
-		if f := a.fragmentationFinding(r, pl, fragOOM); f != nil {
+		f := a.fragmentationFinding(r, pl, fragOOM)
+		if gc := a.gcThreshold(pl); gc != nil {
+			if f == nil {
+				f = a.retryFragmentationFinding(r, pl, gc.o)
+			}
+			f.Remediation = append(f.Remediation, gcRemediation(r, gc))
+		}
+		if f != nil {
 			out = append(out, *f)
 		}
 	}
@@ -57,6 +64,90 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 }
 
 func mib(n uint64) float64 { return float64(n) / (1 << 20) }
+
+// smallSegment is PyTorch's small-pool segment (kSmallBuffer, 2 MiB):
+// large-pool segments are 20 MiB or at least 10 MiB, and only they are
+// released by garbage collection (garbage_collect_cached_blocks walks the
+// large pool's unsplit free blocks).
+const smallSegment = 2 << 20
+
+// gcEvidence is what supports garbage_collection_threshold:T for a pool:
+// a failed cudaMalloc whose free-all-and-retry worked, while the cache
+// held more than the request.
+type gcEvidence struct {
+	o *OOM
+	// capacity is the device's memory (Options.Capacity or NVML), or, when
+	// unknown, the least the retry proved available: reserved - released
+	// + request. known says which.
+	capacity uint64
+	known    bool
+	// threshold is T, in hundredths.
+	threshold uint64
+}
+
+// gcThreshold looks for the evidence that PyTorch's garbage collection
+// would have avoided a synchronizing free-all (see doc.go,
+// "Fragmentation"): a retried fragmentation OOM (cached free >= the
+// request) with the cache at least a quarter of reserved memory, whose
+// whole free large segments alone make room for the request within the
+// capacity, and a threshold T = floor(100 * (capacity - request) /
+// capacity) / 100 under which reclamation leaves room for the request while
+// the bytes tensors held stay below T x capacity. Nil when the pool also
+// had a final fragmentation OOM (reclaiming did not save the run) or no
+// failure fits.
+func (a *Analyzer) gcThreshold(pl *Pool) *gcEvidence {
+	for i := range pl.OOMs {
+		if o := &pl.OOMs[i]; o.Kind == OOMFragmentation && o.Outcome == OOMFinal {
+			return nil
+		}
+	}
+	for i := range pl.OOMs {
+		o := &pl.OOMs[i]
+		st := o.State
+		if o.Ret != 2 || o.Outcome != OOMRetried || o.Kind != OOMFragmentation ||
+			st.CachedFreeBytes*fragmentationShare < st.ReservedBytes || o.idleLarge == 0 {
+			continue
+		}
+		ev := &gcEvidence{o: o, capacity: a.opts.Capacity, known: true}
+		if ev.capacity == 0 {
+			ev.capacity = a.capacity[pl.Device]
+		}
+		if ev.capacity == 0 {
+			// The retry fit once the free-all had released its bytes.
+			if o.ReleasedBytes > st.ReservedBytes || o.idleLarge < o.ReleasedBytes {
+				continue
+			}
+			ev.capacity, ev.known = st.ReservedBytes-o.ReleasedBytes+o.RequestBytes, false
+		}
+		c, s := ev.capacity, o.RequestBytes
+		if s >= c || st.ReservedBytes-o.idleLarge+s > c {
+			continue
+		}
+		ev.threshold = 100 * (c - s) / c
+		if ev.threshold == 0 || ev.threshold*c <= 100*st.AllocatedBytes {
+			continue
+		}
+		return ev
+	}
+	return nil
+}
+
+// gcRemediation explains garbage_collection_threshold:T with the numbers.
+func gcRemediation(r *Result, ev *gcEvidence) string {
+	o, st := ev.o, ev.o.State
+	c := ev.capacity
+	limit := ev.threshold * c / 100
+	basis := fmt.Sprintf("the device has %d bytes", c)
+	if !ev.known {
+		basis = fmt.Sprintf("the device offered at least %d bytes (capacity unknown: the retry fit once the flush released %d of the %d reserved, so %d - %d + %d were available)",
+			c, o.ReleasedBytes, st.ReservedBytes, st.ReservedBytes, o.ReleasedBytes, o.RequestBytes)
+	}
+	return fmt.Sprintf(
+		"set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.%02d and call torch.cuda.set_per_process_memory_fraction(1.0) (the threshold is a fraction of that limit and is ignored without it): at %s the cache held %d bytes (%.1f%% of the %d reserved), %d of them in whole free segments, yet the allocator asked cudaMalloc for %d more and failed; %s; with T = 0.%02d = (%d - %d) / %d rounded down, it reclaims free segments before growing whenever reserved passes %d bytes, which leaves room for the %d-byte segment and stays above the %d bytes tensors held, instead of the failed call, the synchronizing flush of %d segments (%d bytes) and the retry (%.3f ms)",
+		ev.threshold, seconds(r, o.Time), st.CachedFreeBytes, percent(st.CachedFreeBytes, st.ReservedBytes), st.ReservedBytes,
+		o.idleLarge, o.RequestBytes, basis, ev.threshold, c, o.RequestBytes, c, limit, o.RequestBytes, st.AllocatedBytes,
+		o.ReleasedSegments, o.ReleasedBytes, float64(o.CostNs)/1e6)
+}
 
 // stackSites names the sites of the first n stacks with their bytes.
 func stackSites(r *Result, us []StackUsage, n int) string {
@@ -185,6 +276,20 @@ func (a *Analyzer) fragmentationFinding(r *Result, pl *Pool, o *OOM) *Finding {
 		"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no request above %d bytes could use the %d free bytes without a new segment",
 		w.LargestFreeRange, w.CachedFreeBytes)}
 	return f
+}
+
+// retryFragmentationFinding reports the cache at a failed cudaMalloc that
+// the allocator survived by flushing it: the bytes reserved but
+// unallocated at the failing request.
+func (a *Analyzer) retryFragmentationFinding(r *Result, pl *Pool, o *OOM) *Finding {
+	st := o.State
+	oc := *o
+	oc.Live = nil
+	return &Finding{Kind: KindFragmentation, Severity: SeverityMedium, PID: pl.PID, ProcessStart: pl.ProcessStart,
+		Bytes: st.CachedFreeBytes, Time: o.Time, OOM: &oc, Stacks: r.findingStacks(o.LiveStacks, a.opts.TopStacks),
+		Summary: fmt.Sprintf("at the failing request of %d bytes on device %s (%s), %d bytes (%.1f%% of the %d reserved) were cached free in %d ranges, the largest %d, %d of them in whole free segments: the allocator grew instead of reclaiming its cache, failed, flushed %d segments (%d bytes) and retried",
+			o.RequestBytes, DeviceName(pl.Device), seconds(r, o.Time), st.CachedFreeBytes, percent(st.CachedFreeBytes, st.ReservedBytes),
+			st.ReservedBytes, st.FreeRanges, st.LargestFreeRange, o.idleLarge, o.ReleasedSegments, o.ReleasedBytes)}
 }
 
 // churnFinding prices a process's release-and-reallocate cycles. Only a

@@ -219,7 +219,32 @@ func TestRetrySucceeded(t *testing.T) {
 	require.Len(t, ooms, 1)
 	assert.Equal(t, SeverityMedium, ooms[0].Severity, "the run went on")
 	assert.Contains(t, ooms[0].Summary, "the retry succeeded")
-	assert.Empty(t, findings(r, KindFragmentation), "no final OOM, no fragmentation finding")
+	// The cache held 39845888 of 48234496 reserved, 27262976 of it (12 +
+	// 14 MiB) in whole free large segments, more than the 28 MiB asked:
+	// garbage collection would have reclaimed them. Capacity unknown: the
+	// retry proved 48234496 - 27262976 + 29360128 = 50331648 available,
+	// so T = floor(100 * (50331648 - 29360128) / 50331648) / 100 =
+	// floor(41.67) / 100 = 0.41, above 8388608 / 50331648 = 0.17.
+	frag := findings(r, KindFragmentation)
+	require.Len(t, frag, 1, "the flushed cache is a fragmentation finding")
+	assert.Equal(t, SeverityMedium, frag[0].Severity)
+	assert.Equal(t, uint64(39845888), frag[0].Bytes, "cached free at the failing request")
+	require.Len(t, frag[0].Remediation, 1)
+	assert.Contains(t, frag[0].Remediation[0], "garbage_collection_threshold:0.41 ")
+	assert.Contains(t, frag[0].Remediation[0], "set_per_process_memory_fraction")
+	assert.Contains(t, frag[0].Remediation[0], "at least 50331648 bytes")
+
+	// With the capacity known (64 MiB): T = floor(100 * (67108864 -
+	// 29360128) / 67108864) / 100 = floor(56.25) / 100 = 0.56.
+	r = mustAnalyze(t, Options{Capacity: 64 * MiB}, s.recs)
+	frag = findings(r, KindFragmentation)
+	require.Len(t, frag, 1)
+	assert.Contains(t, frag[0].Remediation[0], "garbage_collection_threshold:0.56 ")
+	// A device too small for the request once the idle segments are gone
+	// (48234496 - 27262976 + 29360128 = 48 MiB > 47 MiB): no threshold
+	// helps.
+	r = mustAnalyze(t, Options{Capacity: 47 * MiB}, s.recs)
+	assert.Empty(t, findings(r, KindFragmentation))
 }
 
 // TestChurn replays pool_empty_cache: a 40 MiB weight, then 20 steps that
@@ -302,4 +327,37 @@ func TestPoolGeometry(t *testing.T) {
 	assert.Equal(t, 1, end.PinnedSegments)
 	assert.Equal(t, uint64(19*MiB), end.PinnedBytes)
 	assert.Equal(t, uint64(512), end.UnplacedBytes)
+}
+
+// TestChurnFreeStacks: the live probes record no stack at a free (only
+// allocation-like calls walk the user stack, bpf/vramprof.bpf.c), but an
+// imported snapshot's segment_free carries its frames. When frees have
+// stacks, the churn finding names the release site first.
+func TestChurnFreeStacks(t *testing.T) {
+	build := func(withStacks bool) *Result {
+		s := newPoolStream()
+		s.stack(3, "release_cache", 3)
+		for range 5 {
+			s.seg(segBase, 20*MiB)
+			s.block(segBase, MiB)
+			s.blockFree(segBase)
+			s.segFree(segBase)
+			if withStacks {
+				s.recs[len(s.recs)-1].(*event.Event).Stack = 3
+			}
+		}
+		return s.result(t)
+	}
+	fs := findings(build(false), KindChurn)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Remediation[0], "no stack was captured at the frees")
+	assert.Equal(t, "alloc_block (train.py:1)", fs[0].Stacks[0].Site)
+
+	fs = findings(build(true), KindChurn)
+	require.Len(t, fs, 1)
+	// 5 releases, 4 of them taken back within the window: 4 cycles.
+	assert.Equal(t, "release_cache (train.py:3)", fs[0].Stacks[0].Site, "the release site first")
+	assert.Equal(t, uint64(4*20*MiB), fs[0].Stacks[0].Bytes)
+	assert.Equal(t, "alloc_block (train.py:1)", fs[0].Stacks[1].Site, "then the allocations")
+	assert.Contains(t, fs[0].Remediation[0], "at release_cache (train.py:3), before the allocations at alloc_block (train.py:1)")
 }

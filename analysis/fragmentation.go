@@ -314,8 +314,12 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 	in := a.inst(e.PID)
 	o.Live = p.classesAt(in.pid, in.start)
 	// The largest segment that serves blocks smaller than the request: the
-	// max_split_size_mb remediation must stay above it.
+	// max_split_size_mb remediation must stay above it. Whole free large
+	// segments are what garbage collection could have released.
 	for _, s := range p.segs {
+		if len(s.blocks) == 0 && s.size > smallSegment {
+			o.idleLarge += s.size
+		}
 		for _, b := range s.blocks {
 			if b.size < e.Size {
 				o.maxSharedSegment = max(o.maxSharedSegment, s.size)

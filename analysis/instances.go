@@ -131,6 +131,14 @@ func (a *Analyzer) retire(id uint32) {
 			a.device(d, sc).sub(pd.live)
 		}
 	}
+	// Its classes leave their devices' all-process levels with it: the
+	// next device peak must not count them (rare: a walk is affordable).
+	for i, c := range a.classes {
+		if c.key.pid == id && !c.retired && scopeOf(c.key.layer, c.key.mem) == deviceScope {
+			c.retired = true
+			a.device(c.key.device, deviceScope).devTouch(int32(i), c)
+		}
+	}
 	for _, driver := range []bool{false, true} {
 		if b := a.books[bookKey{pid: id, driver: driver}]; b != nil {
 			a.bookState(bookKey{all: true, driver: driver}).level.sub(b.level.live)

@@ -31,11 +31,50 @@ type Iterations struct {
 	// PeriodNs is the median time between iteration starts.
 	PeriodNs uint64
 	// Starts are the iteration starts (absolute stream times), the first
-	// maxIterationStarts (1000) of them.
-	Starts []uint64
+	// maxIterationStarts (1000) of them; LastStart is the last start.
+	Starts    []uint64
+	LastStart uint64
 	// Stack is the allocation site that paces the loop; Site its rendering.
 	Stack event.StackID
 	Site  string
+	// AllocatedBytesPerIteration is the device bytes the process
+	// allocated from its first iteration's start to its last's, over the
+	// iterations between (Count - 1): what a complete iteration allocates
+	// on average. 0 when the process's change log overflowed.
+	AllocatedBytesPerIteration float64
+	// LiveGrowthPerIteration is the least-squares slope of the process's
+	// live device bytes just before each iteration's start: about 0 for a
+	// steady loop, the leaks' rate for a leaking one.
+	LiveGrowthPerIteration float64
+}
+
+// procChange is a process's live and cumulative allocated device bytes
+// after event seq.
+type procChange struct {
+	seq, live, allocated uint64
+}
+
+// logProc records a process's device-scope live and allocated bytes, for
+// the per-iteration figures of its loop.
+func (a *Analyzer) logProc(sp *space) {
+	if sp.key.sc != deviceScope || sp.logFull {
+		return
+	}
+	if len(sp.log) == maxLiveLog {
+		sp.logFull, sp.log = true, nil
+		return
+	}
+	sp.log = append(sp.log, procChange{a.run.Events, sp.live.Bytes, sp.totals.AllocatedBytes})
+}
+
+// procBefore returns the process's change just before event seq (zeros
+// before its first).
+func procBefore(log []procChange, seq uint64) procChange {
+	i, _ := slices.BinarySearchFunc(log, seq, func(c procChange, s uint64) int { return cmp.Compare(c.seq, s) })
+	if i == 0 {
+		return procChange{}
+	}
+	return log[i-1]
 }
 
 // siteTimes is one allocation site's successful non-nested device
@@ -74,9 +113,10 @@ func (a *Analyzer) noteSite(k groupKey, t uint64) {
 	}
 }
 
-// logLive records a device-scope stack's new live bytes.
+// logLive records a device-scope or pinned host stack's new live bytes
+// (the leak and the pinned host growth rates per iteration).
 func (a *Analyzer) logLive(g *groupState, t uint64) {
-	if g.key.sc != deviceScope {
+	if g.key.sc != deviceScope && g.key.sc != hostScope {
 		return
 	}
 	if a.liveLogs == nil {
@@ -247,15 +287,27 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 }
 
 // setIterations sets Process.Iterations.
-func (r *Result) setIterations(loops map[uint32]*loop, procIndex map[uint32]int) {
-	for id, l := range loops {
-		i, ok := procIndex[id]
+func (a *Analyzer) setIterations(r *Result) {
+	for id, l := range a.loops {
+		i, ok := a.procIndex[id]
 		if !ok {
 			continue
 		}
-		r.Processes[i].Iterations = &Iterations{Count: l.count, PeriodNs: l.period,
-			Starts: slices.Clone(l.starts[:min(len(l.starts), maxIterationStarts)]),
-			Stack:  l.stack, Site: r.Site(l.stack)}
+		it := &Iterations{Count: l.count, PeriodNs: l.period,
+			Starts:    slices.Clone(l.starts[:min(len(l.starts), maxIterationStarts)]),
+			LastStart: l.starts[len(l.starts)-1], Stack: l.stack, Site: r.Site(l.stack)}
+		if sp := a.spaces[spaceKey{id, deviceScope}]; sp != nil && !sp.logFull && len(sp.log) > 0 {
+			first, last := procBefore(sp.log, l.seq[0]), procBefore(sp.log, l.seq[len(l.seq)-1])
+			it.AllocatedBytesPerIteration = float64(last.allocated-first.allocated) / float64(len(l.seq)-1)
+			ys := make([]float64, 0, len(l.seq))
+			for _, s := range l.seq {
+				ys = append(ys, float64(procBefore(sp.log, s).live))
+			}
+			// Starts only: after the last one, teardown frees what the
+			// loop never touched.
+			it.LiveGrowthPerIteration = slope(ys)
+		}
+		r.Processes[i].Iterations = it
 	}
 }
 

@@ -64,6 +64,12 @@ func TestIterationsAndLeakRate(t *testing.T) {
 	assert.Equal(t, event.StackID(2), it.Stack)
 	assert.InDelta(t, 10e6, float64(it.PeriodNs), 0.05*10e6)
 	assert.Len(t, it.Starts, 100)
+	// Iterations 0..98 (first start to last start) each allocate the
+	// activations and gradients, 15740985 + 28166601 bytes, and 1 MiB +
+	// 4096 i: on average 44956162 + 4096 * 49 = 45156866 bytes.
+	assert.InDelta(t, 45156866.0, it.AllocatedBytesPerIteration, 1e-6)
+	// Live bytes grow by the cache's 1 MiB + 4096 i: 1251328 on average.
+	assert.InEpsilon(t, 125132800.0/100, it.LiveGrowthPerIteration, 0.01)
 
 	leaks := findings(r, KindLeak)
 	require.Len(t, leaks, 1)

@@ -192,6 +192,10 @@ type Device struct {
 	PeakBytes      uint64
 	PeakTime       uint64
 	LiveBytesAtEnd uint64
+	// PeakStacks is the live set at the device's peak (all processes) by
+	// stack, largest first; stack IDs are the stream's, unique across
+	// processes.
+	PeakStacks []StackUsage
 	// CapacityBytes is the device's memory size; 0 when unknown (NVML not
 	// sampled).
 	CapacityBytes uint64
@@ -599,6 +603,12 @@ const (
 	KindFragmentation = "fragmentation"
 	// KindChurn: segments released and allocated again (empty_cache).
 	KindChurn = "churn"
+	// KindPinnedHostGrowth: pinned host memory (cudaMallocHost,
+	// cudaHostAlloc, cuMemHostAlloc) whose live bytes grow over the run.
+	KindPinnedHostGrowth = "pinned_host_growth"
+	// KindDeviceImbalance: one device's peak well above another's, across
+	// the devices of a process or of a process group (ranks, workers).
+	KindDeviceImbalance = "device_imbalance"
 )
 
 // Finding is one conclusion with the evidence for it. Bytes is what is at
@@ -617,7 +627,9 @@ type Finding struct {
 	Time        uint64
 	Stacks      []FindingStack
 	Remediation []string
-	// Leak is set for leak findings only.
+	// Leak is the growth evidence of a leak or a pinned_host_growth
+	// finding; nil for other kinds. For pinned_host_growth it sums the
+	// growing stacks.
 	Leak *Leak
 	// OOM is the failure an oom or fragmentation finding is about, when the block layer was traced; nil otherwise.
 	OOM *OOM
@@ -778,6 +790,9 @@ type OOM struct {
 
 	blockStacks      map[event.StackID]*Usage
 	maxSharedSegment uint64
+	// idleLarge sums the segments with no live block larger than a
+	// small-pool segment: what PyTorch's garbage collection could release.
+	idleLarge uint64
 }
 
 // Churn is a process's traffic into the segment allocator (cudaMalloc,

@@ -33,6 +33,14 @@
 // processes with different "start_ns"; the first has "superseded_ns", and
 // timelines and findings carry "process_start_ns".
 //
+// "iterations" (always present, empty without a detected loop) has one
+// entry per process whose training loop the analysis found: count,
+// period_ns, first and last start, the pacing site, and the device bytes
+// allocated and the live growth per iteration. Findings of kind
+// "pinned_host_growth" carry their growth evidence in "leak" (host memory,
+// never in the device figures); "device_imbalance" findings compare the
+// heaviest and the lightest device peak.
+//
 // Times ending in _ns count from the start of the run. Lists are never
 // null, and all orderings come from the Result's sorted slices, so a replay
 // of one trace writes byte-identical files.

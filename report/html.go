@@ -201,6 +201,8 @@ type htmlProcess struct {
 	HostPeak    uint64
 	NVML        string
 	Preexisting string
+	// Loop describes the process's training loop; "" without one.
+	Loop string
 }
 
 // htmlFailure is a process's failed allocations.
@@ -315,6 +317,11 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 				}
 			}
 			hf.Rate = rate(l.BytesPerSecond)
+			if f.Kind != analysis.KindLeak {
+				// Pinned host growth: host memory, not a device leak.
+				fs = append(fs, hf)
+				continue
+			}
 			hl := htmlLeak{N: i + 1, PID: f.PID, Growth: f.Bytes, Rate: hf.Rate, Site: analysis.NoStack,
 				Spark: newSparkline(l.Live)}
 			if len(l.Live) > 0 {
@@ -362,7 +369,7 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 			Exe: p.Exe, Started: secs(res, p.Start), Peak: p.Totals.PeakBytes, PeakAt: secs(res, p.PeakTime),
 			LiveAtEnd: p.Totals.LiveBytesAtEnd, Allocs: p.Totals.Allocations, Frees: p.Totals.Frees,
 			Failed: p.Totals.FailedAllocations, Unknown: p.Totals.UnknownFrees, HostPeak: p.Host.PeakBytes,
-			Preexisting: preexistingText(res, p)}
+			Preexisting: preexistingText(res, p), Loop: iterationText(p)}
 		if p.SupersededAt != 0 {
 			hp.Ended = "ended by " + secs(res, p.SupersededAt) + " (its PID taken by a later process)"
 		}

@@ -41,6 +41,11 @@ type JSON struct {
 	Processes []JSONProcess `json:"processes"`
 	Findings  []JSONFinding `json:"findings"`
 
+	// Iterations has one entry per process whose training loop was
+	// detected from its allocations (analysis doc, "Iterations"); empty
+	// when none was.
+	Iterations []JSONIterations `json:"iterations"`
+
 	Run       JSONRun       `json:"run"`
 	Libraries []JSONLibrary `json:"libraries"`
 	// Interpreters are the CPythons whose frames the stacks hold, or the
@@ -358,7 +363,8 @@ type JSONFinding struct {
 	// TimeNs is when: the peak, the first failure, the end of a leak's
 	// first window.
 	TimeNs uint64 `json:"time_ns"`
-	// Leak is a leak finding's evidence; absent for other kinds.
+	// Leak is a leak finding's evidence, or a pinned_host_growth
+	// finding's (its growing stacks summed); absent for other kinds.
 	Leak *JSONLeak `json:"leak,omitempty"`
 	// OOM is the failure an oom or fragmentation finding is about, when the
 	// block layer was traced; absent otherwise.
@@ -388,6 +394,28 @@ type JSONLeak struct {
 	// device is full at this rate.
 	CapacityBytes    uint64   `json:"capacity_bytes,omitempty"`
 	TimeToOOMSeconds *float64 `json:"time_to_oom_s,omitempty"`
+}
+
+// JSONIterations is one process's loop. Count iterations, PeriodNs the
+// median time between their starts; FirstStartNs and LastStartNs the first
+// and the last start; Site (Frames) the allocation site that paces it.
+// AllocatedBytesPerIteration is what a complete iteration allocated on
+// average (device memory, first start to last start), null when the
+// process's change log overflowed; LiveGrowthBytesPerIteration the
+// least-squares slope of its live device bytes just before each start
+// (about 0 for a steady loop).
+type JSONIterations struct {
+	PID                         uint32   `json:"pid"`
+	ProcessStartNs              uint64   `json:"process_start_ns"`
+	Command                     string   `json:"command"`
+	Count                       uint64   `json:"count"`
+	PeriodNs                    uint64   `json:"period_ns"`
+	FirstStartNs                uint64   `json:"first_start_ns"`
+	LastStartNs                 uint64   `json:"last_start_ns"`
+	Site                        string   `json:"site"`
+	Frames                      []string `json:"frames"`
+	AllocatedBytesPerIteration  *float64 `json:"allocated_bytes_per_iteration"`
+	LiveGrowthBytesPerIteration *float64 `json:"live_growth_bytes_per_iteration"`
 }
 
 // JSONRun is the recording's facts.
@@ -454,15 +482,16 @@ func NewJSON(res *analysis.Result) *JSON {
 			ZeroSizeAllocations: t.ZeroSizeAllocations, ReplacedAllocations: t.ReplacedAllocations,
 			FailedFrees: t.FailedFrees, IgnoredEvents: t.IgnoredEvents,
 		},
-		Books:     jsonBooks(res, res.Books),
-		Host:      jsonHost(res, res.Host),
-		VMM:       jsonVMM(res.VMM),
-		NVML:      jsonNVML(res.NVML),
-		Devices:   []JSONDevice{},
-		Processes: []JSONProcess{},
-		Findings:  []JSONFinding{},
-		Libraries: []JSONLibrary{},
-		Timelines: []JSONTimeline{},
+		Books:      jsonBooks(res, res.Books),
+		Host:       jsonHost(res, res.Host),
+		VMM:        jsonVMM(res.VMM),
+		NVML:       jsonNVML(res.NVML),
+		Devices:    []JSONDevice{},
+		Processes:  []JSONProcess{},
+		Findings:   []JSONFinding{},
+		Libraries:  []JSONLibrary{},
+		Timelines:  []JSONTimeline{},
+		Iterations: []JSONIterations{},
 	}
 	if b := res.Blocks; b != nil {
 		j.Blocks = &JSONBlocks{Allocations: b.Allocations, Frees: b.Frees, PeakAllocatedBytes: b.PeakBytes,
@@ -487,7 +516,21 @@ func NewJSON(res *analysis.Result) *JSON {
 		j.Devices = append(j.Devices, jd)
 	}
 	for i := range res.Processes {
-		j.Processes = append(j.Processes, jsonProcess(res, &res.Processes[i]))
+		p := &res.Processes[i]
+		j.Processes = append(j.Processes, jsonProcess(res, p))
+		if it := p.Iterations; it != nil {
+			ji := JSONIterations{PID: p.PID, ProcessStartNs: res.Rel(p.Start), Command: strings.Join(p.Command, " "),
+				Count: it.Count, PeriodNs: it.PeriodNs, Site: it.Site, Frames: nonNil(res.Lines(it.Stack))}
+			if len(it.Starts) > 0 {
+				ji.FirstStartNs = res.Rel(it.Starts[0])
+			}
+			ji.LastStartNs = res.Rel(it.LastStart)
+			if it.AllocatedBytesPerIteration > 0 {
+				ji.AllocatedBytesPerIteration = ptr(it.AllocatedBytesPerIteration)
+				ji.LiveGrowthBytesPerIteration = ptr(it.LiveGrowthPerIteration)
+			}
+			j.Iterations = append(j.Iterations, ji)
+		}
 	}
 	j.Fragmentation = jsonPools(res)
 	for _, f := range res.Findings {

@@ -119,6 +119,16 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 					procLabel(res, pr), secs(res, pr.SupersededAt))
 			}
 		}
+		loops := false
+		for i := range res.Processes {
+			if pr := &res.Processes[i]; pr.Iterations != nil {
+				if !loops {
+					p("\nTraining loops, from the allocations' rhythm:\n\n")
+					loops = true
+				}
+				p("- %s: %s\n", procLabel(res, pr), md(iterationText(pr)))
+			}
+		}
 		p("\nMemory held before tracing began:\n\n")
 		for i := range res.Processes {
 			pr := &res.Processes[i]

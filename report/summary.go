@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -16,8 +17,9 @@ const summaryStacks = 3
 // the peak, what was live at the end, pinned host memory, the runtime and
 // driver books side by side (when both saw calls), the VMM figures (when
 // any), the device layer (one line when NVML is off or unavailable) and
-// memory from before tracing, the top stacks at the peak, leak candidates, failed allocations and
-// lost events.
+// memory from before tracing, the top stacks at the peak, leak candidates,
+// failed allocations and lost events; pinned host growth and device
+// imbalance findings ride on the pinned host and peak by device lines.
 func WriteSummary(w io.Writer, res *analysis.Result) error {
 	if res == nil {
 		return ErrNilResult
@@ -40,9 +42,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		for _, d := range res.Devices {
 			parts = append(parts, fmt.Sprintf("%s: %d (%s)", analysis.DeviceName(d.Index), d.PeakBytes, analysis.FormatBytes(d.PeakBytes)))
 		}
-		p("peak by device:     %s\n", strings.Join(parts, " | "))
+		p("peak by device:     %s%s\n", strings.Join(parts, " | "), findingNote(res, analysis.KindDeviceImbalance, "imbalance"))
 	}
-	p("pinned host:        %s\n", hostLine(res.Host))
+	p("pinned host:        %s%s\n", hostLine(res.Host), findingNote(res, analysis.KindPinnedHostGrowth, "growing"))
 	if b := res.Books; b.Runtime.Calls() > 0 && b.Driver.Calls() > 0 {
 		p("books:              %s\n", booksLine(b))
 	}
@@ -178,4 +180,42 @@ func pct(part, whole uint64) float64 {
 		return 0
 	}
 	return 100 * float64(part) / float64(whole)
+}
+
+// iterationText describes a process's loop in one line; "" without one.
+func iterationText(p *analysis.Process) string {
+	it := p.Iterations
+	if it == nil {
+		return ""
+	}
+	s := fmt.Sprintf("%d iterations of %.3f s, paced by the allocations at %s", it.Count, float64(it.PeriodNs)/1e9, it.Site)
+	if it.AllocatedBytesPerIteration > 0 {
+		sign := "+"
+		if it.LiveGrowthPerIteration < 0 {
+			sign = "-"
+		}
+		s += fmt.Sprintf("; %.0f bytes allocated per iteration, live bytes %s%.0f per iteration",
+			it.AllocatedBytesPerIteration, sign, math.Abs(it.LiveGrowthPerIteration))
+	}
+	return s
+}
+
+// findingNote sums up the findings of one kind for the end of a summary
+// line: "; growing: +N bytes (...) at SITE", "" without any.
+func findingNote(res *analysis.Result, kind, label string) string {
+	var parts []string
+	for _, f := range res.Findings {
+		if f.Kind != kind {
+			continue
+		}
+		site := analysis.NoStack
+		if len(f.Stacks) > 0 {
+			site = f.Stacks[0].Site
+		}
+		parts = append(parts, fmt.Sprintf("+%d bytes (%s), the most at %s", f.Bytes, analysis.FormatBytes(f.Bytes), site))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + label + ": " + strings.Join(parts, "; ")
 }

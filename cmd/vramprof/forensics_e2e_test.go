@@ -5,8 +5,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	gprofile "github.com/google/pprof/profile"
@@ -177,7 +179,11 @@ func TestOOMForensics(t *testing.T) {
 			default:
 				assert.Equal(t, "medium", f.Severity)
 				assert.Contains(t, f.Summary, "retry succeeded")
-				assert.Empty(t, frag)
+				// The flushed cache: a fragmentation finding with its
+				// cached free bytes at the failure (TestGCThreshold
+				// checks its remediation).
+				require.Len(t, frag, 1)
+				assert.Equal(t, want.CachedFreeBytes, rep.Findings[frag[0]].Bytes)
 			}
 
 			// oom-1.pb.gz: what was live, segments and blocks.
@@ -205,6 +211,77 @@ func TestOOMForensics(t *testing.T) {
 			again, err := os.ReadFile(filepath.Join(dir2, got.Profile))
 			require.NoError(t, err)
 			assert.True(t, bytes.Equal(data, again), "oom-1.pb.gz differs in the replay")
+		})
+	}
+}
+
+// gcThresholds returns the garbage_collection_threshold:T values the
+// findings suggest.
+func gcThresholds(rep *reportForensics) []string {
+	var out []string
+	for _, f := range rep.Findings {
+		for _, r := range f.Remediation {
+			if i := strings.Index(r, "garbage_collection_threshold:"); i >= 0 {
+				v := r[i+len("garbage_collection_threshold:"):]
+				out = append(out, f.Kind+" "+strings.Fields(v)[0])
+			}
+		}
+	}
+	return out
+}
+
+// TestGCThreshold: pool_retry's allocator grew instead of reclaiming the
+// 12 and 14 MiB segments it held free, failed, flushed them and retried;
+// garbage_collection_threshold:T with T from the truth's own figures:
+//   - capacity unknown: the retry proved reserved - released + request
+//     available, T = floor(100 * (reserved - released) / that) / 100;
+//   - with --capacity (the device's total, truth's device_total_bytes):
+//     T = floor(100 * (total - request) / total) / 100.
+//
+// The other pool scenarios get no such advice: a final OOM (the flush did
+// not save the run), a capacity OOM, no failure at all.
+func TestGCThreshold(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name string
+		exit int
+	}{
+		{"pool_retry", 0},
+		{"pool_frag_oom", 1},
+		{"pool_capacity_oom", 1},
+		{"pool_empty_cache", 0},
+		{"pool_steady", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir, truth, rep := runForensics(t, tc.name, tc.exit)
+			got := gcThresholds(rep)
+			if tc.name != "pool_retry" {
+				assert.Empty(t, got, "no garbage_collection_threshold in %s", tc.name)
+				return
+			}
+			var full struct {
+				Retries []struct {
+					ReservedBytes    uint64 `json:"reserved_bytes"`
+					SegmentSize      uint64 `json:"segment_size"`
+					ReleasedBytes    uint64 `json:"released_bytes"`
+					DeviceTotalBytes uint64 `json:"device_total_bytes"`
+				} `json:"retries"`
+			}
+			readJSON(t, filepath.Join(filepath.Dir(dir), "truth.json"), &full)
+			require.Len(t, full.Retries, 1)
+			rt := full.Retries[0]
+			proved := rt.ReservedBytes - rt.ReleasedBytes + rt.SegmentSize
+			want := 100 * (proved - rt.SegmentSize) / proved // 20 MiB / 48 MiB: 41
+			assert.Equal(t, []string{fmt.Sprintf("fragmentation 0.%02d", want)}, got)
+			require.Len(t, truth.Retries, 1)
+
+			r := vramprof(t, execOpts{}, "report", dir, "--capacity", fmt.Sprint(rt.DeviceTotalBytes), "--format", "json")
+			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+			var known reportForensics
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &known))
+			want = 100 * (rt.DeviceTotalBytes - rt.SegmentSize) / rt.DeviceTotalBytes // 36 MiB / 64 MiB: 56
+			assert.Equal(t, []string{fmt.Sprintf("fragmentation 0.%02d", want)}, gcThresholds(&known))
 		})
 	}
 }

@@ -1,0 +1,268 @@
+package analysis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+const (
+	// imbalanceMin: a gap between device peaks below 256 MiB is batch
+	// shapes, allocator rounding, a rank's logging buffers; an optimizer
+	// state, an evaluation pass or a checkpoint gathered on one rank is
+	// more than that for any model worth several GPUs.
+	imbalanceMin = 256 << 20
+	// imbalanceShare: the heaviest peak must also exceed the lightest by
+	// at least a quarter (1/imbalanceShare) of the lightest, so that a
+	// 40 GiB-per-rank job is not flagged for a few hundred MiB of noise.
+	imbalanceShare = 4
+)
+
+// imbalanceStack is a stack's share of the difference between the heaviest
+// and the lightest device: its bytes at the heavy device's peak minus the
+// same frames' bytes at the light device's peak.
+type imbalanceStack struct {
+	stack      event.StackID
+	heavy      Usage
+	lightBytes uint64
+}
+
+func (s imbalanceStack) diff() uint64 { return s.heavy.Bytes - s.lightBytes }
+
+// imbalanceFinding compares the peaks of the devices in use (see doc.go,
+// "Device imbalance"); nil when they are balanced, fewer than two devices
+// held memory, or the processes holding device memory are not one process
+// tree.
+func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
+	if !oneTree(r) {
+		return nil
+	}
+	var used []*Device
+	for i := range r.Devices {
+		if d := &r.Devices[i]; d.Index != event.DeviceUnknown && d.PeakBytes > 0 {
+			used = append(used, d)
+		}
+	}
+	if len(used) < 2 {
+		return nil
+	}
+	heavy, light := used[0], used[0]
+	for _, d := range used[1:] {
+		if d.PeakBytes > heavy.PeakBytes {
+			heavy = d
+		}
+		if d.PeakBytes < light.PeakBytes {
+			light = d
+		}
+	}
+	diff := heavy.PeakBytes - light.PeakBytes
+	if diff < imbalanceMin || diff*imbalanceShare < light.PeakBytes {
+		return nil
+	}
+
+	key, rep := stackKeys(r)
+	lightBy := make(map[string]uint64)
+	for _, s := range light.PeakStacks {
+		lightBy[key(s.Stack)] += s.Bytes
+	}
+	heavyBy := make(map[string]*imbalanceStack)
+	var order []string
+	for _, s := range heavy.PeakStacks {
+		k := key(s.Stack)
+		is := heavyBy[k]
+		if is == nil {
+			is = &imbalanceStack{stack: rep(s.Stack), lightBytes: lightBy[k]}
+			heavyBy[k] = is
+			order = append(order, k)
+		}
+		is.heavy.Count += s.Count
+		is.heavy.Bytes += s.Bytes
+	}
+	var diffs []imbalanceStack
+	for _, k := range order {
+		if is := heavyBy[k]; is.heavy.Bytes > is.lightBytes {
+			diffs = append(diffs, *is)
+		}
+	}
+	slices.SortFunc(diffs, func(x, y imbalanceStack) int {
+		return cmp.Or(cmp.Compare(y.diff(), x.diff()), cmp.Compare(x.stack, y.stack))
+	})
+
+	// The finding belongs to the process that held the most on the heavy
+	// device at its own peak there.
+	var owner *Process
+	var ownerPeak uint64
+	procs := map[int32][]uint32{}
+	for i := range r.Processes {
+		p := &r.Processes[i]
+		for _, d := range p.Devices {
+			if d.PeakBytes == 0 {
+				continue
+			}
+			procs[d.Index] = append(procs[d.Index], p.PID)
+			if d.Index == heavy.Index && (owner == nil || d.PeakBytes > ownerPeak) {
+				owner, ownerPeak = p, d.PeakBytes
+			}
+		}
+	}
+	hd, ld := DeviceName(heavy.Index), DeviceName(light.Index)
+	f := &Finding{Kind: KindDeviceImbalance, Severity: SeverityMedium, Bytes: diff, Time: heavy.PeakTime}
+	if owner != nil {
+		f.PID, f.ProcessStart = owner.PID, owner.Start
+	}
+	var parts []string
+	for i, s := range diffs {
+		if i < a.opts.TopStacks {
+			f.Stacks = append(f.Stacks, FindingStack{Stack: s.stack, Frames: r.Lines(s.stack), Site: r.Site(s.stack),
+				Count: s.heavy.Count, Bytes: s.diff()})
+		}
+		if i < 3 {
+			parts = append(parts, fmt.Sprintf("%s (+%d bytes: %s)", r.Site(s.stack), s.diff(), lightText(s, ld)))
+		}
+	}
+	where := "the same code paths hold more there"
+	if len(parts) > 0 {
+		where = "the difference is at " + strings.Join(parts, ", ")
+	}
+	f.Summary = fmt.Sprintf("device %s peaked at %d bytes (%s), %d bytes (%s, %.1f%%) above device %s (%d bytes, %s), the lightest of %d devices in use (device %s: processes %s; device %s: processes %s); %s",
+		hd, heavy.PeakBytes, FormatBytes(heavy.PeakBytes), diff, FormatBytes(diff), percent(diff, light.PeakBytes), ld,
+		light.PeakBytes, FormatBytes(light.PeakBytes), len(used), hd, pidList(procs[heavy.Index]), ld, pidList(procs[light.Index]), where)
+	if len(diffs) > 0 {
+		top := diffs[0]
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"the allocations at %s held %d bytes at device %s's peak, %s: if this is state one rank or device keeps alone (optimizer state, an evaluation pass, a checkpoint gathered on rank 0), shard it across the devices (ZeRO/FSDP-style sharding of optimizer state, a sharded checkpoint instead of a gather to one rank) or move it off the device (CPU offload); device %s's peak would come down by up to %d bytes",
+			r.Site(top.stack), top.heavy.Bytes, hd, lightText(top, ld), hd, top.diff()))
+	}
+	if capacity := heavy.CapacityBytes; capacity > 0 {
+		other := fmt.Sprintf("device %s peaked at %d", ld, light.PeakBytes)
+		if c := light.CapacityBytes; c > 0 {
+			other = fmt.Sprintf("device %s used %.1f%% of its %d", ld, percent(light.PeakBytes, c), c)
+		}
+		f.Remediation = append(f.Remediation, fmt.Sprintf(
+			"device %s reached %.1f%% of its %d bytes while %s: the heaviest device sets the batch size every device can run",
+			hd, percent(heavy.PeakBytes, capacity), capacity, other))
+	}
+	return f
+}
+
+// stackKeys returns a key that is equal for the same code path in two
+// processes: the same code on two ranks has one stack ID per process. The
+// key is the stack's symbolized frames, rendered; frames without a
+// function are left out (their raw addresses differ between exec'd
+// processes under ASLR). A stack with no symbolized frame (its process
+// exited before its mappings were read) borrows the key of a symbolized
+// stack with the very same return addresses: a forked child runs its
+// parent's image at the parent's addresses. Otherwise its raw addresses
+// are its key.
+//
+// rep returns the stack to show for id: id itself, or the symbolized stack
+// it borrowed its key from.
+func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackID) event.StackID) {
+	symbolic := func(st *Stack) string {
+		var parts []string
+		for i, f := range st.Frames {
+			if f.Function != "" && i < len(st.Lines) {
+				parts = append(parts, st.Lines[i])
+			}
+		}
+		return strings.Join(parts, "\n")
+	}
+	raw := func(st *Stack) string {
+		var b strings.Builder
+		for _, f := range st.Frames {
+			fmt.Fprintf(&b, "%x;", f.Addr)
+		}
+		return b.String()
+	}
+	byRaw := make(map[string]event.StackID)
+	ids := make([]event.StackID, 0, len(r.Stacks))
+	for id := range r.Stacks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if st := r.Stacks[id]; len(st.Frames) > 0 {
+			if symbolic(st) != "" {
+				if _, ok := byRaw[raw(st)]; !ok {
+					byRaw[raw(st)] = id
+				}
+			}
+		}
+	}
+	rep = func(id event.StackID) event.StackID {
+		st := r.Stacks[id]
+		if st == nil || len(st.Frames) == 0 || symbolic(st) != "" {
+			return id
+		}
+		if sym, ok := byRaw[raw(st)]; ok {
+			return sym
+		}
+		return id
+	}
+	key = func(id event.StackID) string {
+		st := r.Stacks[rep(id)]
+		if st == nil || len(st.Frames) == 0 {
+			return NoStack
+		}
+		if k := symbolic(st); k != "" {
+			return k
+		}
+		return raw(st)
+	}
+	return key, rep
+}
+
+// lightText says what the light device held of a stack's frames.
+func lightText(s imbalanceStack, light string) string {
+	if s.lightBytes == 0 {
+		return fmt.Sprintf("none at device %s's peak", light)
+	}
+	return fmt.Sprintf("%d bytes at device %s's peak", s.lightBytes, light)
+}
+
+func pidList(pids []uint32) string {
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = fmt.Sprint(p)
+	}
+	return strings.Join(s, ", ")
+}
+
+// oneTree reports whether the processes that held device memory descend
+// from one traced process (by PPID): one job, a process and the workers or
+// ranks it started. Unrelated processes (attach --all) are not compared.
+func oneTree(r *Result) bool {
+	byPID := make(map[uint32]*Process, len(r.Processes))
+	for i := range r.Processes {
+		byPID[r.Processes[i].PID] = &r.Processes[i]
+	}
+	root := func(p *Process) uint32 {
+		for range len(r.Processes) {
+			q := byPID[p.PPID]
+			if q == nil || q == p {
+				break
+			}
+			p = q
+		}
+		return p.PID
+	}
+	var first uint32
+	seen := false
+	for i := range r.Processes {
+		p := &r.Processes[i]
+		if p.Totals.PeakBytes == 0 {
+			continue
+		}
+		rt := root(p)
+		if seen && rt != first {
+			return false
+		}
+		first, seen = rt, true
+	}
+	return seen
+}

@@ -112,9 +112,13 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 enum rec_kind {
 	REC_IDLE = 0, /* a slot with no call in progress */
 	REC_ALLOC = 1,
+	REC_FREE = 2,
 	REC_HOST_ALLOC = 3,
+	REC_HOST_FREE = 4,
 	REC_RESERVE = 5,
+	REC_UNRESERVE = 6,
 	REC_CREATE = 7,
+	REC_RELEASE = 8,
 	REC_SET_DEVICE = 11,
 	REC_LOADER = 100, /* the dynamic loader changed the maps: rescan, then SIGCONT */
 	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
@@ -610,15 +614,20 @@ static __always_inline struct record *slot(struct slot_key *key)
 	return bpf_map_lookup_elem(&slots, key);
 }
 
-static __always_inline int allocates(__u8 kind)
+/* stacked reports whether a call gets the caller's stacks: every call that
+ * gets or gives back memory. A free's stack names the site that releases
+ * (an empty_cache-style cycle, a churn site), not only the one that
+ * allocated. */
+static __always_inline int stacked(__u8 kind)
 {
-	return kind == REC_ALLOC || kind == REC_HOST_ALLOC || kind == REC_RESERVE || kind == REC_CREATE;
+	return kind >= REC_ALLOC && kind <= REC_RELEASE;
 }
 
 /*
  * call_enter: entry of every traced function. Records the arguments the
  * cookie's shape names into the thread's slot at its current depth, and the
- * user stack for the outermost allocation-like call (nested calls share it).
+ * user stacks (native and Python) for the outermost call that gets or
+ * releases memory (nested calls share it).
  */
 static __always_inline int do_call_enter(struct pt_regs *ctx)
 {
@@ -717,7 +726,7 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 		break;
 	}
 
-	if (depth == 0 && allocates(r->kind)) {
+	if (depth == 0 && stacked(r->kind)) {
 		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
 		walk_user_stack(ctx, r);
 		if (py_new_stack(walk_python(r, id), id))

@@ -97,9 +97,13 @@ type bpfRecKind uint32
 const (
 	bpfRecKindREC_IDLE       bpfRecKind = 0
 	bpfRecKindREC_ALLOC      bpfRecKind = 1
+	bpfRecKindREC_FREE       bpfRecKind = 2
 	bpfRecKindREC_HOST_ALLOC bpfRecKind = 3
+	bpfRecKindREC_HOST_FREE  bpfRecKind = 4
 	bpfRecKindREC_RESERVE    bpfRecKind = 5
+	bpfRecKindREC_UNRESERVE  bpfRecKind = 6
 	bpfRecKindREC_CREATE     bpfRecKind = 7
+	bpfRecKindREC_RELEASE    bpfRecKind = 8
 	bpfRecKindREC_SET_DEVICE bpfRecKind = 11
 	bpfRecKindREC_LOADER     bpfRecKind = 100
 	bpfRecKindREC_FORK       bpfRecKind = 101

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,6 +45,7 @@ type truthForensics struct {
 	} `json:"blocks"`
 	Calls []struct {
 		API     string `json:"api"`
+		Func    string `json:"func"`
 		Size    uint64 `json:"size"`
 		Outcome string `json:"outcome"`
 		Retry   bool   `json:"retry"`
@@ -72,11 +74,12 @@ type reportForensics struct {
 		} `json:"ooms"`
 	} `json:"fragmentation"`
 	Findings []struct {
-		Kind        string   `json:"kind"`
-		Severity    string   `json:"severity"`
-		Bytes       uint64   `json:"bytes"`
-		Summary     string   `json:"summary"`
-		Remediation []string `json:"remediation"`
+		Kind        string        `json:"kind"`
+		Severity    string        `json:"severity"`
+		Bytes       uint64        `json:"bytes"`
+		Summary     string        `json:"summary"`
+		Remediation []string      `json:"remediation"`
+		Stacks      []ReportStack `json:"stacks"`
 		Churn       *struct {
 			Allocs     uint64 `json:"allocs"`
 			Frees      uint64 `json:"frees"`
@@ -312,4 +315,27 @@ func TestChurnFinding(t *testing.T) {
 	assert.Equal(t, uint64(19*(20+2+12))<<20, f.Bytes)
 	assert.Contains(t, f.Remediation[0], "empty_cache()")
 	assert.Empty(t, rep.Fragmentation[0].OOMs)
+
+	// Frees carry stacks: the finding names where the segments were
+	// released, the allocator function that called cudaFree (the truth's
+	// caller of every cudaFree) and, in the remediation, the scenario's
+	// release_cache that called empty_cache.
+	freer := ""
+	for _, c := range truth.Calls {
+		if c.API == "cudaFree" {
+			require.True(t, freer == "" || freer == c.Func, "one caller of cudaFree")
+			freer = c.Func
+		}
+	}
+	require.NotEmpty(t, freer)
+	var freeStack []string
+	for _, st := range f.Stacks {
+		if len(st.Frames) > 1 && frameFunction(st.Frames[0]) == "cudaFree" {
+			freeStack = st.Frames
+		}
+	}
+	require.NotNil(t, freeStack, "a release stack in the churn finding")
+	assert.Equal(t, freer, frameFunction(freeStack[1]))
+	assert.True(t, slices.ContainsFunc(freeStack, func(fr string) bool { return frameFunction(fr) == "release_cache" }), "the scenario's release_cache in %v", freeStack)
+	assert.Contains(t, f.Remediation[0], "release_cache")
 }

@@ -23,8 +23,8 @@ const (
 	htmlFile    = "report.html"
 )
 
-// errTruncatedTrace: the trace ends inside a record (the recorder was
-// killed). What came before is valid and is analysed; the outputs say the
+// errTruncatedTrace: the trace ends inside a record, or without its End
+// record (the recorder was killed). What came before is valid and is analysed; the outputs say the
 // run was cut short.
 var errTruncatedTrace = errors.New("trace cut short")
 
@@ -68,6 +68,12 @@ func analyze(tracePath string, opts analysis.Options) (*analysis.Result, error) 
 	res := a.Finish()
 	if r.Truncated() {
 		return res, fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", errTruncatedTrace, tracePath, r.Offset(), r.Records())
+	}
+	if !res.Run.Ended {
+		// Cut at a record boundary (the recorder was killed right after
+		// a flush): whole, but the End record a closed trace always has
+		// is missing.
+		return res, fmt.Errorf("%w: %s ends after %d whole records without its End record", errTruncatedTrace, tracePath, r.Records())
 	}
 	return res, nil
 }

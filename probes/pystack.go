@@ -19,6 +19,18 @@ const DefaultPythonDepth = maxPyFrames
 // C into Python, where the Python frames of that entry belong.
 const evalFunction = "_PyEval_EvalFrameDefault"
 
+// isEvalFrame tells whether a native frame is in the evaluation loop: its
+// symbol, or a part GCC names apart. With -freorder-blocks-and-partition
+// (on from -O2) the blocks GCC deems cold go to a local symbol
+// "_PyEval_EvalFrameDefault.cold"; a call made from there returns into it,
+// and PGO builds move there whatever their training run left cold, calls
+// into C and Python included. Clones (.constprop.N, .isra.N, .part.N) are
+// the loop too.
+func isEvalFrame(name string) bool {
+	rest, ok := strings.CutPrefix(name, evalFunction)
+	return ok && (rest == "" || rest[0] == '.')
+}
+
 // pyProc is what a traced process's CPython needs: its interpreter, for
 // the frame boundaries, and a resolver of its code objects.
 type pyProc struct {
@@ -164,7 +176,7 @@ func mergeStacks(native []event.Frame, segs [][]event.Frame) []event.Frame {
 	}
 	out := make([]event.Frame, 0, len(native)+len(segs)*4)
 	for _, f := range native {
-		if f.Function == evalFunction && len(segs) > 0 {
+		if isEvalFrame(f.Function) && len(segs) > 0 {
 			out = append(out, segs[0]...)
 			segs = segs[1:]
 			continue

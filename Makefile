@@ -12,7 +12,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata generate test bench demo lint clean
+.PHONY: all build testdata pythons generate test bench demo lint clean
 
 all: build
 
@@ -28,8 +28,17 @@ generate:
 # -p 1: packages one at a time. attach --all (cmd/vramprof) adopts every CUDA
 # process on the machine, other packages' test processes included, and two
 # sessions resuming the same stopped process race each other.
-test: testdata
-	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 ./...
+test: testdata pythons
+	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 -timeout 30m ./...
+
+# The interpreters the Python stack tests run besides the machine's own:
+# Debian's newer CPythons and a CPython 3.11 built with frame pointers
+# (minutes the first time; kept under testdata/python/build). Fetched here,
+# outside any test's time limit. A failure is left to the tests: they fail
+# with CI=true and skip otherwise.
+pythons:
+	-testdata/python/fetch.sh >/dev/null
+	-testdata/python/fp/build.sh >/dev/null
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) for the CUDA API and for the block layer (--pool), and attach

@@ -70,8 +70,10 @@
  *   py_threads LRU pid_tgid -> the thread's PyThreadState, verified by its
  *            native thread id at every use.
  *   py_seen  LRU {tgid, hash of the code objects} -> 1: a record whose
- *            Python stack was not seen before wakes the reader at once, so
- *            user space reads the new code objects while the process lives.
+ *            Python stack was not seen before wakes the reader at once, and
+ *            its code objects go to py_new.
+ *   py_new   ring buffer of py_codes: code objects user space reads at once
+ *            (probes/pystack.go), while the process lives.
  *   spec_calls   LRU hash pid_tgid -> spec_call {rsp and return address
  *            at entry, record}: a
  *            spec'd allocation between its entry and a return instruction
@@ -243,6 +245,19 @@ struct py_proc {
 
 #define PY_FRAME_READ 128
 
+/*
+ * py_codes: a Python stack's code objects, sent on py_new when a process
+ * shows a set of them for the first time, so that user space reads them
+ * at once, apart from the records (which wait behind the symbolization of
+ * earlier stacks, and a short-lived process may be gone by then).
+ */
+struct py_codes {
+	__u32 tgid;
+	__u32 n;
+	__u64 code[MAX_PY_FRAMES];
+};
+
+
 struct py_seen_key {
 	__u64 hash;
 	__u32 tgid;
@@ -257,6 +272,7 @@ struct contract {
 	enum shape shape;
 	enum usdt_arg_kind usdt_kind;
 	struct py_proc py;
+	struct py_codes py_codes;
 } contract_types __attribute__((unused));
 
 /* Set from Go before load. */
@@ -553,11 +569,17 @@ static __always_inline __u64 walk_python(struct record *r, __u64 id)
 	return n ? hash : 0;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} py_new SEC(".maps");
+
 /*
  * py_new_stack reports whether this process has not sent this set of code
- * objects before: user space must then read them while the process lives.
+ * objects before, and then announces them on py_new: user space must read
+ * them while the process lives.
  */
-static __always_inline int py_new_stack(__u64 hash, __u64 id)
+static __always_inline int py_new_stack(struct record *r, __u64 hash, __u64 id)
 {
 	if (!hash)
 		return 0;
@@ -566,6 +588,22 @@ static __always_inline int py_new_stack(__u64 hash, __u64 id)
 		return 0;
 	__u8 one = 1;
 	bpf_map_update_elem(&py_seen, &k, &one, BPF_ANY);
+
+	struct py_codes *c = bpf_ringbuf_reserve(&py_new, sizeof(*c), 0);
+	if (!c) {
+		__sync_fetch_and_add(&lost, 1);
+		return 1;
+	}
+	__u32 base = r->nframes, n = r->npy;
+	if (base > MAX_FRAMES)
+		base = MAX_FRAMES;
+	c->tgid = id >> 32;
+	c->n = n;
+	for (int i = 0; i < MAX_PY_FRAMES; i++) {
+		__u32 idx = base + 2 * i;
+		c->code[i] = i < n ? r->stack[idx & (PY_SLOTS - 1)] : 0;
+	}
+	bpf_ringbuf_submit(c, BPF_RB_FORCE_WAKEUP);
 	return 1;
 }
 
@@ -729,7 +767,7 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	if (depth == 0 && stacked(r->kind)) {
 		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
 		walk_user_stack(ctx, r);
-		if (py_new_stack(walk_python(r, id), id))
+		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
 	return 0;
@@ -953,7 +991,7 @@ int usdt_block(struct pt_regs *ctx)
 		/* A probe site is not a function entry: the caller's return
 		 * address is not at sp, and the frame-pointer walk is whole. */
 		walk_user_stack(ctx, r);
-		if (py_new_stack(walk_python(r, id), id))
+		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
 	__u64 wake = r->flags & REC_F_WAKE ? BPF_RB_FORCE_WAKEUP : wakeup_flag();
@@ -1088,7 +1126,7 @@ int spec_enter(struct pt_regs *ctx)
 	if (r->kind == REC_ALLOC) {
 		r->caller = ra;
 		walk_user_stack(ctx, r);
-		if (py_new_stack(walk_python(r, id), id))
+		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
 	if (!at_return)

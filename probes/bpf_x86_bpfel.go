@@ -39,6 +39,12 @@ type bpfContract struct {
 		Depth          uint32
 		_              [4]byte
 	}
+	PyCodes struct {
+		_    structs.HostLayout
+		Tgid uint32
+		N    uint32
+		Code [64]uint64
+	}
 }
 
 type bpfCtxKey struct {
@@ -51,6 +57,13 @@ type bpfCtxKey struct {
 type bpfPyBuf struct {
 	_ structs.HostLayout
 	B [136]uint8
+}
+
+type bpfPyCodes struct {
+	_    structs.HostLayout
+	Tgid uint32
+	N    uint32
+	Code [64]uint64
 }
 
 type bpfPyProc struct {
@@ -210,6 +223,7 @@ const (
 	bpfMapBlockScratch      = "block_scratch"
 	bpfMapContexts          = "contexts"
 	bpfMapEvents            = "events"
+	bpfMapPyNew             = "py_new"
 	bpfMapPyProcs           = "py_procs"
 	bpfMapPyScratch         = "py_scratch"
 	bpfMapPySeen            = "py_seen"
@@ -302,6 +316,7 @@ type bpfMapSpecs struct {
 	BlockScratch *ebpf.MapSpec `ebpf:"block_scratch"`
 	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	PyNew        *ebpf.MapSpec `ebpf:"py_new"`
 	PyProcs      *ebpf.MapSpec `ebpf:"py_procs"`
 	PyScratch    *ebpf.MapSpec `ebpf:"py_scratch"`
 	PySeen       *ebpf.MapSpec `ebpf:"py_seen"`
@@ -350,6 +365,7 @@ type bpfMaps struct {
 	BlockScratch *ebpf.Map `ebpf:"block_scratch"`
 	Contexts     *ebpf.Map `ebpf:"contexts"`
 	Events       *ebpf.Map `ebpf:"events"`
+	PyNew        *ebpf.Map `ebpf:"py_new"`
 	PyProcs      *ebpf.Map `ebpf:"py_procs"`
 	PyScratch    *ebpf.Map `ebpf:"py_scratch"`
 	PySeen       *ebpf.Map `ebpf:"py_seen"`
@@ -368,6 +384,7 @@ func (m *bpfMaps) Close() error {
 		m.BlockScratch,
 		m.Contexts,
 		m.Events,
+		m.PyNew,
 		m.PyProcs,
 		m.PyScratch,
 		m.PySeen,

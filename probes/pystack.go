@@ -3,9 +3,12 @@
 package probes
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/python"
@@ -61,7 +64,7 @@ func (s *Session) findPython(p *proc) error {
 	if err := s.objs.PyProcs.Put(p.pid, pyProcFor(in, s.opts.PythonDepth)); err != nil {
 		return fmt.Errorf("describe python of pid %d to BPF: %w", p.pid, err)
 	}
-	p.py = &pyProc{in: in, res: python.NewResolver(int(p.pid), in)}
+	s.setPython(p, &pyProc{in: in, res: python.NewResolver(int(p.pid), in)})
 	return s.writeInterpreter(&event.Interpreter{PID: p.pid, Name: "CPython", Version: versionString(in.Version), Path: in.Path})
 }
 
@@ -80,18 +83,88 @@ func (s *Session) inheritPython(child, parent *proc) error {
 	if parent.py == nil {
 		return nil
 	}
-	child.py = &pyProc{in: parent.py.in, res: parent.py.res.Fork(int(child.pid))}
+	s.setPython(child, &pyProc{in: parent.py.in, res: parent.py.res.Fork(int(child.pid))})
 	return s.writeInterpreter(&event.Interpreter{PID: child.pid, Name: "CPython", Version: versionString(parent.py.in.Version), Path: parent.py.in.Path})
 }
 
 // dropPython forgets p's CPython and closes its resolver (the process
 // exited and its records are all read, or it exec'd another image).
-func dropPython(p *proc) {
+func (s *Session) dropPython(p *proc) {
 	if p.py != nil {
+		s.prefetch.mu.Lock()
+		if s.prefetch.res[p.pid] == p.py.res {
+			delete(s.prefetch.res, p.pid)
+		}
+		s.prefetch.mu.Unlock()
 		_ = p.py.res.Close()
 		p.py = nil
 	}
 	p.pyNoted = false
+}
+
+// setPython gives p its CPython and lists its resolver for the prefetcher.
+func (s *Session) setPython(p *proc, py *pyProc) {
+	p.py = py
+	s.prefetch.mu.Lock()
+	s.prefetch.res[p.pid] = py.res
+	s.prefetch.mu.Unlock()
+}
+
+// startPrefetch starts the fast lane of Python code objects. The BPF side
+// sends the code objects of every Python stack a process shows for the
+// first time to a ring of their own (py_new), and this goroutine reads them
+// from the process's memory at once. The records themselves wait their
+// turn behind the symbolization of earlier stacks (the first lookup in a
+// library with DWARF lines takes hundreds of milliseconds), and a process
+// may exit, and free its code objects, before then; the resolver's cache
+// then has them when the record is handled.
+func (s *Session) startPrefetch() error {
+	r, err := ringbuf.NewReader(s.objs.PyNew)
+	if err != nil {
+		return fmt.Errorf("open python ring buffer: %w", err)
+	}
+	s.prefetch = pyPrefetch{reader: r, res: make(map[uint32]*python.Resolver), done: make(chan struct{})}
+	go s.prefetchLoop()
+	return nil
+}
+
+func (s *Session) prefetchLoop() {
+	defer close(s.prefetch.done)
+	var rec ringbuf.Record
+	codes := make([]uint64, 0, maxPyFrames)
+	for {
+		if err := s.prefetch.reader.ReadInto(&rec); err != nil {
+			return // closed (Close), or broken: the records still resolve, later
+		}
+		b := rec.RawSample
+		if len(b) < 8 {
+			continue
+		}
+		pid, n := binary.LittleEndian.Uint32(b), int(binary.LittleEndian.Uint32(b[4:]))
+		codes = codes[:0]
+		for i := 0; i < n && i < maxPyFrames && 8+8*i+8 <= len(b); i++ {
+			codes = append(codes, binary.LittleEndian.Uint64(b[8+8*i:]))
+		}
+		s.prefetch.mu.Lock()
+		res := s.prefetch.res[pid]
+		s.prefetch.mu.Unlock()
+		if res != nil {
+			res.Prefetch(codes)
+		}
+	}
+}
+
+// stopPrefetch closes the fast lane and waits for its goroutine.
+func (s *Session) stopPrefetch() error {
+	if s.prefetch.reader == nil {
+		return nil
+	}
+	err := s.prefetch.reader.Close()
+	<-s.prefetch.done
+	if err != nil {
+		return fmt.Errorf("close python ring buffer: %w", err)
+	}
+	return nil
 }
 
 func versionString(v python.Version) string {

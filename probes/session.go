@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/python"
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
 
@@ -98,6 +100,7 @@ type Session struct {
 	lastLost   uint64
 	stats      Stats
 	closed     bool
+	prefetch   pyPrefetch
 }
 
 // proc is a traced process.
@@ -114,6 +117,14 @@ type proc struct {
 	forget  bool
 	py      *pyProc // its CPython, once found
 	pyNoted bool    // a CPython was found that cannot be read: said once
+}
+
+// pyPrefetch is the Python code objects' fast lane (see startPrefetch).
+type pyPrefetch struct {
+	reader *ringbuf.Reader
+	mu     sync.Mutex
+	res    map[uint32]*python.Resolver // by pid: the processes with a CPython
+	done   chan struct{}
 }
 
 // NewSession loads the BPF objects and opens the ring buffer. Nothing is
@@ -173,6 +184,11 @@ func NewSession(opts Options) (*Session, error) {
 		_ = s.objs.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
+	if err := s.startPrefetch(); err != nil {
+		_ = s.reader.Close()
+		_ = s.objs.Close()
+		return nil, err
+	}
 	if !opts.NoPool {
 		s.allocs = append(allocspec.Builtin(), opts.Allocators...)
 	}
@@ -221,12 +237,13 @@ func (s *Session) Close() error {
 			errs = append(errs, fmt.Errorf("close ring buffer: %w", err))
 		}
 	}
+	errs = append(errs, s.stopPrefetch())
 	if err := s.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("unload BPF objects: %w", err))
 	}
 	s.sym.Close()
 	for _, p := range s.procs {
-		dropPython(p)
+		s.dropPython(p)
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -320,7 +337,7 @@ func (s *Session) forgetExited() {
 		if p.forget {
 			p.forget = false
 			s.sym.Forget(p.pid)
-			dropPython(p)
+			s.dropPython(p)
 		}
 	}
 }
@@ -580,7 +597,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			info := procInfo(p.pid)
 			info.Time = MonotonicNow()
 			err = s.describe(p, info)
-			dropPython(p) // the BPF side forgot it too
+			s.dropPython(p) // the BPF side forgot it too
 		}
 		if err == nil {
 			err = s.scan(p)
@@ -658,7 +675,7 @@ func (s *Session) forked(r *rawRecord) error {
 		// The PID belonged to a process whose exit was not seen (its
 		// records are all before this one): this is another process.
 		s.retire(old)
-		dropPython(old)
+		s.dropPython(old)
 	}
 	info := &event.Process{PPID: parent}
 	if pp := s.procs[parent]; pp != nil {
@@ -705,6 +722,14 @@ func (s *Session) intern(pid uint32, frames, py []uint64, pyFlags uint8) (event.
 	if id, ok := s.stacks[string(key)]; ok { // no allocation: the compiler sees the lookup
 		return id, nil
 	}
+	// Python code objects first: they are read from the process's memory,
+	// which an exiting process frees soon; the native symbols come from
+	// files and can wait (the first lookup in a large library with DWARF
+	// lines takes a while).
+	var segs [][]event.Frame
+	if p := s.procs[pid]; p != nil && p.py != nil && len(py) > 0 {
+		segs = pySegments(p.py, py, pyFlags)
+	}
 	syms, maps, err := s.sym.Symbolize(pid, frames)
 	if err != nil {
 		// An unsymbolizable stack is still a stack: keep the addresses.
@@ -714,9 +739,7 @@ func (s *Session) intern(pid uint32, frames, py []uint64, pyFlags uint8) (event.
 		}
 		maps = nil
 	}
-	if p := s.procs[pid]; p != nil && p.py != nil && len(py) > 0 {
-		syms = mergeStacks(syms, pySegments(p.py, py, pyFlags))
-	}
+	syms = mergeStacks(syms, segs)
 	for i := range maps {
 		if err := s.opts.Sink.Write(&maps[i]); err != nil {
 			return 0, fmt.Errorf("write mapping record: %w", err)

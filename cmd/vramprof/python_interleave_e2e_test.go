@@ -86,7 +86,7 @@ func TestPythonInterleave(t *testing.T) {
 		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 		truth := mustReadJSON[interleaveTruth](t, truthPath)
 		require.Len(t, truth.Calls, 3, "the script makes three allocations")
-		stacks, files := allocStacks(t, filepath.Join(dir, "trace.vpt"), truth.PID)
+		stacks, files := allocStacksInOrder(t, filepath.Join(dir, "trace.vpt"), truth.PID)
 		return truth, stacks, files
 	}
 	truth, merged, files := run("merged")
@@ -221,7 +221,7 @@ func formatStack(frames []event.Frame, files map[event.MappingID]string) string 
 // allocStacks reads a trace and returns, in order, the stacks of pid's
 // allocations (segment layer, not nested in another call), and the files of
 // the trace's mappings.
-func allocStacks(tb testing.TB, path string, pid uint32) ([][]event.Frame, map[event.MappingID]string) {
+func allocStacksInOrder(tb testing.TB, path string, pid uint32) ([][]event.Frame, map[event.MappingID]string) {
 	tb.Helper()
 	f, err := os.Open(path)
 	require.NoError(tb, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/vramprof/vramprof/probes/event"
@@ -34,8 +35,9 @@ const stackRefTagBits = 7
 // then it starts over). It assumes that a code object's address is not
 // reused for another code object while the process is traced; CPython
 // frees code objects only when their functions die, which long-lived
-// allocation sites rarely do. Must be Closed. Safe for a single goroutine.
+// allocation sites rarely do. Must be Closed. Safe for concurrent use.
 type Resolver struct {
+	mu     sync.Mutex // guards everything below
 	pid    int
 	in     *Interpreter
 	mem    *os.File
@@ -74,6 +76,8 @@ func (r *Resolver) Fork(child int) *Resolver {
 
 // Close releases the process's memory file.
 func (r *Resolver) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.mem == nil {
 		return nil
 	}
@@ -91,10 +95,10 @@ func (r *Resolver) Close() error {
 // object could not be read or is not one: then f is a placeholder whose
 // Function is "<python code 0x...>", never a wrong name.
 func (r *Resolver) Frame(code, instr uint64) (f event.Frame, ok bool) {
-	if r.in.Version.AtLeast(3, 14) {
-		code &^= stackRefTagBits
-	}
+	code = r.untag(code)
+	r.mu.Lock()
 	ci := r.code(code)
+	r.mu.Unlock()
 	if ci == nil {
 		return event.Frame{Addr: code, Function: fmt.Sprintf("<python code %#x>", code)}, false
 	}
@@ -103,6 +107,27 @@ func (r *Resolver) Frame(code, instr uint64) (f event.Frame, ok bool) {
 		f.Line = int64(line)
 	}
 	return f, true
+}
+
+// Prefetch reads the code objects at the addresses given (as Frame takes
+// them) into the cache now, while the process lives, so that a later
+// Frame needs no read.
+func (r *Resolver) Prefetch(codes []uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range codes {
+		if c != 0 {
+			r.code(r.untag(c))
+		}
+	}
+}
+
+// untag masks a 3.14 _PyStackRef's tag bits off a code object pointer.
+func (r *Resolver) untag(code uint64) uint64 {
+	if r.in.Version.AtLeast(3, 14) {
+		code &^= stackRefTagBits
+	}
+	return code
 }
 
 // line computes the line as PyFrame_GetLineNumber does for the version:
@@ -148,7 +173,9 @@ func (r *Resolver) code(addr uint64) *codeInfo {
 			// code object the parent made there: a wrong name possible
 			// only for a child gone before its stacks were read.
 			if _, gone := r.read(r.in.RuntimeAddr, 8); gone != nil {
+				r.parent.mu.Lock()
 				ci = r.parent.code(addr)
+				r.parent.mu.Unlock()
 			}
 		}
 	}

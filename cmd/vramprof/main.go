@@ -23,7 +23,7 @@ const usage = `usage: vramprof <command> [flags]
                                              launch CMD and trace it from its first CUDA call
   attach  (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q]
                                              trace a running process (or every CUDA process)
-  report  INPUT [-o DIR] [--format text|md|json|html|snapshot]
+  report  INPUT [-o DIR] [--format text|md|json|html|snapshot [--pid PID]]
                                              re-analyse a recording or a PyTorch snapshot (no root needed)
   check   [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT]
           [--write-baseline FILE] [--junit FILE] [-o DIR] (-- CMD [ARGS...] | INPUT)
@@ -86,7 +86,7 @@ func dispatch(ctx context.Context, cmd string, args []string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		return 0, reportCmd(o, os.Stdout)
+		return 0, reportCmd(o, os.Stdout, os.Stderr)
 	case "check":
 		o, err := parseCheck(args)
 		if err != nil {

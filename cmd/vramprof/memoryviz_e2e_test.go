@@ -22,14 +22,16 @@ package main
 // segment view replays the trace backwards from the final state and, at
 // every event, places each live block in the live segment holding its
 // address (a block in none throws), so the trace must be consistent with
-// the segments. This test decodes the export the way MemoryViz does and
+// the segments, and the segments, one process's, must never overlap. This test decodes the export the way MemoryViz does and
 // checks all of that. MemoryViz's own code is not vendored.
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -37,7 +39,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/scenario"
+	pysnapshot "github.com/vramprof/vramprof/probes/snapshot"
 )
 
 // mvUnpickle decodes data with the opcodes MemoryViz.js's unpickle
@@ -297,6 +301,15 @@ func checkMemoryViz(t *testing.T, data []byte) {
 			blocksNow[k] = v
 		}
 		check := func(idx int) {
+			// One process's segments never overlap: segments of several
+			// processes at one address would draw each other's blocks.
+			byAddr := slices.SortedFunc(slices.Values(segsNow), func(a, b mvSeg) int { return cmp.Compare(a.addr, b.addr) })
+			for j := 1; j < len(byAddr); j++ {
+				if !assert.True(t, byAddr[j-1].addr+byAddr[j-1].size <= byAddr[j].addr,
+					"device %d at event %d: segments %#x and %#x overlap", dev, idx, byAddr[j-1].addr, byAddr[j].addr) {
+					return
+				}
+			}
 			for _, b := range blocksNow {
 				in := false
 				for _, s := range segsNow {
@@ -331,8 +344,9 @@ func checkMemoryViz(t *testing.T, data []byte) {
 }
 
 // TestSnapshotMemoryViz exports traces of scenarios with and without a
-// block layer, and a PyTorch snapshot re-exported, and reads each the way
-// MemoryViz does.
+// block layer, a hand-built attach with blocks of a segment allocated
+// before tracing began, and a PyTorch snapshot re-exported, and reads each
+// the way MemoryViz does.
 func TestSnapshotMemoryViz(t *testing.T) {
 	trace := func(t *testing.T, name string) string {
 		dir, _, r := runScenario(t, name)
@@ -341,15 +355,18 @@ func TestSnapshotMemoryViz(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
+		root  bool // it records a scenario
 		input func(t *testing.T) string
+		check func(t *testing.T, data []byte, stderr string)
 	}{
-		{"pool_steady", func(t *testing.T) string { return trace(t, "pool_steady") }},
-		{"pool_retry", func(t *testing.T) string { return trace(t, "pool_retry") }},
-		{"four_devices", func(t *testing.T) string { return trace(t, "four_devices") }},
-		{"pytorch_fixture", func(*testing.T) string { return snapshotFixture }},
+		{name: "pool_steady", root: true, input: func(t *testing.T) string { return trace(t, "pool_steady") }},
+		{name: "pool_retry", root: true, input: func(t *testing.T) string { return trace(t, "pool_retry") }},
+		{name: "four_devices", root: true, input: func(t *testing.T) string { return trace(t, "four_devices") }},
+		{name: "untraced_segment", input: writeUntracedSegmentTrace, check: checkUntracedSegment},
+		{name: "pytorch_fixture", input: func(*testing.T) string { return snapshotFixture }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name != "pytorch_fixture" {
+			if tc.root {
 				scenario.RequirePrivilege(t)
 			}
 			r := vramprof(t, execOpts{}, "report", tc.input(t), "--format", "snapshot")
@@ -357,6 +374,106 @@ func TestSnapshotMemoryViz(t *testing.T) {
 			data := []byte(r.stdout)
 			require.True(t, bytes.HasPrefix(data, []byte{0x80, 2}), "a protocol 2 pickle")
 			checkMemoryViz(t, data)
+			if tc.check != nil {
+				tc.check(t, data, r.stderr)
+			}
 		})
 	}
+}
+
+// An attach mid-run, by hand: segment old was allocated before the trace
+// began (its cudaMalloc never seen), and the allocator keeps handing out
+// blocks inside it; then a traced segment with blocks, and a traced
+// segment allocated, used and freed.
+const (
+	untracedSeg = 0x7f0000000000 // 16 MiB, never traced
+	tracedSeg   = 0x7f1000000000 // 20 MiB, live at the end
+	freedSeg    = 0x7f2000000000 // 2 MiB, freed in the trace
+)
+
+func writeUntracedSegmentTrace(t *testing.T) string {
+	const pid = 4242
+	seg := func(tm uint64, kind event.Kind, addr, size uint64) *event.Event {
+		return &event.Event{Time: tm, PID: pid, TID: pid, Addr: addr, Size: size, Kind: kind,
+			Layer: event.LayerSegment, API: map[event.Kind]event.API{event.KindAlloc: event.APICudaMalloc, event.KindFree: event.APICudaFree}[kind]}
+	}
+	block := func(tm uint64, kind event.Kind, addr, size uint64) *event.Event {
+		return &event.Event{Time: tm, PID: pid, TID: pid, Addr: addr, Size: size, Kind: kind,
+			Layer: event.LayerBlock, API: map[event.Kind]event.API{event.KindAlloc: event.APIPyTorchMalloc, event.KindFree: event.APIPyTorchFree}[kind]}
+	}
+	const ms = 1_000_000
+	recs := []event.Record{
+		&event.Process{PID: pid, Command: []string{"python", "train.py"}, Time: 1 * ms},
+		block(2*ms, event.KindAlloc, untracedSeg, mib),
+		block(3*ms, event.KindAlloc, untracedSeg+mib, 2*mib),
+		block(4*ms, event.KindFree, untracedSeg, 0),
+		seg(5*ms, event.KindAlloc, tracedSeg, 20*mib),
+		block(6*ms, event.KindAlloc, tracedSeg, 4*mib),
+		block(7*ms, event.KindAlloc, tracedSeg+4*mib, mib),
+		block(8*ms, event.KindFree, tracedSeg, 0),
+		block(9*ms, event.KindFree, untracedSeg+mib, 0),
+		block(10*ms, event.KindAlloc, untracedSeg, mib/2), // live at the end, in no traced segment
+		block(11*ms, event.KindAlloc, tracedSeg, 2*mib),
+		seg(12*ms, event.KindAlloc, freedSeg, 2*mib),
+		block(13*ms, event.KindAlloc, freedSeg, mib),
+		block(14*ms, event.KindFree, freedSeg, 0),
+		seg(15*ms, event.KindFree, freedSeg, 0),
+		&event.End{Time: 16 * ms, Reason: "duration"},
+	}
+	path := filepath.Join(t.TempDir(), "trace.vpt")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	w, err := event.NewWriter(f, &event.Header{Version: event.Version, Tool: "vramprof test", Mode: "attach", PID: pid, Command: []string{"python", "train.py"}})
+	require.NoError(t, err)
+	for _, r := range recs {
+		require.NoError(t, w.Write(r))
+	}
+	require.NoError(t, w.Close())
+	return path
+}
+
+// checkUntracedSegment: nothing of the untraced segment is exported; the
+// traced segments are, with their blocks.
+func checkUntracedSegment(t *testing.T, data []byte, stderr string) {
+	assert.Contains(t, stderr, "leaves out 3 block allocations of pid 4242", "the blocks at 2, 3 and 10 ms")
+	s, err := pysnapshot.Decode(bytes.NewReader(data))
+	require.NoError(t, err)
+	require.Len(t, s.DeviceTraces, 1)
+	type act struct {
+		action     string
+		addr, size uint64
+	}
+	var got []act
+	for _, e := range s.DeviceTraces[0] {
+		got = append(got, act{e.Action, e.Addr, e.Size})
+	}
+	assert.Equal(t, []act{
+		{"segment_alloc", tracedSeg, 20 * mib},
+		{"alloc", tracedSeg, 4 * mib},
+		{"alloc", tracedSeg + 4*mib, mib},
+		{"free_requested", tracedSeg, 4 * mib}, {"free_completed", tracedSeg, 4 * mib},
+		{"alloc", tracedSeg, 2 * mib},
+		{"segment_alloc", freedSeg, 2 * mib},
+		{"alloc", freedSeg, mib},
+		{"free_requested", freedSeg, mib}, {"free_completed", freedSeg, mib},
+		{"segment_free", freedSeg, 2 * mib},
+	}, got, "the trace: the traced segments' entries only")
+	require.Len(t, s.Segments, 1)
+	g := s.Segments[0]
+	assert.Equal(t, [2]uint64{tracedSeg, 20 * mib}, [2]uint64{g.Address, g.TotalSize})
+	type blk struct {
+		addr, size uint64
+		state      string
+	}
+	var blocks []blk
+	for _, b := range g.Blocks {
+		blocks = append(blocks, blk{b.Address, b.Size, b.State})
+	}
+	assert.Equal(t, []blk{
+		{tracedSeg, 2 * mib, pysnapshot.StateActiveAllocated},
+		{tracedSeg + 2*mib, 2 * mib, pysnapshot.StateInactive},
+		{tracedSeg + 4*mib, mib, pysnapshot.StateActiveAllocated},
+		{tracedSeg + 5*mib, 15 * mib, pysnapshot.StateInactive},
+	}, blocks, "the traced segment's blocks at the end")
 }

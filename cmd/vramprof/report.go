@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/vramprof/vramprof/analysis"
+	pysnapshot "github.com/vramprof/vramprof/probes/snapshot"
 	"github.com/vramprof/vramprof/report"
 )
 
@@ -17,15 +19,26 @@ type reportOptions struct {
 	out      string
 	format   string
 	capacity uint64
+	// pid is the process --format snapshot exports, when pidSet.
+	pid    uint32
+	pidSet bool
 }
 
 func parseReport(args []string) (*reportOptions, error) {
-	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json|html|snapshot]   (INPUT: an output DIR, a .vpt trace or a PyTorch snapshot .pickle)"
+	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json|html|snapshot [--pid PID]]   (INPUT: an output DIR, a .vpt trace or a PyTorch snapshot .pickle)"
 	fs := newFlagSet("report")
 	o := &reportOptions{}
 	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md, report.html) into DIR")
 	capacityFlag(fs, &o.capacity)
 	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json, html, or snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/"+snapshotFile+" instead)")
+	fs.Func("pid", "with --format snapshot: the process to export (default: the recorded process, else the highest segment peak)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("want a process ID, got %q", v)
+		}
+		o.pid, o.pidSet = uint32(n), true
+		return nil
+	})
 	positional, err := parseInterleaved(fs, usage, args)
 	if err != nil {
 		return nil, err
@@ -39,16 +52,32 @@ func parseReport(args []string) (*reportOptions, error) {
 	default:
 		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html or snapshot", o.format))
 	}
+	if o.pidSet && o.format != "snapshot" {
+		return nil, usageError(errors.New("report: --pid chooses the process of --format snapshot; the other formats cover every process"))
+	}
 	return o, nil
 }
 
-// reportCmd re-analyses a recorded trace. It needs no privileges.
-func reportCmd(o *reportOptions, stdout io.Writer) error {
+// reportCmd re-analyses a recorded trace. It needs no privileges. Notes
+// (which process a snapshot holds) go to stderr.
+func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 	tracePath := o.input
 	if st, err := os.Stat(tracePath); err != nil {
 		return fmt.Errorf("%w: %s: %w", errInput, o.input, err)
 	} else if st.IsDir() {
 		tracePath = filepath.Join(tracePath, traceFile)
+	}
+	// The snapshot first: a --pid without events fails before any output
+	// is written.
+	var snap *pysnapshot.Snapshot
+	if o.format == "snapshot" {
+		if o.pidSet && isSnapshot(tracePath) {
+			return usageError(fmt.Errorf("report: --pid chooses a process of a recording; %s is a PyTorch snapshot, which holds one", o.input))
+		}
+		var err error
+		if snap, err = exportSnapshot(tracePath, o.pid, o.pidSet, stderr); err != nil && !errors.Is(err, errTruncatedTrace) {
+			return err
+		}
 	}
 	res, err := analyze(tracePath, analysis.Options{Capacity: o.capacity})
 	truncated := errors.Is(err, errTruncatedTrace)
@@ -63,23 +92,20 @@ func reportCmd(o *reportOptions, stdout io.Writer) error {
 			return err
 		}
 	}
-	if o.format == "snapshot" {
+	if snap != nil {
 		if o.out == "" {
-			if serr := writeSnapshot(stdout, tracePath); serr != nil && !errors.Is(serr, errTruncatedTrace) {
+			if serr := pysnapshot.Encode(stdout, snap); serr != nil {
 				return serr
 			}
 			return err
 		}
 		serr := writeFileAtomic(filepath.Join(o.out, snapshotFile), func(w io.Writer) error {
-			if err := writeSnapshot(w, tracePath); err != nil && !errors.Is(err, errTruncatedTrace) {
-				return err
-			}
-			return nil
+			return pysnapshot.Encode(w, snap)
 		})
 		if serr != nil {
 			return serr
 		}
-		return err
+		return err // errTruncatedTrace, after writing what the trace holds
 	}
 	writers := map[string]func(io.Writer, *analysis.Result) error{
 		"text": report.WriteSummary,

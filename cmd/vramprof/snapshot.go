@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -100,17 +102,104 @@ func analyzeSnapshot(path string, opts analysis.Options) (*analysis.Result, erro
 	return a.Finish(), nil
 }
 
-// writeSnapshot exports the trace or snapshot at path as a PyTorch memory
-// snapshot pickle to w. A trace cut short is exported up to the cut, and
-// the error matching errTruncatedTrace is returned after.
-func writeSnapshot(w io.Writer, path string) error {
+// exportSnapshot replays the trace or snapshot at path and returns the
+// PyTorch snapshot of one process: pid when pidSet, else the default one
+// (pysnapshot.Exporter.Default: the recorded process, else the highest
+// segment peak). A pid without device events is a usage error naming those
+// that have some. When other processes have events, one line on note says
+// which was exported; another says how many blocks were left out for lying
+// in segments allocated before tracing began, if any. A trace cut short is exported up to the cut, and the
+// error matching errTruncatedTrace is returned with the snapshot.
+func exportSnapshot(path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
 	x := pysnapshot.NewExporter()
 	err := replay(path, x.Add)
 	if err != nil && !errors.Is(err, errTruncatedTrace) {
-		return err
+		return nil, err
 	}
-	if werr := pysnapshot.Encode(w, x.Snapshot()); werr != nil {
-		return werr
+	procs := x.Processes()
+	chosen, ok := x.Default()
+	why := "the recorded process"
+	if !chosen.Root {
+		why = "the highest segment peak"
 	}
-	return err
+	if pidSet {
+		i := slices.IndexFunc(procs, func(p pysnapshot.Process) bool { return p.PID == pid })
+		if i < 0 {
+			if len(procs) == 0 {
+				return nil, usageError(fmt.Errorf("report: --pid %d: no process has device events in %s", pid, path))
+			}
+			return nil, usageError(fmt.Errorf("report: --pid %d has no device events in %s; processes with device events: %s",
+				pid, path, pidList(procs, nil)))
+		}
+		chosen, ok, why = procs[i], true, "as --pid asked"
+	}
+	s := x.Snapshot()
+	if pidSet {
+		var serr error
+		if s, serr = x.SnapshotOf(pid); serr != nil {
+			return nil, serr // not reached: pid is one of procs
+		}
+	}
+	if ok {
+		if line := snapshotNote(procs, chosen, why, !pidSet); line != "" {
+			fmt.Fprintln(note, line)
+		}
+		if n := chosen.UntracedBlocks; n > 0 {
+			fmt.Fprintf(note, "vramprof: the snapshot leaves out %d block allocations of pid %d inside segments allocated before tracing began (the viewer draws blocks in known segments only; the reports count them)\n",
+				n, chosen.PID)
+		}
+	}
+	return s, err
+}
+
+// snapshotNote is the line saying which process a snapshot holds when the
+// recording has others with events; "" when it has none.
+func snapshotNote(procs []pysnapshot.Process, chosen pysnapshot.Process, why string, hint bool) string {
+	instances := 0
+	for _, p := range procs {
+		if p.PID == chosen.PID {
+			instances++
+		}
+	}
+	others := pidList(procs, &chosen.PID)
+	if others == "" && instances < 2 {
+		return ""
+	}
+	name := ""
+	if len(chosen.Command) > 0 {
+		name = " (" + filepath.Base(chosen.Command[0]) + ")"
+	}
+	line := fmt.Sprintf("vramprof: snapshot of pid %d%s, %s", chosen.PID, name, why)
+	if instances > 1 {
+		line += fmt.Sprintf("; pid %d was %d processes with device events (a reused PID or an exec), this is number %d",
+			chosen.PID, instances, chosen.Instance+1)
+	}
+	if others != "" {
+		line += "; other processes with device events: " + others
+		if hint {
+			line += " (choose one with --pid)"
+		}
+	}
+	return line
+}
+
+// maxListedPIDs caps the PIDs one line names: attach --all can record
+// hundreds.
+const maxListedPIDs = 16
+
+// pidList names the distinct PIDs of procs, except *skip when given.
+func pidList(procs []pysnapshot.Process, skip *uint32) string {
+	var pids []string
+	seen := map[uint32]bool{}
+	for _, p := range procs {
+		if seen[p.PID] || skip != nil && p.PID == *skip {
+			continue
+		}
+		seen[p.PID] = true
+		pids = append(pids, strconv.FormatUint(uint64(p.PID), 10))
+	}
+	if n := len(pids); n > maxListedPIDs {
+		pids = append(pids[:maxListedPIDs], fmt.Sprintf("and %d more", n-maxListedPIDs))
+	}
+	return strings.Join(pids, ", ")
 }

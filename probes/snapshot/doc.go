@@ -35,6 +35,7 @@
 // Read turns a snapshot into the event stream every vramprof source
 // produces (see Snapshot.Records for the mapping), so `vramprof report
 // snapshot.pickle` runs the same analysis as a recorded trace. Exporter goes
-// the other way: fed a trace's records, it builds a Snapshot that Encode
-// writes as a protocol 2 pickle.
+// the other way: fed a trace's records, it builds the Snapshot of one
+// process (a snapshot is one allocator's; the recording's root process by
+// default) that Encode writes as a protocol 2 pickle.
 package snapshot

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,31 +15,96 @@ import (
 // segments up to it are "small", larger ones "large".
 const smallSegment = 2 << 20
 
+// ErrNoProcess is returned by Exporter.SnapshotOf for a PID with no event
+// to export.
+var ErrNoProcess = errors.New("no device events of that process")
+
 // Exporter builds a Snapshot from an event stream: feed it every record of a
-// trace with Add, in order, then call Snapshot. It is not safe for
-// concurrent use.
+// trace with Add, in order, then call Snapshot or SnapshotOf. It is not
+// safe for concurrent use.
+//
+// A PyTorch snapshot is one process's allocator, so a snapshot holds one
+// process instance: addresses of different processes are different memory
+// even when equal (forked workers get the same ones), and MemoryViz would
+// replay one's segment_alloc over another's live segment. An instance is a
+// PID from its Process record (or its first event) until a later Process
+// record of the same PID once it had events: an exec, or another process
+// given the PID, whose memory starts afresh either way (as the analysis
+// tells instances apart, see analysis/instances.go). Processes lists them;
+// Snapshot exports the default one (see Default), SnapshotOf a chosen PID.
 //
 // What it exports: device memory allocations and frees at the segment layer
 // (not nested calls, not pinned host memory, not the VMM API) as
 // segment_alloc/segment_free, and the block layer as alloc, then
 // free_requested and free_completed together; a failed block allocation as
 // "oom". Segments live at the end become the snapshot's segments, tiled by
-// their live blocks and "inactive" blocks for the gaps; a live block inside
-// no live segment appears in the traces only. A stream without any
-// block-layer event (no PyTorch pool traced) exports each segment as one
-// block as well, so the viewer's allocation views show the CUDA calls, and
-// its failed segment allocations as "oom". Events of device DeviceUnknown go
-// to device 0; every process of the stream goes into one snapshot.
+// their live blocks and "inactive" blocks for the gaps. A process without
+// any block-layer event (no PyTorch pool traced) exports each segment as
+// one block as well, so the viewer's allocation views show the CUDA calls,
+// and its failed segment allocations as "oom". Events of device
+// DeviceUnknown go to device 0.
+//
+// MemoryViz's segment view places every live block inside a live segment
+// at every event, and throws when one lies in none, so a block is exported
+// only when a traced segment of its process holds its address when it is
+// allocated. The blocks of a segment allocated before tracing began
+// (vramprof attached mid-run) are therefore left out, trace entries and
+// final state alike: that segment's extent is unknown, and a synthesized
+// one would show memory the trace never saw. Process.UntracedBlocks counts
+// them; the analysis (report.json, the profile) still counts their bytes.
+// A block still live when its segment is freed (lost events) is dropped
+// from then on, its later free too, for the same reason.
 type Exporter struct {
-	stacks   map[event.StackID][]Frame
-	entries  []entry
-	segs     map[liveKey]*liveAlloc
-	blocks   map[liveKey]*liveAlloc
-	sawBlock bool
+	stacks  map[event.StackID][]Frame
+	procs   []*proc          // instances, in order of appearance
+	current map[uint32]*proc // each PID's current instance
+	// rootPID is the recording's root process: Header.PID, or in run mode
+	// (whose Header is written before the command has a PID) the first
+	// Process record's. Valid when hasRoot.
+	rootPID uint32
+	hasRoot bool
+	runMode bool
 }
 
-type liveKey struct {
-	pid    uint32
+// Process is one process instance with events to export.
+type Process struct {
+	PID     uint32
+	Command []string // from its Process record; nil when none came
+	// Start is the Process record's Time, or the first event's when no
+	// record described the instance (ns, CLOCK_MONOTONIC).
+	Start uint64
+	// Instance numbers the instances of one PID with events, from 0 in
+	// stream order: more than one means the PID was reused or exec'd.
+	Instance int
+	// Root says it is the recording's root process (the command run, the
+	// PID attached to).
+	Root bool
+	// PeakBytes is the most segment-layer bytes it had live at once.
+	PeakBytes uint64
+	// UntracedBlocks counts block allocations left out because no traced
+	// segment held them (see Exporter).
+	UntracedBlocks uint64
+}
+
+// proc is one process instance's export state.
+type proc struct {
+	pid     uint32
+	command []string
+	start   uint64
+	entries []entry
+	segs    map[devAddr]*liveAlloc
+	blocks  map[devAddr]*liveAlloc
+	// ranges are the live segments of each device sorted by address, to
+	// find the one holding a block.
+	ranges   map[int32][]devAddr
+	sawBlock bool
+	active   bool   // it had an event
+	live     uint64 // segment-layer bytes live
+	peak     uint64
+	untraced uint64
+}
+
+type devAddr struct {
 	device int32
 	addr   uint64
 }
@@ -46,6 +112,10 @@ type liveKey struct {
 type liveAlloc struct {
 	size, stream uint64
 	frames       []Frame
+	// seg is the address of a block's segment; blocks counts a segment's
+	// live blocks.
+	seg    uint64
+	blocks int
 }
 
 // entry is a trace entry and the layer it came from.
@@ -58,12 +128,25 @@ type entry struct {
 
 // NewExporter returns an empty Exporter.
 func NewExporter() *Exporter {
-	return &Exporter{stacks: map[event.StackID][]Frame{}, segs: map[liveKey]*liveAlloc{}, blocks: map[liveKey]*liveAlloc{}}
+	return &Exporter{stacks: map[event.StackID][]Frame{}, current: map[uint32]*proc{}}
 }
 
-// Add consumes one record. Records other than Stack and Event are ignored.
+// Add consumes one record. Records other than Header, Process, Stack and
+// Event are ignored.
 func (x *Exporter) Add(rec event.Record) error {
 	switch r := rec.(type) {
+	case *event.Header:
+		if r == nil {
+			return nil
+		}
+		x.runMode = r.Mode == "run"
+		if r.PID != 0 {
+			x.rootPID, x.hasRoot = r.PID, true
+		}
+	case *event.Process:
+		if r != nil {
+			x.process(r)
+		}
 	case *event.Stack:
 		if r == nil {
 			return nil
@@ -89,10 +172,40 @@ func (x *Exporter) Add(rec event.Record) error {
 	return nil
 }
 
+// process applies a Process record: it starts the PID's next instance,
+// unless the current one has no event yet, which it then describes (a
+// fork child that execs before using CUDA is one process).
+func (x *Exporter) process(r *event.Process) {
+	if !x.hasRoot && x.runMode {
+		x.rootPID, x.hasRoot = r.PID, true
+	}
+	p := x.current[r.PID]
+	if p == nil || p.active {
+		p = x.newProc(r.PID, r.Time)
+	}
+	p.command = slices.Clone(r.Command)
+	if r.Time != 0 {
+		p.start = r.Time
+	}
+}
+
+func (x *Exporter) newProc(pid uint32, start uint64) *proc {
+	p := &proc{pid: pid, start: start, segs: map[devAddr]*liveAlloc{}, blocks: map[devAddr]*liveAlloc{},
+		ranges: map[int32][]devAddr{}}
+	x.procs = append(x.procs, p)
+	x.current[pid] = p
+	return p
+}
+
 func (x *Exporter) event(e *event.Event) {
+	p := x.current[e.PID]
+	if p == nil {
+		p = x.newProc(e.PID, e.Time) // no Process record came first
+	}
+	p.active = true
 	dev := max(e.Device, 0)
 	te := TraceEntry{Size: e.Size, Stream: e.Stream, TimeUS: int64(e.Time / 1000), HasTime: true, Frames: x.stacks[e.Stack]}
-	k := liveKey{e.PID, dev, e.Addr}
+	k := devAddr{dev, e.Addr}
 	switch layer := e.Layer; {
 	case layer == event.LayerSegment || layer == event.LayerUnknown:
 		if e.Flags&event.FlagNested != 0 {
@@ -102,72 +215,216 @@ func (x *Exporter) event(e *event.Event) {
 		case event.KindAlloc:
 			if !e.OK() {
 				te.Action = ActionOOM
-				x.entries = append(x.entries, entry{device: dev, te: te, segment: true, failed: true})
+				p.entries = append(p.entries, entry{device: dev, te: te, segment: true, failed: true})
 				return
 			}
 			if e.Addr == 0 || e.Size == 0 {
 				return
 			}
 			te.Action, te.Addr = ActionSegmentAlloc, e.Addr
-			x.segs[k] = &liveAlloc{size: e.Size, stream: e.Stream, frames: te.Frames}
+			if _, ok := p.segs[k]; ok {
+				p.segmentGone(k) // its free was lost
+			}
+			p.segs[k] = &liveAlloc{size: e.Size, stream: e.Stream, frames: te.Frames}
+			r := p.ranges[dev]
+			i, _ := slices.BinarySearchFunc(r, k, cmpAddr)
+			p.ranges[dev] = slices.Insert(r, i, k)
+			p.live += e.Size
+			p.peak = max(p.peak, p.live)
 		case event.KindFree:
-			a, ok := x.segs[k]
+			a, ok := p.segs[k]
 			if !ok || !e.OK() {
 				return // freeing what was never seen allocated: nothing to show
 			}
-			delete(x.segs, k)
+			p.segmentGone(k)
 			te.Action, te.Addr, te.Size = ActionSegmentFree, e.Addr, a.size
 		default:
 			return
 		}
-		x.entries = append(x.entries, entry{device: dev, te: te, segment: true})
+		p.entries = append(p.entries, entry{device: dev, te: te, segment: true})
 	case layer == event.LayerBlock:
-		x.sawBlock = true
+		p.sawBlock = true
 		switch e.Kind {
 		case event.KindAlloc:
 			if !e.OK() {
 				te.Action, te.DeviceFree = ActionOOM, 0
-				x.entries = append(x.entries, entry{device: dev, te: te})
+				p.entries = append(p.entries, entry{device: dev, te: te})
 				return
 			}
 			if e.Addr == 0 || e.Size == 0 {
 				return
 			}
-			te.Action, te.Addr = ActionAlloc, e.Addr
-			x.blocks[k] = &liveAlloc{size: e.Size, stream: e.Stream, frames: te.Frames}
-			x.entries = append(x.entries, entry{device: dev, te: te})
-		case event.KindFree:
-			a, ok := x.blocks[k]
-			if !ok || !e.OK() {
+			seg, ok := p.segmentOf(k)
+			if !ok {
+				p.untraced++
 				return
 			}
-			delete(x.blocks, k)
+			if old, ok := p.blocks[k]; ok {
+				p.release(dev, old) // its free was lost
+			}
+			p.segs[seg].blocks++
+			te.Action, te.Addr = ActionAlloc, e.Addr
+			p.blocks[k] = &liveAlloc{size: e.Size, stream: e.Stream, frames: te.Frames, seg: seg.addr}
+			p.entries = append(p.entries, entry{device: dev, te: te})
+		case event.KindFree:
+			a, ok := p.blocks[k]
+			if !ok || !e.OK() {
+				return // an untraced block, or one never seen allocated
+			}
+			delete(p.blocks, k)
+			p.release(dev, a)
 			te.Addr, te.Size, te.Stream = e.Addr, a.size, a.stream
 			te.Action = ActionFreeRequested
-			x.entries = append(x.entries, entry{device: dev, te: te})
+			p.entries = append(p.entries, entry{device: dev, te: te})
 			te.Action = ActionFreeCompleted
-			x.entries = append(x.entries, entry{device: dev, te: te})
+			p.entries = append(p.entries, entry{device: dev, te: te})
 		}
 	}
 }
 
-// Snapshot returns what the records added so far describe. The Exporter
-// stays usable.
+func cmpAddr(a, b devAddr) int { return cmp.Compare(a.addr, b.addr) }
+
+// segmentOf returns the live segment holding block k's address.
+func (p *proc) segmentOf(k devAddr) (devAddr, bool) {
+	r := p.ranges[k.device]
+	i, found := slices.BinarySearchFunc(r, k, cmpAddr)
+	if found {
+		return r[i], true
+	}
+	if i == 0 {
+		return devAddr{}, false
+	}
+	s := r[i-1] // the last segment starting below the block
+	return s, k.addr < s.addr+p.segs[s].size
+}
+
+// release takes block b out of its segment's count of live blocks.
+func (p *proc) release(dev int32, b *liveAlloc) {
+	if s := p.segs[devAddr{dev, b.seg}]; s != nil {
+		s.blocks--
+	}
+}
+
+// segmentGone forgets the live segment k and any block still live in it.
+func (p *proc) segmentGone(k devAddr) {
+	a := p.segs[k]
+	if a.blocks > 0 {
+		// Rare (lost events): a walk is affordable.
+		for bk, b := range p.blocks {
+			if bk.device == k.device && b.seg == k.addr {
+				delete(p.blocks, bk)
+			}
+		}
+	}
+	delete(p.segs, k)
+	r := p.ranges[k.device]
+	if i, ok := slices.BinarySearchFunc(r, k, cmpAddr); ok {
+		p.ranges[k.device] = slices.Delete(r, i, i+1)
+	}
+	p.live -= a.size
+}
+
+// Processes returns the process instances with anything to export, in the
+// order they appeared in the stream.
+func (x *Exporter) Processes() []Process {
+	var out []Process
+	seen := map[uint32]int{}
+	for _, p := range x.procs {
+		if len(p.entries) == 0 {
+			continue
+		}
+		out = append(out, Process{PID: p.pid, Command: p.command, Start: p.start, Instance: seen[p.pid],
+			Root:      x.hasRoot && p.pid == x.rootPID && x.firstOf(p),
+			PeakBytes: p.peak, UntracedBlocks: p.untraced})
+		seen[p.pid]++
+	}
+	return out
+}
+
+// firstOf reports whether p is its PID's first instance, events or not:
+// the root is the first process of the root PID.
+func (x *Exporter) firstOf(p *proc) bool {
+	for _, q := range x.procs {
+		if q.pid == p.pid {
+			return q == p
+		}
+	}
+	return false
+}
+
+// Default returns the process Snapshot exports: the recording's root
+// process when it has events to export, else the one with the highest
+// segment-layer peak (the first of equals); false when no process has any.
+func (x *Exporter) Default() (Process, bool) {
+	ps := x.Processes()
+	if len(ps) == 0 {
+		return Process{}, false
+	}
+	best := 0
+	for i, p := range ps {
+		if p.Root {
+			return p, true
+		}
+		if p.PeakBytes > ps[best].PeakBytes {
+			best = i
+		}
+	}
+	return ps[best], true
+}
+
+// Snapshot returns what the records added so far describe of the default
+// process (see Default); an empty snapshot when no process has events. The
+// Exporter stays usable.
 func (x *Exporter) Snapshot() *Snapshot {
+	d, ok := x.Default()
+	if !ok {
+		return (&proc{}).snapshot()
+	}
+	return x.instance(d).snapshot()
+}
+
+// SnapshotOf is Snapshot for the first instance of pid with events (a
+// reused PID's later processes are not reachable this way). It returns an
+// error matching ErrNoProcess when pid has none.
+func (x *Exporter) SnapshotOf(pid uint32) (*Snapshot, error) {
+	for _, p := range x.procs {
+		if p.pid == pid && len(p.entries) > 0 {
+			return p.snapshot(), nil
+		}
+	}
+	return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+}
+
+// instance returns the proc Processes described as d.
+func (x *Exporter) instance(d Process) *proc {
+	n := 0
+	for _, p := range x.procs {
+		if p.pid != d.PID || len(p.entries) == 0 {
+			continue
+		}
+		if n == d.Instance {
+			return p
+		}
+		n++
+	}
+	return &proc{}
+}
+
+func (p *proc) snapshot() *Snapshot {
 	s := &Snapshot{}
 	ndev := int32(1)
-	for _, e := range x.entries {
+	for _, e := range p.entries {
 		ndev = max(ndev, e.device+1)
 	}
-	for k := range x.segs {
+	for k := range p.segs {
 		ndev = max(ndev, k.device+1)
 	}
 	s.DeviceTraces = make([][]TraceEntry, ndev)
 	for i := range s.DeviceTraces {
 		s.DeviceTraces[i] = []TraceEntry{} // an empty trace is a list, never None
 	}
-	mirror := !x.sawBlock
-	for _, e := range x.entries {
+	mirror := !p.sawBlock
+	for _, e := range p.entries {
 		tr := &s.DeviceTraces[e.device]
 		switch {
 		case e.failed:
@@ -187,26 +444,26 @@ func (x *Exporter) Snapshot() *Snapshot {
 		}
 	}
 
-	segKeys := sortedKeys(x.segs)
-	blockKeys := sortedKeys(x.blocks)
+	segKeys := sortedKeys(p.segs)
+	blockKeys := sortedKeys(p.blocks)
 	bi := 0
 	for _, k := range segKeys {
-		a := x.segs[k]
+		a := p.segs[k]
 		seg := Segment{Device: k.device, Address: k.addr, TotalSize: a.size, Stream: a.stream,
 			SegmentType: "large", Frames: a.frames}
 		if a.size <= smallSegment {
 			seg.SegmentType = "small"
 		}
-		var inside []liveKey
-		blockAt := x.blocks
+		var inside []devAddr
+		blockAt := p.blocks
 		if mirror {
-			blockAt = map[liveKey]*liveAlloc{k: a} // the segment is its one block
-			inside = []liveKey{k}
+			blockAt = map[devAddr]*liveAlloc{k: a} // the segment is its one block
+			inside = []devAddr{k}
 		} else {
 			for bi < len(blockKeys) && keyLess(blockKeys[bi], k) {
 				bi++ // a block below this segment: in none
 			}
-			for j := bi; j < len(blockKeys) && blockKeys[j].pid == k.pid && blockKeys[j].device == k.device &&
+			for j := bi; j < len(blockKeys) && blockKeys[j].device == k.device &&
 				blockKeys[j].addr < k.addr+a.size; j++ {
 				inside = append(inside, blockKeys[j])
 			}
@@ -235,22 +492,23 @@ func (x *Exporter) Snapshot() *Snapshot {
 	return s
 }
 
-func keyLess(a, b liveKey) bool {
-	return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.device, b.device), cmp.Compare(a.addr, b.addr)) < 0
+func keyLess(a, b devAddr) bool { return cmpKey(a, b) < 0 }
+
+func cmpKey(a, b devAddr) int {
+	return cmp.Or(cmp.Compare(a.device, b.device), cmp.Compare(a.addr, b.addr))
 }
 
-func sortedKeys(m map[liveKey]*liveAlloc) []liveKey {
-	keys := make([]liveKey, 0, len(m))
+func sortedKeys(m map[devAddr]*liveAlloc) []devAddr {
+	keys := make([]devAddr, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b liveKey) int {
-		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.device, b.device), cmp.Compare(a.addr, b.addr))
-	})
+	slices.SortFunc(keys, cmpKey)
 	return keys
 }
 
-// Write exports recs (a whole trace, in order) as a snapshot pickle to w.
+// Write exports recs (a whole trace, in order) as a snapshot pickle of
+// the default process (see Exporter.Default) to w.
 func Write(w io.Writer, recs []event.Record) error {
 	x := NewExporter()
 	for _, r := range recs {

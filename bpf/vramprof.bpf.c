@@ -244,6 +244,11 @@ struct py_proc {
 };
 
 #define PY_FRAME_READ 128
+/* Bytes read at once below a frame, within its page: 3.11+ push the frames
+ * of Python calls one after the other on the thread's data stack, so a
+ * caller's frame is usually just below its callee's, and one read serves
+ * several frames. */
+#define PY_WINDOW 1024
 
 /*
  * py_codes: a Python stack's code objects, sent on py_new when a process
@@ -253,8 +258,8 @@ struct py_proc {
  */
 struct py_codes {
 	__u32 tgid;
-	__u32 n;
-	__u64 code[MAX_PY_FRAMES];
+	__u32 n;                          /* frames */
+	__u64 pairs[2 * MAX_PY_FRAMES];   /* code, instr: the record's pairs */
 };
 
 
@@ -362,7 +367,10 @@ struct {
 
 /* One frame's bytes, read at once (one helper call per frame). */
 struct py_buf {
-	__u8 b[PY_FRAME_READ + 8];
+	/* The bytes in b: [wbase, wend). Kept here, not in registers, so that
+	 * the verifier does not follow each window's values apart. */
+	__u64 wbase, wend;
+	__u8 b[PY_WINDOW + PY_FRAME_READ + 8];
 };
 
 struct {
@@ -416,9 +424,13 @@ static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
  * the whole allocation probe must stay near the bare uprobe cost.
  * The walk stops at a NULL or unreadable frame, a zero return address, or a
  * frame pointer that does not move up the stack (a corrupt chain).
+ * A global function, like walk_python: the verifier checks its loop once,
+ * not once for each program that calls it (seconds at load time).
  */
-static __always_inline void walk_user_stack(struct pt_regs *ctx, struct record *r)
+__attribute__((noinline)) int walk_user_stack(struct pt_regs *ctx, struct record *r)
 {
+	if (!r)
+		return 0;
 	r->stack[0] = PT_REGS_IP(ctx);
 	__u64 fp = PT_REGS_FP(ctx);
 	__u32 n = 1;
@@ -435,6 +447,7 @@ static __always_inline void walk_user_stack(struct pt_regs *ctx, struct record *
 		fp = frame[0];
 	}
 	r->nframes = n;
+	return 0;
 }
 
 /* The kernel's task fields read here, relocated by CO-RE against the
@@ -456,6 +469,20 @@ static __always_inline __u64 py_read(__u64 addr)
 	if (addr)
 		bpf_probe_read_user(&v, sizeof(v), (void *)addr);
 	return v;
+}
+
+/* py_find_thread returns the thread state in the list from ts whose field
+ * at off is want, 0 when none. A global function (see py_window). */
+__attribute__((noinline)) __u64 py_find_thread(struct py_proc *pp, __u64 ts, __s32 off, __u64 want)
+{
+	if (!pp)
+		return 0;
+	for (int j = 0; j < MAX_PY_THREADS && ts; j++) {
+		if (py_read(ts + off) == want)
+			return ts;
+		ts = py_read(ts + pp->thread_next);
+	}
+	return 0;
 }
 
 /*
@@ -484,42 +511,93 @@ static __always_inline __u64 py_thread_state(struct py_proc *pp, __u64 id)
 
 	__u64 interp = py_read(pp->runtime + pp->interp_head);
 	for (int i = 0; i < MAX_PY_INTERPS && interp; i++) {
-		__u64 ts = py_read(interp + pp->interp_threads);
-		for (int j = 0; j < MAX_PY_THREADS && ts; j++) {
-			if (py_read(ts + off) == want) {
-				bpf_map_update_elem(&py_threads, &id, &ts, BPF_ANY);
-				return ts;
-			}
-			ts = py_read(ts + pp->thread_next);
+		__u64 ts = py_find_thread(pp, py_read(interp + pp->interp_threads), off, want);
+		if (ts) {
+			bpf_map_update_elem(&py_threads, &id, &ts, BPF_ANY);
+			return ts;
 		}
 		interp = py_read(interp + pp->interp_next);
 	}
 	return 0;
 }
 
-/* py_field reads a field of the frame bytes in buf at a layout offset. */
-static __always_inline __u64 py_field(struct py_buf *buf, __s32 off, __s32 size)
+/*
+ * py_window reads into buf the window that ends with the frame at fp (size
+ * bytes), its callers below it, from no lower than the start of its page
+ * (the page below may be unmapped). Non-zero when unreadable. A global
+ * function: the verifier checks it once, not in each iteration of the
+ * frame loop.
+ */
+__attribute__((noinline)) int py_window(struct py_buf *buf, __u64 fp, __u32 size)
 {
-	if (off < 0)
+	if (!buf)
+		return -1;
+	__u64 start = fp + size - PY_WINDOW;
+	__u64 page = fp & ~4095ULL;
+	if (fp + size < PY_WINDOW || start < page)
+		start = page;
+	if (start > fp)
+		start = fp;
+	__u32 len = fp + size - start;
+	len &= 2 * PY_WINDOW - 1;
+	if (len > PY_WINDOW)
+		len = PY_WINDOW;
+	if (bpf_probe_read_user(buf->b, len, (void *)start))
+		return -1;
+	buf->wbase = start;
+	buf->wend = start + len;
+	return 0;
+}
+
+/* py_u64 reads the 8 bytes at byte at + off of buf. */
+static __always_inline __u64 py_u64(struct py_buf *buf, __u32 at, __u32 off)
+{
+	return *(__u64 *)&buf->b[(at & (PY_WINDOW - 1)) + (off & (PY_FRAME_READ - 1))];
+}
+
+/*
+ * py_frame records the frame at fp into r->stack[idx] and [idx + 1] (code,
+ * then instruction with the owner byte on top) and returns the previous
+ * frame; on a failed read it sets REC_F_PY_BROKEN and records nothing. A
+ * global function (see py_window).
+ */
+__attribute__((noinline)) __u64 py_frame(struct py_proc *pp, struct py_buf *buf, struct record *r, __u64 fp, __u32 idx)
+{
+	if (!pp || !buf || !r)
 		return 0;
-	__u64 v = *(__u64 *)&buf->b[off & (PY_FRAME_READ - 1)];
-	if (size == 4)
-		v &= 0xffffffff;
-	else if (size == 1)
-		v &= 0xff;
-	return v;
+	__u32 size = pp->frame_size;
+	if (size > PY_FRAME_READ)
+		size = PY_FRAME_READ;
+	if ((fp < buf->wbase || fp + size > buf->wend) && py_window(buf, fp, size)) {
+		r->flags |= REC_F_PY_BROKEN;
+		return 0;
+	}
+	__u32 at = fp - buf->wbase;
+	__u64 code = py_u64(buf, at, pp->frame_code);
+	__u64 instr = py_u64(buf, at, pp->frame_instr);
+	if (pp->frame_instr_size == 4)
+		instr &= 0xffffffff;
+	instr &= 0x00ffffffffffffffULL;
+	if (pp->frame_owner >= 0)
+		instr |= (py_u64(buf, at, pp->frame_owner) & 0xff) << 56;
+	r->stack[idx & (PY_SLOTS - 1)] = code;
+	r->stack[(idx + 1) & (PY_SLOTS - 1)] = instr;
+	return py_u64(buf, at, pp->frame_previous);
 }
 
 /*
  * walk_python appends the calling thread's Python frames after the native
  * ones (see the contract header) when the process runs a CPython user
- * space has described. Each frame is one read of frame_size bytes; the
- * chain ends at a NULL previous, a failed read (REC_F_PY_BROKEN) or the
+ * space has described. One read serves the frames that lie in the
+ * PY_WINDOW bytes below the one it was made for, in its page; the chain
+ * ends at a NULL previous, a failed read (REC_F_PY_BROKEN) or the
  * depth limit (REC_F_PY_TRUNC). Returns a hash of the code objects, 0 when
  * no Python frame was recorded.
  */
-static __always_inline __u64 walk_python(struct record *r, __u64 id)
+__attribute__((noinline)) __u64 walk_python(struct record *r, __u64 id)
 {
+	if (!r)
+		return 0;
 	__u32 tgid = id >> 32;
 	struct py_proc *pp = bpf_map_lookup_elem(&py_procs, &tgid);
 	if (!pp)
@@ -538,12 +616,11 @@ static __always_inline __u64 walk_python(struct record *r, __u64 id)
 	__u32 base = r->nframes;
 	if (base > MAX_FRAMES)
 		base = MAX_FRAMES;
-	__u32 size = pp->frame_size;
-	if (size > PY_FRAME_READ)
-		size = PY_FRAME_READ;
 	__u32 depth = pp->depth;
 	__u64 hash = 0xcbf29ce484222325ULL;
 	__u32 n = 0;
+	buf->wbase = 0;
+	buf->wend = 0;
 	for (int i = 0; i < MAX_PY_FRAMES; i++) {
 		if (!fp)
 			break;
@@ -551,19 +628,12 @@ static __always_inline __u64 walk_python(struct record *r, __u64 id)
 			r->flags |= REC_F_PY_TRUNC;
 			break;
 		}
-		if (bpf_probe_read_user(buf->b, size, (void *)fp)) {
-			r->flags |= REC_F_PY_BROKEN;
-			break;
-		}
-		__u64 code = py_field(buf, pp->frame_code, 8);
-		__u64 instr = py_field(buf, pp->frame_instr, pp->frame_instr_size) & 0x00ffffffffffffffULL;
-		instr |= py_field(buf, pp->frame_owner, 1) << 56;
 		__u32 idx = base + 2 * i;
-		r->stack[idx & (PY_SLOTS - 1)] = code;
-		r->stack[(idx + 1) & (PY_SLOTS - 1)] = instr;
-		hash = (hash ^ code) * 0x100000001b3ULL;
+		fp = py_frame(pp, buf, r, fp, idx);
+		if (r->flags & REC_F_PY_BROKEN)
+			break;
+		hash = (hash ^ r->stack[idx & (PY_SLOTS - 1)]) * 0x100000001b3ULL;
 		n = i + 1;
-		fp = py_field(buf, pp->frame_previous, 8);
 	}
 	r->npy = n;
 	return n ? hash : 0;
@@ -598,11 +668,14 @@ static __always_inline int py_new_stack(struct record *r, __u64 hash, __u64 id)
 	if (base > MAX_FRAMES)
 		base = MAX_FRAMES;
 	c->tgid = id >> 32;
-	c->n = n;
-	for (int i = 0; i < MAX_PY_FRAMES; i++) {
-		__u32 idx = base + 2 * i;
-		c->code[i] = i < n ? r->stack[idx & (PY_SLOTS - 1)] : 0;
-	}
+	c->n = n > MAX_PY_FRAMES ? MAX_PY_FRAMES : n;
+	/* The (code, instr) pairs as they are: user space takes every other
+	 * one. One copy, no loop for the verifier to walk. */
+	__u32 bytes = 2 * c->n * sizeof(__u64);
+	if (bytes > sizeof(c->pairs))
+		bytes = sizeof(c->pairs);
+	if (bpf_probe_read_kernel(c->pairs, bytes, &r->stack[base & (PY_SLOTS / 2 - 1)]))
+		c->n = 0;
 	bpf_ringbuf_submit(c, BPF_RB_FORCE_WAKEUP);
 	return 1;
 }

@@ -50,7 +50,7 @@ func BenchmarkAttach(b *testing.B) {
 		w, err := event.NewWriter(io.Discard, &event.Header{Mode: "attach"})
 		require.NoError(b, err)
 		start := time.Now()
-		s, err := NewSession(Options{Sink: traceSink{w}})
+		s, err := NewSession(Options{Sink: traceSink{w, new(int)}})
 		require.NoError(b, err)
 		require.NoError(b, s.Attach(pid, false))
 		total += time.Since(start)

@@ -23,11 +23,20 @@ import (
 )
 
 // traceSink encodes every record as the trace writer would, into nothing:
-// the benchmark prices the encoding, not the disk.
-type traceSink struct{ w *event.Writer }
+// the benchmark prices the encoding, not the disk. It counts the stacks
+// that hold Python frames.
+type traceSink struct {
+	w        *event.Writer
+	pyStacks *int
+}
 
-func (s traceSink) Write(rec event.Record) error { return s.w.Write(rec) }
-func (s traceSink) Flush() error                 { return s.w.Flush() }
+func (s traceSink) Write(rec event.Record) error {
+	if st, ok := rec.(*event.Stack); ok && slices.ContainsFunc(st.Frames, func(f event.Frame) bool { return strings.HasSuffix(f.File, ".py") }) {
+		*s.pyStacks++
+	}
+	return s.w.Write(rec)
+}
+func (s traceSink) Flush() error { return s.w.Flush() }
 
 // pairCost runs bench_pairs for n pairs and returns its own ns/pair figure.
 func pairCost(b *testing.B, out *bytes.Buffer) float64 {
@@ -50,6 +59,7 @@ type workload struct {
 	events     func(pairs int) uint64 // records vramprof must deliver
 	opts       Options
 	target     string // the goal the ratio is held to, if any
+	python     bool   // the stacks must hold Python frames
 }
 
 // measure runs the workload unprobed, under the bare probe and under a full
@@ -58,7 +68,7 @@ type workload struct {
 // is vramprof's own cost over the floor any uprobe tracer pays.
 func measure(b *testing.B, w workload) {
 	n := strconv.Itoa(b.N)
-	const rounds = 9
+	const rounds = 15
 	var unprobed, counted, probed []float64
 	argv := append(slices.Clone(w.argv), n)
 	env := append(os.Environ(), w.env...)
@@ -80,7 +90,8 @@ func measure(b *testing.B, w workload) {
 		tw, err := event.NewWriter(io.Discard, &event.Header{Mode: "run"})
 		require.NoError(b, err)
 		opts := w.opts
-		opts.Sink = traceSink{tw}
+		pyStacks := 0
+		opts.Sink = traceSink{tw, &pyStacks}
 		s, err := NewSession(opts)
 		require.NoError(b, err)
 		var out bytes.Buffer
@@ -95,6 +106,10 @@ func measure(b *testing.B, w workload) {
 		// nothing was lost.
 		require.EqualValues(b, w.events(b.N+100), s.Stats().Events.Load())
 		require.Zero(b, s.Stats().Lost.Load())
+		if w.python {
+			// The Python frames were read: what is being priced.
+			require.Positive(b, pyStacks, "stacks with Python frames")
+		}
 		require.NoError(b, s.Close())
 	}
 	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
@@ -189,6 +204,7 @@ func BenchmarkPythonOverhead(b *testing.B) {
 		attachBare: barePairs(b),
 		events:     func(pairs int) uint64 { return uint64(4 * pairs) },
 		target:     "; target <= 1.6x bare",
+		python:     true,
 	})
 }
 

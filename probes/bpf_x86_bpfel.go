@@ -40,10 +40,10 @@ type bpfContract struct {
 		_              [4]byte
 	}
 	PyCodes struct {
-		_    structs.HostLayout
-		Tgid uint32
-		N    uint32
-		Code [64]uint64
+		_     structs.HostLayout
+		Tgid  uint32
+		N     uint32
+		Pairs [128]uint64
 	}
 }
 
@@ -55,15 +55,17 @@ type bpfCtxKey struct {
 }
 
 type bpfPyBuf struct {
-	_ structs.HostLayout
-	B [136]uint8
+	_     structs.HostLayout
+	Wbase uint64
+	Wend  uint64
+	B     [1160]uint8
 }
 
 type bpfPyCodes struct {
-	_    structs.HostLayout
-	Tgid uint32
-	N    uint32
-	Code [64]uint64
+	_     structs.HostLayout
+	Tgid  uint32
+	N     uint32
+	Pairs [128]uint64
 }
 
 type bpfPyProc struct {

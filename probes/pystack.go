@@ -140,10 +140,11 @@ func (s *Session) prefetchLoop() {
 		if len(b) < 8 {
 			continue
 		}
+		// struct py_codes: tgid, n, then n (code, instr) pairs.
 		pid, n := binary.LittleEndian.Uint32(b), int(binary.LittleEndian.Uint32(b[4:]))
 		codes = codes[:0]
-		for i := 0; i < n && i < maxPyFrames && 8+8*i+8 <= len(b); i++ {
-			codes = append(codes, binary.LittleEndian.Uint64(b[8+8*i:]))
+		for i := 0; i < n && i < maxPyFrames && 8+16*i+8 <= len(b); i++ {
+			codes = append(codes, binary.LittleEndian.Uint64(b[8+16*i:]))
 		}
 		s.prefetch.mu.Lock()
 		res := s.prefetch.res[pid]

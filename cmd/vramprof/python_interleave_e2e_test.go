@@ -8,11 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,7 +84,7 @@ func TestPythonInterleave(t *testing.T) {
 		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 		truth := mustReadJSON[interleaveTruth](t, truthPath)
 		require.Len(t, truth.Calls, 3, "the script makes three allocations")
-		stacks, files := allocStacksInOrder(t, filepath.Join(dir, "trace.vpt"), truth.PID)
+		stacks, files := tracedAllocs(t, filepath.Join(dir, "trace.vpt"), truth.PID)
 		return truth, stacks, files
 	}
 	truth, merged, files := run("merged")
@@ -218,38 +216,6 @@ func formatStack(frames []event.Frame, files map[event.MappingID]string) string 
 	return b.String()
 }
 
-// allocStacks reads a trace and returns, in order, the stacks of pid's
-// allocations (segment layer, not nested in another call), and the files of
-// the trace's mappings.
-func allocStacksInOrder(tb testing.TB, path string, pid uint32) ([][]event.Frame, map[event.MappingID]string) {
-	tb.Helper()
-	f, err := os.Open(path)
-	require.NoError(tb, err)
-	defer f.Close()
-	rd, err := event.NewReader(f)
-	require.NoError(tb, err)
-	stacks := map[event.StackID][]event.Frame{}
-	files := map[event.MappingID]string{}
-	var out [][]event.Frame
-	for {
-		rec, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(tb, err)
-		switch x := rec.(type) {
-		case *event.Mapping:
-			files[x.ID] = x.File
-		case *event.Stack:
-			stacks[x.ID] = slices.Clone(x.Frames) // the reader reuses its buffers
-		case *event.Event:
-			if x.Kind == event.KindAlloc && x.Layer == event.LayerSegment && x.Flags&event.FlagNested == 0 && x.PID == pid {
-				out = append(out, stacks[x.Stack])
-			}
-		}
-	}
-	return out, files
-}
 
 // fpBuildTimeout bounds testdata/python/fp/build.sh: a fresh build takes
 // about five and a half minutes on two cores; later runs print the path at

@@ -150,32 +150,54 @@ func testPythonStacks(t *testing.T, python []string) {
 	checkReplay(t, dir)
 }
 
-// allocStacks reads a trace's segment-layer allocations of pid (not the
-// nested driver calls): each one's stack, per thread, in order.
-func allocStacks(t *testing.T, path string, pid uint32) map[uint32][][]event.Frame {
+// tracedAllocs reads a trace's segment-layer allocations of pid (not the
+// driver calls nested in them): each one's stack, in order, and the files
+// of the trace's mappings.
+func tracedAllocs(tb testing.TB, path string, pid uint32) ([][]event.Frame, map[event.MappingID]string) {
+	stacks, files, _ := readAllocs(tb, path, pid)
+	return stacks, files
+}
+
+// allocStacks is tracedAllocs per thread, in each thread's order.
+func allocStacks(tb testing.TB, path string, pid uint32) map[uint32][][]event.Frame {
+	stacks, _, tids := readAllocs(tb, path, pid)
+	byThread := map[uint32][][]event.Frame{}
+	for i, st := range stacks {
+		byThread[tids[i]] = append(byThread[tids[i]], st)
+	}
+	return byThread
+}
+
+func readAllocs(tb testing.TB, path string, pid uint32) ([][]event.Frame, map[event.MappingID]string, []uint32) {
+	tb.Helper()
 	f, err := os.Open(path)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	defer f.Close()
 	rd, err := event.NewReader(f)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	stacks := map[event.StackID][]event.Frame{}
-	byThread := map[uint32][][]event.Frame{}
+	files := map[event.MappingID]string{}
+	var out [][]event.Frame
+	var tids []uint32
 	for {
 		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		require.NoError(t, err)
+		require.NoError(tb, err)
 		switch x := rec.(type) {
+		case *event.Mapping:
+			files[x.ID] = x.File
 		case *event.Stack:
 			stacks[x.ID] = slices.Clone(x.Frames) // the reader reuses its buffers
 		case *event.Event:
 			if x.Kind == event.KindAlloc && x.Layer == event.LayerSegment && x.Flags&event.FlagNested == 0 && x.PID == pid {
-				byThread[x.TID] = append(byThread[x.TID], stacks[x.Stack])
+				out = append(out, stacks[x.Stack])
+				tids = append(tids, x.TID)
 			}
 		}
 	}
-	return byThread
+	return out, files, tids
 }
 
 // checkPythonFrames compares the Python frames of each traced allocation

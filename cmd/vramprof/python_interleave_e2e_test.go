@@ -216,7 +216,6 @@ func formatStack(frames []event.Frame, files map[event.MappingID]string) string 
 	return b.String()
 }
 
-
 // fpBuildTimeout bounds testdata/python/fp/build.sh: a fresh build takes
 // about five and a half minutes on two cores; later runs print the path at
 // once. The test's own deadline (go test -timeout, 10 minutes by default)

@@ -293,7 +293,7 @@ func TestPythonStripped(t *testing.T) {
 	assert.Equal(t, truth.Totals.PeakBytes, val(t, "peak_bytes", rep.Totals.PeakBytes))
 	py := mustReadJSON[pyReport](t, filepath.Join(dir, "report.json"))
 	require.Len(t, py.Interpreters, 1)
-	assert.Equal(t, fmt.Sprintf("no Python frames in pid %d: %s defines no _PyRuntime symbol (stripped?): unsupported CPython; native stacks only", py.Interpreters[0].PID, fake), py.Interpreters[0].Note)
+	assert.Equal(t, fmt.Sprintf("no Python frames in pid %d: %s defines no _PyRuntime symbol (stripped?): unsupported CPython; native stacks only", truth.PID, fake), py.Interpreters[0].Note)
 	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 	require.NoError(t, err)
 	assert.Contains(t, string(md), `defines no \_PyRuntime symbol`, "one line in report.md (markdown-escaped)")

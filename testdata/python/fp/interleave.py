@@ -23,6 +23,7 @@ Usage: python3.11 interleave.py   (vpext on PYTHONPATH)"""
 import json
 import os
 import sys
+import time
 
 import vpext
 
@@ -91,7 +92,11 @@ def main():
             json.dump(dict(scenario="python_interleave", pid=os.getpid(), version=list(sys.version_info[:3]),
                            executable=sys.executable, calls=calls), f)
         os.rename(path + ".tmp", path)
-    # It exits at once: vramprof must have read the code objects already.
+    # vramprof reads a new stack's code objects as soon as the call is made
+    # (they have a ring buffer of their own), and the native symbols once
+    # it handles the record (up to its 50 ms poll later). On a loaded
+    # machine both can come after an immediate exit: stay a moment.
+    time.sleep(0.3)
     return 0
 
 

@@ -424,13 +424,9 @@ static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
  * the whole allocation probe must stay near the bare uprobe cost.
  * The walk stops at a NULL or unreadable frame, a zero return address, or a
  * frame pointer that does not move up the stack (a corrupt chain).
- * A global function, like walk_python: the verifier checks its loop once,
- * not once for each program that calls it (seconds at load time).
  */
-__attribute__((noinline)) int walk_user_stack(struct pt_regs *ctx, struct record *r)
+static __always_inline void walk_user_stack(struct pt_regs *ctx, struct record *r)
 {
-	if (!r)
-		return 0;
 	r->stack[0] = PT_REGS_IP(ctx);
 	__u64 fp = PT_REGS_FP(ctx);
 	__u32 n = 1;
@@ -447,7 +443,6 @@ __attribute__((noinline)) int walk_user_stack(struct pt_regs *ctx, struct record
 		fp = frame[0];
 	}
 	r->nframes = n;
-	return 0;
 }
 
 /* The kernel's task fields read here, relocated by CO-RE against the

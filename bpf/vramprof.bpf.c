@@ -720,8 +720,13 @@ static __always_inline struct record *slot(struct slot_key *key)
 	return bpf_map_lookup_elem(&slots, key);
 }
 
-/* stacked reports whether a call gets the caller's stacks: every call that
- * gets or gives back memory. A free's stack names the site that releases
+static __always_inline int allocates(__u8 kind)
+{
+	return kind == REC_ALLOC || kind == REC_HOST_ALLOC || kind == REC_RESERVE || kind == REC_CREATE;
+}
+
+/* stacked reports whether a call gets the caller's native stack: every call
+ * that gets or gives back memory. A free's stack names the site that releases
  * (an empty_cache-style cycle, a churn site), not only the one that
  * allocated. */
 static __always_inline int stacked(__u8 kind)
@@ -732,8 +737,8 @@ static __always_inline int stacked(__u8 kind)
 /*
  * call_enter: entry of every traced function. Records the arguments the
  * cookie's shape names into the thread's slot at its current depth, and the
- * user stacks (native and Python) for the outermost call that gets or
- * releases memory (nested calls share it).
+ * user stack for the outermost call that gets or releases memory (nested
+ * calls share it), and the Python frames for one that gets memory.
  */
 static __always_inline int do_call_enter(struct pt_regs *ctx)
 {
@@ -835,7 +840,10 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	if (depth == 0 && stacked(r->kind)) {
 		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
 		walk_user_stack(ctx, r);
-		if (py_new_stack(r, walk_python(r, id), id))
+		/* Python frames where memory is got; a free's native stack
+		 * names its release site, and walking Python there too would
+		 * double the cost of a malloc/free pair. */
+		if (allocates(r->kind) && py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
 	return 0;

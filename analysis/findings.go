@@ -172,15 +172,11 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 // leakFindings applies the leak rule (see doc.go) to every stack of every
 // process at the segment layer.
 func (a *Analyzer) leakFindings(r *Result) []Finding {
-	if a.leak == nil {
+	n, ends, times := a.leakWindows()
+	if ends == nil {
 		return nil
 	}
-	n := a.leak.index(a.lastEvent) + 1
-	w := min(a.opts.LeakWindows, n)
-	if w < 3 {
-		return nil
-	}
-	ends, times := a.leakWindows(n, w)
+	w := len(ends)
 	// Keyed by instance id: a reused PID's instances are apart.
 	peaks := make(map[uint32]uint64)
 	for id, i := range a.procIndex {
@@ -246,10 +242,19 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 	return out
 }
 
-// leakWindows cuts the n leak-grid buckets into w windows (see doc.go, "The
-// leak rule"): ends[k] is the bucket that closes window k, times[k] its end
-// time, the last one the last event.
-func (a *Analyzer) leakWindows(n, w int) (ends []int, times []uint64) {
+// leakWindows cuts the n leak-grid buckets into at most Options.LeakWindows
+// windows (see doc.go, "The leak rule"): ends[k] is the bucket that closes
+// window k, times[k] its end time, the last one the last event. ends is nil
+// when there is no grid or too little of it for three windows.
+func (a *Analyzer) leakWindows() (n int, ends []int, times []uint64) {
+	if a.leak == nil {
+		return 0, nil, nil
+	}
+	n = a.leak.index(a.lastEvent) + 1
+	w := min(a.opts.LeakWindows, n)
+	if w < 3 {
+		return n, nil, nil
+	}
 	ends = make([]int, w)
 	times = make([]uint64, w)
 	for k := range w {
@@ -257,7 +262,7 @@ func (a *Analyzer) leakWindows(n, w int) (ends []int, times []uint64) {
 		times[k] = a.leak.bucketEnd(ends[k])
 	}
 	times[w-1] = a.lastEvent
-	return ends, times
+	return n, ends, times
 }
 
 // isLeak is the leak rule on a stack's live bytes at the window ends: never

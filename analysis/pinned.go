@@ -37,15 +37,11 @@ type growingStack struct {
 // naming the stacks whose live host bytes grow. Host figures only: nothing
 // here is added to device memory.
 func (a *Analyzer) pinnedHostFindings(r *Result) []Finding {
-	if a.leak == nil {
+	n, ends, times := a.leakWindows()
+	if ends == nil {
 		return nil
 	}
-	n := a.leak.index(a.lastEvent) + 1
-	w := min(a.opts.LeakWindows, n)
-	if w < 3 {
-		return nil
-	}
-	ends, times := a.leakWindows(n, w)
+	w := len(ends)
 	perPID := make(map[uint32][]growingStack)
 	for _, g := range a.groups {
 		if g.key.sc != hostScope || g.live.Bytes == 0 {

@@ -12,7 +12,9 @@
  *                      time of a call, when its result exists
  *     8  u64 duration  ns from entry to return
  *    16  u64 addr      pointer returned or released; for create/release the
- *                      allocation handle; for fork the parent's tgid
+ *                      allocation handle; for fork the parent's tgid; for
+ *                      a loader or exec record with REC_F_STOPPED, the
+ *                      stop's sequence number (struct stop)
  *    24  u64 size      bytes (pitched: pitch x height [x depth])
  *    32  u64 stream    CUDA stream; for a map, the allocation handle mapped
  *    40  u32 pid       tgid (for fork: the child's)
@@ -55,6 +57,13 @@
  *   targets  hash tgid -> u8, the processes traced (from Go, and from the
  *            fork tracepoint for children of targets; the exit tracepoint
  *            removes them).
+ *   stopped  hash tgid -> struct stop: every process the loader and exec
+ *            probes stopped with SIGSTOP and user space has not resumed yet.
+ *            Written before the signal is sent; Go deletes the entry after
+ *            its SIGCONT, when the sequence number is still the one of the
+ *            record it handled (a resumed process may have stopped again
+ *            meanwhile). The guardian process (probes/guardian.go) holds a
+ *            dup of this map and resumes what it lists if vramprof dies.
  *   threads  LRU hash pid_tgid -> thread: nesting depth and current device.
  *   slots    LRU hash {pid_tgid, depth} -> record: a call between its entry
  *            and its return, kept between calls (kind REC_IDLE when idle) so
@@ -86,7 +95,7 @@
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
  * Set from Go before load: wakeup_bytes, trace_all (every process is a
- * target: attach --all).
+ * target: attach --all). BPF's own: stop_seq (numbers the stops).
  *
  * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf).
  * Uretprobes on 6.11+ return through the uretprobe syscall.
@@ -300,6 +309,23 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
+/* A process stopped for user space (the stopped map). */
+struct stop {
+	__u64 start; /* task->group_leader->start_boottime, ns: /proc/PID/stat
+	              * field 22 is this in clock ticks */
+	__u64 seq;   /* from stop_seq; also in the record's addr */
+};
+
+/* Stops so far: numbers each one (struct stop). */
+__u64 stop_seq = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct stop);
+} stopped SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -455,6 +481,8 @@ struct task_struct {
 	int pid;
 	int tgid;
 	struct thread_struct thread;
+	struct task_struct *group_leader;
+	__u64 start_boottime;
 } __attribute__((preserve_access_index));
 
 /* py_read reads the u64 at a user address, 0 when unreadable. */
@@ -1241,6 +1269,33 @@ int spec_return(struct pt_regs *ctx)
  * starting ranks). Threads share their process's tgid and are skipped.
  */
 
+/*
+ * stop_target stops the calling process with SIGSTOP for user space to
+ * probe its new mappings, and marks r (REC_F_STOPPED, the sequence number
+ * in addr) and returns 1 when it did. The process goes into
+ * stopped first: whoever resumes it (vramprof, or its guardian when
+ * vramprof died) finds it there, and tells a reused PID apart by the start
+ * time, which /proc/PID/stat shows in clock ticks. A process that cannot be
+ * listed is not stopped: nobody would know to resume it.
+ */
+static __always_inline int stop_target(struct record *r, __u32 tgid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct stop st = {
+		.start = task->group_leader->start_boottime,
+		.seq = __sync_fetch_and_add(&stop_seq, 1) + 1,
+	};
+	if (bpf_map_update_elem(&stopped, &tgid, &st, BPF_ANY))
+		return 0;
+	if (bpf_send_signal(SIGSTOP)) {
+		bpf_map_delete_elem(&stopped, &tgid);
+		return 0;
+	}
+	r->addr = st.seq;
+	r->flags = REC_F_STOPPED;
+	return 1;
+}
+
 /* announce sends a record about a target's life (fork, exec, exit). */
 static __always_inline void announce(__u32 tgid, __u32 tid, __u8 kind, __u64 addr, int stop)
 {
@@ -1251,8 +1306,8 @@ static __always_inline void announce(__u32 tgid, __u32 tid, __u8 kind, __u64 add
 	}
 	fill_common(r, (__u64)tgid << 32 | tid, kind);
 	r->addr = addr;
-	if (stop && bpf_send_signal(SIGSTOP) == 0)
-		r->flags = REC_F_STOPPED;
+	if (stop)
+		stop_target(r, tgid);
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -1330,8 +1385,8 @@ int loader_state(struct pt_regs *ctx)
 		return 0;
 	}
 	fill_common(r, id, REC_LOADER);
-	if (target && bpf_send_signal(SIGSTOP) == 0)
-		r->flags = REC_F_STOPPED;
+	if (target)
+		stop_target(r, tgid);
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }

@@ -191,6 +191,12 @@ const (
 	bpfSpecFlagsSPEC_F_AT_RETURN bpfSpecFlags = 1
 )
 
+type bpfStop struct {
+	_     structs.HostLayout
+	Start uint64
+	Seq   uint64
+}
+
 type bpfThread struct {
 	_      structs.HostLayout
 	Depth  uint32
@@ -234,6 +240,7 @@ const (
 	bpfMapSlots             = "slots"
 	bpfMapSpecCalls         = "spec_calls"
 	bpfMapSpecScratch       = "spec_scratch"
+	bpfMapStopped           = "stopped"
 	bpfMapTargets           = "targets"
 	bpfMapThreads           = "threads"
 	bpfMapUsdtSpecs         = "usdt_specs"
@@ -251,6 +258,7 @@ const (
 	bpfVarContractTypes     = "contract_types"
 	bpfVarLost              = "lost"
 	bpfVarSpecContractTypes = "spec_contract_types"
+	bpfVarStopSeq           = "stop_seq"
 	bpfVarTraceAll          = "trace_all"
 	bpfVarUnpaired          = "unpaired"
 	bpfVarWakeupBytes       = "wakeup_bytes"
@@ -327,6 +335,7 @@ type bpfMapSpecs struct {
 	Slots        *ebpf.MapSpec `ebpf:"slots"`
 	SpecCalls    *ebpf.MapSpec `ebpf:"spec_calls"`
 	SpecScratch  *ebpf.MapSpec `ebpf:"spec_scratch"`
+	Stopped      *ebpf.MapSpec `ebpf:"stopped"`
 	Targets      *ebpf.MapSpec `ebpf:"targets"`
 	Threads      *ebpf.MapSpec `ebpf:"threads"`
 	UsdtSpecs    *ebpf.MapSpec `ebpf:"usdt_specs"`
@@ -339,6 +348,7 @@ type bpfVariableSpecs struct {
 	ContractTypes     *ebpf.VariableSpec `ebpf:"contract_types"`
 	Lost              *ebpf.VariableSpec `ebpf:"lost"`
 	SpecContractTypes *ebpf.VariableSpec `ebpf:"spec_contract_types"`
+	StopSeq           *ebpf.VariableSpec `ebpf:"stop_seq"`
 	TraceAll          *ebpf.VariableSpec `ebpf:"trace_all"`
 	Unpaired          *ebpf.VariableSpec `ebpf:"unpaired"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -376,6 +386,7 @@ type bpfMaps struct {
 	Slots        *ebpf.Map `ebpf:"slots"`
 	SpecCalls    *ebpf.Map `ebpf:"spec_calls"`
 	SpecScratch  *ebpf.Map `ebpf:"spec_scratch"`
+	Stopped      *ebpf.Map `ebpf:"stopped"`
 	Targets      *ebpf.Map `ebpf:"targets"`
 	Threads      *ebpf.Map `ebpf:"threads"`
 	UsdtSpecs    *ebpf.Map `ebpf:"usdt_specs"`
@@ -395,6 +406,7 @@ func (m *bpfMaps) Close() error {
 		m.Slots,
 		m.SpecCalls,
 		m.SpecScratch,
+		m.Stopped,
 		m.Targets,
 		m.Threads,
 		m.UsdtSpecs,
@@ -408,6 +420,7 @@ type bpfVariables struct {
 	ContractTypes     *ebpf.Variable `ebpf:"contract_types"`
 	Lost              *ebpf.Variable `ebpf:"lost"`
 	SpecContractTypes *ebpf.Variable `ebpf:"spec_contract_types"`
+	StopSeq           *ebpf.Variable `ebpf:"stop_seq"`
 	TraceAll          *ebpf.Variable `ebpf:"trace_all"`
 	Unpaired          *ebpf.Variable `ebpf:"unpaired"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`

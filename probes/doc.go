@@ -18,9 +18,10 @@
 //
 // Lifecycle: NewSession loads and checks privileges; Launch or Attach (or
 // AttachAll) names targets; Run reads until its context ends or the targets
-// exit; Close releases everything in reverse order and resumes any target
-// the loader probe left stopped. A Session is not safe for concurrent use,
-// except Stats.
+// exit; Close releases everything in reverse order and resumes the targets
+// the loader probe left stopped (only those). A guardian process resumes
+// them instead when the session's process dies (guardian.go). A Session is
+// not safe for concurrent use, except Stats.
 //
 // Tracing needs Linux: elsewhere only the sentinel errors build, so that
 // callers compile everywhere.

@@ -28,6 +28,10 @@ type LaunchOptions struct {
 // let go. Every library it loads later, at start-up or by dlopen, is probed
 // when the loader announces it (see loaderProbe), before its first call.
 //
+// The child runs in a session of its own (setsid), so it has no controlling
+// terminal: the caller forwards the signals a terminal would send (Ctrl-C,
+// hang-up) to it.
+//
 // The returned command is running; the caller must Wait for it.
 func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	if len(o.Argv) == 0 {
@@ -41,7 +45,13 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	cmd.Args[0] = o.Argv[0]
 	cmd.Env, cmd.Dir = o.Env, o.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	// A session of its own: if vramprof dies while the child is stopped at
+	// a dlopen, a child in vramprof's process group would be in an orphaned
+	// group with a stopped member, which the kernel sends SIGHUP (fatal by
+	// default) before the guardian can resume it. The kernel sends that
+	// only within one session. The terminal's signals then reach vramprof
+	// alone: the caller passes them on.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Setsid: true}
 
 	// ptrace requests must come from the thread that became the tracer.
 	runtime.LockOSThread()

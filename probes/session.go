@@ -88,7 +88,11 @@ type Session struct {
 	att    *attacher
 	// lifeLinks follow targets' forks, execs and exits (tp_btf).
 	lifeLinks []link.Link
-	sym       *symbolize.Symbolizer
+	// guard resumes what the BPF side stopped if this process dies.
+	guard *guardian
+	// stops counts the stop records read, for the test hook dieAtStop.
+	stops int
+	sym   *symbolize.Symbolizer
 
 	allocs     []allocspec.Allocator // built-in and user specs; none with NoPool
 	procs      map[uint32]*proc
@@ -193,6 +197,11 @@ func NewSession(opts Options) (*Session, error) {
 		s.allocs = append(allocspec.Builtin(), opts.Allocators...)
 	}
 	s.att = newAttacher(&s.objs, 0)
+	// Before the first probe that can stop a process.
+	if s.guard, err = startGuardian(s.objs.Stopped); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	// Children of targets are targets (the fork tracepoint adds them in the
 	// kernel before they run); an exec is a new image to probe; an exit
 	// ends a process before its PID can be reused.
@@ -211,9 +220,10 @@ func NewSession(opts Options) (*Session, error) {
 // Stats returns the session's live counters.
 func (s *Session) Stats() *Stats { return &s.stats }
 
-// Close removes every probe, closes the reader and unloads the BPF objects,
-// in that order, and resumes any target the loader probe left stopped. It
-// returns the first error.
+// Close removes every probe, resumes the targets the loader and exec probes
+// stopped and the session has not resumed yet (and no other process: one
+// the user stopped stays stopped), ends the guardian, closes the reader and
+// unloads the BPF objects, in that order. It returns the first error.
 func (s *Session) Close() error {
 	if s.closed {
 		return nil
@@ -227,10 +237,12 @@ func (s *Session) Close() error {
 		errs = append(errs, s.att.Close())
 	}
 	// A target stopped at a dlopen waits for us: never leave it stopped.
-	for pid, p := range s.procs {
-		if !p.exited {
-			_ = syscall.Kill(int(pid), syscall.SIGCONT)
-		}
+	// With the probes gone, no process is stopped after this.
+	if s.objs.Stopped != nil {
+		resumeStopped(s.objs.Stopped)
+	}
+	if s.guard != nil {
+		errs = append(errs, s.guard.close())
 	}
 	if s.reader != nil {
 		if err := s.reader.Close(); err != nil {
@@ -588,6 +600,14 @@ func (s *Session) handle(sample []byte) error {
 // loaderChanged rescans a process whose link map changed, then resumes it
 // if the BPF side stopped it.
 func (s *Session) loaderChanged(r *rawRecord) error {
+	if r.flags&recFlagStopped != 0 {
+		s.stops++
+		if s.stops == dieAtStop {
+			// Test only: die as a crash would, the target still stopped.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
 	p := s.procs[r.ev.PID]
 	var err error
 	if p != nil && !p.exited {
@@ -607,12 +627,30 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		if kerr := syscall.Kill(int(r.ev.PID), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
 			err = errors.Join(err, fmt.Errorf("resume pid %d: %w", r.ev.PID, kerr))
 		}
+		s.resumed(r.ev.PID, r.ev.Addr)
 	}
 	if errors.Is(err, ErrNoProcess) {
 		return nil // it exited meanwhile: nothing left to probe
 	}
 	return err
 }
+
+// resumed removes the stop with sequence number seq from the stopped map,
+// after its SIGCONT: deleting first would leave the process stopped for
+// good if vramprof died between the two. The entry may already describe a
+// later stop (the process ran on and stopped again): that one stays.
+func (s *Session) resumed(pid uint32, seq uint64) {
+	var st bpfStop
+	if err := s.objs.Stopped.Lookup(pid, &st); err == nil && st.Seq == seq {
+		_ = s.objs.Stopped.Delete(pid)
+	}
+}
+
+// dieAtStop is a test hook, from $VRAMPROF_TEST_DIE_AT_STOP: the session
+// kills itself with SIGKILL when it reads its Nth stop record, before it
+// resumes the process, so that tests can check that the guardian resumes
+// it. 0 (unset) is off. Never set it outside tests.
+var dieAtStop, _ = strconv.Atoi(os.Getenv("VRAMPROF_TEST_DIE_AT_STOP"))
 
 // AttachAll traces every process on the host that maps a CUDA library now,
 // and every one that maps one later: the BPF filter passes all processes

@@ -32,11 +32,12 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 		return 0, err
 	}
 	rec.analysis = analysis.Options{Capacity: o.capacity}
-	// The terminal's Ctrl-C reaches the child too (same process group);
-	// vramprof keeps recording until the child is gone. A SIGTERM sent to
-	// vramprof alone is passed on.
+	// The child runs in a session of its own (see probes.Launch), so the
+	// terminal's signals reach vramprof alone: Ctrl-C, Ctrl-\, a hang-up
+	// and a SIGTERM are passed on, and vramprof keeps recording until the
+	// child is gone, whatever it does with them.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
 	cmd, err := rec.session.Launch(probes.LaunchOptions{
@@ -54,13 +55,15 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	}
 	go func() {
 		for sig := range sigs {
-			if sig == syscall.SIGTERM {
-				_ = cmd.Process.Signal(sig)
-			}
+			// To its process group, as a terminal would: its own children too.
+			_ = syscall.Kill(-cmd.Process.Pid, sig.(syscall.Signal))
 		}
 	}()
 
-	runCtx, stop := context.WithCancel(ctx)
+	// Not ctx: a Ctrl-C ends the child, and the recording ends with it
+	// (a child stopped at a dlopen after the reader had stopped would wait
+	// for it forever).
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	runErr := make(chan error, 1)
 	go func() { runErr <- rec.run(runCtx) }()

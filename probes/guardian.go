@@ -1,0 +1,202 @@
+//go:build linux
+
+package probes
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// The guardian resumes what the BPF side stopped when vramprof cannot.
+//
+// The loader and exec probes stop a target with SIGSTOP so that user space
+// can probe its new mappings before they run; the session sends SIGCONT when
+// it is done. If vramprof dies in between (kill -9, OOM killer, a crash),
+// nobody would: the target would stay stopped forever. So every session
+// starts a guardian: this executable again (/proc/self/exe), in a session
+// and process group of its own (a signal to vramprof's group, or a hang-up
+// of its terminal, does not reach it), holding two descriptors and nothing
+// else:
+//
+//   - the read end of a pipe whose only write end vramprof holds: the kernel
+//     closes it when vramprof dies, however it dies, and the read returns;
+//   - a duplicate of the BPF map `stopped` (bpf/vramprof.bpf.c), where the
+//     BPF side lists each process it stopped, with its start time, before
+//     sending the signal, and the session removes it after its SIGCONT. The
+//     duplicate keeps the map alive after vramprof's descriptors are gone.
+//
+// On a normal Close, the session resumes what the map lists itself and
+// writes one byte before closing the pipe: the guardian exits at once. At
+// end of file without that byte, vramprof died: the guardian sends SIGCONT to
+// each process the map lists that is still the process that was stopped
+// (same start time; a reused PID is left alone), and looks again a few
+// times over a second, since the dying process's probes are detached by
+// the kernel one descriptor at a time and may stop one more process after
+// the pipe closed. Then it exits.
+//
+// The guardian is entered from this package's init, before main, when
+// guardianEnv is set: any program that imports probes (vramprof, and the
+// package's own tests) can be its own guardian.
+
+// guardianEnv marks the guardian's process: its value is the session's PID.
+const guardianEnv = "VRAMPROF_GUARDIAN"
+
+// guardianBye is the byte a session writes before closing the pipe
+// normally.
+const guardianBye = 'q'
+
+// guardianRetries are the pauses between the guardian's looks at the map
+// after vramprof died. The probes go with vramprof's descriptors, within
+// milliseconds; a second covers a loaded machine.
+var guardianRetries = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond}
+
+func init() {
+	if os.Getenv(guardianEnv) == "" {
+		return
+	}
+	os.Exit(guardianMain(os.Getenv(guardianEnv)))
+}
+
+// guardian is a session's running guardian process.
+type guardian struct {
+	cmd  *exec.Cmd
+	pipe *os.File // the write end: vramprof's life, as the guardian sees it
+}
+
+// startGuardian starts the guardian of a session whose stopped map is m.
+func startGuardian(m *ebpf.Map) (*guardian, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start guardian: %w", err)
+	}
+	defer r.Close()
+	fd, err := syscall.Dup(m.FD())
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("start guardian: dup stopped map: %w", err)
+	}
+	mf := os.NewFile(uintptr(fd), "stopped")
+	defer mf.Close()
+	self, err := os.Executable()
+	if err != nil {
+		self = "/proc/self/exe"
+	}
+	cmd := exec.Command(self)
+	cmd.Args = []string{"vramprof-guardian"}
+	cmd.Env = []string{fmt.Sprintf("%s=%d", guardianEnv, os.Getpid())}
+	// Its own messages go where vramprof's do; nothing else is inherited
+	// (Go opens every descriptor close-on-exec).
+	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = []*os.File{r, mf} // fds 3 and 4
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("start guardian: %w", err)
+	}
+	return &guardian{cmd: cmd, pipe: w}, nil
+}
+
+// close tells the guardian that vramprof is ending normally and waits for
+// it to exit.
+func (g *guardian) close() error {
+	_, _ = g.pipe.Write([]byte{guardianBye})
+	err := g.pipe.Close()
+	if werr := g.cmd.Wait(); werr != nil && err == nil {
+		err = fmt.Errorf("guardian: %w", werr)
+	}
+	return err
+}
+
+// guardianMain is the guardian's whole life; owner is its session's PID, for
+// its messages.
+func guardianMain(owner string) int {
+	// A Ctrl-C, a hang-up or a SIGQUIT meant for vramprof is not for us;
+	// SIGTERM is an order to do our job now and go.
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	pipe := os.NewFile(3, "vramprof")
+	m, err := ebpf.NewMapFromFD(4)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vramprof guardian: open stopped map: %v\n", err)
+		return 1
+	}
+	defer m.Close()
+	read := make(chan bool, 1) // whether the session said goodbye
+	go func() {
+		var b [1]byte
+		for {
+			n, err := pipe.Read(b[:])
+			if n == 1 && b[0] == guardianBye {
+				read <- true
+				return
+			}
+			if err != nil {
+				read <- false
+				return
+			}
+		}
+	}()
+	normal := false
+	select {
+	case normal = <-read:
+	case <-term:
+	}
+	resumed := resumeStopped(m)
+	if !normal {
+		for _, d := range guardianRetries {
+			time.Sleep(d)
+			resumed = append(resumed, resumeStopped(m)...)
+		}
+	}
+	for _, pid := range resumed {
+		fmt.Fprintf(os.Stderr, "vramprof: session %s ended with pid %d stopped at a library load or exec: resumed it\n", owner, pid)
+	}
+	return 0
+}
+
+// resumeStopped sends SIGCONT to every process m (the stopped map) lists
+// that is still the process that was stopped, empties m, and returns the
+// PIDs it resumed.
+func resumeStopped(m *ebpf.Map) []uint32 {
+	type entry struct {
+		pid uint32
+		st  bpfStop
+	}
+	var all []entry
+	var pid uint32
+	var st bpfStop
+	for it := m.Iterate(); it.Next(&pid, &st); {
+		all = append(all, entry{pid, st})
+	}
+	var resumed []uint32
+	for _, e := range all {
+		if sameStart(e.pid, e.st.Start) {
+			if err := syscall.Kill(int(e.pid), syscall.SIGCONT); err == nil {
+				resumed = append(resumed, e.pid)
+			}
+		}
+		_ = m.Delete(e.pid)
+	}
+	return resumed
+}
+
+// clockTicksNs is the length of the clock tick /proc/PID/stat counts in
+// (USER_HZ, 100 on every Linux architecture), in ns.
+const clockTicksNs = 1e7
+
+// sameStart reports whether pid is the process that started at start (ns
+// since boot, the kernel's start_boottime).
+func sameStart(pid uint32, start uint64) bool {
+	ticks, err := procStartTime(int(pid))
+	if err != nil {
+		return false
+	}
+	return ticks == start/clockTicksNs
+}

@@ -820,3 +820,18 @@ type Churn struct {
 	FreeStacks  []StackUsage
 	AllocStacks []StackUsage
 }
+
+// NoCallsSeen reports whether a CUDA runtime or driver was probed in a
+// target (a Library record naming probed functions) yet no traced call was
+// seen: an empty recording that should not pass for a quiet one.
+func (r *Run) NoCallsSeen() bool {
+	if r.Events > 0 {
+		return false
+	}
+	for _, l := range r.Libraries {
+		if len(l.Symbols) > 0 {
+			return true
+		}
+	}
+	return false
+}

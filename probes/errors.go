@@ -2,6 +2,7 @@ package probes
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -23,6 +24,9 @@ var (
 	ErrCommandNotFound = errors.New("command not found")
 	// ErrNoBPF: the kernel lacks a BPF feature vramprof needs.
 	ErrNoBPF = errors.New("kernel lacks BPF support")
+	// ErrTraced: another vramprof session traces the process. The error
+	// is a *TracedError, which names that session.
+	ErrTraced = errors.New("already traced by another vramprof session")
 )
 
 // isPermission reports whether err is the kernel saying no for lack of
@@ -30,3 +34,19 @@ var (
 func isPermission(err error) bool {
 	return errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)
 }
+
+// TracedError says which session holds a process.
+type TracedError struct {
+	PID   uint32 // the process
+	Owner int    // the vramprof session tracing it; 0 if unknown
+}
+
+func (e *TracedError) Error() string {
+	if e.Owner == 0 {
+		return fmt.Sprintf("pid %d is %s", e.PID, ErrTraced)
+	}
+	return fmt.Sprintf("pid %d is %s (vramprof pid %d)", e.PID, ErrTraced, e.Owner)
+}
+
+// Unwrap makes errors.Is(err, ErrTraced) hold.
+func (e *TracedError) Unwrap() error { return ErrTraced }

@@ -67,6 +67,10 @@ type Options struct {
 	// Allocators are allocator specs (block layer) beside the built-in
 	// ones (allocspec.Builtin), from --allocators. NoPool turns both off.
 	Allocators []allocspec.Allocator
+	// Note receives one-line notes for the user: with All, a process left
+	// alone because another session traces it (once per process). Called
+	// from the goroutine running AttachAll or Run. nil drops them.
+	Note func(msg string)
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -105,6 +109,9 @@ type Session struct {
 	stats      Stats
 	closed     bool
 	prefetch   pyPrefetch
+	// held are processes another session traces (with All: left alone),
+	// by PID, with their start time.
+	held map[uint32]uint64
 }
 
 // proc is a traced process.
@@ -121,6 +128,7 @@ type proc struct {
 	forget  bool
 	py      *pyProc // its CPython, once found
 	pyNoted bool    // a CPython was found that cannot be read: said once
+	lock    *procLock
 }
 
 // pyPrefetch is the Python code objects' fast lane (see startPrefetch).
@@ -170,6 +178,7 @@ func NewSession(opts Options) (*Session, error) {
 	s := &Session{
 		opts:    opts,
 		procs:   make(map[uint32]*proc),
+		held:    make(map[uint32]uint64),
 		notCUDA: make(map[fileKey]bool),
 		stacks:  make(map[string]event.StackID),
 		sym:     symbolize.New(symbolize.Options{}),
@@ -256,6 +265,7 @@ func (s *Session) Close() error {
 	s.sym.Close()
 	for _, p := range s.procs {
 		s.dropPython(p)
+		p.lock.release()
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -277,10 +287,18 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 	if err != nil && info == nil {
 		return nil, err
 	}
+	var lock *procLock
+	if err == nil {
+		// One session per process (lock.go): before anything is probed.
+		if lock, err = lockProc(pid, st); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.objs.Targets.Put(pid, uint8(1)); err != nil {
+		lock.release()
 		return nil, fmt.Errorf("add pid %d to targets: %w", pid, err)
 	}
-	p := &proc{pid: pid, startTime: st, libraries: make(map[fileKey]bool)}
+	p := &proc{pid: pid, startTime: st, libraries: make(map[fileKey]bool), lock: lock}
 	s.procs[pid] = p
 	s.stats.Targets.Add(1)
 	if info == nil {
@@ -316,6 +334,7 @@ func (s *Session) retire(p *proc) {
 	}
 	p.exited = true
 	p.forget = true
+	p.lock.release()
 	s.stats.Targets.Add(-1)
 }
 
@@ -546,6 +565,16 @@ func (s *Session) handle(sample []byte) error {
 		s.decodeErrs++
 		return nil
 	}
+	if st, ok := s.held[r.ev.PID]; ok {
+		// Another session's (All): left alone until it exits.
+		if r.kind == recExit {
+			delete(s.held, r.ev.PID)
+		} else if now, err := procStartTime(int(r.ev.PID)); err == nil && now == st {
+			return nil
+		} else {
+			delete(s.held, r.ev.PID) // a new process with the PID
+		}
+	}
 	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
@@ -693,6 +722,11 @@ func (s *Session) adopt(pid uint32) error {
 	for _, f := range files {
 		if len(f.cudaSymbols()) > 0 {
 			p, err := s.track(pid, nil)
+			var held *TracedError
+			if errors.As(err, &held) {
+				s.hold(pid, held)
+				return nil
+			}
 			if err != nil {
 				if errors.Is(err, ErrNoProcess) {
 					return nil
@@ -703,6 +737,25 @@ func (s *Session) adopt(pid uint32) error {
 		}
 	}
 	return nil
+}
+
+// hold leaves pid to the session that traces it (All), and says so once.
+func (s *Session) hold(pid uint32, why *TracedError) {
+	st, err := procStartTime(int(pid))
+	if err != nil {
+		return
+	}
+	if old, ok := s.held[pid]; ok && old == st {
+		return // said already
+	}
+	s.held[pid] = st
+	if s.opts.Note != nil {
+		owner := ""
+		if why.Owner != 0 {
+			owner = fmt.Sprintf(" (vramprof pid %d)", why.Owner)
+		}
+		s.opts.Note(fmt.Sprintf("skipping pid %d: %s%s", pid, ErrTraced, owner))
+	}
 }
 
 // forked starts tracking a target's child (the BPF side has already added it
@@ -720,6 +773,12 @@ func (s *Session) forked(r *rawRecord) error {
 		info.Command, info.Exe = pp.info.Command, pp.info.Exe
 	}
 	p, err := s.track(child, info)
+	if errors.Is(err, ErrTraced) {
+		// Another session took it first (it attached to the new PID in
+		// the moment since the fork): it is that session's.
+		_ = s.objs.Targets.Delete(child)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

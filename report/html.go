@@ -133,6 +133,7 @@ type htmlRun struct {
 	Inferred  uint64
 	Libraries int
 	Processes int
+	NoCalls   string // noCallsLine
 }
 
 // htmlFinding is one finding with its evidence.
@@ -253,7 +254,8 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PID,
 		Duration: fmt.Sprintf("%.3f s", float64(run.Duration)/1e9), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
-		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run)}
+		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
+		NoCalls: noCallsLine(&run)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}

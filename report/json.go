@@ -442,6 +442,10 @@ type JSONRun struct {
 	// DevicesInferred counts allocations whose unknown device was inferred
 	// from the address ranges of the process's known devices.
 	DevicesInferred uint64 `json:"devices_inferred"`
+	// NoCallsSeen: CUDA was probed in a target but no traced call was seen;
+	// Note then says so, with the likely causes.
+	NoCallsSeen bool   `json:"no_calls_seen"`
+	Note        string `json:"note,omitempty"`
 }
 
 // JSONLibrary is a probed library.
@@ -564,7 +568,7 @@ func NewJSON(res *analysis.Result) *JSON {
 	j.Run = JSONRun{Tool: run.Tool, Mode: run.Mode, Command: nonNil(run.Command), PID: run.PID, Host: run.Host,
 		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
-		DevicesInferred: run.DevicesInferred}
+		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run)}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}

@@ -539,3 +539,45 @@ func TestMarkdownEscapesTargetNames(t *testing.T) {
 	}
 	assert.Equal(t, " ", cell(""))
 }
+
+// TestNoCallsSeen: CUDA probed in the target but not one call seen is said
+// in one line in every rendering, never passed off as a quiet run; a
+// library probed and calls seen, or nothing probed at all, say nothing.
+func TestNoCallsSeen(t *testing.T) {
+	lib := &event.Library{PID: 300, Path: "/usr/lib/libcudart.so.12", Symbols: []string{"cudaMalloc", "cudaFree"}}
+	header := &event.Header{Version: 1, Tool: "vramprof 0.1.0", Mode: "attach", PID: 300, Start: sec}
+	proc := &event.Process{PID: 300, Command: []string{"python", "serve.py"}, Time: sec}
+	end := &event.End{Time: 2 * sec, Reason: "interrupted"}
+	for _, tc := range []struct {
+		name string
+		recs []event.Record
+		want bool
+	}{
+		{"probed, no calls", []event.Record{header, proc, lib, end}, true},
+		{"nothing probed", []event.Record{header, proc, end}, false},
+		{"probed, calls", append([]event.Record{lib}, attachRecords()...), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustResult(t, tc.recs)
+			for name, w := range map[string]func(io.Writer, *analysis.Result) error{
+				"summary": WriteSummary, "markdown": WriteMarkdown, "html": WriteHTML,
+			} {
+				var buf bytes.Buffer
+				require.NoError(t, w(&buf, res))
+				n := strings.Count(buf.String(), "no calls seen: CUDA was loaded and probed")
+				if tc.want {
+					assert.Equal(t, 1, n, "%s:\n%s", name, buf.String())
+				} else {
+					assert.Zero(t, n, name)
+				}
+			}
+			run := decodeJSON(t, res)["run"].(map[string]any)
+			assert.Equal(t, tc.want, run["no_calls_seen"])
+			if tc.want {
+				assert.Contains(t, run["note"], "no calls seen")
+			} else {
+				assert.NotContains(t, run, "note")
+			}
+		})
+	}
+}

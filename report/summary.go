@@ -29,6 +29,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	t := res.Totals
 
 	p("vramprof: %s\n", runLine(res))
+	if l := noCallsLine(&res.Run); l != "" {
+		p("note:               %s\n", l)
+	}
 	p("peak:               %d bytes (%s) at %s\n", t.PeakBytes, analysis.FormatBytes(t.PeakBytes), secs(res, t.PeakTime))
 	p("live at end:        %d bytes (%s) in %d allocations\n", t.LiveBytesAtEnd,
 		analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
@@ -168,6 +171,17 @@ func runLine(res *analysis.Result) string {
 		end = fmt.Sprintf("%s, exit code %d", run.EndReason, run.ExitCode)
 	}
 	return fmt.Sprintf("%s (%s, %.3f s, %s)", cmd, mode, float64(run.Duration)/1e9, end)
+}
+
+// noCallsLine is the one line every output carries when CUDA was probed but
+// no call was seen (analysis.Run.NoCallsSeen); "" otherwise.
+func noCallsLine(run *analysis.Run) string {
+	if !run.NoCallsSeen() {
+		return ""
+	}
+	return "no calls seen: CUDA was loaded and probed, but no traced call was made while recording " +
+		"(the process was idle, or did its allocating before an attach: a caching allocator reuses what it holds; " +
+		"or its calls go through a copy of the runtime vramprof did not find)"
 }
 
 // secs renders a stream time as seconds since the run's start.

@@ -29,7 +29,11 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if o.all {
 		h.Command = []string{"--all"}
 	}
-	rec, err := startRecording(dir, h, o.python.options(probes.Options{All: o.all, NoPool: o.pool == "off", Allocators: o.allocs}), o.nvml, !o.quiet)
+	opts := probes.Options{All: o.all, NoPool: o.pool == "off", Allocators: o.allocs}
+	if !o.quiet {
+		opts.Note = func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
+	}
+	rec, err := startRecording(dir, h, o.python.options(opts), o.nvml, !o.quiet)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ var hints = []struct {
 	{probes.ErrNotPermitted, "run as root (sudo), or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep vramprof)"},
 	{probes.ErrNoBPF, "this kernel lacks BPF features vramprof needs (uprobes, ring buffer, attach cookies): use Linux 5.15 or newer"},
 	{probes.ErrNoProcess, "check the PID (ps -ef); it may have exited"},
+	{probes.ErrTraced, "one vramprof session per process: stop that session first, or read its outputs"},
 	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
 	{probes.ErrCommandNotFound, "check the command name and PATH"},
 	{errOutputDir, "choose a writable directory with -o"},

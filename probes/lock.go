@@ -1,0 +1,96 @@
+//go:build linux
+
+package probes
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// One session per process. Two sessions on one process would each stop it
+// at every dlopen and resume it when done with their own scan (the first
+// to finish lets it run on before the other has probed), share the
+// allocator's USDT semaphores, and, started within the same second, write
+// into one default output directory. So each traced process is locked by
+// the session that traces it: an flock on LockDir/<pid>-<start time>.lock,
+// the file holding the owner's PID. The kernel releases an flock when its
+// holder dies, however it dies: a killed session leaves at most a file,
+// never a lock.
+
+// LockDir holds the per-process lock files. A variable for tests.
+var LockDir = "/run/vramprof"
+
+// procLock is a session's lock on one traced process.
+type procLock struct {
+	f    *os.File
+	path string
+}
+
+// lockProc takes the lock on the process pid that started at start (clock
+// ticks, procStartTime). It returns a *TracedError when another session
+// holds it, and (nil, nil) when locks cannot be kept here at all (no
+// writable LockDir): tracing goes on unguarded rather than not at all.
+func lockProc(pid uint32, start uint64) (*procLock, error) {
+	if err := os.MkdirAll(LockDir, 0o755); err != nil {
+		return nil, nil
+	}
+	path := filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", pid, start))
+	for attempt := 0; attempt < 5; attempt++ {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, nil
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			owner := readOwner(f)
+			_ = f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, &TracedError{PID: pid, Owner: owner}
+			}
+			return nil, nil
+		}
+		// The holder before us removes the file as it lets go: if it did
+		// between our open and our flock, we hold a lock on a file nobody
+		// else can find. Try again with the one at the path now.
+		var fst, pst syscall.Stat_t
+		if syscall.Fstat(int(f.Fd()), &fst) != nil || syscall.Stat(path, &pst) != nil || fst.Ino != pst.Ino || fst.Dev != pst.Dev {
+			_ = f.Close()
+			continue
+		}
+		_ = f.Truncate(0)
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		return &procLock{f: f, path: path}, nil
+	}
+	return nil, nil
+}
+
+// readOwner reads the holder's PID from a lock file; 0 when unreadable. The
+// holder writes it right after taking the lock: a reader that comes in
+// between waits a little for it.
+func readOwner(f *os.File) int {
+	for i := 0; i < 50; i++ {
+		var b [32]byte
+		n, _ := f.ReadAt(b[:], 0)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n]))); err == nil && n > 0 && b[n-1] == '\n' {
+			return pid
+		}
+		var ts = syscall.Timespec{Nsec: 2e6}
+		_ = syscall.Nanosleep(&ts, nil)
+	}
+	return 0
+}
+
+// release removes the lock file and lets go of the lock, in that order (see
+// lockProc). Safe on nil.
+func (l *procLock) release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	_ = os.Remove(l.path)
+	_ = l.f.Close()
+	l.f = nil
+}

@@ -1,0 +1,76 @@
+//go:build linux
+
+package probes
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// TestLockProc: a process is locked once; the holder's PID is named; a
+// released lock leaves no file and can be taken again.
+func TestLockProc(t *testing.T) {
+	old := LockDir
+	LockDir = t.TempDir()
+	t.Cleanup(func() { LockDir = old })
+
+	l, err := lockProc(42, 1000)
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	_, err = lockProc(42, 1000)
+	var held *TracedError
+	require.ErrorAs(t, err, &held)
+	assert.ErrorIs(t, err, ErrTraced)
+	assert.Equal(t, os.Getpid(), held.Owner)
+	assert.Equal(t, "pid 42 is already traced by another vramprof session (vramprof pid "+strconv.Itoa(os.Getpid())+")", err.Error())
+
+	other, err := lockProc(42, 2000) // the PID reused: another process
+	require.NoError(t, err)
+	other.release()
+
+	l.release()
+	assert.NoFileExists(t, filepath.Join(LockDir, "42-1000.lock"))
+	l, err = lockProc(42, 1000)
+	require.NoError(t, err)
+	l.release()
+}
+
+// TestAllSkipsHeld: an --all session leaves a process another session
+// traces alone, and says so once.
+func TestAllSkipsHeld(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	lr := exec.Command(scenario.Bin(t, "longrun"))
+	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
+	out, err := lr.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, lr.Start())
+	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
+	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
+	require.NoError(t, err)
+
+	first, err := NewSession(Options{Sink: &memSink{}})
+	require.NoError(t, err)
+	defer first.Close()
+	require.NoError(t, first.Attach(lr.Process.Pid, false))
+
+	// Not AttachAll: that would adopt every CUDA process on the machine.
+	var notes []string
+	all, err := NewSession(Options{Sink: &memSink{}, All: true, Note: func(m string) { notes = append(notes, m) }})
+	require.NoError(t, err)
+	defer all.Close()
+	pid := uint32(lr.Process.Pid)
+	require.NoError(t, all.adopt(pid))
+	require.NoError(t, all.adopt(pid))
+	assert.Nil(t, all.procs[pid], "not traced")
+	assert.Contains(t, all.held, pid)
+	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(lr.Process.Pid) +
+		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes, "said once")
+}

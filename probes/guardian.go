@@ -83,11 +83,9 @@ func startGuardian(m *ebpf.Map) (*guardian, error) {
 	}
 	mf := os.NewFile(uintptr(fd), "stopped")
 	defer mf.Close()
-	self, err := os.Executable()
-	if err != nil {
-		self = "/proc/self/exe"
-	}
-	cmd := exec.Command(self)
+	// Not os.Executable's path: /proc/self/exe runs even when the file was
+	// replaced or removed since vramprof started (an upgrade mid-run).
+	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"vramprof-guardian"}
 	cmd.Env = []string{fmt.Sprintf("%s=%d", guardianEnv, os.Getpid())}
 	// Its own messages go where vramprof's do; nothing else is inherited

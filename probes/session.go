@@ -632,7 +632,11 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 	if r.flags&recFlagStopped != 0 {
 		s.stops++
 		if s.stops == dieAtStop {
-			// Test only: die as a crash would, the target still stopped.
+			// Test only: die as a crash would, the target stopped (the
+			// record can be read before the signal has stopped it).
+			for i := 0; i < 200 && procState(int(r.ev.PID)) != 'T'; i++ {
+				time.Sleep(5 * time.Millisecond)
+			}
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}
@@ -876,6 +880,20 @@ func procStartTime(pid int) (uint64, error) {
 		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields))
 	}
 	return strconv.ParseUint(fields[19], 10, 64) // field 22 overall
+}
+
+// procState is the state letter of /proc/PID/stat ('T': stopped), 0 when
+// unreadable.
+func procState(pid int) byte {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 || i+2 >= len(data) {
+		return 0
+	}
+	return data[i+2]
 }
 
 func procPPID(pid int) uint32 {

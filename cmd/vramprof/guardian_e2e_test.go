@@ -93,6 +93,13 @@ func TestRunKilledAtEveryStop(t *testing.T) {
 				cmd := exec.Command(binPath, "run", "-q", "-o", filepath.Join(tmp, "out"), "--", "sh", "-c", wrappedScript, bin)
 				cmd.Env = append(os.Environ(), dieAtStopEnv+"="+strconv.Itoa(n), "VRAMPROF_TRUTH="+truthFile, "VRAMPROF_TEST_CODE="+codeFile)
 				cmd.Dir = tmp
+				// A session of its own: the processes vramprof leaves behind
+				// then go to a reaper outside their session (as from a
+				// terminal's shell, whatever reaper this test runs under),
+				// so that, without care, the command's process group would be
+				// orphaned with a stopped member when vramprof dies, and get
+				// SIGHUP.
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 				var stderr syncBuffer
 				cmd.Stderr = &stderr
 				err := cmd.Run()
@@ -212,6 +219,18 @@ func TestUserStoppedStaysStopped(t *testing.T) {
 	}
 }
 
+// procSession is the session ID of /proc/PID/stat (field 6).
+func procSession(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	sid, err := strconv.Atoi(f[3])
+	require.NoError(t, err)
+	return sid
+}
+
 // procState is the state letter of /proc/PID/stat.
 func procState(t *testing.T, pid int) byte {
 	t.Helper()
@@ -230,5 +249,49 @@ func waitState(t *testing.T, pid int, st byte) {
 	for procState(t, pid) != st {
 		require.True(t, time.Now().Before(deadline), "pid %d never reached state %c", pid, st)
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunForwardsSignals: `run`'s command has a session of its own (so that
+// vramprof's death cannot get it a SIGHUP), so vramprof passes the
+// terminal's signals on to it: Ctrl-C or a hang-up sent to vramprof ends
+// the command (longrun does not handle them), and vramprof exits with its
+// code, outputs written.
+func TestRunForwardsSignals(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, "out")
+			cmd := exec.Command(binPath, "run", "-q", "-o", dir, "--", scenario.Bin(t, "longrun"))
+			cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"), "LONGRUN_MAX_SECONDS=20")
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			buf := make([]byte, 64)
+			n, err := out.Read(buf) // "ready <pid>"
+			require.NoError(t, err)
+			pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(string(buf[:n]), "ready ")))
+			require.NoError(t, err)
+			// The kernel sends SIGHUP to an orphaned process group with a
+			// stopped member only within a session: the guardian may win
+			// that race, but the command must not depend on it.
+			assert.Equal(t, pid, procSession(t, pid), "the command leads a session of its own")
+			require.NoError(t, cmd.Process.Signal(sig))
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("vramprof run did not end after %v", sig)
+			}
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, 128+int(sig), ee.ExitCode(), "the command's code: killed by %v", sig)
+			rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+			assert.Equal(t, "signal: "+sig.String(), rep.Run.EndReason)
+		})
 	}
 }

@@ -109,8 +109,8 @@ type Session struct {
 	stats      Stats
 	closed     bool
 	prefetch   pyPrefetch
-	// held are processes another session traces (with All: left alone),
-	// by PID, with their start time.
+	// held are processes another session traces (with All: left alone
+	// for as long as they live), by PID, with their start time.
 	held map[uint32]uint64
 }
 
@@ -513,6 +513,13 @@ func (s *Session) drain(rec *ringbuf.Record) error {
 
 // tick does the periodic work: lost-record accounting, noticing exits.
 func (s *Session) tick() error {
+	for pid, st := range s.held {
+		// Gone, or the PID is another process's now (the exit of a
+		// process that is not ours is not announced).
+		if now, err := procStartTime(int(pid)); err != nil || now != st {
+			delete(s.held, pid)
+		}
+	}
 	for _, p := range s.procs {
 		if p.exited {
 			continue
@@ -565,15 +572,8 @@ func (s *Session) handle(sample []byte) error {
 		s.decodeErrs++
 		return nil
 	}
-	if st, ok := s.held[r.ev.PID]; ok {
-		// Another session's (All): left alone until it exits.
-		if r.kind == recExit {
-			delete(s.held, r.ev.PID)
-		} else if now, err := procStartTime(int(r.ev.PID)); err == nil && now == st {
-			return nil
-		} else {
-			delete(s.held, r.ev.PID) // a new process with the PID
-		}
+	if _, ok := s.held[r.ev.PID]; ok {
+		return nil // another session's (All): left alone (see tick)
 	}
 	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
 		// A process not seen before: one that maps a probed copy of the

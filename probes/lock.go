@@ -94,3 +94,18 @@ func (l *procLock) release() {
 	_ = l.f.Close()
 	l.f = nil
 }
+
+// CheckTraced returns a *TracedError when another vramprof session traces
+// pid, nil otherwise (also when pid does not exist: Attach says so). A
+// caller checks before it creates anything that session may be using too
+// (two attaches started in the same second share a default output
+// directory); Attach takes the lock itself.
+func CheckTraced(pid int) error {
+	st, err := procStartTime(pid)
+	if err != nil {
+		return nil
+	}
+	l, err := lockProc(uint32(pid), st)
+	l.release()
+	return err
+}

@@ -24,6 +24,11 @@ func attach(ctx context.Context, o *attachOptions) error {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", o.pid)); err != nil {
 			return fmt.Errorf("%w: %d", probes.ErrNoProcess, o.pid)
 		}
+		// Before the output directory: the other session's may be the
+		// same one (the default name changes once a second).
+		if err := probes.CheckTraced(o.pid); err != nil {
+			return err
+		}
 	}
 	h := &event.Header{Mode: "attach", PID: uint32(o.pid)}
 	if o.all {

@@ -125,11 +125,22 @@ type attachment struct {
 // the attach is live: the trace exists and the "tracing pid" line is out.
 func startAttach(t *testing.T, pid int, extra ...string) *attachment {
 	t.Helper()
-	a := &attachment{dir: filepath.Join(t.TempDir(), "out"), stderr: &syncBuffer{}, done: make(chan struct{})}
-	args := append([]string{"attach", "-p", strconv.Itoa(pid), "-o", a.dir}, extra...)
-	a.cmd = exec.Command(binPath, args...)
+	return startAttachIn(t, "", pid, extra...)
+}
+
+// startAttachIn is startAttach with the default output directory in cwd
+// (no -o); with cwd "", it is startAttach.
+func startAttachIn(t *testing.T, cwd string, pid int, extra ...string) *attachment {
+	t.Helper()
+	a := &attachment{stderr: &syncBuffer{}, done: make(chan struct{})}
+	args := []string{"attach", "-p", strconv.Itoa(pid)}
+	if cwd == "" {
+		a.dir, cwd = filepath.Join(t.TempDir(), "out"), t.TempDir()
+		args = append(args, "-o", a.dir)
+	}
+	a.cmd = exec.Command(binPath, append(args, extra...)...)
 	a.cmd.Stderr = a.stderr
-	a.cmd.Dir = t.TempDir()
+	a.cmd.Dir = cwd
 	require.NoError(t, a.cmd.Start())
 	go func() { a.err = a.cmd.Wait(); close(a.done) }()
 	t.Cleanup(func() {
@@ -138,8 +149,16 @@ func startAttach(t *testing.T, pid int, extra ...string) *attachment {
 	})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		_, statErr := os.Stat(filepath.Join(a.dir, "trace.vpt"))
+		trace := filepath.Join(a.dir, "trace.vpt")
+		if a.dir == "" {
+			m, _ := filepath.Glob(filepath.Join(cwd, "vramprof-*", "trace.vpt"))
+			if len(m) == 1 {
+				trace = m[0]
+			}
+		}
+		_, statErr := os.Stat(trace)
 		if statErr == nil && strings.Contains(a.stderr.String(), "tracing pid "+strconv.Itoa(pid)) {
+			a.dir = filepath.Dir(trace)
 			return a
 		}
 		select {

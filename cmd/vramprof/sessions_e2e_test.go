@@ -20,32 +20,54 @@ import (
 )
 
 // TestSecondSessionRefused: while one session traces a process, a second
-// `attach -p` on it (at once, or later) exits 2 with one line naming the
-// first session's PID, leaves nothing behind, and the first records the
-// whole truth.
+// `attach -p` on it exits 2 with one line naming the first session's PID,
+// creates nothing and touches nothing of the first's, and the first
+// records the whole truth. With default output directories, both started
+// in the same second would name the same one: the refusal comes first.
 func TestSecondSessionRefused(t *testing.T) {
 	scenario.RequirePrivilege(t)
-	lr := startLongrun(t)
-	first := startAttach(t, lr.pid)
+	for _, tc := range []struct {
+		name string
+		out  bool // -o given
+	}{{"explicit_dirs", true}, {"default_dirs", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lr := startLongrun(t)
+			cwd := t.TempDir()
+			var first *attachment
+			if tc.out {
+				first = startAttach(t, lr.pid)
+			} else {
+				first = startAttachIn(t, cwd, lr.pid)
+			}
 
-	tmp := t.TempDir()
-	dir := filepath.Join(tmp, "second")
-	r := vramprof(t, execOpts{dir: tmp}, "attach", "-p", strconv.Itoa(lr.pid), "-o", dir)
-	assert.Equal(t, exitToolError, r.code, "second session's exit code; stderr:\n%s", r.stderr)
-	lines := r.stderrLines()
-	require.Len(t, lines, 1, "one line; stderr:\n%s", r.stderr)
-	assert.Contains(t, lines[0], "already traced by another vramprof session")
-	assert.Contains(t, lines[0], "vramprof pid "+strconv.Itoa(first.cmd.Process.Pid), "names the first session")
-	assert.NoDirExists(t, dir, "nothing left behind")
+			var args []string
+			if tc.out {
+				args = []string{"-o", filepath.Join(cwd, "second")}
+			}
+			r := vramprof(t, execOpts{dir: cwd}, append([]string{"attach", "-p", strconv.Itoa(lr.pid)}, args...)...)
+			assert.Equal(t, exitToolError, r.code, "second session's exit code; stderr:\n%s", r.stderr)
+			lines := r.stderrLines()
+			require.Len(t, lines, 1, "one line; stderr:\n%s", r.stderr)
+			assert.Contains(t, lines[0], "already traced by another vramprof session")
+			assert.Contains(t, lines[0], "vramprof pid "+strconv.Itoa(first.cmd.Process.Pid), "names the first session")
+			entries, err := os.ReadDir(cwd)
+			require.NoError(t, err)
+			if tc.out {
+				assert.Empty(t, entries, "nothing created")
+			} else {
+				assert.Len(t, entries, 1, "the first session's output directory only")
+			}
 
-	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
-	lr.expect(t, "done")
-	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, first.wait(t, 20*time.Second), "first session; stderr:\n%s", first.stderr.String())
-	truth := scenario.MustReadTruth(t, lr.truth)
-	rep := mustReadReport(t, filepath.Join(first.dir, "report.json"))
-	assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations), "first session's allocations")
-	assert.Equal(t, truth.Totals.Frees, val(t, "frees", rep.Totals.Frees), "first session's frees")
+			require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+			lr.expect(t, "done")
+			require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
+			require.Equal(t, 0, first.wait(t, 20*time.Second), "first session; stderr:\n%s", first.stderr.String())
+			truth := scenario.MustReadTruth(t, lr.truth)
+			rep := mustReadReport(t, filepath.Join(first.dir, "report.json"))
+			assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations), "first session's allocations")
+			assert.Equal(t, truth.Totals.Frees, val(t, "frees", rep.Totals.Frees), "first session's frees")
+		})
+	}
 }
 
 // TestLockReleasedWhenKilled: a session killed with SIGKILL leaves no lock:

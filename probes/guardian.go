@@ -156,6 +156,9 @@ func guardianMain(owner string) int {
 	for _, pid := range resumed {
 		fmt.Fprintf(os.Stderr, "vramprof: session %s ended with pid %d stopped at a library load or exec: resumed it\n", owner, pid)
 	}
+	if !normal {
+		removeLockFiles(owner)
+	}
 	return 0
 }
 

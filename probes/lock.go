@@ -109,3 +109,25 @@ func CheckTraced(pid int) error {
 	l.release()
 	return err
 }
+
+// removeLockFiles removes the lock files a dead session left (their locks
+// went with it): those naming owner that nobody holds. Taking the lock
+// first keeps this safe against a session locking the file meanwhile
+// (lockProc checks that its file is still the one at the path).
+func removeLockFiles(owner string) {
+	paths, _ := filepath.Glob(filepath.Join(LockDir, "*.lock"))
+	for _, path := range paths {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			var b [32]byte
+			n, _ := f.ReadAt(b[:], 0)
+			if strings.TrimSpace(string(b[:n])) == owner {
+				_ = os.Remove(path)
+			}
+		}
+		_ = f.Close()
+	}
+}

@@ -78,6 +78,23 @@ func TestLockReleasedWhenKilled(t *testing.T) {
 	first := startAttach(t, lr.pid)
 	require.NoError(t, first.cmd.Process.Kill())
 	<-first.done
+	// Its guardian removes the file it left (the lock went with it).
+	owner := strconv.Itoa(first.cmd.Process.Pid) + "\n"
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := ""
+		paths, _ := filepath.Glob("/run/vramprof/*.lock")
+		for _, p := range paths {
+			if b, err := os.ReadFile(p); err == nil && string(b) == owner {
+				left = p
+			}
+		}
+		if left == "" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%s left behind", left)
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	second := startAttach(t, lr.pid)
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
@@ -110,6 +127,8 @@ func TestRunChildLocked(t *testing.T) {
 	require.True(t, strings.HasPrefix(line, "ready "), "longrun's first line: %q", line)
 	pid, err := strconv.Atoi(strings.TrimPrefix(line, "ready "))
 	require.NoError(t, err)
+	// Its own session: killing vramprof does not end it.
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
 	r := vramprof(t, execOpts{dir: tmp}, "attach", "-p", strconv.Itoa(pid), "-o", filepath.Join(tmp, "second"))
 	assert.Equal(t, exitToolError, r.code, "stderr:\n%s", r.stderr)

@@ -101,6 +101,7 @@ type Session struct {
 	stats      Stats
 	closed     bool
 	prefetch   pyPrefetch
+	exits      map[uint32]syscall.WaitStatus // see ExitStatus
 }
 
 // proc is a traced process.
@@ -549,6 +550,7 @@ func (s *Session) handle(sample []byte) error {
 		return s.forked(r)
 	case r.kind == recExit:
 		if p := s.procs[r.ev.PID]; p != nil {
+			s.noteExit(p.pid, r.ev.Addr)
 			s.untrack(p)
 		}
 		return nil

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
@@ -74,9 +76,28 @@ func attach(ctx context.Context, o *attachOptions) error {
 		end.Reason = "duration"
 	default:
 		end.Reason = "target exited"
+		if !o.all {
+			end.Reason, end.ExitCode = targetEnd(rec.session, o.pid)
+		}
 	}
 	if err := rec.finish(end, out); err != nil {
 		return err
 	}
 	return runErr
+}
+
+// targetEnd says how the attached process ended, and its exit code as a
+// shell gives it (128+N for signal N): attach is not its parent, so the
+// status comes from the exit tracepoint.
+func targetEnd(s *probes.Session, pid int) (string, int) {
+	ws, ok := s.ExitStatus(uint32(pid))
+	switch {
+	case !ok:
+		return "target exited", 0
+	case ws.Signaled():
+		sig := ws.Signal()
+		return fmt.Sprintf("target killed by signal %d (%s)", int(sig), unix.SignalName(sig)), 128 + int(sig)
+	default:
+		return "target exited", ws.ExitStatus()
+	}
 }

@@ -384,7 +384,7 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 		hf := htmlFailure{Label: procLabel(res, p), Count: p.Totals.FailedAllocations, Bytes: p.Totals.FailedBytes,
 			First: fmt.Sprintf("asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes (%s) live in the process, %d on that device",
 				ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
-				analysis.ErrorName(ff.Ret), ff.LiveBytes, analysis.FormatBytes(ff.LiveBytes), ff.DeviceLiveBytes)}
+				analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes, analysis.FormatBytes(ff.LiveBytes), ff.DeviceLiveBytes)}
 		hf.Sites, hf.More = htmlSites(res, p.Failed)
 		fails = append(fails, hf)
 	}

@@ -415,7 +415,7 @@ func oomMarks(res *analysis.Result, sc scale, dev int32) []mark {
 		}
 		m := mark{Kind: "oom", Rule: true, Label: "OOM: " + analysis.FormatBytes(ff.Size) + " request",
 			Title: fmt.Sprintf("%s: a request for %d bytes (%s) at %s failed with %s at %s, %d bytes live on the device (%d failed allocations in all)",
-				procLabel(res, p), ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.Ret),
+				procLabel(res, p), ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret),
 				secs(res, ff.Time), ff.DeviceLiveBytes, p.Totals.FailedAllocations)}
 		placeLabel(&m, sc.x(res.Rel(ff.Time)), sc.y(ff.DeviceLiveBytes))
 		m.LabelY = f1(chartTop + 12)

@@ -270,7 +270,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	lost := htmlFact{Label: "lost events", Value: template.HTML(strconv.FormatUint(res.LostEvents, 10)),
 		Note: "every record delivered"}
 	if res.LostEvents > 0 {
-		lost.Note, lost.Warn = "ring buffer full: figures may miss allocations and frees", true
+		lost.Note, lost.Warn = "ring buffer full: the figures may be wrong either way (a missed free reads high, a missed allocation low)", true
 	}
 	failed := htmlFact{Label: "failed allocations", Value: template.HTML(strconv.FormatUint(t.FailedAllocations, 10)),
 		Note: fmt.Sprintf("%d bytes requested", t.FailedBytes), Warn: t.FailedAllocations > 0}

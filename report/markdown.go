@@ -218,7 +218,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if res.LostEvents == 0 {
 		p("0 records lost.\n\n")
 	} else {
-		p("%d records lost (ring buffer full): the figures above may miss allocations and frees.\n\n", res.LostEvents)
+		p("%d records lost (ring buffer full): the figures above may be wrong either way (a missed free reads high, a missed allocation low).\n\n", res.LostEvents)
 	}
 
 	if lines := interpreterLines(&run); len(lines) > 0 {

@@ -48,6 +48,7 @@ var hints = []struct {
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
 	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
 	{event.ErrTruncated, "the trace was cut short before its first record; re-record it"},
+	{errLostEvents, "re-run the check (a less loaded machine loses fewer events), or accept that share with --allow-lost PCT"},
 	{errCommandFailed, "the command's own failure, not a memory regression: see its output above"},
 	{errSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},
 	{errRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},

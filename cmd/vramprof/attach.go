@@ -31,7 +31,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if o.all {
 		h.Command = []string{"--all"}
 	}
-	rec, err := startRecording(dir, h, o.python.options(probes.Options{All: o.all, NoPool: o.pool == "off", Allocators: o.allocs}), o.nvml, !o.quiet)
+	rec, err := startRecording(dir, o.force, h, o.python.options(probes.Options{All: o.all, NoPool: o.pool == "off", Allocators: o.allocs}), o.nvml, !o.quiet)
 	if err != nil {
 		return err
 	}

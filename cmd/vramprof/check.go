@@ -57,6 +57,7 @@ type checkOptions struct {
 	// lost before the verdict is unknown; nil: none may.
 	allowLost     *big.Rat
 	allowLostText string
+	force         bool // --force: overwrite an earlier recording in -o DIR
 	writeBaseline string
 	junit         string
 	out           string
@@ -77,6 +78,7 @@ func parseCheck(args []string) (*checkOptions, error) {
 	fs.StringVar(&o.writeBaseline, "write-baseline", "", "write this recording's baseline (schema "+baselineSchema+") to FILE")
 	fs.StringVar(&o.junit, "junit", "", "write a JUnit XML report to FILE (one testcase per check)")
 	fs.StringVar(&o.out, "o", "", "keep the recording of -- CMD in DIR (default: a temporary directory, removed)")
+	addForce(fs, &o.force)
 	fs.StringVar(&o.allowLostText, "allow-lost", "", "judge anyway when at most PCT percent of the events were lost, lost/(lost+recorded) (default: any lost event makes the verdict unknown, exit 2)")
 
 	// Everything after the first "--" is the command; before it, flags and
@@ -236,7 +238,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		} else {
 			recording = "recording: " + dir
 		}
-		code, err := run(ctx, &runOptions{out: dir, nvml: "auto", pool: "auto", argv: o.argv, quiet: true})
+		code, err := run(ctx, &runOptions{out: dir, force: o.force, nvml: "auto", pool: "auto", argv: o.argv, quiet: true})
 		if err != nil {
 			return 0, err
 		}

@@ -43,6 +43,8 @@ var hints = []struct {
 	{probes.ErrNoProcess, "check the PID (ps -ef); it may have exited"},
 	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
 	{probes.ErrCommandNotFound, "check the command name and PATH"},
+	{errOutputLink, "give -o the directory's real path: vramprof does not write through symbolic links"},
+	{errOutputExists, "choose a new directory with -o, remove the old files, or pass --force to overwrite them"},
 	{errOutputDir, "choose a writable directory with -o"},
 	{event.ErrNotTrace, "INPUT must be a vramprof output directory or its trace.vpt"},
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},

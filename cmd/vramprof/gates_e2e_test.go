@@ -144,3 +144,97 @@ func TestCheckLostEvents(t *testing.T) {
 		assert.Contains(t, r.stderr, "--allow-lost \"150\"")
 	})
 }
+
+// TestOutputsNeverFollowLinks: run as root, an output that is a symbolic
+// link would aim vramprof's writes anywhere (before: `-o link` wrote into
+// the link's target, a trace.vpt linked to a file overwrote that file).
+// Every command refuses an -o that is a link, refuses a directory holding
+// an earlier recording unless --force, and with --force replaces a linked
+// output file without touching its target. Each refusal is one line with
+// the fix, exit 2.
+func TestOutputsNeverFollowLinks(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	steady := scenario.Bin(t, "steady")
+	rec, _, r := runScenario(t, "steady")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+
+	// setup makes tmp/{victim, victimdir/, link -> victimdir, out/ holding
+	// name -> ../victim}.
+	type fixture struct{ tmp, victim, victimDir, link, out string }
+	setup := func(t *testing.T, linked string) fixture {
+		tmp := t.TempDir()
+		f := fixture{tmp: tmp, victim: filepath.Join(tmp, "victim"), victimDir: filepath.Join(tmp, "victimdir"),
+			link: filepath.Join(tmp, "link"), out: filepath.Join(tmp, "out")}
+		require.NoError(t, os.WriteFile(f.victim, []byte("precious\n"), 0o644))
+		require.NoError(t, os.Mkdir(f.victimDir, 0o755))
+		require.NoError(t, os.Symlink("victimdir", f.link))
+		require.NoError(t, os.Mkdir(f.out, 0o755))
+		require.NoError(t, os.Symlink("../victim", filepath.Join(f.out, linked)))
+		return f
+	}
+	assertUntouched := func(t *testing.T, f fixture) {
+		t.Helper()
+		data, err := os.ReadFile(f.victim)
+		require.NoError(t, err)
+		assert.Equal(t, "precious\n", string(data), "the link's target file")
+		entries, err := os.ReadDir(f.victimDir)
+		require.NoError(t, err)
+		assert.Empty(t, entries, "the linked directory")
+	}
+	oneLine := func(t *testing.T, r result, want string) {
+		t.Helper()
+		assert.Equal(t, exitToolError, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+		assert.Len(t, r.stderrLines(), 1, "one line: %q", r.stderr)
+		assert.Contains(t, r.stderr, want)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		linked string // the output file in out/ that links to the victim
+		argv   func(dir string, force bool) []string
+	}{
+		{"run", traceFile, func(dir string, force bool) []string {
+			return append([]string{"run", "-q", "-o", dir}, forceArg(force, "--", steady)...)
+		}},
+		{"attach", traceFile, func(dir string, force bool) []string {
+			// Refused before anything is attached; never let through here.
+			return append([]string{"attach", "-p", strconv.Itoa(os.Getpid()), "--duration", "1ms", "-o", dir}, forceArg(force)...)
+		}},
+		{"report", jsonFile, func(dir string, force bool) []string {
+			return append([]string{"report", rec, "-o", dir}, forceArg(force)...)
+		}},
+		{"check", traceFile, func(dir string, force bool) []string {
+			return append([]string{"check", "--max-leak", "0", "-o", dir}, forceArg(force, "--", steady)...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t, tc.linked)
+			r := vramprof(t, execOpts{dir: f.tmp}, tc.argv(f.link, false)...)
+			oneLine(t, r, "output path is a symbolic link: -o "+f.link+" points to victimdir (give -o the directory's real path")
+			r = vramprof(t, execOpts{dir: f.tmp}, tc.argv(f.link+"/", true)...)
+			oneLine(t, r, "output path is a symbolic link")
+
+			r = vramprof(t, execOpts{dir: f.tmp}, tc.argv(f.out, false)...)
+			oneLine(t, r, "output directory holds an earlier recording: "+f.out+" already holds "+tc.linked+" (")
+			assert.Contains(t, r.stderr, "pass --force to overwrite them")
+			assertUntouched(t, f)
+			if tc.name == "attach" {
+				return // --force would attach to the test itself
+			}
+			r = vramprof(t, execOpts{dir: f.tmp}, tc.argv(f.out, true)...)
+			require.Equal(t, 0, r.code, "--force; stderr:\n%s", r.stderr)
+			assertUntouched(t, f)
+			st, err := os.Lstat(filepath.Join(f.out, tc.linked))
+			require.NoError(t, err)
+			assert.True(t, st.Mode().IsRegular(), "the link was replaced by the output: %s", st.Mode())
+		})
+	}
+}
+
+// forceArg is args with --force first when force.
+func forceArg(force bool, args ...string) []string {
+	if force {
+		return append([]string{"--force"}, args...)
+	}
+	return args
+}

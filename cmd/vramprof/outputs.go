@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
@@ -143,24 +146,98 @@ func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
 	return nil
 }
 
-// ensureDir creates dir (and parents) and checks that it is writable now,
-// before anything is traced, so an unwritable directory is an error at once
-// rather than after an hour of training.
-func ensureDir(dir string) (created bool, err error) {
-	if _, statErr := os.Stat(dir); errors.Is(statErr, os.ErrNotExist) {
+var (
+	// errOutputExists: the output directory already holds a recording's
+	// files, which would be overwritten.
+	errOutputExists = errors.New("output directory holds an earlier recording")
+	// errOutputLink: the output directory or a file in it is a symbolic
+	// link, which vramprof never writes through (run as root, a link
+	// planted in a shared directory would aim its writes anywhere).
+	errOutputLink = errors.New("output path is a symbolic link")
+)
+
+// recordingFiles are the files run and attach write into their directory;
+// report -o writes the same but the trace (reportFiles).
+var (
+	recordingFiles = []string{traceFile, profileFile, jsonFile, mdFile, htmlFile}
+	reportFiles    = []string{profileFile, jsonFile, mdFile, htmlFile, snapshotFile}
+)
+
+// ensureDir creates dir (and parents) for the outputs named in files (and
+// oom-<n>.pb.gz) and checks that it is writable now, before anything is
+// traced, so an unwritable directory is an error at once rather than after
+// an hour of training.
+//
+// dir must not be a symbolic link, and must not hold any of those files
+// already: an earlier recording is refused unless force, which removes
+// them first (a symbolic link among them is removed, never followed).
+// Files are then created afresh: the trace with O_EXCL|O_NOFOLLOW
+// (createTrace), the others through a new temporary file renamed into
+// place (writeFileAtomic), which replaces a link rather than writing to
+// its target.
+func ensureDir(dir string, force bool, files []string) (created bool, err error) {
+	clean := filepath.Clean(dir) // "link/" would follow the link
+	st, statErr := os.Lstat(clean)
+	switch {
+	case statErr == nil && st.Mode()&os.ModeSymlink != 0:
+		target, _ := os.Readlink(clean)
+		return false, fmt.Errorf("%w: -o %s points to %s", errOutputLink, dir, target)
+	case statErr == nil && !st.IsDir():
+		return false, fmt.Errorf("%w: %s exists and is not a directory", errOutputDir, dir)
+	case errors.Is(statErr, os.ErrNotExist):
 		created = true
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(clean, 0o755); err != nil {
 		return false, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
 	}
-	probe, err := os.CreateTemp(dir, ".vramprof-write-test-*")
+	if !created {
+		old := existingOutputs(clean, files)
+		if len(old) > 0 && !force {
+			return false, fmt.Errorf("%w: %s already holds %s", errOutputExists, dir, strings.Join(old, ", "))
+		}
+		for _, name := range old {
+			if err := os.Remove(filepath.Join(clean, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return false, fmt.Errorf("%w: --force: remove %s: %w", errOutputDir, filepath.Join(dir, name), err)
+			}
+		}
+	}
+	probe, err := os.CreateTemp(clean, ".vramprof-write-test-*")
 	if err != nil {
 		if created {
-			_ = os.Remove(dir)
+			_ = os.Remove(clean)
 		}
 		return false, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
 	}
 	_ = probe.Close()
 	_ = os.Remove(probe.Name())
 	return created, nil
+}
+
+// existingOutputs lists which of files, and of the oom-<n>.pb.gz profiles,
+// dir holds (as any kind of file, a link included).
+func existingOutputs(dir string, files []string) []string {
+	var out []string
+	for _, name := range files {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			out = append(out, name)
+		}
+	}
+	if slices.Contains(files, profileFile) {
+		ooms, _ := filepath.Glob(filepath.Join(dir, "oom-*.pb.gz"))
+		for _, p := range ooms {
+			out = append(out, filepath.Base(p))
+		}
+	}
+	return out
+}
+
+// createTrace creates dir's trace file, failing if one exists (ensureDir
+// removed the old one) or if a link was put there since: it is written
+// for the whole run, so it is never opened through a link.
+func createTrace(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, traceFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
+	}
+	return f, nil
 }

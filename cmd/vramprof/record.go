@@ -49,13 +49,13 @@ type recording struct {
 // opts configures the session; its Sink is the trace. nvmlMode is the
 // --nvml flag: "auto" samples device memory when NVML works, "off" never.
 // withStatus feeds the live status line (startStatus) from the records.
-func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool) (*recording, error) {
+func startRecording(dir string, force bool, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool) (*recording, error) {
 	// Privilege first: without it, nothing else matters, and it is the
 	// error worth reading.
 	if err := probes.CheckPrivileges(); err != nil {
 		return nil, err
 	}
-	created, err := ensureDir(dir)
+	created, err := ensureDir(dir, force, recordingFiles)
 	if err != nil {
 		return nil, err
 	}
@@ -63,10 +63,10 @@ func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode s
 	if withStatus {
 		r.live = newLiveBytes()
 	}
-	r.file, err = os.OpenFile(filepath.Join(dir, traceFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	r.file, err = createTrace(dir)
 	if err != nil {
 		r.abort()
-		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
+		return nil, err
 	}
 	h.Tool = "vramprof " + version
 	h.Start = probes.MonotonicNow()

@@ -4,13 +4,16 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -237,4 +240,30 @@ func forceArg(force bool, args ...string) []string {
 		return append([]string{"--force"}, args...)
 	}
 	return args
+}
+
+// TestReportSnapshotRefusesTerminal: `report --format snapshot` without -o
+// prints a binary pickle; on a terminal it is refused in one line that says
+// what to do (before: the pickle's bytes went to the terminal). Redirected,
+// the pickle is written as before.
+func TestReportSnapshotRefusesTerminal(t *testing.T) {
+	master, slave := openPTY(t, 24, 80)
+	cmd := exec.Command(binPath, "report", snapshotFixture, "--format", "snapshot")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = slave, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stderr: %s", stderr.String())
+	assert.Equal(t, exitToolError, ee.ExitCode())
+	assert.Equal(t, "vramprof: report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/snapshot.pickle), or redirect stdout to a file (> snapshot.pickle)\n", stderr.String())
+	require.NoError(t, slave.Close())
+	got := make([]byte, 4096)
+	n, rerr := master.Read(got)
+	assert.Zero(t, n, "nothing written to the terminal: %q", got[:n])
+	assert.ErrorIs(t, rerr, syscall.EIO)
+
+	r := vramprof(t, execOpts{}, "report", snapshotFixture, "--format", "snapshot")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotEmpty(t, r.stdout)
+	assert.Equal(t, byte(0x80), r.stdout[0], "a pickle (PROTO opcode) when redirected")
 }

@@ -64,6 +64,9 @@ func parseReport(args []string) (*reportOptions, error) {
 // reportCmd re-analyses a recorded trace. It needs no privileges. Notes
 // (which process a snapshot holds) go to stderr.
 func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
+	if o.format == "snapshot" && o.out == "" && isTerminalWriter(stdout) {
+		return usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + snapshotFile + "), or redirect stdout to a file (> " + snapshotFile + ")"))
+	}
 	tracePath := o.input
 	if st, err := os.Stat(tracePath); err != nil {
 		return fmt.Errorf("%w: %s: %w", errInput, o.input, err)

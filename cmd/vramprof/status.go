@@ -223,6 +223,12 @@ func startStatus(rec *recording, quiet bool) *statusLine {
 	return s
 }
 
+// isTerminalWriter reports whether w is a file on a terminal.
+func isTerminalWriter(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(int(f.Fd()))
+}
+
 // isTerminal reports whether fd is a terminal (it has terminal attributes).
 func isTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)

@@ -65,7 +65,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 		runCtx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	st := startStatus(rec, o.quiet)
+	st := startStatus(rec, o.quiet, false)
 	defer st.stop()
 	runErr := rec.run(runCtx)
 	st.stop() // before the summary: clear the line

@@ -66,7 +66,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	go func() { runErr <- rec.run(runCtx) }()
 	// The command's own output shares the terminal: the status line is
 	// redrawn after it.
-	st := startStatus(rec, o.quiet)
+	st := startStatus(rec, o.quiet, true)
 	defer st.stop()
 
 	waitErr := cmd.Wait()

@@ -332,12 +332,14 @@ func (s *statusLine) draw(now time.Time) {
 	}
 	var b strings.Builder
 	if s.rows == 0 {
-		// Make room for the status row: a newline scrolls the screen when
-		// the cursor is on the bottom row, and moving back up lands on the
-		// same text row either way. Setting the region homes the cursor:
-		// save and restore it around.
+		// Make room for the status row: an index (IND, a line feed that
+		// keeps the column, unlike "\n" through the terminal's ONLCR)
+		// scrolls the screen when the cursor is on the bottom row, and
+		// moving back up lands on the same text row and column either way:
+		// a line the command left unfinished goes on where it stopped.
+		// Setting the region homes the cursor: save and restore it around.
 		s.rows = int(ws.Row)
-		fmt.Fprintf(&b, "\n\x1b7\x1b[1;%dr\x1b8\x1b[1A", s.rows-1)
+		fmt.Fprintf(&b, "\x1bD\x1b7\x1b[1;%dr\x1b8\x1b[1A", s.rows-1)
 	}
 	fmt.Fprintf(&b, "\x1b7\x1b[%d;1H\x1b[K%s\x1b8", s.rows, line)
 	_, _ = io.WriteString(s.out, b.String()) // one write: never split by the command's output

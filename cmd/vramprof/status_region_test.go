@@ -17,9 +17,9 @@ import (
 )
 
 // screen is the little of a VT100 that the status line and a program's
-// plain output use: printable text with autowrap, CR, LF (scrolling within
-// the scroll region; rows scrolled off the top of the screen are kept in
-// history), DECSC/DECRC (ESC 7, ESC 8), DECSTBM (CSI t;b r), CUP (CSI r;c
+// plain output use: printable text with autowrap, CR, LF and IND (ESC D)
+// (scrolling within the scroll region; rows scrolled off the top of the
+// screen are kept in history), DECSC/DECRC (ESC 7, ESC 8), DECSTBM (CSI t;b r), CUP (CSI r;c
 // H), CUU (CSI n A) and EL (CSI K). It shows what a person would see.
 type screen struct {
 	rows, cols     int
@@ -65,6 +65,9 @@ func (s *screen) write(t *testing.T, data string) {
 			s.savedR, s.savedC, data = s.r, s.c, data[2:]
 		case strings.HasPrefix(data, "\x1b8"):
 			s.r, s.c, data = s.savedR, s.savedC, data[2:]
+		case strings.HasPrefix(data, "\x1bD"): // IND: a line feed keeping the column
+			s.lineFeed()
+			data = data[2:]
 		case strings.HasPrefix(data, "\x1b["):
 			m := csiRE.FindStringSubmatch(data)
 			require.NotNil(t, m, "an escape sequence this screen does not know: %q", data[:min(len(data), 12)])

@@ -361,7 +361,7 @@ func TestStatusTTY(t *testing.T) {
 					assert.NotContains(t, d, "\n", "a redraw never ends the line: %q", d)
 				}
 			} else {
-				setup := "\r\n\x1b7\x1b[1;23r\x1b8\x1b[1A" // the terminal sends \n as \r\n
+				setup := "\x1bD\x1b7\x1b[1;23r\x1b8\x1b[1A"
 				require.True(t, strings.HasPrefix(out, setup), "the region first (rows 1-23): %q", out)
 				body, after, ok := strings.Cut(out[len(setup):], "\x1b7\x1b[r\x1b8\x1b7\x1b[24;1H\x1b[K\x1b8")
 				require.True(t, ok, "the region reset and the row cleared at the end: %q", out)

@@ -117,7 +117,7 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	}
 	lost := fmt.Sprint(res.LostEvents)
 	if res.LostEvents > 0 {
-		lost += " (ring buffer full: the figures may be wrong either way (a missed free reads high, a missed allocation low))"
+		lost += " (ring buffer full: the figures may be wrong either way: a missed free reads high, a missed allocation low)"
 	}
 	p("lost events:        %s\n", lost)
 	return bw.Flush()

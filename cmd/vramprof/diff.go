@@ -518,7 +518,7 @@ func writeDiffText(w io.Writer, d *diffJSON, base, nw *snapshot) {
 	p("peak:         %s\n", deltaText(d.PeakBytes))
 	p("live at end:  %s\n", deltaText(d.LiveBytesAtEnd))
 	if d.LostEvents.Base > 0 || d.LostEvents.New > 0 {
-		p("lost events:  %d -> %d (the kernel dropped records: the figures may be wrong either way (a missed free reads high, a missed allocation low))\n", d.LostEvents.Base, d.LostEvents.New)
+		p("lost events:  %d -> %d (the kernel dropped records: the figures may be wrong either way: a missed free reads high, a missed allocation low)\n", d.LostEvents.Base, d.LostEvents.New)
 	}
 	for _, s := range []*snapshot{base, nw} {
 		if s.truncated {

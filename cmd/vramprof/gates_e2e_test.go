@@ -267,3 +267,68 @@ func TestReportSnapshotRefusesTerminal(t *testing.T) {
 	require.NotEmpty(t, r.stdout)
 	assert.Equal(t, byte(0x80), r.stdout[0], "a pickle (PROTO opcode) when redirected")
 }
+
+// TestDriverErrorNames: driver_only's runtime is invisible (linked in and
+// stripped), so its two failed cudaMallocPitch calls are seen as the
+// driver's cuMemAllocPitch_v2 returning CUresult codes: 2 is named
+// CUDA_ERROR_OUT_OF_MEMORY (an oom finding), 1 CUDA_ERROR_INVALID_VALUE (a
+// failed_call finding, not an oom). Before: both named as the runtime's
+// cudaError_t, and every failure filed under the one oom finding.
+func TestDriverErrorNames(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	dir, truth, r := runScenario(t, "driver_only")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	var failed []scenario.Call
+	for _, c := range truth.Calls {
+		if c.Outcome == "failed" {
+			failed = append(failed, c)
+		}
+	}
+	require.Len(t, failed, 2, "truth: two failed pitched requests")
+	require.Equal(t, []int32{2, 1}, []int32{failed[0].Ret, failed[1].Ret}, "truth: the runtime's codes (the driver's match them here)")
+
+	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	var rep struct {
+		Totals struct {
+			FailedAllocations uint64 `json:"failed_allocations"`
+			FailedBytes       uint64 `json:"failed_bytes"`
+		} `json:"totals"`
+		Processes []struct {
+			FirstFailure *struct {
+				API   string `json:"api"`
+				Error string `json:"error"`
+			} `json:"first_failure"`
+		} `json:"processes"`
+		Findings []struct {
+			Kind     string `json:"kind"`
+			Severity string `json:"severity"`
+			Summary  string `json:"summary"`
+			Bytes    uint64 `json:"bytes"`
+		} `json:"findings"`
+	}
+	require.NoError(t, json.Unmarshal(data, &rep))
+	assert.Equal(t, uint64(2), rep.Totals.FailedAllocations)
+	assert.Equal(t, failed[0].Size+failed[1].Size, rep.Totals.FailedBytes, "width x height of each request")
+	require.Len(t, rep.Processes, 1)
+	if ff := rep.Processes[0].FirstFailure; assert.NotNil(t, ff) {
+		assert.Equal(t, "cuMemAllocPitch_v2", ff.API)
+		assert.Equal(t, "2 (CUDA_ERROR_OUT_OF_MEMORY)", ff.Error)
+	}
+	kinds := map[string]int{}
+	for _, f := range rep.Findings {
+		kinds[f.Kind]++
+		assert.NotContains(t, f.Summary, "cudaError", "a driver code named as the runtime's: %q", f.Summary)
+		switch f.Kind {
+		case "oom":
+			assert.Contains(t, f.Summary, fmt.Sprintf("a request for %d bytes", failed[0].Size))
+			assert.Contains(t, f.Summary, "failed with error 2 (CUDA_ERROR_OUT_OF_MEMORY)")
+		case "failed_call":
+			assert.Equal(t, "high", f.Severity)
+			assert.Contains(t, f.Summary, "1 allocation call failed with error 1 (CUDA_ERROR_INVALID_VALUE) (not out-of-memory)")
+			assert.Contains(t, f.Summary, "cuMemAllocPitch_v2 of 0 bytes")
+		}
+	}
+	assert.Equal(t, 1, kinds["oom"], "findings: %+v", rep.Findings)
+	assert.Equal(t, 1, kinds["failed_call"], "findings: %+v", rep.Findings)
+}

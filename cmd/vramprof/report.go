@@ -86,16 +86,19 @@ func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	res, err := analyze(tracePath, analysis.Options{Capacity: o.capacity})
+	var outDir *outputDir // with -o
 	truncated := errors.Is(err, errTruncatedTrace)
 	if err != nil && !truncated {
 		return err
 	}
 	if o.out != "" {
-		if _, err := ensureDir(o.out, o.force, outputsBut(o.out, tracePath)); err != nil {
-			return err
+		var serr error
+		if outDir, _, serr = ensureDir(o.out, o.force, outputsBut(o.out, tracePath)); serr != nil {
+			return serr
 		}
-		if err := writeOutputs(o.out, res); err != nil {
-			return err
+		defer outDir.Close()
+		if serr := writeOutputs(outDir, res); serr != nil {
+			return serr
 		}
 	}
 	if snap != nil {
@@ -105,7 +108,7 @@ func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 			}
 			return err
 		}
-		serr := writeFileAtomic(filepath.Join(o.out, snapshotFile), func(w io.Writer) error {
+		serr := outDir.writeFile(snapshotFile, func(w io.Writer) error {
 			return pysnapshot.Encode(w, snap)
 		})
 		if serr != nil {

@@ -404,12 +404,14 @@ func peakMark(sc scale, res *analysis.Result, t, b uint64, what string) mark {
 	return m
 }
 
-// oomMarks marks each process's first failed allocation on its device.
+// oomMarks marks each process's first allocation that ran out of memory
+// on its device (other errors, such as no driver, are no OOM: the failed
+// allocations section and the failed_call findings list them).
 func oomMarks(res *analysis.Result, sc scale, dev int32) []mark {
 	var out []mark
 	for i := range res.Processes {
 		p := &res.Processes[i]
-		ff := p.FirstFailure
+		ff := p.FirstOOM
 		if ff == nil || ff.Device != dev {
 			continue
 		}

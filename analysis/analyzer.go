@@ -302,6 +302,10 @@ type space struct {
 	dirty        []int32
 	devices      map[int32]*procDevice
 	firstFailure *Failure
+	// firstOOM is the first failure that ran out of memory; errs groups
+	// every failure by library and code (errors.go).
+	firstOOM *Failure
+	errs     map[errorKey]*callErrors
 	// log is the device scope's live and allocated bytes after each
 	// change (iterations.go), until it overflows (logFull).
 	log     []procChange
@@ -786,9 +790,18 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
 		g := a.group(groupKey{e.PID, e.Stack, sc})
 		g.failed.add(e.Size)
+		var f *Failure
 		if sp.firstFailure == nil {
-			sp.firstFailure = a.failure(e, layer, sp)
+			f = a.failure(e, layer, sp)
+			sp.firstFailure = f
 		}
+		if sp.firstOOM == nil && IsOutOfMemory(e.Ret) {
+			if f == nil {
+				f = a.failure(e, layer, sp)
+			}
+			sp.firstOOM = f
+		}
+		sp.noteFailure(e, layer)
 		return false
 	case e.Size == 0:
 		both(ls, sp, func(t *Totals) { t.ZeroSizeAllocations++ })

@@ -136,7 +136,65 @@ func TestFailedAllocationIsAnOOMFinding(t *testing.T) {
 	assert.Contains(t, oom[0].Summary, "3221225472 bytes (3.00 GiB) were live")
 	require.NotEmpty(t, oom[0].Remediation)
 	assert.Contains(t, oom[0].Remediation[0], "load_model (train.py:5) with 3221225472 bytes")
-	assert.Contains(t, oom[0].Remediation[1], "2 allocation calls failed in all (3221225472 bytes requested)")
+	assert.Contains(t, oom[0].Remediation[1], "2 allocation calls ran out of memory in all (3221225472 bytes requested)")
+	assert.Empty(t, findings(r, KindFailedCall), "out-of-memory is no failed_call")
+}
+
+// TestFailedCallIsNotAnOOM: errors other than out-of-memory (no driver, no
+// device, not initialized) are failed_call findings with the error's name
+// from the library that returned it, never oom (before: "oom (critical)",
+// and driver codes named as the runtime's).
+func TestFailedCallIsNotAnOOM(t *testing.T) {
+	// Stack 1: three cudaMalloc calls fail with 35 (cudaErrorInsufficientDriver);
+	// stack 2: one cuMemAlloc_v2 fails with 3 (CUDA_ERROR_NOT_INITIALIZED,
+	// which would be cudaErrorInitializationError from the runtime).
+	s := newStream().stack(1, "load_model", 5).stack(2, "init_pool", 9)
+	s.fail(1*sec, GiB, 1, 35).fail(2*sec, GiB, 1, 35).fail(3*sec, MiB, 1, 35)
+	s.ev(event.Event{Time: 4 * sec, Size: 4 * MiB, Stack: 2, Ret: 3, Kind: event.KindAlloc, API: event.APICuMemAlloc})
+	s.end(5 * sec)
+	r := mustAnalyze(t, Options{}, s.recs)
+
+	assert.Empty(t, findings(r, KindOOM), "no OOM")
+	p := process(t, r, 100)
+	assert.Nil(t, p.FirstOOM)
+	require.NotNil(t, p.FirstFailure, "the first failure is still kept")
+	fc := findings(r, KindFailedCall)
+	require.Len(t, fc, 2)
+	// Ranked by bytes at stake: the 35s first.
+	assert.Equal(t, 2*GiB+MiB, fc[0].Bytes)
+	assert.Equal(t, SeverityCritical, fc[0].Severity)
+	assert.Contains(t, fc[0].Summary, "3 allocation calls failed with error 35 (cudaErrorInsufficientDriver) (not out-of-memory)")
+	assert.Contains(t, fc[0].Summary, "cudaMalloc of 1073741824 bytes at load_model (train.py:5)")
+	require.Len(t, fc[0].Stacks, 1)
+	assert.Equal(t, uint64(3), fc[0].Stacks[0].Count)
+	assert.Contains(t, fc[0].Remediation[0], "driver is missing or older")
+
+	assert.Equal(t, 4*MiB, fc[1].Bytes)
+	assert.Contains(t, fc[1].Summary, "1 allocation call failed with error 3 (CUDA_ERROR_NOT_INITIALIZED)")
+	assert.NotContains(t, fc[1].Summary, "cudaErrorInitializationError")
+	assert.Contains(t, fc[1].Summary, "cuMemAlloc_v2 of 4194304 bytes at init_pool (train.py:9)")
+}
+
+func TestErrorName(t *testing.T) {
+	for _, tc := range []struct {
+		api  event.API
+		ret  int32
+		want string
+	}{
+		{event.APICudaMalloc, 2, "2 (cudaErrorMemoryAllocation)"},
+		{event.APICudaMalloc, 3, "3 (cudaErrorInitializationError)"},
+		{event.APICudaMalloc, 35, "35 (cudaErrorInsufficientDriver)"},
+		{event.APICudaMalloc, 100, "100 (cudaErrorNoDevice)"},
+		{event.APICuMemAlloc, 1, "1 (CUDA_ERROR_INVALID_VALUE)"},
+		{event.APICuMemAlloc, 2, "2 (CUDA_ERROR_OUT_OF_MEMORY)"},
+		{event.APICuMemAlloc, 3, "3 (CUDA_ERROR_NOT_INITIALIZED)"},
+		{event.APICuMemAlloc, 100, "100 (CUDA_ERROR_NO_DEVICE)"},
+		{event.APICuMemAllocPitch, 2, "2 (CUDA_ERROR_OUT_OF_MEMORY)"},
+		{event.APICuMemAlloc, 35, "35"}, // no such CUresult
+		{event.APICudaMalloc, 12345, "12345"},
+	} {
+		assert.Equal(t, tc.want, ErrorName(tc.api, tc.ret), "%s %d", tc.api, tc.ret)
+	}
 }
 
 func TestPeak(t *testing.T) {

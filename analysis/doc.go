@@ -315,9 +315,15 @@
 //
 // peak (one per process: bytes = the peak, stacks = the largest stacks at
 // the peak), leak (one per leaking stack, at most 10 per process), oom (one
-// per process with failed allocations: bytes = the first failing request,
-// with what was live at that moment). With the block layer traced, oom
-// becomes one finding per failed segment allocation (at most 5 per pool):
+// per process whose allocations ran out of memory, return code 2 from
+// either library: bytes = the first such request, with what was live at
+// that moment), failed_call (one per process and error other than
+// out-of-memory, named by the library that returned it: cudaError_t from
+// the runtime, CUresult from the driver; bytes = the requests' sum;
+// critical for setup errors such as no driver, no device or not
+// initialized, with what to check, else high). With the block layer
+// traced, oom becomes one finding per segment allocation that ran out of
+// memory (at most 5 per pool):
 // critical when final, with remediation by kind (fragmentation:
 // expandable_segments:True, then max_split_size_mb:N with N one MiB above
 // the largest segment holding live blocks smaller than the request, given

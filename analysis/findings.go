@@ -27,6 +27,9 @@ func (a *Analyzer) findings(r *Result) {
 			r.Findings = append(r.Findings, *f)
 		}
 	}
+	for i := range r.Processes {
+		r.Findings = append(r.Findings, a.failedCallFindings(r, &r.Processes[i])...)
+	}
 	r.Findings = append(r.Findings, leaks...)
 	r.Findings = append(r.Findings, pools...)
 	r.Findings = append(r.Findings, a.spikeFindings(r)...)
@@ -113,43 +116,38 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 	return f
 }
 
-// cudaErrors names the cudaError_t codes an allocation commonly returns.
-var cudaErrors = map[int32]string{
-	1:   "cudaErrorInvalidValue",
-	2:   "cudaErrorMemoryAllocation",
-	3:   "cudaErrorInitializationError",
-	35:  "cudaErrorInsufficientDriver",
-	100: "cudaErrorNoDevice",
-	999: "cudaErrorUnknown",
-}
-
-// ErrorName renders an allocation's return code: "2 (cudaErrorMemoryAllocation)".
-func ErrorName(ret int32) string {
-	if n, ok := cudaErrors[ret]; ok {
-		return fmt.Sprintf("%d (%s)", ret, n)
-	}
-	return fmt.Sprint(ret)
-}
-
-// oomFinding reports a process's failed allocations, led by the first one.
+// oomFinding reports a process's allocations that failed for want of
+// memory, led by the first one. Other errors are failed_call findings.
 func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
-	ff := p.FirstFailure
+	ff := p.FirstOOM
 	if ff == nil {
 		return nil
 	}
 	site := r.Site(ff.Stack)
+	var oom FailedCalls // the OOM groups of both libraries, merged
+	stacks := map[event.StackID]*Usage{}
+	for _, fc := range p.FailedCalls {
+		if !IsOutOfMemory(fc.Ret) {
+			continue
+		}
+		oom.Count += fc.Count
+		oom.Bytes += fc.Bytes
+		for _, s := range fc.Stacks {
+			u := stacks[s.Stack]
+			if u == nil {
+				u = &Usage{}
+				stacks[s.Stack] = u
+			}
+			u.Count += s.Count
+			u.Bytes += s.Bytes
+		}
+	}
 	f := &Finding{
 		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, ProcessStart: p.Start, Bytes: ff.Size, Time: ff.Time,
 		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %d (%d on that device; peak so far %d)",
-			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
+			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.API, ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
 			ff.LiveBytes, FormatBytes(ff.LiveBytes), p.PID, ff.DeviceLiveBytes, ff.PeakBytes),
-		Stacks: r.findingStacks(p.Failed, a.opts.TopStacks),
-	}
-	if ff.Ret != 2 {
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"error %s is not out-of-memory: check the driver and device setup before the sizes (%d allocation calls failed, %d bytes requested)",
-			ErrorName(ff.Ret), p.Totals.FailedAllocations, p.Totals.FailedBytes))
-		return f
+		Stacks: r.findingStacks(topStacks(stacks, 0), a.opts.TopStacks),
 	}
 	if len(ff.LiveStacks) == 0 {
 		f.Remediation = append(f.Remediation, fmt.Sprintf(
@@ -161,12 +159,62 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 			"free or shrink memory before the request at %s (%d bytes): the largest live allocation site then was %s with %d bytes (%.1f%% of the %d live) in %d allocations",
 			site, ff.Size, r.Site(top.Stack), top.Bytes, percent(top.Bytes, ff.LiveBytes), ff.LiveBytes, top.Count))
 	}
-	if p.Totals.FailedAllocations > 1 {
+	if oom.Count > 1 {
 		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"%d allocation calls failed in all (%d bytes requested); fix the first at %s, later ones may follow from it",
-			p.Totals.FailedAllocations, p.Totals.FailedBytes, site))
+			"%d allocation calls ran out of memory in all (%d bytes requested); fix the first at %s, later ones may follow from it",
+			oom.Count, oom.Bytes, site))
 	}
 	return f
+}
+
+// setupErrors are the codes that say CUDA cannot work in this process at
+// all (no driver, no device, a stub library...): the run failed, whatever
+// its sizes.
+var setupErrors = map[errorKey]string{
+	{false, 3}:   "CUDA could not initialize: check that the NVIDIA driver is loaded (nvidia-smi, dmesg)",
+	{true, 3}:    "the driver API was called before cuInit, or cuInit failed: check that the NVIDIA driver is loaded (nvidia-smi, dmesg)",
+	{false, 34}:  "the CUDA library loaded is a stub (libcuda.so from the toolkit's stubs directory): put the driver's libcuda.so.1 first on the library path",
+	{true, 34}:   "the CUDA library loaded is a stub (libcuda.so from the toolkit's stubs directory): put the driver's libcuda.so.1 first on the library path",
+	{false, 35}:  "the NVIDIA driver is missing or older than this CUDA runtime: install a driver that supports the runtime's CUDA version (nvidia-smi shows the driver's), or use a runtime built for the installed driver",
+	{false, 100}: "no CUDA device is visible: check nvidia-smi, CUDA_VISIBLE_DEVICES and the container's device access (--gpus)",
+	{true, 100}:  "no CUDA device is visible: check nvidia-smi, CUDA_VISIBLE_DEVICES and the container's device access (--gpus)",
+	{false, 803}: "the display driver and the CUDA driver are different versions: reinstall the driver or reboot after an upgrade",
+	{true, 803}:  "the display driver and the CUDA driver are different versions: reinstall the driver or reboot after an upgrade",
+}
+
+// failedCallFindings reports each error other than out-of-memory that a
+// process's allocations returned: its name, how many calls and bytes, and
+// where. Freeing memory would not have helped them.
+func (a *Analyzer) failedCallFindings(r *Result, p *Process) []Finding {
+	var out []Finding
+	for _, fc := range p.FailedCalls {
+		if IsOutOfMemory(fc.Ret) {
+			continue
+		}
+		site := r.Site(fc.First.Stack)
+		f := Finding{Kind: KindFailedCall, Severity: SeverityHigh, PID: p.PID, ProcessStart: p.Start,
+			Bytes: fc.Bytes, Time: fc.First.Time,
+			Summary: fmt.Sprintf("%d allocation %s failed with error %s (not out-of-memory), %d bytes (%s) requested; the first, %s of %d bytes at %s on device %s at %s",
+				fc.Count, plural(fc.Count, "call", "calls"), fc.Error, fc.Bytes, FormatBytes(fc.Bytes),
+				fc.First.API, fc.First.Size, site, DeviceName(fc.First.Device), seconds(r, fc.First.Time)),
+			Stacks: r.findingStacks(fc.Stacks, a.opts.TopStacks)}
+		if hint, ok := setupErrors[errorKey{fc.Driver, fc.Ret}]; ok {
+			f.Severity = SeverityCritical
+			f.Remediation = append(f.Remediation, hint)
+		} else {
+			f.Remediation = append(f.Remediation, fmt.Sprintf(
+				"error %s is not out-of-memory: check the call's arguments at %s and the driver and device setup before the sizes", fc.Error, site))
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func plural(n uint64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // leakFindings applies the leak rule (see doc.go) to every stack of every

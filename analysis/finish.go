@@ -198,6 +198,8 @@ func (a *Analyzer) finishProcesses(r *Result) {
 				p.PeakEvent = &ev
 			}
 			p.FirstFailure = sp.firstFailure
+			p.FirstOOM = sp.firstOOM
+			p.FailedCalls = sp.failedCalls()
 			for d, pd := range sp.devices {
 				p.Devices = append(p.Devices, ProcessDevice{Index: d, PeakBytes: pd.peak,
 					PeakTime: pd.peakTime, LiveBytesAtEnd: pd.live})

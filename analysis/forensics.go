@@ -33,6 +33,9 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 		var fragOOM *OOM
 		for j := range pl.OOMs {
 			o := &pl.OOMs[j]
+			if !IsOutOfMemory(o.Ret) {
+				continue // a failed_call finding (findings.go), not an OOM
+			}
 			if explained[pl.PID] == nil {
 				explained[pl.PID] = make(map[uint64]bool)
 			}
@@ -190,13 +193,6 @@ func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 	f.OOM = &oc
 	geometry := fmt.Sprintf("reserved %d bytes in %d segments, %d allocated to tensors, %d cached free in %d ranges, the largest %d",
 		st.ReservedBytes, st.Segments, st.AllocatedBytes, st.CachedFreeBytes, st.FreeRanges, st.LargestFreeRange)
-	if o.Ret != 2 {
-		f.Severity = SeverityCritical
-		f.Summary = fmt.Sprintf("a segment allocation of %d bytes at %s failed with error %s on device %s at %s (%s)",
-			o.RequestBytes, site, ErrorName(o.Ret), DeviceName(o.Device), seconds(r, o.Time), geometry)
-		f.Remediation = []string{fmt.Sprintf("error %s is not out-of-memory: check the driver and device setup before the sizes", ErrorName(o.Ret))}
-		return f
-	}
 	if o.Outcome == OOMRetried {
 		f.Severity = SeverityMedium
 		f.Summary = fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %.3f ms inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",

@@ -302,7 +302,7 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 		return
 	}
 	p.closeOpen()
-	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, Ret: e.Ret, RequestBytes: e.Size,
+	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, API: e.API, Ret: e.Ret, RequestBytes: e.Size,
 		Outcome: OOMPending, CostNs: e.Duration}
 	p.snapshot(&o.State)
 	o.State.Time = e.Time

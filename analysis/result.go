@@ -291,6 +291,13 @@ type Process struct {
 	Failed []StackUsage
 	// FirstFailure is the first failed allocation; nil when none failed.
 	FirstFailure *Failure
+	// FirstOOM is the first allocation that failed for want of memory
+	// (IsOutOfMemory); nil when none did. Other failures (no device, no
+	// driver, a bad argument) are in FailedCalls, never an OOM.
+	FirstOOM *Failure
+	// FailedCalls groups the failed allocations by error (library and
+	// code), first failure first.
+	FailedCalls []FailedCalls
 	// Devices has the process's figures per device, sorted by index.
 	Devices []ProcessDevice
 	// Books are the process's per-API ledgers (see Result.Books).
@@ -598,6 +605,10 @@ const (
 	KindPeak = "peak"
 	KindLeak = "leak"
 	KindOOM  = "oom"
+	// KindFailedCall: allocation calls that failed with an error other than
+	// out-of-memory (no device, driver missing or too old, not
+	// initialized, an invalid argument): one finding per error and process.
+	KindFailedCall = "failed_call"
 	// KindFragmentation: memory reserved by a caching allocator but not
 	// allocated, in ranges too small to use.
 	KindFragmentation = "fragmentation"
@@ -762,7 +773,9 @@ type OOM struct {
 	Device int32
 	TID    uint32
 	Stack  event.StackID
-	Ret    int32
+	// API is the failing call's, which names Ret (ErrorName).
+	API event.API
+	Ret int32
 	// RequestBytes is the failing cudaMalloc's size: the segment the
 	// allocator asked for, at least the tensor's request (which the block
 	// layer does not report for a failed request).

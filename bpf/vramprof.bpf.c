@@ -14,8 +14,10 @@
  *    16  u64 addr      pointer returned or released; for create/release the
  *                      allocation handle; for fork the parent's tgid; for
  *                      a loader or exec record with REC_F_STOPPED, the
- *                      stop's sequence number (struct stop)
- *    24  u64 size      bytes (pitched: pitch x height [x depth])
+ *                      stop's sequence number (struct stop); for exit the
+ *                      wait(2) status (code << 8 or signal)
+ *    24  u64 size      bytes (pitched: pitch x height [x depth]; a failed
+ *                      pitched call: the request, width x height [x depth])
  *    32  u64 stream    CUDA stream; for a map, the allocation handle mapped
  *    40  u32 pid       tgid (for fork: the child's)
  *    44  u32 tid
@@ -477,9 +479,15 @@ struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
 
+struct signal_struct {
+	int group_exit_code;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	int exit_code;
+	struct signal_struct *signal;
 	struct thread_struct thread;
 	struct task_struct *group_leader;
 	__u64 start_boottime;
@@ -810,18 +818,23 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 		r->stream = PT_REGS_PARM4(ctx);
 		break;
 	case SHAPE_PITCH:
-		/* Stash the pitch pointer in stream and the height in size. */
+		/* Stash the pitch pointer in stream, the height in size and the
+		 * width in duration (unused until the return): a failed call
+		 * counts the request, width x height, its pitch being unknown. */
 		r->addr = a1;
 		r->stream = a2;
 		r->size = PT_REGS_PARM4(ctx);
+		r->duration = PT_REGS_PARM3(ctx);
 		break;
 	case SHAPE_3D: {
 		/* cudaExtent {width, height, depth} is 24 bytes, passed in memory:
-		 * just above the return address. Stash height x depth. */
+		 * just above the return address. Stash height x depth, and the
+		 * width in duration (see SHAPE_PITCH). */
 		__u64 ext[3] = {};
 		bpf_probe_read_user(ext, sizeof(ext), (void *)(PT_REGS_SP(ctx) + 8));
 		r->addr = a1;
 		r->size = ext[1] * ext[2];
+		r->duration = ext[0];
 		break;
 	}
 	case SHAPE_CREATE: {
@@ -913,6 +926,7 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 	}
 
 	__u64 now = bpf_ktime_get_ns();
+	__u64 width = r->duration; /* pitched shapes stash it here at entry */
 	r->duration = now - r->time;
 	r->time = now;
 	r->ret = (__s32)PT_REGS_RC(ctx);
@@ -927,7 +941,7 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 		break;
 	case SHAPE_PITCH:
 		r->addr = ok ? read_out(r->addr) : 0;
-		r->size = ok ? read_out(r->stream) * r->size : 0;
+		r->size = (ok ? read_out(r->stream) : width) * r->size;
 		r->stream = 0;
 		break;
 	case SHAPE_3D: {
@@ -936,7 +950,7 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 		if (ok)
 			bpf_probe_read_user(pp, sizeof(pp), (void *)r->addr);
 		r->addr = pp[0];
-		r->size = pp[1] * r->size;
+		r->size = (ok ? pp[1] : width) * r->size;
 		break;
 	}
 	case SHAPE_SET_DEVICE:
@@ -1356,7 +1370,14 @@ int BPF_PROG(process_exit, struct task_struct *p)
 		return 0;
 	bpf_map_delete_elem(&targets, &tgid);
 	bpf_map_delete_elem(&py_procs, &tgid);
-	announce(tgid, p->pid, REC_EXIT, 0, 0);
+	/* addr: how it ended, as wait(2) encodes it (exit code << 8, or the
+	 * signal number). A fatal signal or exit_group stores it in the signal
+	 * struct before any thread exits; the task's own copy covers a plain
+	 * exit (and kernels that set it before this tracepoint). */
+	__u32 status = p->signal->group_exit_code;
+	if (!status)
+		status = p->exit_code;
+	announce(tgid, p->pid, REC_EXIT, status, 0);
 	return 0;
 }
 

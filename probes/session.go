@@ -111,7 +111,8 @@ type Session struct {
 	prefetch   pyPrefetch
 	// held are processes another session traces (with All: left alone
 	// for as long as they live), by PID, with their start time.
-	held map[uint32]uint64
+	held  map[uint32]uint64
+	exits map[uint32]syscall.WaitStatus // see ExitStatus
 }
 
 // proc is a traced process.
@@ -590,6 +591,7 @@ func (s *Session) handle(sample []byte) error {
 		return s.forked(r)
 	case r.kind == recExit:
 		if p := s.procs[r.ev.PID]; p != nil {
+			s.noteExit(p.pid, r.ev.Addr)
 			s.untrack(p)
 		}
 		return nil

@@ -272,7 +272,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	lost := htmlFact{Label: "lost events", Value: template.HTML(strconv.FormatUint(res.LostEvents, 10)),
 		Note: "every record delivered"}
 	if res.LostEvents > 0 {
-		lost.Note, lost.Warn = "ring buffer full: figures may miss allocations and frees", true
+		lost.Note, lost.Warn = "ring buffer full: the figures may be wrong either way (a missed free reads high, a missed allocation low)", true
 	}
 	failed := htmlFact{Label: "failed allocations", Value: template.HTML(strconv.FormatUint(t.FailedAllocations, 10)),
 		Note: fmt.Sprintf("%d bytes requested", t.FailedBytes), Warn: t.FailedAllocations > 0}
@@ -386,7 +386,7 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 		hf := htmlFailure{Label: procLabel(res, p), Count: p.Totals.FailedAllocations, Bytes: p.Totals.FailedBytes,
 			First: fmt.Sprintf("asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes (%s) live in the process, %d on that device",
 				ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
-				analysis.ErrorName(ff.Ret), ff.LiveBytes, analysis.FormatBytes(ff.LiveBytes), ff.DeviceLiveBytes)}
+				analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes, analysis.FormatBytes(ff.LiveBytes), ff.DeviceLiveBytes)}
 		hf.Sites, hf.More = htmlSites(res, p.Failed)
 		fails = append(fails, hf)
 	}

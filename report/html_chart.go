@@ -404,18 +404,20 @@ func peakMark(sc scale, res *analysis.Result, t, b uint64, what string) mark {
 	return m
 }
 
-// oomMarks marks each process's first failed allocation on its device.
+// oomMarks marks each process's first allocation that ran out of memory
+// on its device (other errors, such as no driver, are no OOM: the failed
+// allocations section and the failed_call findings list them).
 func oomMarks(res *analysis.Result, sc scale, dev int32) []mark {
 	var out []mark
 	for i := range res.Processes {
 		p := &res.Processes[i]
-		ff := p.FirstFailure
+		ff := p.FirstOOM
 		if ff == nil || ff.Device != dev {
 			continue
 		}
 		m := mark{Kind: "oom", Rule: true, Label: "OOM: " + analysis.FormatBytes(ff.Size) + " request",
 			Title: fmt.Sprintf("%s: a request for %d bytes (%s) at %s failed with %s at %s, %d bytes live on the device (%d failed allocations in all)",
-				procLabel(res, p), ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.Ret),
+				procLabel(res, p), ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret),
 				secs(res, ff.Time), ff.DeviceLiveBytes, p.Totals.FailedAllocations)}
 		placeLabel(&m, sc.x(res.Rel(ff.Time)), sc.y(ff.DeviceLiveBytes))
 		m.LabelY = f1(chartTop + 12)

@@ -626,7 +626,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 	}
 	if f := p.FirstFailure; f != nil {
 		jp.FirstFailure = &JSONFailure{JSONAllocation: jsonAllocation(res, &f.Allocation),
-			Error: analysis.ErrorName(f.Ret), LiveBytes: f.LiveBytes, DeviceLiveBytes: f.DeviceLiveBytes,
+			Error: analysis.ErrorName(f.API, f.Ret), LiveBytes: f.LiveBytes, DeviceLiveBytes: f.DeviceLiveBytes,
 			PeakBytes: f.PeakBytes, LiveStacks: jsonStacks(res, f.LiveStacks)}
 	}
 	for _, d := range p.Devices {

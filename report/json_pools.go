@@ -84,7 +84,7 @@ func jsonPoolState(res *analysis.Result, s analysis.PoolState) JSONPoolState {
 
 func jsonOOM(res *analysis.Result, o *analysis.OOM) JSONOOM {
 	j := JSONOOM{Index: o.Index, TimeNs: res.Rel(o.Time), Device: analysis.DeviceName(o.Device),
-		RequestBytes: o.RequestBytes, Error: analysis.ErrorName(o.Ret), Kind: string(o.Kind), Outcome: string(o.Outcome),
+		RequestBytes: o.RequestBytes, Error: analysis.ErrorName(o.API, o.Ret), Kind: string(o.Kind), Outcome: string(o.Outcome),
 		ReleasedBytes: o.ReleasedBytes, ReleasedSegments: o.ReleasedSegments, CostNs: o.CostNs,
 		Site: res.Site(o.Stack), Frames: nonNil(res.Lines(o.Stack)), State: jsonPoolState(res, o.State),
 		LiveStacks: jsonStacks(res, o.LiveStacks), Profile: analysis.OOMProfileName(o)}

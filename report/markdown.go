@@ -208,7 +208,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("### Process %s: %d failed, %d bytes requested\n\n", procHeading(res, &pr), pr.Totals.FailedAllocations, pr.Totals.FailedBytes)
 		p("The first asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes live in the process.\n\n",
 			ff.Size, analysis.FormatBytes(ff.Size), cell(res.Site(ff.Stack)), analysis.DeviceName(ff.Device),
-			secs(res, ff.Time), analysis.ErrorName(ff.Ret), ff.LiveBytes)
+			secs(res, ff.Time), analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes)
 		p("| requested bytes | calls | site |\n| ---: | ---: | --- |\n")
 		for _, s := range pr.Failed {
 			p("| %d | %d | %s |\n", s.Bytes, s.Count, cell(res.Site(s.Stack)))
@@ -221,7 +221,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if res.LostEvents == 0 {
 		p("0 records lost.\n\n")
 	} else {
-		p("%d records lost (ring buffer full): the figures above may miss allocations and frees.\n\n", res.LostEvents)
+		p("%d records lost (ring buffer full): the figures above may be wrong either way (a missed free reads high, a missed allocation low).\n\n", res.LostEvents)
 	}
 
 	if lines := interpreterLines(&run); len(lines) > 0 {

@@ -115,12 +115,12 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	for _, pr := range res.Processes {
 		if ff := pr.FirstFailure; ff != nil {
 			p("  first in %s: %d bytes (%s) at %s, error %s, %d bytes live\n", procLabel(res, &pr), ff.Size,
-				analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.Ret), ff.LiveBytes)
+				analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes)
 		}
 	}
 	lost := fmt.Sprint(res.LostEvents)
 	if res.LostEvents > 0 {
-		lost += " (ring buffer full: figures may miss allocations and frees)"
+		lost += " (ring buffer full: the figures may be wrong either way: a missed free reads high, a missed allocation low)"
 	}
 	p("lost events:        %s\n", lost)
 	return bw.Flush()

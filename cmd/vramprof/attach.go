@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
@@ -38,7 +40,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if !o.quiet {
 		opts.Note = func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
 	}
-	rec, err := startRecording(dir, h, o.python.options(opts), o.nvml, !o.quiet)
+	rec, err := startRecording(dir, o.force, h, o.python.options(opts), o.nvml, !o.quiet)
 	if err != nil {
 		return err
 	}
@@ -72,7 +74,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 		runCtx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	st := startStatus(rec, o.quiet)
+	st := startStatus(rec, o.quiet, false)
 	defer st.stop()
 	runErr := rec.run(runCtx)
 	st.stop() // before the summary: clear the line
@@ -83,9 +85,28 @@ func attach(ctx context.Context, o *attachOptions) error {
 		end.Reason = "duration"
 	default:
 		end.Reason = "target exited"
+		if !o.all {
+			end.Reason, end.ExitCode = targetEnd(rec.session, o.pid)
+		}
 	}
 	if err := rec.finish(end, out); err != nil {
 		return err
 	}
 	return runErr
+}
+
+// targetEnd says how the attached process ended, and its exit code as a
+// shell gives it (128+N for signal N): attach is not its parent, so the
+// status comes from the exit tracepoint.
+func targetEnd(s *probes.Session, pid int) (string, int) {
+	ws, ok := s.ExitStatus(uint32(pid))
+	switch {
+	case !ok:
+		return "target exited", 0
+	case ws.Signaled():
+		sig := ws.Signal()
+		return fmt.Sprintf("target killed by signal %d (%s)", int(sig), unix.SignalName(sig)), 128 + int(sig)
+	default:
+		return "target exited", ws.ExitStatus()
+	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -265,4 +266,34 @@ func TestAttach(t *testing.T) {
 		assert.LessOrEqual(t, val(t, "allocated_bytes", rep.Totals.AllocatedBytes), truth.Totals.AllocatedBytes)
 		assert.Positive(t, val(t, "allocations", rep.Totals.Allocations), "saw phase 2")
 	})
+}
+
+// TestAttachTargetKilled: attach is not its target's parent, yet a target
+// killed by SIGKILL is reported as such (before: "target exited, exit code
+// 0"), from the exit tracepoint's status; a clean exit keeps its code.
+func TestAttachTargetKilled(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name   string
+		sig    syscall.Signal
+		reason string
+		code   int
+	}{
+		{"sigkill", syscall.SIGKILL, "target killed by signal 9 (SIGKILL)", 137},
+		{"sigterm_exit_0", syscall.SIGTERM, "target exited", 0}, // longrun exits 0 on SIGTERM
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lr := startLongrun(t)
+			a := startAttach(t, lr.pid)
+			require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+			lr.expect(t, "done")
+			require.NoError(t, lr.cmd.Process.Signal(tc.sig))
+			require.Equal(t, 0, a.wait(t, 20*time.Second), "exit code; stderr:\n%s", a.stderr.String())
+			rep := mustReadReport(t, filepath.Join(a.dir, "report.json"))
+			assert.Equal(t, tc.reason, rep.Run.EndReason, "end_reason")
+			assert.Equal(t, tc.code, rep.Run.ExitCode, "exit_code")
+			assert.Contains(t, a.stderr.String(), fmt.Sprintf("%s, exit code %d", tc.reason, tc.code), "summary")
+		})
+	}
 }

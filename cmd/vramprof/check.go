@@ -43,22 +43,31 @@ const verdictStacks = 5
 // killed) and no memory limit was exceeded.
 var errCommandFailed = errors.New("command failed")
 
+// errLostEvents: more events were lost than --allow-lost allows, so the
+// figures may be wrong either way and the verdict is unknown.
+var errLostEvents = errors.New("verdict unknown")
+
 // checkOptions are the flags of `vramprof check`.
 type checkOptions struct {
 	maxPeak, maxLeak *uint64
 	baseline         string
 	maxIncrease      *big.Rat
 	maxIncreaseText  string
-	writeBaseline    string
-	junit            string
-	out              string
-	input            string
-	argv             []string
+	// allowLost is --allow-lost: the share of events (percent) that may be
+	// lost before the verdict is unknown; nil: none may.
+	allowLost     *big.Rat
+	allowLostText string
+	force         bool // --force: overwrite an earlier recording in -o DIR
+	writeBaseline string
+	junit         string
+	out           string
+	input         string
+	argv          []string
 }
 
 func parseCheck(args []string) (*checkOptions, error) {
 	const usage = "usage: vramprof check [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT] " +
-		"[--write-baseline FILE] [--junit FILE] [-o DIR] (-- CMD [ARGS...] | INPUT)"
+		"[--allow-lost PCT] [--write-baseline FILE] [--junit FILE] [-o DIR] [--force] (-- CMD [ARGS...] | INPUT)"
 	fs := newFlagSet("check")
 	o := &checkOptions{}
 	var maxPeak, maxLeak string
@@ -69,6 +78,8 @@ func parseCheck(args []string) (*checkOptions, error) {
 	fs.StringVar(&o.writeBaseline, "write-baseline", "", "write this recording's baseline (schema "+baselineSchema+") to FILE")
 	fs.StringVar(&o.junit, "junit", "", "write a JUnit XML report to FILE (one testcase per check)")
 	fs.StringVar(&o.out, "o", "", "keep the recording of -- CMD in DIR (default: a temporary directory, removed)")
+	addForce(fs, &o.force)
+	fs.StringVar(&o.allowLostText, "allow-lost", "", "judge anyway when at most PCT percent of the events were lost, lost/(lost+recorded) (default: any lost event makes the verdict unknown, exit 2)")
 
 	// Everything after the first "--" is the command; before it, flags and
 	// at most one INPUT in any order.
@@ -112,6 +123,14 @@ func parseCheck(args []string) (*checkOptions, error) {
 		}
 		*s.dst = &n
 	}
+	if set["allow-lost"] {
+		r, err := parsePercent(o.allowLostText)
+		if err != nil || r.Cmp(big.NewRat(100, 1)) > 0 {
+			return nil, usageError(fmt.Errorf("check: --allow-lost %q: give a percentage from 0 to 100, such as 0.1", o.allowLostText))
+		}
+		o.allowLost = r
+		o.allowLostText = strings.TrimSuffix(o.allowLostText, "%")
+	}
 	if set["max-increase"] {
 		r, err := parsePercent(o.maxIncreaseText)
 		if err != nil {
@@ -144,6 +163,9 @@ type checkResult struct {
 	message string
 	// tool marks the command's own failure, not a memory check.
 	tool bool
+	// lost marks the lost-events check: failing, it makes the verdict
+	// unknown (exit 2), whatever the other checks say.
+	lost bool
 }
 
 // verdict is the outcome of a check run, rendered the same way each time
@@ -164,13 +186,26 @@ type verdict struct {
 
 func (v *verdict) failed() (memory, command bool) {
 	for _, c := range v.checks {
-		if !c.pass && c.tool {
+		switch {
+		case c.pass || c.lost:
+		case c.tool:
 			command = true
-		} else if !c.pass {
+		default:
 			memory = true
 		}
 	}
 	return memory, command
+}
+
+// unknown reports whether more events were lost than --allow-lost allows:
+// the figures may then be wrong either way, and no verdict holds.
+func (v *verdict) unknown() bool {
+	for _, c := range v.checks {
+		if c.lost && !c.pass {
+			return true
+		}
+	}
+	return false
 }
 
 // checkCmd records `-- CMD` (as `vramprof run` does) or reads INPUT, judges
@@ -203,7 +238,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		} else {
 			recording = "recording: " + dir
 		}
-		code, err := run(ctx, &runOptions{out: dir, nvml: "auto", pool: "auto", argv: o.argv, quiet: true})
+		code, err := run(ctx, &runOptions{out: dir, force: o.force, nvml: "auto", pool: "auto", argv: o.argv, quiet: true})
 		if err != nil {
 			return 0, err
 		}
@@ -244,13 +279,20 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 			return 0, fmt.Errorf("check: GITHUB_STEP_SUMMARY: %w", err)
 		}
 	}
-	// A failed command's recording is no baseline for the next run.
-	if o.writeBaseline != "" && !cmdFailed {
+	// A failed command's recording is no baseline for the next run, nor
+	// one whose figures lost events may have skewed.
+	if o.writeBaseline != "" && !cmdFailed && !v.unknown() {
 		if err := writeFileAtomic(o.writeBaseline, func(w io.Writer) error { return writeBaselineJSON(w, snap) }); err != nil {
 			return 0, fmt.Errorf("check: --write-baseline: %w", err)
 		}
 	}
 	switch {
+	case v.unknown():
+		for _, c := range v.checks {
+			if c.lost {
+				return 0, fmt.Errorf("check: %w: %s, limit %s: the figures may be wrong either way", errLostEvents, c.measured, c.limit)
+			}
+		}
 	case memFailed:
 		return exitCheckRegression, nil
 	case cmdFailed:
@@ -269,6 +311,9 @@ func judge(o *checkOptions, snap, base *snapshot, exitCode int) *verdict {
 			c.message = fmt.Sprintf("command failed with exit code %d (its own failure, not a memory regression)", exitCode)
 		}
 		v.checks = append(v.checks, c)
+	}
+	if snap.lost > 0 {
+		v.checks = append(v.checks, lostCheck(snap.lost, snap.events, o.allowLost, o.allowLostText))
 	}
 	if o.maxPeak != nil {
 		c := limitCheck("max-peak", "peak", snap.peak, *o.maxPeak)
@@ -291,6 +336,29 @@ func judge(o *checkOptions, snap, base *snapshot, exitCode int) *verdict {
 		}
 	}
 	return v
+}
+
+// lostText says what lost events do to the figures: a missed free leaves
+// memory live that was not (too high), a missed allocation the reverse.
+const lostText = "the figures may be wrong either way (a missed free reads high, a missed allocation low)"
+
+// lostCheck passes when lost/(lost+recorded) is at most allow percent
+// (exact arithmetic); with no --allow-lost, any lost event fails it.
+func lostCheck(lost, recorded uint64, allow *big.Rat, allowText string) checkResult {
+	total := new(big.Int).Add(new(big.Int).SetUint64(lost), new(big.Int).SetUint64(recorded))
+	share := new(big.Rat).SetFrac(new(big.Int).SetUint64(lost), total)
+	pct := new(big.Rat).Mul(share, big.NewRat(100, 1))
+	c := checkResult{name: "lost-events", lost: true, tool: true,
+		measured: fmt.Sprintf("%d of %d events lost (%s%%)", lost, total, pct.FloatString(2)),
+		limit:    "none (no --allow-lost)"}
+	if allow != nil {
+		c.limit = allowText + "% (--allow-lost)"
+		c.pass = pct.Cmp(allow) <= 0
+	}
+	if !c.pass {
+		c.message = fmt.Sprintf("%s, more than allowed (%s): %s, so the verdict is unknown", c.measured, c.limit, lostText)
+	}
+	return c
 }
 
 // limitCheck is measured <= limit.
@@ -356,13 +424,18 @@ func (v *verdict) header() string {
 			}
 		}
 	}
-	exit := ""
+	exit, lost := "", ""
 	for _, c := range v.checks {
-		if c.tool {
+		switch {
+		case c.lost:
+			lost = c.measured
+		case c.tool:
 			exit = c.measured
 		}
 	}
 	switch {
+	case v.unknown():
+		return fmt.Sprintf("UNKNOWN: %s; %s, so no verdict (accept up to PCT%% lost with --allow-lost PCT)", lost, lostText)
 	case memFailed && cmdFailed:
 		return fmt.Sprintf("FAIL: memory regression (%d of %s failed), and the command failed with %s", failed, plural(n, "check"), exit)
 	case memFailed:
@@ -411,12 +484,16 @@ func (v *verdict) writeText(w io.Writer) {
 	p("%s\n", v.recording)
 	p("peak %s, live at end %s, %d allocations\n", bytesText(s.peak), bytesText(s.liveEnd), s.allocations)
 	if s.lost > 0 {
-		p("WARNING: %d events lost (ring buffer full): the measured figures may be low\n", s.lost)
+		p("WARNING: %d events lost (ring buffer full): %s\n", s.lost, lostText)
 	}
 	if s.truncated {
 		p("WARNING: the trace was cut short: the figures cover the records before the cut\n")
 	}
 	for _, c := range v.checks {
+		if c.lost {
+			p("%s  %-13s %s; limit %s\n", lostPassText(c.pass), c.name, c.measured, c.limit)
+			continue
+		}
 		if c.tool {
 			p("%s  %-13s %s\n", passText(c.pass), c.name, c.measured)
 			continue
@@ -424,6 +501,14 @@ func (v *verdict) writeText(w io.Writer) {
 		p("%s  %-13s %s; limit %s; %s\n", passText(c.pass), c.name, c.measured, c.limit, c.margin)
 	}
 	v.writeStacks(w)
+}
+
+// lostPassText: too many lost events make the verdict unknown, not failed.
+func lostPassText(pass bool) string {
+	if pass {
+		return "PASS"
+	}
+	return "UNKNOWN"
 }
 
 // writeStacks writes the evidence of the failed checks: the stacks that
@@ -498,9 +583,9 @@ func (v *verdict) writeAnnotations(w io.Writer) {
 			fmt.Fprintf(w, "::error title=%s::%s\n", ghProperty("vramprof check: "+c.name), ghData(c.message))
 		}
 	}
-	if v.snap.lost > 0 {
+	if v.snap.lost > 0 && !v.unknown() {
 		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: lost events"),
-			ghData(fmt.Sprintf("%d events lost (ring buffer full): the measured figures may be low", v.snap.lost)))
+			ghData(fmt.Sprintf("%d events lost (ring buffer full): %s", v.snap.lost, lostText)))
 	}
 }
 
@@ -529,7 +614,7 @@ func (v *verdict) writeMarkdown(w io.Writer) error {
 	}
 	p("Peak %s, live at end %s.\n\n", bytesText(s.peak), bytesText(s.liveEnd))
 	if s.lost > 0 {
-		p("> **Warning:** %d events lost (ring buffer full): the measured figures may be low.\n\n", s.lost)
+		p("> **Warning:** %d events lost (ring buffer full): %s.\n\n", s.lost, lostText)
 	}
 	p("| check | result | measured | limit | margin |\n| --- | --- | --- | --- | --- |\n")
 	for _, c := range v.checks {
@@ -615,6 +700,9 @@ func (v *verdict) writeJUnit(w io.Writer) error {
 			detail = fmt.Sprintf("%s; limit %s; %s", c.measured, c.limit, c.margin)
 		}
 		switch {
+		case !c.pass && c.lost:
+			jc.Error = &junitProblem{Message: c.message, Type: "lost events", Text: detail}
+			suite.Errors++
 		case !c.pass && c.tool:
 			jc.Error = &junitProblem{Message: c.message, Type: "command", Text: detail}
 			suite.Errors++

@@ -137,10 +137,14 @@ type covReport struct {
 	} `json:"libraries"`
 	Findings []struct {
 		Kind        string   `json:"kind"`
+		Severity    string   `json:"severity"`
 		Bytes       uint64   `json:"bytes"`
 		PID         uint32   `json:"pid"`
 		Summary     string   `json:"summary"`
 		Remediation []string `json:"remediation"`
+		Stacks      []struct {
+			Frames []string `json:"frames"`
+		} `json:"stacks"`
 	} `json:"findings"`
 	Run struct {
 		NestedEvents uint64 `json:"nested_events"`

@@ -50,11 +50,14 @@ type snapshot struct {
 	peak        uint64
 	liveEnd     uint64
 	lost        uint64
-	devices     []figure // by device name
-	processes   []figure // by command; count is how many processes ran it
-	peakStacks  []stackFigure
-	endStacks   []stackFigure
-	leaks       []report.JSONFinding
+	// events is how many events were recorded (report.json run.events):
+	// lost/(lost+events) is the share --allow-lost judges.
+	events     uint64
+	devices    []figure // by device name
+	processes  []figure // by command; count is how many processes ran it
+	peakStacks []stackFigure
+	endStacks  []stackFigure
+	leaks      []report.JSONFinding
 	// stacksComplete is false for a baseline, which keeps only the top
 	// peak stacks (and no stacks live at the end): a stack missing from it
 	// may be below its cut rather than new.
@@ -205,7 +208,7 @@ func snapshotOf(j *report.JSON, source string) *snapshot {
 	s := &snapshot{
 		source: source, command: j.Run.Command, exitCode: j.Run.ExitCode, endedCleanly: j.Run.EndedCleanly,
 		allocations: j.Totals.Allocations, peak: j.Totals.PeakBytes, liveEnd: j.Totals.LiveBytesAtEnd,
-		lost: j.Totals.LostEvents, stacksComplete: true,
+		lost: j.Totals.LostEvents, events: j.Run.Events, stacksComplete: true,
 	}
 	for _, d := range j.Devices {
 		name := d.Name
@@ -515,7 +518,7 @@ func writeDiffText(w io.Writer, d *diffJSON, base, nw *snapshot) {
 	p("peak:         %s\n", deltaText(d.PeakBytes))
 	p("live at end:  %s\n", deltaText(d.LiveBytesAtEnd))
 	if d.LostEvents.Base > 0 || d.LostEvents.New > 0 {
-		p("lost events:  %d -> %d (the kernel dropped records: the figures may be low)\n", d.LostEvents.Base, d.LostEvents.New)
+		p("lost events:  %d -> %d (the kernel dropped records: the figures may be wrong either way: a missed free reads high, a missed allocation low)\n", d.LostEvents.Base, d.LostEvents.New)
 	}
 	for _, s := range []*snapshot{base, nw} {
 		if s.truncated {

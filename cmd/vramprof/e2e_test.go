@@ -132,6 +132,7 @@ type Report struct {
 		Mode         string `json:"mode"`
 		EndedCleanly bool   `json:"ended_cleanly"`
 		EndReason    string `json:"end_reason"`
+		ExitCode     int    `json:"exit_code"`
 	} `json:"run"`
 }
 

@@ -104,6 +104,14 @@ type runOptions struct {
 	// still written and errors still printed. check sets it: it prints its
 	// own verdict.
 	quiet bool
+	// force (--force) overwrites an earlier recording in out.
+	force bool
+}
+
+// addForce defines --force: write into an output directory that already
+// holds a recording, replacing its files.
+func addForce(fs *flag.FlagSet, force *bool) {
+	fs.BoolVar(force, "force", false, "overwrite the outputs of an earlier recording in the output directory (refused without it)")
 }
 
 // addQuiet defines -q and its long form --quiet (the flag package takes
@@ -115,7 +123,7 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
@@ -125,6 +133,7 @@ func parseRun(args []string) (*runOptions, error) {
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
+	addForce(fs, &o.force)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
 	}
@@ -155,12 +164,13 @@ type attachOptions struct {
 	pool     string
 	python   pythonFlags
 	quiet    bool // -q: see runOptions.quiet
+	force    bool // --force: see runOptions.force
 	capacity uint64
 	allocs   []allocspec.Allocator // --allocators
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -174,6 +184,7 @@ func parseAttach(args []string) (*attachOptions, error) {
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addQuiet(fs, &o.quiet)
+	addForce(fs, &o.force)
 	if err := parseFlags(fs, usage, args); err != nil {
 		return nil, err
 	}

@@ -19,15 +19,16 @@ import (
 
 const usage = `usage: vramprof <command> [flags]
 
-  run     [-o DIR] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]
+  run     [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]
                                              launch CMD and trace it from its first CUDA call
-  attach  (-p PID | --all) [-o DIR] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q]
+  attach  (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q]
                                              trace a running process (or every CUDA process)
-  report  INPUT [-o DIR] [--format text|md|json|html|snapshot [--pid PID]]
+  report  INPUT [-o DIR [--force]] [--format text|md|json|html|snapshot [--pid PID]]
                                              re-analyse a recording or a PyTorch snapshot (no root needed)
-  check   [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT]
-          [--write-baseline FILE] [--junit FILE] [-o DIR] (-- CMD [ARGS...] | INPUT)
-                                             gate CI on GPU memory: exit 0 pass, 1 regression, 2 error
+  check   [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT] [--allow-lost PCT]
+          [--write-baseline FILE] [--junit FILE] [-o DIR] [--force] (-- CMD [ARGS...] | INPUT)
+                                             gate CI on GPU memory: exit 0 pass, 1 regression,
+                                             2 error or unknown (events lost)
   diff    BASE NEW [--format text|json]      compare two recordings (DIRs, traces or report.json files)
 
 Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json,

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,15 +176,21 @@ func TestRealCudart(t *testing.T) {
 		assert.NotEqual(t, "libcuda.so.1", filepath.Base(l.Path), "no driver may be loaded: %s", l.Path)
 	}
 
-	var oom int
+	// Every call failed for want of a driver, not of memory: one
+	// failed_call finding naming the runtime's error, no oom (before:
+	// "oom (critical)").
+	var failed int
 	for _, f := range rep.Findings {
-		if f.Kind != "oom" {
+		assert.NotEqual(t, "oom", f.Kind, "no driver is no OOM: %+v", f)
+		if f.Kind != "failed_call" {
 			continue
 		}
-		oom++
+		failed++
+		assert.Equal(t, "critical", f.Severity)
+		assert.Contains(t, f.Summary, fmt.Sprintf("%d allocation calls failed with error 35 (cudaErrorInsufficientDriver) (not out-of-memory)", failedMallocs))
 		rem := strings.Join(f.Remediation, " ")
-		assert.Contains(t, rem, "not out-of-memory", "remediation: %q", rem)
-		assert.Contains(t, rem, "35", "remediation names the code: %q", rem)
+		assert.Contains(t, rem, "driver is missing or older", "remediation: %q", rem)
+		require.NotEmpty(t, f.Stacks, "the failing stacks")
 	}
-	assert.Equal(t, 1, oom, "one oom finding; findings: %+v", rep.Findings)
+	assert.Equal(t, 1, failed, "one failed_call finding; findings: %+v", rep.Findings)
 }

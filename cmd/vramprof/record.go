@@ -25,7 +25,9 @@ import (
 type recording struct {
 	dir        string
 	createdDir bool
-	file       *os.File
+	// out is the output directory, opened once (outputs.go).
+	out  *outputDir
+	file *os.File
 	// mu serializes the trace between the session's reader and the NVML
 	// sampler, the two goroutines that write to it.
 	mu      sync.Mutex
@@ -49,24 +51,24 @@ type recording struct {
 // opts configures the session; its Sink is the trace. nvmlMode is the
 // --nvml flag: "auto" samples device memory when NVML works, "off" never.
 // withStatus feeds the live status line (startStatus) from the records.
-func startRecording(dir string, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool) (*recording, error) {
+func startRecording(dir string, force bool, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool) (*recording, error) {
 	// Privilege first: without it, nothing else matters, and it is the
 	// error worth reading.
 	if err := probes.CheckPrivileges(); err != nil {
 		return nil, err
 	}
-	created, err := ensureDir(dir)
+	out, created, err := ensureDir(dir, force, recordingFiles)
 	if err != nil {
 		return nil, err
 	}
-	r := &recording{dir: dir, createdDir: created, started: time.Now()}
+	r := &recording{dir: dir, createdDir: created, out: out, started: time.Now()}
 	if withStatus {
 		r.live = newLiveBytes()
 	}
-	r.file, err = os.OpenFile(filepath.Join(dir, traceFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	r.file, err = r.out.createTrace()
 	if err != nil {
 		r.abort()
-		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, dir, err)
+		return nil, err
 	}
 	h.Tool = "vramprof " + version
 	h.Start = probes.MonotonicNow()
@@ -152,7 +154,10 @@ func (r *recording) abort() {
 	}
 	if r.file != nil {
 		_ = r.file.Close()
-		_ = os.Remove(r.file.Name())
+		_ = r.out.root.Remove(traceFile)
+	}
+	if r.out != nil {
+		_ = r.out.Close()
 	}
 	if r.createdDir {
 		_ = os.Remove(r.dir) // only if empty
@@ -173,22 +178,25 @@ func (r *recording) finish(end *event.End, out io.Writer) error {
 	if err := r.file.Close(); err != nil {
 		return fmt.Errorf("write trace: %w", err)
 	}
+	defer r.out.Close()
 	if closeErr != nil {
 		return closeErr
 	}
-	return produce(r.dir, filepath.Join(r.dir, traceFile), out, r.analysis)
+	r.out.path = r.dir // renamed once the command's PID was known (run.go)
+	return produce(r.out, filepath.Join(r.dir, traceFile), out, r.analysis)
 }
 
-// produce analyses a trace, writes the outputs into dir and the summary to
+// produce analyses a trace, writes the outputs into od and the summary to
 // out.
-func produce(dir, tracePath string, out io.Writer, opts analysis.Options) error {
+func produce(od *outputDir, tracePath string, out io.Writer, opts analysis.Options) error {
 	res, err := analyze(tracePath, opts)
 	if err != nil {
 		return err // a trace we just closed cannot be cut short
 	}
-	if err := writeOutputs(dir, res); err != nil {
+	if err := writeOutputs(od, res); err != nil {
 		return err
 	}
+	dir := od.path
 	if err := report.WriteSummary(out, res); err != nil {
 		return fmt.Errorf("write summary: %w", err)
 	}

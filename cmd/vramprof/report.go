@@ -22,14 +22,17 @@ type reportOptions struct {
 	// pid is the process --format snapshot exports, when pidSet.
 	pid    uint32
 	pidSet bool
+	// force (--force) overwrites earlier outputs in out.
+	force bool
 }
 
 func parseReport(args []string) (*reportOptions, error) {
-	const usage = "usage: vramprof report INPUT [-o DIR] [--format text|md|json|html|snapshot [--pid PID]]   (INPUT: an output DIR, a .vpt trace or a PyTorch snapshot .pickle)"
+	const usage = "usage: vramprof report INPUT [-o DIR [--force]] [--format text|md|json|html|snapshot [--pid PID]]   (INPUT: an output DIR, a .vpt trace or a PyTorch snapshot .pickle)"
 	fs := newFlagSet("report")
 	o := &reportOptions{}
 	fs.StringVar(&o.out, "o", "", "write trace outputs (profile, report.json, report.md, report.html) into DIR")
 	capacityFlag(fs, &o.capacity)
+	addForce(fs, &o.force)
 	fs.StringVar(&o.format, "format", "text", "what to print: text, md, json, html, or snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/"+snapshotFile+" instead)")
 	fs.Func("pid", "with --format snapshot: the process to export (default: the recorded process, else the highest segment peak)", func(v string) error {
 		n, err := strconv.ParseUint(v, 10, 32)
@@ -61,6 +64,9 @@ func parseReport(args []string) (*reportOptions, error) {
 // reportCmd re-analyses a recorded trace. It needs no privileges. Notes
 // (which process a snapshot holds) go to stderr.
 func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
+	if o.format == "snapshot" && o.out == "" && isTerminalWriter(stdout) {
+		return usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + snapshotFile + "), or redirect stdout to a file (> " + snapshotFile + ")"))
+	}
 	tracePath := o.input
 	if st, err := os.Stat(tracePath); err != nil {
 		return fmt.Errorf("%w: %s: %w", errInput, o.input, err)
@@ -80,16 +86,19 @@ func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 		}
 	}
 	res, err := analyze(tracePath, analysis.Options{Capacity: o.capacity})
+	var outDir *outputDir // with -o
 	truncated := errors.Is(err, errTruncatedTrace)
 	if err != nil && !truncated {
 		return err
 	}
 	if o.out != "" {
-		if _, err := ensureDir(o.out); err != nil {
-			return err
+		var serr error
+		if outDir, _, serr = ensureDir(o.out, o.force, outputsBut(o.out, tracePath)); serr != nil {
+			return serr
 		}
-		if err := writeOutputs(o.out, res); err != nil {
-			return err
+		defer outDir.Close()
+		if serr := writeOutputs(outDir, res); serr != nil {
+			return serr
 		}
 	}
 	if snap != nil {
@@ -99,7 +108,7 @@ func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 			}
 			return err
 		}
-		serr := writeFileAtomic(filepath.Join(o.out, snapshotFile), func(w io.Writer) error {
+		serr := outDir.writeFile(snapshotFile, func(w io.Writer) error {
 			return pysnapshot.Encode(w, snap)
 		})
 		if serr != nil {
@@ -117,4 +126,22 @@ func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 		return fmt.Errorf("write %s report: %w", o.format, err)
 	}
 	return err // errTruncatedTrace, after writing what the trace holds
+}
+
+// outputsBut is reportFiles without the input, when the input is one of
+// them in dir (a snapshot.pickle re-reported into its own directory): it
+// is read, not an earlier output to refuse or remove.
+func outputsBut(dir, input string) []string {
+	in, err := os.Stat(input)
+	if err != nil {
+		return reportFiles
+	}
+	var out []string
+	for _, name := range reportFiles {
+		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && os.SameFile(st, in) {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }

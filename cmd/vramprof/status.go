@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,9 +21,20 @@ import (
 )
 
 // The live status of `run` and `attach` goes to stderr: on a terminal, one
-// line redrawn in place (carriage return, clear to end of line) twice a
-// second; otherwise a plain line every statusPlainEvery, so that a CI log
-// shows progress without drowning in it. -q turns it off.
+// line redrawn in place twice a second; otherwise a plain line every
+// statusPlainEvery, so that a CI log shows progress without drowning in it.
+// -q turns it off.
+//
+// On a terminal, `attach` redraws the line where the cursor is (carriage
+// return, clear to end of line). `run` shares the terminal with the
+// command, whose output would land after the status text ("...1
+// processepoch 1/4"): there the status owns the bottom row. A scroll region
+// (DECSTBM) keeps the command's output in the rows above; each redraw saves
+// the cursor (DECSC), writes the bottom row and restores the cursor
+// (DECRC), in one write, so the command's text always continues where it
+// left off. A resize (SIGWINCH) sets the region up again for the new
+// height; stop resets the region and clears the row. A terminal of fewer
+// than statusRegionRows rows gets the carriage-return line.
 const (
 	// statusTTYEvery is fast enough to look live, slow enough not to
 	// flicker or cost anything.
@@ -32,6 +45,9 @@ const (
 	// statusEveryEnv overrides statusPlainEvery (a Go duration): tests use
 	// it to see plain lines without waiting ten seconds.
 	statusEveryEnv = "VRAMPROF_STATUS_EVERY"
+	// statusRegionRows is the fewest rows a scroll region is set up in: one
+	// for the status, two for the command.
+	statusRegionRows = 3
 )
 
 // statusFigures are the numbers one status line shows.
@@ -186,27 +202,36 @@ type statusLine struct {
 	quit     chan struct{}
 	done     chan struct{}
 
+	// shared: the traced command writes to the same terminal (run), so
+	// the status keeps to the bottom row (a scroll region) when it can.
+	shared bool
+
 	// Touched only by the drawing goroutine, then by stop after it ended.
 	lastEvents uint64
 	lastTime   time.Time
 	drawn      bool
+	// rows is the terminal's height while a scroll region is set up, 0
+	// when none is.
+	rows int
 }
 
-// startStatus starts drawing the status of rec on stderr. It returns nil
-// when quiet; a nil *statusLine stops as a no-op.
-func startStatus(rec *recording, quiet bool) *statusLine {
+// startStatus starts drawing the status of rec on stderr. shared says the
+// traced command writes to the same terminal (run). It returns nil when
+// quiet; a nil *statusLine stops as a no-op.
+func startStatus(rec *recording, quiet, shared bool) *statusLine {
 	if quiet || rec.live == nil {
 		return nil
 	}
 	s := &statusLine{
-		out:   os.Stderr,
-		tty:   -1,
-		every: statusPlainEvery,
-		start: rec.started,
-		stats: rec.session.Stats(),
-		live:  rec.live,
-		quit:  make(chan struct{}),
-		done:  make(chan struct{}),
+		out:    os.Stderr,
+		tty:    -1,
+		every:  statusPlainEvery,
+		start:  rec.started,
+		stats:  rec.session.Stats(),
+		live:   rec.live,
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+		shared: shared,
 	}
 	if fd := int(os.Stderr.Fd()); isTerminal(fd) {
 		s.tty, s.every = fd, statusTTYEvery
@@ -223,6 +248,12 @@ func startStatus(rec *recording, quiet bool) *statusLine {
 	return s
 }
 
+// isTerminalWriter reports whether w is a file on a terminal.
+func isTerminalWriter(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(int(f.Fd()))
+}
+
 // isTerminal reports whether fd is a terminal (it has terminal attributes).
 func isTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
@@ -233,10 +264,25 @@ func (s *statusLine) loop() {
 	defer close(s.done)
 	t := time.NewTicker(s.every)
 	defer t.Stop()
+	var winch chan os.Signal // nil (never ready) unless a region may be set up
+	if s.tty >= 0 && s.shared {
+		winch = make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+	}
 	for {
 		select {
 		case <-s.quit:
 			return
+		case <-winch:
+			if s.rows > 0 {
+				// Clear the old status row (clamped to the bottom when the
+				// terminal shrank); the next draw sets the region up for
+				// the new size.
+				fmt.Fprintf(s.out, "\x1b7\x1b[%d;1H\x1b[K\x1b8", s.rows)
+				s.rows = 0
+				s.draw(time.Now())
+			}
 		case now := <-t.C:
 			s.draw(now)
 		}
@@ -270,12 +316,40 @@ func (s *statusLine) draw(now time.Time) {
 		return
 	}
 	// A line wider than the terminal wraps, and the carriage return then
-	// redraws only its last row: cut it to fit.
-	if ws, err := unix.IoctlGetWinsize(s.tty, unix.TIOCGWINSZ); err == nil && ws.Col > 1 && len(line) >= int(ws.Col) {
+	// redraws only its last row (or, in a region, the wrap would scroll):
+	// cut it to fit.
+	ws, err := unix.IoctlGetWinsize(s.tty, unix.TIOCGWINSZ)
+	if err == nil && ws.Col > 1 && len(line) >= int(ws.Col) {
 		line = line[:int(ws.Col)-1]
 	}
-	fmt.Fprintf(s.out, "\r\x1b[K%s", line)
 	s.drawn = true
+	if !s.shared || err != nil || ws.Row < statusRegionRows {
+		if s.rows > 0 { // shrunk below the fewest rows: back to the line
+			s.resetRegion()
+		}
+		fmt.Fprintf(s.out, "\r\x1b[K%s", line)
+		return
+	}
+	var b strings.Builder
+	if s.rows == 0 {
+		// Make room for the status row: an index (IND, a line feed that
+		// keeps the column, unlike "\n" through the terminal's ONLCR)
+		// scrolls the screen when the cursor is on the bottom row, and
+		// moving back up lands on the same text row and column either way:
+		// a line the command left unfinished goes on where it stopped.
+		// Setting the region homes the cursor: save and restore it around.
+		s.rows = int(ws.Row)
+		fmt.Fprintf(&b, "\x1bD\x1b7\x1b[1;%dr\x1b8\x1b[1A", s.rows-1)
+	}
+	fmt.Fprintf(&b, "\x1b7\x1b[%d;1H\x1b[K%s\x1b8", s.rows, line)
+	_, _ = io.WriteString(s.out, b.String()) // one write: never split by the command's output
+}
+
+// resetRegion gives the whole terminal back to the command and clears the
+// status row; the cursor stays where the command's output left it.
+func (s *statusLine) resetRegion() {
+	fmt.Fprintf(s.out, "\x1b7\x1b[r\x1b8\x1b7\x1b[%d;1H\x1b[K\x1b8", s.rows)
+	s.rows = 0
 }
 
 // stop ends the status line and waits for its goroutine; on a terminal it
@@ -288,7 +362,10 @@ func (s *statusLine) stop() {
 	s.stopOnce.Do(func() {
 		close(s.quit)
 		<-s.done
-		if s.drawn {
+		switch {
+		case s.rows > 0:
+			s.resetRegion()
+		case s.drawn:
 			fmt.Fprint(s.out, "\r\x1b[K")
 		}
 	})

@@ -268,15 +268,26 @@ func openPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
 }
 
 // runOnTTY runs the binary with its stderr on a fresh pseudo-terminal of
-// cols columns and returns what the terminal received and the exit code.
+// 24 rows and cols columns and returns what the terminal received and the
+// exit code.
 func runOnTTY(t *testing.T, cols uint16, env []string, args ...string) (string, int) {
 	t.Helper()
-	master, slave := openPTY(t, 24, cols)
+	return runOnTTYSize(t, 24, cols, false, env, args...)
+}
+
+// runOnTTYSize is runOnTTY on a terminal of rows x cols; with both, the
+// command's stdout goes to the terminal too (a person running it there).
+func runOnTTYSize(t *testing.T, rows, cols uint16, both bool, env []string, args ...string) (string, int) {
+	t.Helper()
+	master, slave := openPTY(t, rows, cols)
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = t.TempDir()
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, slave
+	if both {
+		cmd.Stdout = slave
+	}
 	var (
 		got  bytes.Buffer
 		wg   sync.WaitGroup
@@ -319,31 +330,51 @@ func runOnTTY(t *testing.T, cols uint16, env []string, args ...string) (string, 
 	return got.String(), code
 }
 
-// TestStatusTTY runs a 2 s scenario with stderr on a pseudo-terminal: the
-// status is one line refreshed in place (carriage return, clear to end of
-// line) about twice a second, cut to the terminal's width, and cleared
-// before the summary.
+// TestStatusTTY runs a 2 s scenario with stderr on a pseudo-terminal. In
+// `run` the command shares the terminal, so the status owns the bottom row:
+// a scroll region is set up above it (DECSTBM), and each redraw about twice
+// a second saves the cursor, writes the bottom row (cut to the terminal's
+// width) and restores the cursor; at the end the region is reset and the
+// row cleared before the summary. A terminal too short for a region (2
+// rows) gets the line redrawn in place (carriage return, clear to end of
+// line).
 func TestStatusTTY(t *testing.T) {
 	scenario.RequirePrivilege(t)
 	for _, tc := range []struct {
-		name string
-		cols uint16
-	}{{"wide", 200}, {"narrow", 40}} {
+		name       string
+		rows, cols uint16
+	}{{"wide", 24, 200}, {"narrow", 24, 40}, {"short", 2, 200}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// The environment's interval is for plain lines only.
-			out, code := runOnTTY(t, tc.cols, []string{statusEveryEnv + "=10ms"}, "run", "-o", "out", "--", scenario.Bin(t, "demo"))
+			out, code := runOnTTYSize(t, tc.rows, tc.cols, false, []string{statusEveryEnv + "=10ms"}, "run", "-o", "out", "--", scenario.Bin(t, "demo"))
 			require.Equal(t, 0, code, "terminal:\n%q", out)
-			const redraw = "\r\x1b[K"
-			parts := strings.Split(out, redraw)
-			require.Greater(t, len(parts), 3, "several redraws; terminal:\n%q", out)
-			// Between two redraws: the status line alone (the scenario's
-			// stdout is not the terminal here).
-			assert.Empty(t, parts[0], "nothing before the first status line")
-			draws := parts[1 : len(parts)-1]
+			var draws []string
+			var rest string
+			if tc.rows < statusRegionRows {
+				const redraw = "\r\x1b[K"
+				parts := strings.Split(out, redraw)
+				require.Greater(t, len(parts), 3, "several redraws; terminal:\n%q", out)
+				assert.Empty(t, parts[0], "nothing before the first status line")
+				draws, rest = parts[1:len(parts)-1], parts[len(parts)-1]
+				for _, d := range draws {
+					assert.NotContains(t, d, "\n", "a redraw never ends the line: %q", d)
+				}
+			} else {
+				setup := "\x1bD\x1b7\x1b[1;23r\x1b8\x1b[1A"
+				require.True(t, strings.HasPrefix(out, setup), "the region first (rows 1-23): %q", out)
+				body, after, ok := strings.Cut(out[len(setup):], "\x1b7\x1b[r\x1b8\x1b7\x1b[24;1H\x1b[K\x1b8")
+				require.True(t, ok, "the region reset and the row cleared at the end: %q", out)
+				m := regexp.MustCompile("\x1b7\x1b\\[24;1H\x1b\\[K([^\x1b]*)\x1b8").FindAllStringSubmatch(body, -1)
+				for _, d := range m {
+					draws = append(draws, d[1])
+				}
+				assert.Equal(t, strings.Repeat("x", len(m)), regexp.MustCompile("\x1b7\x1b\\[24;1H\x1b\\[K[^\x1b]*\x1b8").ReplaceAllString(body, "x"),
+					"nothing but redraws of the bottom row (the command's output is not on this terminal)")
+				rest = after
+			}
 			assert.InDelta(t, 4, len(draws), 2, "a 2 s run redraws about every 500ms: %q", draws)
 			for _, d := range draws {
-				assert.NotContains(t, d, "\n", "a redraw never ends the line: %q", d)
 				assert.Less(t, len(d), int(tc.cols), "fits the terminal: %q", d)
 				if tc.cols == 200 {
 					assert.Regexp(t, statusLineRE, d)
@@ -352,9 +383,9 @@ func TestStatusTTY(t *testing.T) {
 					assert.Regexp(t, `^\d+\.\ds  \d+ events \(`, d)
 				}
 			}
-			// The last redraw is the clear: the summary starts on a clean line.
-			assert.True(t, strings.HasPrefix(parts[len(parts)-1], "vramprof: "+scenario.Bin(t, "demo")+" (run, "),
-				"summary after the clear: %q", parts[len(parts)-1])
+			// After the clear: the summary starts on a clean line.
+			assert.True(t, strings.HasPrefix(rest, "vramprof: "+scenario.Bin(t, "demo")+" (run, "),
+				"summary after the clear: %q", rest)
 		})
 	}
 }

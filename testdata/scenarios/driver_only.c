@@ -7,8 +7,16 @@
  * the first 4: 147 MiB = 154140672 bytes allocated (= peak), 77 MiB =
  * 80740352 live at end. books: runtime and driver both 6 allocations,
  * 4 frees.
+ * hidden_failures: two cudaMallocPitch calls that fail in the driver's
+ * cuMemAllocPitch_v2, the only level visible: 1000 x 2^30 is beyond the
+ * device (CUDA_ERROR_OUT_OF_MEMORY, 2), 1000 x 0 is invalid
+ * (CUDA_ERROR_INVALID_VALUE, 1). 2 failed allocations, 1000 * 2^30 bytes
+ * requested (width x height: a failed call's pitch is unknown).
  */
 #include "truth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 #define NBUFS 6
 
@@ -24,9 +32,22 @@ NOINLINE void hidden_alloc(void)
 	}
 }
 
+NOINLINE void hidden_failures(void)
+{
+	void *p = NULL;
+	size_t pitch = 0;
+
+	if (TRUTH_MALLOC_PITCH(&p, &pitch, 1000, (size_t)1 << 30) != cudaErrorMemoryAllocation ||
+	    TRUTH_MALLOC_PITCH(&p, &pitch, 1000, 0) != cudaErrorInvalidValue) {
+		fprintf(stderr, "hidden_failures: the requests did not fail as expected\n");
+		exit(3);
+	}
+}
+
 int main(void)
 {
 	truth_init("driver_only");
 	hidden_alloc();
+	hidden_failures();
 	return 0;
 }

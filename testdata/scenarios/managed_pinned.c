@@ -5,9 +5,13 @@
  * mapped), cudaMallocHost 1 MiB (host memory: never in totals).
  * pitched_alloc: cudaMallocPitch 1000 x 300 (pitch 1024: 307200 bytes),
  * cudaMalloc3D {700, 50, 8} (pitch 1024: 1024*50*8 = 409600 bytes).
+ * pitched_too_big: cudaMallocPitch 1000 x 2^30 and cudaMalloc3D {700, 2^20,
+ * 1024}, both beyond the device (cudaErrorMemoryAllocation): failed requests
+ * of 1000 * 2^30 and 700 * 2^30 bytes (width x height [x depth]: the pitch
+ * of a failed call is unknown).
  * release_some: cudaFree of the 1 MiB + 1 managed buffer and of the 2D
  * pitched one, cudaFreeHost of the two cudaMallocHost buffers.
- * Device: 4 allocations, 35319809 bytes = peak, 2 frees, live at end
+ * Device: 4 allocations (and 2 failed), 35319809 bytes = peak, 2 frees, live at end
  * 33964032 (32 MiB + 409600). Host: 3 allocations, 7340155 bytes = peak,
  * 2 frees, live at end 2097275.
  */
@@ -48,6 +52,20 @@ NOINLINE void pitched_alloc(void)
 	}
 }
 
+NOINLINE void pitched_too_big(void)
+{
+	void *p = NULL;
+	size_t pitch = 0;
+	struct cudaPitchedPtr pp = {0};
+	struct cudaExtent extent = {700, (size_t)1 << 20, 1024};
+
+	if (TRUTH_MALLOC_PITCH(&p, &pitch, 1000, (size_t)1 << 30) != cudaErrorMemoryAllocation ||
+	    TRUTH_MALLOC_3D(&pp, extent) != cudaErrorMemoryAllocation) {
+		fprintf(stderr, "pitched_too_big: the requests did not fail\n");
+		exit(3);
+	}
+}
+
 NOINLINE void release_some(void)
 {
 	check_cuda(TRUTH_FREE(m2), __func__);
@@ -62,6 +80,7 @@ int main(void)
 	managed_alloc();
 	pinned_alloc();
 	pitched_alloc();
+	pitched_too_big();
 	release_some();
 	return 0;
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOutputDirStaysPut: the output directory is opened once; swapping its
+// path for a link afterwards (the owner of a directory in /tmp could) moves
+// no write: the files land in the directory that was checked, never in the
+// link's target.
+func TestOutputDirStaysPut(t *testing.T) {
+	tmp := t.TempDir()
+	dir, moved, victim := filepath.Join(tmp, "out"), filepath.Join(tmp, "moved"), filepath.Join(tmp, "victim")
+	require.NoError(t, os.Mkdir(victim, 0o755))
+	out, created, err := ensureDir(dir, false, recordingFiles)
+	require.NoError(t, err)
+	defer out.Close()
+	assert.True(t, created)
+
+	require.NoError(t, os.Rename(dir, moved))
+	require.NoError(t, os.Symlink("victim", dir))
+	f, err := out.createTrace()
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, out.writeFile(jsonFile, func(w io.Writer) error { _, err := io.WriteString(w, "{}"); return err }))
+
+	entries, err := os.ReadDir(victim)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing written through the link")
+	assert.FileExists(t, filepath.Join(moved, traceFile))
+	data, err := os.ReadFile(filepath.Join(moved, jsonFile))
+	require.NoError(t, err)
+	assert.Equal(t, "{}", string(data))
+	left, err := os.ReadDir(moved)
+	require.NoError(t, err)
+	assert.Len(t, left, 2, "no temporary file left: %v", left)
+}
+
+// TestEnsureDirRefuses: a link as -o, or a directory holding an earlier
+// recording's files (a link among them counts), is refused; --force
+// removes those files (a link itself, never its target) and goes on.
+func TestEnsureDirRefuses(t *testing.T) {
+	tmp := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "victim"), []byte("precious"), 0o644))
+	require.NoError(t, os.Symlink(tmp, filepath.Join(tmp, "link")))
+	_, _, err := ensureDir(filepath.Join(tmp, "link"), true, recordingFiles)
+	require.ErrorIs(t, err, errOutputLink)
+	_, _, err = ensureDir(filepath.Join(tmp, "link")+"/", true, recordingFiles)
+	require.ErrorIs(t, err, errOutputLink, "a trailing slash does not follow the link")
+
+	dir := filepath.Join(tmp, "rec")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.Symlink("../victim", filepath.Join(dir, jsonFile)))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "oom-1.pb.gz"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o644))
+	_, _, err = ensureDir(dir, false, recordingFiles)
+	require.ErrorIs(t, err, errOutputExists)
+	assert.Contains(t, err.Error(), "already holds report.json, oom-1.pb.gz")
+
+	out, created, err := ensureDir(dir, true, recordingFiles)
+	require.NoError(t, err)
+	defer out.Close()
+	assert.False(t, created)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.Equal(t, "notes.txt", left[0].Name(), "the recording's files removed, others kept")
+	data, err := os.ReadFile(filepath.Join(tmp, "victim"))
+	require.NoError(t, err)
+	assert.Equal(t, "precious", string(data))
+
+	// report -o writes no trace: one there is neither refused nor removed.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, traceFile), []byte("trace"), 0o644))
+	rep, _, err := ensureDir(dir, false, reportFiles)
+	require.NoError(t, err)
+	require.NoError(t, rep.Close())
+	assert.FileExists(t, filepath.Join(dir, traceFile))
+}

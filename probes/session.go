@@ -67,6 +67,11 @@ type Options struct {
 	// Allocators are allocator specs (block layer) beside the built-in
 	// ones (allocspec.Builtin), from --allocators. NoPool turns both off.
 	Allocators []allocspec.Allocator
+	// ReorderWindow is how long events are held to be written in the
+	// order they took effect (see reorder.go): a release that took longer
+	// than this is written where it arrives and counted late
+	// (event.Lost.Late). Default DefaultReorderWindow.
+	ReorderWindow time.Duration
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -74,6 +79,7 @@ type Options struct {
 type Stats struct {
 	Events  atomic.Uint64 // allocation and free records delivered
 	Lost    atomic.Uint64 // records lost: ring buffer full, unpaired, undecodable
+	Late    atomic.Uint64 // events that arrived too late to be written in effect order
 	Targets atomic.Int64  // processes being traced
 }
 
@@ -98,6 +104,8 @@ type Session struct {
 	raw        rawRecord
 	decodeErrs uint64
 	lastLost   uint64
+	lastLate   uint64
+	order      *reorder // events wait here to go out in effect order
 	stats      Stats
 	closed     bool
 	prefetch   pyPrefetch
@@ -142,6 +150,9 @@ func NewSession(opts Options) (*Session, error) {
 	if opts.FlushEvery == 0 {
 		opts.FlushEvery = time.Second
 	}
+	if opts.ReorderWindow <= 0 {
+		opts.ReorderWindow = DefaultReorderWindow
+	}
 	if err := CheckPrivileges(); err != nil {
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
@@ -169,6 +180,7 @@ func NewSession(opts Options) (*Session, error) {
 		notCUDA: make(map[fileKey]bool),
 		stacks:  make(map[string]event.StackID),
 		sym:     symbolize.New(symbolize.Options{}),
+		order:   newReorder(uint64(opts.ReorderWindow)),
 	}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		if isPermission(err) {
@@ -281,8 +293,16 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 	return p, nil
 }
 
-// describe writes the Process record of p and keeps it.
+// describe writes the Process record of p and keeps it. Events of an
+// earlier instance of its PID (an exec replaces the image; a PID is reused)
+// still held for effect order go out first: they are that instance's.
 func (s *Session) describe(p *proc, info *event.Process) error {
+	held := s.order.flushPID(p.pid)
+	for i := range held {
+		if err := s.opts.Sink.Write(&held[i]); err != nil {
+			return fmt.Errorf("write event of pid %d: %w", p.pid, err)
+		}
+	}
 	p.info = *info
 	if err := s.opts.Sink.Write(info); err != nil {
 		return fmt.Errorf("write process record: %w", err)
@@ -429,6 +449,7 @@ func (s *Session) Run(ctx context.Context) error {
 			return s.drain(&rec)
 		}
 		s.reader.SetDeadline(time.Now().Add(s.opts.Poll))
+		before := MonotonicNow()
 		err := s.reader.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -437,10 +458,15 @@ func (s *Session) Run(ctx context.Context) error {
 			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The ring was empty: every record of a process already known
-			// to have exited has been read.
+			// to have exited has been read, and so has every call that
+			// returned before the read began.
 			s.forgetExited()
+			s.order.advance(before)
+			if err := s.release(false); err != nil {
+				return err
+			}
 		case errors.Is(err, ringbuf.ErrClosed):
-			return nil
+			return s.release(true)
 		default:
 			return fmt.Errorf("read ring buffer: %w", err)
 		}
@@ -474,6 +500,11 @@ func (s *Session) drain(rec *ringbuf.Record) error {
 			return err
 		}
 	}
+	// Every call traced has returned, or never will (its process exited,
+	// or the session stops): nothing can arrive before what is held.
+	if err := s.release(true); err != nil {
+		return err
+	}
 	if err := s.writeLost(true); err != nil {
 		return err
 	}
@@ -504,12 +535,14 @@ func (s *Session) writeLost(final bool) error {
 		return fmt.Errorf("read unpaired counter: %w", err)
 	}
 	total := lost + unpaired + s.decodeErrs
+	late := s.order.late
 	s.stats.Lost.Store(total)
-	if total == s.lastLost && !final {
+	s.stats.Late.Store(late)
+	if total == s.lastLost && late == s.lastLate && !final {
 		return nil
 	}
-	s.lastLost = total
-	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total}); err != nil {
+	s.lastLost, s.lastLate = total, late
+	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total, Late: late}); err != nil {
 		return fmt.Errorf("write lost record: %w", err)
 	}
 	return nil
@@ -579,8 +612,24 @@ func (s *Session) handle(sample []byte) error {
 		r.ev.Stack = id
 	}
 	s.stats.Events.Add(1)
-	if err := s.opts.Sink.Write(&r.ev); err != nil {
-		return fmt.Errorf("write event: %w", err)
+	if s.order.add(&r.ev) {
+		// Too late for effect order (see reorder.go): written where it
+		// arrived, and counted.
+		if err := s.opts.Sink.Write(&r.ev); err != nil {
+			return fmt.Errorf("write event: %w", err)
+		}
+		return nil
+	}
+	return s.release(false)
+}
+
+// release writes the held events that are due, in effect order; all of
+// them when all is true.
+func (s *Session) release(all bool) error {
+	for ev := s.order.pop(all); ev != nil; ev = s.order.pop(all) {
+		if err := s.opts.Sink.Write(ev); err != nil {
+			return fmt.Errorf("write event: %w", err)
+		}
 	}
 	return nil
 }

@@ -220,6 +220,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	} else {
 		p("%d records lost (ring buffer full): the figures above may miss allocations and frees.\n\n", res.LostEvents)
 	}
+	if res.LateEvents == 0 {
+		p("0 events late: every event is in the order it took effect.\n\n")
+	} else {
+		p("%d events late (a free that took longer than the reorder window): each is counted where it arrived, and may be misordered against calls on the same address (unknown frees, replaced allocations).\n\n", res.LateEvents)
+	}
 
 	if lines := interpreterLines(&run); len(lines) > 0 {
 		p("## Python\n\n")

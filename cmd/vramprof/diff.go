@@ -50,6 +50,7 @@ type snapshot struct {
 	peak        uint64
 	liveEnd     uint64
 	lost        uint64
+	late        uint64   // events out of effect order (report.json late_events)
 	devices     []figure // by device name
 	processes   []figure // by command; count is how many processes ran it
 	peakStacks  []stackFigure
@@ -205,7 +206,7 @@ func snapshotOf(j *report.JSON, source string) *snapshot {
 	s := &snapshot{
 		source: source, command: j.Run.Command, exitCode: j.Run.ExitCode, endedCleanly: j.Run.EndedCleanly,
 		allocations: j.Totals.Allocations, peak: j.Totals.PeakBytes, liveEnd: j.Totals.LiveBytesAtEnd,
-		lost: j.Totals.LostEvents, stacksComplete: true,
+		lost: j.Totals.LostEvents, late: j.Totals.LateEvents, stacksComplete: true,
 	}
 	for _, d := range j.Devices {
 		name := d.Name

@@ -130,7 +130,7 @@ func TestRoundTrip(t *testing.T) {
 		{"process", testRecords()[0]},
 		{"process empty", &Process{PID: 7}},
 		{"library", testRecords()[2]},
-		{"lost", &Lost{Time: 1, Total: 1 << 50}},
+		{"lost", &Lost{Time: 1, Total: 1 << 50, Late: 1 << 40}},
 		{"end", &End{Time: 9, Reason: "signal", ExitCode: -9}},
 		{"end empty", &End{}},
 		{"device info", testRecords()[5]},

@@ -27,27 +27,37 @@ import (
 // Event.Time is that effect time (Duration still the time inside the call),
 // and the session writes events in effect order.
 //
-// The window. A record reaches the reader in return order, so an event is
-// out of place by at most its own duration when it is a release (a real
-// cudaFree synchronizes the device: unbounded in principle) and by the
-// clock skew between CPUs (microseconds) otherwise. The reorder buffer holds
-// events until the newest return time seen, or the clock when the ring
-// buffer is found empty, is a window past their effect time: a release that
-// took longer than the window arrives after events that took effect after
-// it were written. Such an event is never dropped nor silently misplaced:
-// it is written at once, where it arrives, and counted (event.Lost.Late),
-// and every output says so as it says how many records were lost.
-// A window, not an exact watermark (the earliest entry of the releases in
-// flight, which the BPF slots hold): reading every thread's slot from user
-// space would cost a system call per thread per poll, and a release stuck
-// for seconds would hold every other event back just as long.
+// The watermark. A record reaches the reader in return order, so an event
+// is out of place by at most its own duration when it is a release (a real
+// cudaFree synchronizes the device: unbounded in principle), and any record
+// by the time its thread spent preempted between reading the clock and
+// writing the record. A fixed window cannot cover either on a loaded
+// machine (a free preempted for a quarter second was seen here). The BPF
+// side keeps, per thread, the entry time of its outermost traced call in
+// flight (thread.since), cleared only once that call's record is in the
+// ring buffer. The session reads the clock (T0), then every thread's since,
+// and once the ring buffer has next been found empty, every event that
+// took effect before min(T0, every since) has been read: none can arrive
+// behind it. That bound (the mark) releases held events, exactly; it is
+// applied about once per poll.
+//
+// The window is the fallback: an event is released anyway once the clock
+// (the newest return time seen, or a reading taken before the ring buffer
+// was found empty) is a window past it, so a call stuck in flight (a
+// thread stopped in a debugger, an evicted thread entry) holds the others
+// back no longer than that, and the mark ignores calls in flight for longer.
+// An event that arrives after events that took effect later were written
+// (a release still in flight after the window) is never dropped nor silently
+// misplaced: it is written at once, where it arrives, and counted
+// (event.Lost.Late), and every output says so as it says how many records
+// were lost.
 
-// DefaultReorderWindow is how long an event is held for a release that
-// entered before it to arrive. A quarter second covers a cudaFree that
-// waits for the device to finish typical kernels; a longer one costs memory
-// (an event held is ~90 bytes: at 1M calls/s, 22 MB) and delays the live
-// status line and the trace on disk by as much.
-const DefaultReorderWindow = 250_000_000 // ns
+// DefaultReorderWindow is the longest a call in flight holds events back:
+// two seconds covers a cudaFree that waits for the device to finish long
+// kernels. Held events cost ~90 bytes each (capped by maxHeld), and the
+// window delays the live status line and the trace on disk only while such
+// a call is in flight.
+const DefaultReorderWindow = 2_000_000_000 // ns
 
 // maxHeld caps the events held, whatever the window: past it the oldest go
 // out early (and a release that arrives behind them is counted late).
@@ -88,6 +98,9 @@ type reorder struct {
 	// now is the clock the window runs on: the newest return time seen, or
 	// a clock reading taken before the ring buffer was found empty.
 	now uint64
+	// mark: every event that took effect before it has been added (see
+	// setMark).
+	mark uint64
 	// written is the effect time of the latest event written in order:
 	// an event that took effect before it arrived too late.
 	written uint64
@@ -120,20 +133,24 @@ func (r *reorder) add(e *event.Event) bool {
 	return false
 }
 
+// setMark tells that every event that took effect before m has been added:
+// they can all go out.
+func (r *reorder) setMark(m uint64) { r.mark = max(r.mark, m) }
+
 // advance moves the window's clock to t (a clock reading taken before the
 // ring buffer was found empty: every call that returned before it has been
 // read).
 func (r *reorder) advance(t uint64) { r.now = max(r.now, t) }
 
 // pop returns the next event due, in effect order, or nil when none is:
-// due once the clock is a window past it, or at once when too many are held
-// or all is true (the stream ends).
+// due once it is before the mark or the clock is a window past it, or at
+// once when too many are held or all is true (the stream ends).
 func (r *reorder) pop(all bool) *event.Event {
 	if len(r.held) == 0 {
 		return nil
 	}
 	top := &r.held[0]
-	if !all && len(r.held) <= maxHeld && top.ev.Time+r.window > r.now {
+	if !all && len(r.held) <= maxHeld && top.ev.Time >= r.mark && top.ev.Time+r.window > r.now {
 		return nil
 	}
 	r.out = top.ev

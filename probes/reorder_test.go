@@ -219,3 +219,25 @@ func TestReorderRepairsChurn(t *testing.T) {
 	assert.Zero(t, tt.ReplacedAllocations)
 	assert.Equal(t, uint64(1<<20), tt.LiveBytesAtEnd)
 }
+
+// TestReorderMark: the watermark releases what took effect before it, long
+// before the window would, and nothing at or after it.
+func TestReorderMark(t *testing.T) {
+	r := newReorder(1 << 40)
+	free := record(event.KindFree, 1, 100, 900, 0x1) // effect 100
+	alloc := record(event.KindAlloc, 2, 150, 200, 0x1)
+	for _, e := range []event.Event{alloc, free} {
+		require.False(t, r.add(&e))
+	}
+	r.setMark(150)
+	got := r.pop(false)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(100), got.Time)
+	assert.Nil(t, r.pop(false), "200 is not before the mark")
+	r.setMark(120) // a mark never moves back
+	assert.Nil(t, r.pop(false))
+	r.setMark(201)
+	got = r.pop(false)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(200), got.Time)
+}

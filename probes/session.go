@@ -106,9 +106,16 @@ type Session struct {
 	lastLost   uint64
 	lastLate   uint64
 	order      *reorder // events wait here to go out in effect order
-	stats      Stats
-	closed     bool
-	prefetch   pyPrefetch
+	// mark is the last effect-order watermark read from the threads map
+	// (see reorder.go), applied once the ring buffer is next found empty;
+	// 0 when none. noMark: the kernel cannot batch-read the map.
+	mark        uint64
+	noMark      bool
+	markKeys    []uint64
+	markThreads []bpfThread
+	stats       Stats
+	closed      bool
+	prefetch    pyPrefetch
 }
 
 // proc is a traced process.
@@ -461,6 +468,11 @@ func (s *Session) Run(ctx context.Context) error {
 			// to have exited has been read, and so has every call that
 			// returned before the read began.
 			s.forgetExited()
+			if s.mark != 0 {
+				// Read before the ring was emptied: it holds.
+				s.order.setMark(s.mark)
+			}
+			s.mark = s.watermark()
 			s.order.advance(before)
 			if err := s.release(false); err != nil {
 				return err
@@ -621,6 +633,42 @@ func (s *Session) handle(sample []byte) error {
 		return nil
 	}
 	return s.release(false)
+}
+
+// watermark reads the clock, then the entry time of every thread's
+// outermost traced call in flight (thread.since), and returns the earliest
+// of them: once the ring buffer has been emptied after this, every event
+// that took effect before it has been read (see reorder.go). Calls in
+// flight for longer than the reorder window are left to the window. 0 when
+// the map cannot be read.
+func (s *Session) watermark() uint64 {
+	if s.noMark {
+		return 0
+	}
+	t0 := MonotonicNow()
+	horizon := t0 - min(t0, uint64(s.opts.ReorderWindow))
+	if s.markKeys == nil {
+		s.markKeys = make([]uint64, 256)
+		s.markThreads = make([]bpfThread, 256)
+	}
+	mark := t0
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := s.objs.Threads.BatchLookup(&cursor, s.markKeys, s.markThreads, nil)
+		for _, th := range s.markThreads[:n] {
+			if th.Since != 0 && th.Since >= horizon && th.Since < mark {
+				mark = th.Since
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return mark
+		}
+		if err != nil {
+			// No batch operations (kernels before 5.6): the window alone.
+			s.noMark = true
+			return 0
+		}
+	}
 }
 
 // release writes the held events that are due, in effect order; all of

@@ -135,7 +135,9 @@ type Totals struct {
 	// are never live.
 	FailedAllocations uint64
 	// UnknownFrees counts frees of an address not live in the model, usually
-	// memory allocated before attach. Not an error.
+	// memory allocated before attach. Not an error then; in a process traced
+	// from its start nothing predates tracing, and it is an anomaly (a
+	// missed or misordered event).
 	UnknownFrees uint64
 	// LostEvents is the stream's lost-record total (the same for every layer).
 	LostEvents uint64

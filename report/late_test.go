@@ -54,3 +54,43 @@ func TestLateEventsReachEveryReport(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownFreesInRunMode: in run mode nothing predates tracing, so an
+// unknown free is labelled an anomaly, never "before tracing"; attached,
+// it is memory from before tracing.
+func TestUnknownFreesInRunMode(t *testing.T) {
+	tests := []struct {
+		mode     string
+		want     string
+		wantNote string
+	}{
+		{mode: "run", want: "an anomaly, since every process was traced from its start",
+			wantNote: "1 unknown frees of addresses never seen allocated: an anomaly"},
+		{mode: "attach", want: "| unknown frees | 1 | allocated before tracing began |",
+			wantNote: "1 unknown frees (memory from before tracing, sizes unknown)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode, func(t *testing.T) {
+			a := analysis.New(analysis.Options{})
+			for _, rec := range []event.Record{
+				&event.Header{Version: event.Version, Mode: tc.mode, PID: 7},
+				&event.Event{Time: 10, PID: 7, Addr: 0x1000, Kind: event.KindFree, Layer: event.LayerSegment, API: event.APICudaFree},
+				&event.Lost{Time: 20},
+			} {
+				require.NoError(t, a.Add(rec))
+			}
+			res := a.Finish()
+			require.Equal(t, uint64(1), res.Totals.UnknownFrees)
+			var md, html bytes.Buffer
+			require.NoError(t, WriteMarkdown(&md, res))
+			require.NoError(t, WriteHTML(&html, res))
+			assert.Contains(t, md.String(), tc.want)
+			assert.Contains(t, md.String(), tc.wantNote)
+			assert.Contains(t, html.String(), tc.wantNote)
+			if tc.mode == "run" {
+				assert.NotContains(t, md.String(), "allocated before tracing began")
+				assert.NotContains(t, md.String(), "memory from before tracing, sizes unknown")
+			}
+		})
+	}
+}

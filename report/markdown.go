@@ -42,7 +42,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	p("| allocations | %d | |\n", t.Allocations)
 	p("| frees | %d | |\n", t.Frees)
 	p("| failed allocations | %d | %d bytes requested |\n", t.FailedAllocations, t.FailedBytes)
-	p("| unknown frees | %d | allocated before tracing began |\n", t.UnknownFrees)
+	p("| unknown frees | %d | %s |\n", t.UnknownFrees, unknownFreesNote(res))
 	p("| null frees | %d | |\n", t.NullFrees)
 	p("| zero-size allocations | %d | |\n", t.ZeroSizeAllocations)
 	p("| replaced allocations | %d | a free was missed |\n", t.ReplacedAllocations)

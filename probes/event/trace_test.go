@@ -310,6 +310,16 @@ func TestForwardCompatible(t *testing.T) {
 	assert.Equal(t, []Record{testEvent(1), testEvent(2), &Lost{Time: 5, Total: 6}}, got)
 }
 
+// TestLostWithoutLate reads a Lost written before Late was appended (Time
+// and Total only): Late reads as 0.
+func TestLostWithoutLate(t *testing.T) {
+	data := mustTrace(t, nil)
+	data = appendFrame(data, recLost, []byte{5, 6}) // uvarints: Time 5, Total 6
+	_, got, err := readAll(t, data)
+	require.NoError(t, err)
+	assert.Equal(t, []Record{&Lost{Time: 5, Total: 6}}, got)
+}
+
 // TestEventWithoutFlags reads an Event written before Flags was appended
 // (the first 64 bytes of the layout): Flags reads as 0, the rest as written.
 func TestEventWithoutFlags(t *testing.T) {

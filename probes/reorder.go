@@ -41,7 +41,10 @@ import (
 // and once the ring buffer has next been found empty, every event that
 // took effect before min(T0, every since) has been read: none can arrive
 // behind it. That bound (the mark) releases held events, exactly; it is
-// applied about once per poll.
+// applied about once per poll. Block-layer records (USDT probes, allocator
+// specs) have no since: they are sent from the probe that reads their time,
+// so only a preemption inside that probe can delay them, and then the
+// window and the late count below still hold.
 //
 // The window is the fallback: an event is released anyway once the clock
 // (the newest return time seen, or a reading taken before the ring buffer

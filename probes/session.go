@@ -67,10 +67,10 @@ type Options struct {
 	// Allocators are allocator specs (block layer) beside the built-in
 	// ones (allocspec.Builtin), from --allocators. NoPool turns both off.
 	Allocators []allocspec.Allocator
-	// ReorderWindow is how long events are held to be written in the
-	// order they took effect (see reorder.go): a release that took longer
-	// than this is written where it arrives and counted late
-	// (event.Lost.Late). Default DefaultReorderWindow.
+	// ReorderWindow is the longest events are held for a call in flight,
+	// to be written in the order they took effect (see reorder.go): a
+	// release that stays in flight longer is written where it arrives and
+	// counted late (event.Lost.Late). Default DefaultReorderWindow.
 	ReorderWindow time.Duration
 }
 

@@ -87,8 +87,9 @@ type Analyzer struct {
 	run Run
 	// haveStart is set once the time origin is known (Header or first time).
 	haveStart bool
-	// lost is the last Lost record's running total.
-	lost uint64
+	// lost is the last Lost record's running total; late its count of
+	// events written out of effect order.
+	lost, late uint64
 	// latest is the latest time seen in any record: the end of a stream cut
 	// short.
 	latest uint64
@@ -514,7 +515,7 @@ func (a *Analyzer) Add(rec event.Record) error {
 		}
 	case *event.Lost:
 		if r != nil {
-			a.lost = r.Total
+			a.lost, a.late = r.Total, r.Late
 			a.see(r.Time)
 		}
 	case *event.End:

@@ -19,6 +19,7 @@ func (a *Analyzer) Finish() *Result {
 	r := &Result{
 		Run:        a.run,
 		LostEvents: a.lost,
+		LateEvents: a.late,
 		Stacks:     make(map[event.StackID]*Stack, len(a.stacks)+1),
 	}
 	if !r.Run.Ended {

@@ -38,6 +38,11 @@ type Result struct {
 	// LostEvents is the last running total of records the kernel could not
 	// deliver. Every output carries it.
 	LostEvents uint64
+	// LateEvents is the last running total of events that reached the
+	// recorder too late to be placed in effect order (event.Lost.Late):
+	// they are counted, where they arrived, and may be misordered against
+	// other calls on the same address. Every output carries it.
+	LateEvents uint64
 	// NVML is the device layer's status (see doc.go, "The device layer");
 	// nil when the stream has no NVML record (recorded with NVML off).
 	NVML *NVML
@@ -130,7 +135,9 @@ type Totals struct {
 	// are never live.
 	FailedAllocations uint64
 	// UnknownFrees counts frees of an address not live in the model, usually
-	// memory allocated before attach. Not an error.
+	// memory allocated before attach. Not an error then; in a process traced
+	// from its start nothing predates tracing, and it is an anomaly (a
+	// missed or misordered event).
 	UnknownFrees uint64
 	// LostEvents is the stream's lost-record total (the same for every layer).
 	LostEvents uint64

@@ -66,7 +66,13 @@
  *            record it handled (a resumed process may have stopped again
  *            meanwhile). The guardian process (probes/guardian.go) holds a
  *            dup of this map and resumes what it lists if vramprof dies.
- *   threads  LRU hash pid_tgid -> thread: nesting depth and current device.
+ *   threads  LRU hash pid_tgid -> thread: nesting depth, current device, and
+ *            since: the entry time of the thread's outermost traced call in
+ *            flight, 0 when none. It is cleared only after that call's
+ *            record is in the ring buffer, so user space that reads since
+ *            for every thread and then empties the ring has every record of
+ *            a call that entered before the smallest since, or before it
+ *            began reading (probes/reorder.go: the effect-order watermark).
  *   slots    LRU hash {pid_tgid, depth} -> record: a call between its entry
  *            and its return, kept between calls (kind REC_IDLE when idle) so
  *            the hot path neither inserts nor deletes. LRU: exited threads
@@ -217,6 +223,7 @@ struct record {
 struct thread {
 	__u32 depth;   /* traced calls in progress on this thread */
 	__s32 device;  /* current device, -1 until seen */
+	__u64 since;   /* entry time of the outermost call in flight; 0: none */
 };
 
 struct slot_key {
@@ -735,7 +742,7 @@ static __always_inline struct thread *thread_state(__u64 id)
 		return th;
 	if (!traced(id))
 		return 0;
-	struct thread init = {.depth = 0, .device = -1};
+	struct thread init = {.depth = 0, .device = -1, .since = 0};
 	bpf_map_update_elem(&threads, &id, &init, BPF_ANY);
 	return bpf_map_lookup_elem(&threads, &id);
 }
@@ -800,6 +807,8 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	r->device = th->device;
 	if (depth > 0)
 		r->flags = REC_F_NESTED;
+	else
+		th->since = r->time;
 
 	__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
 	switch (r->shape) {
@@ -904,6 +913,8 @@ static __always_inline __u64 read_out(__u64 ptr)
  * and sends it. Out-pointers are read only on success: on failure they may
  * be unset or garbage.
  */
+static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, __u32 depth);
+
 static __always_inline int do_call_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -916,13 +927,21 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 	}
 	__u32 depth = th->depth - 1;
 	th->depth = depth;
-	if (depth >= MAX_DEPTH)
-		return 0;
+	if (depth < MAX_DEPTH)
+		send_return(ctx, th, id, depth);
+	/* After the record is in the ring (see threads in the header). */
+	if (depth == 0)
+		th->since = 0;
+	return 0;
+}
+
+static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, __u32 depth)
+{
 	struct slot_key key = {.id = id, .depth = depth};
 	struct record *r = bpf_map_lookup_elem(&slots, &key);
 	if (!r || r->kind == REC_IDLE) {
 		__sync_fetch_and_add(&unpaired, 1);
-		return 0;
+		return;
 	}
 
 	__u64 now = bpf_ktime_get_ns();
@@ -966,7 +985,7 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 			bpf_map_update_elem(&contexts, &k, &dev, BPF_ANY);
 		}
 		r->kind = REC_IDLE;
-		return 0;
+		return;
 	}
 	case SHAPE_CTX_SET: {
 		struct ctx_key k = {.ctx = r->addr, .tgid = id >> 32};
@@ -983,7 +1002,7 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 	if (bpf_ringbuf_output(&events, r, record_size(r), wake))
 		__sync_fetch_and_add(&lost, 1);
 	r->kind = REC_IDLE;
-	return 0;
+	return;
 }
 
 /*

@@ -201,6 +201,7 @@ type bpfThread struct {
 	_      structs.HostLayout
 	Depth  uint32
 	Device int32
+	Since  uint64
 }
 
 type bpfUsdtArgKind uint32

@@ -13,7 +13,10 @@
 //
 // Records reach the caller's Sink in the order the session produced them,
 // from one goroutine: Process, Library, Mapping and Stack records always
-// precede the events that refer to them. Nothing here knows about analysis
+// precede the events that refer to them. Events go out in the order they
+// took effect, not the order the calls returned: a release at its entry,
+// anything else at its return, and Event.Time is that effect time (see
+// reorder.go; the few that arrive too late are counted in Lost.Late). Nothing here knows about analysis
 // or reports; those consume the records (see DESIGN.md, "Data flow").
 //
 // Lifecycle: NewSession loads and checks privileges; Launch or Attach (or

@@ -71,6 +71,11 @@ type Options struct {
 	// alone because another session traces it (once per process). Called
 	// from the goroutine running AttachAll or Run. nil drops them.
 	Note func(msg string)
+	// ReorderWindow is the longest events are held for a call in flight,
+	// to be written in the order they took effect (see reorder.go): a
+	// release that stays in flight longer is written where it arrives and
+	// counted late (event.Lost.Late). Default DefaultReorderWindow.
+	ReorderWindow time.Duration
 }
 
 // Stats are counters a live display may read while a session runs. Safe for
@@ -78,6 +83,7 @@ type Options struct {
 type Stats struct {
 	Events  atomic.Uint64 // allocation and free records delivered
 	Lost    atomic.Uint64 // records lost: ring buffer full, unpaired, undecodable
+	Late    atomic.Uint64 // events that arrived too late to be written in effect order
 	Targets atomic.Int64  // processes being traced
 }
 
@@ -106,9 +112,18 @@ type Session struct {
 	raw        rawRecord
 	decodeErrs uint64
 	lastLost   uint64
-	stats      Stats
-	closed     bool
-	prefetch   pyPrefetch
+	lastLate   uint64
+	order      *reorder // events wait here to go out in effect order
+	// mark is the last effect-order watermark read from the threads map
+	// (see reorder.go), applied once the ring buffer is next found empty;
+	// 0 when none. noMark: the kernel cannot batch-read the map.
+	mark        uint64
+	noMark      bool
+	markKeys    []uint64
+	markThreads []bpfThread
+	stats       Stats
+	closed      bool
+	prefetch    pyPrefetch
 	// held are processes another session traces (with All: left alone
 	// for as long as they live), by PID, with their start time.
 	held  map[uint32]uint64
@@ -155,6 +170,9 @@ func NewSession(opts Options) (*Session, error) {
 	if opts.FlushEvery == 0 {
 		opts.FlushEvery = time.Second
 	}
+	if opts.ReorderWindow <= 0 {
+		opts.ReorderWindow = DefaultReorderWindow
+	}
 	if err := CheckPrivileges(); err != nil {
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
@@ -183,6 +201,7 @@ func NewSession(opts Options) (*Session, error) {
 		notCUDA: make(map[fileKey]bool),
 		stacks:  make(map[string]event.StackID),
 		sym:     symbolize.New(symbolize.Options{}),
+		order:   newReorder(uint64(opts.ReorderWindow)),
 	}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		if isPermission(err) {
@@ -312,8 +331,16 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 	return p, nil
 }
 
-// describe writes the Process record of p and keeps it.
+// describe writes the Process record of p and keeps it. Events of an
+// earlier instance of its PID (an exec replaces the image; a PID is reused)
+// still held for effect order go out first: they are that instance's.
 func (s *Session) describe(p *proc, info *event.Process) error {
+	held := s.order.flushPID(p.pid)
+	for i := range held {
+		if err := s.opts.Sink.Write(&held[i]); err != nil {
+			return fmt.Errorf("write event of pid %d: %w", p.pid, err)
+		}
+	}
 	p.info = *info
 	if err := s.opts.Sink.Write(info); err != nil {
 		return fmt.Errorf("write process record: %w", err)
@@ -461,6 +488,7 @@ func (s *Session) Run(ctx context.Context) error {
 			return s.drain(&rec)
 		}
 		s.reader.SetDeadline(time.Now().Add(s.opts.Poll))
+		before := MonotonicNow()
 		err := s.reader.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -469,10 +497,20 @@ func (s *Session) Run(ctx context.Context) error {
 			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The ring was empty: every record of a process already known
-			// to have exited has been read.
+			// to have exited has been read, and so has every call that
+			// returned before the read began.
 			s.forgetExited()
+			if s.mark != 0 {
+				// Read before the ring was emptied: it holds.
+				s.order.setMark(s.mark)
+			}
+			s.mark = s.watermark()
+			s.order.advance(before)
+			if err := s.release(false); err != nil {
+				return err
+			}
 		case errors.Is(err, ringbuf.ErrClosed):
-			return nil
+			return s.release(true)
 		default:
 			return fmt.Errorf("read ring buffer: %w", err)
 		}
@@ -505,6 +543,11 @@ func (s *Session) drain(rec *ringbuf.Record) error {
 		if err := s.handle(rec.RawSample); err != nil {
 			return err
 		}
+	}
+	// Every call traced has returned, or never will (its process exited,
+	// or the session stops): nothing can arrive before what is held.
+	if err := s.release(true); err != nil {
+		return err
 	}
 	if err := s.writeLost(true); err != nil {
 		return err
@@ -543,12 +586,14 @@ func (s *Session) writeLost(final bool) error {
 		return fmt.Errorf("read unpaired counter: %w", err)
 	}
 	total := lost + unpaired + s.decodeErrs
+	late := s.order.late
 	s.stats.Lost.Store(total)
-	if total == s.lastLost && !final {
+	s.stats.Late.Store(late)
+	if total == s.lastLost && late == s.lastLate && !final {
 		return nil
 	}
-	s.lastLost = total
-	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total}); err != nil {
+	s.lastLost, s.lastLate = total, late
+	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total, Late: late}); err != nil {
 		return fmt.Errorf("write lost record: %w", err)
 	}
 	return nil
@@ -622,8 +667,60 @@ func (s *Session) handle(sample []byte) error {
 		r.ev.Stack = id
 	}
 	s.stats.Events.Add(1)
-	if err := s.opts.Sink.Write(&r.ev); err != nil {
-		return fmt.Errorf("write event: %w", err)
+	if s.order.add(&r.ev) {
+		// Too late for effect order (see reorder.go): written where it
+		// arrived, and counted.
+		if err := s.opts.Sink.Write(&r.ev); err != nil {
+			return fmt.Errorf("write event: %w", err)
+		}
+		return nil
+	}
+	return s.release(false)
+}
+
+// watermark reads the clock, then the entry time of every thread's
+// outermost traced call in flight (thread.since), and returns the earliest
+// of them: once the ring buffer has been emptied after this, every event
+// that took effect before it has been read (see reorder.go). Calls in
+// flight for longer than the reorder window are left to the window. 0 when
+// the map cannot be read.
+func (s *Session) watermark() uint64 {
+	if s.noMark {
+		return 0
+	}
+	t0 := MonotonicNow()
+	horizon := t0 - min(t0, uint64(s.opts.ReorderWindow))
+	if s.markKeys == nil {
+		s.markKeys = make([]uint64, 256)
+		s.markThreads = make([]bpfThread, 256)
+	}
+	mark := t0
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := s.objs.Threads.BatchLookup(&cursor, s.markKeys, s.markThreads, nil)
+		for _, th := range s.markThreads[:n] {
+			if th.Since != 0 && th.Since >= horizon && th.Since < mark {
+				mark = th.Since
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return mark
+		}
+		if err != nil {
+			// No batch operations (kernels before 5.6): the window alone.
+			s.noMark = true
+			return 0
+		}
+	}
+}
+
+// release writes the held events that are due, in effect order; all of
+// them when all is true.
+func (s *Session) release(all bool) error {
+	for ev := s.order.pop(all); ev != nil; ev = s.order.pop(all) {
+		if err := s.opts.Sink.Write(ev); err != nil {
+			return fmt.Errorf("write event: %w", err)
+		}
 	}
 	return nil
 }

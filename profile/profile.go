@@ -153,6 +153,9 @@ func newBuilder(res *analysis.Result) *builder {
 func comments(res *analysis.Result) []string {
 	run := res.Run
 	out := []string{fmt.Sprintf("lost_events: %d", res.LostEvents)}
+	if res.LateEvents > 0 {
+		out = append(out, fmt.Sprintf("late_events: %d (out of effect order: may be misordered against calls on the same address)", res.LateEvents))
+	}
 	if run.Tool != "" {
 		out = append(out, "tool: "+run.Tool)
 	}

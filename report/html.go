@@ -274,6 +274,10 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	if res.LostEvents > 0 {
 		lost.Note, lost.Warn = "ring buffer full: the figures may be wrong either way (a missed free reads high, a missed allocation low)", true
 	}
+	if res.LateEvents > 0 {
+		lost.Note += fmt.Sprintf("; %d events late (after the reorder window): may be misordered against calls on the same address", res.LateEvents)
+		lost.Warn = true
+	}
 	failed := htmlFact{Label: "failed allocations", Value: template.HTML(strconv.FormatUint(t.FailedAllocations, 10)),
 		Note: fmt.Sprintf("%d bytes requested", t.FailedBytes), Warn: t.FailedAllocations > 0}
 	pg.Headline = []htmlFact{

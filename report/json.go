@@ -75,6 +75,11 @@ type JSONTotals struct {
 	PeakBytes         uint64 `json:"peak_bytes"`
 	LiveBytesAtEnd    uint64 `json:"live_bytes_at_end"`
 
+	// LateEvents counts events that reached the recorder too late to be
+	// placed in the order they took effect (a free that took longer than
+	// the reorder window): counted where they arrived, they may be
+	// misordered against other calls on the same address.
+	LateEvents uint64 `json:"late_events"`
 	// PeakTimeNs is when PeakBytes was first reached.
 	PeakTimeNs uint64 `json:"peak_time_ns"`
 	// LiveAllocationsAtEnd counts the allocations behind LiveBytesAtEnd.
@@ -479,7 +484,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		Schema: Schema,
 		Totals: JSONTotals{
 			Allocations: t.Allocations, Frees: t.Frees, FailedAllocations: t.FailedAllocations,
-			UnknownFrees: t.UnknownFrees, LostEvents: res.LostEvents, AllocatedBytes: t.AllocatedBytes,
+			UnknownFrees: t.UnknownFrees, LostEvents: res.LostEvents, LateEvents: res.LateEvents, AllocatedBytes: t.AllocatedBytes,
 			PeakBytes: t.PeakBytes, LiveBytesAtEnd: t.LiveBytesAtEnd,
 			PeakTimeNs: res.Rel(t.PeakTime), LiveAllocationsAtEnd: t.LiveAllocationsAtEnd,
 			FreedBytes: t.FreedBytes, FailedBytes: t.FailedBytes, NullFrees: t.NullFrees,

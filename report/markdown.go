@@ -45,7 +45,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	p("| allocations | %d | |\n", t.Allocations)
 	p("| frees | %d | |\n", t.Frees)
 	p("| failed allocations | %d | %d bytes requested |\n", t.FailedAllocations, t.FailedBytes)
-	p("| unknown frees | %d | allocated before tracing began |\n", t.UnknownFrees)
+	p("| unknown frees | %d | %s |\n", t.UnknownFrees, unknownFreesNote(res))
 	p("| null frees | %d | |\n", t.NullFrees)
 	p("| zero-size allocations | %d | |\n", t.ZeroSizeAllocations)
 	p("| replaced allocations | %d | a free was missed |\n", t.ReplacedAllocations)
@@ -222,6 +222,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("0 records lost.\n\n")
 	} else {
 		p("%d records lost (ring buffer full): the figures above may be wrong either way (a missed free reads high, a missed allocation low).\n\n", res.LostEvents)
+	}
+	if res.LateEvents == 0 {
+		p("0 events late: every event is in the order it took effect.\n\n")
+	} else {
+		p("%d events late (a free that took longer than the reorder window): each is counted where it arrived, and may be misordered against calls on the same address (unknown frees, replaced allocations).\n\n", res.LateEvents)
 	}
 
 	if lines := interpreterLines(&run); len(lines) > 0 {

@@ -52,6 +52,10 @@ func preexistingText(res *analysis.Result, p *analysis.Process) string {
 	var s string
 	switch pre.Basis {
 	case analysis.PreexistingNone:
+		if n := p.Totals.UnknownFrees; n > 0 {
+			// Nothing predates tracing: these frees are not of old memory.
+			return fmt.Sprintf("0 (traced from its start); %d unknown frees of addresses never seen allocated: an anomaly (a missed or misordered event), not memory from before tracing", n)
+		}
 		return "0 (traced from its start)"
 	case analysis.PreexistingEstimate:
 		s = fmt.Sprintf("%d bytes (%s), an estimate: NVML minus traced at %s, CUDA context included",
@@ -60,6 +64,26 @@ func preexistingText(res *analysis.Result, p *analysis.Process) string {
 		s = "unknown (attached mid-run, no NVML figure)"
 	}
 	return s + fmt.Sprintf("; %d unknown frees (memory from before tracing, sizes unknown)", p.Totals.UnknownFrees)
+}
+
+// unknownFreesNote explains the totals' unknown frees. Where every process
+// was traced from its first instruction (run mode) nothing predates
+// tracing, and a free of an address never seen allocated is an anomaly to
+// show, not old memory.
+func unknownFreesNote(res *analysis.Result) string {
+	fromStart := len(res.Processes) > 0
+	for i := range res.Processes {
+		if res.Processes[i].Preexisting.Basis != analysis.PreexistingNone {
+			fromStart = false
+		}
+	}
+	switch {
+	case !fromStart:
+		return "allocated before tracing began"
+	case res.Totals.UnknownFrees == 0:
+		return "every process traced from its start"
+	}
+	return "addresses never seen allocated: an anomaly, since every process was traced from its start (a missed or misordered event)"
 }
 
 // procLabel names a process: "pid 100", or "pid 100 (started +5.000s)"

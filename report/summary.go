@@ -122,6 +122,10 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	if res.LostEvents > 0 {
 		lost += " (ring buffer full: the figures may be wrong either way: a missed free reads high, a missed allocation low)"
 	}
+	if res.LateEvents > 0 {
+		// On the lost line: the summary is held to 20 lines.
+		lost += fmt.Sprintf("; %d events late (after the reorder window: may be misordered against calls on the same address)", res.LateEvents)
+	}
 	p("lost events:        %s\n", lost)
 	return bw.Flush()
 }

@@ -486,6 +486,9 @@ func (v *verdict) writeText(w io.Writer) {
 	if s.lost > 0 {
 		p("WARNING: %d events lost (ring buffer full): %s\n", s.lost, lostText)
 	}
+	if s.late > 0 {
+		p("WARNING: %s\n", lateWarning(s.late))
+	}
 	if s.truncated {
 		p("WARNING: the trace was cut short: the figures cover the records before the cut\n")
 	}
@@ -587,6 +590,9 @@ func (v *verdict) writeAnnotations(w io.Writer) {
 		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: lost events"),
 			ghData(fmt.Sprintf("%d events lost (ring buffer full): %s", v.snap.lost, lostText)))
 	}
+	if v.snap.late > 0 {
+		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: late events"), ghData(lateWarning(v.snap.late)))
+	}
 }
 
 // ghData escapes a workflow command's message.
@@ -615,6 +621,9 @@ func (v *verdict) writeMarkdown(w io.Writer) error {
 	p("Peak %s, live at end %s.\n\n", bytesText(s.peak), bytesText(s.liveEnd))
 	if s.lost > 0 {
 		p("> **Warning:** %d events lost (ring buffer full): %s.\n\n", s.lost, lostText)
+	}
+	if s.late > 0 {
+		p("> **Warning:** %s.\n\n", lateWarning(s.late))
 	}
 	p("| check | result | measured | limit | margin |\n| --- | --- | --- | --- | --- |\n")
 	for _, c := range v.checks {
@@ -830,4 +839,9 @@ func loadBaseline(path string) (*snapshot, error) {
 	s.peakStacks = ss.sorted()
 	slices.SortFunc(s.processes, func(a, b figure) int { return cmp.Compare(a.name, b.name) })
 	return s, nil
+}
+
+// lateWarning says what n events out of effect order mean for the figures.
+func lateWarning(n uint64) string {
+	return fmt.Sprintf("%d events late (a free that took longer than the reorder window): they may be misordered against calls on the same address", n)
 }

@@ -53,6 +53,7 @@ type snapshot struct {
 	// events is how many events were recorded (report.json run.events):
 	// lost/(lost+events) is the share --allow-lost judges.
 	events     uint64
+	late       uint64   // events out of effect order (report.json late_events)
 	devices    []figure // by device name
 	processes  []figure // by command; count is how many processes ran it
 	peakStacks []stackFigure
@@ -208,7 +209,7 @@ func snapshotOf(j *report.JSON, source string) *snapshot {
 	s := &snapshot{
 		source: source, command: j.Run.Command, exitCode: j.Run.ExitCode, endedCleanly: j.Run.EndedCleanly,
 		allocations: j.Totals.Allocations, peak: j.Totals.PeakBytes, liveEnd: j.Totals.LiveBytesAtEnd,
-		lost: j.Totals.LostEvents, events: j.Run.Events, stacksComplete: true,
+		lost: j.Totals.LostEvents, events: j.Run.Events, late: j.Totals.LateEvents, stacksComplete: true,
 	}
 	for _, d := range j.Devices {
 		name := d.Name

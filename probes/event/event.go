@@ -169,7 +169,11 @@ type StackID uint32
 // Event is one traced call, decoded once. Every source (live probes, trace
 // replay, snapshot import) produces this type.
 type Event struct {
-	Time     uint64 // ns, CLOCK_MONOTONIC, one clock for all sources
+	// Time is when the call took effect, in ns, CLOCK_MONOTONIC, one clock
+	// for all sources: a release (free, host free, unreserve, release,
+	// unmap) at its entry, anything else at its return. A stream holds
+	// events in that order (traces recorded before it: return order).
+	Time     uint64
 	Duration uint64 // ns spent inside the call, entry to return; 0 if only the entry was seen
 	Addr     uint64 // pointer returned (alloc, Ret == 0) or released (free)
 	Size     uint64 // bytes requested (alloc)
@@ -245,6 +249,12 @@ type Library struct {
 type Lost struct {
 	Time  uint64
 	Total uint64
+	// Late is the running total of events that reached the recorder too
+	// late to be placed in effect order (a release that took longer than
+	// the reorder window, see probes/reorder.go): they are in the stream,
+	// where they arrived, and may be misordered against other calls on the
+	// same address. Appended to the format: older traces read with 0.
+	Late uint64
 }
 
 // End closes a stream that stopped cleanly. A stream without End was cut

@@ -670,6 +670,7 @@ func (e *encoder) library(l *Library) {
 func (e *encoder) lost(l *Lost) {
 	e.uint(l.Time)
 	e.uint(l.Total)
+	e.uint(l.Late)
 }
 
 func (e *encoder) end(x *End) {
@@ -897,6 +898,9 @@ func (d *decoder) library(l *Library) {
 func (d *decoder) lost(l *Lost) {
 	l.Time = d.uint()
 	l.Total = d.uint()
+	if len(d.b) > 0 { // appended field: absent from older traces
+		l.Late = d.uint()
+	}
 }
 
 func (d *decoder) end(x *End) {

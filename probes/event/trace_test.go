@@ -130,7 +130,7 @@ func TestRoundTrip(t *testing.T) {
 		{"process", testRecords()[0]},
 		{"process empty", &Process{PID: 7}},
 		{"library", testRecords()[2]},
-		{"lost", &Lost{Time: 1, Total: 1 << 50}},
+		{"lost", &Lost{Time: 1, Total: 1 << 50, Late: 1 << 40}},
 		{"end", &End{Time: 9, Reason: "signal", ExitCode: -9}},
 		{"end empty", &End{}},
 		{"device info", testRecords()[5]},
@@ -308,6 +308,16 @@ func TestForwardCompatible(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Truncated())
 	assert.Equal(t, []Record{testEvent(1), testEvent(2), &Lost{Time: 5, Total: 6}}, got)
+}
+
+// TestLostWithoutLate reads a Lost written before Late was appended (Time
+// and Total only): Late reads as 0.
+func TestLostWithoutLate(t *testing.T) {
+	data := mustTrace(t, nil)
+	data = appendFrame(data, recLost, []byte{5, 6}) // uvarints: Time 5, Total 6
+	_, got, err := readAll(t, data)
+	require.NoError(t, err)
+	assert.Equal(t, []Record{&Lost{Time: 5, Total: 6}}, got)
 }
 
 // TestEventWithoutFlags reads an Event written before Flags was appended

@@ -1,0 +1,240 @@
+//go:build linux
+
+package probes
+
+import (
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// Effect order.
+//
+// The BPF side sends a call's record when the call returns, so the ring
+// buffer holds calls in the order they returned. That is not the order in
+// which they changed memory: thread A's cudaFree(P) can return after thread
+// B's cudaMalloc returned P again, and a stream in return order then frees
+// B's allocation (an unknown free, B's allocation replaced later). A call
+// takes effect somewhere between its entry and its return; what is known
+// for certain is:
+//
+//   - an address can be handed out again only after it was really released,
+//     which is after the free's entry, and the allocation that gets it
+//     returns after that;
+//   - a thread can free P only after the allocation that returned P did.
+//
+// So a release-kind event (free, host free, unreserve, release, unmap; at
+// every API level and at the block layer) is placed at its entry, and every
+// other event at its return: both orders above hold for any interleaving.
+// Event.Time is that effect time (Duration still the time inside the call),
+// and the session writes events in effect order.
+//
+// The watermark. A record reaches the reader in return order, so an event
+// is out of place by at most its own duration when it is a release (a real
+// cudaFree synchronizes the device: unbounded in principle), and any record
+// by the time its thread spent preempted between reading the clock and
+// writing the record. A fixed window cannot cover either on a loaded
+// machine (a free preempted for a quarter second was seen here). The BPF
+// side keeps, per thread, the entry time of its outermost traced call in
+// flight (thread.since), cleared only once that call's record is in the
+// ring buffer. The session reads the clock (T0), then every thread's since,
+// and once the ring buffer has next been found empty, every event that
+// took effect before min(T0, every since) has been read: none can arrive
+// behind it. That bound (the mark) releases held events, exactly; it is
+// applied about once per poll. Block-layer records (USDT probes, allocator
+// specs) have no since: they are sent from the probe that reads their time,
+// so only a preemption inside that probe can delay them, and then the
+// window and the late count below still hold.
+//
+// The window is the fallback: an event is released anyway once the clock
+// (the newest return time seen, or a reading taken before the ring buffer
+// was found empty) is a window past it, so a call stuck in flight (a
+// thread stopped in a debugger, an evicted thread entry) holds the others
+// back no longer than that, and the mark ignores calls in flight for longer.
+// An event that arrives after events that took effect later were written
+// (a release still in flight after the window) is never dropped nor silently
+// misplaced: it is written at once, where it arrives, and counted
+// (event.Lost.Late), and every output says so as it says how many records
+// were lost.
+
+// DefaultReorderWindow is the longest a call in flight holds events back:
+// two seconds covers a cudaFree that waits for the device to finish long
+// kernels. Held events cost ~90 bytes each (capped by maxHeld), and the
+// window delays the live status line and the trace on disk only while such
+// a call is in flight.
+const DefaultReorderWindow = 2_000_000_000 // ns
+
+// maxHeld caps the events held, whatever the window: past it the oldest go
+// out early (and a release that arrives behind them is counted late).
+const maxHeld = 1 << 20
+
+// releases reports whether k is a release kind: it takes effect at entry.
+func releases(k event.Kind) bool {
+	switch k {
+	case event.KindFree, event.KindHostFree, event.KindUnreserve, event.KindRelease, event.KindUnmap:
+		return true
+	}
+	return false
+}
+
+// effectTime is when e took effect, e.Time being its return time: the entry
+// (Time - Duration) for a release, the return for anything else.
+func effectTime(e *event.Event) uint64 {
+	if releases(e.Kind) && e.Duration <= e.Time {
+		return e.Time - e.Duration
+	}
+	return e.Time
+}
+
+// heldEvent is an event waiting in the reorder buffer; seq is its arrival
+// number, which keeps arrival order among events of the same effect time
+// (a thread's own calls, ordered by the thread already).
+type heldEvent struct {
+	ev  event.Event
+	seq uint64
+}
+
+// reorder is the reorder buffer: a min-heap on (effect time, arrival). It
+// allocates only when it grows. Not safe for concurrent use.
+type reorder struct {
+	window uint64
+	held   []heldEvent
+	seq    uint64
+	// now is the clock the window runs on: the newest return time seen, or
+	// a clock reading taken before the ring buffer was found empty.
+	now uint64
+	// mark: every event that took effect before it has been added (see
+	// setMark).
+	mark uint64
+	// written is the effect time of the latest event written in order:
+	// an event that took effect before it arrived too late.
+	written uint64
+	// late counts events that arrived too late, written out of order.
+	late uint64
+	out  event.Event   // the event pop returns, valid until the next call
+	pid  []event.Event // flushPID's scratch
+	keep []heldEvent   // flushPID's scratch
+}
+
+func newReorder(window uint64) *reorder {
+	return &reorder{window: window}
+}
+
+// add takes an event as it arrives, its Time being its return time, and
+// sets Time to its effect time. It holds the event and returns false, or,
+// when the event took effect before events already written, returns true:
+// the caller writes it at once (it is counted late).
+func (r *reorder) add(e *event.Event) bool {
+	ret := e.Time
+	e.Time = effectTime(e)
+	r.now = max(r.now, ret)
+	if e.Time < r.written {
+		r.late++
+		return true
+	}
+	r.held = append(r.held, heldEvent{ev: *e, seq: r.seq})
+	r.seq++
+	r.up(len(r.held) - 1)
+	return false
+}
+
+// setMark tells that every event that took effect before m has been added:
+// they can all go out.
+func (r *reorder) setMark(m uint64) { r.mark = max(r.mark, m) }
+
+// advance moves the window's clock to t (a clock reading taken before the
+// ring buffer was found empty: every call that returned before it has been
+// read).
+func (r *reorder) advance(t uint64) { r.now = max(r.now, t) }
+
+// pop returns the next event due, in effect order, or nil when none is:
+// due once it is before the mark or the clock is a window past it, or at
+// once when too many are held or all is true (the stream ends).
+func (r *reorder) pop(all bool) *event.Event {
+	if len(r.held) == 0 {
+		return nil
+	}
+	top := &r.held[0]
+	if !all && len(r.held) <= maxHeld && top.ev.Time >= r.mark && top.ev.Time+r.window > r.now {
+		return nil
+	}
+	r.out = top.ev
+	r.written = max(r.written, r.out.Time)
+	last := len(r.held) - 1
+	r.held[0] = r.held[last]
+	r.held = r.held[:last]
+	if last > 0 {
+		r.down(0)
+	}
+	return &r.out
+}
+
+// flushPID removes the held events of pid and returns them in effect order,
+// valid until the next call. A process's events go out before a record that
+// ends its instance (an exec, a PID reused): they were all its old image's.
+// The high-water mark is left alone, so that other processes' events held
+// meanwhile are not taken for late ones.
+func (r *reorder) flushPID(pid uint32) []event.Event {
+	keep, out := r.keep[:0], r.pid[:0]
+	var sel []heldEvent
+	for _, h := range r.held {
+		if h.ev.PID == pid {
+			sel = append(sel, h)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	if len(sel) == 0 {
+		return nil
+	}
+	slices.SortFunc(sel, func(a, b heldEvent) int {
+		if less(&a, &b) {
+			return -1
+		}
+		return 1
+	})
+	for _, h := range sel {
+		out = append(out, h.ev)
+	}
+	r.keep, r.held = r.held[:0], keep
+	for i := len(r.held)/2 - 1; i >= 0; i-- {
+		r.down(i)
+	}
+	r.pid = out
+	return out
+}
+
+func less(a, b *heldEvent) bool {
+	return a.ev.Time < b.ev.Time || a.ev.Time == b.ev.Time && a.seq < b.seq
+}
+
+func (r *reorder) up(i int) {
+	h := r.held
+	for i > 0 {
+		p := (i - 1) / 2
+		if !less(&h[i], &h[p]) {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (r *reorder) down(i int) {
+	h := r.held
+	n := len(h)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && less(&h[c+1], &h[c]) {
+			c++
+		}
+		if !less(&h[c], &h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}

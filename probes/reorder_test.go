@@ -1,0 +1,245 @@
+//go:build linux
+
+package probes
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// record is a synthetic record as the BPF side sends it: Time is its return.
+func record(kind event.Kind, tid uint32, entry, ret, addr uint64) event.Event {
+	api := event.APICudaMalloc
+	if kind == event.KindFree {
+		api = event.APICudaFree
+	}
+	return event.Event{Time: ret, Duration: ret - entry, Addr: addr, Size: 1 << 20, PID: 7, TID: tid,
+		Device: 0, Kind: kind, Layer: event.LayerSegment, API: api}
+}
+
+// feed passes records to r in arrival order, then advances its clock to
+// now and returns what it released (Time: effect time) and what it
+// returned as late, in the order a session writes them.
+func feed(r *reorder, now uint64, in ...event.Event) (out []event.Event, late []event.Event) {
+	for _, e := range in {
+		if r.add(&e) {
+			late = append(late, e)
+			out = append(out, e)
+		}
+		for ev := r.pop(false); ev != nil; ev = r.pop(false) {
+			out = append(out, *ev)
+		}
+	}
+	r.advance(now)
+	for ev := r.pop(false); ev != nil; ev = r.pop(false) {
+		out = append(out, *ev)
+	}
+	return out, late
+}
+
+type step struct {
+	kind event.Kind
+	tid  uint32
+	time uint64 // effect time
+}
+
+func steps(evs []event.Event) []step {
+	var out []step
+	for _, e := range evs {
+		out = append(out, step{e.Kind, e.TID, e.Time})
+	}
+	return out
+}
+
+func TestReorderEffectOrder(t *testing.T) {
+	const P = 0x7f2000000000
+	alloc, free := event.KindAlloc, event.KindFree
+	tests := []struct {
+		name string
+		in   []event.Event // arrival (return) order
+		want []step
+	}{
+		{
+			// Thread 1 frees P (entry 100, return 300); thread 2 got P
+			// back from cudaMalloc at 200: its record arrived first.
+			name: "free returns after the reallocation",
+			in:   []event.Event{record(alloc, 2, 150, 200, P), record(free, 1, 100, 300, P)},
+			want: []step{{free, 1, 100}, {alloc, 2, 200}},
+		},
+		{
+			// A thread's own alloc then free: the free enters after the
+			// alloc returned, so their order stands.
+			name: "one thread's pair",
+			in:   []event.Event{record(alloc, 1, 10, 20, P), record(free, 1, 20, 40, P)},
+			want: []step{{alloc, 1, 20}, {free, 1, 20}},
+		},
+		{
+			name: "allocations keep their return order",
+			in:   []event.Event{record(alloc, 1, 5, 30, P), record(alloc, 2, 1, 31, P+1), record(alloc, 3, 29, 32, P+2)},
+			want: []step{{alloc, 1, 30}, {alloc, 2, 31}, {alloc, 3, 32}},
+		},
+		{
+			// Releases of every kind go at their entry.
+			name: "every release kind",
+			in: []event.Event{
+				record(alloc, 9, 0, 100, P),
+				record(event.KindHostFree, 1, 10, 101, P), record(event.KindUnreserve, 2, 20, 102, P),
+				record(event.KindRelease, 3, 30, 103, P), record(event.KindUnmap, 4, 40, 104, P),
+				record(event.KindFree, 5, 50, 105, P),
+			},
+			want: []step{{event.KindHostFree, 1, 10}, {event.KindUnreserve, 2, 20}, {event.KindRelease, 3, 30},
+				{event.KindUnmap, 4, 40}, {event.KindFree, 5, 50}, {alloc, 9, 100}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newReorder(1000)
+			out, late := feed(r, 1_000_000, tc.in...)
+			assert.Empty(t, late, "late")
+			assert.Equal(t, tc.want, steps(out))
+			assert.Zero(t, r.late)
+			assert.Empty(t, r.held)
+		})
+	}
+}
+
+// TestReorderWindow: nothing goes out before the clock is a window past it,
+// and the clock moves with arrivals (return times) and with advance.
+func TestReorderWindow(t *testing.T) {
+	r := newReorder(100)
+	e := record(event.KindAlloc, 1, 0, 1000, 0x1000)
+	require.False(t, r.add(&e))
+	assert.Nil(t, r.pop(false), "held: the clock is at 1000")
+	r.advance(1099)
+	assert.Nil(t, r.pop(false), "held: 1099 < 1000 + window")
+	r.advance(1100)
+	got := r.pop(false)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(1000), got.Time)
+
+	// An arrival moves the clock: its return time.
+	a := record(event.KindAlloc, 1, 0, 2000, 0x2000)
+	b := record(event.KindAlloc, 1, 0, 2100, 0x3000)
+	require.False(t, r.add(&a))
+	require.False(t, r.add(&b))
+	got = r.pop(false)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(0x2000), got.Addr)
+	assert.Nil(t, r.pop(false))
+	// The stream's end releases everything.
+	got = r.pop(true)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(0x3000), got.Addr)
+	assert.Nil(t, r.pop(true))
+}
+
+// TestReorderLate: a free longer than the window arrives after the
+// reallocation of its address was written. It is not dropped: add returns
+// it to be written at once, and it is counted.
+func TestReorderLate(t *testing.T) {
+	const P = 0x7f2000000000
+	r := newReorder(100)
+	realloc := record(event.KindAlloc, 2, 1500, 2000, P)
+	other := record(event.KindAlloc, 3, 4000, 5000, P+1<<20)
+	slowFree := record(event.KindFree, 1, 1000, 5200, P) // 4.2 us inside, window 100 ns
+	out, late := feed(r, 10_000, realloc, other, slowFree)
+	require.Len(t, late, 1)
+	assert.Equal(t, uint64(1000), late[0].Time, "its effect time, kept")
+	assert.Equal(t, uint64(1), r.late)
+	assert.Equal(t, []step{{event.KindAlloc, 2, 2000}, {event.KindFree, 1, 1000}, {event.KindAlloc, 3, 5000}}, steps(out),
+		"written where it arrived")
+
+	// Within the window the same arrivals come out in effect order.
+	r = newReorder(10_000)
+	out, late = feed(r, 100_000, realloc, other, slowFree)
+	assert.Empty(t, late)
+	assert.Equal(t, []step{{event.KindFree, 1, 1000}, {event.KindAlloc, 2, 2000}, {event.KindAlloc, 3, 5000}}, steps(out))
+}
+
+// TestReorderFlushPID: a process's held events go out (in effect order)
+// before a record that ends its instance; other processes' stay held and
+// are not taken for late afterwards.
+func TestReorderFlushPID(t *testing.T) {
+	r := newReorder(1 << 40)
+	a := record(event.KindAlloc, 1, 0, 300, 0x1)
+	b := record(event.KindFree, 1, 100, 400, 0x2) // effect 100
+	c := record(event.KindAlloc, 2, 0, 200, 0x3)
+	c.PID = 8
+	for _, e := range []event.Event{a, b, c} {
+		require.False(t, r.add(&e))
+	}
+	got := r.flushPID(7)
+	assert.Equal(t, []step{{event.KindFree, 1, 100}, {event.KindAlloc, 1, 300}}, steps(got))
+	assert.Nil(t, r.flushPID(7))
+	require.Len(t, r.held, 1)
+	late := record(event.KindAlloc, 2, 0, 250, 0x4)
+	late.PID = 8
+	assert.False(t, r.add(&late), "pid 8's events are not late for pid 7's flush")
+	first := *r.pop(true) // pop's event is valid until the next call
+	second := *r.pop(true)
+	assert.Equal(t, []step{{event.KindAlloc, 2, 200}, {event.KindAlloc, 2, 250}}, steps([]event.Event{first, second}))
+}
+
+// TestReorderRepairsChurn replays a churn of many threads on one address,
+// in the order the records arrive (their returns), through the reorder
+// buffer into the analysis: every free matches its allocation. Without the
+// reorder the same stream replaces live allocations and ends with nothing live.
+func TestReorderRepairsChurn(t *testing.T) {
+	const P = 0x7f2000000000
+	// Thread i frees P (entry at 10i + 1, return at 10i + 9), and thread
+	// i + 1 gets P back at 10i + 5: its return comes first.
+	in := []event.Event{record(event.KindAlloc, 0, 0, 1, P)}
+	for i := uint64(0); i < 1000; i++ {
+		in = append(in, record(event.KindAlloc, uint32(i+1), 10*i+2, 10*i+5, P),
+			record(event.KindFree, uint32(i), 10*i+1, 10*i+9, P))
+	}
+	analyse := func(evs []event.Event) analysis.Totals {
+		a := analysis.New(analysis.Options{})
+		require.NoError(t, a.Add(&event.Header{Version: event.Version, Mode: "run", PID: 7}))
+		require.NoError(t, a.Add(&event.Process{PID: 7}))
+		for i := range evs {
+			require.NoError(t, a.Add(&evs[i]))
+		}
+		return a.Finish().Totals
+	}
+
+	raw := analyse(in)
+	assert.NotZero(t, raw.ReplacedAllocations, "in return order, allocations replace live ones")
+	assert.Zero(t, raw.LiveBytesAtEnd, "in return order, the last allocation is freed by the free before it")
+
+	out, late := feed(newReorder(100), 1<<40, in...)
+	require.Empty(t, late)
+	tt := analyse(out)
+	assert.Equal(t, uint64(1001), tt.Allocations)
+	assert.Equal(t, uint64(1000), tt.Frees)
+	assert.Zero(t, tt.UnknownFrees)
+	assert.Zero(t, tt.ReplacedAllocations)
+	assert.Equal(t, uint64(1<<20), tt.LiveBytesAtEnd)
+}
+
+// TestReorderMark: the watermark releases what took effect before it, long
+// before the window would, and nothing at or after it.
+func TestReorderMark(t *testing.T) {
+	r := newReorder(1 << 40)
+	free := record(event.KindFree, 1, 100, 900, 0x1) // effect 100
+	alloc := record(event.KindAlloc, 2, 150, 200, 0x1)
+	for _, e := range []event.Event{alloc, free} {
+		require.False(t, r.add(&e))
+	}
+	r.setMark(150)
+	got := r.pop(false)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(100), got.Time)
+	assert.Nil(t, r.pop(false), "200 is not before the mark")
+	r.setMark(120) // a mark never moves back
+	assert.Nil(t, r.pop(false))
+	r.setMark(201)
+	got = r.pop(false)
+	require.NotNil(t, got)
+	assert.Equal(t, uint64(200), got.Time)
+}

@@ -11,7 +11,11 @@
 //
 // which the tests compare with what vramprof recorded, and with the sites
 // it named (the callers, never the runtime).
+//
+// With the argument "hold" it first prints "ready" and waits for its stdin
+// to close, for a profiler to attach before the calls.
 #include <cstdio>
+#include <cstring>
 #include <cuda_runtime.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -47,8 +51,14 @@ NOINLINE void free_null()
 	log_call("cudaFree", __func__, 0, cudaFree(nullptr));
 }
 
-int main()
+int main(int argc, char **argv)
 {
+	if (argc > 1 && std::strcmp(argv[1], "hold") == 0) {
+		std::printf("ready\n");
+		std::fflush(stdout);
+		while (std::getchar() != EOF)
+			;
+	}
 	alloc_plain(1 << 20);
 	alloc_template(1 << 18);
 	alloc_plain(12345);

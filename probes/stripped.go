@@ -23,9 +23,14 @@ var runtimeMarkers = [][]byte{
 // maxMarkerScan bounds the read-only data searched for runtimeMarkers in
 // one file. The runtime's strings are a few hundred kilobytes; a library's
 // .rodata past this size is not read at all, so that attach stays quick on
-// a trainer that maps gigabyte libraries. A runtime there goes unnoticed,
-// as it did before the check existed.
+// a trainer that maps gigabyte libraries (their device code is in
+// .nv_fatbin, not here). A runtime there goes unnoticed, as it did before
+// the check existed.
 const maxMarkerScan = 256 << 20
+
+// markerChunk is how much read-only data is read at a time: the search
+// needs no more memory than this however big the section.
+const markerChunk = 1 << 20
 
 // hasStrippedRuntime reports whether f, which defines none of the CUDA
 // runtime's API symbols, holds a CUDA runtime all the same: one linked in
@@ -52,16 +57,27 @@ func hasStrippedRuntime(f *elf.File) bool {
 		}
 	}
 	found := make([]bool, len(runtimeMarkers))
+	overlap := 0 // a marker may straddle two chunks
+	for _, m := range runtimeMarkers {
+		overlap = max(overlap, len(m)-1)
+	}
+	buf := make([]byte, markerChunk+overlap)
 	for i, r := range readers {
 		if sizes[i] > maxMarkerScan {
 			continue
 		}
-		data := make([]byte, sizes[i])
-		if n, err := r.ReadAt(data, 0); err != nil && n < len(data) {
-			continue // unreadable: nothing can be said about it
-		}
-		for j, m := range runtimeMarkers {
-			found[j] = found[j] || bytes.Contains(data, m)
+		// Each chunk is searched with the last bytes of the one before.
+		kept := 0
+		for off := uint64(0); off < sizes[i]; off += markerChunk {
+			n, err := r.ReadAt(buf[kept:kept+int(min(markerChunk, sizes[i]-off))], int64(off))
+			if err != nil && err != io.EOF {
+				break // unreadable: nothing more can be said of it
+			}
+			data := buf[:kept+n]
+			for j, m := range runtimeMarkers {
+				found[j] = found[j] || bytes.Contains(data, m)
+			}
+			kept = copy(buf, data[max(0, len(data)-overlap):])
 		}
 	}
 	for _, ok := range found {

@@ -5,6 +5,7 @@ package probes
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"io"
 	"strings"
 )
@@ -70,7 +71,7 @@ func hasStrippedRuntime(f *elf.File) bool {
 		kept := 0
 		for off := uint64(0); off < sizes[i]; off += markerChunk {
 			n, err := r.ReadAt(buf[kept:kept+int(min(markerChunk, sizes[i]-off))], int64(off))
-			if err != nil && err != io.EOF {
+			if err != nil && !errors.Is(err, io.EOF) {
 				break // unreadable: nothing more can be said of it
 			}
 			data := buf[:kept+n]

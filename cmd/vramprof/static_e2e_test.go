@@ -135,9 +135,10 @@ type staticReport struct {
 // TestRealStaticRuntime runs a program with NVIDIA's runtime linked in
 // statically (libcudart_static.a, CUDA 11.8), calling cudaMalloc through
 // cuda_runtime.h's C API and its C++ template, with no driver: every call
-// fails with 35. vramprof must probe the runtime by its .symtab symbols,
-// record each failed call, and name the program's own function as the
-// site of each (before: "cudaMalloc", the runtime itself, for all four).
+// fails with 35. vramprof, run or attached, must probe the runtime by its
+// .symtab symbols, record each failed call, and name the program's own
+// function as the site of each (before: "cudaMalloc", the runtime itself,
+// for all four).
 func TestRealStaticRuntime(t *testing.T) {
 	scenario.RequirePrivilege(t)
 	tmp := t.TempDir()
@@ -147,13 +148,52 @@ func TestRealStaticRuntime(t *testing.T) {
 	syms, err := exec.Command("nm", prog).Output()
 	require.NoError(t, err)
 	assert.Regexp(t, `(?m) [tT] cudaMalloc$`, string(syms), "the runtime is in the executable")
-	t.Parallel()
 
-	dir := filepath.Join(tmp, "out")
-	r := vramprof(t, execOpts{dir: tmp, env: noDriver}, "run", "-o", dir, "--", prog)
-	require.Equal(t, 0, r.code, "exit code; stderr:\n%s", r.stderr)
-	calls := parseStaticCalls(t, r.stdout)
-	require.Len(t, calls, 5, "the program's calls; stdout:\n%s", r.stdout)
+	t.Run("run", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "out")
+		r := vramprof(t, execOpts{dir: tmp, env: noDriver}, "run", "-o", dir, "--", prog)
+		require.Equal(t, 0, r.code, "exit code; stderr:\n%s", r.stderr)
+		checkRealStatic(t, prog, dir, r.stdout)
+		assert.Contains(t, r.stderr, "at alloc_plain (", "the summary names the caller")
+	})
+	t.Run("attach", func(t *testing.T) {
+		t.Parallel()
+		cmd, stdin, stdout := startHeld(t, prog)
+		a := startAttach(t, cmd.Process.Pid)
+		require.NoError(t, stdin.Close()) // the calls, then exit
+		out, err := io.ReadAll(stdout)
+		require.NoError(t, err)
+		require.NoError(t, cmd.Wait())
+		require.Equal(t, 0, a.wait(t, 20*time.Second), "exit code; stderr:\n%s", a.stderr.String())
+		checkRealStatic(t, prog, a.dir, string(out))
+	})
+}
+
+// startHeld starts realstatic (or a stripped copy) with "hold" and waits
+// for its "ready" line: it makes its calls when stdin is closed.
+func startHeld(t *testing.T, prog string) (*exec.Cmd, io.WriteCloser, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(prog, "hold")
+	cmd.Env = append(os.Environ(), noDriver...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	br := bufio.NewReader(stdout)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	return cmd, stdin, br
+}
+
+// checkRealStatic compares the outputs in dir with realstatic's own log.
+func checkRealStatic(t *testing.T, prog, dir, stdout string) {
+	t.Helper()
+	calls := parseStaticCalls(t, stdout)
+	require.Len(t, calls, 5, "the program's calls; stdout:\n%s", stdout)
 
 	var failedMallocs, failedFrees, failedBytes uint64
 	wantSites := map[string]uint64{} // caller -> bytes of its failed cudaMalloc calls
@@ -190,7 +230,6 @@ func TestRealStaticRuntime(t *testing.T) {
 	}
 	assert.Equal(t, wantSites, got, "failed cudaMalloc bytes by site")
 	assert.True(t, template, "a stack passes through cuda_runtime.h's template wrapper: %+v", rep.Processes[0].FailedStacks)
-	assert.Contains(t, r.stderr, "at alloc_plain (", "the summary names the caller")
 
 	// The executable itself is the probed runtime, with symbols.
 	var found bool
@@ -277,18 +316,7 @@ func TestStrippedRealStaticRuntime(t *testing.T) {
 			})
 
 			t.Run("attach", func(t *testing.T) {
-				cmd := exec.Command(bin, "hold")
-				cmd.Env = append(os.Environ(), noDriver...)
-				stdin, err := cmd.StdinPipe()
-				require.NoError(t, err)
-				stdout, err := cmd.StdoutPipe()
-				require.NoError(t, err)
-				require.NoError(t, cmd.Start())
-				t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-				line, err := bufio.NewReader(stdout).ReadString('\n')
-				require.NoError(t, err)
-				require.Equal(t, "ready\n", line)
-
+				cmd, stdin, stdout := startHeld(t, bin)
 				start := time.Now()
 				r := vramprof(t, execOpts{dir: t.TempDir()}, "attach", "-p", strconv.Itoa(cmd.Process.Pid), "-o", filepath.Join(t.TempDir(), "out"))
 				assert.Less(t, time.Since(start), 30*time.Second, "attach refuses at once")

@@ -1,14 +1,15 @@
 #!/bin/sh
-# fetch.sh downloads NVIDIA's real libnvidia-ml.so.1 and libcudart.so.11.0
-# from Debian's non-free section and unpacks them under testdata/nvidia/build/
+# fetch.sh downloads NVIDIA's real libnvidia-ml.so.1, libcudart.so.11.0 and
+# libnppc.so.11 (NPP's core: a private, stripped copy of the runtime linked
+# in, as every NVIDIA library has) from Debian's non-free section and unpacks them under testdata/nvidia/build/
 # (gitignored), for tests of the "no driver" paths. It never installs
 # anything and never touches the system's apt configuration: apt reads a
 # private copy of the sources with non-free added, and keeps its lists and
 # caches in build/apt/.
 #
 # Usage: testdata/nvidia/fetch.sh [static]
-# Prints the absolute paths of libnvidia-ml.so.1 and libcudart.so.11.0, one per
-# line, on stdout; progress goes to stderr. Idempotent: a second run only
+# Prints the absolute paths of libnvidia-ml.so.1, libcudart.so.11.0 and
+# libnppc.so.11, one per line, on stdout; progress goes to stderr. Idempotent: a second run only
 # prints the paths. Safe to run from several test binaries at once (flock).
 #
 # With "static" it fetches the static runtime instead: NVIDIA's
@@ -26,7 +27,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build="$here/build"
 root="$build/root"
 apt="$build/apt"
-packages="libnvidia-ml1 libcudart11.0"
+packages="libnvidia-ml1 libcudart11.0 libnppc11"
 debs="$build/debs"
 mode=${1:-shared}
 case $mode in
@@ -46,13 +47,15 @@ mkdir -p "$build"
 exec 9>"$build/.lock"
 flock 9
 
-# find_libs prints the two libraries' paths; it fails when either is missing.
+# find_libs prints the three libraries' paths; it fails when one is missing.
 find_libs() {
 	ml=$(find "$root" -name libnvidia-ml.so.1 2>/dev/null | head -n 1)
 	rt=$(find "$root" -name libcudart.so.11.0 2>/dev/null | head -n 1)
-	[ -n "$ml" ] && [ -e "$ml" ] && [ -n "$rt" ] && [ -e "$rt" ] || return 1
+	npp=$(find "$root" -name libnppc.so.11 2>/dev/null | head -n 1)
+	[ -n "$ml" ] && [ -e "$ml" ] && [ -n "$rt" ] && [ -e "$rt" ] && [ -n "$npp" ] && [ -e "$npp" ] || return 1
 	echo "$ml"
 	echo "$rt"
+	echo "$npp"
 }
 
 # find_static prints the static runtime's path and its include directory;
@@ -176,7 +179,7 @@ for deb in "$debs"/*.deb; do
 done
 
 find_libs || {
-	echo "fetch.sh: the packages did not contain libnvidia-ml.so.1 and libcudart.so.11.0 (look in $root)" >&2
+	echo "fetch.sh: the packages did not contain libnvidia-ml.so.1, libcudart.so.11.0 and libnppc.so.11 (look in $root)" >&2
 	exit 1
 }
 touch "$build/.done"

@@ -3,15 +3,15 @@
 # libnppc.so.11 (NPP's core: a private, stripped copy of the runtime linked
 # in, as every NVIDIA library has) from Debian's non-free section and
 # unpacks them under testdata/nvidia/build/ (gitignored), for tests of the
-# "no driver" paths. It never installs
-# anything and never touches the system's apt configuration: apt reads a
-# private copy of the sources with non-free added, and keeps its lists and
-# caches in build/apt/.
+# "no driver" paths. It never installs anything and never touches the
+# system's apt configuration: apt reads a private copy of the sources with
+# non-free added, and keeps its lists and caches in build/apt/.
 #
 # Usage: testdata/nvidia/fetch.sh [static]
 # Prints the absolute paths of libnvidia-ml.so.1, libcudart.so.11.0 and
 # libnppc.so.11, one per line, on stdout; progress goes to stderr.
-# Idempotent: a second run only prints the paths. Safe to run from several test binaries at once (flock).
+# Idempotent: a second run only prints the paths. Safe to run from several
+# test binaries at once (flock).
 #
 # With "static" it fetches the static runtime instead: NVIDIA's
 # libcudart_static.a and the headers (cuda_runtime.h...) from nvidia-cuda-dev,

@@ -1,6 +1,11 @@
 package analysis
 
-import "strings"
+import (
+	"slices"
+	"strings"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
 
 // IsRuntimeFunction reports whether a native frame's function (demangled)
 // is CUDA runtime or driver code by its name, wherever it lives. A runtime
@@ -55,4 +60,53 @@ func IsRuntimeFunction(fn string) bool {
 		}
 	}
 	return true
+}
+
+// strippedFiles lists the files of each process that hold a CUDA runtime
+// linked in and stripped (event.Library.StrippedRuntime).
+func strippedFiles(libs []event.Library) map[libKey]bool {
+	var out map[libKey]bool
+	for _, l := range libs {
+		if l.StrippedRuntime {
+			if out == nil {
+				out = make(map[libKey]bool)
+			}
+			out[libKey{l.PID, l.Path}] = true
+		}
+	}
+	return out
+}
+
+// skipStrippedRuntime moves a stack's Site past the anonymous frames of a
+// runtime linked in and stripped: in such a file, nameless frames directly
+// under the driver are the runtime's, and the first named frame after them
+// in the same file is the user's caller (a release build that stripped the
+// runtime's symbols only, as testdata's driver_only). When the whole file
+// is stripped no frame after them has a name, and the Site stays the first
+// anonymous frame: the best there is.
+func skipStrippedRuntime(st *Stack, mappings map[event.MappingID]event.Mapping, stripped map[libKey]bool) {
+	if len(stripped) == 0 {
+		return
+	}
+	i := slices.Index(st.Lines, st.Site)
+	if i < 0 || st.Frames[i].Function != "" {
+		return
+	}
+	m, ok := mappings[st.Frames[i].Mapping]
+	if !ok || st.Frames[i].Mapping == 0 || !stripped[libKey{st.PID, m.File}] {
+		return
+	}
+	for j := i + 1; j < len(st.Frames); j++ {
+		f := st.Frames[j]
+		if f.Mapping != st.Frames[i].Mapping {
+			return // left the file without finding a name
+		}
+		if f.Function != "" {
+			for k := i; k < j; k++ {
+				st.Runtime[k] = true
+			}
+			st.Site = st.Lines[j]
+			return
+		}
+	}
 }

@@ -65,3 +65,51 @@ func TestSiteStaticRuntime(t *testing.T) {
 	assert.Equal(t, "alloc_plain (static.cpp:12)", r.Site(2))
 	assert.Equal(t, []bool{true, true, false, false}, r.Stacks[1].Runtime)
 }
+
+// TestSiteStrippedRuntime: under a runtime linked in with its symbols
+// stripped, the driver's call is seen from nameless frames of the
+// executable: the site is the first named frame after them in that file
+// (before: "0x1400 (app)"); in a file stripped whole it stays the first
+// nameless frame; in a file not marked stripped nothing changes.
+func TestSiteStrippedRuntime(t *testing.T) {
+	stack := func(id event.StackID, pid uint32, named bool) *event.Stack {
+		user := event.Frame{Addr: 0x1600, Mapping: 1}
+		if named {
+			user.Function, user.File, user.Line = "hidden_alloc", "app.c", 12
+		}
+		return &event.Stack{ID: id, PID: pid, Frames: []event.Frame{
+			{Addr: 0x7f0100, Mapping: 2, Function: "cuMemAlloc_v2"},
+			{Addr: 0x1400, Mapping: 1},
+			{Addr: 0x1500, Mapping: 1},
+			user,
+			{Addr: 0x9100, Mapping: 3, Function: "__libc_start_call_main"},
+		}}
+	}
+	for _, tc := range []struct {
+		name     string
+		stripped bool
+		named    bool
+		want     string
+	}{
+		{"runtime stripped, user named", true, true, "hidden_alloc (app.c:12)"},
+		{"all stripped", true, false, "0x1400 (app)"},
+		{"not marked", false, true, "0x1400 (app)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs := []event.Record{
+				&event.Header{Version: 1, Tool: "vramprof test", Mode: "run", PID: 100, Host: "h"},
+				&event.Process{PID: 100, Command: []string{"app"}, Exe: "/opt/app"},
+				&event.Library{PID: 100, Path: "/opt/app", StrippedRuntime: tc.stripped},
+				&event.Library{PID: 100, Path: "/usr/lib/libcuda.so.1", Symbols: []string{"cuMemAlloc_v2"}},
+				&event.Mapping{ID: 1, PID: 100, Start: 0x1000, Limit: 0x9000, File: "/opt/app"},
+				&event.Mapping{ID: 2, PID: 100, Start: 0x7f0000, Limit: 0x7f9000, File: "/usr/lib/libcuda.so.1"},
+				&event.Mapping{ID: 3, PID: 100, Start: 0x9000, Limit: 0xa000, File: "/usr/lib/libc.so.6"},
+				stack(1, 100, tc.named),
+				&event.Event{Time: 10, PID: 100, Addr: 0x7f2000000000, Size: 1 << 20, Stack: 1, Kind: event.KindAlloc,
+					API: event.APICuMemAlloc, Layer: event.LayerSegment},
+			}
+			r := mustAnalyze(t, Options{}, recs)
+			assert.Equal(t, tc.want, r.Site(1))
+		})
+	}
+}

@@ -378,3 +378,41 @@ func TestStrippedFakeStaticRuntime(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverOnlySites: driver_only's runtime is linked in with only its own
+// symbols stripped, so the driver's calls come from nameless runtime frames
+// under the program's named functions: every site is the program's
+// function, as the truth names it (before: "0x55d0... (driver_only)").
+func TestDriverOnlySites(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	dir, truth, r := runScenario(t, "driver_only")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	rep := mustReadJSON[struct {
+		Processes []struct {
+			PeakStacks []struct {
+				Site  string `json:"site"`
+				Bytes uint64 `json:"bytes"`
+			} `json:"peak_stacks"`
+			FirstFailure *struct {
+				Site string `json:"site"`
+			} `json:"first_failure"`
+		} `json:"processes"`
+	}](t, filepath.Join(dir, "report.json"))
+	require.Len(t, rep.Processes, 1)
+	p := rep.Processes[0]
+	got := map[string]uint64{}
+	for _, s := range p.PeakStacks {
+		got[frameFunction(s.Site)] += s.Bytes
+	}
+	want := map[string]uint64{}
+	for fn, f := range truth.ByFunction {
+		if f.LiveBytesAtPeak > 0 {
+			want[fn] = f.LiveBytesAtPeak
+		}
+	}
+	assert.Equal(t, want, got, "bytes at the peak by site")
+	if assert.NotNil(t, p.FirstFailure) {
+		assert.Equal(t, "hidden_failures", frameFunction(p.FirstFailure.Site), "first failure's site")
+	}
+	assert.Contains(t, r.stderr, "driver_only has a statically linked, stripped CUDA runtime: its cudaMalloc calls cannot be probed; "+driverTraced+"\n")
+}

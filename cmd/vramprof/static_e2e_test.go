@@ -379,13 +379,33 @@ func TestStrippedFakeStaticRuntime(t *testing.T) {
 	}
 }
 
-// TestDriverOnlySites: driver_only's runtime is linked in with only its own
-// symbols stripped, so the driver's calls come from nameless runtime frames
-// under the program's named functions: every site is the program's
-// function, as the truth names it (before: "0x55d0... (driver_only)").
-func TestDriverOnlySites(t *testing.T) {
+// TestLinkedInSites: where the runtime is linked into the program or a
+// library, every site (each stack at the peak, the first failure) is the
+// program's own function, as the truth names it, never the runtime's.
+// Before: "cudaMalloc (cuda/cudart.c:199)" for static_runtime and
+// static_lib's engine; "0x55d0... (driver_only)" for driver_only, whose
+// runtime is linked in with only its own symbols stripped (the driver's
+// calls come from nameless runtime frames under the program's functions).
+func TestLinkedInSites(t *testing.T) {
 	scenario.RequirePrivilege(t)
-	dir, truth, r := runScenario(t, "driver_only")
+	for _, tc := range []struct {
+		name         string
+		firstFailure string // the first failure's site function; "" for none
+		note         string // the stripped-runtime line's tail; "" for none
+	}{
+		{name: "static_runtime"},
+		{name: "static_lib"},
+		{name: "driver_only", firstFailure: "hidden_failures", note: driverTraced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkLinkedInSites(t, tc.name, tc.firstFailure, tc.note)
+		})
+	}
+}
+
+func checkLinkedInSites(t *testing.T, name, firstFailure, note string) {
+	dir, truth, r := runScenario(t, name)
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	rep := mustReadJSON[struct {
 		Processes []struct {
@@ -411,8 +431,12 @@ func TestDriverOnlySites(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, got, "bytes at the peak by site")
-	if assert.NotNil(t, p.FirstFailure) {
-		assert.Equal(t, "hidden_failures", frameFunction(p.FirstFailure.Site), "first failure's site")
+	if firstFailure != "" && assert.NotNil(t, p.FirstFailure) {
+		assert.Equal(t, firstFailure, frameFunction(p.FirstFailure.Site), "first failure's site")
 	}
-	assert.Contains(t, r.stderr, "driver_only has a statically linked, stripped CUDA runtime: its cudaMalloc calls cannot be probed; "+driverTraced+"\n")
+	if note != "" {
+		assert.Contains(t, r.stderr, name+" has a statically linked, stripped CUDA runtime: its cudaMalloc calls cannot be probed; "+note+"\n")
+	} else {
+		assert.NotContains(t, r.stderr, "stripped CUDA runtime")
+	}
 }

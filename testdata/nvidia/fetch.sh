@@ -125,6 +125,8 @@ apt-get "$@" --error-on=any update >&2 || {
 	exit 1
 }
 echo "fetch.sh: apt-get download $packages" >&2
+# A .deb left by an interrupted run may be an older version.
+rm -f "$debs"/*.deb
 (cd "$debs" && apt-get "$@" download $packages >&2) || {
 	echo "fetch.sh: apt-get download $packages failed: see above" >&2
 	exit 1
@@ -165,7 +167,7 @@ sys.exit("no libcudart_static.a in the package")
 		echo "fetch.sh: unpacking $(basename "$deb") failed (exit $rc): see above" >&2
 		exit 1
 	}
-	rm -f "$deb"
+	rm -f "$deb" "$build/dpkg-deb.err"
 	find_static || {
 		echo "fetch.sh: nvidia-cuda-dev did not contain libcudart_static.a and cuda_runtime.h (look in $root)" >&2
 		exit 1

@@ -12,7 +12,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata pythons generate test bench demo lint clean
+.PHONY: all build testdata pythons nvidia generate test bench demo lint clean
 
 all: build
 
@@ -28,7 +28,7 @@ generate:
 # -p 1: packages one at a time. attach --all (cmd/vramprof) adopts every CUDA
 # process on the machine, other packages' test processes included, and two
 # sessions resuming the same stopped process race each other.
-test: testdata pythons
+test: testdata pythons nvidia
 	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 # The interpreters the Python stack tests run besides the machine's own:
@@ -39,6 +39,15 @@ test: testdata pythons
 pythons:
 	-testdata/python/fetch.sh >/dev/null
 	-testdata/python/fp/build.sh >/dev/null
+
+# NVIDIA's real runtime (shared and static) and NVML from Debian's non-free
+# section, for the no-driver tests: about 800 MB downloaded once (the static
+# runtime comes in nvidia-cuda-dev, 774 MB, of which 15 MB are kept), kept
+# under testdata/nvidia/build. Fetched here, outside any test's time limit; a
+# failure is left to the tests, as for the Pythons.
+nvidia:
+	-testdata/nvidia/fetch.sh >/dev/null
+	-testdata/nvidia/fetch.sh static >/dev/null
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) for the CUDA API and for the block layer (--pool), and attach

@@ -60,6 +60,10 @@
 // memory. When the runtime is linked in statically with hidden symbols only
 // driver calls arrive, un-nested, and they are the totals.
 //
+// A runtime linked in statically keeps its frames in the user's own file:
+// they are told apart by name (IsRuntimeFunction), so that a stack's Site is
+// still the user's caller.
+//
 // # Books
 //
 // Books are per-API ledgers of device memory, per process and overall: the

@@ -34,8 +34,10 @@ func (a *Analyzer) Finish() *Result {
 		r.Mappings = append(r.Mappings, m)
 	}
 	slices.SortFunc(r.Mappings, func(x, y event.Mapping) int { return cmp.Compare(x.ID, y.ID) })
+	stripped := strippedFiles(a.run.Libraries)
 	for id, s := range a.stacks {
 		r.Stacks[id] = renderStack(s, a.mappings)
+		skipStrippedRuntime(r.Stacks[id], a.mappings, stripped)
 	}
 	if r.Stacks[0] == nil {
 		r.Stacks[0] = &Stack{Site: NoStack}

@@ -57,7 +57,9 @@ func renderStack(s *event.Stack, mappings map[event.MappingID]event.Mapping) *St
 			mp = &m
 		}
 		out.Lines[i] = RenderFrame(f, mp)
-		out.Runtime[i] = mp != nil && IsRuntimeFile(mp.File)
+		// A statically linked runtime lives in the user's file: its
+		// frames are known by name (IsRuntimeFunction).
+		out.Runtime[i] = mp != nil && (IsRuntimeFile(mp.File) || IsRuntimeFunction(f.Function))
 	}
 	out.Site = NoStack
 	for i, rt := range out.Runtime {

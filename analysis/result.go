@@ -567,8 +567,10 @@ type Stack struct {
 	// the file is unknown, "0x<addr> (<mapping basename>)" when the function
 	// is unknown.
 	Lines []string
-	// Runtime marks the frames inside the CUDA runtime or driver (mapping
-	// file libcudart* or libcuda.so*).
+	// Runtime marks the frames inside the CUDA runtime or driver: mapping
+	// file libcudart* or libcuda.so*, or, wherever they live (a runtime
+	// linked in statically), functions named as the runtime's
+	// (IsRuntimeFunction).
 	Runtime []bool
 	// Site is the rendered leaf-most frame outside the CUDA runtime: where the
 	// user's code asked for memory. Findings point there.

@@ -73,6 +73,9 @@ type probedFile struct {
 	// Skipped are allocator-spec functions found but not probed, with the
 	// reason (event.Library.Skipped).
 	Skipped []string
+	// StrippedRuntime: the file holds a CUDA runtime without its symbols
+	// (hasStrippedRuntime), so nothing of it is probed.
+	StrippedRuntime bool
 }
 
 // cudaSymbols lists the CUDA functions probed in the file (not the loader's).
@@ -96,9 +99,11 @@ func (pf *probedFile) cudaSymbols() []string {
 // allocs are the allocator specs (block layer): a file whose base name one
 // of them matches has its symbols read and demangled for the functions they
 // name.
+//
+// A file that defines none of the CUDA functions but holds a stripped
+// runtime comes back with StrippedRuntime set, so that the user is told
+// what cannot be seen.
 func scanFile(c candidate, specs []probeSpec, withUSDT bool, allocs []allocspec.Allocator) (*probedFile, error) {
-	// One open for the cheap screening of every mapped file; the symbol
-	// tables are read (symbolize.OpenFile) only for the few that pass.
 	ef, err := elf.Open(c.OpenPath)
 	if err != nil {
 		var fe *elf.FormatError
@@ -108,6 +113,22 @@ func scanFile(c candidate, specs []probeSpec, withUSDT bool, allocs []allocspec.
 		return nil, fmt.Errorf("open ELF %s: %w", c.Path, err)
 	}
 	defer ef.Close()
+	pf, err := scanELF(ef, c, specs, withUSDT, allocs)
+	if err != nil || (pf != nil && len(pf.cudaSymbols()) > 0) || !hasStrippedRuntime(ef) {
+		return pf, err
+	}
+	if pf == nil {
+		pf = &probedFile{candidate: c, BuildID: symbolize.ReadBuildID(ef)}
+	}
+	pf.StrippedRuntime = true
+	return pf, nil
+}
+
+// scanELF is scanFile's search for symbols and USDT sites in the opened ef.
+func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs []allocspec.Allocator) (*probedFile, error) {
+	var err error
+	// One open for the cheap screening of every mapped file; the symbol
+	// tables are read (symbolize.OpenFile) only for the few that pass.
 	var sites []target
 	if withUSDT {
 		if sites, err = usdtTargets(ef); err != nil {

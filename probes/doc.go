@@ -7,7 +7,10 @@
 // finds the CUDA runtime (libcudart) and driver (libcuda) wherever a target
 // maps them: shared libraries, pip's hashed copies, copies linked into an
 // executable or another library, each file probed once (uprobes live on the
-// inode). It follows the dynamic loader so that a runtime loaded late with
+// inode). A runtime linked in and stripped cannot be probed: scanning finds
+// it by its strings (stripped.go) and says so in a Library record
+// (StrippedRuntime); Attach then refuses with ErrStrippedRuntime when no
+// driver is loaded to probe instead. It follows the dynamic loader so that a runtime loaded late with
 // dlopen is probed before its first call, follows forks of its targets, and
 // symbolizes stacks while the process is alive.
 //

@@ -27,6 +27,12 @@ var (
 	// ErrTraced: another vramprof session traces the process. The error
 	// is a *TracedError, which names that session.
 	ErrTraced = errors.New("already traced by another vramprof session")
+	// ErrStrippedRuntime: the process's only CUDA runtime is linked in
+	// statically with its symbols stripped, and it has not loaded the
+	// driver (libcuda.so.1, loaded at the first CUDA call), so there is
+	// nothing to probe. The error is a *StrippedRuntimeError, which names
+	// the file.
+	ErrStrippedRuntime = errors.New("statically linked, stripped CUDA runtime")
 )
 
 // isPermission reports whether err is the kernel saying no for lack of
@@ -50,3 +56,17 @@ func (e *TracedError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrTraced) hold.
 func (e *TracedError) Unwrap() error { return ErrTraced }
+
+// StrippedRuntimeError says which file holds the stripped runtime.
+type StrippedRuntimeError struct {
+	PID  uint32 // the process
+	Path string // the file, as the process maps it
+}
+
+func (e *StrippedRuntimeError) Error() string {
+	return fmt.Sprintf("pid %d: %s has a %s: its cudaMalloc calls cannot be probed, and no driver (libcuda.so.1) is loaded yet to probe instead",
+		e.PID, e.Path, ErrStrippedRuntime)
+}
+
+// Unwrap makes errors.Is(err, ErrStrippedRuntime) hold.
+func (e *StrippedRuntimeError) Unwrap() error { return ErrStrippedRuntime }

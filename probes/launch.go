@@ -116,6 +116,11 @@ func (s *Session) Attach(pid int, wait bool) error {
 		return err
 	}
 	if !p.cuda && !wait {
+		if len(p.stripped) > 0 {
+			// --wait would wait for a runtime that is already there,
+			// where no probe can reach it.
+			return &StrippedRuntimeError{PID: uint32(pid), Path: p.stripped[0]}
+		}
 		return fmt.Errorf("%w %d", ErrNoCUDA, pid)
 	}
 	return nil

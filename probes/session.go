@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,8 +137,11 @@ type proc struct {
 	startTime uint64           // /proc/PID/stat field 22: tells a reused PID apart
 	libraries map[fileKey]bool // probed files this process maps, reported once each
 	cuda      bool             // maps at least one probed CUDA library
-	fromStart bool             // traced from its first instruction (run, or forked from a target)
-	info      event.Process    // the last Process record written for it
+	// stripped are the files p maps that hold a CUDA runtime without
+	// symbols (probedFile.StrippedRuntime), as p maps them.
+	stripped  []string
+	fromStart bool          // traced from its first instruction (run, or forked from a target)
+	info      event.Process // the last Process record written for it
 	exited    bool
 	// forget: exited, but records of it may still wait in the ring buffer,
 	// and they need its maps to symbolize. Dropped once the ring is empty.
@@ -424,11 +428,15 @@ func (s *Session) scan(p *proc) error {
 		}
 		p.libraries[f.Key] = true
 		syms := f.cudaSymbols()
-		if len(syms) == 0 && len(f.Skipped) == 0 {
+		if len(syms) == 0 && len(f.Skipped) == 0 && !f.StrippedRuntime {
 			continue // the loader: not a CUDA library
 		}
 		p.cuda = p.cuda || len(syms) > 0
-		lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms, Skipped: f.Skipped}
+		if f.StrippedRuntime {
+			p.stripped = append(p.stripped, f.Path)
+		}
+		lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms, Skipped: f.Skipped,
+			StrippedRuntime: f.StrippedRuntime}
 		if err := s.opts.Sink.Write(lib); err != nil {
 			return fmt.Errorf("write library record: %w", err)
 		}
@@ -893,6 +901,7 @@ func (s *Session) forked(r *rawRecord) error {
 			p.libraries[k] = true
 		}
 		p.cuda = pp.cuda
+		p.stripped = slices.Clone(pp.stripped)
 		if err := s.inheritPython(p, pp); err != nil {
 			return err
 		}

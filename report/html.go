@@ -133,7 +133,8 @@ type htmlRun struct {
 	Inferred  uint64
 	Libraries int
 	Processes int
-	NoCalls   string // noCallsLine
+	NoCalls   string   // noCallsLine
+	Stripped  []string // strippedRuntimeLines
 }
 
 // htmlFinding is one finding with its evidence.
@@ -255,7 +256,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: fmt.Sprintf("%.3f s", float64(run.Duration)/1e9), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}

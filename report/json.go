@@ -451,6 +451,10 @@ type JSONRun struct {
 	// Note then says so, with the likely causes.
 	NoCallsSeen bool   `json:"no_calls_seen"`
 	Note        string `json:"note,omitempty"`
+	// StrippedRuntimes says, one line per file, where a CUDA runtime is
+	// linked in statically and stripped: its calls cannot be probed
+	// (libraries[].stripped_runtime marks the files).
+	StrippedRuntimes []string `json:"stripped_runtimes,omitempty"`
 }
 
 // JSONLibrary is a probed library.
@@ -462,6 +466,9 @@ type JSONLibrary struct {
 	// Skipped are functions an allocator spec named but vramprof did not
 	// probe, each with the reason (omitted when none).
 	Skipped []string `json:"skipped,omitempty"`
+	// StrippedRuntime: the file holds a CUDA runtime linked in statically
+	// with its symbols stripped; Symbols is empty (omitted when false).
+	StrippedRuntime bool `json:"stripped_runtime,omitempty"`
 }
 
 // JSONTimeline is live bytes over time; each point is [time_ns, bytes].
@@ -573,12 +580,14 @@ func NewJSON(res *analysis.Result) *JSON {
 	j.Run = JSONRun{Tool: run.Tool, Mode: run.Mode, Command: nonNil(run.Command), PID: run.PID, Host: run.Host,
 		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
-		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run)}
+		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run),
+		StrippedRuntimes: strippedRuntimeLines(&run)}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}
 	for _, l := range run.Libraries {
-		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols), Skipped: l.Skipped})
+		j.Libraries = append(j.Libraries, JSONLibrary{PID: l.PID, Path: l.Path, BuildID: l.BuildID, Symbols: nonNil(l.Symbols), Skipped: l.Skipped,
+			StrippedRuntime: l.StrippedRuntime})
 	}
 	for _, in := range run.Interpreters {
 		j.Interpreters = append(j.Interpreters, JSONInterpreter{PID: in.PID, Name: in.Name, Version: in.Version, Path: in.Path, Note: in.Note})

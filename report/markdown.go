@@ -35,6 +35,9 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if l := noCallsLine(&run); l != "" {
 		p("**Note:** %s.\n\n", l)
 	}
+	for _, l := range strippedRuntimeLines(&run) {
+		p("**Note:** %s.\n\n", cell(l))
+	}
 
 	// Exact integers in the middle column, human units beside them.
 	p("## Summary\n\n")

@@ -32,6 +32,13 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	if l := noCallsLine(&res.Run); l != "" {
 		p("note:               %s\n", l)
 	}
+	for i, l := range strippedRuntimeLines(&res.Run) {
+		if i == maxStrippedLines {
+			p("note:               ... more files with a stripped CUDA runtime in the report\n")
+			break
+		}
+		p("note:               %s\n", l)
+	}
 	p("peak:               %d bytes (%s) at %s\n", t.PeakBytes, analysis.FormatBytes(t.PeakBytes), secs(res, t.PeakTime))
 	p("live at end:        %d bytes (%s) in %d allocations\n", t.LiveBytesAtEnd,
 		analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)

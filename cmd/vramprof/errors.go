@@ -42,6 +42,7 @@ var hints = []struct {
 	{probes.ErrNoBPF, "this kernel lacks BPF features vramprof needs (uprobes, ring buffer, attach cookies): use Linux 5.15 or newer"},
 	{probes.ErrNoProcess, "check the PID (ps -ef); it may have exited"},
 	{probes.ErrTraced, "one vramprof session per process: stop that session first, or read its outputs"},
+	{probes.ErrStrippedRuntime, "pass --wait to trace the driver's calls from the process's first CUDA call on (if it has a driver to load), or rebuild it unstripped or with nvcc --cudart shared to trace the runtime's"},
 	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
 	{probes.ErrCommandNotFound, "check the command name and PATH"},
 	{errOutputLink, "give -o the directory's real path: vramprof does not write through symbolic links"},

@@ -242,6 +242,13 @@ type Library struct {
 	// of the function at 0x1234: to 0x5678"). Appended to the format:
 	// older traces read with none.
 	Skipped []string
+	// StrippedRuntime: the file holds a CUDA runtime linked in statically
+	// with its symbols stripped (a release build, a wheel's extension
+	// shrunk with --strip-unneeded, the private runtime inside cuBLAS):
+	// its cudaMalloc calls cannot be probed, only the driver's under them.
+	// Symbols is then empty. Appended to the format: older traces read
+	// with false.
+	StrippedRuntime bool
 }
 
 // Lost carries the running total of records the kernel could not deliver

@@ -665,6 +665,7 @@ func (e *encoder) library(l *Library) {
 	e.str(l.BuildID)
 	e.strList(l.Symbols)
 	e.strList(l.Skipped)
+	e.bool(l.StrippedRuntime)
 }
 
 func (e *encoder) lost(l *Lost) {
@@ -892,6 +893,9 @@ func (d *decoder) library(l *Library) {
 	l.Symbols = d.strList()
 	if len(d.b) > 0 { // appended field: absent from older traces
 		l.Skipped = d.strList()
+	}
+	if len(d.b) > 0 { // appended field: absent from older traces
+		l.StrippedRuntime = d.bool()
 	}
 }
 

@@ -43,6 +43,7 @@ func testRecords() []Record {
 		&Library{PID: 4242, Path: "/usr/lib/libcudart.so.12", BuildID: "0123abcd", Symbols: []string{"cudaMalloc", "cudaFree"}},
 		&Library{PID: 4242, Path: "/usr/lib/libtinypool.so", Symbols: []string{"tiny_alloc"},
 			Skipped: []string{"tiny_alloc_tail (tiny): jumps out of the function at 0x22a9: to 0x2160"}},
+		&Library{PID: 4242, Path: "/opt/app/release", StrippedRuntime: true},
 		&Stack{ID: 1, PID: 4242, Frames: []Frame{
 			{Addr: 0x7f00_0000_1234, Mapping: 1, Function: "cudaMalloc"},
 			{Addr: 0x55_0000_0042, Mapping: 2, Function: "ns::Class::method", File: "/src/a.cc", Line: 42},
@@ -343,6 +344,21 @@ func TestLibraryWithoutSkipped(t *testing.T) {
 	e.str(lib.Path)
 	e.str(lib.BuildID)
 	e.strList(lib.Symbols)
+	_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recLibrary, e.b))
+	require.NoError(t, err)
+	assert.Equal(t, []Record{lib}, got)
+}
+
+// TestLibraryWithoutStrippedRuntime reads a Library written before
+// StrippedRuntime was appended: false, the rest as written.
+func TestLibraryWithoutStrippedRuntime(t *testing.T) {
+	lib := &Library{PID: 7, Path: "/lib/libx.so", Symbols: []string{"f"}, Skipped: []string{"g: why"}}
+	var e encoder
+	e.uint(uint64(lib.PID))
+	e.str(lib.Path)
+	e.str(lib.BuildID)
+	e.strList(lib.Symbols)
+	e.strList(lib.Skipped)
 	_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recLibrary, e.b))
 	require.NoError(t, err)
 	assert.Equal(t, []Record{lib}, got)

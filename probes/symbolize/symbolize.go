@@ -348,6 +348,13 @@ func (s *Symbolizer) open(pid uint32, m *mapping) *File {
 		slot := s.files[k]
 		if slot == nil {
 			f, err := OpenFile(path)
+			if err != nil && i < len(paths)-1 {
+				// The process may have exited between the stat and the
+				// open, taking /proc/PID/root and map_files with it: try
+				// the next path rather than remember the file as
+				// unreadable (every frame in it would stay unnamed).
+				continue
+			}
 			slot = &fileSlot{file: f, err: err}
 			s.files[k] = slot
 		}

@@ -319,3 +319,29 @@ func TestSymbolizeConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, 1, announced, "the mapping is returned to exactly one caller")
 }
+
+// TestSymbolizeOpenFails: a path that stats but does not open (the process
+// exited between the two: /proc/PID/root/... is gone) falls through to the
+// next way to the file; before, the failure was kept and every frame in the
+// file stayed unnamed (seen as all-hex stacks of short-lived programs).
+func TestSymbolizeOpenFails(t *testing.T) {
+	a := mustBuild(t)
+	lib := a.path("libfoo.so")
+	foo, ok := mustOpen(t, lib).Lookup("foo")
+	require.True(t, ok)
+	p := newFakeProc(t)
+	const base = 0x7f00_0000_0000
+	line, start, end := libLoad(t, lib, lib, base)
+	p.setMaps(t, line)
+	// /proc/PID/root/<lib> stats (a directory here) but cannot be read as
+	// ELF; map_files has the file.
+	root := filepath.Join(p.root, "4242", "root")
+	require.NoError(t, os.Remove(root))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, lib), 0o755))
+	require.NoError(t, os.Symlink(lib, filepath.Join(p.root, "4242", "map_files", fmt.Sprintf("%x-%x", start, end))))
+
+	s := mustSymbolizer(t, Options{ProcRoot: p.root})
+	frames, _, err := s.Symbolize(p.pid, []uint64{base + foo.Value})
+	require.NoError(t, err)
+	assert.Equal(t, "foo", frames[0].Function)
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // findings derives every finding from the finished model and ranks them by
@@ -64,9 +65,10 @@ func severityRank(s Severity) int {
 	return 3
 }
 
-// seconds renders a stream time as seconds since the run's start.
+// seconds renders a stream time as the time since the run's start, in the
+// unit that fits ("+412 µs", "+1.25 s").
 func seconds(r *Result, t uint64) string {
-	return fmt.Sprintf("+%.3fs", float64(r.Rel(t))/1e9)
+	return units.Offset(r.Rel(t))
 }
 
 func percent(part, whole uint64) float64 {
@@ -243,11 +245,17 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		if !isLeak(live) {
 			continue
 		}
-		growth := live[w-1] - live[0]
+		// The bytes at stake are the growth over the run: live at the end
+		// minus live at the start of tracing, which is 0 for every stack
+		// (tracing knows no stack of what was allocated before it). The
+		// windows' growth is the rule's evidence only: a leak from the
+		// first iteration grew before the first window ended too.
+		growth := g.live.Bytes
+		windowGrowth := live[w-1] - live[0]
 		secs := float64(times[w-1]-times[0]) / 1e9
 		rate := 0.0
 		if secs > 0 {
-			rate = float64(growth) / secs
+			rate = float64(windowGrowth) / secs
 		}
 		site := r.Site(g.key.stack)
 		sev := SeverityMedium
@@ -255,26 +263,31 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 			sev = SeverityHigh
 		}
 		in := a.inst(g.key.pid)
-		lk := &Leak{WindowEnds: slices.Clone(times), Live: live, BytesPerSecond: rate, Seconds: secs}
+		from := max(r.Run.Start, in.start)
+		lk := &Leak{GrowthBytes: growth, From: from, To: times[w-1],
+			WindowEnds: slices.Clone(times), Live: live, WindowStart: times[0], WindowEnd: times[w-1],
+			WindowGrowthBytes: windowGrowth, BytesPerSecond: rate, Seconds: secs}
 		a.leakRate(lk, g, a.loops[g.key.pid])
 		a.timeToOOM(r, lk, g)
 		f := Finding{
 			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
-			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) from %s to %s (%.0f bytes/s) without falling; %d bytes in %d allocations were still live at the end%s",
-				site, in.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count, lk.describe()),
+			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s); %d bytes in %d allocations were still live at the end%s",
+				site, in.pid, growth, FormatBytes(growth), seconds(r, from), seconds(r, times[w-1]), units.Duration(times[w-1]-from),
+				windowGrowth, FormatBytes(windowGrowth), seconds(r, times[0]), seconds(r, times[w-1]),
+				g.live.Bytes, g.live.Count, lk.rateText("the stack")),
 			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,
 				Count: g.live.Count, Bytes: g.live.Bytes}},
 			Remediation: []string{fmt.Sprintf(
-				"free or detach the buffers allocated at %s: +%d bytes over %.1f s (%.0f bytes/s); %d allocations from there were still live at the end",
-				site, growth, secs, rate, g.live.Count)},
+				"free or detach the buffers allocated at %s: +%d bytes (%s) over %s; %d allocations from there were still live at the end",
+				site, growth, FormatBytes(growth), units.Duration(times[w-1]-from), g.live.Count)},
 			Leak: lk,
 		}
 		if lk.Iterations > 0 {
-			fix := fmt.Sprintf("each iteration keeps %.0f more bytes allocated at %s (%.0f bytes/minute): release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
-				lk.BytesPerIteration, site, lk.BytesPerMinute)
-			if lk.CapacityBytes > 0 {
-				fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %.0f s (%.1f h)",
-					DeviceName(lk.Device), lk.CapacityBytes, lk.TimeToOOMSeconds, lk.TimeToOOMSeconds/3600)
+			fix := fmt.Sprintf("each iteration keeps %.0f more bytes (%s) allocated at %s: release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
+				lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration), site)
+			if lk.TimeToOOMProjectable() {
+				fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %s",
+					DeviceName(lk.Device), lk.CapacityBytes, units.Seconds(lk.TimeToOOMSeconds))
 			}
 			f.Remediation = append(f.Remediation, fix)
 		}

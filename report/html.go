@@ -14,6 +14,7 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // report.html is one self-contained page: the CSS, the SVG charts and a
@@ -148,7 +149,10 @@ type htmlFinding struct {
 	Remediation []string
 	Stacks      []analysis.FindingStack
 	Windows     []htmlWindow
-	Rate        string
+	// WindowGrowth is the windows' growth (windowsText); Rate the growth's
+	// rate under the projection rule (growthRate).
+	WindowGrowth string
+	Rate         string
 }
 
 // htmlWindow is one window of a leak's evidence.
@@ -252,7 +256,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	}
 	pg.Title = "vramprof: " + cmd
 	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PID,
-		Duration: fmt.Sprintf("%.3f s", float64(run.Duration)/1e9), Events: run.Events, Nested: run.NestedEvents,
+		Duration: units.Duration(run.Duration), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
 		NoCalls: noCallsLine(&run)}
@@ -322,7 +326,8 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 					hf.Windows = append(hf.Windows, htmlWindow{End: secs(res, e), Live: l.Live[k]})
 				}
 			}
-			hf.Rate = rate(l.BytesPerSecond)
+			hf.Rate = growthRate(l)
+			hf.WindowGrowth = windowsText(res, l)
 			if f.Kind != analysis.KindLeak {
 				// Pinned host growth: host memory, not a device leak.
 				fs = append(fs, hf)
@@ -344,11 +349,6 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 }
 
 // rate renders bytes per second exactly (to the byte) with human units.
-func rate(bps float64) string {
-	n := uint64(max(bps, 0) + 0.5)
-	return fmt.Sprintf("%d B/s (%s/s)", n, analysis.FormatBytes(n))
-}
-
 func htmlDevices(res *analysis.Result) []htmlDevice {
 	var out []htmlDevice
 	for _, d := range res.Devices {

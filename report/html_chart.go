@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // Timeline charts of report.html: live bytes over time, one chart per device
@@ -156,8 +156,8 @@ func timelineCharts(res *analysis.Result) []*chart {
 			title += ": " + d.Name
 		}
 		c := newChart(res, title, tls, dur, hasBlock, &d)
-		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %.3f s; peak %d bytes (%s) at %s",
-			float64(dur)/1e9, d.PeakBytes, analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime))
+		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %s; peak %d bytes (%s) at %s",
+			units.Duration(dur), d.PeakBytes, analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime))
 		if d.CapacityBytes > 0 {
 			c.Caption += fmt.Sprintf(" of %d (%s) capacity", d.CapacityBytes, analysis.FormatBytes(d.CapacityBytes))
 		}
@@ -478,7 +478,7 @@ func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBan
 		}
 		it := p.Iterations
 		what := fmt.Sprintf("%s: %d iterations of %s, paced by the allocations at %s",
-			procLabel(res, p), it.Count, time.Duration(it.PeriodNs).Round(time.Microsecond), it.Site)
+			procLabel(res, p), it.Count, units.Duration(it.PeriodNs), it.Site)
 		if sc.x(res.Rel(it.Starts[0])+it.PeriodNs)-sc.x(res.Rel(it.Starts[0])) < minIterWidth {
 			notes = append(notes, what+" (too many to shade)")
 			continue

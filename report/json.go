@@ -378,8 +378,30 @@ type JSONFinding struct {
 	Churn *JSONChurn `json:"churn,omitempty"`
 }
 
-// JSONLeak is a leak finding's evidence: live bytes at each window's end.
+// JSONLeak is a leak finding's evidence: the growth over the run (the
+// finding's bytes), the detection windows and live bytes at each window's
+// end, and the rates with the span they were observed over.
 type JSONLeak struct {
+	// GrowthBytes is the growth over the run, as the finding's bytes: live
+	// bytes at the end minus at the start of tracing, from FromNs (the
+	// process's first traced moment) to ToNs.
+	GrowthBytes uint64 `json:"growth_bytes"`
+	FromNs      uint64 `json:"from_ns"`
+	ToNs        uint64 `json:"to_ns"`
+	// WindowStartNs (the end of the first window) and WindowEndNs (the
+	// end) bound WindowGrowthBytes, the growth the leak rule saw.
+	WindowStartNs     uint64 `json:"window_start_ns"`
+	WindowEndNs       uint64 `json:"window_end_ns"`
+	WindowGrowthBytes uint64 `json:"window_growth_bytes"`
+	// ObservedNs is the span the rates were measured over: the iterations
+	// (iterations x period) with a loop, else the windows. RateBase is the
+	// time base the texts quote a rate in, the longest of "second",
+	// "minute", "hour" not longer than ObservedNs; absent under a second.
+	// ProjectionHorizonS is as far as a projection may reach:
+	// analysis.ProjectionFactor x ObservedNs, in seconds.
+	ObservedNs         uint64  `json:"observed_ns"`
+	RateBase           string  `json:"rate_base,omitempty"`
+	ProjectionHorizonS float64 `json:"projection_horizon_s"`
 	// WindowEndsNs are the windows' ends; the last is the end of the run.
 	WindowEndsNs []uint64 `json:"window_ends_ns"`
 	// LiveBytes is the stack's live bytes at each window end.
@@ -399,6 +421,10 @@ type JSONLeak struct {
 	// device is full at this rate.
 	CapacityBytes    uint64   `json:"capacity_bytes,omitempty"`
 	TimeToOOMSeconds *float64 `json:"time_to_oom_s,omitempty"`
+	// TimeToOOMProjected, set with TimeToOOMSeconds, says whether it is
+	// within ProjectionHorizonS: the texts quote it only then, and say the
+	// run was too short to project otherwise.
+	TimeToOOMProjected *bool `json:"time_to_oom_projected,omitempty"`
 }
 
 // JSONIterations is one process's loop. Count iterations, PeriodNs the
@@ -550,12 +576,19 @@ func NewJSON(res *analysis.Result) *JSON {
 			jf.Stacks = append(jf.Stacks, JSONStack{Frames: s.Frames, Bytes: s.Bytes, Count: s.Count, Site: s.Site})
 		}
 		if l := f.Leak; l != nil {
-			jl := &JSONLeak{LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds,
+			_, observed := l.BytesPerSecondObserved()
+			jl := &JSONLeak{GrowthBytes: l.GrowthBytes, FromNs: res.Rel(l.From), ToNs: res.Rel(l.To),
+				WindowStartNs: res.Rel(l.WindowStart), WindowEndNs: res.Rel(l.WindowEnd), WindowGrowthBytes: l.WindowGrowthBytes,
+				ObservedNs: observed, ProjectionHorizonS: analysis.ProjectionFactor * float64(observed) / 1e9,
+				LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds,
 				Iterations: l.Iterations, BytesPerIteration: l.BytesPerIteration, BytesPerMinute: l.BytesPerMinute}
+			if b, ok := analysis.RateBaseFor(observed); ok {
+				jl.RateBase = b.Name
+			}
 			if l.Iterations > 0 && l.CapacityBytes > 0 {
 				jl.CapacityBytes = l.CapacityBytes
-				ttl := l.TimeToOOMSeconds
-				jl.TimeToOOMSeconds = &ttl
+				jl.TimeToOOMSeconds = ptr(l.TimeToOOMSeconds)
+				jl.TimeToOOMProjected = ptr(l.TimeToOOMProjectable())
 			}
 			for _, e := range l.WindowEnds {
 				jl.WindowEndsNs = append(jl.WindowEndsNs, res.Rel(e))

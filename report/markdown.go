@@ -182,6 +182,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	}
 	for i, f := range res.Findings {
 		p("### %d. %s (%s), %d bytes (%s)\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, analysis.FormatBytes(f.Bytes), md(f.Summary))
+		if l := f.Leak; l != nil {
+			// The bytes at stake, then the rule's evidence and the rate.
+			p("Evidence: +%d bytes over the run (%s to %s); detection windows %s; rate %s.\n\n",
+				l.GrowthBytes, secs(res, l.From), secs(res, l.To), windowsText(res, l), md(growthRate(l)))
+		}
 		if len(f.Remediation) > 0 {
 			p("Remediation:\n\n")
 			for _, r := range f.Remediation {

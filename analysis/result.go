@@ -837,8 +837,11 @@ type Churn struct {
 	// FreeNs the time spent inside them.
 	Allocs, Frees   uint64
 	AllocNs, FreeNs uint64
-	// CallsPerSecond is (Allocs + Frees) over the run's duration.
+	// CallsPerSecond is (Allocs + Frees) over the run's duration,
+	// ObservedNs; texts quote it per second only from a second observed
+	// (see doc.go, "Rates and projections").
 	CallsPerSecond float64
+	ObservedNs     uint64
 	// Cycles counts segments freed and a segment of the same size
 	// allocated again on the same device within ChurnWindow; CycleBytes
 	// sums their sizes; CycleNs is the time inside those frees and

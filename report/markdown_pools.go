@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // writePoolsMarkdown writes the block layer's sections: fragmentation per
@@ -57,7 +58,13 @@ func writePoolsMarkdown(p func(string, ...any), res *analysis.Result) {
 			p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 			churned = true
 		}
-		p("| %d | %d | %d | %.1f | %.3f | %d | %d | %.3f |\n", pr.PID, c.Allocs, c.Frees, c.CallsPerSecond,
+		// Calls per second only from a second observed (analysis doc,
+		// "Rates and projections"); else the calls were made in the run.
+		perSec := "in " + units.Duration(c.ObservedNs)
+		if _, ok := analysis.RateBaseFor(c.ObservedNs); ok {
+			perSec = fmt.Sprintf("%.1f", c.CallsPerSecond)
+		}
+		p("| %d | %d | %d | %s | %.3f | %d | %d | %.3f |\n", pr.PID, c.Allocs, c.Frees, perSec,
 			float64(c.AllocNs+c.FreeNs)/1e6, c.Cycles, c.CycleBytes, c.CostMsPerSecond)
 	}
 	if churned {

@@ -262,6 +262,16 @@
 // with one PID and different Starts; classes, timelines and findings carry
 // ProcessStart to tell them apart.
 //
+// # Imported streams
+//
+// A stream from an importer (Mode "import": a PyTorch snapshot) knows no
+// process: its events carry PID 0, and it has no parent, exit code, host
+// or wall-clock start (Run.Imported). Its times are clock times when the
+// snapshot's trace entries carry time_us; otherwise they are an order only
+// (End reason EndReasonUntimed), or all at the start when it has no trace
+// (Run.TimesKnown). Texts say "unknown" for each of these, never 0
+// (Run.PIDText; finding summaries say "an unknown time").
+//
 // # The device layer
 //
 // NVML's records are the device layer: NVMLStatus (Result.NVML: available,

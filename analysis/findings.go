@@ -66,8 +66,12 @@ func severityRank(s Severity) int {
 }
 
 // seconds renders a stream time as the time since the run's start, in the
-// unit that fits ("+412 µs", "+1.25 s").
+// unit that fits ("+412 µs", "+1.25 s"); "an unknown time" when the
+// stream's times are an order only (Run.TimesKnown).
 func seconds(r *Result, t uint64) string {
+	if !r.Run.TimesKnown() {
+		return "an unknown time"
+	}
 	return units.Offset(r.Rel(t))
 }
 
@@ -101,8 +105,8 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 	ev := p.PeakEvent
 	f := &Finding{
 		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, ProcessStart: p.Start, Bytes: peak, Time: p.PeakTime,
-		Summary: fmt.Sprintf("process %d peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
-			p.PID, peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
+		Summary: fmt.Sprintf("process %s peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
+			r.Run.PIDText(p.PID), peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
 		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks),
 	}
 	var covered uint64
@@ -146,9 +150,9 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 	}
 	f := &Finding{
 		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, ProcessStart: p.Start, Bytes: ff.Size, Time: ff.Time,
-		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %d (%d on that device; peak so far %d)",
+		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %s (%d on that device; peak so far %d)",
 			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.API, ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
-			ff.LiveBytes, FormatBytes(ff.LiveBytes), p.PID, ff.DeviceLiveBytes, ff.PeakBytes),
+			ff.LiveBytes, FormatBytes(ff.LiveBytes), r.Run.PIDText(p.PID), ff.DeviceLiveBytes, ff.PeakBytes),
 		Stacks: r.findingStacks(topStacks(stacks, 0), a.opts.TopStacks),
 	}
 	if len(ff.LiveStacks) == 0 {
@@ -271,8 +275,8 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		a.timeToOOM(r, lk, g)
 		f := Finding{
 			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
-			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s); %d bytes in %d allocations were still live at the end%s",
-				site, in.pid, growth, FormatBytes(growth), seconds(r, from), seconds(r, times[w-1]), units.Duration(times[w-1]-from),
+			Summary: fmt.Sprintf("live bytes allocated at %s in process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s); %d bytes in %d allocations were still live at the end%s",
+				site, r.Run.PIDText(in.pid), growth, FormatBytes(growth), seconds(r, from), seconds(r, times[w-1]), units.Duration(times[w-1]-from),
 				windowGrowth, FormatBytes(windowGrowth), seconds(r, times[0]), seconds(r, times[w-1]),
 				g.live.Bytes, g.live.Count, lk.rateText("the stack")),
 			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,

@@ -311,8 +311,8 @@ func (a *Analyzer) churnFinding(r *Result, p *Process) *Finding {
 		calls = fmt.Sprintf("%.1f per second", c.CallsPerSecond)
 	}
 	f := &Finding{Kind: KindChurn, Severity: sev, PID: p.PID, ProcessStart: p.Start, Bytes: c.CycleBytes, Time: p.Start,
-		Summary: fmt.Sprintf("process %d released %d segments (%d bytes, %s) that a segment of the same size replaced within %s on average: %d cudaMalloc and %d cudaFree calls (%s, %s inside them); the cycles cost %.3f ms per second of run",
-			p.PID, c.Cycles, c.CycleBytes, FormatBytes(c.CycleBytes), gap, c.Allocs, c.Frees, calls,
+		Summary: fmt.Sprintf("process %s released %d segments (%d bytes, %s) that a segment of the same size replaced within %s on average: %d cudaMalloc and %d cudaFree calls (%s, %s inside them); the cycles cost %.3f ms per second of run",
+			r.Run.PIDText(p.PID), c.Cycles, c.CycleBytes, FormatBytes(c.CycleBytes), gap, c.Allocs, c.Frees, calls,
 			units.Duration(c.AllocNs+c.FreeNs), c.CostMsPerSecond),
 	}
 	// The release stacks first (where empty_cache() is called), when the

@@ -118,8 +118,8 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 		}
 		sites = append(sites, fmt.Sprintf("%s (+%d bytes, %d allocations live at the end)", r.Site(s.g.key.stack), s.growth, s.g.live.Count))
 	}
-	f.Summary = fmt.Sprintf("pinned host memory of process %d grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s), allocated at %s%s; pinned host peak %d bytes, %d live at the end (host RAM, not device memory)",
-		in.pid, growth, FormatBytes(growth), seconds(r, lk.From), seconds(r, lk.To), units.Duration(lk.To-lk.From),
+	f.Summary = fmt.Sprintf("pinned host memory of process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s), allocated at %s%s; pinned host peak %d bytes, %d live at the end (host RAM, not device memory)",
+		r.Run.PIDText(in.pid), growth, FormatBytes(growth), seconds(r, lk.From), seconds(r, lk.To), units.Duration(lk.To-lk.From),
 		lk.WindowGrowthBytes, FormatBytes(lk.WindowGrowthBytes), seconds(r, lk.WindowStart), seconds(r, lk.WindowEnd),
 		strings.Join(sites, ", "), lk.rateText("pinned host memory"), host.PeakBytes, host.LiveBytesAtEnd)
 

@@ -130,8 +130,8 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 		f := Finding{
 			Kind: KindSpike, Severity: SeverityMedium, PID: p.PID, ProcessStart: p.Start, Bytes: height,
 			Time: first,
-			Summary: fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %d, each freed within %s",
-				brief, height, FormatBytes(height), site, p.PID, units.Duration(longest)),
+			Summary: fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %s, each freed within %s",
+				brief, height, FormatBytes(height), site, r.Run.PIDText(p.PID), units.Duration(longest)),
 			Stacks: []FindingStack{{Stack: k.stack, Frames: r.Lines(k.stack), Site: site, Count: brief, Bytes: height}},
 		}
 		if setPeak {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/report/units"
 )
 
 // report.html is one self-contained page: the CSS, the SVG charts and a
@@ -120,7 +119,7 @@ type htmlRun struct {
 	Mode      string
 	Tool      string
 	Host      string
-	PID       uint32
+	PID       string
 	Started   string
 	Duration  string
 	End       string
@@ -145,7 +144,7 @@ type htmlFinding struct {
 	Summary     string
 	Bytes       uint64
 	When        string
-	PID         uint32
+	PID         string
 	Remediation []string
 	Stacks      []analysis.FindingStack
 	Windows     []htmlWindow
@@ -164,7 +163,7 @@ type htmlWindow struct {
 // htmlLeak is one row of the leak table.
 type htmlLeak struct {
 	N         int
-	PID       uint32
+	PID       string
 	Site      string
 	Frames    []string
 	Growth    uint64
@@ -191,7 +190,7 @@ type htmlDevice struct {
 // htmlProcess is one row of the processes table.
 type htmlProcess struct {
 	Label       string
-	PID, PPID   uint32
+	PID, PPID   string
 	Command     string
 	Exe         string
 	Started     string
@@ -252,11 +251,11 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Libraries: run.Libraries}
 	cmd := strings.Join(run.Command, " ")
 	if cmd == "" {
-		cmd = fmt.Sprintf("pid %d", run.PID)
+		cmd = "pid " + run.PIDText(run.PID)
 	}
 	pg.Title = "vramprof: " + cmd
-	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PID,
-		Duration: units.Duration(run.Duration), Events: run.Events, Nested: run.NestedEvents,
+	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PIDText(run.PID),
+		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
 		NoCalls: noCallsLine(&run)}
@@ -267,7 +266,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		pg.Run.Started = time.Unix(0, run.WallTime).UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	if run.Ended {
-		pg.Run.End = fmt.Sprintf("%s, exit code %d", run.EndReason, run.ExitCode)
+		pg.Run.End = endText(&run)
 	} else {
 		pg.Run.End = "cut short (no end record): the figures cover what was recorded"
 		pg.Run.CutShort = true
@@ -319,7 +318,7 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 	var leaks []htmlLeak
 	for i, f := range res.Findings {
 		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
-			When: secs(res, f.Time), PID: f.PID, Remediation: f.Remediation, Stacks: f.Stacks}
+			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: f.Remediation, Stacks: f.Stacks}
 		if l := f.Leak; l != nil {
 			for k, e := range l.WindowEnds {
 				if k < len(l.Live) {
@@ -333,7 +332,7 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 				fs = append(fs, hf)
 				continue
 			}
-			hl := htmlLeak{N: i + 1, PID: f.PID, Growth: f.Bytes, Rate: hf.Rate, Site: analysis.NoStack,
+			hl := htmlLeak{N: i + 1, PID: res.Run.PIDText(f.PID), Growth: f.Bytes, Rate: hf.Rate, Site: analysis.NoStack,
 				Spark: newSparkline(l.Live)}
 			if len(l.Live) > 0 {
 				hl.LiveAtEnd = l.Live[len(l.Live)-1]
@@ -371,7 +370,7 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 	var fails []htmlFailure
 	for i := range res.Processes {
 		p := &res.Processes[i]
-		hp := htmlProcess{Label: procLabel(res, p), PID: p.PID, PPID: p.PPID, Command: strings.Join(p.Command, " "),
+		hp := htmlProcess{Label: procLabel(res, p), PID: res.Run.PIDText(p.PID), PPID: ppidText(res, p.PPID), Command: strings.Join(p.Command, " "),
 			Exe: p.Exe, Started: secs(res, p.Start), Peak: p.Totals.PeakBytes, PeakAt: secs(res, p.PeakTime),
 			LiveAtEnd: p.Totals.LiveBytesAtEnd, Allocs: p.Totals.Allocations, Frees: p.Totals.Frees,
 			Failed: p.Totals.FailedAllocations, Unknown: p.Totals.UnknownFrees, HostPeak: p.Host.PeakBytes,

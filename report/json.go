@@ -240,13 +240,17 @@ type JSONProcess struct {
 	Argv []string `json:"argv"`
 	Exe  string   `json:"exe,omitempty"`
 	// PPID is the parent's pid (a forked worker's parent); 0 when unknown.
-	PPID              uint32 `json:"ppid"`
-	PeakTimeNs        uint64 `json:"peak_time_ns"`
-	Allocations       uint64 `json:"allocations"`
-	Frees             uint64 `json:"frees"`
-	FailedAllocations uint64 `json:"failed_allocations"`
-	UnknownFrees      uint64 `json:"unknown_frees"`
-	AllocatedBytes    uint64 `json:"allocated_bytes"`
+	PPID uint32 `json:"ppid"`
+	// Unknown names this process's fields that are placeholders ("pid",
+	// "ppid" of an imported snapshot; "peak_time_ns" when times are an
+	// order only); absent when everything is known.
+	Unknown           []string `json:"unknown,omitempty"`
+	PeakTimeNs        uint64   `json:"peak_time_ns"`
+	Allocations       uint64   `json:"allocations"`
+	Frees             uint64   `json:"frees"`
+	FailedAllocations uint64   `json:"failed_allocations"`
+	UnknownFrees      uint64   `json:"unknown_frees"`
+	AllocatedBytes    uint64   `json:"allocated_bytes"`
 	// PeakEvent is the allocation that set the peak; absent when nothing
 	// was ever live.
 	PeakEvent *JSONAllocation `json:"peak_event,omitempty"`
@@ -477,6 +481,12 @@ type JSONRun struct {
 	// Note then says so, with the likely causes.
 	NoCallsSeen bool   `json:"no_calls_seen"`
 	Note        string `json:"note,omitempty"`
+	// Unknown names the fields above whose values are placeholders, not
+	// facts: an imported snapshot knows no "pid", "exit_code", "host" or
+	// "start_time" (they read 0 or empty), and when its times are an order
+	// only, no "duration_ns" and no "times" (every *_ns field of the
+	// report). Absent when everything is known.
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 // JSONLibrary is a probed library.
@@ -606,7 +616,8 @@ func NewJSON(res *analysis.Result) *JSON {
 	j.Run = JSONRun{Tool: run.Tool, Mode: run.Mode, Command: nonNil(run.Command), PID: run.PID, Host: run.Host,
 		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
-		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run)}
+		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run),
+		Unknown: runUnknown(&run)}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}
@@ -631,6 +642,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 	jp := JSONProcess{
 		PID: p.PID, Command: strings.Join(p.Command, " "), PeakBytes: p.Totals.PeakBytes,
 		LiveBytesAtEnd: p.Totals.LiveBytesAtEnd, Argv: nonNil(p.Command), Exe: p.Exe, PPID: p.PPID,
+		Unknown:    processUnknown(res),
 		PeakTimeNs: res.Rel(p.PeakTime), Allocations: p.Totals.Allocations, Frees: p.Totals.Frees,
 		FailedAllocations: p.Totals.FailedAllocations, UnknownFrees: p.Totals.UnknownFrees,
 		AllocatedBytes:   p.Totals.AllocatedBytes,

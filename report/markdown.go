@@ -112,9 +112,9 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if len(res.Processes) > 0 {
 		p("## Processes\n\n| pid | started | command | peak bytes | live at end | allocations | failed | parent | pinned host peak |\n| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, pr := range res.Processes {
-			p("| %d | %s | %s | %d | %d | %d | %d | %d | %d |\n", pr.PID, secs(res, pr.Start), cell(strings.Join(pr.Command, " ")),
+			p("| %s | %s | %s | %d | %d | %d | %d | %s | %d |\n", res.Run.PIDText(pr.PID), secs(res, pr.Start), cell(strings.Join(pr.Command, " ")),
 				pr.Totals.PeakBytes, pr.Totals.LiveBytesAtEnd, pr.Totals.Allocations, pr.Totals.FailedAllocations,
-				pr.PPID, pr.Host.PeakBytes)
+				ppidText(res, pr.PPID), pr.Host.PeakBytes)
 		}
 		for i := range res.Processes {
 			if pr := &res.Processes[i]; pr.SupersededAt != 0 {

@@ -166,7 +166,7 @@ func runLine(res *analysis.Result) string {
 	run := res.Run
 	cmd := strings.Join(run.Command, " ")
 	if cmd == "" {
-		cmd = fmt.Sprintf("pid %d", run.PID)
+		cmd = "pid " + run.PIDText(run.PID)
 	}
 	mode := run.Mode
 	if mode == "" {
@@ -174,9 +174,9 @@ func runLine(res *analysis.Result) string {
 	}
 	end := "cut short (no end record)"
 	if run.Ended {
-		end = fmt.Sprintf("%s, exit code %d", run.EndReason, run.ExitCode)
+		end = endText(&run)
 	}
-	return fmt.Sprintf("%s (%s, %s, %s)", cmd, mode, units.Duration(run.Duration), end)
+	return fmt.Sprintf("%s (%s, %s, %s)", cmd, mode, durationText(&run), end)
 }
 
 // noCallsLine is the one line every output carries when CUDA was probed but
@@ -191,8 +191,12 @@ func noCallsLine(run *analysis.Run) string {
 }
 
 // secs renders a stream time as the time since the run's start, in the
-// unit that fits ("+412 µs", "+1.25 s").
+// unit that fits ("+412 µs", "+1.25 s"); "an unknown time" when the
+// stream's times are an order only.
 func secs(res *analysis.Result, t uint64) string {
+	if !res.Run.TimesKnown() {
+		return "an unknown time"
+	}
 	return units.Offset(res.Rel(t))
 }
 

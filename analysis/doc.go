@@ -2,8 +2,9 @@
 // address-space model of every traced process, its peak and what made it up,
 // what was still live at the end, timelines, and findings with remediation.
 //
-// It imports probes/event and the standard library only, so it runs (and is
-// tested) without root, a kernel or a GPU. profile/ and report/ render its
+// It imports probes/event, report/units (the one formatter of bytes,
+// durations and rates, itself standard library only) and the standard
+// library, so it runs (and is tested) without root, a kernel or a GPU. profile/ and report/ render its
 // Result; neither changes it.
 //
 // # Use

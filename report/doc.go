@@ -62,7 +62,7 @@
 // Bytes are exact integers everywhere; human units ("1.50 GiB") are only
 // ever printed next to them. Lost events are always shown, even when 0.
 //
-// The package imports analysis and the standard library only. Its functions
+// The package imports analysis, report/units and the standard library only. Its functions
 // read the Result without changing it and are safe for concurrent use.
 package report
 

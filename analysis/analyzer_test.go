@@ -415,17 +415,26 @@ func TestLeakRule(t *testing.T) {
 		leaks := findings(r, KindLeak)
 		require.Len(t, leaks, 1)
 		f := leaks[0]
-		// After window 1 (ticks 0..15) 16 MiB were live; 64 MiB at the end.
-		assert.Equal(t, 48*MiB, f.Bytes)
+		// The bytes at stake are the growth over the run: 64 leaked
+		// allocations of 1 MiB, none live at the start, all at the end.
+		assert.Equal(t, 64*MiB, f.Bytes)
+		assert.Equal(t, 64*MiB, f.Leak.GrowthBytes)
+		// The windows are the evidence: after window 1 (ticks 0..15) 16 MiB
+		// were live, 64 MiB at the end.
+		assert.Equal(t, 48*MiB, f.Leak.WindowGrowthBytes)
+		assert.Equal(t, []uint64{16 * tick, 64*tick - 1}, []uint64{f.Leak.WindowStart, f.Leak.WindowEnd})
 		assert.Equal(t, []uint64{16 * MiB, 32 * MiB, 48 * MiB, 64 * MiB}, f.Leak.Live)
 		assert.Equal(t, []uint64{16 * tick, 32 * tick, 48 * tick, 64*tick - 1}, f.Leak.WindowEnds)
 		secs := float64(48*tick-1) / 1e9
 		assert.InDelta(t, float64(48*MiB)/secs, f.Leak.BytesPerSecond, 1e-6)
 		assert.Equal(t, event.StackID(1), f.Stacks[0].Stack)
 		assert.Equal(t, 64*MiB, f.Stacks[0].Bytes)
-		// 48 MiB growth against a 164 MiB peak: >= 10%, high.
+		// 64 MiB growth against a 164 MiB peak: >= 10%, high.
 		assert.Equal(t, SeverityHigh, f.Severity)
-		assert.Contains(t, f.Remediation[0], "free or detach the buffers allocated at leaky (train.py:10): +50331648 bytes over 51.5 s")
+		// The run: 64 ticks of 2^30 ns less 1 ns = 68.72 s.
+		assert.Contains(t, f.Remediation[0], "free or detach the buffers allocated at leaky (train.py:10): +67108864 bytes (64.00 MiB) over 68.7 s")
+		assert.Contains(t, f.Summary, "grew by 67108864 bytes (64.00 MiB) over the run (+0 s to +68.7 s, 68.7 s)")
+		assert.Contains(t, f.Summary, "detection windows (+50331648 bytes, 48.00 MiB, from +17.2 s to +68.7 s)")
 	})
 	tests := []struct {
 		name  string
@@ -468,8 +477,10 @@ func TestLeakRule(t *testing.T) {
 }
 
 func TestLeakDefaultWindows(t *testing.T) {
-	// A 60 s run; 1 MiB leaked every second. Whatever the windows, the growth
-	// is what was allocated after the first window's end.
+	// A 60 s run; 1 MiB leaked every second from the first. The bytes at
+	// stake are the growth over the run, 60 x 1048576 = 62914560, whatever
+	// the windows; the windows' growth is what was allocated after the
+	// first window's end.
 	s := newStream().stack(1, "leaky", 10)
 	for i := range uint64(60) {
 		s.alloc(i*sec+1, 0x1000+i, MiB, 1)
@@ -486,7 +497,17 @@ func TestLeakDefaultWindows(t *testing.T) {
 			before++
 		}
 	}
-	assert.Equal(t, (60-before)*MiB, leaks[0].Bytes)
+	assert.Equal(t, uint64(62914560), leaks[0].Bytes)
+	assert.Equal(t, (60-before)*MiB, leaks[0].Leak.WindowGrowthBytes)
+	// 60 allocations 1 s apart are a loop of 60 iterations of 1 s: 60 s
+	// observed, so the rate is quoted per minute (1 MiB per iteration x
+	// 60), never per hour, and without a capacity there is no projection.
+	l := leaks[0].Leak
+	assert.Equal(t, uint64(60), l.Iterations)
+	assert.Contains(t, leaks[0].Summary, "grew by 62914560 bytes (60.00 MiB) over the run (+0 s to +59.0 s, 59.0 s)")
+	assert.Contains(t, leaks[0].Summary, "; 1048576 bytes (1.00 MiB) per iteration over 60 iterations of 1.00 s; 60.00 MiB per minute over 60.0 s")
+	assert.NotContains(t, leaks[0].Summary, "per hour")
+	assert.NotContains(t, leaks[0].Summary, "runs out")
 	// The first window is about a sixth of the run, to within a grid bucket.
 	assert.InDelta(t, float64(10*sec), float64(ends[0]), float64(60*sec/32))
 }

@@ -106,6 +106,7 @@ func (a *Analyzer) finishChurn(id uint32, duration uint64) *Churn {
 		return nil
 	}
 	c := cs.c
+	c.ObservedNs = duration
 	if duration > 0 {
 		secs := float64(duration) / 1e9
 		c.CallsPerSecond = float64(c.Allocs+c.Frees) / secs

@@ -2,8 +2,9 @@
 // address-space model of every traced process, its peak and what made it up,
 // what was still live at the end, timelines, and findings with remediation.
 //
-// It imports probes/event and the standard library only, so it runs (and is
-// tested) without root, a kernel or a GPU. profile/ and report/ render its
+// It imports probes/event, report/units (the one formatter of bytes,
+// durations and rates, itself standard library only) and the standard
+// library, so it runs (and is tested) without root, a kernel or a GPU. profile/ and report/ render its
 // Result; neither changes it.
 //
 // # Use
@@ -127,13 +128,21 @@
 //   - it rises in at least half of the W-1 steps (2*rises >= W-1), and
 //   - vW > v1 (so the stack is still live at the end).
 //
-// The finding's bytes are the growth vW - v1; its rate is that growth over
-// the time from the end of window 1 to Run.End, in bytes per second. A steady
+// The finding's bytes are the stack's growth over the run: its live bytes
+// at the end minus its live bytes at the start of tracing, which are 0
+// (tracing knows no stack of memory allocated before it began), so what the
+// stack allocated during the run and still held (Leak.GrowthBytes, from the
+// process's first traced moment to Run.End). A leak from the first
+// iteration counts whole: 60 leaked buffers of 1 MiB are 62914560 bytes,
+// even though the first window already held some. The windows are the
+// rule's evidence (Leak.WindowStart, WindowEnd, WindowGrowthBytes = vW -
+// v1); the windows' rate is vW - v1 over the time from the end of window 1
+// to Run.End, in bytes per second (Leak.BytesPerSecond). A steady
 // loop (alloc and free each iteration) never qualifies: its live bytes fall
 // back between windows, or stay flat. A loop stopped mid-iteration rises in
 // one step only, a cache filled once likewise; neither is flagged. Severity
-// is high when the growth is at least 10% of the process's peak, else
-// medium. Runs shorter than three buckets have no leak findings.
+// is high when the growth over the run is at least 10% of the process's
+// peak, else medium. Runs shorter than three buckets have no leak findings.
 //
 // When the process has a loop (see "Iterations"), a leak also gets its rate
 // per iteration: the least-squares slope of the stack's live bytes sampled
@@ -145,24 +154,49 @@
 // started within them. With the device's capacity known (Options.Capacity,
 // else NVML's DeviceInfo) on the device where the stack holds the most,
 // the projected time to out-of-memory is (capacity - live bytes on that
-// device at the end, all processes) / (bytes per second).
+// device at the end, all processes) / (bytes per second). Texts quote it
+// only within the projection rule (see "Rates and projections").
+//
+// # Rates and projections
+//
+// A rate is evidence for about as long as it was watched, no further. The
+// observed span of a growth's rate is the iterations (count x period) when
+// the process has a loop, else the windows (end of window 1 to Run.End);
+// Leak.BytesPerSecondObserved returns both. The texts (finding summaries,
+// the terminal summary, report.md, report.html, check's evidence) follow
+// one rule:
+//
+//   - time base: a rate is quoted per hour, per minute or per second, the
+//     longest base not longer than the observed span (RateBaseFor); under
+//     a second of observation there is no rate per unit of time: per
+//     iteration with a loop, else the growth over its span ("+60.00 MiB
+//     over 38.5 ms").
+//   - horizon: a projection reaches at most ProjectionFactor (10) times the
+//     observed span. The time to out-of-memory is quoted only when it is
+//     within it (Leak.TimeToOOMProjectable); otherwise the text says "run
+//     too short to project" and states what grew, by how much, over how
+//     long.
+//
+// Durations and times are printed in the unit that fits (ns, µs, ms, s,
+// min, h; report/units). report.json keeps the exact figures whatever the
+// rule (bytes_per_second, bytes_per_minute, time_to_oom_s) and adds the
+// observed span, the time base and the horizon next to them.
 //
 // # Pinned host growth
 //
 // The leak rule, applied to each stack's live pinned host bytes (host
 // space: cudaMallocHost, cudaHostAlloc, cuMemHostAlloc), per process: the
 // stacks it flags are the growing ones, and the process gets one
-// pinned_host_growth finding naming them (at most TopStacks). With a loop
-// (see "Iterations", detected from device allocations) and every growing
-// stack's change log complete, a stack's growth is its live bytes at the
-// end minus its live bytes just before the loop's first iteration (what it
-// pinned in the loop and kept), and the rate per iteration is the
-// least-squares slope of the growing stacks' summed live bytes at the
-// iteration boundaries, as a leak's; otherwise a stack's growth is that of
-// the windows (vW - v1) and the rate per iteration, when a loop exists, the
+// pinned_host_growth finding naming them (at most TopStacks). A stack's
+// growth is over the run, as a leak's: its live pinned bytes at the end
+// minus at the start of tracing (0), what it pinned during the run and
+// kept. With a loop (see "Iterations", detected from device allocations)
+// and every growing stack's change log complete, the rate per iteration is
+// the least-squares slope of the growing stacks' summed live bytes at the
+// iteration boundaries, as a leak's; otherwise, when a loop exists, the
 // windows' growth over the iterations that started within them. The
 // finding's bytes sum the stacks' growth; Finding.Leak carries the summed
-// window values. Severity is high from 1 GiB of growth, else medium. Host
+// window values, and rates follow "Rates and projections". Severity is high from 1 GiB of growth, else medium. Host
 // bytes are never added to device figures, nor flagged as device leaks.
 //
 // # Device imbalance
@@ -232,6 +266,16 @@
 // starts (Process.SupersededAt). Result.Processes then holds two entries
 // with one PID and different Starts; classes, timelines and findings carry
 // ProcessStart to tell them apart.
+//
+// # Imported streams
+//
+// A stream from an importer (Mode "import": a PyTorch snapshot) knows no
+// process: its events carry PID 0, and it has no parent, exit code, host
+// or wall-clock start (Run.Imported). Its times are clock times when the
+// snapshot's trace entries carry time_us; otherwise they are an order only
+// (End reason EndReasonUntimed), or all at the start when it has no trace
+// (Run.TimesKnown). Texts say "unknown" for each of these, never 0
+// (Run.PIDText; finding summaries say "an unknown time").
 //
 // # The device layer
 //
@@ -318,7 +362,8 @@
 // # Findings
 //
 // peak (one per process: bytes = the peak, stacks = the largest stacks at
-// the peak), leak (one per leaking stack, at most 10 per process), oom (one
+// the peak), leak (one per leaking stack, at most 10 per process: bytes =
+// the stack's growth over the run), oom (one
 // per process whose allocations ran out of memory, return code 2 from
 // either library: bytes = the first such request, with what was live at
 // that moment), failed_call (one per process and error other than
@@ -343,9 +388,9 @@
 // 3 cycles in a process whose block layer was traced; medium from 1 ms per
 // second or 10 cycles, else info; the release stacks come first when the
 // frees carry stacks: imported snapshots do, the live probes take none at
-// a free). pinned_host_growth (bytes = the growing stacks' growth; see
-// "Pinned host growth"). device_imbalance (bytes = heaviest minus lightest
-// device peak, medium; see "Device imbalance"). Findings are ranked by
+// a free). pinned_host_growth (bytes = the growing stacks' growth over
+// the run; see "Pinned host growth"). device_imbalance (bytes = heaviest
+// minus lightest device peak, medium; see "Device imbalance"). Findings are ranked by
 // bytes, then severity. Every summary and remediation line quotes this
 // run's numbers, and points at the leaf-most frame outside the CUDA runtime
 // (Stack.Site).

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // findings derives every finding from the finished model and ranks them by
@@ -64,9 +65,14 @@ func severityRank(s Severity) int {
 	return 3
 }
 
-// seconds renders a stream time as seconds since the run's start.
+// seconds renders a stream time as the time since the run's start, in the
+// unit that fits ("+412 µs", "+1.25 s"); "an unknown time" when the
+// stream's times are an order only (Run.TimesKnown).
 func seconds(r *Result, t uint64) string {
-	return fmt.Sprintf("+%.3fs", float64(r.Rel(t))/1e9)
+	if !r.Run.TimesKnown() {
+		return "an unknown time"
+	}
+	return units.Offset(r.Rel(t))
 }
 
 func percent(part, whole uint64) float64 {
@@ -99,8 +105,8 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 	ev := p.PeakEvent
 	f := &Finding{
 		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, ProcessStart: p.Start, Bytes: peak, Time: p.PeakTime,
-		Summary: fmt.Sprintf("process %d peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
-			p.PID, peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
+		Summary: fmt.Sprintf("process %s peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
+			r.Run.PIDText(p.PID), peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
 		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks),
 	}
 	var covered uint64
@@ -144,9 +150,9 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 	}
 	f := &Finding{
 		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, ProcessStart: p.Start, Bytes: ff.Size, Time: ff.Time,
-		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %d (%d on that device; peak so far %d)",
+		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %s (%d on that device; peak so far %d)",
 			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.API, ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
-			ff.LiveBytes, FormatBytes(ff.LiveBytes), p.PID, ff.DeviceLiveBytes, ff.PeakBytes),
+			ff.LiveBytes, FormatBytes(ff.LiveBytes), r.Run.PIDText(p.PID), ff.DeviceLiveBytes, ff.PeakBytes),
 		Stacks: r.findingStacks(topStacks(stacks, 0), a.opts.TopStacks),
 	}
 	if len(ff.LiveStacks) == 0 {
@@ -243,11 +249,17 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		if !isLeak(live) {
 			continue
 		}
-		growth := live[w-1] - live[0]
+		// The bytes at stake are the growth over the run: live at the end
+		// minus live at the start of tracing, which is 0 for every stack
+		// (tracing knows no stack of what was allocated before it). The
+		// windows' growth is the rule's evidence only: a leak from the
+		// first iteration grew before the first window ended too.
+		growth := g.live.Bytes
+		windowGrowth := live[w-1] - live[0]
 		secs := float64(times[w-1]-times[0]) / 1e9
 		rate := 0.0
 		if secs > 0 {
-			rate = float64(growth) / secs
+			rate = float64(windowGrowth) / secs
 		}
 		site := r.Site(g.key.stack)
 		sev := SeverityMedium
@@ -255,26 +267,31 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 			sev = SeverityHigh
 		}
 		in := a.inst(g.key.pid)
-		lk := &Leak{WindowEnds: slices.Clone(times), Live: live, BytesPerSecond: rate, Seconds: secs}
+		from := max(r.Run.Start, in.start)
+		lk := &Leak{GrowthBytes: growth, From: from, To: times[w-1],
+			WindowEnds: slices.Clone(times), Live: live, WindowStart: times[0], WindowEnd: times[w-1],
+			WindowGrowthBytes: windowGrowth, BytesPerSecond: rate, Seconds: secs}
 		a.leakRate(lk, g, a.loops[g.key.pid])
 		a.timeToOOM(r, lk, g)
 		f := Finding{
 			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
-			Summary: fmt.Sprintf("live bytes allocated at %s in process %d grew by %d bytes (%s) from %s to %s (%.0f bytes/s) without falling; %d bytes in %d allocations were still live at the end%s",
-				site, in.pid, growth, FormatBytes(growth), seconds(r, times[0]), seconds(r, times[w-1]), rate, g.live.Bytes, g.live.Count, lk.describe()),
+			Summary: fmt.Sprintf("live bytes allocated at %s in process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s); %d bytes in %d allocations were still live at the end%s",
+				site, r.Run.PIDText(in.pid), growth, FormatBytes(growth), seconds(r, from), seconds(r, times[w-1]), units.Duration(times[w-1]-from),
+				windowGrowth, FormatBytes(windowGrowth), seconds(r, times[0]), seconds(r, times[w-1]),
+				g.live.Bytes, g.live.Count, lk.rateText("the stack")),
 			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,
 				Count: g.live.Count, Bytes: g.live.Bytes}},
 			Remediation: []string{fmt.Sprintf(
-				"free or detach the buffers allocated at %s: +%d bytes over %.1f s (%.0f bytes/s); %d allocations from there were still live at the end",
-				site, growth, secs, rate, g.live.Count)},
+				"free or detach the buffers allocated at %s: +%d bytes (%s) over %s; %d allocations from there were still live at the end",
+				site, growth, FormatBytes(growth), units.Duration(times[w-1]-from), g.live.Count)},
 			Leak: lk,
 		}
 		if lk.Iterations > 0 {
-			fix := fmt.Sprintf("each iteration keeps %.0f more bytes allocated at %s (%.0f bytes/minute): release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
-				lk.BytesPerIteration, site, lk.BytesPerMinute)
-			if lk.CapacityBytes > 0 {
-				fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %.0f s (%.1f h)",
-					DeviceName(lk.Device), lk.CapacityBytes, lk.TimeToOOMSeconds, lk.TimeToOOMSeconds/3600)
+			fix := fmt.Sprintf("each iteration keeps %.0f more bytes (%s) allocated at %s: release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
+				lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration), site)
+			if lk.TimeToOOMProjectable() {
+				fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %s",
+					DeviceName(lk.Device), lk.CapacityBytes, units.Seconds(lk.TimeToOOMSeconds))
 			}
 			f.Remediation = append(f.Remediation, fix)
 		}

@@ -3,6 +3,8 @@ package analysis
 import (
 	"fmt"
 	"strings"
+
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // maxPoolOOMFindings caps the OOM findings per pool: past the first few,
@@ -146,10 +148,10 @@ func gcRemediation(r *Result, ev *gcEvidence) string {
 			c, o.ReleasedBytes, st.ReservedBytes, st.ReservedBytes, o.ReleasedBytes, o.RequestBytes)
 	}
 	return fmt.Sprintf(
-		"set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.%02d and call torch.cuda.set_per_process_memory_fraction(1.0) (the threshold is a fraction of that limit and is ignored without it): at %s the cache held %d bytes (%.1f%% of the %d reserved), %d of them in whole free segments, yet the allocator asked cudaMalloc for %d more and failed; %s; with T = 0.%02d = (%d - %d) / %d rounded down, it reclaims free segments before growing whenever reserved passes %d bytes, which leaves room for the %d-byte segment and stays above the %d bytes tensors held, instead of the failed call, the synchronizing flush of %d segments (%d bytes) and the retry (%.3f ms)",
+		"set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.%02d and call torch.cuda.set_per_process_memory_fraction(1.0) (the threshold is a fraction of that limit and is ignored without it): at %s the cache held %d bytes (%.1f%% of the %d reserved), %d of them in whole free segments, yet the allocator asked cudaMalloc for %d more and failed; %s; with T = 0.%02d = (%d - %d) / %d rounded down, it reclaims free segments before growing whenever reserved passes %d bytes, which leaves room for the %d-byte segment and stays above the %d bytes tensors held, instead of the failed call, the synchronizing flush of %d segments (%d bytes) and the retry (%s)",
 		ev.threshold, seconds(r, o.Time), st.CachedFreeBytes, percent(st.CachedFreeBytes, st.ReservedBytes), st.ReservedBytes,
 		o.idleLarge, o.RequestBytes, basis, ev.threshold, c, o.RequestBytes, c, limit, o.RequestBytes, st.AllocatedBytes,
-		o.ReleasedSegments, o.ReleasedBytes, float64(o.CostNs)/1e6)
+		o.ReleasedSegments, o.ReleasedBytes, units.Duration(o.CostNs))
 }
 
 // stackSites names the sites of the first n stacks with their bytes.
@@ -195,9 +197,9 @@ func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 		st.ReservedBytes, st.Segments, st.AllocatedBytes, st.CachedFreeBytes, st.FreeRanges, st.LargestFreeRange)
 	if o.Outcome == OOMRetried {
 		f.Severity = SeverityMedium
-		f.Summary = fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %.3f ms inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",
+		f.Summary = fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %s inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",
 			o.RequestBytes, FormatBytes(o.RequestBytes), site, DeviceName(o.Device), seconds(r, o.Time), geometry,
-			o.ReleasedSegments, o.ReleasedBytes, float64(o.CostNs)/1e6)
+			o.ReleasedSegments, o.ReleasedBytes, units.Duration(o.CostNs))
 		if o.Kind == OOMFragmentation && st.LargestFreeRange < o.RequestBytes {
 			f.Remediation = append(f.Remediation, fmt.Sprintf(
 				"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache held %d bytes free, more than the %d requested, but no range above %d; expandable segments grow in place and would have served it without flushing the cache",
@@ -301,11 +303,17 @@ func (a *Analyzer) churnFinding(r *Result, p *Process) *Finding {
 	if c.CostMsPerSecond >= 1 || c.Cycles >= 10 {
 		sev = SeverityMedium
 	}
-	gap := float64(c.CycleGapNs) / float64(c.Cycles) / 1e6
+	gap := units.Duration(c.CycleGapNs / c.Cycles)
+	// Calls per second only from a second observed; the cost is a share
+	// of the run's time, not a projection.
+	calls := "in " + units.Duration(c.ObservedNs)
+	if _, ok := RateBaseFor(c.ObservedNs); ok {
+		calls = fmt.Sprintf("%.1f per second", c.CallsPerSecond)
+	}
 	f := &Finding{Kind: KindChurn, Severity: sev, PID: p.PID, ProcessStart: p.Start, Bytes: c.CycleBytes, Time: p.Start,
-		Summary: fmt.Sprintf("process %d released %d segments (%d bytes, %s) that a segment of the same size replaced within %.3f ms on average: %d cudaMalloc and %d cudaFree calls (%.1f per second, %.3f ms inside them); the cycles cost %.3f ms per second of run",
-			p.PID, c.Cycles, c.CycleBytes, FormatBytes(c.CycleBytes), gap, c.Allocs, c.Frees, c.CallsPerSecond,
-			float64(c.AllocNs+c.FreeNs)/1e6, c.CostMsPerSecond),
+		Summary: fmt.Sprintf("process %s released %d segments (%d bytes, %s) that a segment of the same size replaced within %s on average: %d cudaMalloc and %d cudaFree calls (%s, %s inside them); the cycles cost %.3f ms per second of run",
+			r.Run.PIDText(p.PID), c.Cycles, c.CycleBytes, FormatBytes(c.CycleBytes), gap, c.Allocs, c.Frees, calls,
+			units.Duration(c.AllocNs+c.FreeNs), c.CostMsPerSecond),
 	}
 	// The release stacks first (where empty_cache() is called), when the
 	// frees had stacks; then the allocations that took the memory back.
@@ -323,7 +331,7 @@ func (a *Analyzer) churnFinding(r *Result, p *Process) *Finding {
 		where += fmt.Sprintf(", before the allocations at %s", r.Site(c.AllocStacks[0].Stack))
 	}
 	f.Remediation = []string{fmt.Sprintf(
-		"remove the empty_cache() (or other cache release) at %s from the loop: the %d bytes it released came back within %.3f ms on average, so it saved nothing for long and cost %.3f ms per second in cudaFree/cudaMalloc; call it once after a phase that will not need the memory again",
+		"remove the empty_cache() (or other cache release) at %s from the loop: the %d bytes it released came back within %s on average, so it saved nothing for long and cost %.3f ms per second in cudaFree/cudaMalloc; call it once after a phase that will not need the memory again",
 		where, c.CycleBytes, gap, c.CostMsPerSecond)}
 	f.Churn = c
 	return f

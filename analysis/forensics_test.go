@@ -287,6 +287,12 @@ func TestChurn(t *testing.T) {
 	require.Len(t, fs, 1)
 	assert.Equal(t, uint64(677380096), fs[0].Bytes)
 	assert.Contains(t, fs[0].Remediation[0], "empty_cache()")
+	// A 245 ms run: 122 calls counted over it, not extrapolated to a rate
+	// per second (doc.go, "Rates and projections"); 57 cycles x 2 calls x
+	// 10 µs = 1.14 ms of the 61 + 61 calls' 1.22 ms; durations in ms.
+	assert.Equal(t, uint64(245e6), c.ObservedNs)
+	assert.Contains(t, fs[0].Summary, "within 5.00 ms on average: 61 cudaMalloc and 61 cudaFree calls (in 245 ms, 1.22 ms inside them)")
+	assert.NotContains(t, fs[0].Summary, "per second,")
 
 	// The same calls 3 s apart are phases, not churn.
 	r2 := mustAnalyze(t, Options{ChurnWindow: 1}, s.recs)

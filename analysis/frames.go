@@ -97,24 +97,6 @@ func (r *Result) Lines(id event.StackID) []string {
 	return []string{NoStack}
 }
 
-// FormatBytes renders a byte count in binary units with two decimals
-// ("1.50 GiB", "512 B"). Reports print it next to exact integers, never
-// instead of them.
-func FormatBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	v := float64(n) / unit
-	i := 0
-	for v >= unit && i < len(units)-1 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.2f %s", v, units[i])
-}
-
 // DeviceName renders a device index: "unknown" for event.DeviceUnknown, the
 // decimal index otherwise.
 func DeviceName(d int32) string {

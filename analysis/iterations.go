@@ -2,8 +2,6 @@ package analysis
 
 import (
 	"cmp"
-	"fmt"
-	"math"
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
@@ -413,18 +411,4 @@ func (a *Analyzer) timeToOOM(r *Result, l *Leak, g *groupState) {
 	if capacity > live {
 		l.TimeToOOMSeconds = float64(capacity-live) / (l.BytesPerMinute / 60)
 	}
-}
-
-// describe renders the per-iteration figures for a summary, "" without them.
-func (l *Leak) describe() string {
-	if l.Iterations == 0 {
-		return ""
-	}
-	s := fmt.Sprintf("; %.0f bytes (%s) per iteration over %d iterations of %.3f s, %.0f bytes (%s) per minute",
-		l.BytesPerIteration, FormatBytes(uint64(math.Round(l.BytesPerIteration))), l.Iterations,
-		float64(l.PeriodNs)/1e9, l.BytesPerMinute, FormatBytes(uint64(math.Round(l.BytesPerMinute))))
-	if l.CapacityBytes > 0 {
-		s += fmt.Sprintf("; device %s (%d bytes) runs out in %.0f s at that rate", DeviceName(l.Device), l.CapacityBytes, l.TimeToOOMSeconds)
-	}
-	return s
 }

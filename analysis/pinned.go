@@ -3,11 +3,11 @@ package analysis
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // pinnedGrowthHigh: pinned host memory is page-locked RAM taken from what
@@ -26,9 +26,8 @@ const pinMemoryFrame = "pin_memory"
 type growingStack struct {
 	g    *groupState
 	live []uint64
-	// growth is the stack's growth: over the loop when one was detected
-	// (live at the end minus live just before the first iteration), else
-	// from the end of the first window to the end.
+	// growth is the stack's growth over the run: its live bytes at the
+	// end (see doc.go, "Pinned host growth").
 	growth uint64
 }
 
@@ -80,39 +79,17 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 		}
 	}
 	secs := float64(times[w-1]-times[0]) / 1e9
-	lk := &Leak{WindowEnds: slices.Clone(times), Live: sum, Seconds: secs}
+	lk := &Leak{WindowEnds: slices.Clone(times), Live: sum, Seconds: secs,
+		WindowStart: times[0], WindowEnd: times[w-1], WindowGrowthBytes: sum[w-1] - sum[0]}
 	if secs > 0 {
-		lk.BytesPerSecond = float64(sum[w-1]-sum[0]) / secs
+		lk.BytesPerSecond = float64(lk.WindowGrowthBytes) / secs
 	}
-	overLoop := a.pinnedLoopRate(lk, gs, lp)
-	if overLoop {
-		// A stack that grew before the loop only is not part of the
-		// loop's growth; none left means the growth preceded the loop.
-		kept := gs[:0]
-		for _, s := range gs {
-			if s.growth > 0 {
-				kept = append(kept, s)
-			}
-		}
-		if len(kept) > 0 {
-			gs = kept
-			clear(sum)
-			for i := range gs {
-				for k, v := range gs[i].live {
-					sum[k] += v
-				}
-			}
-			if secs > 0 {
-				lk.BytesPerSecond = float64(sum[w-1]-sum[0]) / secs
-			}
-		} else {
-			overLoop = false
-		}
-	}
-	if !overLoop {
-		for i := range gs {
-			gs[i].growth = gs[i].live[w-1] - gs[i].live[0]
-		}
+	a.pinnedLoopRate(lk, gs, lp)
+	// Each stack's growth is over the run, as a leak's: its live bytes at
+	// the end minus at the start of tracing (0: no stack is known from
+	// before), what it pinned during the run and kept.
+	for i := range gs {
+		gs[i].growth = gs[i].g.live.Bytes
 	}
 	slices.SortFunc(gs, func(x, y growingStack) int {
 		return cmp.Or(cmp.Compare(y.growth, x.growth), cmp.Compare(x.g.key.stack, y.g.key.stack))
@@ -125,6 +102,7 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 		liveBytes += s.g.live.Bytes
 	}
 	in := a.inst(id)
+	lk.GrowthBytes, lk.From, lk.To = growth, max(r.Run.Start, in.start), times[w-1]
 	host := r.Processes[a.procIndex[id]].Host
 	sev := SeverityMedium
 	if growth >= pinnedGrowthHigh {
@@ -140,27 +118,19 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 		}
 		sites = append(sites, fmt.Sprintf("%s (+%d bytes, %d allocations live at the end)", r.Site(s.g.key.stack), s.growth, s.g.live.Count))
 	}
-	span := fmt.Sprintf("from %s to %s", seconds(r, times[0]), seconds(r, times[w-1]))
-	perMinute := lk.BytesPerSecond * 60
-	if overLoop {
-		span = fmt.Sprintf("over its %d iterations (from %s, just before the first, to %s)", lp.count, seconds(r, lp.starts[0]), seconds(r, times[w-1]))
-		f.Time = lp.starts[0]
-	}
-	if lk.Iterations > 0 {
-		perMinute = lk.BytesPerMinute
-	}
-	f.Summary = fmt.Sprintf("pinned host memory of process %d grew by %d bytes (%s) %s without falling, allocated at %s; %.0f bytes (%s) per minute%s; pinned host peak %d bytes, %d live at the end (host RAM, not device memory)",
-		in.pid, growth, FormatBytes(growth), span, strings.Join(sites, ", "), perMinute,
-		FormatBytes(uint64(math.Round(max(perMinute, 0)))), lk.describePinned(), host.PeakBytes, host.LiveBytesAtEnd)
+	f.Summary = fmt.Sprintf("pinned host memory of process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s), allocated at %s%s; pinned host peak %d bytes, %d live at the end (host RAM, not device memory)",
+		r.Run.PIDText(in.pid), growth, FormatBytes(growth), seconds(r, lk.From), seconds(r, lk.To), units.Duration(lk.To-lk.From),
+		lk.WindowGrowthBytes, FormatBytes(lk.WindowGrowthBytes), seconds(r, lk.WindowStart), seconds(r, lk.WindowEnd),
+		strings.Join(sites, ", "), lk.rateText("pinned host memory"), host.PeakBytes, host.LiveBytesAtEnd)
 
 	top := r.Site(gs[0].g.key.stack)
 	f.Remediation = append(f.Remediation, fmt.Sprintf(
 		"free the pinned buffers allocated at %s with cudaFreeHost (or drop the tensors holding them) once their copy is done: %d allocations (%d bytes) from the growing sites were still live at the end",
 		top, liveCount, liveBytes))
 	if liveCount >= 2 {
-		rate := fmt.Sprintf("%.0f bytes/s", lk.BytesPerSecond)
+		rate := fmt.Sprintf("+%d bytes (%s) over %s", growth, FormatBytes(growth), units.Duration(lk.To-lk.From))
 		if lk.Iterations > 0 {
-			rate = fmt.Sprintf("%.0f bytes per iteration", lk.BytesPerIteration)
+			rate = fmt.Sprintf("%.0f bytes (%s) per iteration", lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration))
 		}
 		f.Remediation = append(f.Remediation, fmt.Sprintf(
 			"pin once, reuse: the run pinned new buffers %d times without freeing them (%s); allocate a fixed set of pinned staging buffers (a pinned-memory pool) up front and copy each batch through them",
@@ -178,13 +148,13 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 }
 
 // pinnedLoopRate fills the per-iteration figures of a pinned host growth
-// from the process's loop, the growing stacks summed, and sets each
-// stack's growth over the loop. It reports whether the growth is over the
-// loop (every stack's change log complete); otherwise the per-iteration
-// rate, if any, comes from the windows as a leak's does.
-func (a *Analyzer) pinnedLoopRate(lk *Leak, gs []growingStack, lp *loop) bool {
+// from the process's loop, the growing stacks summed: the slope at the
+// iteration boundaries when every stack's change log is complete, else
+// the windows' growth over the iterations that started within them, as a
+// leak's.
+func (a *Analyzer) pinnedLoopRate(lk *Leak, gs []growingStack, lp *loop) {
 	if lp == nil {
-		return false
+		return
 	}
 	complete := true
 	for _, s := range gs {
@@ -202,9 +172,6 @@ func (a *Analyzer) pinnedLoopRate(lk *Leak, gs []growingStack, lp *loop) bool {
 				ys[j] += float64(log.before(s))
 			}
 			ys[len(lp.seq)] += float64(log.at(end))
-			if first := log.before(lp.seq[0]); gs[i].g.live.Bytes > first {
-				gs[i].growth = gs[i].g.live.Bytes - first
-			}
 		}
 		per = slope(ys)
 	} else {
@@ -226,16 +193,6 @@ func (a *Analyzer) pinnedLoopRate(lk *Leak, gs []growingStack, lp *loop) bool {
 		lk.BytesPerIteration = per
 		lk.BytesPerMinute = per * 60e9 / float64(lp.period)
 	}
-	return complete
-}
-
-// describePinned renders the per-iteration figures, "" without a loop.
-func (l *Leak) describePinned() string {
-	if l.Iterations == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %.0f bytes (%s) per iteration over %d iterations of %.3f s",
-		l.BytesPerIteration, FormatBytes(uint64(math.Round(l.BytesPerIteration))), l.Iterations, float64(l.PeriodNs)/1e9)
 }
 
 // framesWith returns the first rendered frame of stack id containing s,

@@ -44,7 +44,7 @@ func TestPinnedHostGrowth(t *testing.T) {
 	f := fs[0]
 	// stage_batch pinned 40 x (2 MiB + 4096) inside the loop and freed none.
 	const perIter = 2*MiB + 4096
-	assert.Equal(t, 40*perIter, f.Bytes, "growth over the loop")
+	assert.Equal(t, 40*perIter, f.Bytes, "growth over the run: all stage_batch pinned and kept")
 	require.Len(t, f.Stacks, 1, "only stage_batch grows; setup is before the loop, copy_staging is steady")
 	assert.Equal(t, "stage_batch (train.py:20)", f.Stacks[0].Site)
 	assert.Equal(t, 40*perIter, f.Stacks[0].Bytes)
@@ -52,7 +52,14 @@ func TestPinnedHostGrowth(t *testing.T) {
 	assert.Equal(t, uint64(40), f.Leak.Iterations)
 	assert.InDelta(t, float64(perIter), f.Leak.BytesPerIteration, 1e-6, "one buffer per iteration")
 	assert.InEpsilon(t, float64(perIter)*60e9/float64(f.Leak.PeriodNs), f.Leak.BytesPerMinute, 1e-9)
-	assert.Contains(t, f.Summary, "over its 40 iterations")
+	// 40 x 2101248 = 84049920 bytes over the run; the windows saw less.
+	assert.Contains(t, f.Summary, "grew by 84049920 bytes (80.16 MiB) over the run (+0 s to +400 ms, 400 ms)")
+	assert.Less(t, f.Leak.WindowGrowthBytes, f.Bytes)
+	// 40 iterations of 10 ms observe 400 ms: per iteration, no rate per
+	// second or minute.
+	assert.Contains(t, f.Summary, "; 2101248 bytes (2.00 MiB) per iteration over 40 iterations of 10.0 ms;")
+	assert.NotContains(t, f.Summary, "per second")
+	assert.NotContains(t, f.Summary, "per minute")
 	assert.Contains(t, f.Remediation[0], "cudaFreeHost")
 	assert.Contains(t, f.Remediation[1], "pinned-memory pool")
 	for _, r := range f.Remediation {
@@ -79,8 +86,16 @@ func TestPinnedHostGrowthWindows(t *testing.T) {
 	fs := findings(r, KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	l := fs[0].Leak
-	assert.Equal(t, l.Live[len(l.Live)-1]-l.Live[0], fs[0].Bytes)
+	// Growth over the run: the 64 buffers of 1 MiB, all pinned during it;
+	// the windows' growth is the evidence.
+	assert.Equal(t, 64*MiB, fs[0].Bytes)
+	assert.Equal(t, l.Live[len(l.Live)-1]-l.Live[0], l.WindowGrowthBytes)
 	assert.Zero(t, l.Iterations)
+	// No loop: the windows' rate, observed from the end of the first
+	// window (+12.9 s) to the end (+68.7 s), 55.8 s: under a minute, so
+	// per second, 53 MiB / 55.8 s = 972 KiB.
+	assert.Contains(t, fs[0].Summary, "; 972.01 KiB per second over 55.8 s;")
+	assert.NotContains(t, fs[0].Summary, "per minute")
 	assert.Contains(t, fs[0].Remediation[len(fs[0].Remediation)-1], "persistent_workers=True")
 
 	// Pinned once and freed later: no growth.

@@ -669,12 +669,26 @@ type FindingStack struct {
 // Leak is the evidence behind a leak finding: the stack's live bytes at the
 // end of each window (see the leak rule in doc.go).
 type Leak struct {
+	// GrowthBytes is the growth over the run (the Finding's Bytes): the
+	// live bytes at the end minus those at the start of tracing, from From
+	// (the process's first traced moment) to To (the end). Tracing knows
+	// no stack of memory allocated before it began, so a stack's live
+	// bytes at the start are 0 and its growth is what it allocated during
+	// the run and still held at the end.
+	GrowthBytes uint64
+	From, To    uint64
 	// WindowEnds are the windows' end times; the last is Run.End.
 	WindowEnds []uint64
 	// Live is the stack's live bytes at each window end.
 	Live []uint64
-	// BytesPerSecond is the growth divided by the time from the end of the
-	// first window to the end of the run.
+	// WindowStart and WindowEnd are the end of the first window and the
+	// end of the last; WindowGrowthBytes is the growth between them
+	// (Live[W-1] - Live[0]): the leak rule's evidence, not the bytes at
+	// stake.
+	WindowStart, WindowEnd uint64
+	WindowGrowthBytes      uint64
+	// BytesPerSecond is the window growth divided by the time from the end
+	// of the first window to the end of the run.
 	BytesPerSecond float64
 	// Seconds is that time span in seconds.
 	Seconds float64
@@ -825,8 +839,11 @@ type Churn struct {
 	// FreeNs the time spent inside them.
 	Allocs, Frees   uint64
 	AllocNs, FreeNs uint64
-	// CallsPerSecond is (Allocs + Frees) over the run's duration.
+	// CallsPerSecond is (Allocs + Frees) over the run's duration,
+	// ObservedNs; texts quote it per second only from a second observed
+	// (see doc.go, "Rates and projections").
 	CallsPerSecond float64
+	ObservedNs     uint64
 	// Cycles counts segments freed and a segment of the same size
 	// allocated again on the same device within ChurnWindow; CycleBytes
 	// sums their sizes; CycleNs is the time inside those frees and

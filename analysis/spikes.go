@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // KindSpike: a large allocation that lives briefly (a checkpoint being
@@ -129,8 +130,8 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 		f := Finding{
 			Kind: KindSpike, Severity: SeverityMedium, PID: p.PID, ProcessStart: p.Start, Bytes: height,
 			Time: first,
-			Summary: fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %d, each freed within %.3f ms",
-				brief, height, FormatBytes(height), site, p.PID, float64(longest)/1e6),
+			Summary: fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %s, each freed within %s",
+				brief, height, FormatBytes(height), site, r.Run.PIDText(p.PID), units.Duration(longest)),
 			Stacks: []FindingStack{{Stack: k.stack, Frames: r.Lines(k.stack), Site: site, Count: brief, Bytes: height}},
 		}
 		if setPeak {

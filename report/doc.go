@@ -41,6 +41,20 @@
 // never in the device figures); "device_imbalance" findings compare the
 // heaviest and the lightest device peak.
 //
+// A finding's "leak" evidence (leak and pinned_host_growth) has the growth
+// over the run (growth_bytes, the finding's bytes, from from_ns to to_ns),
+// the detection windows (window_start_ns, window_end_ns,
+// window_growth_bytes, window_ends_ns, live_bytes) and the rates with the
+// span they were observed over (observed_ns), the time base the texts use
+// (rate_base) and the projection horizon (projection_horizon_s,
+// time_to_oom_projected): see analysis's doc, "Rates and projections".
+// Texts print durations and rates in the units that fit (report/units).
+//
+// An imported snapshot knows no process, exit code or host: the texts say
+// "unknown", and report.json keeps v1's values (0, "") but lists the
+// placeholders in run.unknown and processes[].unknown (with the times when
+// the snapshot has an order only).
+//
 // Times ending in _ns count from the start of the run. Lists are never
 // null, and all orderings come from the Result's sorted slices, so a replay
 // of one trace writes byte-identical files.
@@ -48,7 +62,7 @@
 // Bytes are exact integers everywhere; human units ("1.50 GiB") are only
 // ever printed next to them. Lost events are always shown, even when 0.
 //
-// The package imports analysis and the standard library only. Its functions
+// The package imports analysis, report/units and the standard library only. Its functions
 // read the Result without changing it and are safe for concurrent use.
 package report
 

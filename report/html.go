@@ -119,7 +119,7 @@ type htmlRun struct {
 	Mode      string
 	Tool      string
 	Host      string
-	PID       uint32
+	PID       string
 	Started   string
 	Duration  string
 	End       string
@@ -145,11 +145,14 @@ type htmlFinding struct {
 	Summary     string
 	Bytes       uint64
 	When        string
-	PID         uint32
+	PID         string
 	Remediation []string
 	Stacks      []analysis.FindingStack
 	Windows     []htmlWindow
-	Rate        string
+	// WindowGrowth is the windows' growth (windowsText); Rate the growth's
+	// rate under the projection rule (growthRate).
+	WindowGrowth string
+	Rate         string
 }
 
 // htmlWindow is one window of a leak's evidence.
@@ -161,7 +164,7 @@ type htmlWindow struct {
 // htmlLeak is one row of the leak table.
 type htmlLeak struct {
 	N         int
-	PID       uint32
+	PID       string
 	Site      string
 	Frames    []string
 	Growth    uint64
@@ -188,7 +191,7 @@ type htmlDevice struct {
 // htmlProcess is one row of the processes table.
 type htmlProcess struct {
 	Label       string
-	PID, PPID   uint32
+	PID, PPID   string
 	Command     string
 	Exe         string
 	Started     string
@@ -249,11 +252,11 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Libraries: run.Libraries}
 	cmd := strings.Join(run.Command, " ")
 	if cmd == "" {
-		cmd = fmt.Sprintf("pid %d", run.PID)
+		cmd = "pid " + run.PIDText(run.PID)
 	}
 	pg.Title = "vramprof: " + cmd
-	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PID,
-		Duration: fmt.Sprintf("%.3f s", float64(run.Duration)/1e9), Events: run.Events, Nested: run.NestedEvents,
+	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PIDText(run.PID),
+		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
 		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run)}
@@ -264,7 +267,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		pg.Run.Started = time.Unix(0, run.WallTime).UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	if run.Ended {
-		pg.Run.End = fmt.Sprintf("%s, exit code %d", run.EndReason, run.ExitCode)
+		pg.Run.End = endText(&run)
 	} else {
 		pg.Run.End = "cut short (no end record): the figures cover what was recorded"
 		pg.Run.CutShort = true
@@ -316,20 +319,21 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 	var leaks []htmlLeak
 	for i, f := range res.Findings {
 		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
-			When: secs(res, f.Time), PID: f.PID, Remediation: f.Remediation, Stacks: f.Stacks}
+			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: f.Remediation, Stacks: f.Stacks}
 		if l := f.Leak; l != nil {
 			for k, e := range l.WindowEnds {
 				if k < len(l.Live) {
 					hf.Windows = append(hf.Windows, htmlWindow{End: secs(res, e), Live: l.Live[k]})
 				}
 			}
-			hf.Rate = rate(l.BytesPerSecond)
+			hf.Rate = growthRate(l)
+			hf.WindowGrowth = windowsText(res, l)
 			if f.Kind != analysis.KindLeak {
 				// Pinned host growth: host memory, not a device leak.
 				fs = append(fs, hf)
 				continue
 			}
-			hl := htmlLeak{N: i + 1, PID: f.PID, Growth: f.Bytes, Rate: hf.Rate, Site: analysis.NoStack,
+			hl := htmlLeak{N: i + 1, PID: res.Run.PIDText(f.PID), Growth: f.Bytes, Rate: hf.Rate, Site: analysis.NoStack,
 				Spark: newSparkline(l.Live)}
 			if len(l.Live) > 0 {
 				hl.LiveAtEnd = l.Live[len(l.Live)-1]
@@ -345,11 +349,6 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 }
 
 // rate renders bytes per second exactly (to the byte) with human units.
-func rate(bps float64) string {
-	n := uint64(max(bps, 0) + 0.5)
-	return fmt.Sprintf("%d B/s (%s/s)", n, analysis.FormatBytes(n))
-}
-
 func htmlDevices(res *analysis.Result) []htmlDevice {
 	var out []htmlDevice
 	for _, d := range res.Devices {
@@ -372,7 +371,7 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 	var fails []htmlFailure
 	for i := range res.Processes {
 		p := &res.Processes[i]
-		hp := htmlProcess{Label: procLabel(res, p), PID: p.PID, PPID: p.PPID, Command: strings.Join(p.Command, " "),
+		hp := htmlProcess{Label: procLabel(res, p), PID: res.Run.PIDText(p.PID), PPID: ppidText(res, p.PPID), Command: strings.Join(p.Command, " "),
 			Exe: p.Exe, Started: secs(res, p.Start), Peak: p.Totals.PeakBytes, PeakAt: secs(res, p.PeakTime),
 			LiveAtEnd: p.Totals.LiveBytesAtEnd, Allocs: p.Totals.Allocations, Frees: p.Totals.Frees,
 			Failed: p.Totals.FailedAllocations, Unknown: p.Totals.UnknownFrees, HostPeak: p.Host.PeakBytes,

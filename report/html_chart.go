@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // Timeline charts of report.html: live bytes over time, one chart per device
@@ -94,7 +94,7 @@ type mark struct {
 	Glyph  string // SVG path of the marker: a cross for an OOM, a diamond for NVML
 }
 
-// region shades a span of time: a leak from its first window to the end.
+// region shades a span of time: the span a leak grew over.
 type region struct {
 	X, W  string
 	Label string
@@ -156,8 +156,8 @@ func timelineCharts(res *analysis.Result) []*chart {
 			title += ": " + d.Name
 		}
 		c := newChart(res, title, tls, dur, hasBlock, &d)
-		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %.3f s; peak %d bytes (%s) at %s",
-			float64(dur)/1e9, d.PeakBytes, analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime))
+		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %s; peak %d bytes (%s) at %s",
+			units.Duration(dur), d.PeakBytes, analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime))
 		if d.CapacityBytes > 0 {
 			c.Caption += fmt.Sprintf(" of %d (%s) capacity", d.CapacityBytes, analysis.FormatBytes(d.CapacityBytes))
 		}
@@ -478,7 +478,7 @@ func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBan
 		}
 		it := p.Iterations
 		what := fmt.Sprintf("%s: %d iterations of %s, paced by the allocations at %s",
-			procLabel(res, p), it.Count, time.Duration(it.PeriodNs).Round(time.Microsecond), it.Site)
+			procLabel(res, p), it.Count, units.Duration(it.PeriodNs), it.Site)
 		if sc.x(res.Rel(it.Starts[0])+it.PeriodNs)-sc.x(res.Rel(it.Starts[0])) < minIterWidth {
 			notes = append(notes, what+" (too many to shade)")
 			continue
@@ -500,7 +500,8 @@ func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBan
 }
 
 // findingMarks marks the findings about memory on device dev: a leak shades
-// the span from the end of its first window to the end of the run; other
+// the span its bytes grew over (the growth over the run: from its process's
+// first traced moment to the end, Leak.From to Leak.To); other
 // kinds but the peak and the OOM (marked already), a spike say, get a rule
 // at their time. A finding is on a device when one of its stacks allocated
 // there.
@@ -512,9 +513,9 @@ func findingMarks(res *analysis.Result, sc scale, dev int32) ([]region, []mark) 
 			continue
 		}
 		label := fmt.Sprintf("#%d %s", i+1, f.Kind)
-		if l := f.Leak; l != nil && len(l.WindowEnds) > 0 {
-			x0 := sc.x(res.Rel(l.WindowEnds[0]))
-			x1 := sc.x(res.Rel(l.WindowEnds[len(l.WindowEnds)-1]))
+		if l := f.Leak; l != nil && l.To > l.From {
+			x0 := sc.x(res.Rel(l.From))
+			x1 := sc.x(res.Rel(l.To))
 			regions = append(regions, region{X: f1(x0), W: f1(max(x1-x0, 1)), Label: label + " +" + analysis.FormatBytes(f.Bytes),
 				Title: f.Summary})
 			continue

@@ -52,18 +52,20 @@ func TestHTMLContents(t *testing.T) {
 	for _, want := range []string{
 		"<title>vramprof: python train.py</title>",
 		// Run facts, lost events among them.
-		"<dt>mode</dt><dd>run</dd>", "60.000 s", "exited, exit code 1", `<span class="n">183</span>`,
+		"<dt>mode</dt><dd>run</dd>", "<dd>60.0 s</dd>", "exited, exit code 1", `<span class="n">183</span>`,
 		`<dt>lost events</dt><dd class="warn-text"><span class="n">4</span>`,
 		"/usr/lib/x86_64-linux-gnu/libcudart.so.12",
 		// Exact bytes with human units beside them.
 		`<span class="n">3405774848</span> <span class="u">3.17 GiB</span>`,
 		// A chart per device, the peak and the OOM marked, the leak shaded.
 		`aria-label="Device 0"`, `aria-label="Device unknown"`, ">peak 3.17 GiB</text>",
-		">OOM: 4.00 GiB request</text>", "#3 leak &#43;768.00 MiB",
+		">OOM: 4.00 GiB request</text>", "#3 leak &#43;944.00 MiB",
 		// Findings with remediation, the icicle, the leak table.
 		`id="finding-1"`, "free or detach the buffers allocated at record_metrics (train.py:77)",
 		"Stacks at the peak of pid 100: 3405774848 bytes", ">load_weights (train.py:12)</text>",
-		`<td class="r"><span class="n">805306368</span> <span class="u">768.00 MiB</span></td><td class="r">16685936 B/s (15.91 MiB/s)</td>`,
+		// The leak's growth over the run, 59 x 16 MiB = 989855744 bytes, at
+		// 16 MiB per second: per second, as the windows observed ~49 s.
+		`<td class="r"><span class="n">989855744</span> <span class="u">944.00 MiB</span></td><td class="r">16.00 MiB per second</td>`,
 	} {
 		contains(t, page, want)
 	}

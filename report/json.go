@@ -240,13 +240,17 @@ type JSONProcess struct {
 	Argv []string `json:"argv"`
 	Exe  string   `json:"exe,omitempty"`
 	// PPID is the parent's pid (a forked worker's parent); 0 when unknown.
-	PPID              uint32 `json:"ppid"`
-	PeakTimeNs        uint64 `json:"peak_time_ns"`
-	Allocations       uint64 `json:"allocations"`
-	Frees             uint64 `json:"frees"`
-	FailedAllocations uint64 `json:"failed_allocations"`
-	UnknownFrees      uint64 `json:"unknown_frees"`
-	AllocatedBytes    uint64 `json:"allocated_bytes"`
+	PPID uint32 `json:"ppid"`
+	// Unknown names this process's fields that are placeholders ("pid",
+	// "ppid" of an imported snapshot; "peak_time_ns" when times are an
+	// order only); absent when everything is known.
+	Unknown           []string `json:"unknown,omitempty"`
+	PeakTimeNs        uint64   `json:"peak_time_ns"`
+	Allocations       uint64   `json:"allocations"`
+	Frees             uint64   `json:"frees"`
+	FailedAllocations uint64   `json:"failed_allocations"`
+	UnknownFrees      uint64   `json:"unknown_frees"`
+	AllocatedBytes    uint64   `json:"allocated_bytes"`
 	// PeakEvent is the allocation that set the peak; absent when nothing
 	// was ever live.
 	PeakEvent *JSONAllocation `json:"peak_event,omitempty"`
@@ -378,8 +382,30 @@ type JSONFinding struct {
 	Churn *JSONChurn `json:"churn,omitempty"`
 }
 
-// JSONLeak is a leak finding's evidence: live bytes at each window's end.
+// JSONLeak is a leak finding's evidence: the growth over the run (the
+// finding's bytes), the detection windows and live bytes at each window's
+// end, and the rates with the span they were observed over.
 type JSONLeak struct {
+	// GrowthBytes is the growth over the run, as the finding's bytes: live
+	// bytes at the end minus at the start of tracing, from FromNs (the
+	// process's first traced moment) to ToNs.
+	GrowthBytes uint64 `json:"growth_bytes"`
+	FromNs      uint64 `json:"from_ns"`
+	ToNs        uint64 `json:"to_ns"`
+	// WindowStartNs (the end of the first window) and WindowEndNs (the
+	// end) bound WindowGrowthBytes, the growth the leak rule saw.
+	WindowStartNs     uint64 `json:"window_start_ns"`
+	WindowEndNs       uint64 `json:"window_end_ns"`
+	WindowGrowthBytes uint64 `json:"window_growth_bytes"`
+	// ObservedNs is the span the rates were measured over: the iterations
+	// (iterations x period) with a loop, else the windows. RateBase is the
+	// time base the texts quote a rate in, the longest of "second",
+	// "minute", "hour" not longer than ObservedNs; absent under a second.
+	// ProjectionHorizonS is as far as a projection may reach:
+	// analysis.ProjectionFactor x ObservedNs, in seconds.
+	ObservedNs         uint64  `json:"observed_ns"`
+	RateBase           string  `json:"rate_base,omitempty"`
+	ProjectionHorizonS float64 `json:"projection_horizon_s"`
 	// WindowEndsNs are the windows' ends; the last is the end of the run.
 	WindowEndsNs []uint64 `json:"window_ends_ns"`
 	// LiveBytes is the stack's live bytes at each window end.
@@ -399,6 +425,10 @@ type JSONLeak struct {
 	// device is full at this rate.
 	CapacityBytes    uint64   `json:"capacity_bytes,omitempty"`
 	TimeToOOMSeconds *float64 `json:"time_to_oom_s,omitempty"`
+	// TimeToOOMProjected, set with TimeToOOMSeconds, says whether it is
+	// within ProjectionHorizonS: the texts quote it only then, and say the
+	// run was too short to project otherwise.
+	TimeToOOMProjected *bool `json:"time_to_oom_projected,omitempty"`
 }
 
 // JSONIterations is one process's loop. Count iterations, PeriodNs the
@@ -455,6 +485,12 @@ type JSONRun struct {
 	// linked in statically and stripped: its calls cannot be probed
 	// (libraries[].stripped_runtime marks the files).
 	StrippedRuntimes []string `json:"stripped_runtimes,omitempty"`
+	// Unknown names the fields above whose values are placeholders, not
+	// facts: an imported snapshot knows no "pid", "exit_code", "host" or
+	// "start_time" (they read 0 or empty), and when its times are an order
+	// only, no "duration_ns" and no "times" (every *_ns field of the
+	// report). Absent when everything is known.
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 // JSONLibrary is a probed library.
@@ -557,12 +593,19 @@ func NewJSON(res *analysis.Result) *JSON {
 			jf.Stacks = append(jf.Stacks, JSONStack{Frames: s.Frames, Bytes: s.Bytes, Count: s.Count, Site: s.Site})
 		}
 		if l := f.Leak; l != nil {
-			jl := &JSONLeak{LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds,
+			_, observed := l.BytesPerSecondObserved()
+			jl := &JSONLeak{GrowthBytes: l.GrowthBytes, FromNs: res.Rel(l.From), ToNs: res.Rel(l.To),
+				WindowStartNs: res.Rel(l.WindowStart), WindowEndNs: res.Rel(l.WindowEnd), WindowGrowthBytes: l.WindowGrowthBytes,
+				ObservedNs: observed, ProjectionHorizonS: analysis.ProjectionFactor * float64(observed) / 1e9,
+				LiveBytes: l.Live, BytesPerSecond: l.BytesPerSecond, Seconds: l.Seconds,
 				Iterations: l.Iterations, BytesPerIteration: l.BytesPerIteration, BytesPerMinute: l.BytesPerMinute}
+			if b, ok := analysis.RateBaseFor(observed); ok {
+				jl.RateBase = b.Name
+			}
 			if l.Iterations > 0 && l.CapacityBytes > 0 {
 				jl.CapacityBytes = l.CapacityBytes
-				ttl := l.TimeToOOMSeconds
-				jl.TimeToOOMSeconds = &ttl
+				jl.TimeToOOMSeconds = ptr(l.TimeToOOMSeconds)
+				jl.TimeToOOMProjected = ptr(l.TimeToOOMProjectable())
 			}
 			for _, e := range l.WindowEnds {
 				jl.WindowEndsNs = append(jl.WindowEndsNs, res.Rel(e))
@@ -581,7 +624,8 @@ func NewJSON(res *analysis.Result) *JSON {
 		DurationNs: run.Duration, EndedCleanly: run.Ended, EndReason: run.EndReason, ExitCode: run.ExitCode,
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
 		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run),
-		StrippedRuntimes: strippedRuntimeLines(&run)}
+		StrippedRuntimes: strippedRuntimeLines(&run),
+		Unknown:          runUnknown(&run)}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}
@@ -607,6 +651,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 	jp := JSONProcess{
 		PID: p.PID, Command: strings.Join(p.Command, " "), PeakBytes: p.Totals.PeakBytes,
 		LiveBytesAtEnd: p.Totals.LiveBytesAtEnd, Argv: nonNil(p.Command), Exe: p.Exe, PPID: p.PPID,
+		Unknown:    processUnknown(res),
 		PeakTimeNs: res.Rel(p.PeakTime), Allocations: p.Totals.Allocations, Frees: p.Totals.Frees,
 		FailedAllocations: p.Totals.FailedAllocations, UnknownFrees: p.Totals.UnknownFrees,
 		AllocatedBytes:   p.Totals.AllocatedBytes,

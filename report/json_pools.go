@@ -62,11 +62,14 @@ type JSONOOM struct {
 
 // JSONChurn is a process's segment allocator traffic (see analysis.Churn).
 type JSONChurn struct {
-	Allocs          uint64      `json:"allocs"`
-	Frees           uint64      `json:"frees"`
-	AllocNs         uint64      `json:"alloc_ns"`
-	FreeNs          uint64      `json:"free_ns"`
-	CallsPerSecond  float64     `json:"calls_per_second"`
+	Allocs         uint64  `json:"allocs"`
+	Frees          uint64  `json:"frees"`
+	AllocNs        uint64  `json:"alloc_ns"`
+	FreeNs         uint64  `json:"free_ns"`
+	CallsPerSecond float64 `json:"calls_per_second"`
+	// ObservedNs is the span CallsPerSecond was measured over (the run):
+	// the texts quote a rate per second only from a second observed.
+	ObservedNs      uint64      `json:"observed_ns"`
 	Cycles          uint64      `json:"cycles"`
 	CycleBytes      uint64      `json:"cycle_bytes"`
 	CycleNs         uint64      `json:"cycle_ns"`
@@ -120,7 +123,7 @@ func jsonChurn(res *analysis.Result, c *analysis.Churn) *JSONChurn {
 		return nil
 	}
 	return &JSONChurn{Allocs: c.Allocs, Frees: c.Frees, AllocNs: c.AllocNs, FreeNs: c.FreeNs,
-		CallsPerSecond: c.CallsPerSecond, Cycles: c.Cycles, CycleBytes: c.CycleBytes, CycleNs: c.CycleNs,
+		CallsPerSecond: c.CallsPerSecond, ObservedNs: c.ObservedNs, Cycles: c.Cycles, CycleBytes: c.CycleBytes, CycleNs: c.CycleNs,
 		CycleGapNs: c.CycleGapNs, CostMsPerSecond: c.CostMsPerSecond,
 		FreeStacks: jsonStacks(res, c.FreeStacks), AllocStacks: jsonStacks(res, c.AllocStacks)}
 }

@@ -115,9 +115,9 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if len(res.Processes) > 0 {
 		p("## Processes\n\n| pid | started | command | peak bytes | live at end | allocations | failed | parent | pinned host peak |\n| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, pr := range res.Processes {
-			p("| %d | %s | %s | %d | %d | %d | %d | %d | %d |\n", pr.PID, secs(res, pr.Start), cell(strings.Join(pr.Command, " ")),
+			p("| %s | %s | %s | %d | %d | %d | %d | %s | %d |\n", res.Run.PIDText(pr.PID), secs(res, pr.Start), cell(strings.Join(pr.Command, " ")),
 				pr.Totals.PeakBytes, pr.Totals.LiveBytesAtEnd, pr.Totals.Allocations, pr.Totals.FailedAllocations,
-				pr.PPID, pr.Host.PeakBytes)
+				ppidText(res, pr.PPID), pr.Host.PeakBytes)
 		}
 		for i := range res.Processes {
 			if pr := &res.Processes[i]; pr.SupersededAt != 0 {
@@ -185,6 +185,11 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	}
 	for i, f := range res.Findings {
 		p("### %d. %s (%s), %d bytes (%s)\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, analysis.FormatBytes(f.Bytes), md(f.Summary))
+		if l := f.Leak; l != nil {
+			// The bytes at stake, then the rule's evidence and the rate.
+			p("Evidence: +%d bytes over the run (%s to %s); detection windows %s; rate %s.\n\n",
+				l.GrowthBytes, secs(res, l.From), secs(res, l.To), windowsText(res, l), md(growthRate(l)))
+		}
 		if len(f.Remediation) > 0 {
 			p("Remediation:\n\n")
 			for _, r := range f.Remediation {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // writePoolsMarkdown writes the block layer's sections: fragmentation per
@@ -18,7 +19,7 @@ func writePoolsMarkdown(p func(string, ...any), res *analysis.Result) {
 	p("Blocks (tensors) placed inside segments (cudaMalloc) by address. Cached free = reserved - allocated; the largest free range is the largest request the cache could serve without a new segment. An OOM is \"fragmentation\" when the cache held at least the failing request in free bytes, else \"capacity\"; the request is the failing cudaMalloc's size (the segment the allocator asked for).\n\n")
 	for i := range res.Pools {
 		pl := &res.Pools[i]
-		p("### Process %d, device %s\n\n", pl.PID, analysis.DeviceName(pl.Device))
+		p("### Process %s, device %s\n\n", res.Run.PIDText(pl.PID), analysis.DeviceName(pl.Device))
 		p("| moment | reserved | allocated | cached free | largest free range | free ranges | segments | pinned segments |\n")
 		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		row := func(name string, s analysis.PoolState) {
@@ -57,7 +58,13 @@ func writePoolsMarkdown(p func(string, ...any), res *analysis.Result) {
 			p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 			churned = true
 		}
-		p("| %d | %d | %d | %.1f | %.3f | %d | %d | %.3f |\n", pr.PID, c.Allocs, c.Frees, c.CallsPerSecond,
+		// Calls per second only from a second observed (analysis doc,
+		// "Rates and projections"); else the calls were made in the run.
+		perSec := "in " + units.Duration(c.ObservedNs)
+		if _, ok := analysis.RateBaseFor(c.ObservedNs); ok {
+			perSec = fmt.Sprintf("%.1f", c.CallsPerSecond)
+		}
+		p("| %s | %d | %d | %s | %.3f | %d | %d | %.3f |\n", res.Run.PIDText(pr.PID), c.Allocs, c.Frees, perSec,
 			float64(c.AllocNs+c.FreeNs)/1e6, c.Cycles, c.CycleBytes, c.CostMsPerSecond)
 	}
 	if churned {

@@ -62,6 +62,12 @@ func preexistingText(res *analysis.Result, p *analysis.Process) string {
 			pre.Bytes, analysis.FormatBytes(pre.Bytes), secs(res, pre.At.Time))
 	default:
 		s = "unknown (attached mid-run, no NVML figure)"
+		if res.Run.Imported() {
+			// A snapshot's allocations from before its trace began are
+			// imported as made at its start; what else the process held
+			// (context, other allocators) it does not say.
+			s = "unknown (an imported snapshot: memory from before its trace is counted as allocated at its start; the CUDA context and other allocators are not in it)"
+		}
 	}
 	return s + fmt.Sprintf("; %d unknown frees (memory from before tracing, sizes unknown)", p.Totals.UnknownFrees)
 }
@@ -96,9 +102,9 @@ func procLabel(res *analysis.Result, p *analysis.Process) string {
 		}
 	}
 	if n > 1 {
-		return fmt.Sprintf("pid %d (started %s)", p.PID, secs(res, p.Start))
+		return fmt.Sprintf("pid %s (started %s)", res.Run.PIDText(p.PID), secs(res, p.Start))
 	}
-	return fmt.Sprintf("pid %d", p.PID)
+	return "pid " + res.Run.PIDText(p.PID)
 }
 
 // writeNVMLMarkdown writes the device layer's section of report.md.

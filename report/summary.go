@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // summaryStacks is how many stacks at the peak the terminal summary names.
@@ -111,12 +112,13 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		if len(f.Stacks) > 0 {
 			site = f.Stacks[0].Site
 		}
-		rate := 0.0
-		if f.Leak != nil {
-			rate = f.Leak.BytesPerSecond
+		// The growth over the run, then its rate under the projection
+		// rule (never a per-minute figure from a sub-minute run).
+		rate := ""
+		if l := f.Leak; l != nil {
+			rate = fmt.Sprintf(" over %s, %s", units.Duration(l.To-l.From), growthRate(l))
 		}
-		p("  +%d bytes (%s, %s/s) at %s\n", f.Bytes, analysis.FormatBytes(f.Bytes),
-			analysis.FormatBytes(uint64(rate)), site)
+		p("  +%d bytes (%s%s) at %s\n", f.Bytes, analysis.FormatBytes(f.Bytes), rate, site)
 	}
 	p("failed allocations: %d (%d bytes requested)\n", t.FailedAllocations, t.FailedBytes)
 	for _, pr := range res.Processes {
@@ -171,7 +173,7 @@ func runLine(res *analysis.Result) string {
 	run := res.Run
 	cmd := strings.Join(run.Command, " ")
 	if cmd == "" {
-		cmd = fmt.Sprintf("pid %d", run.PID)
+		cmd = "pid " + run.PIDText(run.PID)
 	}
 	mode := run.Mode
 	if mode == "" {
@@ -179,9 +181,9 @@ func runLine(res *analysis.Result) string {
 	}
 	end := "cut short (no end record)"
 	if run.Ended {
-		end = fmt.Sprintf("%s, exit code %d", run.EndReason, run.ExitCode)
+		end = endText(&run)
 	}
-	return fmt.Sprintf("%s (%s, %.3f s, %s)", cmd, mode, float64(run.Duration)/1e9, end)
+	return fmt.Sprintf("%s (%s, %s, %s)", cmd, mode, durationText(&run), end)
 }
 
 // noCallsLine is the one line every output carries when CUDA was probed but
@@ -195,9 +197,14 @@ func noCallsLine(run *analysis.Run) string {
 		"or its calls go through a copy of the runtime vramprof did not find)"
 }
 
-// secs renders a stream time as seconds since the run's start.
+// secs renders a stream time as the time since the run's start, in the
+// unit that fits ("+412 µs", "+1.25 s"); "an unknown time" when the
+// stream's times are an order only.
 func secs(res *analysis.Result, t uint64) string {
-	return fmt.Sprintf("+%.3fs", float64(res.Rel(t))/1e9)
+	if !res.Run.TimesKnown() {
+		return "an unknown time"
+	}
+	return units.Offset(res.Rel(t))
 }
 
 func pct(part, whole uint64) float64 {
@@ -213,7 +220,7 @@ func iterationText(p *analysis.Process) string {
 	if it == nil {
 		return ""
 	}
-	s := fmt.Sprintf("%d iterations of %.3f s, paced by the allocations at %s", it.Count, float64(it.PeriodNs)/1e9, it.Site)
+	s := fmt.Sprintf("%d iterations of %s, paced by the allocations at %s", it.Count, units.Duration(it.PeriodNs), it.Site)
 	if it.AllocatedBytesPerIteration > 0 {
 		sign := "+"
 		if it.LiveGrowthPerIteration < 0 {

@@ -28,9 +28,12 @@ func TestRunCapacity(t *testing.T) {
 	truth := scenario.MustReadTruth(t, truthPath)
 
 	type leak struct {
-		CapacityBytes   uint64  `json:"capacity_bytes"`
-		BytesPerMinute  float64 `json:"bytes_per_minute"`
-		TimeToOOMSecond float64 `json:"time_to_oom_s"`
+		CapacityBytes      uint64  `json:"capacity_bytes"`
+		BytesPerMinute     float64 `json:"bytes_per_minute"`
+		TimeToOOMSecond    float64 `json:"time_to_oom_s"`
+		ObservedNs         uint64  `json:"observed_ns"`
+		ProjectionHorizonS float64 `json:"projection_horizon_s"`
+		TimeToOOMProjected *bool   `json:"time_to_oom_projected"`
 	}
 	rep := mustReadJSON[struct {
 		Findings []struct {
@@ -52,6 +55,14 @@ func TestRunCapacity(t *testing.T) {
 	// TestRunMatchesTruth (within 1%).
 	free := float64(capacity - truth.Totals.LiveBytesAtEnd)
 	assert.InEpsilon(t, free/(l.BytesPerMinute/60), l.TimeToOOMSecond, 1e-9)
+	// The projection rule (analysis doc, "Rates and projections"): the time
+	// to OOM is projected only within 10 x the span the rate was observed
+	// over; the json keeps it either way and says which.
+	assert.Greater(t, l.ObservedNs, uint64(0))
+	assert.InEpsilon(t, 10*float64(l.ObservedNs)/1e9, l.ProjectionHorizonS, 1e-9)
+	if assert.NotNil(t, l.TimeToOOMProjected) {
+		assert.Equal(t, l.TimeToOOMSecond <= l.ProjectionHorizonS, *l.TimeToOOMProjected)
+	}
 
 	rr := vramprof(t, execOpts{dir: tmp}, "report", dir, "--capacity", "1GiB", "--format", "json")
 	require.Equal(t, 0, rr.code, "stderr:\n%s", rr.stderr)

@@ -123,6 +123,10 @@ type Report struct {
 		Bytes    uint64        `json:"bytes"`
 		Stacks   []ReportStack `json:"stacks"`
 		Leak     *struct {
+			GrowthBytes       uint64  `json:"growth_bytes"`
+			WindowGrowthBytes uint64  `json:"window_growth_bytes"`
+			ObservedNs        uint64  `json:"observed_ns"`
+			RateBase          string  `json:"rate_base"`
 			Iterations        uint64  `json:"iterations"`
 			BytesPerIteration float64 `json:"bytes_per_iteration"`
 			BytesPerMinute    float64 `json:"bytes_per_minute"`
@@ -454,11 +458,29 @@ func checkFindings(t *testing.T, name string, rep *Report, truth *scenario.Truth
 				// scenarios/leak.c runs ITERATIONS = 100 iterations, and
 				// cache_activations keeps what the truth says it had live at
 				// the end: the rate is that over 100, within 1 %.
+				// The finding's bytes are the growth over the run: what
+				// cache_activations allocated and still held at the end
+				// (the truth's 125132800 = sum over i<100 of 1 MiB + 4096
+				// i), none of it live at the start of a run; the windows
+				// saw less, the first window already holding some.
+				kept := truth.ByFunction["cache_activations"].LiveBytesAtEnd
+				assert.Equal(t, uint64(125132800), kept, "truth: leak.c's arithmetic")
+				assert.Equal(t, kept, f.Bytes, "leak bytes = growth over the run")
 				if assert.NotNil(t, f.Leak, "leak evidence") {
+					assert.Equal(t, kept, f.Leak.GrowthBytes, "growth_bytes")
+					assert.Less(t, f.Leak.WindowGrowthBytes, kept, "window growth is evidence, less than the growth over the run")
 					assert.Equal(t, uint64(100), f.Leak.Iterations, "iterations detected")
-					want := float64(truth.ByFunction["cache_activations"].LiveBytesAtEnd) / 100
+					want := float64(kept) / 100
 					assert.InEpsilon(t, want, f.Leak.BytesPerIteration, 0.01, "bytes per iteration")
-					assert.Greater(t, f.Leak.BytesPerMinute, 0.0, "bytes per minute")
+					assert.Greater(t, f.Leak.BytesPerMinute, 0.0, "bytes per minute (exact, in the json)")
+					// 100 iterations take well under a second here: no
+					// rate per unit of time in the texts, per iteration only.
+					if f.Leak.ObservedNs < 1e9 {
+						assert.Empty(t, f.Leak.RateBase, "no time base under 1 s observed")
+						assert.NotContains(t, f.Summary, "per minute")
+						assert.NotContains(t, f.Summary, "per second")
+					}
+					assert.Contains(t, f.Summary, "1251328 bytes (1.19 MiB) per iteration over 100 iterations of ")
 				}
 			}
 		}

@@ -14,6 +14,11 @@ import (
 // which process it came from.
 const PID = 0
 
+// ReasonUntimed is the End reason of a snapshot whose trace entries carry
+// no time_us: its event times are an order only. It is
+// analysis.EndReasonUntimed (this package does not import analysis).
+const ReasonUntimed = "snapshot without times"
+
 // Command is the imported Process record's command line.
 var Command = []string{"torch.cuda.memory._snapshot()"}
 
@@ -67,12 +72,14 @@ type rangeKey struct {
 // frees the range and reallocates what is left of it.
 func (s *Snapshot) Records() []event.Record {
 	var ops []op
+	timed := false
 	for d, trace := range s.DeviceTraces {
 		for i := range trace {
 			te := &trace[i]
 			t := uint64(i+1) * 1000
 			if te.HasTime {
 				t = uint64(max(te.TimeUS, 0)) * 1000
+				timed = true
 			}
 			ops = append(ops, op{time: t, device: int32(d), index: i, te: te})
 		}
@@ -136,7 +143,13 @@ func (s *Snapshot) Records() []event.Record {
 	for i := range b.events {
 		recs = append(recs, &b.events[i])
 	}
-	return append(recs, &event.End{Time: end, Reason: "snapshot"})
+	// Without time_us the times are an order only: the End says so
+	// (analysis.EndReasonUntimed), and the outputs print no times.
+	reason := "snapshot"
+	if !timed && len(ops) > 0 {
+		reason = ReasonUntimed
+	}
+	return append(recs, &event.End{Time: end, Reason: reason})
 }
 
 // builder replays trace entries into events.

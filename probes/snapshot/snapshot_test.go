@@ -158,6 +158,27 @@ func TestImportOOMAndTimes(t *testing.T) {
 	assert.Equal(t, event.LayerBlock, oom[0].Layer)
 	assert.Equal(t, event.APIPyTorchMalloc, oom[0].API)
 	assert.Equal(t, uint64(1210*1000), recs[len(recs)-1].(*event.End).Time)
+	assert.Equal(t, "snapshot", recs[len(recs)-1].(*event.End).Reason, "times known")
+}
+
+// TestImportUntimed: trace entries without time_us are numbered, an order
+// only, and the End says so (ReasonUntimed, analysis.EndReasonUntimed):
+// the outputs then print no times.
+func TestImportUntimed(t *testing.T) {
+	s := &Snapshot{DeviceTraces: [][]TraceEntry{{
+		{Action: ActionSegmentAlloc, Addr: 0x7f0000000000, Size: 2 * MiB},
+		{Action: ActionSegmentFree, Addr: 0x7f0000000000, Size: 2 * MiB},
+	}}}
+	recs := s.Records()
+	end := recs[len(recs)-1].(*event.End)
+	assert.Equal(t, ReasonUntimed, end.Reason)
+	assert.Equal(t, "snapshot without times", end.Reason)
+	// The same entries with time_us are clock times.
+	for i := range s.DeviceTraces[0] {
+		s.DeviceTraces[0][i].TimeUS, s.DeviceTraces[0][i].HasTime = int64(10*i), true
+	}
+	recs = s.Records()
+	assert.Equal(t, "snapshot", recs[len(recs)-1].(*event.End).Reason)
 }
 
 func TestUnsafePickles(t *testing.T) {

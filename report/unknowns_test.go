@@ -1,0 +1,110 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// importRecords is an imported snapshot as probes/snapshot writes one: PID
+// 0 (a snapshot names no process), exit code 0 (it has none), no host, no
+// wall time. With times (time_us), 2 MiB then 4 MiB at +100 µs and +200
+// µs; without, the importer numbers the entries and ends with
+// analysis.EndReasonUntimed.
+func importRecords(timed bool) []event.Record {
+	reason := "snapshot"
+	if !timed {
+		reason = analysis.EndReasonUntimed
+	}
+	return []event.Record{
+		&event.Header{Version: 1, Tool: "vramprof import", Mode: "import", Command: []string{"snap.pickle"}, Start: 1000},
+		&event.Process{PID: 0, Command: []string{"torch.cuda.memory._snapshot()"}, Time: 1000},
+		&event.Stack{ID: 1, PID: 0, Frames: []event.Frame{{Function: "forward", File: "train.py", Line: 10}}},
+		&event.Event{Time: 101_000, Kind: event.KindAlloc, Addr: 0x1000000, Size: 2 * MiB, Stack: 1, Device: 0, API: event.APICudaMalloc},
+		&event.Event{Time: 201_000, Kind: event.KindAlloc, Addr: 0x2000000, Size: 4 * MiB, Stack: 1, Device: 0, API: event.APICudaMalloc},
+		&event.End{Time: 201_000, Reason: reason},
+	}
+}
+
+// TestImportUnknowns: what a snapshot does not know reads "unknown" in
+// every output, never 0: the PID, the parent, the exit code; and, without
+// time_us, the duration and every time.
+func TestImportUnknowns(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		timed bool
+		// text is what the summary must say, absent what it must not.
+		text, absent []string
+		runUnknown   []string
+		procUnknown  []string
+	}{
+		{name: "timed", timed: true,
+			// 1000 ns origin, the 6 MiB peak at 201000 ns: +200 µs, not
+			// "+0.000s".
+			text:        []string{"(import, 200 µs, snapshot, exit code unknown)", "peak:               6291456 bytes (6.00 MiB) at +200 µs", "top stacks at the peak of pid unknown"},
+			absent:      []string{"pid 0", "exit code 0", "+0.000s", "attached mid-run"},
+			runUnknown:  []string{"pid", "exit_code", "host", "start_time"},
+			procUnknown: []string{"pid", "ppid"}},
+		{name: "untimed",
+			text:        []string{"(import, duration unknown, snapshot without times, exit code unknown)", "at an unknown time", "pid unknown"},
+			absent:      []string{"pid 0", "exit code 0", "µs", "+0 s"},
+			runUnknown:  []string{"pid", "exit_code", "host", "start_time", "duration_ns", "times"},
+			procUnknown: []string{"pid", "ppid", "peak_time_ns"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustResult(t, importRecords(tc.timed))
+			var txt, md, html, js bytes.Buffer
+			require.NoError(t, WriteSummary(&txt, res))
+			require.NoError(t, WriteMarkdown(&md, res))
+			require.NoError(t, WriteHTML(&html, res))
+			require.NoError(t, WriteJSON(&js, res))
+			for _, want := range tc.text {
+				assert.Contains(t, txt.String(), want)
+			}
+			for _, not := range tc.absent {
+				assert.NotContains(t, txt.String(), not)
+				assert.NotContains(t, md.String(), not)
+			}
+			assert.Contains(t, md.String(), "exit code unknown")
+			assert.Contains(t, md.String(), "### Process unknown:")
+			assert.Contains(t, md.String(), "| unknown | ")
+			assert.Contains(t, html.String(), "<dt>root pid</dt><dd>unknown</dd>")
+			assert.Contains(t, html.String(), "exit code unknown")
+			assert.NotContains(t, html.String(), "exit code 0")
+
+			// report.json keeps v1's fields (pid 0, exit_code 0) and says
+			// they are placeholders.
+			var j struct {
+				Run struct {
+					PID      *uint32  `json:"pid"`
+					ExitCode *int     `json:"exit_code"`
+					Unknown  []string `json:"unknown"`
+				} `json:"run"`
+				Processes []struct {
+					PID     *uint32  `json:"pid"`
+					Unknown []string `json:"unknown"`
+				} `json:"processes"`
+			}
+			require.NoError(t, json.Unmarshal(js.Bytes(), &j))
+			require.NotNil(t, j.Run.PID, "v1's run.pid stays")
+			require.NotNil(t, j.Run.ExitCode, "v1's run.exit_code stays")
+			assert.Equal(t, tc.runUnknown, j.Run.Unknown)
+			require.Len(t, j.Processes, 1)
+			require.NotNil(t, j.Processes[0].PID, "v1's processes[].pid stays")
+			assert.Equal(t, tc.procUnknown, j.Processes[0].Unknown)
+		})
+	}
+
+	// The importer's literal (probes/snapshot.ReasonUntimed) is this one.
+	assert.Equal(t, "snapshot without times", analysis.EndReasonUntimed)
+
+	// A traced run knows them all: no "unknown" list.
+	var js bytes.Buffer
+	require.NoError(t, WriteJSON(&js, mustResult(t, trainRecords())))
+	assert.NotContains(t, js.String(), `"unknown":`)
+}

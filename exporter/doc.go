@@ -1,0 +1,32 @@
+// Package exporter is `vramprof serve`'s live view of every traced process:
+// it takes a session's records as a probes.Sink, keeps one analysis.Analyzer
+// per process, and serves Prometheus metrics and pprof profiles from them
+// over HTTP.
+//
+// # Memory bound
+//
+// Nothing grows with the number of events, only with what is live and with
+// the number of distinct call sites:
+//
+//   - no event log and no trace file: each record is folded into its
+//     process's Analyzer and dropped;
+//   - an Analyzer holds its process's live allocations, one aggregate per
+//     allocation class (process, stack, device, API, size) and per stack,
+//     fixed-size timeline and leak grids, and per stack at most 2^16
+//     allocation times and 2^16 live-bytes changes (the iteration detector's
+//     caps, analysis/iterations.go): bounded per stack, not per event;
+//   - a process that exited is kept for Options.Grace after its exit (late
+//     records, a last pprof fetch) and dropped once a /metrics scrape has
+//     reported its final figures, or after Options.TTL whether scraped or
+//     not.
+//
+// Figures are computed at scrape time (analysis.Analyzer.Snapshot) and
+// cached until the process's next record, so a scrape costs one analysis
+// per changed process, and the reader is never slowed by scrapers beyond
+// the per-process lock.
+//
+// # Concurrency
+//
+// An Exporter is safe for concurrent use: the session's reader writes
+// records while HTTP handlers read snapshots.
+package exporter

@@ -1,0 +1,259 @@
+package exporter
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	gprofile "github.com/google/pprof/profile"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+const MiB = uint64(1) << 20
+
+// clock is a settable Options.Now.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+// feed writes a small run for pid: allocations of 4 MiB (freed) and 1 MiB
+// (kept) n times, and one failed 80 GiB allocation, on device dev.
+func feed(t *testing.T, x *Exporter, pid uint32, dev int32, n int) {
+	t.Helper()
+	base := uint64(pid) << 32
+	require.NoError(t, x.Write(&event.Process{PID: pid, Command: []string{"/usr/bin/trainer", "--x"}}))
+	require.NoError(t, x.Write(&event.Stack{ID: 1, PID: pid, Frames: []event.Frame{{Addr: 0x10, Function: "cudaMalloc"}, {Addr: 0x20, Function: "step"}}}))
+	for i := range uint64(n) {
+		ev := func(e event.Event) {
+			e.PID, e.Device, e.Layer, e.Stack = pid, dev, event.LayerSegment, 1
+			require.NoError(t, x.Write(&e))
+		}
+		ev(event.Event{Time: 10*i + 1, Addr: base + 0x1000_0000, Size: 4 * MiB, Kind: event.KindAlloc, API: event.APICudaMalloc})
+		ev(event.Event{Time: 10*i + 2, Addr: base + 0x2000_0000 + i*MiB, Size: MiB, Kind: event.KindAlloc, API: event.APICudaMalloc})
+		ev(event.Event{Time: 10*i + 3, Addr: base + 0x1000_0000, Kind: event.KindFree, API: event.APICudaFree})
+	}
+	fail := event.Event{Time: 10*uint64(n) + 1, Size: 80 << 30, Ret: 2, PID: pid, Device: dev, Layer: event.LayerSegment,
+		Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc}
+	require.NoError(t, x.Write(&fail))
+}
+
+// scrape fetches /metrics and returns its families by name.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// value is the sum of name's series with label pid (and the extra labels
+// given, "name", "value" pairs); ok is false when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, pid uint32, extra ...string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	want := map[string]string{"pid": strconv.FormatUint(uint64(pid), 10)}
+	for i := 0; i+1 < len(extra); i += 2 {
+		want[extra[i]] = extra[i+1]
+	}
+	var sum float64
+	found := false
+next:
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		found = true
+		switch {
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Untyped != nil:
+			sum += m.Untyped.GetValue()
+		}
+	}
+	return sum, found
+}
+
+func TestMetrics(t *testing.T) {
+	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x.SetHeader(&event.Header{Mode: "serve", Start: 0})
+	feed(t, x, 4242, 0, 5)
+	feed(t, x, 4343, 1, 3)
+	require.NoError(t, x.Write(&event.Lost{Total: 7, Late: 1}))
+	srv := httptest.NewServer(x.Handler())
+	defer srv.Close()
+
+	fams := scrape(t, srv.URL)
+	for _, tc := range []struct {
+		name string
+		pid  uint32
+		n    int
+		dev  string
+	}{{"first", 4242, 5, "0"}, {"second", 4343, 3, "1"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			check := func(metric string, want uint64, extra ...string) {
+				t.Helper()
+				v, ok := value(fams, metric, tc.pid, extra...)
+				require.True(t, ok, "%s for pid %d", metric, tc.pid)
+				assert.Equal(t, float64(want), v, metric)
+			}
+			n := uint64(tc.n)
+			check(MetricLiveBytes, n*MiB, "device", tc.dev, "command", "trainer")
+			check(MetricPeakBytes, (n-1)*MiB+5*MiB, "device", tc.dev)
+			check(MetricProcessPeakBytes, (n-1)*MiB+5*MiB)
+			check(MetricAllocations, 2*n)
+			check(MetricFrees, n)
+			check(MetricAllocatedBytes, 5*MiB*n)
+			check(MetricFailedAllocations, 1)
+			check(MetricProcessExited, 0)
+			_, ok := value(fams, MetricFindings, tc.pid)
+			assert.True(t, ok, "findings")
+		})
+	}
+	assert.Equal(t, float64(7), fams[MetricLostEvents].Metric[0].Counter.GetValue())
+	assert.Equal(t, float64(2), fams[MetricProcesses].Metric[0].Gauge.GetValue())
+}
+
+func TestProfiles(t *testing.T) {
+	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	feed(t, x, 4242, 0, 5)
+	feed(t, x, 4343, 0, 3)
+	srv := httptest.NewServer(x.Handler())
+	defer srv.Close()
+	total := func(p *gprofile.Profile, typ string) int64 {
+		i := -1
+		for j, st := range p.SampleType {
+			if st.Type == typ {
+				i = j
+			}
+		}
+		require.GreaterOrEqual(t, i, 0, typ)
+		var s int64
+		for _, smp := range p.Sample {
+			s += smp.Value[i]
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		path string
+		def  string
+		typ  string
+		want uint64
+	}{
+		{"/debug/pprof/inuse?pid=4242", "inuse_space", "inuse_space", 5 * MiB},
+		{"/pprof/inuse?pid=4343", "inuse_space", "inuse_space", 3 * MiB},
+		{"/debug/pprof/peak?pid=4242", "peak_space", "peak_space", 9 * MiB},
+		{"/debug/pprof/alloc?pid=4242", "alloc_space", "alloc_space", 25 * MiB},
+		{"/debug/pprof/inuse", "inuse_space", "inuse_space", 8 * MiB},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + tc.path)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			p, err := gprofile.Parse(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, tc.def, p.DefaultSampleType)
+			assert.Equal(t, int64(tc.want), total(p, tc.typ))
+		})
+	}
+	for path, code := range map[string]int{"/debug/pprof/inuse?pid=1": 404, "/debug/pprof/inuse?pid=x": 400, "/debug/pprof/heap": 404} {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, code, resp.StatusCode, path)
+	}
+}
+
+// TestExitedProcessesAreDropped: an exited process stays through the grace
+// period, is dropped after a scrape reported it, or after the TTL unscraped.
+func TestExitedProcessesAreDropped(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	running := map[uint32]bool{1: true, 2: true}
+	x := New(Options{Grace: 10 * time.Second, TTL: time.Minute, Now: c.now,
+		Alive: func(pid uint32, _ uint64) bool { return running[pid] }})
+	feed(t, x, 1, 0, 2)
+	feed(t, x, 2, 0, 2)
+	srv := httptest.NewServer(x.Handler())
+	defer srv.Close()
+
+	assert.Equal(t, 2, x.Sweep())
+	running[1], running[2] = false, false
+	assert.Equal(t, 2, x.Sweep(), "just exited: kept")
+	fams := scrape(t, srv.URL)
+	v, ok := value(fams, MetricProcessExited, 1)
+	require.True(t, ok)
+	assert.Equal(t, float64(1), v)
+	v, _ = value(fams, MetricLiveBytes, 1)
+	assert.Equal(t, float64(2*MiB), v, "final figures")
+	c.t = c.t.Add(5 * time.Second)
+	assert.Equal(t, 2, x.Sweep(), "scraped, within grace: kept")
+	c.t = c.t.Add(6 * time.Second)
+	assert.Equal(t, 0, x.Sweep(), "scraped and past grace: dropped")
+
+	feed(t, x, 3, 0, 1)
+	x.Sweep()
+	c.t = c.t.Add(30 * time.Second)
+	assert.Equal(t, 1, x.Sweep(), "unscraped, within TTL")
+	c.t = c.t.Add(31 * time.Second)
+	assert.Equal(t, 0, x.Sweep(), "unscraped, past TTL")
+}
+
+// TestReusedPID: a Process record for a PID whose process exited starts a
+// fresh analysis; one for a running PID (an exec) continues it.
+func TestReusedPID(t *testing.T) {
+	running := true
+	x := New(Options{Alive: func(uint32, uint64) bool { return running }})
+	feed(t, x, 7, 0, 2)
+	feed(t, x, 7, 0, 1) // exec: same process
+	res, err := x.Result(7)
+	require.NoError(t, err)
+	assert.Len(t, res.Processes, 2)
+	running = false
+	x.Sweep()
+	feed(t, x, 7, 0, 1)
+	res, err = x.Result(7)
+	require.NoError(t, err)
+	require.Len(t, res.Processes, 1)
+	assert.Equal(t, uint64(2), res.Processes[0].Totals.Allocations)
+}
+
+func TestParseCgroup(t *testing.T) {
+	id := "3f4e1b2a9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"
+	for _, tc := range []struct {
+		name, in, path, container string
+	}{
+		{"v2 docker", "0::/system.slice/docker-" + id + ".scope\n", "/system.slice/docker-" + id + ".scope", id},
+		{"v2 kubepods", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-" + id + ".scope\n", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-" + id + ".scope", id},
+		{"v2 user", "0::/user.slice/user-0.slice/session-1.scope\n", "/user.slice/user-0.slice/session-1.scope", ""},
+		{"v1", "12:memory:/docker/" + id + "\n11:cpu:/docker/" + id + "\n", "/docker/" + id, id},
+		{"empty", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, c := parseCgroup([]byte(tc.in))
+			assert.Equal(t, tc.path, path)
+			assert.Equal(t, tc.container, c)
+		})
+	}
+}

@@ -1,0 +1,134 @@
+package exporter
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	gprofile "github.com/google/pprof/profile"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vramprof/vramprof/profile"
+)
+
+// Profiles are the pprof endpoints' names and the sample type each shows
+// by default. Every profile carries all six sample types (profile.SampleTypes):
+// `go tool pprof -sample_index=...` picks another.
+var Profiles = map[string]string{
+	"inuse": "inuse_space", // live now
+	"peak":  "peak_space",  // live at the process's peak
+	"alloc": "alloc_space", // everything allocated since tracing began
+}
+
+// Handler returns the HTTP handler of x's endpoints:
+//
+//	/metrics                                   Prometheus metrics
+//	/debug/pprof/{inuse,peak,alloc}[?pid=N]    pprof profiles (gzipped protobuf)
+//	/pprof/{inuse,peak,alloc}[?pid=N]          the same
+//	/                                          a plain-text index of processes
+//
+// Without pid, a profile merges every process held.
+func (x *Exporter) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x.Collector())
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for name := range Profiles {
+		mux.HandleFunc("GET /debug/pprof/"+name, x.serveProfile(name))
+		mux.HandleFunc("GET /pprof/"+name, x.serveProfile(name))
+	}
+	mux.HandleFunc("GET /{$}", x.serveIndex)
+	return mux
+}
+
+func (x *Exporter) serveProfile(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := x.Profile(name, r.URL.Query().Get("pid"))
+		switch {
+		case errors.Is(err, ErrNoProcess):
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name+".pb.gz"))
+		if err := p.Write(w); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	}
+}
+
+// Profile builds the named profile (see Profiles) of the process pid, or of
+// every process held when pid is "".
+func (x *Exporter) Profile(name, pid string) (*gprofile.Profile, error) {
+	def, ok := Profiles[name]
+	if !ok {
+		return nil, fmt.Errorf("exporter: unknown profile %q (inuse, peak, alloc)", name)
+	}
+	var procs []*proc
+	if pid == "" {
+		procs = x.processes()
+	} else {
+		n, err := strconv.ParseUint(pid, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("exporter: pid %q is not a process ID", pid)
+		}
+		x.mu.Lock()
+		p := x.procs[uint32(n)]
+		x.mu.Unlock()
+		if p == nil {
+			return nil, fmt.Errorf("%w: %d", ErrNoProcess, n)
+		}
+		procs = []*proc{p}
+	}
+	var ps []*gprofile.Profile
+	for _, p := range procs {
+		b, err := profile.Build(p.snapshot())
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, b)
+	}
+	var out *gprofile.Profile
+	switch len(ps) {
+	case 0:
+		out = &gprofile.Profile{SampleType: profile.SampleTypes}
+	case 1:
+		out = ps[0]
+	default:
+		var err error
+		if out, err = gprofile.Merge(ps); err != nil {
+			return nil, fmt.Errorf("merge profiles: %w", err)
+		}
+	}
+	out.DefaultSampleType = def
+	return out, nil
+}
+
+func (x *Exporter) serveIndex(w http.ResponseWriter, _ *http.Request) {
+	var b strings.Builder
+	b.WriteString("vramprof serve\n\n/metrics\n/debug/pprof/{inuse,peak,alloc}?pid=N  (go tool pprof http://HOST:PORT/debug/pprof/peak?pid=N)\n\n")
+	lost := x.Lost()
+	fmt.Fprintf(&b, "lost events: %d\n\n%-8s %-16s %14s %14s %s\n", lost.Total, "PID", "COMMAND", "LIVE", "PEAK", "STATE")
+	for _, p := range x.processes() {
+		res := p.snapshot()
+		state := "running"
+		if !p.exitedAt().IsZero() {
+			state = "exited"
+		}
+		var live, peak uint64
+		for _, pr := range res.Processes {
+			if pr.SupersededAt == 0 {
+				live, peak = pr.Totals.LiveBytesAtEnd, pr.Totals.PeakBytes
+			}
+		}
+		fmt.Fprintf(&b, "%-8d %-16s %14d %14d %s\n", p.pid, p.command, live, peak, state)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}

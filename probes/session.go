@@ -450,7 +450,9 @@ func (s *Session) scan(p *proc) error {
 func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 	maps, err := symbolize.ReadMaps(int(pid))
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		// A process exiting as its maps are read: ESRCH rather than
+		// ENOENT. attach --all and serve met it with short-lived processes.
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return nil, fmt.Errorf("%w: %d", ErrNoProcess, pid)
 		}
 		return nil, err

@@ -30,6 +30,9 @@ const usage = `usage: vramprof <command> [flags]
                                              gate CI on GPU memory: exit 0 pass, 1 regression,
                                              2 error or unknown (events lost)
   diff    BASE NEW [--format text|json]      compare two recordings (DIRs, traces or report.json files)
+  serve   [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--python auto|off] [-q]
+                                             a node daemon: trace every CUDA process, serve Prometheus
+                                             metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)
 
 Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json,
 report.md, report.html; with a caching allocator traced, oom-<n>.pb.gz at each failed allocation.
@@ -100,6 +103,12 @@ func dispatch(ctx context.Context, cmd string, args []string) (int, error) {
 			return 0, err
 		}
 		return 0, diffCmd(o, os.Stdout)
+	case "serve":
+		o, err := parseServe(args)
+		if err != nil {
+			return 0, err
+		}
+		return 0, serve(ctx, o)
 	default:
 		return 0, usageError(fmt.Errorf("unknown command %q; run 'vramprof help'", cmd))
 	}

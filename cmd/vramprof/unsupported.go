@@ -17,6 +17,8 @@ func run(context.Context, *runOptions) (int, error) { return 0, errLinuxOnly }
 
 func attach(context.Context, *attachOptions) error { return errLinuxOnly }
 
+func serve(context.Context, *serveOptions) error { return errLinuxOnly }
+
 // isTerminalWriter reports whether w is a terminal (a character device
 // other than /dev/null, as near as this system lets us tell portably).
 func isTerminalWriter(w io.Writer) bool {

@@ -107,6 +107,12 @@ func (x *Exporter) Profile(name, pid string) (*gprofile.Profile, error) {
 		}
 	}
 	out.DefaultSampleType = def
+	// Frames were symbolized here, from the files the processes map: a
+	// mapping without HasFunctions makes `go tool pprof URL` ask this
+	// server's /debug/pprof/symbol, which a GPU profile cannot answer.
+	for _, m := range out.Mapping {
+		m.HasFunctions = true
+	}
 	return out, nil
 }
 

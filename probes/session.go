@@ -105,10 +105,15 @@ type Session struct {
 	stops int
 	sym   *symbolize.Symbolizer
 
-	allocs     []allocspec.Allocator // built-in and user specs; none with NoPool
-	procs      map[uint32]*proc
-	notCUDA    map[fileKey]bool // files scanned and found to hold nothing to probe
+	allocs  []allocspec.Allocator // built-in and user specs; none with NoPool
+	procs   map[uint32]*proc
+	notCUDA map[fileKey]bool // files scanned and found to hold nothing to probe
+	// stacks interns raw stacks by PID and frames; stackSeq is the last
+	// StackID given. An exited process's entries are dropped
+	// (forgetExited), so a long session (attach --all, serve) holds the
+	// stacks of live processes only; IDs are never reused.
 	stacks     map[string]event.StackID
+	stackSeq   event.StackID
 	stackKey   []byte
 	raw        rawRecord
 	decodeErrs uint64
@@ -401,6 +406,19 @@ func (s *Session) forgetExited() {
 			p.forget = false
 			s.sym.Forget(p.pid)
 			s.dropPython(p)
+			s.forgetStacks(p.pid)
+		}
+	}
+}
+
+// forgetStacks drops pid's interned stacks (keys start with the PID): a
+// later process with that PID has other stacks, interned afresh.
+func (s *Session) forgetStacks(pid uint32) {
+	var prefix [4]byte
+	binary.LittleEndian.PutUint32(prefix[:], pid)
+	for k := range s.stacks {
+		if len(k) >= 4 && k[:4] == string(prefix[:]) {
+			delete(s.stacks, k)
 		}
 	}
 }
@@ -956,7 +974,8 @@ func (s *Session) intern(pid uint32, frames, py []uint64, pyFlags uint8) (event.
 			return 0, fmt.Errorf("write mapping record: %w", err)
 		}
 	}
-	id := event.StackID(len(s.stacks) + 1)
+	s.stackSeq++
+	id := s.stackSeq
 	s.stacks[string(key)] = id
 	if err := s.opts.Sink.Write(&event.Stack{ID: id, PID: pid, Frames: syms}); err != nil {
 		return 0, fmt.Errorf("write stack record: %w", err)

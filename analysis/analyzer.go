@@ -51,6 +51,12 @@ type Options struct {
 	// Capacity, when set, is every device's memory size in bytes for the
 	// leak's projected time to out-of-memory, over NVML's DeviceInfo.
 	Capacity uint64
+	// IterationLog is the most entries each of the iteration detector's
+	// logs keeps (default DefaultIterationLog, at least 64): per site, the
+	// allocation times; per stack and per process, the live-bytes changes.
+	// It bounds the Analyzer's memory per site, whatever the stream's
+	// length; a long-lived consumer (vramprof serve) sets it lower.
+	IterationLog int
 }
 
 func (o Options) withDefaults() Options {
@@ -71,6 +77,10 @@ func (o Options) withDefaults() Options {
 	if o.ChurnWindow == 0 {
 		o.ChurnWindow = DefaultChurnWindow
 	}
+	if o.IterationLog <= 0 {
+		o.IterationLog = DefaultIterationLog
+	}
+	o.IterationLog = max(o.IterationLog, 64)
 	return o
 }
 

@@ -8,13 +8,13 @@ import (
 )
 
 const (
-	// maxSiteTimes caps the allocation times kept per allocation site for
-	// iteration detection; a site past it stops recording (its Count goes
-	// on).
-	maxSiteTimes = 1 << 16
-	// maxLiveLog caps the live-bytes changes kept per stack for the leak
-	// rate per iteration; a stack past it falls back to growth/iterations.
-	maxLiveLog = 1 << 16
+	// DefaultIterationLog caps, per allocation site, the allocation times
+	// kept for iteration detection (a site past it stops recording; its
+	// Count goes on), and per stack and per process the live-bytes changes
+	// kept for the rates per iteration (past it they fall back to
+	// growth/iterations). 2^16 entries: a recording's whole loop; about
+	// 1 MiB per site at most.
+	DefaultIterationLog = 1 << 16
 	// maxIterationStarts caps Iterations.Starts.
 	maxIterationStarts = 1000
 	// minIterations is the fewest iterations that make a loop.
@@ -58,7 +58,7 @@ func (a *Analyzer) logProc(sp *space) {
 	if sp.key.sc != deviceScope || sp.logFull {
 		return
 	}
-	if len(sp.log) == maxLiveLog {
+	if len(sp.log) == a.opts.IterationLog {
 		sp.logFull, sp.log = true, nil
 		return
 	}
@@ -105,7 +105,7 @@ func (a *Analyzer) noteSite(k groupKey, t uint64) {
 		a.sites[k] = s
 	}
 	s.count++
-	if len(s.times) < maxSiteTimes {
+	if len(s.times) < a.opts.IterationLog {
 		s.seq = append(s.seq, a.run.Events)
 		s.times = append(s.times, t)
 	}
@@ -128,7 +128,7 @@ func (a *Analyzer) logLive(g *groupState, t uint64) {
 	if l.full {
 		return
 	}
-	if len(l.changes) == maxLiveLog {
+	if len(l.changes) == a.opts.IterationLog {
 		l.full, l.changes = true, nil
 		return
 	}

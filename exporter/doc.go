@@ -12,9 +12,10 @@
 //     process's Analyzer and dropped;
 //   - an Analyzer holds its process's live allocations, one aggregate per
 //     allocation class (process, stack, device, API, size) and per stack,
-//     fixed-size timeline and leak grids, and per stack at most 2^16
-//     allocation times and 2^16 live-bytes changes (the iteration detector's
-//     caps, analysis/iterations.go): bounded per stack, not per event;
+//     fixed-size timeline and leak grids, and per site at most
+//     DefaultIterationLog (4096) allocation times and live-bytes changes
+//     (the iteration detector's logs, analysis.Options.IterationLog):
+//     bounded per site, not per event (TestMemoryIsBounded);
 //   - a process that exited is kept for Options.Grace after its exit (late
 //     records, a last pprof fetch) and dropped once a /metrics scrape has
 //     reported its final figures, or after Options.TTL whether scraped or

@@ -26,6 +26,10 @@ const (
 	// DefaultTTL drops an exited process nobody scraped: a daemon on a
 	// node running short jobs must not keep every job it ever saw.
 	DefaultTTL = 10 * time.Minute
+	// DefaultIterationLog is analysis.Options.IterationLog for serve: 4096
+	// allocation times per site still find a training loop (4 iterations
+	// make one), and cap a site's logs near 160 KiB instead of 2.5 MiB.
+	DefaultIterationLog = 1 << 12
 )
 
 // ErrNoProcess is returned for a PID the exporter does not hold.
@@ -39,7 +43,8 @@ type Options struct {
 	// TTL is how long an exited process is kept at most, scraped or not
 	// (default DefaultTTL).
 	TTL time.Duration
-	// Analysis tunes each process's Analyzer.
+	// Analysis tunes each process's Analyzer; IterationLog defaults to
+	// DefaultIterationLog here.
 	Analysis analysis.Options
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -90,6 +95,9 @@ func New(opts Options) *Exporter {
 		opts.TTL = DefaultTTL
 	}
 	opts.TTL = max(opts.TTL, opts.Grace)
+	if opts.Analysis.IterationLog <= 0 {
+		opts.Analysis.IterationLog = DefaultIterationLog
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

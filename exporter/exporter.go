@@ -71,8 +71,9 @@ type proc struct {
 	// start is the process's start time (/proc/PID/stat), to tell a
 	// reused PID from the process that had it.
 	start uint64
-	// Labels: command (argv0's base name, else comm), cgroup path and the
-	// container ID found in it ("" when none).
+	// Labels: command (argv0's base name, else comm; p.mu guards it, an
+	// exec changes it), cgroup path and the container ID found in it (""
+	// when none).
 	command, cgroup, container string
 
 	mu sync.Mutex
@@ -162,6 +163,13 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	defer x.mu.Unlock()
 	p := x.procs[pid]
 	if p != nil && (p.exitedAt().IsZero() || !isProcess(rec)) {
+		if r, ok := rec.(*event.Process); ok && len(r.Command) > 0 {
+			// An exec: the process is what it now runs (a launcher that
+			// became python). Its series take the new name.
+			p.mu.Lock()
+			p.command = filepath.Base(r.Command[0])
+			p.mu.Unlock()
+		}
 		return p
 	}
 	p = &proc{pid: pid, an: analysis.New(x.opts.Analysis)}

@@ -226,10 +226,12 @@ func TestReusedPID(t *testing.T) {
 	running := true
 	x := New(Options{Alive: func(uint32, uint64) bool { return running }})
 	feed(t, x, 7, 0, 2)
-	feed(t, x, 7, 0, 1) // exec: same process
+	require.NoError(t, x.Write(&event.Process{PID: 7, Command: []string{"/usr/bin/python3", "train.py"}})) // exec: same process
+	feed(t, x, 7, 0, 1)
 	res, err := x.Result(7)
 	require.NoError(t, err)
-	assert.Len(t, res.Processes, 2)
+	assert.GreaterOrEqual(t, len(res.Processes), 2, "an instance per image")
+	assert.Equal(t, "trainer", x.procs[7].command, "feed's Process record came last")
 	running = false
 	x.Sweep()
 	feed(t, x, 7, 0, 1)
@@ -255,5 +257,32 @@ func TestParseCgroup(t *testing.T) {
 			assert.Equal(t, tc.path, path)
 			assert.Equal(t, tc.container, c)
 		})
+	}
+}
+
+// TestConcurrentScrapes: records keep coming while /metrics and profiles
+// are read and processes are swept (run with -race).
+func TestConcurrentScrapes(t *testing.T) {
+	x := New(Options{Alive: func(pid uint32, _ uint64) bool { return pid%2 == 0 }, Grace: time.Nanosecond})
+	srv := httptest.NewServer(x.Handler())
+	defer srv.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for pid := uint32(1); pid <= 40; pid++ {
+			feed(t, x, pid, 0, 20)
+		}
+	}()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		_ = scrape(t, srv.URL)
+		resp, err := http.Get(srv.URL + "/debug/pprof/inuse")
+		require.NoError(t, err)
+		resp.Body.Close()
+		x.Sweep()
 	}
 }

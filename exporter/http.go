@@ -123,17 +123,19 @@ func (x *Exporter) serveIndex(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "lost events: %d\n\n%-8s %-16s %14s %14s %s\n", lost.Total, "PID", "COMMAND", "LIVE", "PEAK", "STATE")
 	for _, p := range x.processes() {
 		res := p.snapshot()
-		state := "running"
-		if !p.exitedAt().IsZero() {
+		p.mu.Lock()
+		state, command := "running", p.command
+		if !p.exited.IsZero() {
 			state = "exited"
 		}
+		p.mu.Unlock()
 		var live, peak uint64
 		for _, pr := range res.Processes {
 			if pr.SupersededAt == 0 {
 				live, peak = pr.Totals.LiveBytesAtEnd, pr.Totals.PeakBytes
 			}
 		}
-		fmt.Fprintf(&b, "%-8d %-16s %14d %14d %s\n", p.pid, p.command, live, peak, state)
+		fmt.Fprintf(&b, "%-8d %-16s %14d %14d %s\n", p.pid, command, live, peak, state)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))

@@ -88,8 +88,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descProcs, prometheus.GaugeValue, float64(len(procs)))
 	for _, p := range procs {
 		res := p.snapshot()
-		lv := []string{strconv.FormatUint(uint64(p.pid), 10), p.command, p.cgroup, p.container}
 		p.mu.Lock()
+		lv := []string{strconv.FormatUint(uint64(p.pid), 10), p.command, p.cgroup, p.container}
 		exited := !p.exited.IsZero()
 		if exited {
 			p.reported = true

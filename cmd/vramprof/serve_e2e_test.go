@@ -125,6 +125,24 @@ func TestServe(t *testing.T) {
 		}
 	})
 
+	t.Run("exited", func(t *testing.T) {
+		// longrun exits 0 on SIGTERM; serve notices within its sweep
+		// and keeps the final figures for the grace period.
+		require.NoError(t, lr.cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, <-lr.exit)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			fams := scrapeMetrics(t, base)
+			if v, _ := metricValue(fams, exporter.MetricProcessExited, pid); v == 1 {
+				live, _ := metricValue(fams, exporter.MetricLiveBytes, pid)
+				assert.Equal(t, float64(want.LiveBytesAtEnd), live, "final figures kept")
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "pid %d never reported exited", lr.pid)
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-done:

@@ -407,6 +407,14 @@ func (s *Session) forgetExited() {
 			s.sym.Forget(p.pid)
 			s.dropPython(p)
 			s.forgetStacks(p.pid)
+			if s.opts.All {
+				// A session that adopts every process (serve runs for
+				// weeks) keeps none it has seen exit; a later process
+				// with the PID is adopted afresh. ExitStatus is for
+				// single-target sessions.
+				delete(s.procs, p.pid)
+				delete(s.exits, p.pid)
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	gprofile "github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vramprof/vramprof/profile"
@@ -25,7 +26,7 @@ var Profiles = map[string]string{
 
 // Handler returns the HTTP handler of x's endpoints:
 //
-//	/metrics                                   Prometheus metrics
+//	/metrics                                   Prometheus metrics (and serve's own go_*, process_*)
 //	/debug/pprof/{inuse,peak,alloc}[?pid=N]    pprof profiles (gzipped protobuf)
 //	/pprof/{inuse,peak,alloc}[?pid=N]          the same
 //	/                                          a plain-text index of processes
@@ -33,7 +34,10 @@ var Profiles = map[string]string{
 // Without pid, a profile merges every process held.
 func (x *Exporter) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(x.Collector())
+	// serve's own memory and CPU (go_*, process_*) beside the figures: the
+	// bound on its memory is something to watch on a fleet.
+	reg.MustRegister(x.Collector(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	for name := range Profiles {

@@ -23,8 +23,10 @@
 //
 // Figures are computed at scrape time (analysis.Analyzer.Snapshot) and
 // cached until the process's next record, so a scrape costs one analysis
-// per changed process, and the reader is never slowed by scrapers beyond
-// the per-process lock.
+// per changed process. The analysis holds that process's lock: its records
+// wait meanwhile (about 10 ms for 100k live allocations at 1000 sites),
+// which the session's ring buffer absorbs; other processes' records do not
+// wait.
 //
 // # Concurrency
 //

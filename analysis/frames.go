@@ -87,7 +87,9 @@ func isGlueSource(file string) bool {
 // name, and it is neither in the CUDA runtime or driver, nor in a caching
 // allocator, nor glue (IsGlueFile, isGlueSource).
 func siteCandidate(f event.Frame, m *event.Mapping) bool {
-	if f.Function == "" {
+	// A Python code object that could not be read is a placeholder named
+	// by its address: unnamed, for the site's purpose.
+	if f.Function == "" || strings.HasPrefix(f.Function, "<python code ") {
 		return false
 	}
 	if m == nil {

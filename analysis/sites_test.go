@@ -111,8 +111,10 @@ func TestSites(t *testing.T) {
 				{Addr: 0x400100, Mapping: 5, Function: "_PyEval_EvalFrameDefault"},
 				py("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241),
 				py("load", "model.py", 12), py("<module>", "model.py", 29)},
+			{rt("cudaMalloc"), {Addr: 0x7fa010, Mapping: 3}, {Addr: 0x5555aa00, Function: "<python code 0x5555aa00>"},
+				py("<module>", "model.py", 31)},
 		},
-		want: []string{"cache_embeddings (model.py:22)", "load (model.py:12)"},
+		want: []string{"cache_embeddings (model.py:22)", "load (model.py:12)", "<module> (model.py:31)"},
 	}, {
 		name: "nothing named outside the runtime: the leaf-most frame outside it",
 		stacks: [][]event.Frame{

@@ -285,11 +285,16 @@ func (b *builder) function(name, file string, interpreted bool) *gprofile.Functi
 // model.py. pprof's symbolizer takes a name with brackets for demangled C++
 // and strips the "template arguments", leaving "<unknown>" (so every
 // module frame of every file became one node); a dotted name before "<" is
-// Java's "Class.<init>" form, which it keeps. SystemName keeps the name
-// the interpreter gave.
+// Java's "Class.<init>" form, which it keeps. Without a file the brackets
+// go ("python code 0x..."). SystemName keeps the name the interpreter gave.
 func pprofName(name, file string) string {
-	if !strings.HasPrefix(name, "<") || file == "" || strings.HasPrefix(file, "<") {
+	if !strings.HasPrefix(name, "<") {
 		return name
+	}
+	if file == "" || strings.HasPrefix(file, "<") {
+		// No module to name ("<python code 0x...>", a code object that
+		// could not be read): the name without its brackets.
+		return strings.TrimSuffix(strings.TrimPrefix(name, "<"), ">")
 	}
 	mod := path.Base(file)
 	mod = strings.TrimSuffix(mod, path.Ext(mod))

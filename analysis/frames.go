@@ -168,48 +168,77 @@ func sitePath(s *Stack) []int {
 // stack that ends there) is a shared helper, and the frame just outside it
 // tells this stack apart: the site is "caller -> helper", a call edge of
 // the stack. byPID holds each process's allocation stacks.
+//
+// The leaf-side paths form a trie per process, its nodes numbered and its
+// frame keys interned, so the work is linear in the frames however deep
+// the stacks.
 func assignSites(stacks map[event.StackID]*Stack, byPID map[uint32][]event.StackID) {
+	const (
+		unset = -2 // no stack has passed the node yet
+		end   = -1 // a stack ends at the node
+	)
+	type edge struct{ parent, key int32 }
 	for _, ids := range byPID {
-		// next[prefix] holds the keys of the frames just outside prefix
-		// (a leaf-side path of frame keys) in the process's stacks; "" is
-		// a stack ending there.
-		next := make(map[string]map[string]bool)
-		paths := make(map[event.StackID][]int, len(ids))
+		keys := make(map[string]int32)
+		intern := func(f event.Frame) int32 {
+			k := frameKey(f)
+			id, ok := keys[k]
+			if !ok {
+				id = int32(len(keys))
+				keys[k] = id
+			}
+			return id
+		}
+		children := make(map[edge]int32)
+		after := []int32{unset} // node 0 is the root, above every leaf
+		branches := []bool{false}
+		nodes := make(map[event.StackID][]int32, len(ids))
 		for _, id := range ids {
 			s := stacks[id]
 			if s == nil || len(s.candidates) == 0 {
 				continue
 			}
 			p := sitePath(s)
-			paths[id] = p
-			var prefix strings.Builder
+			path := make([]int32, len(p))
+			ks := make([]int32, len(p))
 			for k, i := range p {
-				prefix.WriteString(frameKey(s.Frames[i]))
-				prefix.WriteByte(1)
-				after := ""
-				if k+1 < len(p) {
-					after = frameKey(s.Frames[p[k+1]])
-				}
-				set := next[prefix.String()]
-				if set == nil {
-					set = make(map[string]bool)
-					next[prefix.String()] = set
-				}
-				set[after] = true
+				ks[k] = intern(s.Frames[i])
 			}
+			node := int32(0)
+			for k := range p {
+				e := edge{node, ks[k]}
+				c, ok := children[e]
+				if !ok {
+					c = int32(len(after))
+					children[e] = c
+					after = append(after, unset)
+					branches = append(branches, false)
+				}
+				node, path[k] = c, c
+				next := int32(end)
+				if k+1 < len(p) {
+					next = ks[k+1]
+				}
+				switch after[node] {
+				case unset:
+					after[node] = next
+				case next:
+				default:
+					branches[node] = true
+				}
+			}
+			nodes[id] = path
 		}
-		for id, p := range paths {
+		for id, path := range nodes {
 			s := stacks[id]
-			var prefix strings.Builder
-			for k, i := range p {
-				prefix.WriteString(frameKey(s.Frames[i]))
-				prefix.WriteByte(1)
-				if len(next[prefix.String()]) < 2 {
+			p := sitePath(s)
+			for k, node := range path {
+				if !branches[node] {
 					continue
 				}
 				if k+1 < len(p) {
-					s.SiteFrame, s.Helper = p[k+1], i
-					s.Site = s.Lines[p[k+1]] + " -> " + s.Lines[i]
+					s.SiteFrame, s.Helper = p[k+1], p[k]
+					s.Site = s.Lines[p[k+1]] + " -> " + s.Lines[p[k]]
 				}
 				break
 			}

@@ -353,7 +353,8 @@
 // so it is chosen in two steps.
 //
 // Candidates: named frames outside the CUDA runtime and driver
-// (IsRuntimeFile), caching allocators (IsAllocatorFile) and glue
+// (IsRuntimeFile; or by name, cudaMalloc, cuMemAlloc_v2, cudart::..., for
+// a runtime linked statically into the program), caching allocators (IsAllocatorFile) and glue
 // (IsGlueFile: libffi, CPython's _ctypes, the cffi backend, libpython or a
 // python executable's eval loop and call machinery, libc and the loader;
 // and Python frames of <frozen importlib...> or the ctypes and cffi

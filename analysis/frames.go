@@ -84,18 +84,34 @@ func isGlueSource(file string) bool {
 }
 
 // siteCandidate reports whether a frame may be a stack's site: it has a
-// name, and it is neither in the CUDA runtime or driver, nor in a caching
-// allocator, nor glue (IsGlueFile, isGlueSource).
+// name, and it is neither the CUDA runtime or driver (by file, or by name
+// when linked in: isCUDAAPIName), nor in a caching allocator, nor glue
+// (IsGlueFile, isGlueSource).
 func siteCandidate(f event.Frame, m *event.Mapping) bool {
 	// A Python code object that could not be read is a placeholder named
 	// by its address: unnamed, for the site's purpose.
 	if f.Function == "" || strings.HasPrefix(f.Function, "<python code ") {
 		return false
 	}
+	if isCUDAAPIName(f.Function) {
+		return false
+	}
 	if m == nil {
 		return !isGlueSource(f.File)
 	}
 	return !IsRuntimeFile(m.File) && !IsAllocatorFile(m.File) && !IsGlueFile(m.File)
+}
+
+// isCUDAAPIName reports whether a function is the CUDA runtime's or
+// driver's by its name: the API's entry points (cudaMalloc,
+// cudaMallocAsync_ptsz, cuMemAlloc_v2, cuMemCreate) and the runtime's C++
+// namespace (cudart::). It catches a runtime linked statically into the
+// program or one of its libraries, where the file does not tell.
+func isCUDAAPIName(fn string) bool {
+	upperAt := func(i int) bool { return len(fn) > i && fn[i] >= 'A' && fn[i] <= 'Z' }
+	return strings.HasPrefix(fn, "cudart::") ||
+		strings.HasPrefix(fn, "cuda") && upperAt(4) ||
+		strings.HasPrefix(fn, "cu") && upperAt(2)
 }
 
 // renderStack copies a stack record, renders its frames, and finds its

@@ -116,6 +116,14 @@ func TestSites(t *testing.T) {
 		},
 		want: []string{"cache_embeddings (model.py:22)", "load (model.py:12)", "<module> (model.py:31)"},
 	}, {
+		name: "a runtime linked into the program is told by its API names",
+		stacks: [][]event.Frame{
+			{cframe("cudaMalloc", 199), cframe("static_alloc", 16), cframe("main", 26)},
+			{cframe("cuMemAlloc_v2", 300), cframe("cudart::driverAlloc", 250), cframe("cudaMallocAsync_ptsz", 210),
+				cframe("stream_alloc", 30), cframe("main", 27)},
+		},
+		want: []string{"static_alloc (train.c:16)", "stream_alloc (train.c:30)"},
+	}, {
 		name: "nothing named outside the runtime: the leaf-most frame outside it",
 		stacks: [][]event.Frame{
 			{rt("cudaMalloc"), {Addr: 0x7fa010, Mapping: 3}},

@@ -361,7 +361,10 @@
 // packages). An unnamed frame (0x7f... (libffi.so.8.1.2)) is never a
 // candidate: its address changes from run to run. So a Python program
 // calling the runtime through ctypes or cffi gets its innermost Python
-// frame, "cache_embeddings (model.py:22)".
+// frame, "cache_embeddings (model.py:22)". Python frames of installed
+// libraries and the standard library (site-packages, dist-packages,
+// lib/python3.N/: torch/nn/functional.py's linear) are candidates only in
+// a stack without a frame of the user's own code.
 //
 // Shared helpers: the leaf-most candidate is the site unless the
 // process's other allocation stacks share it. Compare each stack's

@@ -83,6 +83,29 @@ func isGlueSource(file string) bool {
 		strings.Contains(file, "/ctypes/") || strings.Contains(file, "/cffi/")
 }
 
+// isLibrarySource reports whether a Python frame's file is an installed
+// library's or the standard library's rather than the user's own code:
+// under site-packages or dist-packages, or under lib/python3.N/. Such
+// frames (torch/nn/functional.py's linear) make a site only when a stack
+// has no frame of the user's.
+func isLibrarySource(file string) bool {
+	if strings.Contains(file, "/site-packages/") || strings.Contains(file, "/dist-packages/") {
+		return true
+	}
+	for _, lib := range []string{"/lib/python", "/lib64/python"} {
+		i := strings.Index(file, lib)
+		if i < 0 {
+			continue
+		}
+		rest := file[i+len(lib):]
+		j := strings.IndexByte(rest, '/')
+		if j > 0 && strings.Trim(rest[:j], "0123456789.t") == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // siteCandidate reports whether a frame may be a stack's site: it has a
 // name, and it is neither the CUDA runtime or driver (by file, or by name
 // when linked in: isCUDAAPIName), nor in a caching allocator, nor glue
@@ -120,6 +143,7 @@ func isCUDAAPIName(fn string) bool {
 func renderStack(s *event.Stack, mappings map[event.MappingID]event.Mapping) *Stack {
 	out := &Stack{ID: s.ID, PID: s.PID, Frames: s.Frames,
 		Lines: make([]string, len(s.Frames)), Runtime: make([]bool, len(s.Frames)), SiteFrame: -1, Helper: -1}
+	var library []int
 	for i, f := range s.Frames {
 		var mp *event.Mapping
 		if m, ok := mappings[f.Mapping]; ok && f.Mapping != 0 {
@@ -128,8 +152,16 @@ func renderStack(s *event.Stack, mappings map[event.MappingID]event.Mapping) *St
 		out.Lines[i] = RenderFrame(f, mp)
 		out.Runtime[i] = mp != nil && IsRuntimeFile(mp.File)
 		if siteCandidate(f, mp) {
-			out.candidates = append(out.candidates, i)
+			if mp == nil && isLibrarySource(f.File) {
+				library = append(library, i)
+			} else {
+				out.candidates = append(out.candidates, i)
+			}
 		}
+	}
+	if len(out.candidates) == 0 {
+		// Only library Python frames: they are better than nothing.
+		out.candidates = library
 	}
 	out.Site = NoStack
 	if len(out.candidates) > 0 {

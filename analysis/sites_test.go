@@ -116,6 +116,18 @@ func TestSites(t *testing.T) {
 		},
 		want: []string{"cache_embeddings (model.py:22)", "load (model.py:12)", "<module> (model.py:31)"},
 	}, {
+		name: "python: the user's frame before an installed library's",
+		stacks: [][]event.Frame{
+			{rt("cudaMalloc"), py("linear", "/usr/lib/python3/dist-packages/torch/nn/functional.py", 2300),
+				py("Linear.forward", "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 116),
+				py("Model.forward", "/srv/model.py", 40), py("<module>", "/srv/model.py", 90)},
+			{rt("cudaMalloc"), py("copy", "/usr/lib/python3.11/copy.py", 70), py("<module>", "/srv/model.py", 91)},
+			{rt("cudaMalloc"), py("linear", "/usr/lib/python3/dist-packages/torch/nn/functional.py", 2300),
+				py("run", "/usr/lib/python3.11/threading.py", 975)},
+		},
+		want: []string{"Model.forward (/srv/model.py:40)", "<module> (/srv/model.py:91)",
+			"linear (/usr/lib/python3/dist-packages/torch/nn/functional.py:2300)"},
+	}, {
 		name: "a runtime linked into the program is told by its API names",
 		stacks: [][]event.Frame{
 			{cframe("cudaMalloc", 199), cframe("static_alloc", 16), cframe("main", 26)},

@@ -63,15 +63,12 @@ func IsGlueFile(file string) bool {
 	return isPythonExecutable(base)
 }
 
-// isPythonExecutable matches the interpreter's executables (python,
-// python3, python3.11, python3.13t, python3.11d).
+// isPythonExecutable matches the interpreter's executables: "python", or
+// "python" and a version (python3, python3.11, python3.13t, python3.11d,
+// and builds renamed after it, python3.13-shared).
 func isPythonExecutable(base string) bool {
 	rest, ok := strings.CutPrefix(base, "python")
-	if !ok {
-		return false
-	}
-	rest = strings.TrimRight(rest, "dt")
-	return strings.Trim(rest, "0123456789.") == ""
+	return ok && (rest == "" || rest[0] >= '0' && rest[0] <= '9')
 }
 
 // isGlueSource reports whether a frame outside any mapping (interpreted

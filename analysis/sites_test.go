@@ -179,3 +179,23 @@ func TestSitesPerProcess(t *testing.T) {
 	assert.Equal(t, "dev_alloc (train.c:10)", r.Site(1))
 	assert.Equal(t, "dev_alloc (train.c:10)", r.Site(2))
 }
+
+func TestGlueFiles(t *testing.T) {
+	for file, want := range map[string]bool{
+		"/usr/lib/x86_64-linux-gnu/libffi.so.8.1.2":                                        true,
+		"/usr/lib/python3.11/lib-dynload/_ctypes.cpython-311-x86_64-linux-gnu.so":          true,
+		"/venv/lib/python3.12/site-packages/_cffi_backend.cpython-312-x86_64-linux-gnu.so": true,
+		"/usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0":                                   true,
+		"/usr/bin/python3.11":                            true,
+		"/usr/bin/python3":                               true,
+		"/opt/py/bin/python3.13-shared":                  true,
+		"/usr/lib/x86_64-linux-gnu/libc.so.6":            true,
+		"/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2": true,
+		"/srv/train":                                     false,
+		"/srv/pythonic_tool":                             false,
+		"/usr/lib/libcudart.so.12":                       false, // the runtime: IsRuntimeFile
+		"/usr/lib/x86_64-linux-gnu/libcrypto.so.3":       false,
+	} {
+		assert.Equal(t, want, IsGlueFile(file), file)
+	}
+}

@@ -572,9 +572,22 @@ type Stack struct {
 	// linked in statically), functions named as the runtime's
 	// (IsRuntimeFunction).
 	Runtime []bool
-	// Site is the rendered leaf-most frame outside the CUDA runtime: where the
-	// user's code asked for memory. Findings point there.
+	// Site names where the user's code asked for memory, as every output
+	// shows it (see "Sites" in doc.go): the rendered leaf-most named frame
+	// outside the CUDA runtime, caching allocators and FFI or interpreter
+	// glue; or, when that frame is a helper the process's other allocation
+	// stacks share, "caller -> helper" with the caller that tells this
+	// stack apart. Findings point there.
 	Site string
+	// SiteFrame is the index in Frames of the frame Site names first (the
+	// caller when there is a helper); -1 without frames.
+	SiteFrame int
+	// Helper is the index in Frames of the shared helper Site names after
+	// the caller; -1 when Site names one frame.
+	Helper int
+	// candidates are the indexes of the frames that may make a site, leaf
+	// first.
+	candidates []int
 }
 
 // Timeline is live bytes over time of one process on one device and layer,

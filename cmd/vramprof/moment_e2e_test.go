@@ -298,6 +298,9 @@ func TestMomentRateLimit(t *testing.T) {
 			require.Equal(t, uint64(300), failures, "truth: failed requests")
 			rep := mustReadReport(t, filepath.Join(dir, "report.json"))
 			assert.Equal(t, failures, val(t, "failed_allocations", rep.Totals.FailedAllocations))
+			assert.Zero(t, val(t, "lost_events", rep.Totals.LostEvents), "lost_events while moments were written")
+			assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations))
+			assert.Equal(t, truth.Totals.Frees, val(t, "frees", rep.Totals.Frees))
 
 			names := momentDirs(t, dir)
 			require.NotEmpty(t, names)

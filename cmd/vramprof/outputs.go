@@ -177,7 +177,7 @@ type outputDir struct {
 }
 
 // ensureDir creates dir (and parents) for the outputs named in files (and
-// oom-<n>.pb.gz), opens it, and checks that it is writable now, before
+// oom-<n>.pb.gz; momentsDir among files is a directory), opens it, and checks that it is writable now, before
 // anything is traced, so an unwritable directory is an error at once rather
 // than after an hour of training. created says whether it was made here.
 //

@@ -170,6 +170,14 @@ func TestMomentOOM(t *testing.T) {
 		peak += s.Value[5] // peak_space/bytes
 	}
 	assert.Equal(t, int64(live), peak, "the moment's profile: peak_space")
+	mdText, err := os.ReadFile(filepath.Join(md, "report.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(mdText), "(run, ")
+	assert.Contains(t, string(mdText), "oom moment 1, recording went on)")
+	assert.Contains(t, string(mdText), "the failed request: cudaMalloc of 402653184 bytes")
+	html, err := os.ReadFile(filepath.Join(md, "report.html"))
+	require.NoError(t, err)
+	assert.Contains(t, string(html), "<dt>moment</dt>")
 	assert.Contains(t, r.stderr, "oom moment: wrote "+md)
 	assert.Contains(t, r.stderr, "moment reports: 1 in "+filepath.Join(dir, "moments"))
 }

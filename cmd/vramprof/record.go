@@ -109,7 +109,11 @@ func (s traceSink) Write(rec event.Record) error {
 		return err
 	}
 	if e, ok := isOOM(rec); ok {
-		return s.r.noteOOM(e)
+		// A moment that cannot be taken never stops the recording: a
+		// broken trace shows at the next write anyway.
+		if err := s.r.noteOOM(e); err != nil {
+			s.r.moments.note("oom moment: %v", err)
+		}
 	}
 	return nil
 }

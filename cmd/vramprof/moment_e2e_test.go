@@ -348,3 +348,18 @@ func TestMomentRateLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestMomentIntervalFlag: a negative --moment-interval is a usage error.
+func TestMomentIntervalFlag(t *testing.T) {
+	for _, cmd := range []string{"run", "attach"} {
+		args := []string{cmd, "--moment-interval", "-1s"}
+		if cmd == "run" {
+			args = append(args, "--", "true")
+		} else {
+			args = append(args, "-p", "1")
+		}
+		r := vramprof(t, execOpts{dir: t.TempDir()}, args...)
+		assert.Equal(t, exitToolError, r.code, "%s: stderr:\n%s", cmd, r.stderr)
+		assert.Contains(t, r.stderr, cmd+": --moment-interval -1s is negative")
+	}
+}

@@ -204,11 +204,31 @@ func TestTruncated(t *testing.T) {
 // lengthFields returns the byte offsets of every record's length field.
 func lengthFields(data []byte) map[int]bool {
 	out := map[int]bool{}
-	for off := preambleSize; off+frameHead <= len(data); {
-		for i := 1; i < frameHead; i++ {
-			out[off+i] = true
+	for _, f := range splitFrames(data) {
+		for i := f.off + 1; i < f.off+f.head; i++ {
+			out[i] = true
 		}
-		off += frameHead + int(binary.LittleEndian.Uint32(data[off+1:])) + frameTail
+	}
+	return out
+}
+
+// rawFrame is one record of an undamaged version 2 trace.
+type rawFrame struct {
+	off, head int // offset in the file; type and length bytes
+	typ       byte
+	payload   []byte
+}
+
+// splitFrames splits an undamaged version 2 trace into its records.
+func splitFrames(data []byte) []rawFrame {
+	var out []rawFrame
+	for off := preambleSize; off+minFrame <= len(data); {
+		n, k := binary.Uvarint(data[off+1:])
+		f := rawFrame{off: off, head: 1 + k, typ: data[off]}
+		end := min(off+f.head+int(n), len(data))
+		f.payload = data[off+f.head : end]
+		out = append(out, f)
+		off = end + frameTail
 	}
 	return out
 }
@@ -271,7 +291,7 @@ func TestHeaderErrors(t *testing.T) {
 		{"magic prefix", []byte("VRAM"), ErrTruncated, "preamble"},
 		{"not a trace", []byte("{\"schema\": \"vramprof/report/v1\"}"), ErrNotTrace, "bad magic"},
 		{"short foreign", []byte("PK"), ErrNotTrace, "bad magic"},
-		{"newer version", withVersion(2), ErrVersion, "upgrade vramprof"},
+		{"newer version", withVersion(Version + 1), ErrVersion, "upgrade vramprof"},
 		{"version zero", withVersion(0), ErrCorrupt, "version 0"},
 		{"header cut", good[:len(good)-1], ErrTruncated, "header"},
 		{"event first", append(bytes.Clone(good[:preambleSize]), mustTrace(t, nil, testEvent(1))[len(good):]...), ErrCorrupt, "not a header"},
@@ -285,8 +305,17 @@ func TestHeaderErrors(t *testing.T) {
 	}
 }
 
-// appendFrame appends a hand-made record with a valid checksum.
+// appendFrame appends a hand-made version 2 record with a valid checksum.
 func appendFrame(b []byte, typ byte, payload []byte) []byte {
+	start := len(b)
+	b = append(b, typ)
+	b = binary.AppendUvarint(b, uint64(len(payload)))
+	b = append(b, payload...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// appendFrameV1 appends a hand-made version 1 record with a valid checksum.
+func appendFrameV1(b []byte, typ byte, payload []byte) []byte {
 	start := len(b)
 	b = append(b, typ)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
@@ -294,28 +323,67 @@ func appendFrame(b []byte, typ byte, payload []byte) []byte {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
+// eventV1 is an Event's version 1 payload, as version 1 wrote it.
+func eventV1(ev *Event) []byte {
+	p := make([]byte, eventSize)
+	le := binary.LittleEndian
+	le.PutUint64(p[0:], ev.Time)
+	le.PutUint64(p[8:], ev.Duration)
+	le.PutUint64(p[16:], ev.Addr)
+	le.PutUint64(p[24:], ev.Size)
+	le.PutUint64(p[32:], ev.Stream)
+	le.PutUint32(p[40:], ev.PID)
+	le.PutUint32(p[44:], ev.TID)
+	le.PutUint32(p[48:], uint32(ev.Stack))
+	le.PutUint32(p[52:], uint32(ev.Ret))
+	le.PutUint32(p[56:], uint32(ev.Device))
+	p[60] = byte(ev.Kind)
+	p[61] = byte(ev.Layer)
+	le.PutUint16(p[62:], uint16(ev.API))
+	p[64] = byte(ev.Flags)
+	return p
+}
+
+// traceV1 is a version 1 trace of testHeader and nothing else, for tests
+// to append version 1 records to.
+func traceV1() []byte {
+	b := append([]byte(Magic), 1, 0)
+	var e encoder
+	e.header(testHeader())
+	return appendFrameV1(b, recHeader, e.b)
+}
+
 // TestForwardCompatible reads what a newer minor version may write: unknown
 // record types and fields appended to payloads.
 func TestForwardCompatible(t *testing.T) {
-	data := mustTrace(t, nil, testEvent(1))
+	two := mustTrace(t, nil, testEvent(1), testEvent(2))
+	frames := splitFrames(two)
+	require.Len(t, frames, 3)
+	data := bytes.Clone(two[:frames[2].off])
 	data = appendFrame(data, 200, []byte("a record type from the future"))
-	longer := mustTrace(t, nil, testEvent(2))[len(mustTrace(t, nil)):]
-	payload := append(bytes.Clone(longer[frameHead:frameHead+eventSize]), 1, 2, 3, 4, 5, 6, 7, 8)
-	data = appendFrame(data, recEvent, payload)
-	lost := mustTrace(t, nil, &Lost{Time: 5, Total: 6})[len(mustTrace(t, nil)):]
-	data = appendFrame(data, recLost, append(bytes.Clone(lost[frameHead:len(lost)-frameTail]), 0x99))
+	data = appendFrame(data, recEvent, append(bytes.Clone(frames[2].payload), 1, 2, 3, 4, 5, 6, 7, 8))
+	lost := splitFrames(mustTrace(t, nil, &Lost{Time: 5, Total: 6}))[1]
+	data = appendFrame(data, recLost, append(bytes.Clone(lost.payload), 0x99))
 
 	r, got, err := readAll(t, data)
 	require.NoError(t, err)
 	assert.False(t, r.Truncated())
 	assert.Equal(t, []Record{testEvent(1), testEvent(2), &Lost{Time: 5, Total: 6}}, got)
+
+	// Version 1 the same way.
+	data = appendFrameV1(traceV1(), recEvent, eventV1(testEvent(1)))
+	data = appendFrameV1(data, 200, []byte("a record type from the future"))
+	data = appendFrameV1(data, recEvent, append(eventV1(testEvent(2)), 1, 2, 3, 4, 5, 6, 7, 8))
+	r, got, err = readAll(t, data)
+	require.NoError(t, err)
+	assert.False(t, r.Truncated())
+	assert.Equal(t, []Record{testEvent(1), testEvent(2)}, got)
 }
 
 // TestLostWithoutLate reads a Lost written before Late was appended (Time
 // and Total only): Late reads as 0.
 func TestLostWithoutLate(t *testing.T) {
-	data := mustTrace(t, nil)
-	data = appendFrame(data, recLost, []byte{5, 6}) // uvarints: Time 5, Total 6
+	data := appendFrameV1(traceV1(), recLost, []byte{5, 6}) // uvarints: Time 5, Total 6
 	_, got, err := readAll(t, data)
 	require.NoError(t, err)
 	assert.Equal(t, []Record{&Lost{Time: 5, Total: 6}}, got)
@@ -326,8 +394,7 @@ func TestLostWithoutLate(t *testing.T) {
 func TestEventWithoutFlags(t *testing.T) {
 	ev := testEvent(3)
 	ev.Flags = FlagNested
-	frame := mustTrace(t, nil, ev)[len(mustTrace(t, nil)):]
-	data := appendFrame(mustTrace(t, nil), recEvent, bytes.Clone(frame[frameHead:frameHead+minEventSize]))
+	data := appendFrameV1(traceV1(), recEvent, eventV1(ev)[:minEventSize])
 	_, got, err := readAll(t, data)
 	require.NoError(t, err)
 	want := *ev
@@ -344,7 +411,7 @@ func TestLibraryWithoutSkipped(t *testing.T) {
 	e.str(lib.Path)
 	e.str(lib.BuildID)
 	e.strList(lib.Symbols)
-	_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recLibrary, e.b))
+	_, got, err := readAll(t, appendFrameV1(traceV1(), recLibrary, e.b))
 	require.NoError(t, err)
 	assert.Equal(t, []Record{lib}, got)
 }
@@ -359,7 +426,7 @@ func TestLibraryWithoutStrippedRuntime(t *testing.T) {
 	e.str(lib.BuildID)
 	e.strList(lib.Symbols)
 	e.strList(lib.Skipped)
-	_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recLibrary, e.b))
+	_, got, err := readAll(t, appendFrameV1(traceV1(), recLibrary, e.b))
 	require.NoError(t, err)
 	assert.Equal(t, []Record{lib}, got)
 }
@@ -372,7 +439,13 @@ func TestBadPayloads(t *testing.T) {
 		payload []byte
 		message string
 	}{
-		{"short event", recEvent, make([]byte, minEventSize-1), "want at least 64"},
+		{"empty event", recEvent, nil, "ends early"},
+		{"event cut", recEvent, []byte{0, 0, 1, 2, 3}, "ends early"},
+		{"event op not in table", recEvent, []byte{0, 5, 0, 0, 1}, "op code 5"},
+		{"event size not in table", recEvent, []byte{0, 0, 1, 1, 12, 0, 0, 3}, "size code 3"},
+		{"event unknown extra", recEvent, []byte{mExtra, 0x80}, "extra fields"},
+		{"event thread id", recEvent, []byte{mTID, 1}, "thread id -1"},
+		{"event api over 16 bits", recEvent, []byte{0, 0, 1, 1, 0xff, 0xff, 0x04}, "16 bits"},
 		{"second header", recHeader, nil, "second header"},
 		{"empty stack", recStack, nil, "ends early"},
 		{"huge frame count", recStack, []byte{1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, "list of"},
@@ -392,8 +465,25 @@ func TestBadPayloads(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.message)
 		})
 	}
+	t.Run("short version 1 event", func(t *testing.T) {
+		_, _, err := readAll(t, appendFrameV1(traceV1(), recEvent, make([]byte, minEventSize-1)))
+		require.ErrorIs(t, err, ErrCorrupt)
+		assert.Contains(t, err.Error(), "want at least 64")
+	})
+	t.Run("length not a uvarint", func(t *testing.T) {
+		b := append(bytes.Clone(base), recStack, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)
+		_, _, err := readAll(t, b)
+		require.ErrorIs(t, err, ErrCorrupt)
+		assert.Contains(t, err.Error(), "bad record length")
+	})
+	t.Run("version 1 length over limit", func(t *testing.T) {
+		b := append(traceV1(), recStack, 0, 0, 0, 0x7f)
+		_, _, err := readAll(t, b)
+		require.ErrorIs(t, err, ErrCorrupt)
+		assert.Contains(t, err.Error(), "limit")
+	})
 	t.Run("length over limit", func(t *testing.T) {
-		b := append(bytes.Clone(base), recStack, 0, 0, 0, 0x7f)
+		b := append(bytes.Clone(base), recStack, 0x80, 0x80, 0x80, 0x10, 0)
 		_, _, err := readAll(t, b)
 		require.ErrorIs(t, err, ErrCorrupt)
 		assert.Contains(t, err.Error(), "limit")
@@ -430,7 +520,7 @@ func TestWriterSticky(t *testing.T) {
 	w, err := NewWriter(fw, testHeader())
 	require.NoError(t, err)
 	fw.err = errors.New("disk full")
-	for i := range 2000 { // enough to overflow the buffer
+	for i := range 20000 { // enough to overflow the buffer
 		if err = w.Write(testEvent(uint64(i))); err != nil {
 			break
 		}

@@ -562,6 +562,10 @@ func FuzzReader(f *testing.F) {
 	f.Add(mustTrace(f, &Header{}))
 	f.Add([]byte(Magic))
 	f.Add(appendFrame(mustTrace(f, nil), recStack, []byte{1, 1, 3, 1, 1, 0, 0, 2}))
+	f.Add(mustTrace(f, nil, pairRecords()...))
+	// Format 1: hand-made, and as recorded from a scenario.
+	f.Add(appendFrameV1(appendFrameV1(traceV1(), recEvent, eventV1(testEvent(1))), recStack, []byte{1, 1, 0}))
+	f.Add(mustFixture(f, "vmm"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -616,4 +620,169 @@ func BenchmarkWriteRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
 	b.ReportMetric(float64(buf.Len())/n, "bytes/event")
+}
+
+// pairRecords are runtime calls with the driver calls nested in them, as
+// the probes record them in effect order: an allocation's nested call
+// returns first, a release's enters second. Most fold.
+func pairRecords() []Record {
+	const pid, tid = 300, 301
+	out := []Record{&Stack{ID: 1, PID: pid}}
+	ev := func(t, d uint64, api API, kind Kind, addr, size uint64, stack StackID, flags Flags, ret int32) *Event {
+		return &Event{Time: t, Duration: d, Addr: addr, Size: size, PID: pid, TID: tid, Stack: stack, Ret: ret,
+			Kind: kind, Layer: LayerSegment, API: api, Flags: flags}
+	}
+	for i := range uint64(4) {
+		t, addr := 10_000+i*1000, 0x7f20_0000_0000+i<<21
+		out = append(out,
+			ev(t, 80, APICuMemAlloc, KindAlloc, addr, 1<<21, 0, FlagNested, 0),
+			ev(t+5, 300, APICudaMalloc, KindAlloc, addr, 1<<21, 1, 0, 0),
+			ev(t+400, 200, APICudaFree, KindFree, addr, 0, 1, 0, 0),
+			ev(t+420, 90, APICuMemFree, KindFree, addr, 0, 2, FlagNested|4, 0))
+	}
+	// A failed allocation: the driver's error is the runtime's.
+	out = append(out,
+		ev(20_000, 50, APICuMemAlloc, KindAlloc, 0, 1<<40, 0, FlagNested, 2),
+		ev(20_010, 70, APICudaMalloc, KindAlloc, 0, 1<<40, 1, 0, 2),
+		// Not a pair: different sizes, then a nested call alone.
+		ev(20_100, 50, APICuMemAlloc, KindAlloc, 0x1000, 512, 0, FlagNested, 0),
+		ev(20_050, 70, APICudaMalloc, KindAlloc, 0x1000, 1024, 1, 0, 0),
+		ev(19_000, 70, APICuMemAlloc, KindAlloc, 0x2000, 1024, 0, FlagNested, 0),
+		&Lost{Time: 21_000},
+		ev(21_000, 5, APICudaFree, KindFree, 0x2000, 0, 1, 0, 0),
+	)
+	return out
+}
+
+// TestFold checks that nested calls fold into their runtime call (the
+// trace is smaller than the same events written unfolded) and read back
+// exactly, in order, and that a cut inside a folded record loses the pair.
+func TestFold(t *testing.T) {
+	want := pairRecords()
+	data := mustTrace(t, nil, want...)
+	_, got, err := readAll(t, data)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	folded := 0
+	for _, f := range splitFrames(data) {
+		if f.typ == recEvent && f.payload[0]&mFold != 0 {
+			folded++
+		}
+	}
+	assert.Equal(t, 9, folded, "four allocations, four frees and the failed allocation fold")
+
+	for cut := len(mustTrace(t, nil)); cut <= len(data); cut++ {
+		_, got, err := readAll(t, data[:cut])
+		require.NoError(t, err, "cut at %d", cut)
+		assert.Equal(t, want[:len(got)], got, "cut at %d: a prefix of what was written", cut)
+		// The stack, then nine folded pairs: never half a pair.
+		if n := len(got); n >= 1 && n <= 19 {
+			assert.Equal(t, 1, n%2, "cut at %d splits a folded pair", cut)
+		}
+	}
+}
+
+// eventsFrom turns fuzz input into a stream of events that exercises the
+// format 2 coding: repeated and new values of every field, times that go
+// back, nested pairs that fold and near-pairs that must not.
+func eventsFrom(data []byte) []Record {
+	out := []Record{}
+	var prev Event
+	next := func(n int) uint64 {
+		var v uint64
+		for i := 0; i < n && len(data) > 0; i++ {
+			v |= uint64(data[0]) << (8 * i)
+			data = data[1:]
+		}
+		return v
+	}
+	for len(data) > 0 {
+		c := next(2)
+		ev := prev
+		pick := func(bit int, bytes int) (uint64, bool) {
+			if c&(1<<bit) == 0 {
+				return 0, false
+			}
+			return next(bytes), true
+		}
+		if v, ok := pick(0, 8); ok {
+			ev.Time = v
+		} else {
+			ev.Time += uint64(int64(int8(next(1))) * 1000)
+		}
+		if v, ok := pick(1, 8); ok {
+			ev.Addr = v
+		}
+		if v, ok := pick(2, 8); ok {
+			ev.Size = v
+		}
+		if v, ok := pick(3, 4); ok {
+			ev.PID, ev.TID = uint32(v), uint32(v)+uint32(next(1))
+		}
+		if v, ok := pick(4, 4); ok {
+			ev.Device = int32(v)
+		}
+		if v, ok := pick(5, 3); ok {
+			ev.Kind, ev.Layer, ev.API = Kind(v), Layer(v>>8), API(v>>16)
+		}
+		if v, ok := pick(6, 8); ok {
+			ev.Duration, ev.Stream = v, v>>(v&63)
+		}
+		if v, ok := pick(7, 4); ok {
+			ev.Stack, ev.Ret, ev.Flags = StackID(v), int32(v)>>8, Flags(v)
+		}
+		e := ev
+		out = append(out, &e)
+		if c&(1<<8) != 0 { // a nested call beside it, maybe not quite a pair
+			n := ev
+			n.Flags |= FlagNested
+			e.Flags &^= FlagNested
+			n.Time += uint64(int64(int8(next(1))))
+			n.API, n.Duration, n.Stack = API(next(1)), next(2), StackID(next(1)&3)
+			if c&(1<<9) != 0 {
+				n.Flags = Flags(next(1))
+			}
+			if c&(1<<10) != 0 {
+				n.Size ^= 1
+			}
+			if c&(1<<11) != 0 {
+				out[len(out)-1] = &n
+				out = append(out, &e)
+			} else {
+				out = append(out, &n)
+			}
+		}
+		prev = *out[len(out)-1].(*Event)
+		if c&(1<<12) != 0 {
+			out = append(out, &Lost{Time: next(1)})
+		}
+	}
+	return out
+}
+
+// FuzzEvents writes the events a fuzz input describes and reads them back:
+// exactly what was written, and a prefix of it from every cut.
+func FuzzEvents(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0xff, 0x1f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+		25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48})
+	f.Add([]byte{0x00, 0x01, 5, 1, 0x40, 0, 0, 0x00, 0x09, 7, 9, 1, 0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x80})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		want := eventsFrom(in)
+		h := &Header{Start: 1 << 40}
+		data := mustTrace(t, h, want...)
+		r, got, err := readAll(t, data)
+		require.NoError(t, err)
+		require.False(t, r.Truncated())
+		require.Equal(t, want, got)
+		if len(data) > 4096 {
+			return
+		}
+		for cut := len(mustTrace(t, h)); cut < len(data); cut++ {
+			_, got, err := readAll(t, data[:cut])
+			require.NoError(t, err, "cut at %d", cut)
+			require.Equal(t, want[:len(got)], got, "cut at %d", cut)
+		}
+	})
 }

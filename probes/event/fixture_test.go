@@ -75,6 +75,13 @@ func TestV1Fixtures(t *testing.T) {
 		}
 		fmt.Fprintf(&digests, "%s records=%d events=%d bytes=%d sha256=%x\n",
 			name, len(recs), events, len(data), sha256.Sum256([]byte(dump)))
+		// Written again in the current format: the same records.
+		h := *r.Header()
+		r2, again, err := readAll(t, mustTrace(t, &h, recs...))
+		require.NoError(t, err, name)
+		h.Version = Version
+		assert.Equal(t, &h, r2.Header(), name)
+		assert.Equal(t, recs, again, "%s in format %d", name, Version)
 		if name == "vmm" {
 			checkGolden(t, filepath.Join("testdata", "v1", "vmm.txt"), dump)
 		}

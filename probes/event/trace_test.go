@@ -786,3 +786,29 @@ func FuzzEvents(f *testing.F) {
 		}
 	})
 }
+
+// TestFlushWritesHeld: the event the Writer holds back for folding reaches
+// the underlying writer on Flush, so that the recorder's flush each second
+// bounds what a kill loses, as it did before folding.
+func TestFlushWritesHeld(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testHeader())
+	require.NoError(t, err)
+	nested := &Event{Time: 5, PID: 1, TID: 1, Addr: 0x1000, Size: 64, Kind: KindAlloc, Layer: LayerSegment,
+		API: APICuMemAlloc, Flags: FlagNested}
+	require.NoError(t, w.Write(nested))
+	require.NoError(t, w.Flush())
+	_, got, err := readAll(t, buf.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, []Record{nested}, got, "no End: the trace of a killed recorder")
+
+	// The runtime call it was nested in arrives after the flush: written
+	// on its own, read back in order.
+	outer := *nested
+	outer.API, outer.Flags, outer.Time = APICudaMalloc, 0, 9
+	require.NoError(t, w.Write(&outer))
+	require.NoError(t, w.Close())
+	_, got, err = readAll(t, buf.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, []Record{nested, &outer}, got)
+}

@@ -296,7 +296,11 @@ func NewWriter(w io.Writer, h *Header) (*Writer, error) {
 }
 
 // Write appends one record. The Header is written by NewWriter and cannot be
-// written again. After an I/O error every later call returns that error.
+// written again. An Event is copied (the caller may reuse it) and held back
+// until the next record, Flush or Close, so that a driver call nested in a
+// runtime call can be folded into one record with it; an I/O error writing
+// it is returned by that later call. After an I/O error every later call
+// returns that error.
 func (w *Writer) Write(rec Record) error {
 	if w.err != nil {
 		return w.err

@@ -546,6 +546,10 @@ func TestEventsDoNotAllocate(t *testing.T) {
 	require.NoError(t, err)
 	ev := testEvent(1)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = w.Write(ev) }))
+	// Folded pairs too.
+	nested := *ev
+	nested.API, nested.Flags = APICuMemAlloc, FlagNested
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = w.Write(&nested); _ = w.Write(ev) }))
 
 	const n = 2000
 	recs := make([]Record, n)
@@ -555,6 +559,17 @@ func TestEventsDoNotAllocate(t *testing.T) {
 	r, err := NewReader(bytes.NewReader(mustTrace(t, nil, recs...)))
 	require.NoError(t, err)
 	assert.Zero(t, testing.AllocsPerRun(n-1, func() { _, _ = r.Next() }))
+
+	for i := range recs {
+		if i%2 == 0 {
+			nested := *recs[i+1].(*Event)
+			nested.API, nested.Flags = APICuMemAlloc, FlagNested
+			recs[i] = &nested
+		}
+	}
+	r, err = NewReader(bytes.NewReader(mustTrace(t, nil, recs...)))
+	require.NoError(t, err)
+	assert.Zero(t, testing.AllocsPerRun(n-1, func() { _, _ = r.Next() }), "folded pairs")
 }
 
 func FuzzReader(f *testing.F) {

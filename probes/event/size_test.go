@@ -64,7 +64,13 @@ func sizeTable(sizes []traceSize) string {
 	fmt.Fprintf(&b, "%-16s %7s  %22s  %22s\n", "scenario", "events", "format 1 B/event", fmt.Sprintf("format %d B/event", Version))
 	fmt.Fprintf(&b, "%-16s %7s  %10s %11s  %10s %11s\n", "", "", "events", "whole file", "events", "whole file")
 	var sum [4]float64
+	var pooled [5]int
 	for _, s := range sizes {
+		pooled[0] += s.events
+		pooled[1] += s.v1Ev
+		pooled[2] += s.v1File
+		pooled[3] += s.curEv
+		pooled[4] += s.curFile
 		n := float64(s.events)
 		row := [4]float64{float64(s.v1Ev) / n, float64(s.v1File) / n, float64(s.curEv) / n, float64(s.curFile) / n}
 		for i := range sum {
@@ -74,6 +80,9 @@ func sizeTable(sizes []traceSize) string {
 	}
 	k := float64(len(sizes))
 	fmt.Fprintf(&b, "%-16s %7s  %10.1f %11.1f  %10.1f %11.1f\n", "mean", "", sum[0]/k, sum[1]/k, sum[2]/k, sum[3]/k)
+	n := float64(pooled[0])
+	fmt.Fprintf(&b, "%-16s %7d  %10.1f %11.1f  %10.1f %11.1f\n", "all, pooled", pooled[0],
+		float64(pooled[1])/n, float64(pooled[2])/n, float64(pooled[3])/n, float64(pooled[4])/n)
 	return b.String()
 }
 

@@ -951,7 +951,7 @@ func (r *Reader) decodeEvent(p []byte) error {
 			nested.Flags = Flags(d.byte())
 		}
 		if d.bad {
-			return errShort
+			return errEvent
 		}
 		if n&nFirst != 0 {
 			r.ev, r.next = nested, ev
@@ -961,7 +961,7 @@ func (r *Reader) decodeEvent(p []byte) error {
 		r.hasNext = true
 	} else {
 		if d.bad {
-			return errShort
+			return errEvent
 		}
 		r.ev = ev
 	}
@@ -1202,7 +1202,10 @@ type decoder struct {
 	strs map[string]string // interning table; nil for none
 }
 
-var errShort = errors.New("payload ends early")
+var (
+	errShort = errors.New("payload ends early")
+	errEvent = errors.New("payload ends early or a value overflows its field")
+)
 
 func (d *decoder) fail(err error) {
 	if d.err == nil {

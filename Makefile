@@ -51,8 +51,11 @@ nvidia:
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) for the CUDA API and for the block layer (--pool), and attach
-# latency on a process with 400 mapped libraries.
+# latency on a process with 400 mapped libraries. First, no root needed: the
+# trace's bytes per event, format 1 as the scenarios recorded it against the
+# current format (a table per scenario), and replay speed (events/s).
 bench: build
+	$(GO) test -run '^$$' -bench '^(BenchmarkTraceSize|BenchmarkReplay)$$' -benchtime 3x -count 1 ./probes/event/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/

@@ -392,8 +392,61 @@
 // the run; see "Pinned host growth"). device_imbalance (bytes = heaviest
 // minus lightest device peak, medium; see "Device imbalance"). Findings are ranked by
 // bytes, then severity. Every summary and remediation line quotes this
-// run's numbers, and points at the leaf-most frame outside the CUDA runtime
-// (Stack.Site).
+// run's numbers, and points at the stack's site (Stack.Site, see "Sites").
+//
+// # Sites
+//
+// A stack's site (Stack.Site) is the one name every output shows for it:
+// the summary, findings and remediation, the leak table, report.html,
+// check's evidence, baselines and diffs. It should name the place to fix,
+// so it is chosen in two steps.
+//
+// Candidates: named frames outside the CUDA runtime and driver
+// (IsRuntimeFile; or by name, cudaMalloc, cuMemAlloc_v2, cudart::..., for
+// a runtime linked statically into the program), caching allocators (IsAllocatorFile) and glue
+// (IsGlueFile: libffi, CPython's _ctypes, the cffi backend, libpython or a
+// python executable's eval loop and call machinery, libc and the loader;
+// and Python frames of <frozen importlib...> or the ctypes and cffi
+// packages). An unnamed frame (0x7f... (libffi.so.8.1.2)) is never a
+// candidate: its address changes from run to run. So a Python program
+// calling the runtime through ctypes or cffi gets its innermost Python
+// frame, "cache_embeddings (model.py:22)". Python frames of installed
+// libraries and the standard library (site-packages, dist-packages,
+// lib/python3.N/: torch/nn/functional.py's linear) are candidates only in
+// a stack without a frame of the user's own code.
+//
+// Shared helpers: the leaf-most candidate is the site unless the
+// process's other allocation stacks share it. Compare each stack's
+// candidates from the leaf outward, by function and file (not line: one
+// function allocating at two lines is one caller), with direct recursion
+// folded into one frame (so the depth of a recursion never tells stacks
+// apart). The first frame at which some allocation stack of the same
+// process goes on to a different caller, or ends, is a helper; the frame
+// just outside it is the caller that tells this stack apart, and the site
+// is the call edge "caller (file:line) -> helper (file:line)":
+// "log_metrics (train.c:40) -> dev_alloc (train.c:10)" for the leak, and
+// "load_weights (train.c:20) -> dev_alloc (train.c:10)" for the weights,
+// where the old rule said "dev_alloc" for both. Consequences, on purpose:
+//
+//   - a helper called from one place only is not shared: it stays the site
+//     (there is no other stack to tell apart);
+//   - a leaf all stacks share through one path (one caller function) stays
+//     the site, with the line of each allocation;
+//   - in a chain of helpers (dev_alloc called only by alloc_tensor, called
+//     by several), the helper named is the one the callers part at
+//     ("log_metrics -> alloc_tensor"); the first parting is used, not the
+//     last, so that a caller further out (another thread's entry, a second
+//     loop) does not rename sites that were already apart;
+//   - a stack cut short at the helper (a frame-pointer walk that stopped)
+//     keeps the helper;
+//   - a stack with no candidate names its leaf-most frame outside the
+//     runtime and allocators, even unnamed, else its leaf: something
+//     rather than nothing.
+//
+// Stacks are compared within one process (by PID): another program's
+// helper does not make this one's shared. Stack.SiteFrame and Stack.Helper
+// are the frames named; the profile package starts its pprof stacks at
+// SiteFrame.
 //
 // # Concurrency
 //

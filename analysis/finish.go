@@ -40,8 +40,20 @@ func (a *Analyzer) Finish() *Result {
 		skipStrippedRuntime(r.Stacks[id], a.mappings, stripped)
 	}
 	if r.Stacks[0] == nil {
-		r.Stacks[0] = &Stack{Site: NoStack}
+		r.Stacks[0] = &Stack{Site: NoStack, SiteFrame: -1, Helper: -1}
 	}
+	// Sites compare a stack with the other stacks its process allocated
+	// from (groups exist for allocation calls only, failed ones included).
+	byPID := make(map[uint32][]event.StackID)
+	seen := make(map[groupKey]bool)
+	for _, g := range a.groups {
+		k := groupKey{pid: g.key.pid, stack: g.key.stack}
+		if !seen[k] && r.Stacks[k.stack] != nil {
+			seen[k] = true
+			byPID[k.pid] = append(byPID[k.pid], k.stack)
+		}
+	}
+	assignSites(r.Stacks, byPID)
 
 	r.Totals = a.layerTotals(deviceScope)
 	if ls := a.layers[scope{layer: event.LayerBlock}]; ls != nil && ls.seen {

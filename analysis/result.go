@@ -93,7 +93,12 @@ type Run struct {
 	// it was cut short (crash, kill) and the results cover what came before.
 	Ended     bool
 	EndReason string // End.Reason; empty when not Ended
-	ExitCode  int    // End.ExitCode; the launched command's exit code in run mode
+	// Moment is set on a moment report: the analysis of a recording's
+	// trace up to a moment (an out-of-memory failure, a SIGUSR1) while the
+	// recording went on. Its End is then the moment, not the end of the
+	// run. The analyzer never sets it: the recorder does, on the result.
+	Moment   *Moment
+	ExitCode int // End.ExitCode; the launched command's exit code in run mode
 	// Libraries are the files whose functions were probed, in stream order
 	// with duplicates (same PID and path) dropped.
 	Libraries []event.Library
@@ -572,9 +577,22 @@ type Stack struct {
 	// linked in statically), functions named as the runtime's
 	// (IsRuntimeFunction).
 	Runtime []bool
-	// Site is the rendered leaf-most frame outside the CUDA runtime: where the
-	// user's code asked for memory. Findings point there.
+	// Site names where the user's code asked for memory, as every output
+	// shows it (see "Sites" in doc.go): the rendered leaf-most named frame
+	// outside the CUDA runtime, caching allocators and FFI or interpreter
+	// glue; or, when that frame is a helper the process's other allocation
+	// stacks share, "caller -> helper" with the caller that tells this
+	// stack apart. Findings point there.
 	Site string
+	// SiteFrame is the index in Frames of the frame Site names first (the
+	// caller when there is a helper); -1 without frames.
+	SiteFrame int
+	// Helper is the index in Frames of the shared helper Site names after
+	// the caller; -1 when Site names one frame.
+	Helper int
+	// candidates are the indexes of the frames that may make a site, leaf
+	// first.
+	candidates []int
 }
 
 // Timeline is live bytes over time of one process on one device and layer,
@@ -874,3 +892,31 @@ func (r *Run) NoCallsSeen() bool {
 	}
 	return false
 }
+
+// Moment describes a moment report (Run.Moment): which moment of a
+// recording still running its figures are for.
+type Moment struct {
+	// Kind is MomentOOM or MomentSignal.
+	Kind string
+	// Index numbers the moments of its Kind in the recording, from 1.
+	Index int
+	// Time is the moment, on the trace's clock: the trace read covers
+	// every record written before it.
+	Time uint64
+	// Request is the allocation that failed with out-of-memory (MomentOOM).
+	Request *event.Event
+	// SkippedOOMs counts the out-of-memory failures since the previous
+	// out-of-memory moment that the rate limit gave no moment of their own.
+	SkippedOOMs uint64
+	// TraceBytes is the length of the trace at the moment: the report is
+	// that of the trace file's first TraceBytes bytes (closed at Time).
+	TraceBytes uint64
+}
+
+// Kinds of Moment, and the End reasons of their reports.
+const (
+	MomentOOM          = "oom"
+	MomentSignal       = "usr1"
+	MomentOOMReason    = "oom moment"
+	MomentSignalReason = "SIGUSR1 snapshot"
+)

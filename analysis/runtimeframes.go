@@ -1,7 +1,6 @@
 package analysis
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/vramprof/vramprof/probes/event"
@@ -77,19 +76,23 @@ func strippedFiles(libs []event.Library) map[libKey]bool {
 	return out
 }
 
-// skipStrippedRuntime moves a stack's Site past the anonymous frames of a
-// runtime linked in and stripped: in such a file, nameless frames directly
-// under the driver are the runtime's, and the first named frame after them
-// in the same file is the user's caller (a release build that stripped the
-// runtime's symbols only, as testdata's driver_only). When the whole file
-// is stripped no frame after them has a name, and the Site stays the first
-// anonymous frame: the best there is.
+// skipStrippedRuntime marks the anonymous frames of a runtime linked in and
+// stripped as the runtime's: in such a file, nameless frames directly under
+// the driver are the runtime's, and the first named frame after them in the
+// same file is the user's caller (a release build that stripped the
+// runtime's symbols only, as testdata's driver_only). The site rule already
+// passes over nameless frames; when the whole file is stripped no frame
+// after them has a name, and the Site stays the first anonymous frame: the
+// best there is.
 func skipStrippedRuntime(st *Stack, mappings map[event.MappingID]event.Mapping, stripped map[libKey]bool) {
 	if len(stripped) == 0 {
 		return
 	}
-	i := slices.Index(st.Lines, st.Site)
-	if i < 0 || st.Frames[i].Function != "" {
+	i := 0
+	for i < len(st.Runtime) && st.Runtime[i] {
+		i++
+	}
+	if i == len(st.Frames) || st.Frames[i].Function != "" {
 		return
 	}
 	m, ok := mappings[st.Frames[i].Mapping]
@@ -105,7 +108,9 @@ func skipStrippedRuntime(st *Stack, mappings map[event.MappingID]event.Mapping, 
 			for k := i; k < j; k++ {
 				st.Runtime[k] = true
 			}
-			st.Site = st.Lines[j]
+			if st.SiteFrame < j {
+				st.SiteFrame, st.Site = j, st.Lines[j]
+			}
 			return
 		}
 	}

@@ -69,8 +69,11 @@ func TestSiteStaticRuntime(t *testing.T) {
 // TestSiteStrippedRuntime: under a runtime linked in with its symbols
 // stripped, the driver's call is seen from nameless frames of the
 // executable: the site is the first named frame after them in that file
-// (before: "0x1400 (app)"); in a file stripped whole it stays the first
-// nameless frame; in a file not marked stripped nothing changes.
+// (before: "0x1400 (app)"), and the nameless frames count as the runtime's;
+// in a file stripped whole the site stays the first nameless frame. In a
+// file not marked stripped the site rule alone (nameless frames never make
+// a site) names the same frame, but the nameless frames are not taken for
+// the runtime's.
 func TestSiteStrippedRuntime(t *testing.T) {
 	stack := func(id event.StackID, pid uint32, named bool) *event.Stack {
 		user := event.Frame{Addr: 0x1600, Mapping: 1}
@@ -90,10 +93,11 @@ func TestSiteStrippedRuntime(t *testing.T) {
 		stripped bool
 		named    bool
 		want     string
+		runtime  []bool
 	}{
-		{"runtime stripped, user named", true, true, "hidden_alloc (app.c:12)"},
-		{"all stripped", true, false, "0x1400 (app)"},
-		{"not marked", false, true, "0x1400 (app)"},
+		{"runtime stripped, user named", true, true, "hidden_alloc (app.c:12)", []bool{true, true, true, false, false}},
+		{"all stripped", true, false, "0x1400 (app)", []bool{true, false, false, false, false}},
+		{"not marked", false, true, "hidden_alloc (app.c:12)", []bool{true, false, false, false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			recs := []event.Record{
@@ -110,6 +114,7 @@ func TestSiteStrippedRuntime(t *testing.T) {
 			}
 			r := mustAnalyze(t, Options{}, recs)
 			assert.Equal(t, tc.want, r.Site(1))
+			assert.Equal(t, tc.runtime, r.Stacks[1].Runtime)
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,11 @@ const (
 	// device and physical samples are the device memory; host samples must
 	// be left out of device figures (-tagignore=space=host).
 	LabelSpace = "space"
+	// LabelHelper names the shared helper a sample's site was reached
+	// through (analysis.Stack.Helper: "dev_alloc"), whose frames the
+	// sample's stack leaves out; absent when the site is one frame. Added
+	// with issue 11; a function name, never an address.
+	LabelHelper = "helper"
 	// NumLabelBytes is the allocation size, as in Go heap profiles.
 	NumLabelBytes = "bytes"
 )
@@ -194,17 +200,27 @@ func (b *builder) sample(c *analysis.Class) {
 		NumLabel: map[string][]int64{NumLabelBytes: {int64(c.Size)}},
 		NumUnit:  map[string][]string{NumLabelBytes: {"bytes"}},
 	}
+	if st := b.res.Stacks[c.Stack]; st != nil && st.Helper >= 0 && st.Helper < len(st.Frames) {
+		s.Label[LabelHelper] = []string{st.Frames[st.Helper].Function}
+	}
 	b.p.Sample = append(b.p.Sample, s)
 }
 
 // stack returns the locations of a stack, leaf first, built once per stack.
+// The stack starts at its site's frame (analysis.Stack.SiteFrame): the
+// frames leafward of it (the CUDA call and the runtime under it, a caching
+// allocator, FFI and interpreter glue, a shared helper) are left out, so
+// the site is the leaf, and `go tool pprof -top` puts the flat bytes on the
+// place to fix, as Go's heap profiles leave out the runtime's malloc. The
+// CUDA call stays in the api label, the helper in the helper label; the
+// full stacks are in report.json and report.html.
 func (b *builder) stack(id event.StackID, pid uint32) []*gprofile.Location {
 	if locs, ok := b.stacks[id]; ok {
 		return locs
 	}
 	var locs []*gprofile.Location
 	if st := b.res.Stacks[id]; st != nil {
-		for _, f := range st.Frames {
+		for _, f := range st.Frames[max(st.SiteFrame, 0):] {
 			locs = append(locs, b.location(f, pid))
 		}
 	}
@@ -229,7 +245,7 @@ func (b *builder) location(f event.Frame, pid uint32) *gprofile.Location {
 	}
 	loc := &gprofile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: m, Address: f.Addr}
 	if f.Function != "" {
-		loc.Line = []gprofile.Line{{Function: b.function(f.Function, f.File), Line: f.Line}}
+		loc.Line = []gprofile.Line{{Function: b.function(f.Function, f.File, f.Mapping == 0), Line: f.Line}}
 	}
 	if m != nil {
 		if f.Function == "" {
@@ -247,14 +263,43 @@ func (b *builder) location(f event.Frame, pid uint32) *gprofile.Location {
 	return loc
 }
 
-// function returns the interned function of a name in a file.
-func (b *builder) function(name, file string) *gprofile.Function {
+// function returns the interned function of a name in a file. An
+// interpreted frame (no mapping) gets a name pprof keeps (pprofName).
+func (b *builder) function(name, file string, interpreted bool) *gprofile.Function {
 	k := functionKey{name, file}
 	if fn := b.functions[k]; fn != nil {
 		return fn
 	}
-	fn := &gprofile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: file}
+	shown := name
+	if interpreted {
+		shown = pprofName(name, file)
+	}
+	fn := &gprofile.Function{ID: uint64(len(b.p.Function) + 1), Name: shown, SystemName: name, Filename: file}
 	b.functions[k] = fn
 	b.p.Function = append(b.p.Function, fn)
 	return fn
+}
+
+// pprofName renames Python's bracketed code names (<module>, <lambda>,
+// <listcomp>, <genexpr>) as "<module name>.<name>": "model.<module>" for
+// model.py. pprof's symbolizer takes a name with brackets for demangled C++
+// and strips the "template arguments", leaving "<unknown>" (so every
+// module frame of every file became one node); a dotted name before "<" is
+// Java's "Class.<init>" form, which it keeps. Without a file the brackets
+// go ("python code 0x..."). SystemName keeps the name the interpreter gave.
+func pprofName(name, file string) string {
+	if !strings.HasPrefix(name, "<") {
+		return name
+	}
+	if file == "" || strings.HasPrefix(file, "<") {
+		// No module to name ("<python code 0x...>", a code object that
+		// could not be read): the name without its brackets.
+		return strings.TrimSuffix(strings.TrimPrefix(name, "<"), ">")
+	}
+	mod := path.Base(file)
+	mod = strings.TrimSuffix(mod, path.Ext(mod))
+	if mod == "" || mod == "." || mod == "/" {
+		return name
+	}
+	return mod + "." + name
 }

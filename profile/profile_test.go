@@ -113,10 +113,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		assert.NotContains(t, s.Label, "addr")
 		assert.Equal(t, []string{"bytes"}, s.NumUnit["bytes"])
-		site := s.Location[len(s.Location)-1].Line[0].Function.Name // root frame
-		if len(s.Location) > 1 {
-			site = s.Location[1].Line[0].Function.Name
-		}
+		// The stack starts at its site: cudaMalloc is left out, and
+		// stays in the api label.
+		site := s.Location[0].Line[0].Function.Name
 		bySite[site] = s.Value
 		switch site {
 		case "activations":
@@ -141,8 +140,8 @@ func TestRoundTrip(t *testing.T) {
 	for _, f := range p.Function {
 		names[f.Name]++
 	}
-	assert.Equal(t, map[string]int{"cudaMalloc": 1, "activations": 1, "scratch": 1, "main": 1, analysis.NoStack: 1}, names)
-	assert.Len(t, p.Location, 5)
+	assert.Equal(t, map[string]int{"activations": 1, "scratch": 1, "main": 1, analysis.NoStack: 1}, names)
+	assert.Len(t, p.Location, 4)
 }
 
 func TestPprofTop(t *testing.T) {
@@ -158,9 +157,10 @@ func TestPprofTop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			// -hide drops the runtime's leaf so the user's function is flat.
-			out, err := exec.Command("go", "tool", "pprof", "-top", "-symbolize=none",
-				"-hide=cudaMalloc", "-sample_index="+tt.index, path).CombinedOutput()
+			// The site is the leaf: the user's function is flat without
+			// -hide or -cum.
+			out, err := exec.Command("go", "tool", "pprof", "-top",
+				"-sample_index="+tt.index, path).CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			var first string
 			lines := strings.Split(string(out), "\n")
@@ -274,4 +274,110 @@ func TestPIDReuseKeepsThePIDLabel(t *testing.T) {
 	assert.Equal(t, int64(3), alloc)
 	assert.Equal(t, int64(7*MiB), allocBytes)
 	assert.Equal(t, int64(6*MiB), inuse, "the first process's 4 MiB, left when it ended, and the second's 2 MiB")
+}
+
+// mustHelperResult analyses pid 11, whose allocations all go through
+// dev_alloc: load_weights 6 x 128 MiB (live at the peak), save_checkpoint
+// 512 MiB freed at once (after load_weights: at the peak), log_metrics
+// 1 MiB; and pid 12, Python through ctypes: cache_embeddings (model.py:22)
+// called from model.py's module code, 64 MiB.
+func mustHelperResult(tb testing.TB) *analysis.Result {
+	tb.Helper()
+	recs := []event.Record{
+		&event.Header{Version: 1, Mode: "run", PID: 11},
+		&event.Mapping{ID: 1, PID: 11, Start: 0x400000, Limit: 0x500000, File: "/srv/train"},
+		&event.Mapping{ID: 2, PID: 11, Start: 0x7f0000, Limit: 0x7f8000, File: "/usr/lib/libcudart.so.12"},
+		&event.Mapping{ID: 3, PID: 12, Start: 0x7f0000, Limit: 0x7f8000, File: "/usr/lib/libcudart.so.12"},
+		&event.Mapping{ID: 4, PID: 12, Start: 0x7fa000, Limit: 0x7fb000, File: "/usr/lib/x86_64-linux-gnu/libffi.so.8.1.2"},
+	}
+	for i, caller := range []string{"load_weights", "save_checkpoint", "log_metrics"} {
+		recs = append(recs, &event.Stack{ID: event.StackID(i + 1), PID: 11, Frames: []event.Frame{
+			{Addr: 0x7f0010, Mapping: 2, Function: "cudaMalloc"},
+			{Addr: 0x400010, Mapping: 1, Function: "dev_alloc", File: "train.c", Line: 10},
+			{Addr: 0x400100 + uint64(i), Mapping: 1, Function: caller, File: "train.c", Line: int64(20 + i)},
+			{Addr: 0x400200, Mapping: 1, Function: "main", File: "train.c", Line: 90},
+		}})
+	}
+	recs = append(recs, &event.Stack{ID: 4, PID: 12, Frames: []event.Frame{
+		{Addr: 0x7f0010, Mapping: 3, Function: "cudaMalloc"},
+		{Addr: 0x7fa010, Mapping: 4},
+		{Function: "cache_embeddings", File: "/srv/model.py", Line: 22},
+		{Function: "<module>", File: "/srv/model.py", Line: 30},
+	}})
+	ev := func(t uint64, pid uint32, k event.Kind, addr, size uint64, st event.StackID) *event.Event {
+		return &event.Event{Time: t, Kind: k, Addr: addr, Size: size, Stack: st, PID: pid,
+			Layer: event.LayerSegment, API: event.APICudaMalloc}
+	}
+	for i := range uint64(6) {
+		recs = append(recs, ev(1+i, 11, event.KindAlloc, 0x10000+i, 128*MiB, 1))
+	}
+	recs = append(recs, ev(10, 11, event.KindAlloc, 0x20000, MiB, 3),
+		ev(11, 11, event.KindAlloc, 0x30000, 512*MiB, 2), ev(12, 11, event.KindFree, 0x30000, 0, 0),
+		ev(13, 12, event.KindAlloc, 0x40000, 64*MiB, 4), &event.End{Time: 20})
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		require.NoError(tb, a.Add(r))
+	}
+	return a.Finish()
+}
+
+// TestSiteIsTheLeaf: a sample's stack starts at its site (the caller
+// apart from the shared helper, the Python frame past libffi), so pprof's
+// flat column names the place to fix; the CUDA call is the api label, the
+// helper the helper label; Python's <module> keeps a name under pprof's
+// symbolizer.
+func TestSiteIsTheLeaf(t *testing.T) {
+	res := mustHelperResult(t)
+	p, err := Build(res)
+	require.NoError(t, err)
+	leaves := map[string][]string{}
+	for _, s := range p.Sample {
+		leaf := s.Location[0].Line[0].Function.Name
+		leaves[leaf] = []string{s.Label[LabelAPI][0], strings.Join(s.Label[LabelHelper], ",")}
+	}
+	assert.Equal(t, map[string][]string{
+		"load_weights":     {"cudaMalloc", "dev_alloc"},
+		"save_checkpoint":  {"cudaMalloc", "dev_alloc"},
+		"log_metrics":      {"cudaMalloc", "dev_alloc"},
+		"cache_embeddings": {"cudaMalloc", ""},
+	}, leaves)
+	for _, fn := range p.Function {
+		if fn.SystemName == "<module>" {
+			assert.Equal(t, "model.<module>", fn.Name)
+		}
+	}
+
+	if testing.Short() {
+		t.Skip("runs go tool pprof")
+	}
+	path := mustWrite(t, res)
+	for _, tt := range []struct{ index, first string }{
+		{"peak_space", "load_weights"},
+		{"alloc_space", "load_weights"},
+		{"inuse_space", "load_weights"},
+	} {
+		// pprof's default symbolization (not -symbolize=none): it is what
+		// renamed <module> to <unknown>.
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-tagfocus=pid=^11$", "-sample_index="+tt.index, path).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Equal(t, tt.first, pprofFirst(string(out)), "%s: %s", tt.index, out)
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-traces", "-tagfocus=pid=^12$", path).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "model.<module>")
+	assert.NotContains(t, string(out), "<unknown>")
+	assert.NotContains(t, string(out), "libffi")
+}
+
+// pprofFirst is the function of the first row of `go tool pprof -top`.
+func pprofFirst(out string) string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "flat%") && i+1 < len(lines) {
+			if fields := strings.Fields(lines[i+1]); len(fields) > 0 {
+				return fields[len(fields)-1]
+			}
+		}
+	}
+	return ""
 }

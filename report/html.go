@@ -135,6 +135,7 @@ type htmlRun struct {
 	Processes int
 	NoCalls   string   // noCallsLine
 	Stripped  []string // strippedRuntimeLines
+	Moment    string   // momentLine: a moment report's
 }
 
 // htmlFinding is one finding with its evidence.
@@ -259,7 +260,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}

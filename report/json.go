@@ -491,6 +491,56 @@ type JSONRun struct {
 	// only, no "duration_ns" and no "times" (every *_ns field of the
 	// report). Absent when everything is known.
 	Unknown []string `json:"unknown,omitempty"`
+	// Moment is present in a moment report (DIR/moments/*/report.json):
+	// the figures are those of the trace up to that moment, while the
+	// recording went on; end_reason is then "oom moment" or "SIGUSR1
+	// snapshot", duration_ns runs to the moment, and exit_code means
+	// nothing (the target was still running).
+	Moment *JSONMoment `json:"moment,omitempty"`
+}
+
+// JSONMoment says which moment a moment report is for.
+type JSONMoment struct {
+	// Kind is "oom" (an allocation failed with out-of-memory) or "usr1"
+	// (vramprof received SIGUSR1).
+	Kind string `json:"kind"`
+	// Index numbers the moments of this kind in the recording, from 1.
+	Index int `json:"index"`
+	// TimeNs is the moment, relative to the start like every *_ns field.
+	TimeNs uint64 `json:"time_ns"`
+	// Request is the allocation that failed (kind "oom").
+	Request *JSONMomentRequest `json:"request,omitempty"`
+	// SkippedOOMs counts the out-of-memory failures since the previous
+	// oom moment that the rate limit gave no report of their own.
+	SkippedOOMs uint64 `json:"skipped_ooms"`
+	// TraceBytes is the length of trace.vpt at the moment: these figures
+	// are those of its first trace_bytes bytes (a record boundary), up to
+	// time_ns.
+	TraceBytes uint64 `json:"trace_bytes"`
+}
+
+// JSONMomentRequest is the failed allocation of an oom moment.
+type JSONMomentRequest struct {
+	API    string `json:"api"`
+	Bytes  uint64 `json:"bytes"`
+	PID    uint32 `json:"pid"`
+	Device string `json:"device"`
+	Error  string `json:"error"`
+	TimeNs uint64 `json:"time_ns"`
+}
+
+// jsonMoment renders a moment report's Moment; nil when res is not one.
+func jsonMoment(res *analysis.Result) *JSONMoment {
+	m := res.Run.Moment
+	if m == nil {
+		return nil
+	}
+	jm := &JSONMoment{Kind: m.Kind, Index: m.Index, TimeNs: res.Rel(m.Time), SkippedOOMs: m.SkippedOOMs, TraceBytes: m.TraceBytes}
+	if e := m.Request; e != nil {
+		jm.Request = &JSONMomentRequest{API: e.API.String(), Bytes: e.Size, PID: e.PID, Device: analysis.DeviceName(e.Device),
+			Error: analysis.ErrorName(e.API, e.Ret), TimeNs: res.Rel(e.Time)}
+	}
+	return jm
 }
 
 // JSONLibrary is a probed library.
@@ -625,7 +675,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
 		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run),
 		StrippedRuntimes: strippedRuntimeLines(&run),
-		Unknown:          runUnknown(&run)}
+		Unknown:          runUnknown(&run), Moment: jsonMoment(res)}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/report/units"
@@ -24,6 +25,14 @@ func ppidText(res *analysis.Result, ppid uint32) string {
 // endText says how the run ended and with which exit code, "exit code
 // unknown" for an imported snapshot.
 func endText(run *analysis.Run) string {
+	if m := run.Moment; m != nil {
+		// The target was still running: no exit code yet.
+		text := fmt.Sprintf("%s %d, recording went on", run.EndReason, m.Index)
+		if m.SkippedOOMs > 0 {
+			text += fmt.Sprintf(" (%d out-of-memory failures since the previous oom moment had none of their own)", m.SkippedOOMs)
+		}
+		return text
+	}
 	if run.Imported() {
 		return run.EndReason + ", exit code unknown"
 	}
@@ -49,6 +58,9 @@ func runUnknown(run *analysis.Run) []string {
 	if !run.TimesKnown() {
 		out = append(out, "duration_ns", "times")
 	}
+	if run.Moment != nil {
+		out = append(out, "exit_code") // a moment report: still running
+	}
 	return out
 }
 
@@ -62,4 +74,20 @@ func processUnknown(res *analysis.Result) []string {
 		out = append(out, "peak_time_ns")
 	}
 	return out
+}
+
+// momentLine says, in a moment report, that the figures are the trace's up
+// to that moment and which request failed; "" in any other report.
+func momentLine(res *analysis.Result) string {
+	m := res.Run.Moment
+	if m == nil {
+		return ""
+	}
+	line := fmt.Sprintf("these figures are the trace up to %s (%s %d, %s after the start); the recording went on",
+		res.Run.EndReason, m.Kind, m.Index, time.Duration(res.Rel(m.Time)))
+	if e := m.Request; e != nil {
+		line += fmt.Sprintf("; the failed request: %s of %d bytes (%s) by pid %d on device %s, %s",
+			e.API, e.Size, units.Bytes(e.Size), e.PID, analysis.DeviceName(e.Device), analysis.ErrorName(e.API, e.Ret))
+	}
+	return line
 }

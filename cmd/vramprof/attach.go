@@ -45,6 +45,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 		return err
 	}
 	rec.analysis = analysis.Options{Capacity: o.capacity}
+	rec.startMoments(o.momentInterval, noteFunc(o.quiet))
 	switch {
 	case o.all:
 		err = rec.session.AttachAll()

@@ -238,7 +238,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		} else {
 			recording = "recording: " + dir
 		}
-		code, err := run(ctx, &runOptions{out: dir, force: o.force, nvml: "auto", pool: "auto", argv: o.argv, quiet: true})
+		code, err := run(ctx, &runOptions{out: dir, force: o.force, nvml: "auto", pool: "auto", argv: o.argv, quiet: true, momentInterval: defaultMomentInterval})
 		if err != nil {
 			return 0, err
 		}

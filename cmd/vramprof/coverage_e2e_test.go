@@ -432,9 +432,15 @@ func TestRunCoverageScenarios(t *testing.T) {
 			t.Parallel()
 			dir, truth, r := runScenario(t, tc.name)
 			require.Equal(t, 0, r.code, "exit code; stderr:\n%s", r.stderr)
-			assertDirHolds(t, dir, outputFiles)
 			truthPath := filepath.Join(filepath.Dir(dir), "truth.json")
 			root := mustReadCovTruth(t, truthPath)
+			want := outputFiles
+			if tc.name == "driver_only" || tc.name == "managed_pinned" {
+				// Requests beyond the device fail with out-of-memory: a
+				// moment report each (the first, then rate-limited).
+				want = withMoments(want)
+			}
+			assertDirHolds(t, dir, want)
 			rep := mustReadCovReport(t, filepath.Join(dir, "report.json"))
 			prof := sumProfile(t, filepath.Join(dir, "profile.pb.gz"))
 			assert.Zero(t, rep.Totals.LostEvents, "lost_events")

@@ -106,6 +106,29 @@ type runOptions struct {
 	quiet bool
 	// force (--force) overwrites an earlier recording in out.
 	force bool
+	// momentInterval (--moment-interval) is the rate limit of
+	// out-of-memory moment reports (moment.go); 0: none but the cap.
+	momentInterval time.Duration
+}
+
+// defaultMomentInterval is the --moment-interval default: after an
+// out-of-memory moment report, the next failure gets one only this much
+// later. A minute keeps a retry loop from writing a report a second, and
+// still catches the OOM of a later epoch.
+const defaultMomentInterval = time.Minute
+
+// addMomentInterval defines --moment-interval.
+func addMomentInterval(fs *flag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "moment-interval", defaultMomentInterval,
+		"after an out-of-memory moment report (DIR/moments/), the least time before the next one")
+}
+
+// checkMomentInterval refuses a negative --moment-interval.
+func checkMomentInterval(cmd string, d time.Duration) error {
+	if d < 0 {
+		return usageError(fmt.Errorf("%s: --moment-interval %s is negative", cmd, d))
+	}
+	return nil
 }
 
 // addForce defines --force: write into an output directory that already
@@ -123,7 +146,7 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
@@ -132,9 +155,13 @@ func parseRun(args []string) (*runOptions, error) {
 	allocatorsFlag(fs, &o.allocs)
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
+	addMomentInterval(fs, &o.momentInterval)
 	addQuiet(fs, &o.quiet)
 	addForce(fs, &o.force)
 	if err := parseFlags(fs, usage, args); err != nil {
+		return nil, err
+	}
+	if err := checkMomentInterval("run", o.momentInterval); err != nil {
 		return nil, err
 	}
 	if err := checkAutoOff("run", "nvml", o.nvml); err != nil {
@@ -167,10 +194,12 @@ type attachOptions struct {
 	force    bool // --force: see runOptions.force
 	capacity uint64
 	allocs   []allocspec.Allocator // --allocators
+	// momentInterval: see runOptions.momentInterval.
+	momentInterval time.Duration
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -183,9 +212,13 @@ func parseAttach(args []string) (*attachOptions, error) {
 	allocatorsFlag(fs, &o.allocs)
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
+	addMomentInterval(fs, &o.momentInterval)
 	addQuiet(fs, &o.quiet)
 	addForce(fs, &o.force)
 	if err := parseFlags(fs, usage, args); err != nil {
+		return nil, err
+	}
+	if err := checkMomentInterval("attach", o.momentInterval); err != nil {
 		return nil, err
 	}
 	if err := checkAutoOff("attach", "nvml", o.nvml); err != nil {

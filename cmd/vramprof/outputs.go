@@ -25,6 +25,9 @@ const (
 	jsonFile    = "report.json"
 	mdFile      = "report.md"
 	htmlFile    = "report.html"
+	// momentsDir receives the moment reports of run and attach (moment.go),
+	// one directory each.
+	momentsDir = "moments"
 )
 
 // errTruncatedTrace: the trace ends inside a record, or without its End
@@ -160,7 +163,7 @@ var (
 // recordingFiles are the files run and attach write into their directory;
 // report -o writes the same but the trace (reportFiles).
 var (
-	recordingFiles = []string{traceFile, profileFile, jsonFile, mdFile, htmlFile}
+	recordingFiles = []string{traceFile, profileFile, jsonFile, mdFile, htmlFile, momentsDir}
 	reportFiles    = []string{profileFile, jsonFile, mdFile, htmlFile, snapshotFile}
 )
 
@@ -174,7 +177,7 @@ type outputDir struct {
 }
 
 // ensureDir creates dir (and parents) for the outputs named in files (and
-// oom-<n>.pb.gz), opens it, and checks that it is writable now, before
+// oom-<n>.pb.gz; momentsDir among files is a directory), opens it, and checks that it is writable now, before
 // anything is traced, so an unwritable directory is an error at once rather
 // than after an hour of training. created says whether it was made here.
 //
@@ -228,7 +231,11 @@ func ensureDir(dir string, force bool, files []string) (out *outputDir, created 
 			return fail(fmt.Errorf("%w: %s already holds %s", errOutputExists, dir, strings.Join(old, ", ")))
 		}
 		for _, name := range old {
-			if err := root.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			remove := root.Remove
+			if name == momentsDir {
+				remove = root.RemoveAll // an earlier recording's moment reports
+			}
+			if err := remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fail(fmt.Errorf("%w: --force: remove %s: %w", errOutputDir, filepath.Join(dir, name), err))
 			}
 		}
@@ -270,6 +277,29 @@ func existingOutputs(root *os.Root, files []string) []string {
 		}
 	}
 	return out
+}
+
+// subdir creates the new directory parent/name in d (parent made if
+// missing) and opens it. Neither may be a symbolic link, and name must not
+// exist: a moment directory is written once, afresh. Close it when done.
+func (d *outputDir) subdir(parent, name string) (*outputDir, error) {
+	if err := d.root.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, d.file(parent), err)
+	}
+	// Lstat, then open: os.Root keeps a link from leading outside d, and
+	// the check refuses one inside it.
+	if st, err := d.root.Lstat(parent); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", errOutputDir, d.file(parent))
+	}
+	rel := filepath.Join(parent, name)
+	if err := d.root.Mkdir(rel, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, d.file(rel), err)
+	}
+	sub, err := d.root.OpenRoot(rel)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, d.file(rel), err)
+	}
+	return &outputDir{path: d.file(rel), root: sub}, nil
 }
 
 // Close releases the directory.

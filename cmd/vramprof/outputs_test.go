@@ -82,3 +82,49 @@ func TestEnsureDirRefuses(t *testing.T) {
 	require.NoError(t, rep.Close())
 	assert.FileExists(t, filepath.Join(dir, traceFile))
 }
+
+// TestMomentsDir: an earlier recording's moments/ is refused without
+// --force and removed with it (a link there removed, never followed); a
+// moment directory is created afresh, never through a link.
+func TestMomentsDir(t *testing.T) {
+	tmp := t.TempDir()
+	victim := filepath.Join(tmp, "victim")
+	require.NoError(t, os.MkdirAll(filepath.Join(victim, "keep"), 0o755))
+	dir := filepath.Join(tmp, "rec")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, momentsDir, "oom-1-20260101-000000"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, momentsDir, "oom-1-20260101-000000", jsonFile), nil, 0o644))
+	_, _, err := ensureDir(dir, false, recordingFiles)
+	require.ErrorIs(t, err, errOutputExists)
+	assert.Contains(t, err.Error(), "already holds "+momentsDir)
+
+	out, _, err := ensureDir(dir, true, recordingFiles)
+	require.NoError(t, err)
+	defer out.Close()
+	_, err = os.Lstat(filepath.Join(dir, momentsDir))
+	require.ErrorIs(t, err, os.ErrNotExist, "--force removes the earlier moments")
+
+	sub, err := out.subdir(momentsDir, "usr1-1-20260101-000000")
+	require.NoError(t, err)
+	require.NoError(t, sub.writeFile(jsonFile, func(w io.Writer) error { _, err := io.WriteString(w, "{}"); return err }))
+	require.NoError(t, sub.Close())
+	data, err := os.ReadFile(filepath.Join(dir, momentsDir, "usr1-1-20260101-000000", jsonFile))
+	require.NoError(t, err)
+	assert.Equal(t, "{}", string(data))
+	assert.Equal(t, filepath.Join(dir, momentsDir, "usr1-1-20260101-000000"), sub.path)
+	_, err = out.subdir(momentsDir, "usr1-1-20260101-000000")
+	require.ErrorIs(t, err, os.ErrExist, "a moment directory is written once")
+
+	// A link planted as moments/ is neither followed nor written through.
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, momentsDir)))
+	require.NoError(t, os.Symlink(victim, filepath.Join(dir, momentsDir)))
+	_, err = out.subdir(momentsDir, "oom-2-20260101-000000")
+	require.ErrorIs(t, err, errOutputDir)
+	_, err = os.Stat(filepath.Join(victim, "oom-2-20260101-000000"))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing written through the link")
+
+	out2, _, err := ensureDir(dir, true, recordingFiles)
+	require.NoError(t, err)
+	defer out2.Close()
+	_, err = os.Stat(filepath.Join(victim, "keep"))
+	require.NoError(t, err, "--force removed the link, not its target's contents")
+}

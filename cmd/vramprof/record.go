@@ -45,6 +45,9 @@ type recording struct {
 	live *liveBytes
 	// analysis are the options the outputs are analysed with (--capacity).
 	analysis analysis.Options
+	// moments writes the moment reports (moment.go); nil until
+	// startMoments. Guarded by mu.
+	moments *moments
 }
 
 // startRecording prepares dir, opens its trace and loads the probes.
@@ -102,7 +105,17 @@ func (s traceSink) Write(rec event.Record) error {
 	if s.r.live != nil {
 		s.r.live.observe(rec)
 	}
-	return s.r.w.Write(rec)
+	if err := s.r.w.Write(rec); err != nil {
+		return err
+	}
+	if e, ok := isOOM(rec); ok {
+		// A moment that cannot be taken never stops the recording: a
+		// broken trace shows at the next write anyway.
+		if err := s.r.noteOOM(e); err != nil {
+			s.r.moments.note("oom moment: %v", err)
+		}
+	}
+	return nil
 }
 
 func (s traceSink) Flush() error {
@@ -152,6 +165,10 @@ func (r *recording) abort() {
 	if r.session != nil {
 		_ = r.session.Close()
 	}
+	r.stopMoments()
+	if r.out != nil {
+		_ = r.out.root.RemoveAll(momentsDir)
+	}
 	if r.file != nil {
 		_ = r.file.Close()
 		_ = r.out.root.Remove(traceFile)
@@ -168,6 +185,9 @@ func (r *recording) abort() {
 // prints the summary to out.
 func (r *recording) finish(end *event.End, out io.Writer) error {
 	closeErr := errors.Join(r.closeNVML(), r.session.Close())
+	// The moments queued are written before the trace is closed: each
+	// reads its own prefix of it.
+	r.stopMoments()
 	end.Time = probes.MonotonicNow()
 	if err := r.w.Write(end); err != nil {
 		return fmt.Errorf("write trace: %w", err)
@@ -183,7 +203,22 @@ func (r *recording) finish(end *event.End, out io.Writer) error {
 		return closeErr
 	}
 	r.out.path = r.dir // renamed once the command's PID was known (run.go)
-	return produce(r.out, filepath.Join(r.dir, traceFile), out, r.analysis)
+	if err := produce(r.out, filepath.Join(r.dir, traceFile), out, r.analysis); err != nil {
+		return err
+	}
+	if line := r.moments.summary(); line != "" {
+		fmt.Fprintln(out, line)
+	}
+	return nil
+}
+
+// setDir records that the output directory was renamed to dir: the
+// moment reports written from now on name it.
+func (r *recording) setDir(dir string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dir = dir
+	r.out.path = dir
 }
 
 // produce analyses a trace, writes the outputs into od and the summary to

@@ -32,6 +32,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 		return 0, err
 	}
 	rec.analysis = analysis.Options{Capacity: o.capacity}
+	rec.startMoments(o.momentInterval, noteFunc(o.quiet))
 	// The child runs in a session of its own (see probes.Launch), so the
 	// terminal's signals reach vramprof alone: Ctrl-C, Ctrl-\, a hang-up
 	// and a SIGTERM are passed on, and vramprof keeps recording until the
@@ -50,7 +51,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if pending {
 		final := defaultDir(cmd.Process.Pid)
 		if err := os.Rename(dir, final); err == nil {
-			rec.dir = final
+			rec.setDir(final)
 		}
 	}
 	go func() {
@@ -113,4 +114,12 @@ func (p *pythonFlags) options(opts probes.Options) probes.Options {
 	opts.NoPython = p.mode == "off"
 	opts.PythonDepth = p.depth
 	return opts
+}
+
+// noteFunc prints "vramprof: <line>" on stderr, or nothing with -q.
+func noteFunc(quiet bool) func(format string, args ...any) {
+	if quiet {
+		return func(string, ...any) {}
+	}
+	return func(format string, args ...any) { fmt.Fprintf(os.Stderr, "vramprof: "+format+"\n", args...) }
 }

@@ -1,26 +1,86 @@
 package event
 
-// The .vpt trace format, version 1.
+// The .vpt trace format, versions 1 and 2.
 //
 // A trace is written as events arrive, so it must survive being cut short at
 // any byte (a crash, a kill -9, a full disk) and must never turn damage into
-// plausible-looking records. Every integer is little-endian.
+// plausible-looking records. Every fixed-width integer is little-endian.
 //
 //	file     = preamble record*
-//	preamble = magic[8] "VRAMPROF" | version u16 (= 1)
-//	record   = type u8 | length u32 | payload[length] | crc u32
+//	preamble = magic[8] "VRAMPROF" | version u16 (1 or 2)
+//	record   = type u8 | length | payload[length] | crc u32
+//	length   = u32 (version 1) or uvarint (version 2)
 //
-// crc is CRC-32C (Castagnoli) over type, length and payload: the 5 + length
-// bytes before it. The first record is always a Header; no other record is a
-// Header. Record types:
+// crc is CRC-32C (Castagnoli) over type, length and payload: every byte of
+// the record before it. The first record is always a Header; no other record
+// is a Header. Record types:
 //
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
 //	12 Interpreter
 //	0 is never valid (zero-filled garbage)
 //
-// An Event payload is a fixed 72-byte layout, written by hand because events
-// are the hot path (millions per trace):
+// Every payload but an Event's is its struct's fields in declaration order,
+// each one as: unsigned integers as uvarint, signed integers as zig-zag
+// varint, booleans as uvarint 0 or 1, strings as uvarint length then the
+// bytes (any bytes, not only UTF-8, so paths round-trip exactly), string
+// lists as uvarint count then strings. A Stack is ID, PID, frame count, then
+// per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
+// TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
+// UsedBytes. Empty lists decode as nil. Header.Version is not in the
+// payload: it is the preamble's version. Both versions share these.
+//
+// Events, version 2. Events are the hot path (millions per trace, ~10k a
+// second from a busy trainer), so an Event payload is coded against the
+// events before it in the stream; a reader rebuilds each one exactly from
+// the records before it. The state both ends keep, reset per stream:
+//
+//   - the previous event's Time (Header.Start before the first), PID, TID
+//     and Device (0 before the first), and the last non-zero Addr (0);
+//   - an op table of (Kind, Layer, API) triples and a size table of Sizes,
+//     each entry added when it is first written literally, while the table
+//     holds fewer than maxOps (256) and maxSizes (16384) entries.
+//
+// An Event payload is:
+//
+//	mask u8                   bits below; a field whose bit is clear takes
+//	                          the value in brackets
+//	[mPID]    PID uvarint     [the previous event's]
+//	[mTID]    TID - PID varint [the previous event's TID]
+//	[mDevice] Device varint   [the previous event's]
+//	[mStack]  Stack uvarint   [0]
+//	[mRet]    Ret varint      [0]
+//	[mExtra]  x u8, then Stream uvarint if x&1 [0], Flags u8 if x&2 [0]
+//	op        uvarint: k > 0 is the op table's entry k-1; 0 is a literal
+//	          Kind u8, Layer u8, API uvarint
+//	time      varint: Time - the previous Time (wrapping; events are in
+//	          effect order, mostly rising, but a late one goes back)
+//	Duration  uvarint
+//	[mAddr]   Addr - the last non-zero Addr, varint (wrapping) [Addr 0]
+//	size      uvarint: k > 0 is the size table's entry k-1; 0 is a
+//	          literal Size uvarint
+//	[mFold]   a nested event folded into this one, below
+//
+// Folding. libcudart calls libcuda underneath (cudaMalloc calls
+// cuMemAlloc_v2), and both are recorded: the driver's call with FlagNested,
+// so that the analysis keeps both APIs' books but counts the bytes once.
+// When a nested event is next to its outer event in the stream and shares
+// its PID, TID, Device, Addr, Size, Stream and Ret (the outer one without
+// FlagNested), the pair is one record: the outer event's payload with mFold
+// set, followed by
+//
+//	n u8      n&1: the nested event came first in the stream; n&2: a Stack
+//	          follows; n&4: a Flags u8 follows [FlagNested]
+//	op        as above: the nested event's Kind, Layer and API
+//	time      varint: the nested Time - the outer Time (wrapping)
+//	Duration  uvarint
+//	[n&2] Stack uvarint [0]   [n&4] Flags u8
+//
+// and the reader returns both, in the order they were written. State after
+// a folded record is the outer event's. Bytes past the fields a reader
+// knows are ignored (fields appended by a newer minor version).
+//
+// Events, version 1: a fixed 72-byte layout,
 //
 //	 0 Time u64      8 Duration u64   16 Addr u64     24 Size u64
 //	32 Stream u64   40 PID u32        44 TID u32      48 Stack u32
@@ -28,17 +88,7 @@ package event
 //	62 API u16      64 Flags u8       65..71 reserved (zero)
 //
 // Flags was appended after the first 64 bytes; an Event of 64 bytes reads
-// with Flags 0.
-//
-// Every other payload is its struct's fields in declaration order, each one
-// as: unsigned integers as uvarint, signed integers as zig-zag varint,
-// booleans as uvarint 0 or 1, strings as uvarint length then the bytes (any
-// bytes, not only UTF-8, so paths round-trip exactly), string lists as
-// uvarint count then strings. A Stack is ID, PID, frame count, then per frame
-// Addr, Mapping, Function, File, Line. A Sample is Time, Device, TotalBytes,
-// UsedBytes, FreeBytes, process count, then per process PID, UsedBytes.
-// Empty lists decode as nil. Header.Version is not in the payload:
-// it is the preamble's version.
+// with Flags 0. This package reads version 1 and writes version 2.
 //
 // Limits: a record's payload is at most MaxRecordSize bytes and an Event's at
 // most 4 KiB, so a damaged length is rejected before anything is allocated
@@ -46,7 +96,8 @@ package event
 //
 // Versioning. The preamble's version is a major version: it changes only on
 // an incompatible change, and a reader refuses versions newer than it knows
-// (ErrVersion). Within a major version a writer may:
+// (ErrVersion). Version 2 changed the length field and the Event payload;
+// readers keep reading version 1. Within a major version a writer may:
 //   - add record types: a reader skips a record of a type it does not know,
 //     once its checksum is verified (so a bad type byte is still caught);
 //   - append fields to the end of a payload (the Event layout included): a
@@ -59,7 +110,9 @@ package event
 // other inconsistency (a checksum mismatch, an impossible length, type 0, a
 // second header, a payload that does not decode) is ErrCorrupt at the byte
 // offset of the damaged record. A damaged length field that points past the
-// end of the file cannot be told from a cut, and reads as truncated.
+// end of the file cannot be told from a cut, and reads as truncated. Since
+// events are coded against the ones before them, nothing after a damaged
+// record can be read: the reader stops there, as it always has.
 
 import (
 	"bufio"
@@ -76,8 +129,8 @@ import (
 const Magic = "VRAMPROF"
 
 // Version is the trace format's major version written by this package, and
-// the newest one its Reader accepts.
-const Version uint16 = 1
+// the newest one its Reader accepts. It reads every older version too.
+const Version uint16 = 2
 
 // MaxRecordSize caps one record's payload. Stacks and process records are
 // far smaller; the cap exists so that a damaged length field is rejected
@@ -133,10 +186,15 @@ const (
 
 const (
 	preambleSize = len(Magic) + 2
-	frameHead    = 1 + 4 // type, length
+	frameHead    = 1 + 4 // version 1: type, length u32
 	frameTail    = 4     // crc
-	eventSize    = 72    // written: 64 bytes of format 1's first events, Flags, 7 reserved
-	minEventSize = 64    // read: events written before Flags was appended
+	eventSize    = 72    // version 1: 64 bytes of format 1's first events, Flags, 7 reserved
+	minEventSize = 64    // version 1, read: events written before Flags was appended
+	// maxHead is the longest version 2 frame head: type and a uvarint
+	// length up to MaxRecordSize (24 bits: 4 bytes; 5 allowed when read).
+	maxHead = 1 + 5
+	// minFrame is the shortest version 2 record: type, length 0, crc.
+	minFrame = 1 + 1 + frameTail
 	// maxEventSize leaves room for appended Event fields while rejecting a
 	// damaged length on the hot record long before MaxRecordSize.
 	maxEventSize = 4 << 10
@@ -144,19 +202,72 @@ const (
 	// once a second is what pushes data out at typical event rates, and that
 	// the Reader can decode nearly every record in place.
 	bufSize = 64 << 10
+	// maxOps and maxSizes cap the version 2 event tables (see the top of
+	// the file). Programs use a few dozen (Kind, Layer, API) triples and,
+	// in steady state, a few hundred distinct sizes; the caps bound the
+	// memory a hostile trace can claim while keeping codes to one or two
+	// bytes. Sizes past the cap are written literally.
+	maxOps   = 256
+	maxSizes = 1 << 14
+)
+
+// Version 2 event mask bits (see the top of the file).
+const (
+	mPID    = 1 << 0
+	mTID    = 1 << 1
+	mDevice = 1 << 2
+	mStack  = 1 << 3
+	mRet    = 1 << 4
+	mExtra  = 1 << 5
+	mAddr   = 1 << 6
+	mFold   = 1 << 7
+
+	xStream = 1 << 0
+	xFlags  = 1 << 1
+
+	nFirst = 1 << 0
+	nStack = 1 << 1
+	nFlags = 1 << 2
+
+	// maxEventPayload bounds a version 2 event payload as this package
+	// writes it, folded pair included: about 130 bytes, rounded up.
+	maxEventPayload = 192
 )
 
 // castagnoli is hardware-accelerated on amd64 and arm64.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// op is what an event did and where: the version 2 op table's entries.
+type op struct {
+	kind  Kind
+	layer Layer
+	api   API
+}
+
+// eventState is what a version 2 event is coded against: the events before
+// it in the stream. Writer and Reader update it identically.
+type eventState struct {
+	time, addr uint64
+	pid, tid   uint32
+	dev        int32
+}
+
 // Writer streams records to a trace. It buffers: call Flush periodically (the
 // recorder does about once a second) to bound what a crash can lose, and
-// Close at the end. A Writer is not safe for concurrent use.
+// Close at the end. An event is held back until the next record, Flush or
+// Close, in case it folds with the next one. A Writer is not safe for
+// concurrent use.
 type Writer struct {
 	bw  *bufio.Writer
-	ev  [frameHead + eventSize + frameTail]byte // the event frame, reused
-	buf []byte                                  // other frames, reused
-	err error                                   // first I/O error; sticky
+	ev  [maxHead + maxEventPayload + frameTail]byte // the event frame, reused
+	buf []byte                                      // other frames, reused
+	err error                                       // first I/O error; sticky
+
+	st      eventState
+	ops     map[op]uint32
+	sizes   map[uint64]uint32
+	held    Event // an event not yet written, which may fold with the next
+	hasHeld bool
 }
 
 // NewWriter writes the preamble and h to w and flushes them, so that even a
@@ -167,7 +278,8 @@ func NewWriter(w io.Writer, h *Header) (*Writer, error) {
 	if h == nil {
 		return nil, errors.New("new trace writer: nil header")
 	}
-	tw := &Writer{bw: bufio.NewWriterSize(w, bufSize)}
+	tw := &Writer{bw: bufio.NewWriterSize(w, bufSize), ops: make(map[op]uint32), sizes: make(map[uint64]uint32)}
+	tw.st.time = h.Start
 	var pre [preambleSize]byte
 	copy(pre[:], Magic)
 	binary.LittleEndian.PutUint16(pre[len(Magic):], Version)
@@ -184,7 +296,11 @@ func NewWriter(w io.Writer, h *Header) (*Writer, error) {
 }
 
 // Write appends one record. The Header is written by NewWriter and cannot be
-// written again. After an I/O error every later call returns that error.
+// written again. An Event is copied (the caller may reuse it) and held back
+// until the next record, Flush or Close, so that a driver call nested in a
+// runtime call can be folded into one record with it; an I/O error writing
+// it is returned by that later call. After an I/O error every later call
+// returns that error.
 func (w *Writer) Write(rec Record) error {
 	if w.err != nil {
 		return w.err
@@ -222,6 +338,9 @@ func (w *Writer) Write(rec Record) error {
 	if enc == nil || isNil(rec) {
 		return fmt.Errorf("write trace record: unsupported record %T (nil or unknown type)", rec)
 	}
+	if err := w.writeHeld(); err != nil {
+		return err
+	}
 	if err := w.writeFrame(typ, enc); err != nil {
 		return fmt.Errorf("write trace record: %w", err)
 	}
@@ -256,49 +375,189 @@ func isNil(rec Record) bool {
 	return rec == nil
 }
 
-// writeEvent is the hot path: one fixed frame, no allocation.
+// writeEvent is the hot path: no allocation once the tables are warm. It
+// holds ev back, writes it folded with the held event when they pair up,
+// or writes the held one alone.
 func (w *Writer) writeEvent(ev *Event) error {
-	b := w.ev[:]
-	b[0] = recEvent
-	le := binary.LittleEndian
-	le.PutUint32(b[1:], eventSize)
-	p := b[frameHead:]
-	le.PutUint64(p[0:], ev.Time)
-	le.PutUint64(p[8:], ev.Duration)
-	le.PutUint64(p[16:], ev.Addr)
-	le.PutUint64(p[24:], ev.Size)
-	le.PutUint64(p[32:], ev.Stream)
-	le.PutUint32(p[40:], ev.PID)
-	le.PutUint32(p[44:], ev.TID)
-	le.PutUint32(p[48:], uint32(ev.Stack))
-	le.PutUint32(p[52:], uint32(ev.Ret))
-	le.PutUint32(p[56:], uint32(ev.Device))
-	p[60] = byte(ev.Kind)
-	p[61] = byte(ev.Layer)
-	le.PutUint16(p[62:], uint16(ev.API))
-	p[64] = byte(ev.Flags)
-	clear(p[65:eventSize])
-	le.PutUint32(b[frameHead+eventSize:], crc32.Checksum(b[:frameHead+eventSize], castagnoli))
-	if _, err := w.bw.Write(b); err != nil {
+	if w.hasHeld {
+		w.hasHeld = false
+		if outer, nested, first, ok := fold(&w.held, ev); ok {
+			return w.emitEvent(outer, nested, first)
+		}
+		if err := w.emitEvent(&w.held, nil, false); err != nil {
+			return err
+		}
+	}
+	w.held, w.hasHeld = *ev, true
+	return nil
+}
+
+// writeHeld writes the held event, if any, before another record.
+func (w *Writer) writeHeld() error {
+	if !w.hasHeld {
+		return nil
+	}
+	w.hasHeld = false
+	return w.emitEvent(&w.held, nil, false)
+}
+
+// fold reports whether a and b (a first in the stream) are a call and the
+// call nested inside it, with nothing of the nested one lost if written as
+// a fold: the outer one, the nested one, and whether the nested came first.
+func fold(a, b *Event) (outer, nested *Event, nestedFirst, ok bool) {
+	if a.PID != b.PID || a.TID != b.TID || a.Device != b.Device || a.Addr != b.Addr ||
+		a.Size != b.Size || a.Stream != b.Stream || a.Ret != b.Ret {
+		return nil, nil, false, false
+	}
+	switch an, bn := a.Flags&FlagNested != 0, b.Flags&FlagNested != 0; {
+	case an && !bn:
+		return b, a, true, true
+	case bn && !an:
+		return a, b, false, true
+	}
+	return nil, nil, false, false
+}
+
+// emitEvent writes ev as one version 2 record, with nested folded into it
+// when not nil.
+func (w *Writer) emitEvent(ev, nested *Event, nestedFirst bool) error {
+	b := w.ev[:maxHead]
+	b = w.appendEvent(b, ev, nested, nestedFirst)
+	if _, err := w.bw.Write(frame(b, recEvent)); err != nil {
 		w.err = fmt.Errorf("write trace event: %w", err)
 		return w.err
 	}
 	return nil
 }
 
+// appendEvent appends ev's version 2 payload to p and updates the state.
+func (w *Writer) appendEvent(p []byte, ev, nested *Event, nestedFirst bool) []byte {
+	st := &w.st
+	mi := len(p)
+	p = append(p, 0)
+	var mask byte
+	if ev.PID != st.pid {
+		mask |= mPID
+		p = binary.AppendUvarint(p, uint64(ev.PID))
+	}
+	if ev.TID != st.tid {
+		mask |= mTID
+		p = binary.AppendVarint(p, int64(ev.TID)-int64(ev.PID))
+	}
+	if ev.Device != st.dev {
+		mask |= mDevice
+		p = binary.AppendVarint(p, int64(ev.Device))
+	}
+	if ev.Stack != 0 {
+		mask |= mStack
+		p = binary.AppendUvarint(p, uint64(ev.Stack))
+	}
+	if ev.Ret != 0 {
+		mask |= mRet
+		p = binary.AppendVarint(p, int64(ev.Ret))
+	}
+	if ev.Stream != 0 || ev.Flags != 0 {
+		mask |= mExtra
+		var x byte
+		if ev.Stream != 0 {
+			x |= xStream
+		}
+		if ev.Flags != 0 {
+			x |= xFlags
+		}
+		p = append(p, x)
+		if ev.Stream != 0 {
+			p = binary.AppendUvarint(p, ev.Stream)
+		}
+		if ev.Flags != 0 {
+			p = append(p, byte(ev.Flags))
+		}
+	}
+	p = w.appendOp(p, ev)
+	p = binary.AppendVarint(p, int64(ev.Time-st.time))
+	p = binary.AppendUvarint(p, ev.Duration)
+	if ev.Addr != 0 {
+		mask |= mAddr
+		p = binary.AppendVarint(p, int64(ev.Addr-st.addr))
+		st.addr = ev.Addr
+	}
+	p = w.appendSize(p, ev.Size)
+	st.time, st.pid, st.tid, st.dev = ev.Time, ev.PID, ev.TID, ev.Device
+	if nested != nil {
+		mask |= mFold
+		var n byte
+		if nestedFirst {
+			n |= nFirst
+		}
+		if nested.Stack != 0 {
+			n |= nStack
+		}
+		if nested.Flags != FlagNested {
+			n |= nFlags
+		}
+		p = append(p, n)
+		p = w.appendOp(p, nested)
+		p = binary.AppendVarint(p, int64(nested.Time-ev.Time))
+		p = binary.AppendUvarint(p, nested.Duration)
+		if n&nStack != 0 {
+			p = binary.AppendUvarint(p, uint64(nested.Stack))
+		}
+		if n&nFlags != 0 {
+			p = append(p, byte(nested.Flags))
+		}
+	}
+	p[mi] = mask
+	return p
+}
+
+func (w *Writer) appendOp(p []byte, ev *Event) []byte {
+	o := op{ev.Kind, ev.Layer, ev.API}
+	if i, ok := w.ops[o]; ok {
+		return binary.AppendUvarint(p, uint64(i)+1)
+	}
+	if len(w.ops) < maxOps {
+		w.ops[o] = uint32(len(w.ops))
+	}
+	p = append(p, 0, byte(o.kind), byte(o.layer))
+	return binary.AppendUvarint(p, uint64(o.api))
+}
+
+func (w *Writer) appendSize(p []byte, size uint64) []byte {
+	if i, ok := w.sizes[size]; ok {
+		return binary.AppendUvarint(p, uint64(i)+1)
+	}
+	if len(w.sizes) < maxSizes {
+		w.sizes[size] = uint32(len(w.sizes))
+	}
+	p = append(p, 0)
+	return binary.AppendUvarint(p, size)
+}
+
+// frame turns b, a payload after maxHead reserved bytes, into a version 2
+// record in place (type and length just before the payload, crc after) and
+// returns it.
+func frame(b []byte, typ byte) []byte {
+	n := len(b) - maxHead
+	var l [binary.MaxVarintLen32]byte
+	ln := binary.PutUvarint(l[:], uint64(n))
+	start := maxHead - 1 - ln
+	b[start] = typ
+	copy(b[start+1:], l[:ln])
+	b = b[start:]
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
 // writeFrame encodes one variable-length record into the reused buffer and
 // writes it whole.
 func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
-	e := encoder{b: append(w.buf[:0], typ, 0, 0, 0, 0)}
+	e := encoder{b: append(w.buf[:0], make([]byte, maxHead)...)}
 	enc(&e)
-	n := len(e.b) - frameHead
+	n := len(e.b) - maxHead
 	if n > MaxRecordSize {
 		return fmt.Errorf("record of %d bytes exceeds the %d-byte limit", n, MaxRecordSize)
 	}
-	binary.LittleEndian.PutUint32(e.b[1:], uint32(n))
-	e.b = binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, castagnoli))
 	w.buf = e.b
-	if _, err := w.bw.Write(e.b); err != nil {
+	if _, err := w.bw.Write(frame(e.b, typ)); err != nil {
 		w.err = err
 		return err
 	}
@@ -309,6 +568,9 @@ func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
 func (w *Writer) Flush() error {
 	if w.err != nil {
 		return w.err
+	}
+	if err := w.writeHeld(); err != nil {
+		return err
 	}
 	if err := w.bw.Flush(); err != nil {
 		w.err = fmt.Errorf("flush trace: %w", err)
@@ -337,6 +599,13 @@ type Reader struct {
 	records   int64
 	truncated bool
 	err       error // terminal: io.EOF or the first error
+
+	v       uint16     // the file's format version
+	st      eventState // version 2: what the next event is coded against
+	ops     []op       // version 2 op table
+	sizes   []uint64   // version 2 size table
+	next    Event      // the second event of a folded record, returned next
+	hasNext bool
 }
 
 // NewReader reads and checks the preamble and the header of a trace.
@@ -366,6 +635,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 		return nil, fmt.Errorf("%w: the trace is format version %d, this vramprof reads up to %d: upgrade vramprof",
 			ErrVersion, v, Version)
 	}
+	tr.v = v
 	tr.off = int64(preambleSize)
 	typ, payload, err := tr.frame()
 	if err != nil {
@@ -383,6 +653,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 		return nil, tr.corrupt("header: %v", d.err)
 	}
 	tr.h.Version = v
+	tr.st.time = tr.h.Start
 	return tr, nil
 }
 
@@ -397,6 +668,12 @@ func (r *Reader) Header() *Header { return &r.h }
 // The *Event returned is reused by the next call: copy it to keep it. Every
 // other record is newly allocated and may be kept.
 func (r *Reader) Next() (Record, error) {
+	if r.hasNext {
+		r.hasNext = false
+		r.ev = r.next
+		r.records++
+		return &r.ev, nil
+	}
 	for r.err == nil {
 		typ, payload, err := r.frame()
 		if err != nil {
@@ -443,11 +720,30 @@ func (r *Reader) frame() (byte, []byte, error) {
 	}
 	r.off += int64(r.pending + r.consumed)
 	r.pending, r.consumed = 0, 0
-	h, err := r.br.Peek(frameHead)
-	if len(h) < frameHead {
-		return 0, nil, r.short(len(h), err)
+	var typ byte
+	var n, head int
+	if r.v == 1 {
+		h, err := r.br.Peek(frameHead)
+		if len(h) < frameHead {
+			return 0, nil, r.short(len(h), err)
+		}
+		typ, n, head = h[0], int(binary.LittleEndian.Uint32(h[1:])), frameHead
+	} else {
+		// A whole record is at least minFrame bytes, and its head at most
+		// maxHead: peek what is there of the longest head.
+		h, err := r.br.Peek(maxHead)
+		if len(h) < minFrame {
+			return 0, nil, r.short(len(h), err)
+		}
+		l, k := binary.Uvarint(h[1:])
+		switch {
+		case k == 0 && len(h) < maxHead:
+			return 0, nil, r.short(len(h), err)
+		case k <= 0 || l > math.MaxInt32:
+			return 0, nil, r.corrupt("bad record length")
+		}
+		typ, n, head = h[0], int(l), 1+k
 	}
-	typ, n := h[0], int(binary.LittleEndian.Uint32(h[1:]))
 	if typ == recInvalid {
 		return 0, nil, r.corrupt("record type 0")
 	}
@@ -458,8 +754,9 @@ func (r *Reader) frame() (byte, []byte, error) {
 	if n > limit {
 		return 0, nil, r.corrupt("type %d record claims %d bytes, over its %d-byte limit", typ, n, limit)
 	}
-	total := frameHead + n + frameTail
+	total := head + n + frameTail
 	var b []byte
+	var err error
 	inPlace := total <= r.br.Size()
 	if inPlace {
 		// Common case: decode in place from the bufio buffer, no copy.
@@ -483,7 +780,7 @@ func (r *Reader) frame() (byte, []byte, error) {
 		}
 		b = r.buf
 	}
-	if crc32.Checksum(b[:frameHead+n], castagnoli) != binary.LittleEndian.Uint32(b[frameHead+n:]) {
+	if crc32.Checksum(b[:head+n], castagnoli) != binary.LittleEndian.Uint32(b[head+n:]) {
 		return 0, nil, r.corrupt("bad checksum on type %d record of %d bytes", typ, n)
 	}
 	if inPlace {
@@ -491,7 +788,7 @@ func (r *Reader) frame() (byte, []byte, error) {
 	} else {
 		r.consumed = total
 	}
-	return typ, b[frameHead : frameHead+n], nil
+	return typ, b[head : head+n], nil
 }
 
 // short turns a read that ended early into a clean end (no byte of a new
@@ -509,10 +806,16 @@ func (r *Reader) short(got int, err error) error {
 // decode turns a checked payload into a record; nil for a skipped type.
 func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 	if typ == recEvent {
+		if r.v >= 2 {
+			if err := r.decodeEvent(p); err != nil {
+				return nil, r.corrupt("event: %v", err)
+			}
+			return &r.ev, nil
+		}
 		if len(p) < minEventSize {
 			return nil, r.corrupt("event of %d bytes, want at least %d", len(p), minEventSize)
 		}
-		decodeEvent(&r.ev, p)
+		decodeEventV1(&r.ev, p)
 		return &r.ev, nil
 	}
 	d := decoder{b: p, strs: r.strs}
@@ -569,7 +872,182 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 	return rec, nil
 }
 
-func decodeEvent(ev *Event, p []byte) {
+// decodeEvent decodes a version 2 event payload into r.ev (and r.next when
+// it holds a folded pair), against and then updating r's state.
+func (r *Reader) decodeEvent(p []byte) error {
+	d := evDecoder{b: p}
+	mask := d.byte()
+	st := r.st
+	var ev Event
+	if mask&mPID != 0 {
+		st.pid = d.u32()
+	}
+	if mask&mTID != 0 {
+		tid := int64(st.pid) + d.varint()
+		if tid < 0 || tid > math.MaxUint32 {
+			return fmt.Errorf("thread id %d out of range", tid)
+		}
+		st.tid = uint32(tid)
+	}
+	if mask&mDevice != 0 {
+		st.dev = d.i32()
+	}
+	ev.PID, ev.TID, ev.Device = st.pid, st.tid, st.dev
+	if mask&mStack != 0 {
+		ev.Stack = StackID(d.u32())
+	}
+	if mask&mRet != 0 {
+		ev.Ret = d.i32()
+	}
+	if mask&mExtra != 0 {
+		x := d.byte()
+		if x&^(xStream|xFlags) != 0 {
+			return fmt.Errorf("unknown extra fields %#x", x)
+		}
+		if x&xStream != 0 {
+			ev.Stream = d.uvarint()
+		}
+		if x&xFlags != 0 {
+			ev.Flags = Flags(d.byte())
+		}
+	}
+	if err := r.op(&d, &ev); err != nil {
+		return err
+	}
+	ev.Time = st.time + uint64(d.varint())
+	ev.Duration = d.uvarint()
+	if mask&mAddr != 0 {
+		ev.Addr = st.addr + uint64(d.varint())
+		st.addr = ev.Addr
+	}
+	switch k := d.uvarint(); {
+	case k == 0:
+		ev.Size = d.uvarint()
+		if len(r.sizes) < maxSizes && !d.bad {
+			r.sizes = append(r.sizes, ev.Size)
+		}
+	case k <= uint64(len(r.sizes)):
+		ev.Size = r.sizes[k-1]
+	default:
+		return fmt.Errorf("size code %d, table of %d", k, len(r.sizes))
+	}
+	st.time = ev.Time
+	if mask&mFold != 0 {
+		n := d.byte()
+		if n&^(nFirst|nStack|nFlags) != 0 {
+			return fmt.Errorf("unknown fold fields %#x", n)
+		}
+		nested := ev
+		nested.Stack, nested.Flags = 0, FlagNested
+		if err := r.op(&d, &nested); err != nil {
+			return err
+		}
+		nested.Time = ev.Time + uint64(d.varint())
+		nested.Duration = d.uvarint()
+		if n&nStack != 0 {
+			nested.Stack = StackID(d.u32())
+		}
+		if n&nFlags != 0 {
+			nested.Flags = Flags(d.byte())
+		}
+		if d.bad {
+			return errEvent
+		}
+		if n&nFirst != 0 {
+			r.ev, r.next = nested, ev
+		} else {
+			r.ev, r.next = ev, nested
+		}
+		r.hasNext = true
+	} else {
+		if d.bad {
+			return errEvent
+		}
+		r.ev = ev
+	}
+	r.st = st
+	return nil
+}
+
+// op reads an op code into ev's Kind, Layer and API.
+func (r *Reader) op(d *evDecoder, ev *Event) error {
+	k := d.uvarint()
+	if k == 0 {
+		o := op{Kind(d.byte()), Layer(d.byte()), 0}
+		api := d.uvarint()
+		if api > math.MaxUint16 {
+			return fmt.Errorf("api %d overflows 16 bits", api)
+		}
+		o.api = API(api)
+		if len(r.ops) < maxOps && !d.bad {
+			r.ops = append(r.ops, o)
+		}
+		ev.Kind, ev.Layer, ev.API = o.kind, o.layer, o.api
+		return nil
+	}
+	if k > uint64(len(r.ops)) {
+		return fmt.Errorf("op code %d, table of %d", k, len(r.ops))
+	}
+	o := r.ops[k-1]
+	ev.Kind, ev.Layer, ev.API = o.kind, o.layer, o.api
+	return nil
+}
+
+// evDecoder reads a version 2 event payload. Reads past the end return
+// zeros and set bad; range errors set bad too, checked once at the end.
+type evDecoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *evDecoder) byte() byte {
+	if len(d.b) == 0 {
+		d.bad = true
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *evDecoder) uvarint() uint64 {
+	if len(d.b) > 0 && d.b[0] < 0x80 { // the common one-byte case, inlined
+		v := uint64(d.b[0])
+		d.b = d.b[1:]
+		return v
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *evDecoder) varint() int64 {
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+func (d *evDecoder) u32() uint32 {
+	v := d.uvarint()
+	if v > math.MaxUint32 {
+		d.bad = true
+	}
+	return uint32(v)
+}
+
+func (d *evDecoder) i32() int32 {
+	v := d.varint()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		d.bad = true
+	}
+	return int32(v)
+}
+
+func decodeEventV1(ev *Event, p []byte) {
 	le := binary.LittleEndian
 	_ = p[minEventSize-1] // one bounds check
 	*ev = Event{
@@ -724,7 +1202,10 @@ type decoder struct {
 	strs map[string]string // interning table; nil for none
 }
 
-var errShort = errors.New("payload ends early")
+var (
+	errShort = errors.New("payload ends early")
+	errEvent = errors.New("payload ends early or a value overflows its field")
+)
 
 func (d *decoder) fail(err error) {
 	if d.err == nil {

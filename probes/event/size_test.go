@@ -1,0 +1,180 @@
+package event
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// traceSize is what one fixture costs on disk in format 1 (as recorded) and
+// in the format this package writes (re-encoded).
+type traceSize struct {
+	name           string
+	events         int
+	v1File, v1Ev   int // whole file; event records only
+	curFile, curEv int
+}
+
+// eventBytes returns the bytes a trace spends on its events: the file minus
+// the same records written without their events.
+func eventBytes(tb testing.TB, h *Header, recs []Record) (file, events int) {
+	tb.Helper()
+	var others []Record
+	for _, r := range recs {
+		if _, ok := r.(*Event); !ok {
+			others = append(others, r)
+		}
+	}
+	file = len(mustTrace(tb, h, recs...))
+	return file, file - len(mustTrace(tb, h, others...))
+}
+
+// measureFixtures re-encodes every format 1 fixture and measures both.
+func measureFixtures(tb testing.TB) []traceSize {
+	tb.Helper()
+	var out []traceSize
+	for _, name := range v1Fixtures {
+		data := mustFixture(tb, name)
+		r, recs, err := readAll(tb, data)
+		require.NoError(tb, err)
+		h := *r.Header()
+		s := traceSize{name: name, v1File: len(data)}
+		for _, rec := range recs {
+			if _, ok := rec.(*Event); ok {
+				s.events++
+			}
+		}
+		// Format 1 events are fixed frames.
+		s.v1Ev = s.events * (frameHead + eventSize + frameTail)
+		s.curFile, s.curEv = eventBytes(tb, &h, recs)
+		out = append(out, s)
+	}
+	return out
+}
+
+// sizeTable renders the sizes as the bench prints them.
+func sizeTable(sizes []traceSize) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-16s %7s  %22s  %22s\n", "scenario", "events", "format 1 B/event", fmt.Sprintf("format %d B/event", Version))
+	fmt.Fprintf(&b, "%-16s %7s  %10s %11s  %10s %11s\n", "", "", "events", "whole file", "events", "whole file")
+	var sum [4]float64
+	var pooled [5]int
+	for _, s := range sizes {
+		pooled[0] += s.events
+		pooled[1] += s.v1Ev
+		pooled[2] += s.v1File
+		pooled[3] += s.curEv
+		pooled[4] += s.curFile
+		n := float64(s.events)
+		row := [4]float64{float64(s.v1Ev) / n, float64(s.v1File) / n, float64(s.curEv) / n, float64(s.curFile) / n}
+		for i := range sum {
+			sum[i] += row[i]
+		}
+		fmt.Fprintf(&b, "%-16s %7d  %10.1f %11.1f  %10.1f %11.1f\n", s.name, s.events, row[0], row[1], row[2], row[3])
+	}
+	k := float64(len(sizes))
+	fmt.Fprintf(&b, "%-16s %7s  %10.1f %11.1f  %10.1f %11.1f\n", "mean", "", sum[0]/k, sum[1]/k, sum[2]/k, sum[3]/k)
+	n := float64(pooled[0])
+	fmt.Fprintf(&b, "%-16s %7d  %10.1f %11.1f  %10.1f %11.1f\n", "all, pooled", pooled[0],
+		float64(pooled[1])/n, float64(pooled[2])/n, float64(pooled[3])/n, float64(pooled[4])/n)
+	return b.String()
+}
+
+// BenchmarkTraceSize prints bytes per event of the scenarios' recorded
+// traces, format 1 as recorded against this package's format, in one run
+// (make bench). "events" counts the bytes of event records only; "whole
+// file" everything, whose fixed part (header, libraries, mappings, stacks:
+// about 2 KB) dominates the short scenarios.
+func BenchmarkTraceSize(b *testing.B) {
+	var sizes []traceSize
+	for b.Loop() {
+		sizes = measureFixtures(b)
+	}
+	var ev, v1 float64
+	for _, s := range sizes {
+		ev += float64(s.curEv) / float64(s.events)
+		v1 += float64(s.v1Ev) / float64(s.events)
+	}
+	b.ReportMetric(v1/float64(len(sizes)), "v1-B/event")
+	b.ReportMetric(ev/float64(len(sizes)), "B/event")
+	fmt.Fprint(os.Stdout, sizeTable(sizes))
+}
+
+// syntheticTrace is a large trace made of the fixtures' event streams
+// repeated, shifted in time and address space, n events long.
+func syntheticTrace(tb testing.TB, n int) []byte {
+	tb.Helper()
+	var events []Event
+	var others []Record
+	for _, name := range []string{"steady", "leak", "threads", "pool_steady", "spike"} {
+		_, recs, err := readAll(tb, mustFixture(tb, name))
+		require.NoError(tb, err)
+		for _, rec := range recs {
+			switch r := rec.(type) {
+			case *Event:
+				events = append(events, *r)
+			case *End:
+			default:
+				others = append(others, r)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testHeader())
+	require.NoError(tb, err)
+	for _, r := range others {
+		require.NoError(tb, w.Write(r))
+	}
+	base := events[0].Time
+	for i := 0; i < n; i++ {
+		round := uint64(i / len(events))
+		ev := events[i%len(events)]
+		ev.Time = base + round<<32 + (ev.Time-base)%(1<<32)
+		if ev.Addr != 0 {
+			ev.Addr += round << 40
+		}
+		require.NoError(tb, w.Write(&ev))
+	}
+	require.NoError(tb, w.Write(&End{Time: base + uint64(n)<<32, Reason: "exited"}))
+	require.NoError(tb, w.Close())
+	return buf.Bytes()
+}
+
+// BenchmarkReplay reads a 2M-event trace made from the scenarios' streams:
+// see the events/s metric (the floor is 5M events/s).
+func BenchmarkReplay(b *testing.B) {
+	const n = 2_000_000
+	data := syntheticTrace(b, n)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := NewReader(bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		count := 0
+		for {
+			rec, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, ok := rec.(*Event); ok {
+				count++
+			}
+		}
+		if count != n {
+			b.Fatalf("read %d events, want %d", count, n)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(len(data))/n, "B/event")
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/exporter"
+)
+
+func TestParseServe(t *testing.T) {
+	o, err := parseServe(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9400", o.listen, "loopback by default (DESIGN.md's CLI contract)")
+	assert.Equal(t, exporter.DefaultGrace, o.grace)
+	assert.Equal(t, exporter.DefaultTTL, o.ttl)
+	assert.Equal(t, "auto", o.pool)
+
+	o, err = parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "5s", "--ttl", "1m", "--pool", "off", "-q"})
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:0", o.listen)
+	assert.Equal(t, 5*time.Second, o.grace)
+	assert.Equal(t, time.Minute, o.ttl)
+	assert.True(t, o.quiet)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"argument", []string{"extra"}},
+		{"pool", []string{"--pool", "maybe"}},
+		{"ttl below grace", []string{"--grace", "1m", "--ttl", "10s"}},
+		{"zero grace", []string{"--grace", "0s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseServe(tc.args)
+			assert.Error(t, err)
+		})
+	}
+}

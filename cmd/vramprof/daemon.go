@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/vramprof/vramprof/exporter"
+	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vramprof/vramprof/exporter"
+	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/probes/allocspec"
 )
 

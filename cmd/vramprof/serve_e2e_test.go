@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/exporter"
+	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/probes/scenario"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/exporter"
+	"github.com/vramprof/vramprof/report/exporter"
 )
 
 func TestParseServe(t *testing.T) {

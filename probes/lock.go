@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // One session per process. Two sessions on one process would each stop it
@@ -21,6 +23,13 @@ import (
 // the file holding the owner's PID. The kernel releases an flock when its
 // holder dies, however it dies: a killed session leaves at most a file,
 // never a lock.
+
+// A session that traces every process (Options.All: attach --all, serve)
+// takes no lock: a node's serve must not keep a user from attaching to one
+// process for a closer look. It looks instead (heldBy, from /proc/locks,
+// never by trying the lock, so its look cannot make another session's
+// lockProc fail), leaves alone a process a single-process session holds,
+// and lets go of one such a session starts tracing later (Session.tick).
 
 // LockDir holds the per-process lock files. A variable for tests.
 var LockDir = "/run/vramprof"
@@ -66,6 +75,34 @@ func lockProc(pid uint32, start uint64) (*procLock, error) {
 		return &procLock{f: f, path: path}, nil
 	}
 	return nil, nil
+}
+
+// heldBy returns the PID of the process holding the lock on pid (started at
+// start), 0 when nobody holds it or it cannot be told. It reads /proc/locks,
+// whose lines name each flock's holder and its file as major:minor:inode
+// (hex device numbers), and so never takes the lock itself.
+func heldBy(pid uint32, start uint64) int {
+	var st syscall.Stat_t
+	if syscall.Stat(filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", pid, start)), &st) != nil {
+		return 0
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0
+	}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	for _, line := range strings.Split(string(data), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 2481 fe:00:745516 0 EOF"; a waiter's
+		// line has "->" after the number.
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] != "FLOCK" || f[5] != want {
+			continue
+		}
+		if owner, err := strconv.Atoi(f[4]); err == nil {
+			return owner
+		}
+	}
+	return 0
 }
 
 // readOwner reads the holder's PID from a lock file; 0 when unreadable. The

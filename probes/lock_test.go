@@ -74,3 +74,40 @@ func TestAllSkipsHeld(t *testing.T) {
 	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(lr.Process.Pid) +
 		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes, "said once")
 }
+
+// TestAllTakesNoLock: a session tracing every process (serve, attach --all)
+// never keeps a single-process session out: attach -p succeeds on a process
+// it traces, and at its next tick it leaves that process to the new session
+// and says so.
+func TestAllTakesNoLock(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	lr := exec.Command(scenario.Bin(t, "longrun"))
+	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
+	out, err := lr.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, lr.Start())
+	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
+	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
+	require.NoError(t, err)
+	pid := uint32(lr.Process.Pid)
+
+	// Not AttachAll: that would adopt every CUDA process on the machine.
+	var notes []string
+	all, err := NewSession(Options{Sink: &memSink{}, All: true, Note: func(m string) { notes = append(notes, m) }})
+	require.NoError(t, err)
+	defer all.Close()
+	require.NoError(t, all.adopt(pid))
+	require.NotNil(t, all.procs[pid], "traced by the --all session")
+	assert.Zero(t, heldBy(pid, all.procs[pid].startTime), "an --all session holds no lock")
+
+	single, err := NewSession(Options{Sink: &memSink{}})
+	require.NoError(t, err)
+	defer single.Close()
+	require.NoError(t, single.Attach(int(pid), false), "attach -p while --all traces the process")
+
+	require.NoError(t, all.tick())
+	assert.True(t, all.procs[pid].exited, "left to the single-process session")
+	assert.Contains(t, all.held, pid)
+	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(int(pid)) +
+		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes)
+}

@@ -317,7 +317,14 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 		return nil, err
 	}
 	var lock *procLock
-	if err == nil {
+	switch {
+	case err != nil:
+	case s.opts.All:
+		// Every process: look, never lock (lock.go).
+		if owner := heldBy(pid, st); owner != 0 {
+			return nil, &TracedError{PID: pid, Owner: owner}
+		}
+	default:
 		// One session per process (lock.go): before anything is probed.
 		if lock, err = lockProc(pid, st); err != nil {
 			return nil, err
@@ -606,6 +613,15 @@ func (s *Session) tick() error {
 		}
 		if st, err := procStartTime(int(p.pid)); err != nil || st != p.startTime {
 			s.untrack(p)
+			continue
+		}
+		if s.opts.All {
+			// A single-process session took it since: left to that
+			// session from now on (lock.go), no longer stopped by us.
+			if owner := heldBy(p.pid, p.startTime); owner != 0 {
+				s.untrack(p)
+				s.hold(p.pid, &TracedError{PID: p.pid, Owner: owner})
+			}
 		}
 	}
 	return s.writeLost(false)

@@ -12,9 +12,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/exporter"
 )
 
 // sweepEvery is how often serve notices exited processes and drops the

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/probes/allocspec"
+	"github.com/vramprof/vramprof/report/exporter"
 )
 
 // defaultListen is serve's address: loopback, so that nothing is exposed

@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/report/exporter"
 )
 
 // TestServe runs `vramprof serve` on a loopback port while longrun runs its

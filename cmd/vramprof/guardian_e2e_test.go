@@ -102,6 +102,10 @@ func TestRunKilledAtEveryStop(t *testing.T) {
 				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 				var stderr syncBuffer
 				cmd.Stderr = &stderr
+				// The command inherits vramprof's stderr: a target left
+				// stopped would hold the pipe open and Run would wait for
+				// ever. Bounded, so that awaitTargetEnd reports it.
+				cmd.WaitDelay = 10 * time.Second
 				err := cmd.Run()
 				code := awaitTargetEnd(t, codeFile, 20*time.Second)
 				assert.Equal(t, 0, code, "target's exit code, vramprof killed at stop %d", n)

@@ -340,7 +340,7 @@ func promQuery(t *testing.T, base, query string) float64 {
 			require.NoError(t, err)
 			return v
 		}
-		require.True(t, time.Now().Before(deadline), "no result for %s", query)
+		require.True(t, time.Now().Before(deadline), "no single result for %s: %+v", query, r.Data.Result)
 		time.Sleep(200 * time.Millisecond)
 	}
 }

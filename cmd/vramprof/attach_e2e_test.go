@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,7 +71,11 @@ func startLongrunCmd(t *testing.T, cmd *exec.Cmd) *longrun {
 	if env == nil {
 		env = os.Environ()
 	}
-	lr.cmd.Env = append(env, "VRAMPROF_TRUTH="+lr.truth, "LONGRUN_MAX_SECONDS=20")
+	env = append(env, "VRAMPROF_TRUTH="+lr.truth)
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "LONGRUN_MAX_SECONDS=") }) {
+		env = append(env, "LONGRUN_MAX_SECONDS=20")
+	}
+	lr.cmd.Env = env
 	lr.cmd.Stderr = os.Stderr
 	out, err := lr.cmd.StdoutPipe()
 	require.NoError(t, err)

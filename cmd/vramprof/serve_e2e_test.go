@@ -36,7 +36,11 @@ import (
 // longrun's PID is looked at. One serve run for all three, kept short.
 func TestServe(t *testing.T) {
 	scenario.RequirePrivilege(t)
-	lr := startLongrun(t)
+	// Long enough for a slow Prometheus start on a loaded machine: the
+	// figures are asked of it while longrun still runs.
+	lrCmd := exec.Command(scenario.Bin(t, "longrun"))
+	lrCmd.Env = append(os.Environ(), "LONGRUN_MAX_SECONDS=120")
+	lr := startLongrunCmd(t, lrCmd)
 
 	addr := freeLoopback(t)
 	stderr := &syncBuffer{}
@@ -269,8 +273,8 @@ func startPrometheus(t *testing.T, target string) string {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "prometheus.yml")
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`global:
-  scrape_interval: 500ms
-  scrape_timeout: 400ms
+  scrape_interval: 1s
+  scrape_timeout: 1s
 scrape_configs:
   - job_name: vramprof
     static_configs:
@@ -317,7 +321,7 @@ scrape_configs:
 // until a scrape has brought one.
 func promQuery(t *testing.T, base, query string) float64 {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(40 * time.Second)
 	for {
 		resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(query))
 		require.NoError(t, err)

@@ -368,7 +368,7 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 			return
 		}
 		// pytorch:free carries only the pointer: the device is the block's.
-		if la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}]; ok {
+		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}); ok {
 			a.pool(e.PID, a.classes[la.class].key.device).blockFree(e.Time, e.Addr)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
@@ -379,7 +379,7 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 				a.segmentFailed(p, e)
 			}
 		case e.Size > 0 && e.Addr != 0:
-			if old, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]; ok {
+			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
 				a.pool(e.PID, a.classes[old.class].key.device).segmentFree(e.Time, e.Addr, 0)
 			}
 			p.segmentRetried(e)
@@ -389,7 +389,7 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 		if e.Ret != 0 || e.Addr == 0 {
 			return
 		}
-		if la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]; ok {
+		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
 			a.pool(e.PID, a.classes[la.class].key.device).segmentFree(e.Time, e.Addr, e.Duration)
 		}
 	}

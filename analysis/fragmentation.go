@@ -23,7 +23,7 @@ type pool struct {
 	key poolKey
 	// segs are the live segments, sorted by address; a block lies in the
 	// one whose range holds its address (binary search: O(log segments)).
-	segs []*poolSegment
+	segs []poolSegment
 	// reserved sums the live segments; allocated the live blocks placed in
 	// them; unplaced the live blocks in no traced segment (a segment from
 	// before attach), outside reserved and allocated both.
@@ -46,13 +46,27 @@ type pool struct {
 	open *OOM
 }
 
-// poolSegment is one live segment and its live blocks, sorted by address.
+// poolSegment is one live segment. It is kept small (32 bytes, held by
+// value): a process may hold a million segments without a block layer.
 type poolSegment struct {
 	addr, size uint64
 	stack      event.StackID
 	api        event.API
-	allocated  uint64
-	blocks     []poolBlock
+	in         *segBlocks // nil while no block lies in it
+}
+
+// segBlocks are a segment's live blocks, sorted by address, and their sum.
+type segBlocks struct {
+	allocated uint64
+	blocks    []poolBlock
+}
+
+// blocks returns the segment's live blocks, sorted by address.
+func (s *poolSegment) blocks() []poolBlock {
+	if s.in == nil {
+		return nil
+	}
+	return s.in.blocks
 }
 
 // poolBlock is one live block.
@@ -107,7 +121,7 @@ func (p *pool) noteWorst(t uint64) {
 func (p *pool) segmentAlloc(e *event.Event) {
 	p.touch()
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
-	s := &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
+	s := poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
 	p.segs = slices.Insert(p.segs, i, s)
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
@@ -127,8 +141,10 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	s := p.segs[i]
 	p.segs = slices.Delete(p.segs, i, i+1)
 	p.reserved -= s.size
-	p.allocated -= s.allocated
-	for _, b := range s.blocks {
+	if s.in != nil {
+		p.allocated -= s.in.allocated
+	}
+	for _, b := range s.blocks() {
 		p.unplacedBlocks[b.addr] = b
 		p.unplaced += b.size
 	}
@@ -152,7 +168,10 @@ func (p *pool) blockAlloc(e *event.Event) {
 		p.unplaced += e.Size
 		return
 	}
-	s := p.segs[i]
+	if p.segs[i].in == nil {
+		p.segs[i].in = &segBlocks{}
+	}
+	s := p.segs[i].in
 	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
 	if found {
 		// A free was missed: the new block replaces the old.
@@ -181,7 +200,10 @@ func (p *pool) blockFree(t, addr uint64) {
 	if i < 0 {
 		return
 	}
-	s := p.segs[i]
+	s := p.segs[i].in
+	if s == nil {
+		return
+	}
 	j, found := slices.BinarySearchFunc(s.blocks, addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
 	if !found {
 		return
@@ -189,6 +211,9 @@ func (p *pool) blockFree(t, addr uint64) {
 	s.allocated -= s.blocks[j].size
 	p.allocated -= s.blocks[j].size
 	s.blocks = slices.Delete(s.blocks, j, j+1)
+	if len(s.blocks) == 0 {
+		p.segs[i].in = nil // allocated is 0: it sums the blocks
+	}
 	p.noteWorst(t)
 }
 
@@ -206,7 +231,9 @@ func (p *pool) snapshot(st *PoolState) {
 	st.UnplacedBytes = p.unplaced
 	st.Segments = len(p.segs)
 	st.LargestFreeRange, st.FreeRanges, st.PinnedSegments, st.PinnedBytes = 0, 0, 0, 0
-	for _, s := range p.segs {
+	for i := range p.segs {
+		s := &p.segs[i]
+		blocks := s.blocks()
 		end := s.addr
 		gap := func(to uint64) {
 			if to > end {
@@ -214,14 +241,14 @@ func (p *pool) snapshot(st *PoolState) {
 				st.LargestFreeRange = max(st.LargestFreeRange, to-end)
 			}
 		}
-		for _, b := range s.blocks {
+		for _, b := range blocks {
 			gap(b.addr)
 			end = max(end, b.addr+b.size)
 		}
 		gap(s.addr + s.size)
-		if len(s.blocks) == 1 && s.blocks[0].size*pinnedShare < s.size {
+		if len(blocks) == 1 && blocks[0].size*pinnedShare < s.size {
 			st.PinnedSegments++
-			st.PinnedBytes += s.size - s.blocks[0].size
+			st.PinnedBytes += s.size - blocks[0].size
 		}
 	}
 }
@@ -237,8 +264,8 @@ func (p *pool) liveBlocksByStack() map[event.StackID]*Usage {
 		}
 		u.add(b.size)
 	}
-	for _, s := range p.segs {
-		for _, b := range s.blocks {
+	for i := range p.segs {
+		for _, b := range p.segs[i].blocks() {
 			add(b)
 		}
 	}
@@ -266,9 +293,10 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 		}
 		u.add(k.size)
 	}
-	for _, s := range p.segs {
+	for i := range p.segs {
+		s := &p.segs[i]
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
-		for _, b := range s.blocks {
+		for _, b := range s.blocks() {
 			add(key{event.LayerBlock, b.stack, b.api, b.size})
 		}
 	}
@@ -316,11 +344,12 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 	// The largest segment that serves blocks smaller than the request: the
 	// max_split_size_mb remediation must stay above it. Whole free large
 	// segments are what garbage collection could have released.
-	for _, s := range p.segs {
-		if len(s.blocks) == 0 && s.size > smallSegment {
+	for i := range p.segs {
+		s := &p.segs[i]
+		if len(s.blocks()) == 0 && s.size > smallSegment {
 			o.idleLarge += s.size
 		}
-		for _, b := range s.blocks {
+		for _, b := range s.blocks() {
 			if b.size < e.Size {
 				o.maxSharedSegment = max(o.maxSharedSegment, s.size)
 				break

@@ -221,19 +221,26 @@ type liveSpace struct {
 
 // addrMaps holds values keyed by address, one map per key space K. An
 // address-only key keeps each entry small and takes Go's fast uint64 map
-// path; last caches the latest space (consecutive events mostly come from
-// one process and layer).
+// path; recent caches the latest spaces (consecutive events mostly come
+// from one process, alternating between a few layers and books).
 type addrMaps[K comparable, V any] struct {
-	maps  map[K]map[uint64]V
-	lastK K
-	last  map[uint64]V
+	maps   map[K]map[uint64]V
+	recent [4]addrMapsEntry[K, V]
+	next   int
+}
+
+type addrMapsEntry[K comparable, V any] struct {
+	k K
+	m map[uint64]V
 }
 
 // get returns k's map; nil when it has none and create is false (lookups
 // and deletes on a nil map are fine).
 func (m *addrMaps[K, V]) get(k K, create bool) map[uint64]V {
-	if m.last != nil && m.lastK == k {
-		return m.last
+	for i := range m.recent {
+		if e := &m.recent[i]; e.m != nil && e.k == k {
+			return e.m
+		}
 	}
 	t := m.maps[k]
 	if t == nil {
@@ -246,7 +253,8 @@ func (m *addrMaps[K, V]) get(k K, create bool) map[uint64]V {
 		t = make(map[uint64]V)
 		m.maps[k] = t
 	}
-	m.lastK, m.last = k, t
+	m.recent[m.next] = addrMapsEntry[K, V]{k, t}
+	m.next = (m.next + 1) % len(m.recent)
 	return t
 }
 

@@ -219,24 +219,24 @@ type liveSpace struct {
 	mem   MemorySpace
 }
 
-// addrMaps holds values keyed by address, one map per key space K. An
-// address-only key keeps each entry small and takes Go's fast uint64 map
-// path; recent caches the latest spaces (consecutive events mostly come
-// from one process, alternating between a few layers and books).
+// addrMaps holds values keyed by address, one table per key space K: an
+// address-only key keeps each entry small (see addrTable). recent caches
+// the latest spaces (consecutive events mostly come from one process,
+// alternating between a few layers and books).
 type addrMaps[K comparable, V any] struct {
-	maps   map[K]map[uint64]V
+	maps   map[K]*addrTable[V]
 	recent [4]addrMapsEntry[K, V]
 	next   int
 }
 
 type addrMapsEntry[K comparable, V any] struct {
 	k K
-	m map[uint64]V
+	m *addrTable[V]
 }
 
-// get returns k's map; nil when it has none and create is false (lookups
-// and deletes on a nil map are fine).
-func (m *addrMaps[K, V]) get(k K, create bool) map[uint64]V {
+// get returns k's table; nil when it has none and create is false
+// (lookups and deletes on a nil table are fine).
+func (m *addrMaps[K, V]) get(k K, create bool) *addrTable[V] {
 	for i := range m.recent {
 		if e := &m.recent[i]; e.m != nil && e.k == k {
 			return e.m
@@ -248,9 +248,9 @@ func (m *addrMaps[K, V]) get(k K, create bool) map[uint64]V {
 			return nil
 		}
 		if m.maps == nil {
-			m.maps = make(map[K]map[uint64]V)
+			m.maps = make(map[K]*addrTable[V])
 		}
-		t = make(map[uint64]V)
+		t = &addrTable[V]{}
 		m.maps[k] = t
 	}
 	m.recent[m.next] = addrMapsEntry[K, V]{k, t}
@@ -260,8 +260,7 @@ func (m *addrMaps[K, V]) get(k K, create bool) map[uint64]V {
 
 // liveGet finds a live allocation.
 func (a *Analyzer) liveGet(lk liveKey) (liveAlloc, bool) {
-	la, ok := a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false)[lk.addr]
-	return la, ok
+	return a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false).get(lk.addr)
 }
 
 // sizeOf is a live allocation's size: its class's.
@@ -871,7 +870,7 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
-	a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, true)[lk.addr] = liveAlloc{time: e.Time, class: ci}
+	a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, true).put(lk.addr, liveAlloc{time: e.Time, class: ci})
 	both(ls, sp, func(t *Totals) { t.Allocations++; t.AllocatedBytes += e.Size })
 
 	c.alloc.add(e.Size)
@@ -954,14 +953,14 @@ func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
 // key is not live.
 func (a *Analyzer) drop(lk liveKey, t uint64) bool {
 	m := a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false)
-	old, ok := m[lk.addr]
+	old, ok := m.get(lk.addr)
 	if !ok {
 		return false
 	}
 	sc := scopeOf(lk.layer, lk.mem)
 	ls := a.layer(sc)
 	sp := a.space(lk.pid, sc)
-	delete(m, lk.addr)
+	m.del(lk.addr)
 	size := a.sizeOf(old)
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
 	if sc == deviceScope && t-old.time <= a.opts.SpikeWindow {

@@ -34,11 +34,11 @@ func (a *Analyzer) book(e *event.Event) {
 			return
 		}
 		live := a.bookLive.get(bs, true)
-		if old, ok := live[e.Addr]; ok {
+		if old, ok := live.get(e.Addr); ok {
 			// A free was missed, as in the totals: the old one goes.
 			each(func(b *bookState) { b.level.sub(old) })
 		}
-		live[e.Addr] = e.Size
+		live.put(e.Addr, e.Size)
 		each(func(b *bookState) {
 			b.book.Allocations++
 			b.book.AllocatedBytes += e.Size
@@ -53,12 +53,12 @@ func (a *Analyzer) book(e *event.Event) {
 			return
 		}
 		live := a.bookLive.get(bs, false)
-		size, ok := live[e.Addr]
+		size, ok := live.get(e.Addr)
 		if !ok {
 			each(func(b *bookState) { b.book.UnknownFrees++ })
 			return
 		}
-		delete(live, e.Addr)
+		live.del(e.Addr)
 		each(func(b *bookState) {
 			b.book.Frees++
 			b.level.sub(size)

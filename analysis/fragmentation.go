@@ -117,8 +117,13 @@ func (p *pool) noteWorst(t uint64) {
 	p.worstPending = true
 }
 
-// segmentAlloc adds a segment the process got from CUDA.
+// segmentAlloc adds a segment the process got from CUDA. Until a block
+// event comes the pool keeps no segments: the live allocations hold them
+// (see Analyzer.poolBlocks).
 func (p *pool) segmentAlloc(e *event.Event) {
+	if !p.blocks {
+		return
+	}
 	p.touch()
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
 	s := poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
@@ -133,6 +138,9 @@ func (p *pool) segmentAlloc(e *event.Event) {
 // segmentFree drops a segment. Blocks still live in it (a missed block
 // free) become unplaced.
 func (p *pool) segmentFree(t, addr, duration uint64) {
+	if !p.blocks {
+		return
+	}
 	i := p.segmentAt(addr)
 	if i < 0 || p.segs[i].addr != addr {
 		return
@@ -390,7 +398,7 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 	switch {
 	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
 		if e.Ret == 0 && e.Size > 0 && e.Addr != 0 {
-			a.pool(e.PID, e.Device).blockAlloc(e)
+			a.poolBlocks(a.pool(e.PID, e.Device)).blockAlloc(e)
 		}
 	case layer == event.LayerBlock && e.Kind == event.KindFree:
 		if e.Ret != 0 || e.Addr == 0 {
@@ -398,7 +406,7 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 		}
 		// pytorch:free carries only the pointer: the device is the block's.
 		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}); ok {
-			a.pool(e.PID, a.classes[la.class].key.device).blockFree(e.Time, e.Addr)
+			a.poolBlocks(a.pool(e.PID, a.classes[la.class].key.device)).blockFree(e.Time, e.Addr)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
 		p := a.pool(e.PID, e.Device)
@@ -422,6 +430,32 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 			a.pool(e.PID, a.classes[la.class].key.device).segmentFree(e.Time, e.Addr, e.Duration)
 		}
 	}
+}
+
+// poolBlocks readies a pool for its first block event: its segments, not
+// kept until then (a process without a block layer may hold a million, and
+// a sorted slice of them costs a copy of the tail at every free), are
+// taken from the live allocations, where every one of them is.
+func (a *Analyzer) poolBlocks(p *pool) *pool {
+	if p.blocks {
+		return p
+	}
+	t := a.live.maps[liveSpace{p.key.pid, event.LayerSegment, SpaceDevice}]
+	if t != nil {
+		for i, k := range t.keys {
+			if k == 0 {
+				continue
+			}
+			c := a.classes[t.vals[i].class]
+			if c.key.device != p.key.device {
+				continue
+			}
+			p.segs = append(p.segs, poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
+			p.reserved += c.key.size
+		}
+	}
+	slices.SortFunc(p.segs, func(x, y poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+	return p
 }
 
 // finishPools completes the pools with block events into Result.Pools.

@@ -119,6 +119,9 @@ func Decode(r io.Reader) (*Snapshot, error) {
 	if err := scan(data); err != nil {
 		return nil, err
 	}
+	if v, err := fastLoad(data); err == nil {
+		return fromValue(v)
+	}
 	u := pickle.NewUnpickler(bufio.NewReader(bytes.NewReader(data)))
 	u.FindClass = refuseClass
 	v, err := load(&u)

@@ -5,10 +5,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // memoPickle writes pickles as CPython's pickler does for a real snapshot:
@@ -222,4 +226,45 @@ func BenchmarkImportMemory(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(data))/(1<<20), "file-MiB")
 	b.ReportMetric(peak/float64(len(data)), "peak-heap/file-B")
+}
+
+// TestFastLoadMatchesGopickle decodes the fixtures, a memoized synthetic
+// snapshot and an exported one both ways: the values are the same.
+func TestFastLoadMatchesGopickle(t *testing.T) {
+	exported := func() []byte {
+		var buf bytes.Buffer
+		recs := mustRead(t, "testdata/current.pickle")
+		require.NoError(t, Write(&buf, recs))
+		return buf.Bytes()
+	}
+	for _, tt := range []struct {
+		name string
+		data func() []byte
+	}{
+		{"current", func() []byte { return mustReadFile(t, "testdata/current.pickle") }},
+		{"older", func() []byte { return mustReadFile(t, "testdata/older.pickle") }},
+		{"memoized", func() []byte { return bigSnapshot(t, 20_000, 8) }},
+		{"exported", exported},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			data := tt.data()
+			want, err := fromPickle(t, data)
+			require.NoError(t, err)
+			got, err := fastLoad(data)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	}
+	// What it does not vouch for goes to gopickle.
+	for _, bad := range [][]byte{{opProto, 2, opStop}, {opProto, 2, opAppends, opStop}, {opProto, 2, 'I', '1', '\n', opStop}} {
+		_, err := fastLoad(bad)
+		assert.ErrorIs(t, err, errSlowPath, "%q", bad)
+	}
+}
+
+func mustReadFile(tb testing.TB, path string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(tb, err)
+	return b
 }

@@ -23,7 +23,7 @@ type pool struct {
 	key poolKey
 	// segs are the live segments, sorted by address; a block lies in the
 	// one whose range holds its address (binary search: O(log segments)).
-	segs []poolSegment
+	segs []*poolSegment
 	// reserved sums the live segments; allocated the live blocks placed in
 	// them; unplaced the live blocks in no traced segment (a segment from
 	// before attach), outside reserved and allocated both.
@@ -46,8 +46,9 @@ type pool struct {
 	open *OOM
 }
 
-// poolSegment is one live segment. It is kept small (32 bytes, held by
-// value): a process may hold a million segments without a block layer.
+// poolSegment is one live segment, kept small (32 bytes). The pool holds
+// pointers: a free copies the tail of the sorted list, a quarter of the
+// bytes of values.
 type poolSegment struct {
 	addr, size uint64
 	stack      event.StackID
@@ -126,7 +127,7 @@ func (p *pool) segmentAlloc(e *event.Event) {
 	}
 	p.touch()
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
-	s := poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
+	s := &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
 	p.segs = slices.Insert(p.segs, i, s)
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
@@ -240,7 +241,7 @@ func (p *pool) snapshot(st *PoolState) {
 	st.Segments = len(p.segs)
 	st.LargestFreeRange, st.FreeRanges, st.PinnedSegments, st.PinnedBytes = 0, 0, 0, 0
 	for i := range p.segs {
-		s := &p.segs[i]
+		s := p.segs[i]
 		blocks := s.blocks()
 		end := s.addr
 		gap := func(to uint64) {
@@ -302,7 +303,7 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 		u.add(k.size)
 	}
 	for i := range p.segs {
-		s := &p.segs[i]
+		s := p.segs[i]
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
 		for _, b := range s.blocks() {
 			add(key{event.LayerBlock, b.stack, b.api, b.size})
@@ -353,7 +354,7 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 	// max_split_size_mb remediation must stay above it. Whole free large
 	// segments are what garbage collection could have released.
 	for i := range p.segs {
-		s := &p.segs[i]
+		s := p.segs[i]
 		if len(s.blocks()) == 0 && s.size > smallSegment {
 			o.idleLarge += s.size
 		}
@@ -450,11 +451,11 @@ func (a *Analyzer) poolBlocks(p *pool) *pool {
 			if c.key.device != p.key.device {
 				continue
 			}
-			p.segs = append(p.segs, poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
+			p.segs = append(p.segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
 			p.reserved += c.key.size
 		}
 	}
-	slices.SortFunc(p.segs, func(x, y poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+	slices.SortFunc(p.segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
 	return p
 }
 

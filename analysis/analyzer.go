@@ -124,9 +124,13 @@ type Analyzer struct {
 	groupIx map[groupKey]int32
 	// spaces are the per-process models.
 	spaces map[spaceKey]*space
-	// last caches the latest space: consecutive events mostly come from
-	// one process, and the lookup is on the hot path.
-	last *space
+	// last caches the latest spaces: consecutive events mostly come from
+	// one process, alternating between its layers, and the lookup is on
+	// the hot path. layerAt and lastDevs do the same for layers and
+	// devices.
+	last     [2]*space
+	layerAt  [8]*layerState // by scope index (scopeIndex)
+	lastDevs [2]*devState
 	// layers and devices hold the all-process figures.
 	layers  map[scope]*layerState
 	devices map[devKey]*devState
@@ -388,6 +392,7 @@ type devKey struct {
 // peak moves.
 type devState struct {
 	gauge
+	key   devKey
 	dirty []int32
 }
 
@@ -614,18 +619,33 @@ func (a *Analyzer) see(t uint64) {
 }
 
 func (a *Analyzer) layer(sc scope) *layerState {
+	ix := int(sc.layer) << 1
+	if sc.host {
+		ix |= 1
+	}
+	if ix < len(a.layerAt) {
+		if ls := a.layerAt[ix]; ls != nil {
+			ls.seen = true
+			return ls
+		}
+	}
 	ls := a.layers[sc]
 	if ls == nil {
 		ls = &layerState{}
 		a.layers[sc] = ls
+	}
+	if ix < len(a.layerAt) {
+		a.layerAt[ix] = ls
 	}
 	ls.seen = true
 	return ls
 }
 
 func (a *Analyzer) space(pid uint32, sc scope) *space {
-	if s := a.last; s != nil && s.key.pid == pid && s.key.sc == sc {
-		return s
+	for _, s := range a.last {
+		if s != nil && s.key.pid == pid && s.key.sc == sc {
+			return s
+		}
 	}
 	k := spaceKey{pid, sc}
 	s := a.spaces[k]
@@ -633,7 +653,7 @@ func (a *Analyzer) space(pid uint32, sc scope) *space {
 		s = &space{key: k, devices: make(map[int32]*procDevice)}
 		a.spaces[k] = s
 	}
-	a.last = s
+	a.last[0], a.last[1] = s, a.last[0]
 	return s
 }
 
@@ -648,11 +668,17 @@ func (s *space) device(d int32) *procDevice {
 
 func (a *Analyzer) device(d int32, sc scope) *devState {
 	k := devKey{d, sc}
+	for _, ds := range a.lastDevs {
+		if ds != nil && ds.key == k {
+			return ds
+		}
+	}
 	ds := a.devices[k]
 	if ds == nil {
-		ds = &devState{}
+		ds = &devState{key: k}
 		a.devices[k] = ds
 	}
+	a.lastDevs[0], a.lastDevs[1] = ds, a.lastDevs[0]
 	return ds
 }
 

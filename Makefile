@@ -53,9 +53,13 @@ nvidia:
 # interleaved) for the CUDA API and for the block layer (--pool), and attach
 # latency on a process with 400 mapped libraries. First, no root needed: the
 # trace's bytes per event, format 1 as the scenarios recorded it against the
-# current format (a table per scenario), and replay speed (events/s).
+# current format (a table per scenario), and replay speed (events/s); the
+# analyser's heap per live allocation (1M live, B/live-alloc) and its speed
+# (events/s); a snapshot import's peak heap per file byte.
 bench: build
 	$(GO) test -run '^$$' -bench '^(BenchmarkTraceSize|BenchmarkReplay)$$' -benchtime 3x -count 1 ./probes/event/
+	$(GO) test -run '^$$' -bench '^(BenchmarkLiveMemory|BenchmarkAnalyze)$$' -benchtime 1x -count 1 ./analysis/
+	$(GO) test -run '^$$' -bench '^BenchmarkImportMemory$$' -benchtime 1x -count 1 ./probes/snapshot/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/

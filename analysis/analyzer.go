@@ -124,7 +124,7 @@ type Analyzer struct {
 
 	// live holds every live allocation of every process, layer and memory
 	// space.
-	live map[liveKey]liveAlloc
+	live addrMaps[liveSpace, liveAlloc]
 	// classes are the allocation classes in order of first use; classIx
 	// finds them. Indexes (int32) are stable and stored in liveAlloc.
 	classes []*classState
@@ -134,9 +134,13 @@ type Analyzer struct {
 	groupIx map[groupKey]int32
 	// spaces are the per-process models.
 	spaces map[spaceKey]*space
-	// last caches the latest space: consecutive events mostly come from
-	// one process, and the lookup is on the hot path.
-	last *space
+	// last caches the latest spaces: consecutive events mostly come from
+	// one process, alternating between its layers, and the lookup is on
+	// the hot path. layerAt and lastDevs do the same for layers and
+	// devices.
+	last     [2]*space
+	layerAt  [8]*layerState // by scope index (scopeIndex)
+	lastDevs [2]*devState
 	// layers and devices hold the all-process figures.
 	layers  map[scope]*layerState
 	devices map[devKey]*devState
@@ -163,7 +167,7 @@ type Analyzer struct {
 	// books are the per-API ledgers, per process and overall; bookLive
 	// their live allocations.
 	books    map[bookKey]*bookState
-	bookLive map[bookLiveKey]uint64
+	bookLive addrMaps[bookSpace, uint64]
 
 	// VMM state: physical handles (their mapping counts), mapped ranges and
 	// reservations, and the figures per process x device.
@@ -214,13 +218,67 @@ type liveKey struct {
 	mem   MemorySpace
 }
 
-// liveAlloc is kept small (24 bytes): there is one per live allocation.
-// Stack, device, API and layer are found through its class.
+// liveAlloc is kept small (16 bytes): there is one per live allocation.
+// Size, stack, device, API and layer are found through its class.
 type liveAlloc struct {
-	size  uint64
 	time  uint64
 	class int32
 }
+
+// liveSpace is one key space of live allocations: a liveKey without its
+// address.
+type liveSpace struct {
+	pid   uint32
+	layer event.Layer
+	mem   MemorySpace
+}
+
+// addrMaps holds values keyed by address, one table per key space K: an
+// address-only key keeps each entry small (see addrTable). recent caches
+// the latest spaces (consecutive events mostly come from one process,
+// alternating between a few layers and books).
+type addrMaps[K comparable, V any] struct {
+	maps   map[K]*addrTable[V]
+	recent [4]addrMapsEntry[K, V]
+	next   int
+}
+
+type addrMapsEntry[K comparable, V any] struct {
+	k K
+	m *addrTable[V]
+}
+
+// get returns k's table; nil when it has none and create is false
+// (lookups and deletes on a nil table are fine).
+func (m *addrMaps[K, V]) get(k K, create bool) *addrTable[V] {
+	for i := range m.recent {
+		if e := &m.recent[i]; e.m != nil && e.k == k {
+			return e.m
+		}
+	}
+	t := m.maps[k]
+	if t == nil {
+		if !create {
+			return nil
+		}
+		if m.maps == nil {
+			m.maps = make(map[K]*addrTable[V])
+		}
+		t = &addrTable[V]{}
+		m.maps[k] = t
+	}
+	m.recent[m.next] = addrMapsEntry[K, V]{k, t}
+	m.next = (m.next + 1) % len(m.recent)
+	return t
+}
+
+// liveGet finds a live allocation.
+func (a *Analyzer) liveGet(lk liveKey) (liveAlloc, bool) {
+	return a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false).get(lk.addr)
+}
+
+// sizeOf is a live allocation's size: its class's.
+func (a *Analyzer) sizeOf(la liveAlloc) uint64 { return a.classes[la.class].key.size }
 
 // classKey is an allocation class: what one pprof sample aggregates.
 type classKey struct {
@@ -344,6 +402,7 @@ type devKey struct {
 // peak moves.
 type devState struct {
 	gauge
+	key   devKey
 	dirty []int32
 }
 
@@ -383,11 +442,10 @@ type bookState struct {
 	level gauge
 }
 
-// bookLiveKey is a live allocation in a book: the runtime's and the
-// driver's books each see the address returned to them; physical handles
-// are apart from addresses.
-type bookLiveKey struct {
-	addr     uint64
+// bookSpace is one key space of a book's live allocations, by address:
+// the runtime's and the driver's books each see the address returned to
+// them; physical handles are apart from addresses.
+type bookSpace struct {
 	pid      uint32
 	driver   bool
 	physical bool
@@ -443,7 +501,6 @@ type libKey struct {
 func New(opts Options) *Analyzer {
 	return &Analyzer{
 		opts:         opts.withDefaults(),
-		live:         make(map[liveKey]liveAlloc),
 		classIx:      make(map[classKey]int32),
 		groupIx:      make(map[groupKey]int32),
 		spaces:       make(map[spaceKey]*space),
@@ -455,7 +512,6 @@ func New(opts Options) *Analyzer {
 		insts:        make(map[uint32]*instance),
 		current:      make(map[uint32]uint32),
 		books:        make(map[bookKey]*bookState),
-		bookLive:     make(map[bookLiveKey]uint64),
 		handles:      make(map[handleKey]*handleState),
 		mapped:       make(map[rangeKey]vmmRange),
 		reservations: make(map[rangeKey]vmmRange),
@@ -573,18 +629,33 @@ func (a *Analyzer) see(t uint64) {
 }
 
 func (a *Analyzer) layer(sc scope) *layerState {
+	ix := int(sc.layer) << 1
+	if sc.host {
+		ix |= 1
+	}
+	if ix < len(a.layerAt) {
+		if ls := a.layerAt[ix]; ls != nil {
+			ls.seen = true
+			return ls
+		}
+	}
 	ls := a.layers[sc]
 	if ls == nil {
 		ls = &layerState{}
 		a.layers[sc] = ls
+	}
+	if ix < len(a.layerAt) {
+		a.layerAt[ix] = ls
 	}
 	ls.seen = true
 	return ls
 }
 
 func (a *Analyzer) space(pid uint32, sc scope) *space {
-	if s := a.last; s != nil && s.key.pid == pid && s.key.sc == sc {
-		return s
+	for _, s := range a.last {
+		if s != nil && s.key.pid == pid && s.key.sc == sc {
+			return s
+		}
 	}
 	k := spaceKey{pid, sc}
 	s := a.spaces[k]
@@ -592,7 +663,7 @@ func (a *Analyzer) space(pid uint32, sc scope) *space {
 		s = &space{key: k, devices: make(map[int32]*procDevice)}
 		a.spaces[k] = s
 	}
-	a.last = s
+	a.last[0], a.last[1] = s, a.last[0]
 	return s
 }
 
@@ -607,11 +678,17 @@ func (s *space) device(d int32) *procDevice {
 
 func (a *Analyzer) device(d int32, sc scope) *devState {
 	k := devKey{d, sc}
+	for _, ds := range a.lastDevs {
+		if ds != nil && ds.key == k {
+			return ds
+		}
+	}
 	ds := a.devices[k]
 	if ds == nil {
-		ds = &devState{}
+		ds = &devState{key: k}
 		a.devices[k] = ds
 	}
+	a.lastDevs[0], a.lastDevs[1] = ds, a.lastDevs[0]
 	return ds
 }
 
@@ -822,14 +899,14 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 		return false
 	}
 	lk := liveKey{e.Addr, e.PID, layer, mem}
-	if old, ok := a.live[lk]; ok {
+	if old, ok := a.liveGet(lk); ok {
 		// A free was missed: drop the old allocation as if freed now.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
 		a.release(old, e.Time, ls, sp)
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
-	a.live[lk] = liveAlloc{size: e.Size, time: e.Time, class: ci}
+	a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, true).put(lk.addr, liveAlloc{time: e.Time, class: ci})
 	both(ls, sp, func(t *Totals) { t.Allocations++; t.AllocatedBytes += e.Size })
 
 	c.alloc.add(e.Size)
@@ -911,18 +988,20 @@ func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
 // drop frees a live allocation at time t, counted as a free; false when the
 // key is not live.
 func (a *Analyzer) drop(lk liveKey, t uint64) bool {
-	old, ok := a.live[lk]
+	m := a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false)
+	old, ok := m.get(lk.addr)
 	if !ok {
 		return false
 	}
 	sc := scopeOf(lk.layer, lk.mem)
 	ls := a.layer(sc)
 	sp := a.space(lk.pid, sc)
-	delete(a.live, lk)
-	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += old.size })
+	m.del(lk.addr)
+	size := a.sizeOf(old)
+	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
 	if sc == deviceScope && t-old.time <= a.opts.SpikeWindow {
 		c := a.classes[old.class]
-		a.noteShortLived(spikeKey{lk.pid, c.key.stack}, old.time, t, old.size)
+		a.noteShortLived(spikeKey{lk.pid, c.key.stack}, old.time, t, size)
 	}
 	a.release(old, t, ls, sp)
 	return true
@@ -931,22 +1010,23 @@ func (a *Analyzer) drop(lk liveKey, t uint64) bool {
 // release takes a live allocation out of every aggregate at time t.
 func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
 	c := a.classes[old.class]
-	c.live.sub(old.size)
+	size := c.key.size
+	c.live.sub(size)
 	a.touch(sp, old.class, c)
 	g := a.groups[c.group]
-	g.live.sub(old.size)
+	g.live.sub(size)
 	g.hist.set(a.leak, t, g.live.Bytes)
 	a.logLive(g, t)
-	ls.live.sub(old.size)
+	ls.live.sub(size)
 	ds := a.device(c.key.device, sp.key.sc)
-	ds.sub(old.size)
+	ds.sub(size)
 	if sp.key.sc == deviceScope {
 		ds.devTouch(old.class, c)
 	}
 	pd := sp.device(c.key.device)
-	pd.live -= old.size
+	pd.live -= size
 	pd.timeline.add(a.tl, t, pd.live)
-	sp.live.sub(old.size)
+	sp.live.sub(size)
 	a.logProc(sp)
 }
 

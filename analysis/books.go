@@ -23,7 +23,7 @@ func (a *Analyzer) book(e *event.Event) {
 	per := a.bookState(bookKey{pid: e.PID, driver: driver})
 	all := a.bookState(bookKey{all: true, driver: driver})
 	each := func(f func(b *bookState)) { f(per); f(all) }
-	k := bookLiveKey{addr: e.Addr, pid: e.PID, driver: driver, physical: physical}
+	bs := bookSpace{pid: e.PID, driver: driver, physical: physical}
 	switch e.Kind {
 	case event.KindAlloc, event.KindCreate:
 		switch {
@@ -33,11 +33,12 @@ func (a *Analyzer) book(e *event.Event) {
 		case e.Size == 0 || e.Addr == 0:
 			return
 		}
-		if old, ok := a.bookLive[k]; ok {
+		live := a.bookLive.get(bs, true)
+		if old, ok := live.get(e.Addr); ok {
 			// A free was missed, as in the totals: the old one goes.
 			each(func(b *bookState) { b.level.sub(old) })
 		}
-		a.bookLive[k] = e.Size
+		live.put(e.Addr, e.Size)
 		each(func(b *bookState) {
 			b.book.Allocations++
 			b.book.AllocatedBytes += e.Size
@@ -51,12 +52,13 @@ func (a *Analyzer) book(e *event.Event) {
 		case e.Addr == 0:
 			return
 		}
-		size, ok := a.bookLive[k]
+		live := a.bookLive.get(bs, false)
+		size, ok := live.get(e.Addr)
 		if !ok {
 			each(func(b *bookState) { b.book.UnknownFrees++ })
 			return
 		}
-		delete(a.bookLive, k)
+		live.del(e.Addr)
 		each(func(b *bookState) {
 			b.book.Frees++
 			b.level.sub(size)

@@ -80,12 +80,12 @@ func (a *Analyzer) churnEvent(e *event.Event) {
 		if e.Ret != 0 || e.Addr == 0 {
 			return
 		}
-		la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]
+		la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice})
 		if !ok {
 			return
 		}
 		ck := a.classes[la.class].key
-		k := churnKey{e.PID, ck.device, la.size}
+		k := churnKey{e.PID, ck.device, ck.size}
 		a.releases[k] = append(a.releases[k], released{time: e.Time, duration: e.Duration, stack: e.Stack})
 	}
 }

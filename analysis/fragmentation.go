@@ -46,13 +46,28 @@ type pool struct {
 	open *OOM
 }
 
-// poolSegment is one live segment and its live blocks, sorted by address.
+// poolSegment is one live segment, kept small (32 bytes). The pool holds
+// pointers: a free copies the tail of the sorted list, a quarter of the
+// bytes of values.
 type poolSegment struct {
 	addr, size uint64
 	stack      event.StackID
 	api        event.API
-	allocated  uint64
-	blocks     []poolBlock
+	in         *segBlocks // nil while no block lies in it
+}
+
+// segBlocks are a segment's live blocks, sorted by address, and their sum.
+type segBlocks struct {
+	allocated uint64
+	blocks    []poolBlock
+}
+
+// blocks returns the segment's live blocks, sorted by address.
+func (s *poolSegment) blocks() []poolBlock {
+	if s.in == nil {
+		return nil
+	}
+	return s.in.blocks
 }
 
 // poolBlock is one live block.
@@ -103,8 +118,13 @@ func (p *pool) noteWorst(t uint64) {
 	p.worstPending = true
 }
 
-// segmentAlloc adds a segment the process got from CUDA.
+// segmentAlloc adds a segment the process got from CUDA. Until a block
+// event comes the pool keeps no segments: the live allocations hold them
+// (see Analyzer.poolBlocks).
 func (p *pool) segmentAlloc(e *event.Event) {
+	if !p.blocks {
+		return
+	}
 	p.touch()
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
 	s := &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
@@ -119,6 +139,9 @@ func (p *pool) segmentAlloc(e *event.Event) {
 // segmentFree drops a segment. Blocks still live in it (a missed block
 // free) become unplaced.
 func (p *pool) segmentFree(t, addr, duration uint64) {
+	if !p.blocks {
+		return
+	}
 	i := p.segmentAt(addr)
 	if i < 0 || p.segs[i].addr != addr {
 		return
@@ -127,8 +150,10 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	s := p.segs[i]
 	p.segs = slices.Delete(p.segs, i, i+1)
 	p.reserved -= s.size
-	p.allocated -= s.allocated
-	for _, b := range s.blocks {
+	if s.in != nil {
+		p.allocated -= s.in.allocated
+	}
+	for _, b := range s.blocks() {
 		p.unplacedBlocks[b.addr] = b
 		p.unplaced += b.size
 	}
@@ -152,7 +177,10 @@ func (p *pool) blockAlloc(e *event.Event) {
 		p.unplaced += e.Size
 		return
 	}
-	s := p.segs[i]
+	if p.segs[i].in == nil {
+		p.segs[i].in = &segBlocks{}
+	}
+	s := p.segs[i].in
 	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
 	if found {
 		// A free was missed: the new block replaces the old.
@@ -181,7 +209,10 @@ func (p *pool) blockFree(t, addr uint64) {
 	if i < 0 {
 		return
 	}
-	s := p.segs[i]
+	s := p.segs[i].in
+	if s == nil {
+		return
+	}
 	j, found := slices.BinarySearchFunc(s.blocks, addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
 	if !found {
 		return
@@ -189,6 +220,9 @@ func (p *pool) blockFree(t, addr uint64) {
 	s.allocated -= s.blocks[j].size
 	p.allocated -= s.blocks[j].size
 	s.blocks = slices.Delete(s.blocks, j, j+1)
+	if len(s.blocks) == 0 {
+		p.segs[i].in = nil // allocated is 0: it sums the blocks
+	}
 	p.noteWorst(t)
 }
 
@@ -206,7 +240,9 @@ func (p *pool) snapshot(st *PoolState) {
 	st.UnplacedBytes = p.unplaced
 	st.Segments = len(p.segs)
 	st.LargestFreeRange, st.FreeRanges, st.PinnedSegments, st.PinnedBytes = 0, 0, 0, 0
-	for _, s := range p.segs {
+	for i := range p.segs {
+		s := p.segs[i]
+		blocks := s.blocks()
 		end := s.addr
 		gap := func(to uint64) {
 			if to > end {
@@ -214,14 +250,14 @@ func (p *pool) snapshot(st *PoolState) {
 				st.LargestFreeRange = max(st.LargestFreeRange, to-end)
 			}
 		}
-		for _, b := range s.blocks {
+		for _, b := range blocks {
 			gap(b.addr)
 			end = max(end, b.addr+b.size)
 		}
 		gap(s.addr + s.size)
-		if len(s.blocks) == 1 && s.blocks[0].size*pinnedShare < s.size {
+		if len(blocks) == 1 && blocks[0].size*pinnedShare < s.size {
 			st.PinnedSegments++
-			st.PinnedBytes += s.size - s.blocks[0].size
+			st.PinnedBytes += s.size - blocks[0].size
 		}
 	}
 }
@@ -237,8 +273,8 @@ func (p *pool) liveBlocksByStack() map[event.StackID]*Usage {
 		}
 		u.add(b.size)
 	}
-	for _, s := range p.segs {
-		for _, b := range s.blocks {
+	for i := range p.segs {
+		for _, b := range p.segs[i].blocks() {
 			add(b)
 		}
 	}
@@ -266,9 +302,10 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 		}
 		u.add(k.size)
 	}
-	for _, s := range p.segs {
+	for i := range p.segs {
+		s := p.segs[i]
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
-		for _, b := range s.blocks {
+		for _, b := range s.blocks() {
 			add(key{event.LayerBlock, b.stack, b.api, b.size})
 		}
 	}
@@ -316,11 +353,12 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 	// The largest segment that serves blocks smaller than the request: the
 	// max_split_size_mb remediation must stay above it. Whole free large
 	// segments are what garbage collection could have released.
-	for _, s := range p.segs {
-		if len(s.blocks) == 0 && s.size > smallSegment {
+	for i := range p.segs {
+		s := p.segs[i]
+		if len(s.blocks()) == 0 && s.size > smallSegment {
 			o.idleLarge += s.size
 		}
-		for _, b := range s.blocks {
+		for _, b := range s.blocks() {
 			if b.size < e.Size {
 				o.maxSharedSegment = max(o.maxSharedSegment, s.size)
 				break
@@ -361,15 +399,15 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 	switch {
 	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
 		if e.Ret == 0 && e.Size > 0 && e.Addr != 0 {
-			a.pool(e.PID, e.Device).blockAlloc(e)
+			a.poolBlocks(a.pool(e.PID, e.Device)).blockAlloc(e)
 		}
 	case layer == event.LayerBlock && e.Kind == event.KindFree:
 		if e.Ret != 0 || e.Addr == 0 {
 			return
 		}
 		// pytorch:free carries only the pointer: the device is the block's.
-		if la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}]; ok {
-			a.pool(e.PID, a.classes[la.class].key.device).blockFree(e.Time, e.Addr)
+		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}); ok {
+			a.poolBlocks(a.pool(e.PID, a.classes[la.class].key.device)).blockFree(e.Time, e.Addr)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
 		p := a.pool(e.PID, e.Device)
@@ -379,7 +417,7 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 				a.segmentFailed(p, e)
 			}
 		case e.Size > 0 && e.Addr != 0:
-			if old, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]; ok {
+			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
 				a.pool(e.PID, a.classes[old.class].key.device).segmentFree(e.Time, e.Addr, 0)
 			}
 			p.segmentRetried(e)
@@ -389,10 +427,36 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 		if e.Ret != 0 || e.Addr == 0 {
 			return
 		}
-		if la, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}]; ok {
+		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
 			a.pool(e.PID, a.classes[la.class].key.device).segmentFree(e.Time, e.Addr, e.Duration)
 		}
 	}
+}
+
+// poolBlocks readies a pool for its first block event: its segments, not
+// kept until then (a process without a block layer may hold a million, and
+// a sorted slice of them costs a copy of the tail at every free), are
+// taken from the live allocations, where every one of them is.
+func (a *Analyzer) poolBlocks(p *pool) *pool {
+	if p.blocks {
+		return p
+	}
+	t := a.live.maps[liveSpace{p.key.pid, event.LayerSegment, SpaceDevice}]
+	if t != nil {
+		for i, k := range t.keys {
+			if k == 0 {
+				continue
+			}
+			c := a.classes[t.vals[i].class]
+			if c.key.device != p.key.device {
+				continue
+			}
+			p.segs = append(p.segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
+			p.reserved += c.key.size
+		}
+	}
+	slices.SortFunc(p.segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+	return p
 }
 
 // finishPools completes the pools with block events into Result.Pools.

@@ -78,20 +78,16 @@ func procBefore(log []procChange, seq uint64) procChange {
 // siteTimes is one allocation site's successful non-nested device
 // allocations: the event sequence number and time of each.
 type siteTimes struct {
-	seq   []uint64
-	times []uint64
+	st    stamps
 	count uint64
 }
 
-// liveChange is a stack's live bytes after event seq at time t.
-type liveChange struct {
-	seq, t, v uint64
-}
-
-// liveLog is a stack's live-bytes changes, in stream order.
+// liveLog is a stack's live-bytes changes, in stream order: the live
+// bytes v[i] after the event and at the time st holds at i.
 type liveLog struct {
-	changes []liveChange
-	full    bool
+	st   stamps
+	v    []uint64
+	full bool
 }
 
 // noteSite records a successful device allocation at the segment layer.
@@ -105,9 +101,8 @@ func (a *Analyzer) noteSite(k groupKey, t uint64) {
 		a.sites[k] = s
 	}
 	s.count++
-	if len(s.times) < a.opts.IterationLog {
-		s.seq = append(s.seq, a.run.Events)
-		s.times = append(s.times, t)
+	if s.st.len() < a.opts.IterationLog {
+		s.st.add(a.run.Events, t)
 	}
 }
 
@@ -128,34 +123,31 @@ func (a *Analyzer) logLive(g *groupState, t uint64) {
 	if l.full {
 		return
 	}
-	if len(l.changes) == a.opts.IterationLog {
-		l.full, l.changes = true, nil
+	if len(l.v) == a.opts.IterationLog {
+		l.full, l.st, l.v = true, stamps{}, nil
 		return
 	}
-	l.changes = append(l.changes, liveChange{a.run.Events, t, g.live.Bytes})
+	l.st.add(a.run.Events, t)
+	l.v = append(l.v, g.live.Bytes)
 }
 
 // before returns the live bytes just before event seq.
 func (l *liveLog) before(seq uint64) uint64 {
-	i, _ := slices.BinarySearchFunc(l.changes, seq, func(c liveChange, s uint64) int { return cmp.Compare(c.seq, s) })
+	i := l.st.search(seq)
 	if i == 0 {
 		return 0
 	}
-	return l.changes[i-1].v
+	return l.v[i-1]
 }
 
 // at returns the live bytes at time t (after every change up to t).
 func (l *liveLog) at(t uint64) uint64 {
-	var v uint64
-	for i := len(l.changes) - 1; i >= 0; i-- {
-		if l.changes[i].t <= t {
-			// Times may go backwards by a few ns between CPUs: take the
-			// latest change in stream order stamped at or before t.
-			v = l.changes[i].v
-			break
-		}
+	// Times may go backwards by a few ns between CPUs: take the latest
+	// change in stream order stamped at or before t.
+	if i := l.st.lastAtOrBefore(t); i >= 0 {
+		return l.v[i]
 	}
-	return v
+	return 0
 }
 
 // loop is a candidate training loop: the burst starts at one site.
@@ -253,19 +245,19 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(x.stack, y.stack))
 	})
 	for _, k := range keys {
-		s := a.sites[k]
-		if len(s.times) < minIterations {
+		if a.sites[k].st.len() < minIterations {
 			continue
 		}
-		idx := bursts(s.times)
+		seqs, times := a.sites[k].st.unpack()
+		idx := bursts(times)
 		if len(idx) < minIterations {
 			continue
 		}
-		per := burstSize(idx, len(s.times))
+		per := burstSize(idx, len(times))
 		l := &loop{stack: k.stack}
-		for i := 0; i < len(s.times); i += per {
-			l.seq = append(l.seq, s.seq[i])
-			l.starts = append(l.starts, s.times[i])
+		for i := 0; i < len(times); i += per {
+			l.seq = append(l.seq, seqs[i])
+			l.starts = append(l.starts, times[i])
 		}
 		l.count = uint64(len(l.starts))
 		if l.count < minIterations {

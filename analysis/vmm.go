@@ -52,8 +52,8 @@ func (a *Analyzer) create(e *event.Event) {
 		if hs := a.handles[hk]; hs != nil {
 			// A handle live again: its release was missed. alloc replaces
 			// the allocation; the VMM gauge forgets it here.
-			if old, ok := a.live[liveKey{e.Addr, e.PID, event.LayerSegment, SpacePhysical}]; ok {
-				a.vmmGauge(e.PID, hs.device, func(v *vmmState) { v.physical.sub(old.size) })
+			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpacePhysical}); ok {
+				a.vmmGauge(e.PID, hs.device, func(v *vmmState) { v.physical.sub(a.sizeOf(old)) })
 			}
 			delete(a.handles, hk)
 		}
@@ -96,8 +96,8 @@ func (a *Analyzer) releaseHandle(e *event.Event) {
 // dropPhysical frees a handle's physical memory at t.
 func (a *Analyzer) dropPhysical(hk handleKey, hs *handleState, t uint64) {
 	lk := liveKey{hk.handle, hk.pid, event.LayerSegment, SpacePhysical}
-	if old, ok := a.live[lk]; ok {
-		a.vmmGauge(hk.pid, hs.device, func(v *vmmState) { v.physical.sub(old.size) })
+	if old, ok := a.liveGet(lk); ok {
+		a.vmmGauge(hk.pid, hs.device, func(v *vmmState) { v.physical.sub(a.sizeOf(old)) })
 	}
 	a.drop(lk, t)
 	delete(a.handles, hk)

@@ -92,7 +92,8 @@ func (s *Snapshot) Records() []event.Record {
 		start = ops[0].time
 	}
 
-	b := &builder{stacks: map[string]event.StackID{}, live: map[rangeKey]uint64{}}
+	b := &builder{stacks: map[string]event.StackID{}, shared: map[*Frame]event.StackID{}, live: map[rangeKey]uint64{}}
+	b.events = make([]event.Event, 0, len(ops))
 	for _, o := range ops {
 		b.apply(o)
 	}
@@ -155,6 +156,7 @@ func (s *Snapshot) Records() []event.Record {
 // builder replays trace entries into events.
 type builder struct {
 	stacks    map[string]event.StackID
+	shared    map[*Frame]event.StackID // by the first frame's address
 	stackRecs []event.Stack
 	live      map[rangeKey]uint64 // size of each live allocation
 	initial   []event.Event       // allocations made before the trace began
@@ -165,6 +167,17 @@ func (b *builder) stack(frames []Frame) event.StackID {
 	if len(frames) == 0 {
 		return 0
 	}
+	// Decode shares one []Frame between equal tracebacks: found by
+	// identity, a traceback's key is built once.
+	if id, ok := b.shared[&frames[0]]; ok {
+		return id
+	}
+	id := b.stackByKey(frames)
+	b.shared[&frames[0]] = id
+	return id
+}
+
+func (b *builder) stackByKey(frames []Frame) event.StackID {
 	var key strings.Builder
 	for _, f := range frames {
 		key.WriteString(f.Filename + "\x00" + strconv.FormatInt(f.Line, 10) + "\x00" + f.Name + "\x00")

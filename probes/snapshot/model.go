@@ -3,10 +3,12 @@ package snapshot
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
+	"weak"
 
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
@@ -117,6 +119,9 @@ func Decode(r io.Reader) (*Snapshot, error) {
 	if err := scan(data); err != nil {
 		return nil, err
 	}
+	if v, err := fastLoad(data); err == nil {
+		return fromValue(v)
+	}
 	u := pickle.NewUnpickler(bufio.NewReader(bytes.NewReader(data)))
 	u.FindClass = refuseClass
 	v, err := load(&u)
@@ -156,29 +161,40 @@ func malformed(p path, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrMalformed, p, fmt.Sprintf(format, args...))
 }
 
-// dict is a decoded Python dict keyed by strings.
+// dict is a decoded Python dict keyed by strings. A snapshot's dicts have
+// a handful of keys: a linear search beats building a map for each.
 type dict struct {
-	p path
-	m map[string]any
+	p       path
+	entries []types.DictEntry
 }
 
 func asDict(p path, v any) (dict, error) {
-	var entries []types.DictEntry
-	switch d := v.(type) {
-	case *types.Dict:
-		entries = *d
-	default:
+	d, ok := v.(*types.Dict)
+	if !ok {
 		return dict{}, malformed(p, "want a dict, got %T", v)
 	}
-	m := make(map[string]any, len(entries))
-	for _, e := range entries {
-		k, ok := e.Key.(string)
-		if !ok {
+	for _, e := range *d {
+		if _, ok := e.Key.(string); !ok {
 			return dict{}, malformed(p, "dict key %v is not a string", e.Key)
 		}
-		m[k] = e.Value
 	}
-	return dict{p, m}, nil
+	return dict{p, *d}, nil
+}
+
+// val returns the value at k (the last one, as Python keeps), nil when
+// absent.
+func (d dict) val(k string) any {
+	v, _ := d.lookup(k)
+	return v
+}
+
+func (d dict) lookup(k string) (any, bool) {
+	for i := len(d.entries) - 1; i >= 0; i-- {
+		if d.entries[i].Key.(string) == k {
+			return d.entries[i].Value, true
+		}
+	}
+	return nil, false
 }
 
 func asList(p path, v any) ([]any, error) {
@@ -216,7 +232,13 @@ func int64Of(p path, v any) (int64, error) {
 	return 0, malformed(p, "want an int, got %v (%T)", v, v)
 }
 
-func (d dict) int(k string) (int64, error) { return int64Of(d.p.key(k), d.m[k]) }
+func (d dict) int(k string) (int64, error) {
+	v := d.val(k)
+	if n, ok := v.(int); ok {
+		return int64(n), nil
+	}
+	return int64Of(d.p.key(k), v)
+}
 
 func (d dict) uint(k string) (uint64, error) {
 	v, err := d.int(k)
@@ -224,27 +246,29 @@ func (d dict) uint(k string) (uint64, error) {
 }
 
 func (d dict) str(k string) (string, error) {
-	switch s := d.m[k].(type) {
+	v := d.val(k)
+	switch s := v.(type) {
 	case string:
 		return s, nil
 	case nil:
 		return "", nil
 	}
-	return "", malformed(d.p.key(k), "want a string, got %T", d.m[k])
+	return "", malformed(d.p.key(k), "want a string, got %T", v)
 }
 
 func (d dict) bool(k string) (bool, error) {
-	switch b := d.m[k].(type) {
+	v := d.val(k)
+	switch b := v.(type) {
 	case bool:
 		return b, nil
 	case nil:
 		return false, nil
 	}
-	return false, malformed(d.p.key(k), "want a bool, got %T", d.m[k])
+	return false, malformed(d.p.key(k), "want a bool, got %T", v)
 }
 
 func (d dict) has(k string) bool {
-	_, ok := d.m[k]
+	_, ok := d.lookup(k)
 	return ok
 }
 
@@ -288,12 +312,13 @@ func fromValue(v any) (*Snapshot, error) {
 		return nil, malformed("snapshot", "no \"segments\": not a torch.cuda.memory snapshot")
 	}
 	s := &Snapshot{}
-	segs, err := asList(top.p.key("segments"), top.m["segments"])
+	fc := newFrameCache()
+	segs, err := asList(top.p.key("segments"), top.val("segments"))
 	if err != nil {
 		return nil, err
 	}
 	for i, sv := range segs {
-		seg, err := segmentOf(top.p.key("segments").idx(i), sv)
+		seg, err := segmentOf(fc, top.p.key("segments").idx(i), sv)
 		if err != nil {
 			return nil, err
 		}
@@ -301,7 +326,7 @@ func fromValue(v any) (*Snapshot, error) {
 	}
 	if top.has("device_traces") {
 		tp := top.p.key("device_traces")
-		devs, err := asList(tp, top.m["device_traces"])
+		devs, err := asList(tp, top.val("device_traces"))
 		if err != nil {
 			return nil, err
 		}
@@ -311,19 +336,23 @@ func fromValue(v any) (*Snapshot, error) {
 			if err != nil {
 				return nil, err
 			}
+			s.DeviceTraces[d] = make([]TraceEntry, 0, len(entries))
 			for i, ev := range entries {
-				te, err := traceEntryOf(tp.idx(d).idx(i), ev)
+				te, err := traceEntryOf(fc, tp.idx(d).idx(i), ev)
 				if err != nil {
 					return nil, err
 				}
 				s.DeviceTraces[d] = append(s.DeviceTraces[d], te)
+				// The unpickled entry is garbage now: the graph is freed as
+				// it is converted, not held to the end.
+				entries[i] = nil
 			}
 		}
 	}
 	return s, nil
 }
 
-func segmentOf(p path, v any) (Segment, error) {
+func segmentOf(fc *frameCache, p path, v any) (Segment, error) {
 	d, err := asDict(p, v)
 	if err != nil {
 		return Segment{}, err
@@ -343,10 +372,10 @@ func segmentOf(p path, v any) (Segment, error) {
 	if e.err != nil {
 		return Segment{}, e.err
 	}
-	if seg.Frames, err = framesOf(p.key("frames"), d.m["frames"]); err != nil {
+	if seg.Frames, err = fc.framesOf(p, d.val("frames")); err != nil {
 		return Segment{}, err
 	}
-	blocks, err := asList(p.key("blocks"), d.m["blocks"])
+	blocks, err := asList(p.key("blocks"), d.val("blocks"))
 	if err != nil {
 		return Segment{}, err
 	}
@@ -369,10 +398,10 @@ func segmentOf(p path, v any) (Segment, error) {
 		if e.err != nil {
 			return Segment{}, e.err
 		}
-		if b.Frames, err = framesOf(bp.key("frames"), bd.m["frames"]); err != nil {
+		if b.Frames, err = fc.framesOf(bp, bd.val("frames")); err != nil {
 			return Segment{}, err
 		}
-		hist, err := asList(bp.key("history"), bd.m["history"])
+		hist, err := asList(bp.key("history"), bd.val("history"))
 		if err != nil {
 			return Segment{}, err
 		}
@@ -386,7 +415,7 @@ func segmentOf(p path, v any) (Segment, error) {
 			if e.err != nil {
 				return Segment{}, e.err
 			}
-			if h.Frames, err = framesOf(hp.key("frames"), hd.m["frames"]); err != nil {
+			if h.Frames, err = fc.framesOf(hp, hd.val("frames")); err != nil {
 				return Segment{}, err
 			}
 			b.History = append(b.History, h)
@@ -397,7 +426,7 @@ func segmentOf(p path, v any) (Segment, error) {
 	return seg, nil
 }
 
-func traceEntryOf(p path, v any) (TraceEntry, error) {
+func traceEntryOf(fc *frameCache, p path, v any) (TraceEntry, error) {
 	d, err := asDict(p, v)
 	if err != nil {
 		return TraceEntry{}, err
@@ -415,27 +444,76 @@ func traceEntryOf(p path, v any) (TraceEntry, error) {
 	if e.err != nil {
 		return TraceEntry{}, e.err
 	}
-	te.Frames, err = framesOf(p.key("frames"), d.m["frames"])
+	te.Frames, err = fc.framesOf(p, d.val("frames"))
 	return te, err
 }
 
-func framesOf(p path, v any) ([]Frame, error) {
+// frameCache shares decoded frames: PyTorch's snapshots share frame dicts
+// between tracebacks and a traceback between the entries of one block, so
+// a traceback decoded once per entry would take many times the file's
+// size. Lists are found by identity (a memoized list decodes to one
+// *types.List; a weak key, so that a list converted and dropped can be
+// freed, and a dead key never matches a new list), then by content: equal tracebacks share one []Frame, which
+// Records' stack interning finds by identity in turn.
+type frameCache struct {
+	lists   map[weak.Pointer[types.List]][]Frame // weak: an entry's list may be freed once converted
+	ids     map[Frame]uint32
+	content map[string][]Frame
+	key     []byte
+}
+
+func newFrameCache() *frameCache {
+	return &frameCache{lists: map[weak.Pointer[types.List]][]Frame{}, ids: map[Frame]uint32{}, content: map[string][]Frame{}}
+}
+
+// framesOf decodes the "frames" value of the dict at p.
+func (fc *frameCache) framesOf(p path, v any) ([]Frame, error) {
+	lp, _ := v.(*types.List)
+	if lp != nil {
+		if fs, ok := fc.lists[weak.Make(lp)]; ok {
+			return fs, nil
+		}
+	}
+	p = p.key("frames")
 	l, err := asList(p, v)
-	if err != nil {
+	if err != nil || len(l) == 0 {
 		return nil, err
 	}
-	var out []Frame
+	out := make([]Frame, 0, len(l))
+	fc.key = fc.key[:0]
 	for i, fv := range l {
-		d, err := asDict(p.idx(i), fv)
+		// The frame's path is built only for an error message: decoding
+		// again with it gives the message its place.
+		f, err := frameOf(p, fv)
 		if err != nil {
+			_, err = frameOf(p.idx(i), fv)
 			return nil, err
 		}
-		var e errs
-		f := Frame{Filename: e.s(d.str("filename")), Line: e.i(d.int("line")), Name: e.s(d.str("name"))}
-		if e.err != nil {
-			return nil, e.err
+		id, ok := fc.ids[f]
+		if !ok {
+			id = uint32(len(fc.ids))
+			fc.ids[f] = id
 		}
+		fc.key = binary.LittleEndian.AppendUint32(fc.key, id)
 		out = append(out, f)
 	}
+	if fs, ok := fc.content[string(fc.key)]; ok {
+		out = fs
+	} else {
+		fc.content[string(fc.key)] = out
+	}
+	if lp != nil {
+		fc.lists[weak.Make(lp)] = out
+	}
 	return out, nil
+}
+
+func frameOf(p path, v any) (Frame, error) {
+	d, err := asDict(p, v)
+	if err != nil {
+		return Frame{}, err
+	}
+	var e errs
+	f := Frame{Filename: e.s(d.str("filename")), Line: e.i(d.int("line")), Name: e.s(d.str("name"))}
+	return f, e.err
 }

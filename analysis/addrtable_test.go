@@ -1,0 +1,57 @@
+package analysis
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAddrTableMatchesMap runs random puts and deletes, on aligned and
+// clustered keys, against a Go map.
+func TestAddrTableMatchesMap(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		key   func(r *rand.Rand) uint64
+		steps int
+	}{
+		{"aligned", func(r *rand.Rand) uint64 { return 0x7f0000000000 + uint64(r.IntN(5000))<<9 }, 200_000},
+		{"dense", func(r *rand.Rand) uint64 { return uint64(r.IntN(300) + 1) }, 100_000},
+		{"sparse", func(r *rand.Rand) uint64 { return r.Uint64() | 1 }, 50_000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			var tab *addrTable[uint64]
+			require.NotPanics(t, func() { tab.del(5) })
+			_, ok := tab.get(5)
+			require.False(t, ok)
+			tab = &addrTable[uint64]{}
+			want := map[uint64]uint64{}
+			for i := range tt.steps {
+				k := tt.key(r)
+				switch r.IntN(3) {
+				case 0, 1:
+					tab.put(k, uint64(i))
+					want[k] = uint64(i)
+				default:
+					tab.del(k)
+					delete(want, k)
+				}
+				if i%997 == 0 {
+					require.Equal(t, len(want), tab.n)
+					for k, v := range want {
+						got, ok := tab.get(k)
+						require.True(t, ok, "step %d key %#x", i, k)
+						require.Equal(t, v, got)
+					}
+				}
+				got, ok := tab.get(k)
+				v, wok := want[k]
+				require.Equal(t, wok, ok)
+				require.Equal(t, v, got)
+			}
+			_, ok = tab.get(0)
+			require.False(t, ok)
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package analysis
+
+import (
+	"math"
+	"sort"
+)
+
+// stamps is a list of (event sequence number, time) pairs in stream order,
+// packed to 8 bytes a pair: each pair is two uint32 offsets from the base
+// of its run. A pair whose offsets do not fit (over 4 s or 4G events after
+// the run's base, or earlier than it: times may step back a few ns between
+// CPUs) starts a new run. The per-stack logs hold one pair per event, so
+// their size is most of the analyser's memory after the live allocations.
+type stamps struct {
+	runs []stampRun
+	off  []stampOff
+}
+
+// stampRun is the base of the pairs from index first on.
+type stampRun struct {
+	first   int
+	seq, tm uint64
+}
+
+type stampOff struct{ seq, tm uint32 }
+
+func (s *stamps) len() int { return len(s.off) }
+
+func (s *stamps) add(seq, t uint64) {
+	if n := len(s.runs); n > 0 {
+		r := &s.runs[n-1]
+		if seq >= r.seq && seq-r.seq <= math.MaxUint32 && t >= r.tm && t-r.tm <= math.MaxUint32 {
+			s.off = append(s.off, stampOff{uint32(seq - r.seq), uint32(t - r.tm)})
+			return
+		}
+	}
+	s.runs = append(s.runs, stampRun{first: len(s.off), seq: seq, tm: t})
+	s.off = append(s.off, stampOff{})
+}
+
+// at returns pair i.
+func (s *stamps) at(i int) (seq, t uint64) {
+	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].first > i }) - 1
+	r, o := &s.runs[j], s.off[i]
+	return r.seq + uint64(o.seq), r.tm + uint64(o.tm)
+}
+
+// search returns the index of the first pair whose seq is at least seq
+// (len when none): seqs increase along the list.
+func (s *stamps) search(seq uint64) int {
+	return sort.Search(len(s.off), func(i int) bool {
+		q, _ := s.at(i)
+		return q >= seq
+	})
+}
+
+// lastAtOrBefore returns the index of the latest pair in stream order
+// stamped at or before t, or -1.
+func (s *stamps) lastAtOrBefore(t uint64) int {
+	end := len(s.off)
+	for j := len(s.runs) - 1; j >= 0; j-- {
+		r := &s.runs[j]
+		for i := end - 1; i >= r.first; i-- {
+			if r.tm+uint64(s.off[i].tm) <= t {
+				return i
+			}
+		}
+		end = r.first
+	}
+	return -1
+}
+
+// unpack returns the seqs and times.
+func (s *stamps) unpack() (seqs, times []uint64) {
+	seqs, times = make([]uint64, len(s.off)), make([]uint64, len(s.off))
+	for j, r := range s.runs {
+		end := len(s.off)
+		if j+1 < len(s.runs) {
+			end = s.runs[j+1].first
+		}
+		for i := r.first; i < end; i++ {
+			seqs[i], times[i] = r.seq+uint64(s.off[i].seq), r.tm+uint64(s.off[i].tm)
+		}
+	}
+	return seqs, times
+}

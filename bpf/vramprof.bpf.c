@@ -14,7 +14,7 @@
  *    16  u64 addr      pointer returned or released; for create/release the
  *                      allocation handle; for fork the parent's tgid; for
  *                      a loader or exec record with REC_F_STOPPED, the
- *                      stop's sequence number (struct stop); for exit the
+ *                      stop's sequence number (the stopped map's key); for exit the
  *                      wait(2) status (code << 8 or signal)
  *    24  u64 size      bytes (pitched: pitch x height [x depth]; a failed
  *                      pitched call: the request, width x height [x depth])
@@ -59,13 +59,15 @@
  *   targets  hash tgid -> u8, the processes traced (from Go, and from the
  *            fork tracepoint for children of targets; the exit tracepoint
  *            removes them).
- *   stopped  hash tgid -> struct stop: every process the loader and exec
- *            probes stopped with SIGSTOP and user space has not resumed yet.
- *            Written before the signal is sent; Go deletes the entry after
- *            its SIGCONT, when the sequence number is still the one of the
- *            record it handled (a resumed process may have stopped again
- *            meanwhile). The guardian process (probes/guardian.go) holds a
- *            dup of this map and resumes what it lists if vramprof dies.
+ *   stopped  hash stop sequence number -> struct stop (tgid, start time):
+ *            every stop of a process by the loader and exec probes with
+ *            SIGSTOP that user space has not resumed yet. Written before the
+ *            signal is sent; Go deletes the entry of the record it handled
+ *            after its SIGCONT. Keyed by the stop, not the process: a
+ *            resumed process that stops again at once has an entry of its
+ *            own, which that delete cannot take away. The guardian process
+ *            (probes/guardian.go) holds a dup of this map and resumes what
+ *            it lists if vramprof dies.
  *   threads  LRU hash pid_tgid -> thread: nesting depth, current device, and
  *            since: the entry time of the thread's outermost traced call in
  *            flight, 0 when none. It is cleared only after that call's
@@ -318,20 +320,22 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
-/* A process stopped for user space (the stopped map). */
+/* A process stopped for user space (the stopped map, keyed by the stop's
+ * sequence number). */
 struct stop {
 	__u64 start; /* task->group_leader->start_boottime, ns: /proc/PID/stat
 	              * field 22 is this in clock ticks */
-	__u64 seq;   /* from stop_seq; also in the record's addr */
+	__u32 tgid;
+	__u32 pad;
 };
 
-/* Stops so far: numbers each one (struct stop). */
+/* Stops so far: numbers each one (the stopped map's key). */
 __u64 stop_seq = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
-	__type(key, __u32);
+	__type(key, __u64);
 	__type(value, struct stop);
 } stopped SEC(".maps");
 
@@ -1314,17 +1318,18 @@ int spec_return(struct pt_regs *ctx)
 static __always_inline int stop_target(struct record *r, __u32 tgid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 seq = __sync_fetch_and_add(&stop_seq, 1) + 1;
 	struct stop st = {
 		.start = task->group_leader->start_boottime,
-		.seq = __sync_fetch_and_add(&stop_seq, 1) + 1,
+		.tgid = tgid,
 	};
-	if (bpf_map_update_elem(&stopped, &tgid, &st, BPF_ANY))
+	if (bpf_map_update_elem(&stopped, &seq, &st, BPF_NOEXIST))
 		return 0;
 	if (bpf_send_signal(SIGSTOP)) {
-		bpf_map_delete_elem(&stopped, &tgid);
+		bpf_map_delete_elem(&stopped, &seq);
 		return 0;
 	}
-	r->addr = st.seq;
+	r->addr = seq;
 	r->flags = REC_F_STOPPED;
 	return 1;
 }

@@ -194,7 +194,8 @@ const (
 type bpfStop struct {
 	_     structs.HostLayout
 	Start uint64
-	Seq   uint64
+	Tgid  uint32
+	Pad   uint32
 }
 
 type bpfThread struct {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -167,23 +168,25 @@ func guardianMain(owner string) int {
 // PIDs it resumed.
 func resumeStopped(m *ebpf.Map) []uint32 {
 	type entry struct {
-		pid uint32
+		seq uint64
 		st  bpfStop
 	}
 	var all []entry
-	var pid uint32
+	var seq uint64
 	var st bpfStop
-	for it := m.Iterate(); it.Next(&pid, &st); {
-		all = append(all, entry{pid, st})
+	for it := m.Iterate(); it.Next(&seq, &st); {
+		all = append(all, entry{seq, st})
 	}
 	var resumed []uint32
 	for _, e := range all {
-		if sameStart(e.pid, e.st.Start) {
-			if err := syscall.Kill(int(e.pid), syscall.SIGCONT); err == nil {
-				resumed = append(resumed, e.pid)
+		// By its own stop's key: a process stopped again meanwhile has
+		// an entry of its own, for the next look.
+		if sameStart(e.st.Tgid, e.st.Start) {
+			if err := syscall.Kill(int(e.st.Tgid), syscall.SIGCONT); err == nil && !slices.Contains(resumed, e.st.Tgid) {
+				resumed = append(resumed, e.st.Tgid)
 			}
 		}
-		_ = m.Delete(e.pid)
+		_ = m.Delete(e.seq)
 	}
 	return resumed
 }

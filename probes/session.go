@@ -811,7 +811,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		if kerr := syscall.Kill(int(r.ev.PID), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
 			err = errors.Join(err, fmt.Errorf("resume pid %d: %w", r.ev.PID, kerr))
 		}
-		s.resumed(r.ev.PID, r.ev.Addr)
+		s.resumed(r.ev.Addr)
 	}
 	if errors.Is(err, ErrNoProcess) {
 		return nil // it exited meanwhile: nothing left to probe
@@ -821,13 +821,13 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 
 // resumed removes the stop with sequence number seq from the stopped map,
 // after its SIGCONT: deleting first would leave the process stopped for
-// good if vramprof died between the two. The entry may already describe a
-// later stop (the process ran on and stopped again): that one stays.
-func (s *Session) resumed(pid uint32, seq uint64) {
-	var st bpfStop
-	if err := s.objs.Stopped.Lookup(pid, &st); err == nil && st.Seq == seq {
-		_ = s.objs.Stopped.Delete(pid)
-	}
+// good if vramprof died between the two. A later stop of the same process
+// (it ran on and stopped again at once, as at start-up, where the loader
+// announces twice in a row) has an entry of its own, which stays. Keyed by
+// the process, this delete once took that later entry away: a vramprof
+// killed at the later stop then left the process stopped.
+func (s *Session) resumed(seq uint64) {
+	_ = s.objs.Stopped.Delete(seq)
 }
 
 // dieAtStop is a test hook, from $VRAMPROF_TEST_DIE_AT_STOP: the session

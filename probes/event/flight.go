@@ -1,0 +1,236 @@
+package event
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Tracker follows an event stream for a flight recorder: the allocations
+// still live, each as the event that made it, and the figures a Checkpoint
+// summarises. Its memory is proportional to what is live, never to the
+// length of the stream. It is not safe for concurrent use.
+//
+// It pairs frees with allocations as the analysis does: by process, layer,
+// memory space and address, a nested (driver) call apart from the runtime
+// call around it, physical handles, reservations and mappings each apart.
+// It does not follow PID reuse: a process that reuses a dead process's PID
+// inherits what the dead one left live, as a missed free.
+type Tracker struct {
+	live   map[trackKey]trackedEvent
+	seq    uint64
+	events uint64
+	first  uint64
+	last   uint64
+	totals map[totalsKey]*trackTotals
+}
+
+type trackKey struct {
+	addr   uint64
+	pid    uint32
+	layer  Layer
+	space  uint8
+	nested bool
+}
+
+type trackedEvent struct {
+	seq uint64
+	ev  Event
+}
+
+type totalsKey struct {
+	pid   uint32
+	all   bool
+	layer Layer
+	host  bool
+}
+
+type trackTotals struct {
+	CheckpointTotals
+	live uint64
+}
+
+// Address spaces of the tracker's keys.
+const (
+	spaceDevice uint8 = iota
+	spaceHost
+	spaceHandle
+	spaceReserve
+	spaceMap
+)
+
+// NewTracker returns an empty Tracker.
+func NewTracker() *Tracker {
+	return &Tracker{live: make(map[trackKey]trackedEvent), totals: make(map[totalsKey]*trackTotals)}
+}
+
+// Observe follows one event, in stream order. Restored events are
+// followed like any other: a tracker fed a segment that starts from a
+// checkpoint ends with the same live set as the one that wrote it.
+func (t *Tracker) Observe(e *Event) {
+	t.seq++
+	if t.events == 0 {
+		t.first = e.Time
+	}
+	t.events++
+	t.last = e.Time
+	layer := e.Layer
+	if layer == LayerUnknown {
+		layer = LayerSegment
+	}
+	var space uint8
+	alloc := true
+	switch e.Kind {
+	case KindAlloc:
+	case KindFree:
+		alloc = false
+	case KindHostAlloc:
+		space = spaceHost
+	case KindHostFree:
+		space, alloc = spaceHost, false
+	case KindCreate:
+		space = spaceHandle
+	case KindRelease:
+		space, alloc = spaceHandle, false
+	case KindReserve:
+		space = spaceReserve
+	case KindUnreserve:
+		space, alloc = spaceReserve, false
+	case KindMap:
+		space = spaceMap
+	case KindUnmap:
+		space, alloc = spaceMap, false
+	default:
+		return
+	}
+	nested := e.Flags&FlagNested != 0
+	k := trackKey{e.Addr, e.PID, layer, space, nested}
+	counted := !nested && (space == spaceDevice || space == spaceHost) && (layer == LayerSegment || layer == LayerBlock)
+	var tt, all *trackTotals
+	if counted {
+		tt = t.total(totalsKey{pid: e.PID, layer: layer, host: space == spaceHost})
+		all = t.total(totalsKey{all: true, layer: layer, host: space == spaceHost})
+	}
+	if alloc {
+		switch {
+		case e.Ret != 0:
+			if counted {
+				for _, x := range [...]*trackTotals{tt, all} {
+					x.Failed++
+					x.FailedBytes += e.Size
+				}
+			}
+			return
+		case e.Addr == 0 || e.Size == 0 && space != spaceHandle:
+			return
+		}
+		if old, ok := t.live[k]; ok && counted {
+			// A missed free: the analysis drops the old one uncounted.
+			tt.live -= old.ev.Size
+			all.live -= old.ev.Size
+		}
+		ev := *e
+		ev.Flags &^= FlagRestored
+		t.live[k] = trackedEvent{seq: t.seq, ev: ev}
+		if counted {
+			for _, x := range [...]*trackTotals{tt, all} {
+				x.Allocations++
+				x.AllocatedBytes += e.Size
+				x.live += e.Size
+				if x.live > x.PeakBytes {
+					x.PeakBytes, x.PeakTime = x.live, e.Time
+				}
+			}
+		}
+		return
+	}
+	if e.Ret != 0 || e.Addr == 0 {
+		return
+	}
+	old, ok := t.live[k]
+	if !ok {
+		if counted {
+			tt.UnknownFrees++
+			all.UnknownFrees++
+		}
+		return
+	}
+	delete(t.live, k)
+	if counted {
+		for _, x := range [...]*trackTotals{tt, all} {
+			x.Frees++
+			x.FreedBytes += old.ev.Size
+			x.live -= old.ev.Size
+		}
+	}
+}
+
+func (t *Tracker) total(k totalsKey) *trackTotals {
+	x := t.totals[k]
+	if x == nil {
+		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host}}
+		t.totals[k] = x
+	}
+	return x
+}
+
+// Events returns how many events the tracker followed.
+func (t *Tracker) Events() uint64 { return t.events }
+
+// Live returns how many allocations (handles, reservations and mappings
+// included) are live.
+func (t *Tracker) Live() int { return len(t.live) }
+
+// Checkpoint summarises everything followed so far as the checkpoint of
+// segment seg, and returns with it the live allocations' events in stream
+// order, flagged FlagRestored: write the Checkpoint, then the events.
+func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
+	live := make([]trackedEvent, 0, len(t.live))
+	for _, te := range t.live {
+		live = append(live, te)
+	}
+	slices.SortFunc(live, func(x, y trackedEvent) int { return cmp.Compare(x.seq, y.seq) })
+	evs := make([]Event, len(live))
+	restored := make(map[totalsKey]*CheckpointTotals)
+	c := &Checkpoint{Time: t.last, Segment: seg, Events: t.events, FirstTime: t.first, Live: uint64(len(live))}
+	for _, x := range t.totals {
+		c.Totals = append(c.Totals, x.CheckpointTotals)
+	}
+	slices.SortFunc(c.Totals, func(x, y CheckpointTotals) int {
+		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
+	})
+	for i := range c.Totals {
+		x := &c.Totals[i]
+		restored[totalsKey{x.PID, x.All, x.Layer, x.Host}] = x
+	}
+	for i, te := range live {
+		evs[i] = te.ev
+		evs[i].Flags |= FlagRestored
+		e := &te.ev
+		layer := e.Layer
+		if layer == LayerUnknown {
+			layer = LayerSegment
+		}
+		if e.Flags&FlagNested != 0 || e.Kind != KindAlloc && e.Kind != KindHostAlloc {
+			continue
+		}
+		host := e.Kind == KindHostAlloc
+		// The reader counts the restored allocations again.
+		for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, host: host}, {all: true, layer: layer, host: host}} {
+			if x := restored[k]; x != nil {
+				x.Allocations--
+				x.AllocatedBytes -= e.Size
+			}
+		}
+	}
+	return c, evs
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}

@@ -574,6 +574,11 @@ func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
 	return nil
 }
 
+// Buffered returns how many bytes of whole records wait in the buffer (a
+// held event not included): what the next Flush adds to the underlying
+// writer, but for the held event.
+func (w *Writer) Buffered() int { return w.bw.Buffered() }
+
 // Flush writes buffered records to the underlying writer.
 func (w *Writer) Flush() error {
 	if w.err != nil {

@@ -1,0 +1,121 @@
+package analysis
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// flightStream is a run with everything the checkpoint must carry: two
+// processes, nested driver calls, host memory, failed allocations, unknown
+// and replaced frees, a peak early on and a leak.
+func flightStream() *stream {
+	s := newStream().stack(1, "forward", 10).stack(2, "leaky", 20)
+	t := uint64(1000)
+	next := func() uint64 { t += 100; return t }
+	nested := func(e event.Event) {
+		d := e
+		d.Flags, d.API = event.FlagNested, event.APICuMemAlloc
+		if e.Kind == event.KindFree {
+			d.API = event.APICuMemFree
+		}
+		s.ev(d)
+		e.Time++
+		s.ev(e)
+	}
+	// An early peak, then released.
+	for i := range uint64(8) {
+		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Size: 1 << 20, Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})
+	}
+	for i := range uint64(8) {
+		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Kind: event.KindFree, API: event.APICudaFree})
+	}
+	for i := range uint64(40) {
+		s.alloc(next(), 0x40000+i*0x100, 4096+i, 2) // kept: the leak
+		s.alloc(next(), 0x90000, 512, 1)
+		s.free(next(), 0x90000)
+		s.allocOn(next(), 0xa0000+i*0x100, 256, 1, 200, 1)
+		if i%3 == 0 {
+			s.freeOn(next(), 0xa0000+i*0x100, 200)
+		}
+		if i%7 == 0 {
+			s.fail(next(), 1<<40, 1, 2)
+			s.free(next(), 0xdead0000+i) // unknown
+			s.ev(event.Event{Time: next(), Addr: 0x500000 + i, Size: 64, Kind: event.KindHostAlloc, API: event.APICudaMallocHost})
+		}
+	}
+	return s.end(next())
+}
+
+// TestCheckpointRestore cuts the stream at every event, as a flight
+// recorder does when it drops the segments before: the checkpoint and the
+// events after the cut must give the whole stream's totals, live
+// allocations (by stack, per process and device) and peak.
+func TestCheckpointRestore(t *testing.T) {
+	recs := flightStream().recs
+	whole := mustAnalyze(t, Options{}, recs)
+	require.NotZero(t, whole.Totals.LiveBytesAtEnd)
+	for cut := range recs {
+		if _, ok := recs[cut].(*event.Event); !ok {
+			continue
+		}
+		tr := event.NewTracker()
+		var desc, after []event.Record
+		for i, r := range recs {
+			e, isEvent := r.(*event.Event)
+			switch {
+			case isEvent && i < cut:
+				tr.Observe(e)
+			case isEvent:
+				after = append(after, r)
+			case i == 0:
+			case i < cut:
+				desc = append(desc, r)
+			default:
+				after = append(after, r)
+			}
+		}
+		c, live := tr.Checkpoint(2)
+		window := append([]event.Record{recs[0]}, desc...)
+		window = append(window, c)
+		for i := range live {
+			window = append(window, &live[i])
+		}
+		window = append(window, after...)
+		got := mustAnalyze(t, Options{}, window)
+
+		require.NotNil(t, got.Run.Flight, "cut %d", cut)
+		assert.Equal(t, c.Events+got.Run.Events, whole.Run.Events, "cut %d: events", cut)
+		for _, pair := range []struct {
+			name       string
+			got, whole Totals
+		}{{"device", got.Totals, whole.Totals}, {"host", got.Host, whole.Host}} {
+			g, w := pair.got, pair.whole
+			assert.Equal(t, w.Allocations, g.Allocations, "cut %d %s: allocations", cut, pair.name)
+			assert.Equal(t, w.Frees, g.Frees, "cut %d %s: frees", cut, pair.name)
+			assert.Equal(t, w.AllocatedBytes, g.AllocatedBytes, "cut %d %s: allocated", cut, pair.name)
+			assert.Equal(t, w.FreedBytes, g.FreedBytes, "cut %d %s: freed", cut, pair.name)
+			assert.Equal(t, w.FailedAllocations, g.FailedAllocations, "cut %d %s: failed", cut, pair.name)
+			assert.Equal(t, w.UnknownFrees, g.UnknownFrees, "cut %d %s: unknown frees", cut, pair.name)
+			assert.Equal(t, w.PeakBytes, g.PeakBytes, "cut %d %s: peak", cut, pair.name)
+			assert.Equal(t, w.PeakTime, g.PeakTime, "cut %d %s: peak time", cut, pair.name)
+			assert.Equal(t, w.LiveBytesAtEnd, g.LiveBytesAtEnd, "cut %d %s: live", cut, pair.name)
+			assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d %s: live allocations", cut, pair.name)
+		}
+		require.Len(t, got.Processes, len(whole.Processes), "cut %d", cut)
+		for i := range whole.Processes {
+			wp, gp := whole.Processes[i], got.Processes[i]
+			assert.Equal(t, wp.PID, gp.PID)
+			wt, gt := wp.Totals, gp.Totals
+			assert.Equal(t, wt.Allocations, gt.Allocations, "cut %d pid %d: allocations", cut, wp.PID)
+			assert.Equal(t, wt.Frees, gt.Frees, "cut %d pid %d: frees", cut, wp.PID)
+			assert.Equal(t, wt.PeakBytes, gt.PeakBytes, "cut %d pid %d: peak", cut, wp.PID)
+			assert.Equal(t, wp.PeakTime, gp.PeakTime, "cut %d pid %d: peak time", cut, wp.PID)
+			assert.Equal(t, wt.LiveBytesAtEnd, gt.LiveBytesAtEnd, "cut %d pid %d: live", cut, wp.PID)
+			assert.Equal(t, wp.LiveAtEnd, gp.LiveAtEnd, "cut %d pid %d: live stacks", cut, wp.PID)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// vmRSS reads a process's resident set size in bytes; 0 once it is gone.
+func vmRSS(pid int) uint64 {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// dirBytes sums the sizes of the files in dir (not below).
+func dirBytes(dir string) int64 {
+	ents, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+// TestFlightSoak records a churn at the probes' full rate under
+// --max-trace 1MiB for VRAMPROF_SOAK_SECONDS (default 60), sampling the
+// output directory's size and vramprof's RSS every second: disk stays
+// within the budget and one segment, and memory stays flat once warm. Then
+// Ctrl-C (SIGINT) ends it, and the outputs say what the flight recorder
+// summarised. Figures are logged (go test -v) for the issue.
+func TestFlightSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak: a minute long; not with -short")
+	}
+	scenario.RequirePrivilege(t)
+	seconds := 60
+	if s := os.Getenv("VRAMPROF_SOAK_SECONDS"); s != "" {
+		var err error
+		seconds, err = strconv.Atoi(s)
+		require.NoError(t, err, "VRAMPROF_SOAK_SECONDS")
+	}
+	const budget = 1 << 20
+	dir := filepath.Join(t.TempDir(), "out")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second+5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, "run", "-q", "--max-trace", "1MiB", "-o", dir, "--",
+		scenario.Bin(t, "bench_pairs"), "1000000000000")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+
+	var maxDisk, largest int64
+	var warm, maxRSS uint64
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 1; i <= seconds; i++ {
+		<-tick.C
+		disk := dirBytes(dir)
+		_, _, big := segmentFiles(t, dir)
+		rss := vmRSS(pid)
+		maxDisk, largest = max(maxDisk, disk), max(largest, big)
+		if i == min(10, seconds/2) {
+			warm = rss
+		}
+		if i >= min(10, seconds/2) {
+			maxRSS = max(maxRSS, rss)
+		}
+		if i%10 == 0 || i == seconds {
+			t.Logf("t=%3ds disk %7d B, rss %6d KiB", i, disk, rss>>10)
+		}
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	err := cmd.Wait()
+	if err != nil {
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "stderr: %s", stderr.String())
+	}
+	fr := mustReadJSON[flightReport](t, filepath.Join(dir, "report.json"))
+	require.NotNil(t, fr.Run.Flight, "a minute at full rate overflows 1MiB; stderr: %s", stderr.String())
+	events := fr.Run.Flight.KeptEvents + fr.Run.Flight.SummarisedEvents
+	t.Logf("%d events in %d s (%.0f events/s); kept %d; disk max %d B (budget %d, largest segment %d); rss warm %d KiB, max %d KiB",
+		events, seconds, float64(events)/float64(seconds), fr.Run.Flight.KeptEvents, maxDisk, budget, largest, warm>>10, maxRSS>>10)
+	assert.LessOrEqual(t, maxDisk, int64(budget)+largest, "disk: the budget and one segment")
+	// Flat: the tracker holds what is live (nothing, here), the recorder
+	// its descriptive records; 16 MiB is room for the Go heap's swings.
+	assert.LessOrEqual(t, maxRSS, warm+16<<20, "rss grew from %d KiB to %d KiB", warm>>10, maxRSS>>10)
+}

@@ -57,6 +57,11 @@ type replayResult struct {
 // checkpoint and the allocations it restores are already in a. name names
 // the trace in errors.
 func replaySegments(a *analysis.Analyzer, name string, segs []io.Reader) (replayResult, error) {
+	return replaySegmentsTo(a.Add, name, segs)
+}
+
+// replaySegmentsTo is replaySegments with any consumer of records.
+func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reader) (replayResult, error) {
 	var rr replayResult
 	for i, seg := range segs {
 		r, err := event.NewReader(bufio.NewReaderSize(seg, 1<<20))
@@ -64,7 +69,7 @@ func replaySegments(a *analysis.Analyzer, name string, segs []io.Reader) (replay
 			return rr, fmt.Errorf("read trace %s: %w", name, err)
 		}
 		if i == 0 {
-			if err := a.Add(r.Header()); err != nil {
+			if err := add(r.Header()); err != nil {
 				return rr, fmt.Errorf("analyze %s: %w", name, err)
 			}
 		}
@@ -92,7 +97,7 @@ func replaySegments(a *analysis.Analyzer, name string, segs []io.Reader) (replay
 					continue
 				}
 			}
-			if err := a.Add(rec); err != nil {
+			if err := add(rec); err != nil {
 				return rr, fmt.Errorf("analyze %s: %w", name, err)
 			}
 		}
@@ -104,37 +109,44 @@ func replaySegments(a *analysis.Analyzer, name string, segs []io.Reader) (replay
 	return rr, nil
 }
 
-// analyzeSegments replays a flight recorder's segments, as analyze does
-// one trace.
-func analyzeSegments(paths []string, opts analysis.Options) (*analysis.Result, error) {
-	var files []*os.File
-	defer func() {
-		for _, f := range files {
-			_ = f.Close()
-		}
-	}()
+// replaySegmentFiles feeds the segments at paths to add, as replay does
+// one trace: a last segment cut inside a record gives an error matching
+// errTruncatedTrace after its whole records.
+func replaySegmentFiles(paths []string, add func(event.Record) error) error {
 	var segs []io.Reader
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: open trace: %w", errInput, err)
+			return fmt.Errorf("%w: open trace: %w", errInput, err)
 		}
-		files = append(files, f)
+		defer f.Close()
 		segs = append(segs, f)
 	}
 	name := filepath.Join(filepath.Dir(paths[0]), segmentPattern)
-	a := analysis.New(opts)
-	rr, err := replaySegments(a, name, segs)
+	rr, err := replaySegmentsTo(add, name, segs)
 	if err != nil {
+		return err
+	}
+	if rr.truncated {
+		return fmt.Errorf("%w: %s ends inside a record at byte %d", errTruncatedTrace, paths[len(paths)-1], rr.offset)
+	}
+	return nil
+}
+
+// analyzeSegments replays a flight recorder's segments, as analyze does
+// one trace.
+func analyzeSegments(paths []string, opts analysis.Options) (*analysis.Result, error) {
+	a := analysis.New(opts)
+	err := replaySegmentFiles(paths, a.Add)
+	if err != nil && !errors.Is(err, errTruncatedTrace) {
 		return nil, err
 	}
 	res := a.Finish()
-	last := paths[len(paths)-1]
-	if rr.truncated {
-		return res, fmt.Errorf("%w: %s ends inside a record at byte %d", errTruncatedTrace, last, rr.offset)
+	if err != nil {
+		return res, err
 	}
 	if !res.Run.Ended {
-		return res, fmt.Errorf("%w: %s ends without its End record", errTruncatedTrace, last)
+		return res, fmt.Errorf("%w: %s ends without its End record", errTruncatedTrace, paths[len(paths)-1])
 	}
 	return res, nil
 }

@@ -114,3 +114,39 @@ func TestFlightSoak(t *testing.T) {
 	// its descriptive records; 16 MiB is room for the Go heap's swings.
 	assert.LessOrEqual(t, maxRSS, warm+16<<20, "rss grew from %d KiB to %d KiB", warm>>10, maxRSS>>10)
 }
+
+// TestFlightMoment takes a SIGUSR1 moment report while a flight recorder
+// rotates through segments at full rate: the moment reads the segments
+// kept then (held open, so deleting one meanwhile is harmless) and
+// restores from the oldest one's checkpoint.
+func TestFlightMoment(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	dir := filepath.Join(t.TempDir(), "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, "run", "-q", "--max-trace", "256KiB", "-o", dir, "--",
+		scenario.Bin(t, "bench_pairs"), "1000000000000")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	time.Sleep(3 * time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+	time.Sleep(2 * time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	if err := cmd.Wait(); err != nil {
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "stderr: %s", stderr.String())
+	}
+	moments, err := filepath.Glob(filepath.Join(dir, "moments", "usr1-1-*", "report.json"))
+	require.NoError(t, err)
+	require.Len(t, moments, 1, "stderr: %s", stderr.String())
+	fr := mustReadJSON[flightReport](t, moments[0])
+	require.NotNil(t, fr.Run.Flight, "the moment began at a checkpoint")
+	assert.NotZero(t, fr.Run.Flight.SummarisedEvents)
+	rep := mustReadReport(t, moments[0])
+	allocs, frees := val(t, "allocations", rep.Totals.Allocations), val(t, "frees", rep.Totals.Frees)
+	// Pairs: at most the one in flight at the moment is live.
+	assert.LessOrEqual(t, allocs-frees, uint64(1), "allocations %d, frees %d", allocs, frees)
+	assert.Greater(t, allocs, fr.Run.Flight.KeptEvents/2, "the counts cover the summarised events too")
+	assert.Zero(t, val(t, "unknown_frees", rep.Totals.UnknownFrees))
+}

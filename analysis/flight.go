@@ -20,6 +20,10 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 	}
 	for i := range c.Totals {
 		t := &c.Totals[i]
+		if t.Book != event.BookNone {
+			a.restoreBook(t)
+			continue
+		}
 		layer := t.Layer
 		if layer == event.LayerUnknown {
 			layer = event.LayerSegment
@@ -37,6 +41,7 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 			x.FailedAllocations += t.Failed
 			x.FailedBytes += t.FailedBytes
 			x.UnknownFrees += t.UnknownFrees
+			x.FailedFrees += t.FailedFrees
 		}
 		if t.All {
 			ls := a.layer(sc)
@@ -53,5 +58,19 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 		if t.PeakBytes > sp.peak {
 			sp.peak, sp.peakTime = t.PeakBytes, t.PeakTime
 		}
+	}
+}
+
+// restoreBook adds a checkpoint's summarised figures to an API book.
+func (a *Analyzer) restoreBook(t *event.CheckpointTotals) {
+	b := a.bookState(bookKey{pid: t.PID, all: t.All, driver: t.Book == event.BookDriver})
+	b.book.Allocations += t.Allocations
+	b.book.Frees += t.Frees
+	b.book.AllocatedBytes += t.AllocatedBytes
+	b.book.FailedAllocations += t.Failed
+	b.book.FailedFrees += t.FailedFrees
+	b.book.UnknownFrees += t.UnknownFrees
+	if t.PeakBytes > b.level.peak {
+		b.level.peak, b.level.peakTime = t.PeakBytes, t.PeakTime
 	}
 }

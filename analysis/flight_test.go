@@ -105,6 +105,7 @@ func TestCheckpointRestore(t *testing.T) {
 			assert.Equal(t, w.LiveBytesAtEnd, g.LiveBytesAtEnd, "cut %d %s: live", cut, pair.name)
 			assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d %s: live allocations", cut, pair.name)
 		}
+		assert.Equal(t, whole.Books, got.Books, "cut %d: books", cut)
 		require.Len(t, got.Processes, len(whole.Processes), "cut %d", cut)
 		for i := range whole.Processes {
 			wp, gp := whole.Processes[i], got.Processes[i]

@@ -403,13 +403,23 @@ type Checkpoint struct {
 	Totals []CheckpointTotals
 }
 
+// Books of a CheckpointTotals.
+const (
+	BookNone    uint8 = iota // the scope's totals
+	BookRuntime              // libcudart's calls
+	BookDriver               // libcuda's calls
+)
+
 // CheckpointTotals are one scope's figures in a Checkpoint: the segment
-// layer's device or pinned host memory (Host), or the block layer.
+// layer's device or pinned host memory (Host), or the block layer; or,
+// with Book set, one API's book (BookRuntime or BookDriver: every call of
+// that API, nested or not, physical memory included).
 type CheckpointTotals struct {
 	PID            uint32
 	All            bool
 	Layer          Layer
 	Host           bool
+	Book           uint8
 	Allocations    uint64
 	Frees          uint64
 	AllocatedBytes uint64
@@ -417,6 +427,7 @@ type CheckpointTotals struct {
 	Failed         uint64
 	FailedBytes    uint64
 	UnknownFrees   uint64
+	FailedFrees    uint64
 	// PeakBytes is the most bytes live at once in the summarised stretch,
 	// first reached at PeakTime.
 	PeakBytes uint64

@@ -16,7 +16,10 @@ import (
 // It does not follow PID reuse: a process that reuses a dead process's PID
 // inherits what the dead one left live, as a missed free.
 type Tracker struct {
-	live   map[trackKey]trackedEvent
+	live map[trackKey]trackedEvent
+	// books are the per-API books' live allocations, keyed as the
+	// analysis keys them (by API, not by nesting).
+	books  map[bookKey]uint64
 	seq    uint64
 	events uint64
 	first  uint64
@@ -42,6 +45,14 @@ type totalsKey struct {
 	all   bool
 	layer Layer
 	host  bool
+	book  uint8
+}
+
+type bookKey struct {
+	addr     uint64
+	pid      uint32
+	driver   bool
+	physical bool
 }
 
 type trackTotals struct {
@@ -60,7 +71,8 @@ const (
 
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
-	return &Tracker{live: make(map[trackKey]trackedEvent), totals: make(map[totalsKey]*trackTotals)}
+	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
+		totals: make(map[totalsKey]*trackTotals)}
 }
 
 // Observe follows one event, in stream order. Restored events are
@@ -76,6 +88,9 @@ func (t *Tracker) Observe(e *Event) {
 	layer := e.Layer
 	if layer == LayerUnknown {
 		layer = LayerSegment
+	}
+	if layer == LayerSegment {
+		t.book(e)
 	}
 	var space uint8
 	alloc := true
@@ -164,10 +179,79 @@ func (t *Tracker) Observe(e *Event) {
 	}
 }
 
+// book follows a segment-layer call in its API's book, as the analysis
+// does (analysis/books.go).
+func (t *Tracker) book(e *Event) {
+	var physical bool
+	switch e.Kind {
+	case KindAlloc, KindFree:
+	case KindCreate, KindRelease:
+		physical = true
+	default:
+		return
+	}
+	if e.API == APIUnknown {
+		return
+	}
+	driver := e.API.Driver()
+	b := BookRuntime
+	if driver {
+		b = BookDriver
+	}
+	per := t.total(totalsKey{pid: e.PID, layer: LayerSegment, book: b})
+	all := t.total(totalsKey{all: true, layer: LayerSegment, book: b})
+	k := bookKey{e.Addr, e.PID, driver, physical}
+	switch e.Kind {
+	case KindAlloc, KindCreate:
+		switch {
+		case e.Ret != 0:
+			per.Failed++
+			all.Failed++
+			return
+		case e.Size == 0 || e.Addr == 0:
+			return
+		}
+		if old, ok := t.books[k]; ok {
+			per.live -= old
+			all.live -= old
+		}
+		t.books[k] = e.Size
+		for _, x := range [...]*trackTotals{per, all} {
+			x.Allocations++
+			x.AllocatedBytes += e.Size
+			x.live += e.Size
+			if x.live > x.PeakBytes {
+				x.PeakBytes, x.PeakTime = x.live, e.Time
+			}
+		}
+	default:
+		switch {
+		case e.Ret != 0:
+			per.FailedFrees++
+			all.FailedFrees++
+			return
+		case e.Addr == 0:
+			return
+		}
+		size, ok := t.books[k]
+		if !ok {
+			per.UnknownFrees++
+			all.UnknownFrees++
+			return
+		}
+		delete(t.books, k)
+		for _, x := range [...]*trackTotals{per, all} {
+			x.Frees++
+			x.FreedBytes += size
+			x.live -= size
+		}
+	}
+}
+
 func (t *Tracker) total(k totalsKey) *trackTotals {
 	x := t.totals[k]
 	if x == nil {
-		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host}}
+		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host, Book: k.book}}
 		t.totals[k] = x
 	}
 	return x
@@ -196,11 +280,12 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 		c.Totals = append(c.Totals, x.CheckpointTotals)
 	}
 	slices.SortFunc(c.Totals, func(x, y CheckpointTotals) int {
-		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
+		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), cmp.Compare(x.Book, y.Book),
+			cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
 	})
 	for i := range c.Totals {
 		x := &c.Totals[i]
-		restored[totalsKey{x.PID, x.All, x.Layer, x.Host}] = x
+		restored[totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book}] = x
 	}
 	for i, te := range live {
 		evs[i] = te.ev
@@ -209,6 +294,18 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 		layer := e.Layer
 		if layer == LayerUnknown {
 			layer = LayerSegment
+		}
+		if layer == LayerSegment && (e.Kind == KindAlloc || e.Kind == KindCreate) && e.API != APIUnknown && e.Size != 0 {
+			b := BookRuntime
+			if e.API.Driver() {
+				b = BookDriver
+			}
+			for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, book: b}, {all: true, layer: layer, book: b}} {
+				if x := restored[k]; x != nil {
+					x.Allocations--
+					x.AllocatedBytes -= e.Size
+				}
+			}
 		}
 		if e.Flags&FlagNested != 0 || e.Kind != KindAlloc && e.Kind != KindHostAlloc {
 			continue

@@ -26,8 +26,8 @@ package event
 // bytes (any bytes, not only UTF-8, so paths round-trip exactly), string
 // lists as uvarint count then strings. A Checkpoint is Time, Segment,
 // Events, FirstTime, Live, totals count, then per totals PID, All, Layer,
-// Host, Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
-// FailedBytes, UnknownFrees, PeakBytes, PeakTime (added within version 2:
+// Host, Book, Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
+// FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime (added within version 2:
 // older readers skip it, and read the FlagRestored events after it as
 // events). A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
@@ -1465,8 +1465,9 @@ func (e *encoder) checkpoint(c *Checkpoint) {
 		e.bool(t.All)
 		e.uint(uint64(t.Layer))
 		e.bool(t.Host)
+		e.uint(uint64(t.Book))
 		for _, v := range [...]uint64{t.Allocations, t.Frees, t.AllocatedBytes, t.FreedBytes, t.Failed,
-			t.FailedBytes, t.UnknownFrees, t.PeakBytes, t.PeakTime} {
+			t.FailedBytes, t.UnknownFrees, t.FailedFrees, t.PeakBytes, t.PeakTime} {
 			e.uint(v)
 		}
 	}
@@ -1478,16 +1479,17 @@ func (d *decoder) checkpoint(c *Checkpoint) {
 	c.Events = d.uint()
 	c.FirstTime = d.uint()
 	c.Live = d.uint()
-	// Each totals entry is at least 13 bytes (one per field).
-	n := d.count(13)
+	// Each totals entry is at least 15 bytes (one per field).
+	n := d.count(15)
 	for range n {
 		var t CheckpointTotals
 		t.PID = d.u32()
 		t.All = d.bool()
 		t.Layer = Layer(d.uint())
 		t.Host = d.bool()
+		t.Book = uint8(d.uint())
 		for _, v := range [...]*uint64{&t.Allocations, &t.Frees, &t.AllocatedBytes, &t.FreedBytes, &t.Failed,
-			&t.FailedBytes, &t.UnknownFrees, &t.PeakBytes, &t.PeakTime} {
+			&t.FailedBytes, &t.UnknownFrees, &t.FailedFrees, &t.PeakBytes, &t.PeakTime} {
 			*v = d.uint()
 		}
 		c.Totals = append(c.Totals, t)

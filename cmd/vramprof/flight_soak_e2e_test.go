@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,23 +80,17 @@ func TestFlightSoak(t *testing.T) {
 	pid := cmd.Process.Pid
 
 	var maxDisk, largest int64
-	var warm, maxRSS uint64
+	var rss []uint64 // one sample a second
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := 1; i <= seconds; i++ {
 		<-tick.C
 		disk := dirBytes(dir)
 		_, _, big := segmentFiles(t, dir)
-		rss := vmRSS(pid)
+		rss = append(rss, vmRSS(pid))
 		maxDisk, largest = max(maxDisk, disk), max(largest, big)
-		if i == min(10, seconds/2) {
-			warm = rss
-		}
-		if i >= min(10, seconds/2) {
-			maxRSS = max(maxRSS, rss)
-		}
 		if i%10 == 0 || i == seconds {
-			t.Logf("t=%3ds disk %7d B, rss %6d KiB", i, disk, rss>>10)
+			t.Logf("t=%3ds disk %7d B, rss %6d KiB", i, disk, rss[i-1]>>10)
 		}
 	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
@@ -107,12 +102,17 @@ func TestFlightSoak(t *testing.T) {
 	fr := mustReadJSON[flightReport](t, filepath.Join(dir, "report.json"))
 	require.NotNil(t, fr.Run.Flight, "a minute at full rate overflows 1MiB; stderr: %s", stderr.String())
 	events := fr.Run.Flight.KeptEvents + fr.Run.Flight.SummarisedEvents
-	t.Logf("%d events in %d s (%.0f events/s); kept %d; disk max %d B (budget %d, largest segment %d); rss warm %d KiB, max %d KiB",
-		events, seconds, float64(events)/float64(seconds), fr.Run.Flight.KeptEvents, maxDisk, budget, largest, warm>>10, maxRSS>>10)
+	// Flat: the first half's highest RSS (after warm-up) bounds the second
+	// half's. The tracker holds what is live (nothing, here), the recorder
+	// its descriptive records; the slack is for the Go heap's swings and the
+	// reorder buffer (probes/reorder.go), which on a loaded machine holds up
+	// to its window of events (capped at maxHeld, ~90 MB).
+	half := len(rss) / 2
+	first, second := slices.Max(rss[min(5, half-1):half]), slices.Max(rss[half:])
+	t.Logf("%d events in %d s (%.0f events/s); kept %d; disk max %d B (budget %d, largest segment %d); rss max %d KiB in the first half, %d KiB in the second",
+		events, seconds, float64(events)/float64(seconds), fr.Run.Flight.KeptEvents, maxDisk, budget, largest, first>>10, second>>10)
 	assert.LessOrEqual(t, maxDisk, int64(budget)+largest, "disk: the budget and one segment")
-	// Flat: the tracker holds what is live (nothing, here), the recorder
-	// its descriptive records; 16 MiB is room for the Go heap's swings.
-	assert.LessOrEqual(t, maxRSS, warm+16<<20, "rss grew from %d KiB to %d KiB", warm>>10, maxRSS>>10)
+	assert.LessOrEqual(t, second, first+32<<20, "rss grew: %d KiB in the first half, %d KiB in the second", first>>10, second>>10)
 }
 
 // TestFlightMoment takes a SIGUSR1 moment report while a flight recorder

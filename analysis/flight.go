@@ -24,6 +24,10 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 			a.restoreBook(t)
 			continue
 		}
+		if t.PerDevice {
+			a.restoreDevice(t)
+			continue
+		}
 		layer := t.Layer
 		if layer == event.LayerUnknown {
 			layer = event.LayerSegment
@@ -72,5 +76,22 @@ func (a *Analyzer) restoreBook(t *event.CheckpointTotals) {
 	b.book.UnknownFrees += t.UnknownFrees
 	if t.PeakBytes > b.level.peak {
 		b.level.peak, b.level.peakTime = t.PeakBytes, t.PeakTime
+	}
+}
+
+// restoreDevice makes a checkpoint's peak of one device (in one process or
+// all) the peak so far.
+func (a *Analyzer) restoreDevice(t *event.CheckpointTotals) {
+	if t.All {
+		ds := a.device(t.Device, deviceScope)
+		if t.PeakBytes > ds.peak {
+			ds.peak, ds.peakTime = t.PeakBytes, t.PeakTime
+		}
+		a.seenDevices[t.Device] = true
+		return
+	}
+	pd := a.space(t.PID, deviceScope).device(t.Device)
+	if t.PeakBytes > pd.peak {
+		pd.peak, pd.peakTime = t.PeakBytes, t.PeakTime
 	}
 }

@@ -106,6 +106,14 @@ func TestCheckpointRestore(t *testing.T) {
 			assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d %s: live allocations", cut, pair.name)
 		}
 		assert.Equal(t, whole.Books, got.Books, "cut %d: books", cut)
+		require.Len(t, got.Devices, len(whole.Devices), "cut %d: devices", cut)
+		for i, wd := range whole.Devices {
+			gd := got.Devices[i]
+			assert.Equal(t, wd.Index, gd.Index)
+			assert.Equal(t, wd.PeakBytes, gd.PeakBytes, "cut %d device %d: peak", cut, wd.Index)
+			assert.Equal(t, wd.PeakTime, gd.PeakTime, "cut %d device %d: peak time", cut, wd.Index)
+			assert.Equal(t, wd.LiveBytesAtEnd, gd.LiveBytesAtEnd, "cut %d device %d: live", cut, wd.Index)
+		}
 		require.Len(t, got.Processes, len(whole.Processes), "cut %d", cut)
 		for i := range whole.Processes {
 			wp, gp := whole.Processes[i], got.Processes[i]
@@ -117,6 +125,7 @@ func TestCheckpointRestore(t *testing.T) {
 			assert.Equal(t, wp.PeakTime, gp.PeakTime, "cut %d pid %d: peak time", cut, wp.PID)
 			assert.Equal(t, wt.LiveBytesAtEnd, gt.LiveBytesAtEnd, "cut %d pid %d: live", cut, wp.PID)
 			assert.Equal(t, wp.LiveAtEnd, gp.LiveAtEnd, "cut %d pid %d: live stacks", cut, wp.PID)
+			assert.Equal(t, wp.Devices, gp.Devices, "cut %d pid %d: devices", cut, wp.PID)
 		}
 	}
 }

@@ -415,11 +415,15 @@ const (
 // with Book set, one API's book (BookRuntime or BookDriver: every call of
 // that API, nested or not, physical memory included).
 type CheckpointTotals struct {
-	PID            uint32
-	All            bool
-	Layer          Layer
-	Host           bool
-	Book           uint8
+	PID   uint32
+	All   bool
+	Layer Layer
+	Host  bool
+	Book  uint8
+	// PerDevice entries hold one device's peak of device memory (in one
+	// process, or with All in every one) and nothing else.
+	PerDevice      bool
+	Device         int32
 	Allocations    uint64
 	Frees          uint64
 	AllocatedBytes uint64

@@ -41,11 +41,13 @@ type trackedEvent struct {
 }
 
 type totalsKey struct {
-	pid   uint32
-	all   bool
-	layer Layer
-	host  bool
-	book  uint8
+	pid    uint32
+	all    bool
+	layer  Layer
+	host   bool
+	book   uint8
+	perDev bool
+	device int32
 }
 
 type bookKey struct {
@@ -142,6 +144,7 @@ func (t *Tracker) Observe(e *Event) {
 			// A missed free: the analysis drops the old one uncounted.
 			tt.live -= old.ev.Size
 			all.live -= old.ev.Size
+			t.deviceLevel(&old.ev, false)
 		}
 		ev := *e
 		ev.Flags &^= FlagRestored
@@ -155,6 +158,7 @@ func (t *Tracker) Observe(e *Event) {
 					x.PeakBytes, x.PeakTime = x.live, e.Time
 				}
 			}
+			t.deviceLevel(e, true)
 		}
 		return
 	}
@@ -175,6 +179,27 @@ func (t *Tracker) Observe(e *Event) {
 			x.Frees++
 			x.FreedBytes += old.ev.Size
 			x.live -= old.ev.Size
+		}
+		t.deviceLevel(&old.ev, false)
+	}
+}
+
+// deviceLevel follows the device memory e (an allocation) holds on its
+// device, per process and over all of them, when it is added or released.
+func (t *Tracker) deviceLevel(e *Event, add bool) {
+	if e.Kind != KindAlloc || e.Layer != LayerSegment && e.Layer != LayerUnknown {
+		return
+	}
+	for _, k := range [...]totalsKey{{pid: e.PID, layer: LayerSegment, perDev: true, device: e.Device},
+		{all: true, layer: LayerSegment, perDev: true, device: e.Device}} {
+		x := t.total(k)
+		if !add {
+			x.live -= e.Size
+			continue
+		}
+		x.live += e.Size
+		if x.live > x.PeakBytes {
+			x.PeakBytes, x.PeakTime = x.live, e.Time
 		}
 	}
 }
@@ -251,7 +276,8 @@ func (t *Tracker) book(e *Event) {
 func (t *Tracker) total(k totalsKey) *trackTotals {
 	x := t.totals[k]
 	if x == nil {
-		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host, Book: k.book}}
+		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host, Book: k.book,
+			PerDevice: k.perDev, Device: k.device}}
 		t.totals[k] = x
 	}
 	return x
@@ -280,12 +306,12 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 		c.Totals = append(c.Totals, x.CheckpointTotals)
 	}
 	slices.SortFunc(c.Totals, func(x, y CheckpointTotals) int {
-		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), cmp.Compare(x.Book, y.Book),
-			cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
+		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), boolCmp(x.PerDevice, y.PerDevice),
+			cmp.Compare(x.Device, y.Device), cmp.Compare(x.Book, y.Book), cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
 	})
 	for i := range c.Totals {
 		x := &c.Totals[i]
-		restored[totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book}] = x
+		restored[totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book, x.PerDevice, x.Device}] = x
 	}
 	for i, te := range live {
 		evs[i] = te.ev

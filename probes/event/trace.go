@@ -26,7 +26,7 @@ package event
 // bytes (any bytes, not only UTF-8, so paths round-trip exactly), string
 // lists as uvarint count then strings. A Checkpoint is Time, Segment,
 // Events, FirstTime, Live, totals count, then per totals PID, All, Layer,
-// Host, Book, Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
+// Host, Book, PerDevice, Device (zig-zag), Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
 // FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime (added within version 2:
 // older readers skip it, and read the FlagRestored events after it as
 // events). A Stack is ID, PID, frame count, then
@@ -1466,6 +1466,8 @@ func (e *encoder) checkpoint(c *Checkpoint) {
 		e.uint(uint64(t.Layer))
 		e.bool(t.Host)
 		e.uint(uint64(t.Book))
+		e.bool(t.PerDevice)
+		e.int(int64(t.Device))
 		for _, v := range [...]uint64{t.Allocations, t.Frees, t.AllocatedBytes, t.FreedBytes, t.Failed,
 			t.FailedBytes, t.UnknownFrees, t.FailedFrees, t.PeakBytes, t.PeakTime} {
 			e.uint(v)
@@ -1479,8 +1481,8 @@ func (d *decoder) checkpoint(c *Checkpoint) {
 	c.Events = d.uint()
 	c.FirstTime = d.uint()
 	c.Live = d.uint()
-	// Each totals entry is at least 15 bytes (one per field).
-	n := d.count(15)
+	// Each totals entry is at least 17 bytes (one per field).
+	n := d.count(17)
 	for range n {
 		var t CheckpointTotals
 		t.PID = d.u32()
@@ -1488,6 +1490,8 @@ func (d *decoder) checkpoint(c *Checkpoint) {
 		t.Layer = Layer(d.uint())
 		t.Host = d.bool()
 		t.Book = uint8(d.uint())
+		t.PerDevice = d.bool()
+		t.Device = d.i32()
 		for _, v := range [...]*uint64{&t.Allocations, &t.Frees, &t.AllocatedBytes, &t.FreedBytes, &t.Failed,
 			&t.FailedBytes, &t.UnknownFrees, &t.FailedFrees, &t.PeakBytes, &t.PeakTime} {
 			*v = d.uint()

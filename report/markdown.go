@@ -36,7 +36,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("**Moment:** %s.\n\n", l)
 	}
 	if l := flightLine(res); l != "" {
-		p("**Flight recorder:** %s.\n\n", l)
+		p("**Note:** %s.\n\n", l)
 	}
 	if l := noCallsLine(&run); l != "" {
 		p("**Note:** %s.\n\n", l)

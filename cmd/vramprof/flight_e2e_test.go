@@ -110,7 +110,10 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 				assert.Contains(t, r.stdout+r.stderr, "earlier events summarised in a checkpoint", "the summary says so")
 				md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 				require.NoError(t, err)
-				assert.Contains(t, string(md), "**Flight recorder:**")
+				assert.Contains(t, string(md), "**Note:** flight recorder: kept the last")
+				html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+				require.NoError(t, err)
+				assert.Contains(t, string(html), "flight recorder: kept the last")
 			} else {
 				assert.Nil(t, fr.Run.Flight, "nothing was dropped")
 			}

@@ -47,6 +47,23 @@ func flightStream() *stream {
 			s.ev(event.Event{Time: next(), Addr: 0x500000 + i, Size: 64, Kind: event.KindHostAlloc, API: event.APICudaMallocHost})
 		}
 	}
+	// The VMM: a handle released while still mapped, unmapped later (its
+	// physical memory goes then); one mapped, unmapped and released; one
+	// left mapped to the end.
+	vmm := func(k event.Kind, api event.API, addr, size, handle uint64) {
+		s.ev(event.Event{Time: next(), Addr: addr, Size: size, Stream: handle, Kind: k, API: api})
+	}
+	const mib2 = 2 << 20
+	vmm(event.KindReserve, event.APICuMemAddressReserve, 0x7e0000000000, 8*mib2, 0)
+	for i := range uint64(3) {
+		vmm(event.KindCreate, event.APICuMemCreate, 0xc0de00000001+i, mib2, 0)
+		vmm(event.KindMap, event.APICuMemMap, 0x7e0000000000+i*mib2, mib2, 0xc0de00000001+i)
+	}
+	vmm(event.KindRelease, event.APICuMemRelease, 0xc0de00000001, 0, 0)
+	s.alloc(next(), 0x48000, 100, 1)
+	vmm(event.KindUnmap, event.APICuMemUnmap, 0x7e0000000000, 2*mib2, 0) // two mappings
+	vmm(event.KindRelease, event.APICuMemRelease, 0xc0de00000002, 0, 0)
+	s.free(next(), 0x48000)
 	return s.end(next())
 }
 
@@ -106,6 +123,12 @@ func TestCheckpointRestore(t *testing.T) {
 			assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d %s: live allocations", cut, pair.name)
 		}
 		assert.Equal(t, whole.Books, got.Books, "cut %d: books", cut)
+		if whole.VMM != nil {
+			require.NotNil(t, got.VMM, "cut %d: vmm", cut)
+			assert.Equal(t, whole.VMM.PhysicalBytesAtEnd, got.VMM.PhysicalBytesAtEnd, "cut %d: physical", cut)
+			assert.Equal(t, whole.VMM.MappedBytesAtEnd, got.VMM.MappedBytesAtEnd, "cut %d: mapped", cut)
+			assert.Equal(t, whole.VMM.ReservedBytesAtEnd, got.VMM.ReservedBytesAtEnd, "cut %d: reserved", cut)
+		}
 		require.Len(t, got.Devices, len(whole.Devices), "cut %d: devices", cut)
 		for i, wd := range whole.Devices {
 			gd := got.Devices[i]

@@ -17,6 +17,9 @@ import (
 // inherits what the dead one left live, as a missed free.
 type Tracker struct {
 	live map[trackKey]trackedEvent
+	// handles are the VMM's physical handles live: physical memory goes
+	// when its handle is both released and unmapped.
+	handles map[handleKey]*handleState
 	// books are the per-API books' live allocations, keyed as the
 	// analysis keys them (by API, not by nesting).
 	books  map[bookKey]uint64
@@ -33,6 +36,16 @@ type trackKey struct {
 	layer  Layer
 	space  uint8
 	nested bool
+}
+
+type handleKey struct {
+	pid    uint32
+	handle uint64
+}
+
+type handleState struct {
+	maps     int
+	released bool
 }
 
 type trackedEvent struct {
@@ -69,12 +82,15 @@ const (
 	spaceHandle
 	spaceReserve
 	spaceMap
+	// spaceReleased holds the release of a handle still mapped.
+	spaceReleased
 )
 
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
 	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
-		totals: make(map[totalsKey]*trackTotals)}
+		handles: make(map[handleKey]*handleState),
+		totals:  make(map[totalsKey]*trackTotals)}
 }
 
 // Observe follows one event, in stream order. Restored events are
@@ -93,6 +109,19 @@ func (t *Tracker) Observe(e *Event) {
 	}
 	if layer == LayerSegment {
 		t.book(e)
+		if e.Flags&FlagNested == 0 {
+			switch e.Kind {
+			case KindRelease:
+				t.release(e)
+				return
+			case KindMap:
+				t.mapRange(e)
+				return
+			case KindUnmap:
+				t.unmapRange(e)
+				return
+			}
+		}
 	}
 	var space uint8
 	alloc := true
@@ -121,7 +150,8 @@ func (t *Tracker) Observe(e *Event) {
 	}
 	nested := e.Flags&FlagNested != 0
 	k := trackKey{e.Addr, e.PID, layer, space, nested}
-	counted := !nested && (space == spaceDevice || space == spaceHost) && (layer == LayerSegment || layer == LayerBlock)
+	counted := !nested && (space == spaceDevice || space == spaceHost && layer == LayerSegment ||
+		space == spaceHandle && layer == LayerSegment) && (layer == LayerSegment || layer == LayerBlock)
 	var tt, all *trackTotals
 	if counted {
 		tt = t.total(totalsKey{pid: e.PID, layer: layer, host: space == spaceHost})
@@ -137,7 +167,7 @@ func (t *Tracker) Observe(e *Event) {
 				}
 			}
 			return
-		case e.Addr == 0 || e.Size == 0 && space != spaceHandle:
+		case e.Addr == 0 || e.Size == 0:
 			return
 		}
 		if old, ok := t.live[k]; ok && counted {
@@ -145,6 +175,10 @@ func (t *Tracker) Observe(e *Event) {
 			tt.live -= old.ev.Size
 			all.live -= old.ev.Size
 			t.deviceLevel(&old.ev, false)
+		}
+		if space == spaceHandle && !nested {
+			delete(t.live, trackKey{e.Addr, e.PID, layer, spaceReleased, false})
+			t.handles[handleKey{e.PID, e.Addr}] = &handleState{}
 		}
 		ev := *e
 		ev.Flags &^= FlagRestored
@@ -163,6 +197,10 @@ func (t *Tracker) Observe(e *Event) {
 		return
 	}
 	if e.Ret != 0 || e.Addr == 0 {
+		if counted && e.Ret != 0 {
+			tt.FailedFrees++
+			all.FailedFrees++
+		}
 		return
 	}
 	old, ok := t.live[k]
@@ -187,7 +225,7 @@ func (t *Tracker) Observe(e *Event) {
 // deviceLevel follows the device memory e (an allocation) holds on its
 // device, per process and over all of them, when it is added or released.
 func (t *Tracker) deviceLevel(e *Event, add bool) {
-	if e.Kind != KindAlloc || e.Layer != LayerSegment && e.Layer != LayerUnknown {
+	if e.Kind != KindAlloc && e.Kind != KindCreate || e.Layer != LayerSegment && e.Layer != LayerUnknown {
 		return
 	}
 	for _, k := range [...]totalsKey{{pid: e.PID, layer: LayerSegment, perDev: true, device: e.Device},
@@ -321,19 +359,26 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 		if layer == LayerUnknown {
 			layer = LayerSegment
 		}
-		if layer == LayerSegment && (e.Kind == KindAlloc || e.Kind == KindCreate) && e.API != APIUnknown && e.Size != 0 {
+		if layer == LayerSegment && e.API != APIUnknown {
 			b := BookRuntime
 			if e.API.Driver() {
 				b = BookDriver
 			}
 			for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, book: b}, {all: true, layer: layer, book: b}} {
-				if x := restored[k]; x != nil {
+				x := restored[k]
+				switch {
+				case x == nil:
+				case (e.Kind == KindAlloc || e.Kind == KindCreate) && e.Size != 0:
 					x.Allocations--
 					x.AllocatedBytes -= e.Size
+				case e.Kind == KindRelease:
+					// A handle released while mapped: the book counted
+					// its release, and counts it again when restored.
+					x.Frees--
 				}
 			}
 		}
-		if e.Flags&FlagNested != 0 || e.Kind != KindAlloc && e.Kind != KindHostAlloc {
+		if e.Flags&FlagNested != 0 || e.Kind != KindAlloc && e.Kind != KindHostAlloc && e.Kind != KindCreate {
 			continue
 		}
 		host := e.Kind == KindHostAlloc
@@ -356,4 +401,101 @@ func boolCmp(a, b bool) int {
 		return -1
 	}
 	return 1
+}
+
+// release follows cuMemRelease (not nested): the physical memory goes now
+// if no range maps it, else at its last unmap (the release is kept live
+// until then, to be restored with the handle).
+func (t *Tracker) release(e *Event) {
+	hk := handleKey{e.PID, e.Addr}
+	hs := t.handles[hk]
+	tt := t.total(totalsKey{pid: e.PID, layer: LayerSegment})
+	all := t.total(totalsKey{all: true, layer: LayerSegment})
+	switch {
+	case e.Ret != 0:
+		tt.FailedFrees++
+		all.FailedFrees++
+		return
+	case e.Addr == 0:
+		return
+	case hs == nil || hs.released:
+		tt.UnknownFrees++
+		all.UnknownFrees++
+		return
+	}
+	hs.released = true
+	if hs.maps == 0 {
+		t.dropHandle(hk, e.Time)
+		return
+	}
+	ev := *e
+	ev.Flags &^= FlagRestored
+	t.live[trackKey{e.Addr, e.PID, LayerSegment, spaceReleased, false}] = trackedEvent{seq: t.seq, ev: ev}
+}
+
+// dropHandle frees a handle's physical memory: released and unmapped.
+func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
+	delete(t.handles, hk)
+	delete(t.live, trackKey{hk.handle, hk.pid, LayerSegment, spaceReleased, false})
+	k := trackKey{hk.handle, hk.pid, LayerSegment, spaceHandle, false}
+	old, ok := t.live[k]
+	if !ok {
+		return
+	}
+	delete(t.live, k)
+	for _, x := range [...]*trackTotals{t.total(totalsKey{pid: hk.pid, layer: LayerSegment}), t.total(totalsKey{all: true, layer: LayerSegment})} {
+		x.Frees++
+		x.FreedBytes += old.ev.Size
+		x.live -= old.ev.Size
+	}
+	t.deviceLevel(&old.ev, false)
+}
+
+// mapRange follows cuMemMap: the handle is in Stream.
+func (t *Tracker) mapRange(e *Event) {
+	if e.Ret != 0 || e.Addr == 0 || e.Size == 0 {
+		return
+	}
+	k := trackKey{e.Addr, e.PID, LayerSegment, spaceMap, false}
+	if _, ok := t.live[k]; ok {
+		t.unmapOne(k)
+	}
+	if hs := t.handles[handleKey{e.PID, e.Stream}]; hs != nil {
+		hs.maps++
+	}
+	ev := *e
+	ev.Flags &^= FlagRestored
+	t.live[k] = trackedEvent{seq: t.seq, ev: ev}
+}
+
+// unmapRange follows cuMemUnmap, which may span several mappings.
+func (t *Tracker) unmapRange(e *Event) {
+	if e.Ret != 0 {
+		return
+	}
+	addr, end := e.Addr, e.Addr+e.Size
+	for {
+		k := trackKey{addr, e.PID, LayerSegment, spaceMap, false}
+		m, ok := t.live[k]
+		if !ok {
+			return
+		}
+		t.unmapOne(k)
+		addr += m.ev.Size
+		if addr >= end {
+			return
+		}
+	}
+}
+
+func (t *Tracker) unmapOne(k trackKey) {
+	m := t.live[k]
+	delete(t.live, k)
+	hk := handleKey{k.pid, m.ev.Stream}
+	if hs := t.handles[hk]; hs != nil {
+		hs.maps--
+		if hs.maps == 0 && hs.released {
+			t.dropHandle(hk, m.ev.Time)
+		}
+	}
 }

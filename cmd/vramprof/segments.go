@@ -73,9 +73,9 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 				return rr, fmt.Errorf("analyze %s: %w", name, err)
 			}
 		}
-		// skip: a later segment's top, up to its checkpoint and the
-		// events it restores.
-		skip := i > 0
+		// top: a later segment's top, up to its checkpoint, which is
+		// already in a; then the events it restores, also in a.
+		top := i > 0
 		for {
 			rec, err := r.Next()
 			if errors.Is(err, io.EOF) {
@@ -84,18 +84,14 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 			if err != nil {
 				return rr, fmt.Errorf("read trace %s: %w", name, err)
 			}
-			if skip {
-				switch x := rec.(type) {
-				case *event.Checkpoint:
-					continue
-				case *event.Event:
-					if x.Flags&event.FlagRestored != 0 {
-						continue
-					}
-					skip = false
-				default:
-					continue
+			if top {
+				if _, ok := rec.(*event.Checkpoint); ok {
+					top = false
 				}
+				continue
+			}
+			if e, ok := rec.(*event.Event); ok && i > 0 && e.Flags&event.FlagRestored != 0 {
+				continue
 			}
 			if err := add(rec); err != nil {
 				return rr, fmt.Errorf("analyze %s: %w", name, err)

@@ -126,10 +126,12 @@ type Run struct {
 
 // Flight describes a stream kept by a flight recorder: the last stretch
 // of the events, after a checkpoint that summarises the ones before it.
-// Live allocations, the totals' counts and bytes, and peak bytes and time
-// are exact over the whole run; what the summarised stretch did beyond
-// them (its timeline, its stacks at a peak inside it, spikes and churn) is
-// not in the results.
+// Live allocations, the totals' counts and bytes (per process and
+// overall), the API books, and peak bytes and time (per process, per
+// device, overall) are exact over the whole run; what the summarised
+// stretch did beyond them (its timeline, its stacks at a peak inside it,
+// spikes, churn, fragmentation, iterations, the VMM's call counts and
+// peaks) is not in the results.
 type Flight struct {
 	// Segment is the checkpoint's segment: the first kept.
 	Segment uint64

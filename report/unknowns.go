@@ -102,6 +102,6 @@ func flightLine(res *analysis.Result) string {
 	}
 	n := f.SummarisedEvents + res.Run.Events
 	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+
-		"(%d allocations live at the cut restored exactly; totals and peak cover the whole run, timelines and stacks at a peak before the window do not)",
+		"(%d allocations live at the cut restored exactly; totals, books and peaks cover the whole run; timelines, and stacks at a peak, before the window do not)",
 		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored)
 }

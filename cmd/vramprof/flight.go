@@ -7,16 +7,20 @@ package main
 // and summarises the rest exactly enough for a report at any moment.
 //
 // How: the trace is a ring of segment files, DIR/trace-NNNNNN.vpt, each a
-// whole trace of its own about SIZE/flightSegments long, the oldest
-// deleted while the ones kept exceed SIZE. When the current segment is full, the next one
-// starts with the header, every descriptive record seen so far (libraries,
-// processes, mappings, stacks, devices, interpreters, the NVML status and
-// the last lost count: later events may refer to any of them), a
-// Checkpoint record summarising every event before it, and the events of
-// the allocations still live then, flagged FlagRestored (event.Tracker
-// follows them). Then the oldest segment beyond the ring is deleted. A
-// reader (analyze) starts at the oldest segment kept, restores from its
-// checkpoint, and reads the later segments' events only.
+// whole trace of its own about SIZE/flightSegments long. When the current
+// segment is full, the next one starts with the header, every descriptive
+// record seen so far (libraries, processes, mappings, stacks, devices,
+// interpreters, the NVML status and the last lost count: later events may
+// refer to any of them), a Checkpoint record summarising every event before
+// it, and the events of the allocations still live then, flagged
+// FlagRestored (event.Tracker follows them). Then the oldest segments are
+// deleted while the ones kept exceed SIZE; the newest always stays. A
+// reader (analyze, moments) starts at the oldest segment kept, restores
+// from its checkpoint, and reads the later segments' own records only
+// (segments.go).
+//
+// Memory: the tracker holds one event per live allocation and the
+// descriptive records, never the events themselves.
 
 import (
 	"errors"
@@ -75,7 +79,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// newFlight prepares a flight recorder of max bytes.
+// newFlight prepares a flight recorder of size bytes (--max-trace).
 func newFlight(size uint64) *flight {
 	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: event.NewTracker()}
 }

@@ -152,3 +152,71 @@ func TestCheckpointRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointRestoreExec cuts a stream in which a process execs after
+// allocating (its memory dies with the old image, never freed): the
+// all-process figures after a restore match the whole stream's. The
+// restored stream shows the images as one process.
+func TestCheckpointRestoreExec(t *testing.T) {
+	s := newStream().stack(1, "forward", 10)
+	s.recs = append(s.recs, &event.Process{PID: 300, Command: []string{"a"}, Time: 50})
+	s.allocOn(100, 0x1000, 1<<20, 1, 300, 0)
+	s.allocOn(110, 0x2000, 1<<10, 1, 300, 0)
+	s.freeOn(120, 0x2000, 300)
+	s.alloc(130, 0x9000, 4096, 1)
+	s.recs = append(s.recs, &event.Process{PID: 300, Command: []string{"b"}, Time: 140}) // exec
+	s.allocOn(150, 0x5000, 1<<19, 1, 300, 0)
+	s.allocOn(160, 0x3000, 1<<18, 1, 300, 0)
+	s.freeOn(170, 0x3000, 300)
+	s.free(180, 0x9000)
+	recs := s.end(200).recs
+	whole := mustAnalyze(t, Options{}, recs)
+	for cut := range recs {
+		if _, ok := recs[cut].(*event.Event); !ok {
+			continue
+		}
+		tr := event.NewTracker()
+		var desc, after []event.Record
+		for i, r := range recs {
+			switch x := r.(type) {
+			case *event.Event:
+				if i < cut {
+					tr.Observe(x)
+				} else {
+					after = append(after, r)
+				}
+			case *event.Header:
+			default:
+				if i < cut {
+					if p, ok := r.(*event.Process); ok {
+						tr.Process(p)
+					}
+					desc = append(desc, r)
+				} else {
+					after = append(after, r)
+				}
+			}
+		}
+		c, live := tr.Checkpoint(2)
+		window := append([]event.Record{recs[0]}, desc...)
+		window = append(window, c)
+		for i := range live {
+			window = append(window, &live[i])
+		}
+		got := mustAnalyze(t, Options{}, append(window, after...))
+		w, g := whole.Totals, got.Totals
+		assert.Equal(t, w.Allocations, g.Allocations, "cut %d: allocations", cut)
+		assert.Equal(t, w.Frees, g.Frees, "cut %d: frees", cut)
+		assert.Equal(t, w.PeakBytes, g.PeakBytes, "cut %d: peak", cut)
+		assert.Equal(t, w.LiveBytesAtEnd, g.LiveBytesAtEnd, "cut %d: live", cut)
+		assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d: live allocations", cut)
+		assert.Equal(t, w.UnknownFrees, g.UnknownFrees, "cut %d: unknown frees", cut)
+		require.Len(t, got.Devices, len(whole.Devices), "cut %d", cut)
+		for i := range whole.Devices {
+			assert.Equal(t, whole.Devices[i].PeakBytes, got.Devices[i].PeakBytes, "cut %d: device peak", cut)
+			assert.Equal(t, whole.Devices[i].LiveBytesAtEnd, got.Devices[i].LiveBytesAtEnd, "cut %d: device live", cut)
+		}
+		assert.Equal(t, whole.Books.Runtime.LiveBytesAtEnd, got.Books.Runtime.LiveBytesAtEnd, "cut %d: book live", cut)
+		assert.Equal(t, whole.Books.Runtime.Allocations, got.Books.Runtime.Allocations, "cut %d: book allocations", cut)
+	}
+}

@@ -121,7 +121,10 @@ func (fl *flight) observe(rec event.Record) {
 	case *event.Lost:
 		l := *x
 		fl.lost = &l
-	case *event.Stack, *event.Mapping, *event.Library, *event.Process, *event.DeviceInfo,
+	case *event.Process:
+		fl.tracker.Process(x)
+		fl.desc = append(fl.desc, cloneRecord(rec))
+	case *event.Stack, *event.Mapping, *event.Library, *event.DeviceInfo,
 		*event.Interpreter, *event.NVMLStatus:
 		fl.desc = append(fl.desc, cloneRecord(rec))
 	}

@@ -20,6 +20,8 @@ type Tracker struct {
 	// handles are the VMM's physical handles live: physical memory goes
 	// when its handle is both released and unmapped.
 	handles map[handleKey]*handleState
+	// active are the PIDs with an event since their last Process record.
+	active map[uint32]bool
 	// books are the per-API books' live allocations, keyed as the
 	// analysis keys them (by API, not by nesting).
 	books  map[bookKey]uint64
@@ -89,8 +91,8 @@ const (
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
 	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
-		handles: make(map[handleKey]*handleState),
-		totals:  make(map[totalsKey]*trackTotals)}
+		handles: make(map[handleKey]*handleState), active: make(map[uint32]bool),
+		totals: make(map[totalsKey]*trackTotals)}
 }
 
 // Observe follows one event, in stream order. Restored events are
@@ -98,6 +100,7 @@ func NewTracker() *Tracker {
 // checkpoint ends with the same live set as the one that wrote it.
 func (t *Tracker) Observe(e *Event) {
 	t.seq++
+	t.active[e.PID] = true
 	if t.events == 0 {
 		t.first = e.Time
 	}
@@ -496,6 +499,62 @@ func (t *Tracker) unmapOne(k trackKey) {
 		hs.maps--
 		if hs.maps == 0 && hs.released {
 			t.dropHandle(hk, m.ev.Time)
+		}
+	}
+}
+
+// Process follows a Process record. One for a PID that made calls since
+// its last one is an exec or a new process that got the PID: the driver
+// freed what the PID had live, and the analysis takes it out of the
+// all-process figures without counting frees (analysis/instances.go). The
+// tracker forgets it likewise; the PID's own figures carry on, so a
+// report from a later checkpoint shows the images as one process.
+func (t *Tracker) Process(p *Process) {
+	if !t.active[p.PID] {
+		return
+	}
+	delete(t.active, p.PID)
+	pid := p.PID
+	for k, te := range t.live {
+		if k.pid != pid {
+			continue
+		}
+		delete(t.live, k)
+		e := &te.ev
+		if k.nested || !(k.space == spaceDevice || k.space == spaceHandle || k.space == spaceHost && k.layer == LayerSegment) {
+			continue
+		}
+		if x := t.totals[totalsKey{all: true, layer: k.layer, host: k.space == spaceHost}]; x != nil {
+			x.live -= e.Size
+		}
+		if k.space != spaceHost && k.layer == LayerSegment {
+			if x := t.totals[totalsKey{all: true, layer: LayerSegment, perDev: true, device: e.Device}]; x != nil {
+				x.live -= e.Size
+			}
+		}
+	}
+	for k := range t.handles {
+		if k.pid == pid {
+			delete(t.handles, k)
+		}
+	}
+	for k, size := range t.books {
+		if k.pid != pid {
+			continue
+		}
+		delete(t.books, k)
+		b := BookRuntime
+		if k.driver {
+			b = BookDriver
+		}
+		if x := t.totals[totalsKey{all: true, layer: LayerSegment, book: b}]; x != nil {
+			x.live -= size
+		}
+	}
+	// The PID's own levels start again from nothing.
+	for k, x := range t.totals {
+		if k.pid == pid && !k.all {
+			x.live = 0
 		}
 	}
 }

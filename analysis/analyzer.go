@@ -579,6 +579,10 @@ func (a *Analyzer) Add(rec event.Record) error {
 		if r != nil {
 			a.run.Interpreters = append(a.run.Interpreters, *r)
 		}
+	case *event.Checkpoint:
+		if r != nil {
+			a.checkpoint(r)
+		}
 	case *event.Lost:
 		if r != nil {
 			a.lost, a.late = r.Total, r.Late
@@ -715,7 +719,13 @@ func (a *Analyzer) class(k classKey) int32 {
 
 // event applies one traced call to the model.
 func (a *Analyzer) event(e *event.Event) {
-	a.run.Events++
+	if e.Flags&event.FlagRestored != 0 {
+		if a.run.Flight != nil {
+			a.run.Flight.Restored++
+		}
+	} else {
+		a.run.Events++
+	}
 	a.see(e.Time)
 	if a.leak == nil {
 		// Leak windows span the allocation activity itself, first event to

@@ -118,6 +118,31 @@ type Run struct {
 	// thread chose it before tracing began) and was inferred from the
 	// address ranges the process's known devices handed out.
 	DevicesInferred uint64
+	// Flight is set when the stream began at a flight recorder's
+	// checkpoint (vramprof run --max-trace): the events before it were
+	// dropped and are summarised.
+	Flight *Flight
+}
+
+// Flight describes a stream kept by a flight recorder: the last stretch
+// of the events, after a checkpoint that summarises the ones before it.
+// Live allocations, the totals' counts and bytes (per process and
+// overall), the API books, and peak bytes and time (per process, per
+// device, overall) are exact over the whole run; what the summarised
+// stretch did beyond them (its timeline, its stacks at a peak inside it,
+// spikes, churn, fragmentation, iterations, the VMM's call counts and
+// peaks) is not in the results.
+type Flight struct {
+	// Segment is the checkpoint's segment: the first kept.
+	Segment uint64
+	// SummarisedEvents counts the events before the window, summarised in
+	// the checkpoint; Restored the live allocations among them, replayed
+	// from it.
+	SummarisedEvents uint64
+	Restored         uint64
+	// FirstTime and CutTime are the times of the first and the last event
+	// summarised.
+	FirstTime, CutTime uint64
 }
 
 // Rel converts an absolute stream time into nanoseconds since Run.Start. A

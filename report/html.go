@@ -136,6 +136,7 @@ type htmlRun struct {
 	NoCalls   string   // noCallsLine
 	Stripped  []string // strippedRuntimeLines
 	Moment    string   // momentLine: a moment report's
+	Flight    string   // flightLine: a flight recorder's window
 }
 
 // htmlFinding is one finding with its evidence.
@@ -260,7 +261,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res), Flight: flightLine(res)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}

@@ -497,6 +497,9 @@ type JSONRun struct {
 	// snapshot", duration_ns runs to the moment, and exit_code means
 	// nothing (the target was still running).
 	Moment *JSONMoment `json:"moment,omitempty"`
+	// Flight is set when the trace was kept by a flight recorder (run or
+	// attach --max-trace): the events before the window were summarised.
+	Flight *JSONFlight `json:"flight,omitempty"`
 }
 
 // JSONMoment says which moment a moment report is for.
@@ -675,7 +678,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
 		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run),
 		StrippedRuntimes: strippedRuntimeLines(&run),
-		Unknown:          runUnknown(&run), Moment: jsonMoment(res)}
+		Unknown:          runUnknown(&run), Moment: jsonMoment(res), Flight: jsonFlight(res)}
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}
@@ -830,4 +833,26 @@ func WriteJSON(w io.Writer, res *analysis.Result) error {
 		return fmt.Errorf("write report.json: %w", err)
 	}
 	return nil
+}
+
+// JSONFlight describes a flight recorder's window (analysis.Flight).
+type JSONFlight struct {
+	// KeptEvents are the events in the window (run.events);
+	// SummarisedEvents the ones before it, in the checkpoint.
+	KeptEvents       uint64 `json:"kept_events"`
+	SummarisedEvents uint64 `json:"summarised_events"`
+	// RestoredAllocations were live at the cut and restored exactly.
+	RestoredAllocations uint64 `json:"restored_allocations"`
+	// WindowStartNs is when the window begins, since the start.
+	WindowStartNs uint64 `json:"window_start_ns"`
+	Note          string `json:"note"`
+}
+
+func jsonFlight(res *analysis.Result) *JSONFlight {
+	f := res.Run.Flight
+	if f == nil {
+		return nil
+	}
+	return &JSONFlight{KeptEvents: res.Run.Events, SummarisedEvents: f.SummarisedEvents, RestoredAllocations: f.Restored,
+		WindowStartNs: res.Rel(f.CutTime), Note: flightLine(res)}
 }

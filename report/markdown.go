@@ -35,6 +35,9 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if l := momentLine(res); l != "" {
 		p("**Moment:** %s.\n\n", l)
 	}
+	if l := flightLine(res); l != "" {
+		p("**Note:** %s.\n\n", l)
+	}
 	if l := noCallsLine(&run); l != "" {
 		p("**Note:** %s.\n\n", l)
 	}

@@ -136,6 +136,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		lost += fmt.Sprintf("; %d events late (after the reorder window: may be misordered against calls on the same address)", res.LateEvents)
 	}
 	p("lost events:        %s\n", lost)
+	if l := flightLine(res); l != "" {
+		p("%s\n", l)
+	}
 	return bw.Flush()
 }
 

@@ -91,3 +91,17 @@ func momentLine(res *analysis.Result) string {
 	}
 	return line
 }
+
+// flightLine says, in a report of a flight recorder's trace, how much of
+// the run the events kept cover and what the checkpoint summarised; "" in
+// any other report.
+func flightLine(res *analysis.Result) string {
+	f := res.Run.Flight
+	if f == nil {
+		return ""
+	}
+	n := f.SummarisedEvents + res.Run.Events
+	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+
+		"(%d allocations live at the cut restored exactly; totals, books and peaks cover the whole run; timelines, and stacks at a peak, before the window do not)",
+		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored)
+}

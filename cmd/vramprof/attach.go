@@ -40,7 +40,7 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if !o.quiet {
 		opts.Note = func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
 	}
-	rec, err := startRecording(dir, o.force, h, o.python.options(opts), o.nvml, !o.quiet)
+	rec, err := startRecording(dir, o.force, h, o.python.options(opts), o.nvml, !o.quiet, o.maxTrace)
 	if err != nil {
 		return err
 	}

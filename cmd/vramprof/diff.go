@@ -115,7 +115,7 @@ func loadSnapshot(path string) (*snapshot, error) {
 	if st.IsDir() {
 		trace, rep := filepath.Join(path, traceFile), filepath.Join(path, jsonFile)
 		switch {
-		case fileExists(trace):
+		case fileExists(trace), len(segmentsOf(trace)) > 0: // segments: --max-trace
 			return snapshotFromTrace(path, trace)
 		case fileExists(rep):
 			return snapshotFromReportFile(path, rep)

@@ -57,6 +57,21 @@ func parseInterleaved(fs *flag.FlagSet, usage string, args []string) ([]string, 
 
 // capacityFlag registers --capacity, every device's memory size, for the
 // leak's time to OOM when NVML cannot tell it.
+// maxTraceFlag registers --max-trace SIZE, the flight recorder.
+func maxTraceFlag(fs *flag.FlagSet, dst *uint64) {
+	fs.Func("max-trace", "keep the trace within SIZE on disk (e.g. 512MiB): the last events, in segments DIR/trace-NNNNNN.vpt, and a checkpoint of what came before", func(v string) error {
+		n, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		if n < flightMinimum {
+			return fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, flightMinimum, "64KiB")
+		}
+		*dst = n
+		return nil
+	})
+}
+
 func capacityFlag(fs *flag.FlagSet, dst *uint64) {
 	fs.Func("capacity", "each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell", func(v string) error {
 		n, err := parseSize(v)
@@ -109,6 +124,9 @@ type runOptions struct {
 	// momentInterval (--moment-interval) is the rate limit of
 	// out-of-memory moment reports (moment.go); 0: none but the cap.
 	momentInterval time.Duration
+	// maxTrace (--max-trace) bounds the trace on disk: the flight
+	// recorder (flight.go); 0: unbounded.
+	maxTrace uint64
 }
 
 // defaultMomentInterval is the --moment-interval default: after an
@@ -146,7 +164,7 @@ func addQuiet(fs *flag.FlagSet, quiet *bool) {
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [-q] -- CMD [ARGS...]"
+	const usage = "usage: vramprof run [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [--max-trace SIZE] [-q] -- CMD [ARGS...]"
 	fs := newFlagSet("run")
 	o := &runOptions{}
 	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
@@ -156,6 +174,7 @@ func parseRun(args []string) (*runOptions, error) {
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addMomentInterval(fs, &o.momentInterval)
+	maxTraceFlag(fs, &o.maxTrace)
 	addQuiet(fs, &o.quiet)
 	addForce(fs, &o.force)
 	if err := parseFlags(fs, usage, args); err != nil {
@@ -196,10 +215,12 @@ type attachOptions struct {
 	allocs   []allocspec.Allocator // --allocators
 	// momentInterval: see runOptions.momentInterval.
 	momentInterval time.Duration
+	// maxTrace: see runOptions.maxTrace.
+	maxTrace uint64
 }
 
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [-q]"
+	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [--max-trace SIZE] [-q]"
 	fs := newFlagSet("attach")
 	o := &attachOptions{}
 	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
@@ -213,6 +234,7 @@ func parseAttach(args []string) (*attachOptions, error) {
 	o.python.define(fs)
 	capacityFlag(fs, &o.capacity)
 	addMomentInterval(fs, &o.momentInterval)
+	maxTraceFlag(fs, &o.maxTrace)
 	addQuiet(fs, &o.quiet)
 	addForce(fs, &o.force)
 	if err := parseFlags(fs, usage, args); err != nil {

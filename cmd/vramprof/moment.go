@@ -64,6 +64,10 @@ type momentRequest struct {
 	time       uint64 // probes.MonotonicNow() at the moment
 	request    *event.Event
 	skipped    uint64
+	// segments are a flight recorder's segments kept at the moment,
+	// opened then (flight.go), oldest first: traceBytes is the last one's
+	// length. nil without --max-trace.
+	segments []*os.File
 }
 
 // moments takes and writes the moment reports of a recording. Its fields
@@ -200,6 +204,11 @@ func (r *recording) takeMoment(kind string, request *event.Event) error {
 		return fmt.Errorf("trace length: %w", err)
 	}
 	req := momentRequest{kind: kind, traceBytes: n, time: probes.MonotonicNow(), request: request}
+	if r.flight != nil {
+		if req.segments, err = r.openSegments(); err != nil {
+			return err
+		}
+	}
 	if kind == analysis.MomentOOM {
 		m.oomN++
 		m.lastOOM = time.Now()
@@ -246,6 +255,9 @@ func (r *recording) writeMoment(req momentRequest) (string, error) {
 // analyzeMoment reads the first req.traceBytes of the trace, which the
 // recording goes on appending to, and closes it at the moment.
 func (r *recording) analyzeMoment(req momentRequest) (*analysis.Result, error) {
+	if req.segments != nil {
+		return r.analyzeFlightMoment(req)
+	}
 	f, err := r.out.root.Open(traceFile)
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
@@ -275,6 +287,11 @@ func (r *recording) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 		// The prefix ends where a flush did: never inside a record.
 		return nil, fmt.Errorf("read trace: the first %d bytes end inside a record", req.traceBytes)
 	}
+	return r.finishMoment(a, req)
+}
+
+// finishMoment closes an analysis at the moment req.
+func (r *recording) finishMoment(a *analysis.Analyzer, req momentRequest) (*analysis.Result, error) {
 	if err := a.Add(&event.End{Time: req.time, Reason: momentReason(req.kind)}); err != nil {
 		return nil, fmt.Errorf("analyze trace: %w", err)
 	}
@@ -282,6 +299,26 @@ func (r *recording) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 	res.Run.Moment = &analysis.Moment{Kind: req.kind, Index: req.index, Time: req.time, Request: req.request,
 		SkippedOOMs: req.skipped, TraceBytes: uint64(req.traceBytes)}
 	return res, nil
+}
+
+// analyzeFlightMoment reads the segments kept at the moment, the last one
+// up to req.traceBytes, and closes them at the moment.
+func (r *recording) analyzeFlightMoment(req momentRequest) (*analysis.Result, error) {
+	defer closeAll(req.segments)
+	segs := make([]io.Reader, len(req.segments))
+	for i, f := range req.segments {
+		segs[i] = f
+	}
+	segs[len(segs)-1] = io.LimitReader(req.segments[len(segs)-1], req.traceBytes)
+	a := analysis.New(r.analysis)
+	rr, err := replaySegments(a, "trace segments", segs)
+	if err != nil {
+		return nil, err
+	}
+	if rr.truncated {
+		return nil, fmt.Errorf("read trace: the first %d bytes of the last segment end inside a record", req.traceBytes)
+	}
+	return r.finishMoment(a, req)
 }
 
 // summary says, at exit, which moment reports were written and how many

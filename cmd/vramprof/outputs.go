@@ -47,6 +47,9 @@ func analyze(tracePath string, opts analysis.Options) (*analysis.Result, error) 
 	if isSnapshot(tracePath) {
 		return analyzeSnapshot(tracePath, opts) // a PyTorch memory snapshot
 	}
+	if segs := segmentsOf(tracePath); len(segs) > 0 {
+		return analyzeSegments(segs, opts) // a flight recorder's (--max-trace)
+	}
 	f, err := os.Open(tracePath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open trace: %w", errInput, err)
@@ -273,6 +276,10 @@ func existingOutputs(root *os.Root, files []string) []string {
 	slices.Sort(names)
 	for _, name := range names {
 		if ok, _ := filepath.Match("oom-*.pb.gz", name); ok {
+			out = append(out, name)
+		}
+		// A flight recorder's trace segments (--max-trace).
+		if ok, _ := filepath.Match(segmentPattern, name); ok && slices.Contains(files, traceFile) {
 			out = append(out, name)
 		}
 	}

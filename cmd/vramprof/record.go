@@ -48,13 +48,17 @@ type recording struct {
 	// moments writes the moment reports (moment.go); nil until
 	// startMoments. Guarded by mu.
 	moments *moments
+	// flight keeps the trace within --max-trace (flight.go); nil without
+	// it. Guarded by mu.
+	flight *flight
 }
 
 // startRecording prepares dir, opens its trace and loads the probes.
 // opts configures the session; its Sink is the trace. nvmlMode is the
 // --nvml flag: "auto" samples device memory when NVML works, "off" never.
 // withStatus feeds the live status line (startStatus) from the records.
-func startRecording(dir string, force bool, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool) (*recording, error) {
+// maxTrace, when not 0, bounds the trace on disk (--max-trace, flight.go).
+func startRecording(dir string, force bool, h *event.Header, opts probes.Options, nvmlMode string, withStatus bool, maxTrace uint64) (*recording, error) {
 	// Privilege first: without it, nothing else matters, and it is the
 	// error worth reading.
 	if err := probes.CheckPrivileges(); err != nil {
@@ -68,19 +72,27 @@ func startRecording(dir string, force bool, h *event.Header, opts probes.Options
 	if withStatus {
 		r.live = newLiveBytes()
 	}
-	r.file, err = r.out.createTrace()
-	if err != nil {
-		r.abort()
-		return nil, err
-	}
 	h.Tool = "vramprof " + version
 	h.Start = probes.MonotonicNow()
 	h.WallTime = time.Now().UnixNano()
 	h.Host, _ = os.Hostname()
-	r.w, err = event.NewWriter(r.file, h) // it buffers; Flush writes through
-	if err != nil {
-		r.abort()
-		return nil, fmt.Errorf("write trace header: %w", err)
+	if maxTrace > 0 {
+		r.flight = newFlight(maxTrace)
+		if err := r.startFlight(h); err != nil {
+			r.abort()
+			return nil, err
+		}
+	} else {
+		r.file, err = r.out.createTrace()
+		if err != nil {
+			r.abort()
+			return nil, err
+		}
+		r.w, err = event.NewWriter(r.file, h) // it buffers; Flush writes through
+		if err != nil {
+			r.abort()
+			return nil, fmt.Errorf("write trace header: %w", err)
+		}
 	}
 	opts.Sink = traceSink{r}
 	r.session, err = probes.NewSession(opts)
@@ -105,8 +117,16 @@ func (s traceSink) Write(rec event.Record) error {
 	if s.r.live != nil {
 		s.r.live.observe(rec)
 	}
+	if fl := s.r.flight; fl != nil {
+		fl.observe(rec)
+	}
 	if err := s.r.w.Write(rec); err != nil {
 		return err
+	}
+	if s.r.flight != nil && s.r.flightFull() {
+		if err := s.r.rotate(); err != nil {
+			return fmt.Errorf("rotate trace: %w", err)
+		}
 	}
 	if e, ok := isOOM(rec); ok {
 		// A moment that cannot be taken never stops the recording: a
@@ -173,6 +193,11 @@ func (r *recording) abort() {
 		_ = r.file.Close()
 		_ = r.out.root.Remove(traceFile)
 	}
+	if r.flight != nil {
+		for _, name := range r.flight.kept {
+			_ = r.out.root.Remove(name)
+		}
+	}
 	if r.out != nil {
 		_ = r.out.Close()
 	}
@@ -235,7 +260,11 @@ func produce(od *outputDir, tracePath string, out io.Writer, opts analysis.Optio
 	if err := report.WriteSummary(out, res); err != nil {
 		return fmt.Errorf("write summary: %w", err)
 	}
-	fmt.Fprintf(out, "\nwrote %s: %s, %s, %s, %s, %s\n", dir, traceFile, profileFile, jsonFile, mdFile, htmlFile)
+	trace := traceFile
+	if segs := segmentsOf(tracePath); len(segs) > 0 {
+		trace = fmt.Sprintf("%s (%d segments kept)", segmentPattern, len(segs))
+	}
+	fmt.Fprintf(out, "\nwrote %s: %s, %s, %s, %s, %s\n", dir, trace, profileFile, jsonFile, mdFile, htmlFile)
 	fmt.Fprintf(out, "open the profile: go tool pprof -http=: %s\n", filepath.Join(dir, profileFile))
 	return nil
 }

@@ -27,7 +27,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
 	}
-	rec, err := startRecording(dir, o.force, &event.Header{Mode: "run", Command: o.argv}, o.python.options(probes.Options{NoPool: o.pool == "off", Allocators: o.allocs}), o.nvml, !o.quiet)
+	rec, err := startRecording(dir, o.force, &event.Header{Mode: "run", Command: o.argv}, o.python.options(probes.Options{NoPool: o.pool == "off", Allocators: o.allocs}), o.nvml, !o.quiet, o.maxTrace)
 	if err != nil {
 		return 0, err
 	}

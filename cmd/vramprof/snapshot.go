@@ -43,6 +43,9 @@ func isSnapshot(path string) bool {
 // add, in order. A trace cut short inside a record gives its whole records,
 // then an error matching errTruncatedTrace.
 func replay(path string, add func(event.Record) error) error {
+	if segs := segmentsOf(path); len(segs) > 0 {
+		return replaySegmentFiles(segs, add) // a flight recorder's (--max-trace)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("%w: open trace: %w", errInput, err)

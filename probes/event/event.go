@@ -149,6 +149,12 @@ const (
 	// thread (cuMemAlloc_v2 inside cudaMalloc): it belongs to its API's book
 	// but is not counted again in the totals.
 	FlagNested Flags = 1 << 0
+	// FlagRestored marks an event replayed from a flight recorder's
+	// checkpoint (see Checkpoint): an allocation still live when the
+	// segments before were dropped, written again at the start of the next
+	// segment so that a reader restores it. It was counted in the
+	// checkpoint's window, not again.
+	FlagRestored Flags = 1 << 1
 )
 
 func (a API) String() string {
@@ -356,16 +362,78 @@ type Record interface {
 	isRecord()
 }
 
-func (*Header) isRecord()  {}
-func (*Event) isRecord()   {}
-func (*Stack) isRecord()   {}
-func (*Mapping) isRecord() {}
-func (*Process) isRecord() {}
-func (*Library) isRecord() {}
-func (*Lost) isRecord()    {}
-func (*End) isRecord()     {}
+func (*Header) isRecord()     {}
+func (*Checkpoint) isRecord() {}
+func (*Event) isRecord()      {}
+func (*Stack) isRecord()      {}
+func (*Mapping) isRecord()    {}
+func (*Process) isRecord()    {}
+func (*Library) isRecord()    {}
+func (*Lost) isRecord()       {}
+func (*End) isRecord()        {}
 
 func (*DeviceInfo) isRecord()  {}
 func (*Sample) isRecord()      {}
 func (*Interpreter) isRecord() {}
 func (*NVMLStatus) isRecord()  {}
+
+// Checkpoint opens a flight recorder's segment (vramprof run --max-trace):
+// it summarises every event of the segments before it, which may have been
+// deleted since. It follows the segment's descriptive records (libraries,
+// mappings, stacks, processes, devices, still referenced) and is followed by
+// Live events flagged FlagRestored: the allocations still live at the cut,
+// in stream order, so that a reader starting at this segment restores them
+// exactly. A reader that reads the segment before it too skips both.
+type Checkpoint struct {
+	// Time is the time of the last event summarised.
+	Time uint64
+	// Segment numbers the segments of a recording from 1; the first one,
+	// which starts the recording, has no checkpoint.
+	Segment uint64
+	// Events counts the events summarised: every event before this
+	// segment, the restored ones included.
+	Events uint64
+	// FirstTime is the time of the first event summarised.
+	FirstTime uint64
+	// Live is how many FlagRestored events follow.
+	Live uint64
+	// Totals are the summarised figures per process and scope, then (PID
+	// 0, All) per scope over every process. Allocations and
+	// AllocatedBytes leave out the allocations restored.
+	Totals []CheckpointTotals
+}
+
+// Books of a CheckpointTotals.
+const (
+	BookNone    uint8 = iota // the scope's totals
+	BookRuntime              // libcudart's calls
+	BookDriver               // libcuda's calls
+)
+
+// CheckpointTotals are one scope's figures in a Checkpoint: the segment
+// layer's device or pinned host memory (Host), or the block layer; or,
+// with Book set, one API's book (BookRuntime or BookDriver: every call of
+// that API, nested or not, physical memory included).
+type CheckpointTotals struct {
+	PID   uint32
+	All   bool
+	Layer Layer
+	Host  bool
+	Book  uint8
+	// PerDevice entries hold one device's peak of device memory (in one
+	// process, or with All in every one) and nothing else.
+	PerDevice      bool
+	Device         int32
+	Allocations    uint64
+	Frees          uint64
+	AllocatedBytes uint64
+	FreedBytes     uint64
+	Failed         uint64
+	FailedBytes    uint64
+	UnknownFrees   uint64
+	FailedFrees    uint64
+	// PeakBytes is the most bytes live at once in the summarised stretch,
+	// first reached at PeakTime.
+	PeakBytes uint64
+	PeakTime  uint64
+}

@@ -17,14 +17,19 @@ package event
 //
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
-//	12 Interpreter
+//	12 Interpreter   13 Checkpoint
 //	0 is never valid (zero-filled garbage)
 //
 // Every payload but an Event's is its struct's fields in declaration order,
 // each one as: unsigned integers as uvarint, signed integers as zig-zag
 // varint, booleans as uvarint 0 or 1, strings as uvarint length then the
 // bytes (any bytes, not only UTF-8, so paths round-trip exactly), string
-// lists as uvarint count then strings. A Stack is ID, PID, frame count, then
+// lists as uvarint count then strings. A Checkpoint is Time, Segment,
+// Events, FirstTime, Live, totals count, then per totals PID, All, Layer,
+// Host, Book, PerDevice, Device (zig-zag), Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
+// FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime (added within version 2:
+// older readers skip it, and read the FlagRestored events after it as
+// events). A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
 // TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
 // UsedBytes. Empty lists decode as nil. Header.Version is not in the
@@ -182,6 +187,7 @@ const (
 	recSample
 	recNVMLStatus
 	recInterpreter
+	recCheckpoint
 )
 
 const (
@@ -332,6 +338,8 @@ func (w *Writer) Write(rec Record) error {
 		typ, enc = recNVMLStatus, func(e *encoder) { e.nvmlStatus(r) }
 	case *Interpreter:
 		typ, enc = recInterpreter, func(e *encoder) { e.interpreter(r) }
+	case *Checkpoint:
+		typ, enc = recCheckpoint, func(e *encoder) { e.checkpoint(r) }
 	case *Header:
 		return errors.New("write trace record: the header is written once, by NewWriter")
 	}
@@ -370,6 +378,8 @@ func isNil(rec Record) bool {
 	case *NVMLStatus:
 		return r == nil
 	case *Interpreter:
+		return r == nil
+	case *Checkpoint:
 		return r == nil
 	}
 	return rec == nil
@@ -563,6 +573,11 @@ func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
 	}
 	return nil
 }
+
+// Buffered returns how many bytes of whole records wait in the buffer (a
+// held event not included): what the next Flush adds to the underlying
+// writer, but for the held event.
+func (w *Writer) Buffered() int { return w.bw.Buffered() }
 
 // Flush writes buffered records to the underlying writer.
 func (w *Writer) Flush() error {
@@ -863,6 +878,10 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 		in := new(Interpreter)
 		d.interpreter(in)
 		rec = in
+	case recCheckpoint:
+		c := new(Checkpoint)
+		d.checkpoint(c)
+		rec = c
 	default:
 		return nil, nil // checksum verified: a newer record type, skip it
 	}
@@ -1431,4 +1450,52 @@ func (d *decoder) interpreter(x *Interpreter) {
 	x.Version = d.str()
 	x.Path = d.str()
 	x.Note = d.str()
+}
+
+func (e *encoder) checkpoint(c *Checkpoint) {
+	e.uint(c.Time)
+	e.uint(c.Segment)
+	e.uint(c.Events)
+	e.uint(c.FirstTime)
+	e.uint(c.Live)
+	e.uint(uint64(len(c.Totals)))
+	for i := range c.Totals {
+		t := &c.Totals[i]
+		e.uint(uint64(t.PID))
+		e.bool(t.All)
+		e.uint(uint64(t.Layer))
+		e.bool(t.Host)
+		e.uint(uint64(t.Book))
+		e.bool(t.PerDevice)
+		e.int(int64(t.Device))
+		for _, v := range [...]uint64{t.Allocations, t.Frees, t.AllocatedBytes, t.FreedBytes, t.Failed,
+			t.FailedBytes, t.UnknownFrees, t.FailedFrees, t.PeakBytes, t.PeakTime} {
+			e.uint(v)
+		}
+	}
+}
+
+func (d *decoder) checkpoint(c *Checkpoint) {
+	c.Time = d.uint()
+	c.Segment = d.uint()
+	c.Events = d.uint()
+	c.FirstTime = d.uint()
+	c.Live = d.uint()
+	// Each totals entry is at least 17 bytes (one per field).
+	n := d.count(17)
+	for range n {
+		var t CheckpointTotals
+		t.PID = d.u32()
+		t.All = d.bool()
+		t.Layer = Layer(d.uint())
+		t.Host = d.bool()
+		t.Book = uint8(d.uint())
+		t.PerDevice = d.bool()
+		t.Device = d.i32()
+		for _, v := range [...]*uint64{&t.Allocations, &t.Frees, &t.AllocatedBytes, &t.FreedBytes, &t.Failed,
+			&t.FailedBytes, &t.UnknownFrees, &t.FailedFrees, &t.PeakBytes, &t.PeakTime} {
+			*v = d.uint()
+		}
+		c.Totals = append(c.Totals, t)
+	}
 }

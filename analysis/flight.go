@@ -1,0 +1,97 @@
+package analysis
+
+import "github.com/vramprof/vramprof/probes/event"
+
+// checkpoint restores what a flight recorder's checkpoint summarises (see
+// event.Checkpoint): it comes before any event of its stream, and the live
+// allocations follow it as FlagRestored events, which the model takes as
+// any allocation. The summarised counts and bytes are added to the totals
+// here (they leave out the restored allocations, counted as they arrive),
+// and the summarised stretch's peak becomes each scope's peak so far. A
+// second checkpoint in one stream (a reader that did not skip it) is
+// ignored: its stretch is already in the model.
+func (a *Analyzer) checkpoint(c *event.Checkpoint) {
+	if a.run.Flight != nil || a.run.Events > 0 {
+		return
+	}
+	a.run.Flight = &Flight{Segment: c.Segment, SummarisedEvents: c.Events, FirstTime: c.FirstTime, CutTime: c.Time}
+	if c.FirstTime != 0 {
+		a.see(c.FirstTime)
+	}
+	for i := range c.Totals {
+		t := &c.Totals[i]
+		if t.Book != event.BookNone {
+			a.restoreBook(t)
+			continue
+		}
+		if t.PerDevice {
+			a.restoreDevice(t)
+			continue
+		}
+		layer := t.Layer
+		if layer == event.LayerUnknown {
+			layer = event.LayerSegment
+		}
+		mem := SpaceDevice
+		if t.Host {
+			mem = SpaceHost
+		}
+		sc := scopeOf(layer, mem)
+		add := func(x *Totals) {
+			x.Allocations += t.Allocations
+			x.Frees += t.Frees
+			x.AllocatedBytes += t.AllocatedBytes
+			x.FreedBytes += t.FreedBytes
+			x.FailedAllocations += t.Failed
+			x.FailedBytes += t.FailedBytes
+			x.UnknownFrees += t.UnknownFrees
+			x.FailedFrees += t.FailedFrees
+		}
+		if t.All {
+			ls := a.layer(sc)
+			add(&ls.totals)
+			if t.PeakBytes > ls.totals.PeakBytes {
+				ls.totals.PeakBytes, ls.totals.PeakTime = t.PeakBytes, t.PeakTime
+			}
+			continue
+		}
+		a.pids[t.PID] = true
+		a.instanceOf(t.PID, t.PeakTime)
+		sp := a.space(t.PID, sc)
+		add(&sp.totals)
+		if t.PeakBytes > sp.peak {
+			sp.peak, sp.peakTime = t.PeakBytes, t.PeakTime
+		}
+	}
+}
+
+// restoreBook adds a checkpoint's summarised figures to an API book.
+func (a *Analyzer) restoreBook(t *event.CheckpointTotals) {
+	b := a.bookState(bookKey{pid: t.PID, all: t.All, driver: t.Book == event.BookDriver})
+	b.book.Allocations += t.Allocations
+	b.book.Frees += t.Frees
+	b.book.AllocatedBytes += t.AllocatedBytes
+	b.book.FailedAllocations += t.Failed
+	b.book.FailedFrees += t.FailedFrees
+	b.book.UnknownFrees += t.UnknownFrees
+	if t.PeakBytes > b.level.peak {
+		b.level.peak, b.level.peakTime = t.PeakBytes, t.PeakTime
+	}
+}
+
+// restoreDevice makes a checkpoint's peak of one device (in one process or
+// all) the peak so far.
+func (a *Analyzer) restoreDevice(t *event.CheckpointTotals) {
+	if t.All {
+		ds := a.device(t.Device, deviceScope)
+		if t.PeakBytes > ds.peak {
+			ds.peak, ds.peakTime = t.PeakBytes, t.PeakTime
+		}
+		a.seenDevices[t.Device] = true
+		return
+	}
+	pd := a.space(t.PID, deviceScope).device(t.Device)
+	if t.PeakBytes > pd.peak {
+		pd.peak, pd.peakTime = t.PeakBytes, t.PeakTime
+	}
+}

@@ -1,0 +1,222 @@
+package analysis
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// flightStream is a run with everything the checkpoint must carry: two
+// processes, nested driver calls, host memory, failed allocations, unknown
+// and replaced frees, a peak early on and a leak.
+func flightStream() *stream {
+	s := newStream().stack(1, "forward", 10).stack(2, "leaky", 20)
+	t := uint64(1000)
+	next := func() uint64 { t += 100; return t }
+	nested := func(e event.Event) {
+		d := e
+		d.Flags, d.API = event.FlagNested, event.APICuMemAlloc
+		if e.Kind == event.KindFree {
+			d.API = event.APICuMemFree
+		}
+		s.ev(d)
+		e.Time++
+		s.ev(e)
+	}
+	// An early peak, then released.
+	for i := range uint64(8) {
+		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Size: 1 << 20, Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})
+	}
+	for i := range uint64(8) {
+		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Kind: event.KindFree, API: event.APICudaFree})
+	}
+	for i := range uint64(40) {
+		s.alloc(next(), 0x40000+i*0x100, 4096+i, 2) // kept: the leak
+		s.alloc(next(), 0x90000, 512, 1)
+		s.free(next(), 0x90000)
+		s.allocOn(next(), 0xa0000+i*0x100, 256, 1, 200, 1)
+		if i%3 == 0 {
+			s.freeOn(next(), 0xa0000+i*0x100, 200)
+		}
+		if i%7 == 0 {
+			s.fail(next(), 1<<40, 1, 2)
+			s.free(next(), 0xdead0000+i) // unknown
+			s.ev(event.Event{Time: next(), Addr: 0x500000 + i, Size: 64, Kind: event.KindHostAlloc, API: event.APICudaMallocHost})
+		}
+	}
+	// The VMM: a handle released while still mapped, unmapped later (its
+	// physical memory goes then); one mapped, unmapped and released; one
+	// left mapped to the end.
+	vmm := func(k event.Kind, api event.API, addr, size, handle uint64) {
+		s.ev(event.Event{Time: next(), Addr: addr, Size: size, Stream: handle, Kind: k, API: api})
+	}
+	const mib2 = 2 << 20
+	vmm(event.KindReserve, event.APICuMemAddressReserve, 0x7e0000000000, 8*mib2, 0)
+	for i := range uint64(3) {
+		vmm(event.KindCreate, event.APICuMemCreate, 0xc0de00000001+i, mib2, 0)
+		vmm(event.KindMap, event.APICuMemMap, 0x7e0000000000+i*mib2, mib2, 0xc0de00000001+i)
+	}
+	vmm(event.KindRelease, event.APICuMemRelease, 0xc0de00000001, 0, 0)
+	s.alloc(next(), 0x48000, 100, 1)
+	vmm(event.KindUnmap, event.APICuMemUnmap, 0x7e0000000000, 2*mib2, 0) // two mappings
+	vmm(event.KindRelease, event.APICuMemRelease, 0xc0de00000002, 0, 0)
+	s.free(next(), 0x48000)
+	return s.end(next())
+}
+
+// TestCheckpointRestore cuts the stream at every event, as a flight
+// recorder does when it drops the segments before: the checkpoint and the
+// events after the cut must give the whole stream's totals, live
+// allocations (by stack, per process and device) and peak.
+func TestCheckpointRestore(t *testing.T) {
+	recs := flightStream().recs
+	whole := mustAnalyze(t, Options{}, recs)
+	require.NotZero(t, whole.Totals.LiveBytesAtEnd)
+	for cut := range recs {
+		if _, ok := recs[cut].(*event.Event); !ok {
+			continue
+		}
+		tr := event.NewTracker()
+		var desc, after []event.Record
+		for i, r := range recs {
+			e, isEvent := r.(*event.Event)
+			switch {
+			case isEvent && i < cut:
+				tr.Observe(e)
+			case isEvent:
+				after = append(after, r)
+			case i == 0:
+			case i < cut:
+				desc = append(desc, r)
+			default:
+				after = append(after, r)
+			}
+		}
+		c, live := tr.Checkpoint(2)
+		window := append([]event.Record{recs[0]}, desc...)
+		window = append(window, c)
+		for i := range live {
+			window = append(window, &live[i])
+		}
+		window = append(window, after...)
+		got := mustAnalyze(t, Options{}, window)
+
+		require.NotNil(t, got.Run.Flight, "cut %d", cut)
+		assert.Equal(t, c.Events+got.Run.Events, whole.Run.Events, "cut %d: events", cut)
+		for _, pair := range []struct {
+			name       string
+			got, whole Totals
+		}{{"device", got.Totals, whole.Totals}, {"host", got.Host, whole.Host}} {
+			g, w := pair.got, pair.whole
+			assert.Equal(t, w.Allocations, g.Allocations, "cut %d %s: allocations", cut, pair.name)
+			assert.Equal(t, w.Frees, g.Frees, "cut %d %s: frees", cut, pair.name)
+			assert.Equal(t, w.AllocatedBytes, g.AllocatedBytes, "cut %d %s: allocated", cut, pair.name)
+			assert.Equal(t, w.FreedBytes, g.FreedBytes, "cut %d %s: freed", cut, pair.name)
+			assert.Equal(t, w.FailedAllocations, g.FailedAllocations, "cut %d %s: failed", cut, pair.name)
+			assert.Equal(t, w.UnknownFrees, g.UnknownFrees, "cut %d %s: unknown frees", cut, pair.name)
+			assert.Equal(t, w.PeakBytes, g.PeakBytes, "cut %d %s: peak", cut, pair.name)
+			assert.Equal(t, w.PeakTime, g.PeakTime, "cut %d %s: peak time", cut, pair.name)
+			assert.Equal(t, w.LiveBytesAtEnd, g.LiveBytesAtEnd, "cut %d %s: live", cut, pair.name)
+			assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d %s: live allocations", cut, pair.name)
+		}
+		assert.Equal(t, whole.Books, got.Books, "cut %d: books", cut)
+		if whole.VMM != nil {
+			require.NotNil(t, got.VMM, "cut %d: vmm", cut)
+			assert.Equal(t, whole.VMM.PhysicalBytesAtEnd, got.VMM.PhysicalBytesAtEnd, "cut %d: physical", cut)
+			assert.Equal(t, whole.VMM.MappedBytesAtEnd, got.VMM.MappedBytesAtEnd, "cut %d: mapped", cut)
+			assert.Equal(t, whole.VMM.ReservedBytesAtEnd, got.VMM.ReservedBytesAtEnd, "cut %d: reserved", cut)
+		}
+		require.Len(t, got.Devices, len(whole.Devices), "cut %d: devices", cut)
+		for i, wd := range whole.Devices {
+			gd := got.Devices[i]
+			assert.Equal(t, wd.Index, gd.Index)
+			assert.Equal(t, wd.PeakBytes, gd.PeakBytes, "cut %d device %d: peak", cut, wd.Index)
+			assert.Equal(t, wd.PeakTime, gd.PeakTime, "cut %d device %d: peak time", cut, wd.Index)
+			assert.Equal(t, wd.LiveBytesAtEnd, gd.LiveBytesAtEnd, "cut %d device %d: live", cut, wd.Index)
+		}
+		require.Len(t, got.Processes, len(whole.Processes), "cut %d", cut)
+		for i := range whole.Processes {
+			wp, gp := whole.Processes[i], got.Processes[i]
+			assert.Equal(t, wp.PID, gp.PID)
+			wt, gt := wp.Totals, gp.Totals
+			assert.Equal(t, wt.Allocations, gt.Allocations, "cut %d pid %d: allocations", cut, wp.PID)
+			assert.Equal(t, wt.Frees, gt.Frees, "cut %d pid %d: frees", cut, wp.PID)
+			assert.Equal(t, wt.PeakBytes, gt.PeakBytes, "cut %d pid %d: peak", cut, wp.PID)
+			assert.Equal(t, wp.PeakTime, gp.PeakTime, "cut %d pid %d: peak time", cut, wp.PID)
+			assert.Equal(t, wt.LiveBytesAtEnd, gt.LiveBytesAtEnd, "cut %d pid %d: live", cut, wp.PID)
+			assert.Equal(t, wp.LiveAtEnd, gp.LiveAtEnd, "cut %d pid %d: live stacks", cut, wp.PID)
+			assert.Equal(t, wp.Devices, gp.Devices, "cut %d pid %d: devices", cut, wp.PID)
+		}
+	}
+}
+
+// TestCheckpointRestoreExec cuts a stream in which a process execs after
+// allocating (its memory dies with the old image, never freed): the
+// all-process figures after a restore match the whole stream's. The
+// restored stream shows the images as one process.
+func TestCheckpointRestoreExec(t *testing.T) {
+	s := newStream().stack(1, "forward", 10)
+	s.recs = append(s.recs, &event.Process{PID: 300, Command: []string{"a"}, Time: 50})
+	s.allocOn(100, 0x1000, 1<<20, 1, 300, 0)
+	s.allocOn(110, 0x2000, 1<<10, 1, 300, 0)
+	s.freeOn(120, 0x2000, 300)
+	s.alloc(130, 0x9000, 4096, 1)
+	s.recs = append(s.recs, &event.Process{PID: 300, Command: []string{"b"}, Time: 140}) // exec
+	s.allocOn(150, 0x5000, 1<<19, 1, 300, 0)
+	s.allocOn(160, 0x3000, 1<<18, 1, 300, 0)
+	s.freeOn(170, 0x3000, 300)
+	s.free(180, 0x9000)
+	recs := s.end(200).recs
+	whole := mustAnalyze(t, Options{}, recs)
+	for cut := range recs {
+		if _, ok := recs[cut].(*event.Event); !ok {
+			continue
+		}
+		tr := event.NewTracker()
+		var desc, after []event.Record
+		for i, r := range recs {
+			switch x := r.(type) {
+			case *event.Event:
+				if i < cut {
+					tr.Observe(x)
+				} else {
+					after = append(after, r)
+				}
+			case *event.Header:
+			default:
+				if i < cut {
+					if p, ok := r.(*event.Process); ok {
+						tr.Process(p)
+					}
+					desc = append(desc, r)
+				} else {
+					after = append(after, r)
+				}
+			}
+		}
+		c, live := tr.Checkpoint(2)
+		window := append([]event.Record{recs[0]}, desc...)
+		window = append(window, c)
+		for i := range live {
+			window = append(window, &live[i])
+		}
+		got := mustAnalyze(t, Options{}, append(window, after...))
+		w, g := whole.Totals, got.Totals
+		assert.Equal(t, w.Allocations, g.Allocations, "cut %d: allocations", cut)
+		assert.Equal(t, w.Frees, g.Frees, "cut %d: frees", cut)
+		assert.Equal(t, w.PeakBytes, g.PeakBytes, "cut %d: peak", cut)
+		assert.Equal(t, w.LiveBytesAtEnd, g.LiveBytesAtEnd, "cut %d: live", cut)
+		assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d: live allocations", cut)
+		assert.Equal(t, w.UnknownFrees, g.UnknownFrees, "cut %d: unknown frees", cut)
+		require.Len(t, got.Devices, len(whole.Devices), "cut %d", cut)
+		for i := range whole.Devices {
+			assert.Equal(t, whole.Devices[i].PeakBytes, got.Devices[i].PeakBytes, "cut %d: device peak", cut)
+			assert.Equal(t, whole.Devices[i].LiveBytesAtEnd, got.Devices[i].LiveBytesAtEnd, "cut %d: device live", cut)
+		}
+		assert.Equal(t, whole.Books.Runtime.LiveBytesAtEnd, got.Books.Runtime.LiveBytesAtEnd, "cut %d: book live", cut)
+		assert.Equal(t, whole.Books.Runtime.Allocations, got.Books.Runtime.Allocations, "cut %d: book allocations", cut)
+	}
+}

@@ -1,0 +1,262 @@
+//go:build linux
+
+package main
+
+// The flight recorder (run and attach --max-trace SIZE): a recording that
+// runs for days keeps the last stretch of its events within SIZE on disk,
+// and summarises the rest exactly enough for a report at any moment.
+//
+// How: the trace is a ring of segment files, DIR/trace-NNNNNN.vpt, each a
+// whole trace of its own about SIZE/flightSegments long. When the current
+// segment is full, the next one starts with the header, every descriptive
+// record seen so far (libraries, processes, mappings, stacks, devices,
+// interpreters, the NVML status and the last lost count: later events may
+// refer to any of them), a Checkpoint record summarising every event before
+// it, and the events of the allocations still live then, flagged
+// FlagRestored (event.Tracker follows them). Then the oldest segments are
+// deleted while the ones kept exceed SIZE; the newest always stays. A
+// reader (analyze, moments) starts at the oldest segment kept, restores
+// from its checkpoint, and reads the later segments' own records only
+// (segments.go).
+//
+// Memory: the tracker holds one event per live allocation and the
+// descriptive records, never the events themselves.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"syscall"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// flightSegments is how many segments SIZE is cut into. With n segments
+// the window kept is at least (n-1)/n of SIZE, less the checkpoints; more
+// segments keep more of it, at the cost of a checkpoint (every live
+// allocation again) per segment.
+const flightSegments = 4
+
+// minFlightSegment keeps a segment from being mostly checkpoint: below
+// it, a recording with many live allocations would rotate on every event.
+const minFlightSegment = flightMinimum / flightSegments
+
+// flight is a recording's flight recorder; its fields are guarded by
+// recording.mu.
+type flight struct {
+	max     uint64 // --max-trace
+	segSize uint64 // a segment's budget
+	header  event.Header
+	// seg is the current segment's number; kept the segments on disk, in
+	// order, the current one last.
+	seg  uint64
+	kept []string
+	// sizes are the kept segments' lengths, the current one's when it
+	// began (its checkpoint).
+	sizes []uint64
+	// start is the current segment's length when its checkpoint was
+	// written: its events' budget begins there.
+	start   uint64
+	written *countWriter
+	tracker *event.Tracker
+	// desc are the descriptive records in stream order, lost the last
+	// lost count: written again at the top of each segment.
+	desc []event.Record
+	lost *event.Lost
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n uint64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += uint64(n)
+	return n, err
+}
+
+// newFlight prepares a flight recorder of size bytes (--max-trace).
+func newFlight(size uint64) *flight {
+	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: event.NewTracker()}
+}
+
+// createSegment creates segment n in d, as createTrace does the trace.
+func (d *outputDir) createSegment(n uint64) (*os.File, error) {
+	f, err := d.root.OpenFile(segmentName(n), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, d.path, err)
+	}
+	return f, nil
+}
+
+// startFlight opens the first segment. r.mu is held or not yet shared.
+func (r *recording) startFlight(h *event.Header) error {
+	fl := r.flight
+	fl.header = *h
+	fl.seg = 1
+	f, err := r.out.createSegment(fl.seg)
+	if err != nil {
+		return err
+	}
+	r.file = f
+	fl.kept = []string{segmentName(fl.seg)}
+	fl.sizes = []uint64{0}
+	fl.written = &countWriter{w: f}
+	r.w, err = event.NewWriter(fl.written, h)
+	if err != nil {
+		return fmt.Errorf("write trace header: %w", err)
+	}
+	return nil
+}
+
+// observe notes rec, about to be written, in the flight recorder's state.
+func (fl *flight) observe(rec event.Record) {
+	switch x := rec.(type) {
+	case *event.Event:
+		fl.tracker.Observe(x)
+	case *event.Lost:
+		l := *x
+		fl.lost = &l
+	case *event.Process:
+		fl.tracker.Process(x)
+		fl.desc = append(fl.desc, cloneRecord(rec))
+	case *event.Stack, *event.Mapping, *event.Library, *event.DeviceInfo,
+		*event.Interpreter, *event.NVMLStatus:
+		fl.desc = append(fl.desc, cloneRecord(rec))
+	}
+}
+
+// cloneRecord copies a record the caller may reuse. Only events are reused
+// by the probes today; the others are copied shallowly, which is enough
+// as long as their slices are not written to after they are recorded.
+func cloneRecord(rec event.Record) event.Record {
+	switch x := rec.(type) {
+	case *event.Stack:
+		c := *x
+		c.Frames = slices.Clone(x.Frames)
+		return &c
+	case *event.Mapping:
+		c := *x
+		return &c
+	case *event.Library:
+		c := *x
+		return &c
+	case *event.Process:
+		c := *x
+		return &c
+	case *event.DeviceInfo:
+		c := *x
+		return &c
+	case *event.Interpreter:
+		c := *x
+		return &c
+	case *event.NVMLStatus:
+		c := *x
+		return &c
+	}
+	return rec
+}
+
+// flightFull reports whether the current segment is full: at its budget,
+// with at least half of it events. A checkpoint bigger than the budget
+// (more live allocations than fit) makes longer segments rather than a
+// rotation at every event.
+func (r *recording) flightFull() bool {
+	fl := r.flight
+	n := fl.written.n + uint64(r.w.Buffered())
+	return n >= fl.segSize && n-fl.start >= fl.segSize/2
+}
+
+// rotate ends the current segment and starts the next one with a
+// checkpoint, then deletes the segments beyond the ring. r.mu is held: the
+// trace is at a record boundary.
+func (r *recording) rotate() error {
+	fl := r.flight
+	if err := r.w.Close(); err != nil {
+		return err
+	}
+	prev := fl.written.n
+	if err := r.file.Close(); err != nil {
+		return fmt.Errorf("close trace segment: %w", err)
+	}
+	fl.seg++
+	f, err := r.out.createSegment(fl.seg)
+	if err != nil {
+		return err
+	}
+	r.file = f
+	fl.written = &countWriter{w: f}
+	if r.w, err = event.NewWriter(fl.written, &fl.header); err != nil {
+		return err
+	}
+	for _, rec := range fl.desc {
+		if err := r.w.Write(rec); err != nil {
+			return err
+		}
+	}
+	if fl.lost != nil {
+		if err := r.w.Write(fl.lost); err != nil {
+			return err
+		}
+	}
+	c, live := fl.tracker.Checkpoint(fl.seg)
+	if err := r.w.Write(c); err != nil {
+		return err
+	}
+	for i := range live {
+		if err := r.w.Write(&live[i]); err != nil {
+			return err
+		}
+	}
+	if err := r.w.Flush(); err != nil {
+		return err
+	}
+	fl.start = fl.written.n
+	fl.sizes[len(fl.sizes)-1] = prev
+	fl.kept = append(fl.kept, segmentName(fl.seg))
+	fl.sizes = append(fl.sizes, fl.start)
+	// The oldest segments go while the ones kept exceed the budget; the
+	// new one, which restores everything, always stays. Disk stays within
+	// the budget and the segment being written.
+	for total := sum(fl.sizes); len(fl.kept) > 1 && total > fl.max; {
+		if err := r.out.root.Remove(fl.kept[0]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove trace segment: %w", err)
+		}
+		total -= fl.sizes[0]
+		fl.kept, fl.sizes = fl.kept[1:], fl.sizes[1:]
+	}
+	return nil
+}
+
+// openSegments opens the segments kept, oldest first, for a moment report:
+// open, a segment deleted meanwhile stays readable. r.mu is held.
+func (r *recording) openSegments() ([]*os.File, error) {
+	var files []*os.File
+	for _, name := range r.flight.kept {
+		f, err := r.out.root.Open(name)
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("open trace segment: %w", err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
+func sum(xs []uint64) uint64 {
+	var n uint64
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}

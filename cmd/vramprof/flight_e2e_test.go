@@ -1,0 +1,135 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/scenario"
+)
+
+// flightReport is the part of report.json the flight recorder adds.
+type flightReport struct {
+	Run struct {
+		Events uint64 `json:"events"`
+		Flight *struct {
+			KeptEvents          uint64 `json:"kept_events"`
+			SummarisedEvents    uint64 `json:"summarised_events"`
+			RestoredAllocations uint64 `json:"restored_allocations"`
+			Note                string `json:"note"`
+		} `json:"flight"`
+	} `json:"run"`
+}
+
+// segmentFiles lists the trace segments in dir with their sizes.
+func segmentFiles(tb testing.TB, dir string) (names []string, total, largest int64) {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "trace-*.vpt"))
+	require.NoError(tb, err)
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		require.NoError(tb, err)
+		names = append(names, filepath.Base(p))
+		total += st.Size()
+		largest = max(largest, st.Size())
+	}
+	return names, total, largest
+}
+
+// TestFlightRecorderMatchesTruth records scenarios under a small
+// --max-trace: the trace rotates through many segments, the oldest are
+// deleted, and still the report (live and replayed with `vramprof report
+// DIR`) gives the truth's counts and live bytes exactly, and says what it
+// summarised.
+func TestFlightRecorderMatchesTruth(t *testing.T) {
+	scenario.RequirePrivilege(t)
+	for _, tc := range []struct {
+		name, max string
+		maxBytes  int64
+		env       []string
+		// dropped: segments were deleted, the report starts at a
+		// checkpoint; whole: the truth's peak and stacks hold too.
+		dropped, whole bool
+	}{
+		// leak: 3 segments of 64KiB/4, none dropped.
+		{name: "leak", max: "64KiB", maxBytes: 64 << 10, whole: true},
+		// churn_threads: 128000 events in ~1.8 MB; 8000 buffers live at the end.
+		{name: "churn_threads", max: "512KiB", maxBytes: 512 << 10, env: []string{"CHURN_PAIRS=2000"}, dropped: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := scenario.Bin(t, tc.name)
+			tmp := t.TempDir()
+			truthPath := filepath.Join(tmp, "truth.json")
+			dir := filepath.Join(tmp, "out")
+			r := vramprof(t, execOpts{env: append(tc.env, "VRAMPROF_TRUTH="+truthPath), dir: tmp},
+				"run", "--max-trace", tc.max, "-o", dir, "--", bin)
+			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+			truth := scenario.MustReadTruth(t, truthPath)
+
+			names, total, largest := segmentFiles(t, dir)
+			require.NotEmpty(t, names)
+			_, err := os.Stat(filepath.Join(dir, "trace.vpt"))
+			assert.True(t, os.IsNotExist(err), "no trace.vpt beside the segments")
+			assert.LessOrEqual(t, total, tc.maxBytes+largest, "disk: the budget and one segment, %v", names)
+			if tc.dropped {
+				assert.NotEqual(t, "trace-000001.vpt", names[0], "the oldest segments were deleted")
+			} else {
+				assert.Greater(t, len(names), 1, "the trace rotated")
+			}
+
+			rep := mustReadReport(t, filepath.Join(dir, "report.json"))
+			tt, want := rep.Totals, truth.Totals
+			assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
+			assert.Equal(t, want.Frees, val(t, "frees", tt.Frees), "frees")
+			assert.Equal(t, want.AllocatedBytes, val(t, "allocated_bytes", tt.AllocatedBytes), "allocated_bytes")
+			assert.Equal(t, want.LiveBytesAtEnd, val(t, "live_bytes_at_end", tt.LiveBytesAtEnd), "live_bytes_at_end")
+			assert.Equal(t, want.FailedAllocations, val(t, "failed_allocations", tt.FailedAllocations), "failed_allocations")
+			assert.Zero(t, val(t, "unknown_frees", tt.UnknownFrees), "unknown_frees: every free found its allocation")
+			if want.PeakBytes != 0 {
+				assert.Equal(t, want.PeakBytes, val(t, "peak_bytes", tt.PeakBytes), "peak_bytes")
+			}
+			if tc.whole {
+				checkReport(t, rep, truth)
+			}
+
+			fr := mustReadJSON[flightReport](t, filepath.Join(dir, "report.json"))
+			if tc.dropped {
+				require.NotNil(t, fr.Run.Flight, "report.json run.flight")
+				f := fr.Run.Flight
+				assert.Equal(t, fr.Run.Events, f.KeptEvents)
+				assert.NotZero(t, f.SummarisedEvents)
+				assert.NotZero(t, f.RestoredAllocations)
+				assert.Contains(t, f.Note, "flight recorder: kept the last")
+				assert.Contains(t, r.stdout+r.stderr, "earlier events summarised in a checkpoint", "the summary says so")
+				md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+				require.NoError(t, err)
+				assert.Contains(t, string(md), "**Note:** flight recorder: kept the last")
+				html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+				require.NoError(t, err)
+				assert.Contains(t, string(html), "flight recorder: kept the last")
+			} else {
+				assert.Nil(t, fr.Run.Flight, "nothing was dropped")
+			}
+
+			// The same report from the segments on disk.
+			dir2 := filepath.Join(t.TempDir(), "replay")
+			r2 := vramprof(t, execOpts{}, "report", dir, "-o", dir2)
+			require.Equal(t, 0, r2.code, "stderr: %s", r2.stderr)
+			for _, name := range []string{"profile.pb.gz", "report.json", "report.md", "report.html"} {
+				live, err := os.ReadFile(filepath.Join(dir, name))
+				require.NoError(t, err)
+				replay, err := os.ReadFile(filepath.Join(dir2, name))
+				require.NoError(t, err)
+				assert.True(t, bytes.Equal(live, replay), "%s differs between the live run and the replay", name)
+			}
+			assert.True(t, strings.HasPrefix(names[len(names)-1], "trace-"))
+		})
+	}
+}

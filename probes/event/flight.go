@@ -1,0 +1,560 @@
+package event
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Tracker follows an event stream for a flight recorder: the allocations
+// still live, each as the event that made it, and the figures a Checkpoint
+// summarises. Its memory is proportional to what is live, never to the
+// length of the stream. It is not safe for concurrent use.
+//
+// It pairs frees with allocations as the analysis does: by process, layer,
+// memory space and address, a nested (driver) call apart from the runtime
+// call around it, physical handles, reservations and mappings each apart.
+// It does not follow PID reuse: a process that reuses a dead process's PID
+// inherits what the dead one left live, as a missed free.
+type Tracker struct {
+	live map[trackKey]trackedEvent
+	// handles are the VMM's physical handles live: physical memory goes
+	// when its handle is both released and unmapped.
+	handles map[handleKey]*handleState
+	// active are the PIDs with an event since their last Process record.
+	active map[uint32]bool
+	// books are the per-API books' live allocations, keyed as the
+	// analysis keys them (by API, not by nesting).
+	books  map[bookKey]uint64
+	seq    uint64
+	events uint64
+	first  uint64
+	last   uint64
+	totals map[totalsKey]*trackTotals
+}
+
+type trackKey struct {
+	addr   uint64
+	pid    uint32
+	layer  Layer
+	space  uint8
+	nested bool
+}
+
+type handleKey struct {
+	pid    uint32
+	handle uint64
+}
+
+type handleState struct {
+	maps     int
+	released bool
+}
+
+type trackedEvent struct {
+	seq uint64
+	ev  Event
+}
+
+type totalsKey struct {
+	pid    uint32
+	all    bool
+	layer  Layer
+	host   bool
+	book   uint8
+	perDev bool
+	device int32
+}
+
+type bookKey struct {
+	addr     uint64
+	pid      uint32
+	driver   bool
+	physical bool
+}
+
+type trackTotals struct {
+	CheckpointTotals
+	live uint64
+}
+
+// Address spaces of the tracker's keys.
+const (
+	spaceDevice uint8 = iota
+	spaceHost
+	spaceHandle
+	spaceReserve
+	spaceMap
+	// spaceReleased holds the release of a handle still mapped.
+	spaceReleased
+)
+
+// NewTracker returns an empty Tracker.
+func NewTracker() *Tracker {
+	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
+		handles: make(map[handleKey]*handleState), active: make(map[uint32]bool),
+		totals: make(map[totalsKey]*trackTotals)}
+}
+
+// Observe follows one event, in stream order. Restored events are
+// followed like any other: a tracker fed a segment that starts from a
+// checkpoint ends with the same live set as the one that wrote it.
+func (t *Tracker) Observe(e *Event) {
+	t.seq++
+	t.active[e.PID] = true
+	if t.events == 0 {
+		t.first = e.Time
+	}
+	t.events++
+	t.last = e.Time
+	layer := e.Layer
+	if layer == LayerUnknown {
+		layer = LayerSegment
+	}
+	if layer == LayerSegment {
+		t.book(e)
+		if e.Flags&FlagNested == 0 {
+			switch e.Kind {
+			case KindRelease:
+				t.release(e)
+				return
+			case KindMap:
+				t.mapRange(e)
+				return
+			case KindUnmap:
+				t.unmapRange(e)
+				return
+			}
+		}
+	}
+	var space uint8
+	alloc := true
+	switch e.Kind {
+	case KindAlloc:
+	case KindFree:
+		alloc = false
+	case KindHostAlloc:
+		space = spaceHost
+	case KindHostFree:
+		space, alloc = spaceHost, false
+	case KindCreate:
+		space = spaceHandle
+	case KindRelease:
+		space, alloc = spaceHandle, false
+	case KindReserve:
+		space = spaceReserve
+	case KindUnreserve:
+		space, alloc = spaceReserve, false
+	case KindMap:
+		space = spaceMap
+	case KindUnmap:
+		space, alloc = spaceMap, false
+	default:
+		return
+	}
+	nested := e.Flags&FlagNested != 0
+	k := trackKey{e.Addr, e.PID, layer, space, nested}
+	counted := !nested && (space == spaceDevice || space == spaceHost && layer == LayerSegment ||
+		space == spaceHandle && layer == LayerSegment) && (layer == LayerSegment || layer == LayerBlock)
+	var tt, all *trackTotals
+	if counted {
+		tt = t.total(totalsKey{pid: e.PID, layer: layer, host: space == spaceHost})
+		all = t.total(totalsKey{all: true, layer: layer, host: space == spaceHost})
+	}
+	if alloc {
+		switch {
+		case e.Ret != 0:
+			if counted {
+				for _, x := range [...]*trackTotals{tt, all} {
+					x.Failed++
+					x.FailedBytes += e.Size
+				}
+			}
+			return
+		case e.Addr == 0 || e.Size == 0:
+			return
+		}
+		if old, ok := t.live[k]; ok && counted {
+			// A missed free: the analysis drops the old one uncounted.
+			tt.live -= old.ev.Size
+			all.live -= old.ev.Size
+			t.deviceLevel(&old.ev, false)
+		}
+		if space == spaceHandle && !nested {
+			delete(t.live, trackKey{e.Addr, e.PID, layer, spaceReleased, false})
+			t.handles[handleKey{e.PID, e.Addr}] = &handleState{}
+		}
+		ev := *e
+		ev.Flags &^= FlagRestored
+		t.live[k] = trackedEvent{seq: t.seq, ev: ev}
+		if counted {
+			for _, x := range [...]*trackTotals{tt, all} {
+				x.Allocations++
+				x.AllocatedBytes += e.Size
+				x.live += e.Size
+				if x.live > x.PeakBytes {
+					x.PeakBytes, x.PeakTime = x.live, e.Time
+				}
+			}
+			t.deviceLevel(e, true)
+		}
+		return
+	}
+	if e.Ret != 0 || e.Addr == 0 {
+		if counted && e.Ret != 0 {
+			tt.FailedFrees++
+			all.FailedFrees++
+		}
+		return
+	}
+	old, ok := t.live[k]
+	if !ok {
+		if counted {
+			tt.UnknownFrees++
+			all.UnknownFrees++
+		}
+		return
+	}
+	delete(t.live, k)
+	if counted {
+		for _, x := range [...]*trackTotals{tt, all} {
+			x.Frees++
+			x.FreedBytes += old.ev.Size
+			x.live -= old.ev.Size
+		}
+		t.deviceLevel(&old.ev, false)
+	}
+}
+
+// deviceLevel follows the device memory e (an allocation) holds on its
+// device, per process and over all of them, when it is added or released.
+func (t *Tracker) deviceLevel(e *Event, add bool) {
+	if e.Kind != KindAlloc && e.Kind != KindCreate || e.Layer != LayerSegment && e.Layer != LayerUnknown {
+		return
+	}
+	for _, k := range [...]totalsKey{{pid: e.PID, layer: LayerSegment, perDev: true, device: e.Device},
+		{all: true, layer: LayerSegment, perDev: true, device: e.Device}} {
+		x := t.total(k)
+		if !add {
+			x.live -= e.Size
+			continue
+		}
+		x.live += e.Size
+		if x.live > x.PeakBytes {
+			x.PeakBytes, x.PeakTime = x.live, e.Time
+		}
+	}
+}
+
+// book follows a segment-layer call in its API's book, as the analysis
+// does (analysis/books.go).
+func (t *Tracker) book(e *Event) {
+	var physical bool
+	switch e.Kind {
+	case KindAlloc, KindFree:
+	case KindCreate, KindRelease:
+		physical = true
+	default:
+		return
+	}
+	if e.API == APIUnknown {
+		return
+	}
+	driver := e.API.Driver()
+	b := BookRuntime
+	if driver {
+		b = BookDriver
+	}
+	per := t.total(totalsKey{pid: e.PID, layer: LayerSegment, book: b})
+	all := t.total(totalsKey{all: true, layer: LayerSegment, book: b})
+	k := bookKey{e.Addr, e.PID, driver, physical}
+	switch e.Kind {
+	case KindAlloc, KindCreate:
+		switch {
+		case e.Ret != 0:
+			per.Failed++
+			all.Failed++
+			return
+		case e.Size == 0 || e.Addr == 0:
+			return
+		}
+		if old, ok := t.books[k]; ok {
+			per.live -= old
+			all.live -= old
+		}
+		t.books[k] = e.Size
+		for _, x := range [...]*trackTotals{per, all} {
+			x.Allocations++
+			x.AllocatedBytes += e.Size
+			x.live += e.Size
+			if x.live > x.PeakBytes {
+				x.PeakBytes, x.PeakTime = x.live, e.Time
+			}
+		}
+	default:
+		switch {
+		case e.Ret != 0:
+			per.FailedFrees++
+			all.FailedFrees++
+			return
+		case e.Addr == 0:
+			return
+		}
+		size, ok := t.books[k]
+		if !ok {
+			per.UnknownFrees++
+			all.UnknownFrees++
+			return
+		}
+		delete(t.books, k)
+		for _, x := range [...]*trackTotals{per, all} {
+			x.Frees++
+			x.FreedBytes += size
+			x.live -= size
+		}
+	}
+}
+
+func (t *Tracker) total(k totalsKey) *trackTotals {
+	x := t.totals[k]
+	if x == nil {
+		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host, Book: k.book,
+			PerDevice: k.perDev, Device: k.device}}
+		t.totals[k] = x
+	}
+	return x
+}
+
+// Events returns how many events the tracker followed.
+func (t *Tracker) Events() uint64 { return t.events }
+
+// Live returns how many allocations (handles, reservations and mappings
+// included) are live.
+func (t *Tracker) Live() int { return len(t.live) }
+
+// Checkpoint summarises everything followed so far as the checkpoint of
+// segment seg, and returns with it the live allocations' events in stream
+// order, flagged FlagRestored: write the Checkpoint, then the events.
+func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
+	live := make([]trackedEvent, 0, len(t.live))
+	for _, te := range t.live {
+		live = append(live, te)
+	}
+	slices.SortFunc(live, func(x, y trackedEvent) int { return cmp.Compare(x.seq, y.seq) })
+	evs := make([]Event, len(live))
+	restored := make(map[totalsKey]*CheckpointTotals)
+	c := &Checkpoint{Time: t.last, Segment: seg, Events: t.events, FirstTime: t.first, Live: uint64(len(live))}
+	for _, x := range t.totals {
+		c.Totals = append(c.Totals, x.CheckpointTotals)
+	}
+	slices.SortFunc(c.Totals, func(x, y CheckpointTotals) int {
+		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), boolCmp(x.PerDevice, y.PerDevice),
+			cmp.Compare(x.Device, y.Device), cmp.Compare(x.Book, y.Book), cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
+	})
+	for i := range c.Totals {
+		x := &c.Totals[i]
+		restored[totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book, x.PerDevice, x.Device}] = x
+	}
+	for i, te := range live {
+		evs[i] = te.ev
+		evs[i].Flags |= FlagRestored
+		e := &te.ev
+		layer := e.Layer
+		if layer == LayerUnknown {
+			layer = LayerSegment
+		}
+		if layer == LayerSegment && e.API != APIUnknown {
+			b := BookRuntime
+			if e.API.Driver() {
+				b = BookDriver
+			}
+			for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, book: b}, {all: true, layer: layer, book: b}} {
+				x := restored[k]
+				switch {
+				case x == nil:
+				case (e.Kind == KindAlloc || e.Kind == KindCreate) && e.Size != 0:
+					x.Allocations--
+					x.AllocatedBytes -= e.Size
+				case e.Kind == KindRelease:
+					// A handle released while mapped: the book counted
+					// its release, and counts it again when restored.
+					x.Frees--
+				}
+			}
+		}
+		if e.Flags&FlagNested != 0 || e.Kind != KindAlloc && e.Kind != KindHostAlloc && e.Kind != KindCreate {
+			continue
+		}
+		host := e.Kind == KindHostAlloc
+		// The reader counts the restored allocations again.
+		for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, host: host}, {all: true, layer: layer, host: host}} {
+			if x := restored[k]; x != nil {
+				x.Allocations--
+				x.AllocatedBytes -= e.Size
+			}
+		}
+	}
+	return c, evs
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// release follows cuMemRelease (not nested): the physical memory goes now
+// if no range maps it, else at its last unmap (the release is kept live
+// until then, to be restored with the handle).
+func (t *Tracker) release(e *Event) {
+	hk := handleKey{e.PID, e.Addr}
+	hs := t.handles[hk]
+	tt := t.total(totalsKey{pid: e.PID, layer: LayerSegment})
+	all := t.total(totalsKey{all: true, layer: LayerSegment})
+	switch {
+	case e.Ret != 0:
+		tt.FailedFrees++
+		all.FailedFrees++
+		return
+	case e.Addr == 0:
+		return
+	case hs == nil || hs.released:
+		tt.UnknownFrees++
+		all.UnknownFrees++
+		return
+	}
+	hs.released = true
+	if hs.maps == 0 {
+		t.dropHandle(hk, e.Time)
+		return
+	}
+	ev := *e
+	ev.Flags &^= FlagRestored
+	t.live[trackKey{e.Addr, e.PID, LayerSegment, spaceReleased, false}] = trackedEvent{seq: t.seq, ev: ev}
+}
+
+// dropHandle frees a handle's physical memory: released and unmapped.
+func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
+	delete(t.handles, hk)
+	delete(t.live, trackKey{hk.handle, hk.pid, LayerSegment, spaceReleased, false})
+	k := trackKey{hk.handle, hk.pid, LayerSegment, spaceHandle, false}
+	old, ok := t.live[k]
+	if !ok {
+		return
+	}
+	delete(t.live, k)
+	for _, x := range [...]*trackTotals{t.total(totalsKey{pid: hk.pid, layer: LayerSegment}), t.total(totalsKey{all: true, layer: LayerSegment})} {
+		x.Frees++
+		x.FreedBytes += old.ev.Size
+		x.live -= old.ev.Size
+	}
+	t.deviceLevel(&old.ev, false)
+}
+
+// mapRange follows cuMemMap: the handle is in Stream.
+func (t *Tracker) mapRange(e *Event) {
+	if e.Ret != 0 || e.Addr == 0 || e.Size == 0 {
+		return
+	}
+	k := trackKey{e.Addr, e.PID, LayerSegment, spaceMap, false}
+	if _, ok := t.live[k]; ok {
+		t.unmapOne(k)
+	}
+	if hs := t.handles[handleKey{e.PID, e.Stream}]; hs != nil {
+		hs.maps++
+	}
+	ev := *e
+	ev.Flags &^= FlagRestored
+	t.live[k] = trackedEvent{seq: t.seq, ev: ev}
+}
+
+// unmapRange follows cuMemUnmap, which may span several mappings.
+func (t *Tracker) unmapRange(e *Event) {
+	if e.Ret != 0 {
+		return
+	}
+	addr, end := e.Addr, e.Addr+e.Size
+	for {
+		k := trackKey{addr, e.PID, LayerSegment, spaceMap, false}
+		m, ok := t.live[k]
+		if !ok {
+			return
+		}
+		t.unmapOne(k)
+		addr += m.ev.Size
+		if addr >= end {
+			return
+		}
+	}
+}
+
+func (t *Tracker) unmapOne(k trackKey) {
+	m := t.live[k]
+	delete(t.live, k)
+	hk := handleKey{k.pid, m.ev.Stream}
+	if hs := t.handles[hk]; hs != nil {
+		hs.maps--
+		if hs.maps == 0 && hs.released {
+			t.dropHandle(hk, m.ev.Time)
+		}
+	}
+}
+
+// Process follows a Process record. One for a PID that made calls since
+// its last one is an exec or a new process that got the PID: the driver
+// freed what the PID had live, and the analysis takes it out of the
+// all-process figures without counting frees (analysis/instances.go). The
+// tracker forgets it likewise; the PID's own figures carry on, so a
+// report from a later checkpoint shows the images as one process.
+func (t *Tracker) Process(p *Process) {
+	if !t.active[p.PID] {
+		return
+	}
+	delete(t.active, p.PID)
+	pid := p.PID
+	for k, te := range t.live {
+		if k.pid != pid {
+			continue
+		}
+		delete(t.live, k)
+		e := &te.ev
+		if k.nested || !(k.space == spaceDevice || k.space == spaceHandle || k.space == spaceHost && k.layer == LayerSegment) {
+			continue
+		}
+		if x := t.totals[totalsKey{all: true, layer: k.layer, host: k.space == spaceHost}]; x != nil {
+			x.live -= e.Size
+		}
+		if k.space != spaceHost && k.layer == LayerSegment {
+			if x := t.totals[totalsKey{all: true, layer: LayerSegment, perDev: true, device: e.Device}]; x != nil {
+				x.live -= e.Size
+			}
+		}
+	}
+	for k := range t.handles {
+		if k.pid == pid {
+			delete(t.handles, k)
+		}
+	}
+	for k, size := range t.books {
+		if k.pid != pid {
+			continue
+		}
+		delete(t.books, k)
+		b := BookRuntime
+		if k.driver {
+			b = BookDriver
+		}
+		if x := t.totals[totalsKey{all: true, layer: LayerSegment, book: b}]; x != nil {
+			x.live -= size
+		}
+	}
+	// The PID's own levels start again from nothing.
+	for k, x := range t.totals {
+		if k.pid == pid && !k.all {
+			x.live = 0
+		}
+	}
+}

@@ -49,7 +49,12 @@ func TestServe(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("vramprof serve's stderr:\n%s", stderr.String())
+		}
+	})
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
 		require.True(t, time.Now().Before(deadline), "not serving; stderr:\n%s", stderr.String())

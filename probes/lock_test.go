@@ -3,6 +3,7 @@
 package probes
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"

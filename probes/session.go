@@ -865,14 +865,18 @@ func (s *Session) AttachAll() error {
 }
 
 // adopt probes what pid maps and tracks it if it maps a CUDA library
-// (Options.All). Processes that vanish or cannot be read are skipped.
+// (Options.All). Processes that vanish or cannot be read are skipped; one
+// that cannot be probed for another reason (a file it maps deleted since,
+// an attach the kernel refuses) is left alone with a note: one process must
+// not end a session that traces every process.
 func (s *Session) adopt(pid uint32) error {
 	files, err := s.probeFiles(pid)
 	if err != nil {
 		if errors.Is(err, ErrNoProcess) || isPermission(err) {
 			return nil
 		}
-		return err
+		s.giveUp(pid, err)
+		return nil
 	}
 	for _, f := range files {
 		if len(f.cudaSymbols()) > 0 {
@@ -883,15 +887,37 @@ func (s *Session) adopt(pid uint32) error {
 				return nil
 			}
 			if err != nil {
-				if errors.Is(err, ErrNoProcess) {
-					return nil
+				if !errors.Is(err, ErrNoProcess) {
+					s.giveUp(pid, err)
 				}
-				return err
+				return nil
 			}
-			return s.scan(p)
+			if err := s.scan(p); err != nil {
+				s.untrack(p)
+				if !errors.Is(err, ErrNoProcess) {
+					s.giveUp(pid, err)
+				}
+			}
+			return nil
 		}
 	}
 	return nil
+}
+
+// giveUp leaves alone, for as long as it lives, a process adopt could not
+// probe (All), and says why once.
+func (s *Session) giveUp(pid uint32, why error) {
+	st, err := procStartTime(int(pid))
+	if err != nil {
+		return
+	}
+	if old, ok := s.held[pid]; ok && old == st {
+		return
+	}
+	s.held[pid] = st
+	if s.opts.Note != nil {
+		s.opts.Note(fmt.Sprintf("skipping pid %d: %v", pid, why))
+	}
 }
 
 // hold leaves pid to the session that traces it (All), and says so once.

@@ -3,7 +3,6 @@
 package probes
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"

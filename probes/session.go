@@ -906,22 +906,21 @@ func (s *Session) adopt(pid uint32) error {
 
 // giveUp leaves alone, for as long as it lives, a process adopt could not
 // probe (All), and says why once.
-func (s *Session) giveUp(pid uint32, why error) {
-	st, err := procStartTime(int(pid))
-	if err != nil {
-		return
-	}
-	if old, ok := s.held[pid]; ok && old == st {
-		return
-	}
-	s.held[pid] = st
-	if s.opts.Note != nil {
-		s.opts.Note(fmt.Sprintf("skipping pid %d: %v", pid, why))
-	}
-}
+func (s *Session) giveUp(pid uint32, why error) { s.leave(pid, why.Error()) }
 
 // hold leaves pid to the session that traces it (All), and says so once.
 func (s *Session) hold(pid uint32, why *TracedError) {
+	reason := ErrTraced.Error()
+	if why.Owner != 0 {
+		reason += fmt.Sprintf(" (vramprof pid %d)", why.Owner)
+	}
+	s.leave(pid, reason)
+}
+
+// leave keeps pid out of the session for as long as that process lives
+// (its records are dropped in handle until tick sees it gone) and notes
+// the reason once.
+func (s *Session) leave(pid uint32, reason string) {
 	st, err := procStartTime(int(pid))
 	if err != nil {
 		return
@@ -931,11 +930,7 @@ func (s *Session) hold(pid uint32, why *TracedError) {
 	}
 	s.held[pid] = st
 	if s.opts.Note != nil {
-		owner := ""
-		if why.Owner != 0 {
-			owner = fmt.Sprintf(" (vramprof pid %d)", why.Owner)
-		}
-		s.opts.Note(fmt.Sprintf("skipping pid %d: %s%s", pid, ErrTraced, owner))
+		s.opts.Note(fmt.Sprintf("skipping pid %d: %s", pid, reason))
 	}
 }
 

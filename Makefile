@@ -59,7 +59,7 @@ nvidia:
 bench: build
 	$(GO) test -run '^$$' -bench '^(BenchmarkTraceSize|BenchmarkReplay)$$' -benchtime 3x -count 1 ./probes/event/
 	$(GO) test -run '^$$' -bench '^(BenchmarkLiveMemory|BenchmarkAnalyze)$$' -benchtime 1x -count 1 ./analysis/
-	$(GO) test -run '^$$' -bench '^BenchmarkImportMemory$$' -benchtime 1x -count 1 ./probes/snapshot/
+	$(GO) test -run '^$$' -bench '^BenchmarkImportMemory$$' -benchtime 1x -count 1 ./profile/snapshot/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/

@@ -4,7 +4,7 @@ import "fmt"
 
 // EndReasonUntimed is the End reason an importer gives a stream whose
 // times are an order only: a PyTorch snapshot whose trace entries carry no
-// time_us (probes/snapshot numbers them instead).
+// time_us (profile/snapshot numbers them instead).
 const EndReasonUntimed = "snapshot without times"
 
 // Imported reports whether the stream came from an importer (a PyTorch

@@ -16,15 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // startManyLibs starts the many_libs target (400 mapped libraries plus the
 // CUDA runtime, calling cudaMalloc every millisecond) and returns its PID.
 func startManyLibs(tb testing.TB) int {
 	tb.Helper()
-	bin := scenario.Bin(tb, "many_libs")
-	cmd := exec.Command(bin, filepath.Join(filepath.Dir(scenario.Lib(tb, "libcudart.so.12")), "many"))
+	bin := probetest.Bin(tb, "many_libs")
+	cmd := exec.Command(bin, filepath.Join(filepath.Dir(probetest.Lib(tb, "libcudart.so.12")), "many"))
 	out, err := cmd.StdoutPipe()
 	require.NoError(tb, err)
 	require.NoError(tb, cmd.Start())
@@ -43,7 +43,7 @@ func startManyLibs(tb testing.TB) int {
 // objects, reading the maps, screening every mapped file and attaching to
 // the CUDA runtime. Each iteration then checks that events really flow.
 func BenchmarkAttach(b *testing.B) {
-	scenario.RequirePrivilege(b)
+	probetest.RequirePrivilege(b)
 	pid := startManyLibs(b)
 	var total time.Duration
 	for b.Loop() {

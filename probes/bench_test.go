@@ -17,9 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/bare"
+	"github.com/vramprof/vramprof/probes/probetest/bare"
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // traceSink encodes every record as the trace writer would, into nothing:
@@ -129,7 +129,7 @@ func measure(b *testing.B, w workload) {
 // calls nested in it). b.N is the number of pairs per run; use -benchtime
 // 20000x.
 func BenchmarkOverhead(b *testing.B) {
-	scenario.RequirePrivilege(b)
+	probetest.RequirePrivilege(b)
 	if b.N < 1000 {
 		// The framework's first call (b.N == 1) only sizes the run; with
 		// -benchtime Nx the real one follows. Too few pairs to price.
@@ -137,7 +137,7 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	measure(b, workload{
 		name:       "cudaMalloc+cudaFree",
-		argv:       []string{scenario.Bin(b, "bench_pairs")},
+		argv:       []string{probetest.Bin(b, "bench_pairs")},
 		attachBare: barePairs(b),
 		// Runtime call and nested driver call, for both halves.
 		events: func(pairs int) uint64 { return uint64(4 * pairs) },
@@ -163,7 +163,7 @@ func barePairs(b *testing.B) func(b *testing.B) func(*testing.B, int) {
 		require.Len(b, offs, len(apis))
 		return offs
 	}
-	cudart, cuda := scenario.Lib(b, "libcudart.so.12"), scenario.Lib(b, "libcuda.so.1")
+	cudart, cuda := probetest.Lib(b, "libcudart.so.12"), probetest.Lib(b, "libcuda.so.1")
 	cudartOffs := offsetsIn(cudart, event.APICudaMalloc, event.APICudaFree)
 	cudaOffs := offsetsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
 	return func(b *testing.B) func(*testing.B, int) {
@@ -189,7 +189,7 @@ func barePairs(b *testing.B) func(b *testing.B) func(*testing.B, int) {
 // deep, so every allocation record carries the frame chain read in BPF.
 // Use -benchtime 20000x.
 func BenchmarkPythonOverhead(b *testing.B) {
-	scenario.RequirePrivilege(b)
+	probetest.RequirePrivilege(b)
 	if b.N < 1000 {
 		return // sizing call; see BenchmarkOverhead
 	}
@@ -199,8 +199,8 @@ func BenchmarkPythonOverhead(b *testing.B) {
 	}
 	measure(b, workload{
 		name:       "cudaMalloc+cudaFree from CPython (~20 Python frames, --python auto)",
-		argv:       []string{python, filepath.Join(scenario.Root(), "testdata", "python", "bench_pairs.py")},
-		env:        []string{"FAKECUDA_LIB=" + scenario.Lib(b, "libcudart.so.12")},
+		argv:       []string{python, filepath.Join(probetest.Root(), "testdata", "python", "bench_pairs.py")},
+		env:        []string{"FAKECUDA_LIB=" + probetest.Lib(b, "libcudart.so.12")},
 		attachBare: barePairs(b),
 		events:     func(pairs int) uint64 { return uint64(4 * pairs) },
 		target:     "; target <= 1.6x bare",
@@ -214,11 +214,11 @@ func BenchmarkPythonOverhead(b *testing.B) {
 // bare probe counts at those sites, attached the same way (semaphores
 // raised); unprobed, the semaphores are down and the sites are skipped.
 func BenchmarkPoolOverhead(b *testing.B) {
-	scenario.RequirePrivilege(b)
+	probetest.RequirePrivilege(b)
 	if b.N < 1000 {
 		return // sizing call; see BenchmarkOverhead
 	}
-	lib := scenario.Lib(b, "libc10_cuda.so")
+	lib := probetest.Lib(b, "libc10_cuda.so")
 	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, true, nil)
 	require.NoError(b, err)
 	require.NotNil(b, pf)
@@ -230,7 +230,7 @@ func BenchmarkPoolOverhead(b *testing.B) {
 	require.Len(b, offs, 2, "pytorch:malloc and pytorch:free")
 	measure(b, workload{
 		name: "c10_alloc+c10_free (block layer, --pool)",
-		argv: []string{scenario.Bin(b, "bench_blocks")},
+		argv: []string{probetest.Bin(b, "bench_blocks")},
 		attachBare: func(b *testing.B) func(*testing.B, int) {
 			p, err := bare.AttachSites(lib, offs, refs)
 			require.NoError(b, err)

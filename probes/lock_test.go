@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestLockProc: a process is locked once; the holder's PID is named; a
@@ -46,8 +46,8 @@ func TestLockProc(t *testing.T) {
 // TestAllSkipsHeld: an --all session leaves a process another session
 // traces alone, and says so once.
 func TestAllSkipsHeld(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	lr := exec.Command(scenario.Bin(t, "longrun"))
+	probetest.RequirePrivilege(t)
+	lr := exec.Command(probetest.Bin(t, "longrun"))
 	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
 	out, err := lr.StdoutPipe()
 	require.NoError(t, err)
@@ -80,8 +80,8 @@ func TestAllSkipsHeld(t *testing.T) {
 // it traces, and at its next tick it leaves that process to the new session
 // and says so.
 func TestAllTakesNoLock(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	lr := exec.Command(scenario.Bin(t, "longrun"))
+	probetest.RequirePrivilege(t)
+	lr := exec.Command(probetest.Bin(t, "longrun"))
 	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
 	out, err := lr.StdoutPipe()
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // memSink keeps every record, copying events (the session reuses them).
@@ -51,10 +51,10 @@ func (m *memSink) Flush() error { return nil }
 
 // runScenario runs a scenario program under a session and returns what the
 // session recorded and what the program says it did.
-func runScenario(t *testing.T, name string, env ...string) (*memSink, *scenario.Truth, int) {
+func runScenario(t *testing.T, name string, env ...string) (*memSink, *probetest.Truth, int) {
 	t.Helper()
-	scenario.RequirePrivilege(t)
-	bin := scenario.Bin(t, name)
+	probetest.RequirePrivilege(t)
+	bin := probetest.Bin(t, name)
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
 
 	sink := &memSink{}
@@ -78,7 +78,7 @@ func runScenario(t *testing.T, name string, env ...string) (*memSink, *scenario.
 		code = cmd.ProcessState.ExitCode()
 	}
 	require.NoError(t, <-done)
-	return sink, scenario.MustReadTruth(t, truthPath), code
+	return sink, probetest.MustReadTruth(t, truthPath), code
 }
 
 // callKey identifies a call by what both sides see of it.
@@ -170,8 +170,8 @@ func TestSessionSeesEveryCall(t *testing.T) {
 // loader and sees every call once the runtime arrives. (Without wait, such
 // a process is ErrNoCUDA: TestAttachErrors.)
 func TestAttachWait(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	bin := scenario.Bin(t, "dlopen_late")
+	probetest.RequirePrivilege(t)
+	bin := probetest.Bin(t, "dlopen_late")
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
 
 	// Load BPF first: the 300 ms are for attaching, not for loading.
@@ -192,7 +192,7 @@ func TestAttachWait(t *testing.T) {
 	require.NoError(t, cmd.Wait())
 	require.NoError(t, <-done, "the session ends by itself when its target exits")
 
-	truth := scenario.MustReadTruth(t, truthPath)
+	truth := probetest.MustReadTruth(t, truthPath)
 	var allocs, frees uint64
 	for _, e := range sink.events {
 		switch {
@@ -211,7 +211,7 @@ func TestAttachWait(t *testing.T) {
 
 // TestAttachErrors: a PID that does not exist, and one without CUDA.
 func TestAttachErrors(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	s, err := NewSession(Options{Sink: &memSink{}})
 	require.NoError(t, err)
 	defer s.Close()

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
-	"github.com/vramprof/vramprof/probes/bare"
+	"github.com/vramprof/vramprof/probes/probetest/bare"
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 func mustSpecs(t *testing.T, text string) []allocspec.Allocator {
@@ -30,7 +30,7 @@ func mustSpecs(t *testing.T, text string) []allocspec.Allocator {
 // their return instructions; arguments laid out for the BPF side; a
 // function that tail-calls out is left unprobed with the reason.
 func TestSpecTargets(t *testing.T) {
-	lib := scenario.Lib(t, "libtinypool.so")
+	lib := probetest.Lib(t, "libtinypool.so")
 	specs := mustSpecs(t, `
 allocator tiny
 library libtinypool.so
@@ -81,7 +81,7 @@ free ptr=arg1 tiny_free
 	assert.Contains(t, pf.Skipped[0], "tiny_alloc_tail (tiny): jumps out of the function")
 
 	// A file no spec's library glob names is not read for them.
-	other := scenario.Lib(t, "librmm.so")
+	other := probetest.Lib(t, "librmm.so")
 	pf, err = scanFile(candidate{Path: other, OpenPath: other}, nil, false, specs)
 	require.NoError(t, err)
 	assert.Nil(t, pf)
@@ -94,8 +94,8 @@ free ptr=arg1 tiny_free
 // probes and probes on return instructions) it exits 0
 // (cmd/vramprof TestRunAllocatorSpecs).
 func TestUretprobeTerminatesThrowingCPlusPlus(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	lib := scenario.Lib(t, "librmm.so")
+	probetest.RequirePrivilege(t)
+	lib := probetest.Lib(t, "librmm.so")
 	pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, nil, false, allocspec.Builtin())
 	require.NoError(t, err)
 	require.NotNil(t, pf)
@@ -110,7 +110,7 @@ func TestUretprobeTerminatesThrowingCPlusPlus(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 
-	cmd := exec.Command(scenario.Bin(t, "spec_rmm_oom"))
+	cmd := exec.Command(probetest.Bin(t, "spec_rmm_oom"))
 	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"))
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err, "the throw must not survive a uretprobe:\n%s", out)

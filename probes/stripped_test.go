@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestScanStrippedRuntime: scanFile marks a file that holds the runtime
@@ -22,7 +22,7 @@ import (
 func TestScanStrippedRuntime(t *testing.T) {
 	specs := append(append([]probeSpec{}, cudaProbes...), loaderProbe)
 	stripped := filepath.Join(t.TempDir(), "static_runtime.stripped")
-	out, err := exec.Command("strip", "--strip-unneeded", "-o", stripped, scenario.Bin(t, "static_runtime")).CombinedOutput()
+	out, err := exec.Command("strip", "--strip-unneeded", "-o", stripped, probetest.Bin(t, "static_runtime")).CombinedOutput()
 	require.NoError(t, err, "strip: %s", out)
 	tests := []struct {
 		name     string
@@ -31,11 +31,11 @@ func TestScanStrippedRuntime(t *testing.T) {
 		stripped bool
 	}{
 		{name: "static runtime stripped", path: stripped, stripped: true},
-		{name: "runtime symbols stripped", path: scenario.Bin(t, "driver_only"), stripped: true},
-		{name: "static runtime", path: scenario.Bin(t, "static_runtime")},
-		{name: "shared runtime", path: scenario.Lib(t, "libcudart.so.12")},
-		{name: "driver", path: scenario.Lib(t, "libcuda.so.1")},
-		{name: "no runtime", path: scenario.Bin(t, "steady"), nil: true},
+		{name: "runtime symbols stripped", path: probetest.Bin(t, "driver_only"), stripped: true},
+		{name: "static runtime", path: probetest.Bin(t, "static_runtime")},
+		{name: "shared runtime", path: probetest.Lib(t, "libcudart.so.12")},
+		{name: "driver", path: probetest.Lib(t, "libcuda.so.1")},
+		{name: "no runtime", path: probetest.Bin(t, "steady"), nil: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestScanStrippedRuntime(t *testing.T) {
 // name; without them the test skips, or fails under CI=true.
 func realNVIDIA(t *testing.T) map[string]string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(scenario.Root(), "testdata", "nvidia", "fetch.sh"))
+	cmd := exec.Command(filepath.Join(probetest.Root(), "testdata", "nvidia", "fetch.sh"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -11,7 +11,7 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 )
 
-// importRecords is an imported snapshot as probes/snapshot writes one: PID
+// importRecords is an imported snapshot as profile/snapshot writes one: PID
 // 0 (a snapshot names no process), exit code 0 (it has none), no host, no
 // wall time. With times (time_us), 2 MiB then 4 MiB at +100 µs and +200
 // µs; without, the importer numbers the entries and ends with
@@ -100,7 +100,7 @@ func TestImportUnknowns(t *testing.T) {
 		})
 	}
 
-	// The importer's literal (probes/snapshot.ReasonUntimed) is this one.
+	// The importer's literal (profile/snapshot.ReasonUntimed) is this one.
 	assert.Equal(t, "snapshot without times", analysis.EndReasonUntimed)
 
 	// A traced run knows them all: no "unknown" list.

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestAttachAll runs `vramprof attach --all` while longrun (already mapping
@@ -23,7 +23,7 @@ import (
 // process's figures equal its own truth. Other tests' processes may be
 // traced too (tests run in parallel), so figures are compared per PID.
 func TestAttachAll(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	lr := startLongrun(t)
 
 	dir := filepath.Join(t.TempDir(), "out")
@@ -41,7 +41,7 @@ func TestAttachAll(t *testing.T) {
 	}
 
 	steadyTruth := filepath.Join(t.TempDir(), "steady.json")
-	steady := exec.Command(scenario.Bin(t, "steady"))
+	steady := exec.Command(probetest.Bin(t, "steady"))
 	steady.Env = append(os.Environ(), "VRAMPROF_TRUTH="+steadyTruth)
 	require.NoError(t, steady.Run())
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
@@ -70,7 +70,7 @@ func TestAttachAll(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(data, &rep))
 	for _, truthPath := range []string{steadyTruth, lr.truth} {
-		truth := scenario.MustReadTruth(t, truthPath)
+		truth := probetest.MustReadTruth(t, truthPath)
 		found := false
 		for _, p := range rep.Processes {
 			if p.PID != truth.PID {

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a poller at once.
@@ -54,7 +54,7 @@ type longrun struct {
 // killed at cleanup if still running.
 func startLongrun(t *testing.T) *longrun {
 	t.Helper()
-	return startLongrunCmd(t, exec.Command(scenario.Bin(t, "longrun")))
+	return startLongrunCmd(t, exec.Command(probetest.Bin(t, "longrun")))
 }
 
 // startLongrunCmd is startLongrun for a command that ends up running longrun
@@ -195,7 +195,7 @@ func (a *attachment) wait(t *testing.T, within time.Duration) int {
 // TestAttach attaches to longrun between its two phases and compares what
 // vramprof saw of phase 2 with longrun's truth, for each way an attach ends.
 func TestAttach(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name   string
 		stop   func(t *testing.T, lr *longrun, a *attachment)
@@ -232,7 +232,7 @@ func TestAttach(t *testing.T) {
 			require.Equal(t, 0, a.wait(t, 20*time.Second), "exit code; stderr:\n%s", a.stderr.String())
 			assertDirHolds(t, a.dir, outputFiles)
 
-			truth := scenario.MustReadTruth(t, lr.truth)
+			truth := probetest.MustReadTruth(t, lr.truth)
 			require.NotNil(t, truth.Preexisting, "longrun's truth has preexisting")
 			rep := mustReadReport(t, filepath.Join(a.dir, "report.json"))
 			assert.Equal(t, "vramprof/report/v1", rep.Schema)
@@ -266,7 +266,7 @@ func TestAttach(t *testing.T) {
 		// Phase 2 takes about half a second, so 1 s saw all or most of it:
 		// never more than the truth.
 		lr.expect(t, "done")
-		truth := scenario.MustReadTruth(t, lr.truth)
+		truth := probetest.MustReadTruth(t, lr.truth)
 		assert.LessOrEqual(t, val(t, "allocations", rep.Totals.Allocations), truth.Totals.Allocations)
 		assert.LessOrEqual(t, val(t, "allocated_bytes", rep.Totals.AllocatedBytes), truth.Totals.AllocatedBytes)
 		assert.Positive(t, val(t, "allocations", rep.Totals.Allocations), "saw phase 2")
@@ -277,7 +277,7 @@ func TestAttach(t *testing.T) {
 // killed by SIGKILL is reported as such (before: "target exited, exit code
 // 0"), from the exit tracepoint's status; a clean exit keeps its code.
 func TestAttachTargetKilled(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name   string
 		sig    syscall.Signal

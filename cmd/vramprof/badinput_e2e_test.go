@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // assertToolError checks the error contract: exit code 2 and exactly one
@@ -147,7 +147,7 @@ func TestBadInput(t *testing.T) {
 
 	// Everything below needs BPF.
 	t.Run("attach_no_process", func(t *testing.T) {
-		scenario.RequirePrivilege(t)
+		probetest.RequirePrivilege(t)
 		t.Parallel()
 		cwd := t.TempDir()
 		out := filepath.Join(t.TempDir(), "out")
@@ -161,7 +161,7 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("attach_no_cuda", func(t *testing.T) {
-		scenario.RequirePrivilege(t)
+		probetest.RequirePrivilege(t)
 		t.Parallel()
 		pid := startSleep(t)
 		cwd := t.TempDir()
@@ -175,7 +175,7 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("run_no_command", func(t *testing.T) {
-		scenario.RequirePrivilege(t)
+		probetest.RequirePrivilege(t)
 		t.Parallel()
 		cwd := t.TempDir()
 		out := filepath.Join(t.TempDir(), "out")
@@ -188,18 +188,18 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("run_unwritable_dir", func(t *testing.T) {
-		scenario.RequirePrivilege(t)
+		probetest.RequirePrivilege(t)
 		t.Parallel()
 		truth := filepath.Join(t.TempDir(), "truth.json")
 		r := vramprof(t, execOpts{dir: t.TempDir(), env: []string{"VRAMPROF_TRUTH=" + truth}},
-			"run", "-o", "/proc/forbidden", "--", scenario.Bin(t, "steady"))
+			"run", "-o", "/proc/forbidden", "--", probetest.Bin(t, "steady"))
 		assertToolError(t, r, "output directory", "/proc/forbidden")
 		assertNoOutputs(t, "/proc/forbidden", "")
 		assert.NoFileExists(t, truth, "the command must not run when its outputs cannot be written")
 	})
 
 	t.Run("report_damaged", func(t *testing.T) {
-		scenario.RequirePrivilege(t)
+		probetest.RequirePrivilege(t)
 		t.Parallel()
 		dir := recordSteady(t)
 		trace, err := os.ReadFile(filepath.Join(dir, "trace.vpt"))
@@ -240,7 +240,7 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("not_root", func(t *testing.T) {
-		scenario.RequirePrivilege(t)
+		probetest.RequirePrivilege(t)
 		setpriv, err := exec.LookPath("setpriv")
 		if err != nil {
 			t.Skip("needs setpriv (util-linux)")

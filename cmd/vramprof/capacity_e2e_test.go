@@ -10,22 +10,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestRunCapacity: --capacity gives the leak its projected time to OOM,
 // (capacity - what the device holds at the end) / the leak's rate, and a
 // replay with the same flag gives the same report.
 func TestRunCapacity(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	const capacity = 1 << 30
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
 	r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + truthPath}},
-		"run", "--capacity", "1GiB", "-o", dir, "--", scenario.Bin(t, "leak"))
+		"run", "--capacity", "1GiB", "-o", dir, "--", probetest.Bin(t, "leak"))
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-	truth := scenario.MustReadTruth(t, truthPath)
+	truth := probetest.MustReadTruth(t, truthPath)
 
 	type leak struct {
 		CapacityBytes      uint64  `json:"capacity_bytes"`

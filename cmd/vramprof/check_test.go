@@ -19,22 +19,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // checkScenario runs `vramprof check ARGS... -- <scenario>` and returns the
 // result and the truth the scenario wrote.
-func checkScenario(t *testing.T, name string, env []string, args ...string) (result, *scenario.Truth) {
+func checkScenario(t *testing.T, name string, env []string, args ...string) (result, *probetest.Truth) {
 	t.Helper()
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
-	args = append(append([]string{"check"}, args...), "--", scenario.Bin(t, name))
+	args = append(append([]string{"check"}, args...), "--", probetest.Bin(t, name))
 	r := vramprof(t, execOpts{env: append(env, "VRAMPROF_TRUTH="+truthPath), dir: t.TempDir()}, args...)
-	return r, scenario.MustReadTruth(t, truthPath)
+	return r, probetest.MustReadTruth(t, truthPath)
 }
 
 // topPeakFunction is the function holding the most bytes at the peak, by
 // the truth.
-func topPeakFunction(truth *scenario.Truth) string {
+func topPeakFunction(truth *probetest.Truth) string {
 	top, bytes := "", uint64(0)
 	for fn, f := range truth.ByFunction {
 		if f.LiveBytesAtPeak > bytes || f.LiveBytesAtPeak == bytes && fn < top {
@@ -93,7 +93,7 @@ func failedCases(doc *junitDoc) map[string]string {
 // TestCheckMaxPeak gates steady on its own peak: the exact peak passes, one
 // byte less fails and names the stack that holds the most at the peak.
 func TestCheckMaxPeak(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, truth, r := runScenario(t, "steady")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	peak := truth.Totals.PeakBytes
@@ -158,7 +158,7 @@ func TestCheckMaxPeak(t *testing.T) {
 // TestCheckBaseline writes steady's baseline and gates spike on it: spike's
 // peak is far above steady's.
 func TestCheckBaseline(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
 	base := filepath.Join(tmp, "base.json")
 	r, steady := checkScenario(t, "steady", nil, "--write-baseline", base)
@@ -192,7 +192,7 @@ func TestCheckBaseline(t *testing.T) {
 		assert.Equal(t, steady.Totals.PeakBytes, b.Devices[0].PeakBytes)
 	}
 	if assert.Len(t, b.Processes, 1) {
-		assert.Equal(t, scenario.Bin(t, "steady"), b.Processes[0].Command)
+		assert.Equal(t, probetest.Bin(t, "steady"), b.Processes[0].Command)
 	}
 	var stackSum uint64
 	for _, s := range b.PeakStacks {
@@ -256,7 +256,7 @@ func formatMiB(n uint64) string {
 // TestCheckCommandFails: a command that fails on its own is not a memory
 // regression (exit 2); one that fails and regressed is (exit 1, both said).
 func TestCheckCommandFails(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Run("own_failure", func(t *testing.T) {
 		junit := filepath.Join(t.TempDir(), "j.xml")
 		r := vramprof(t, execOpts{dir: t.TempDir()}, "check", "--junit", junit, "--max-peak", "1GiB", "--", "sh", "-c", "exit 3")

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // The coverage issue's awkward targets. Two are elsewhere:
@@ -31,9 +31,9 @@ import (
 // scenario (same pid, a new image): every call of the exec'd program is
 // traced.
 func TestRunExecMidRun(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
-	bin := scenario.Bin(t, "steady")
+	bin := probetest.Bin(t, "steady")
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
@@ -43,7 +43,7 @@ func TestRunExecMidRun(t *testing.T) {
 	r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + truthPath}},
 		"run", "-o", dir, "--", "sh", "-c", script, bin)
 	require.Equal(t, 0, r.code, "exit code; stderr:\n%s", r.stderr)
-	truth := scenario.MustReadTruth(t, truthPath)
+	truth := probetest.MustReadTruth(t, truthPath)
 	rep := mustReadReport(t, filepath.Join(dir, "report.json"))
 	checkReport(t, rep, truth)
 	checkProfile(t, "steady", filepath.Join(dir, "profile.pb.gz"), truth)
@@ -61,13 +61,13 @@ func TestRunExecMidRun(t *testing.T) {
 // they must be reached through /proc/PID/root. Every call after the attach
 // is traced.
 func TestAttachOtherMountNamespace(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		skipOrFail(t, "needs unshare (util-linux)")
 	}
 	t.Parallel()
-	bin, rt, drv := scenario.Bin(t, "longrun"), scenario.Lib(t, "libcudart.so.12"), scenario.Lib(t, "libcuda.so.1")
+	bin, rt, drv := probetest.Bin(t, "longrun"), probetest.Lib(t, "libcudart.so.12"), probetest.Lib(t, "libcuda.so.1")
 	// An empty directory here; inside the namespace a tmpfs over it holds
 	// bin/longrun and lib/ (longrun's RUNPATH is $ORIGIN/../lib).
 	ns := filepath.Join(t.TempDir(), "ns")
@@ -96,7 +96,7 @@ cp "$2" "$1/bin/longrun"; cp "$3" "$4" "$1/lib/"; exec "$1/bin/longrun"`
 	}
 	require.Equal(t, 0, a.wait(t, 20*time.Second), "exit code; stderr:\n%s", a.stderr.String())
 
-	truth := scenario.MustReadTruth(t, lr.truth)
+	truth := probetest.MustReadTruth(t, lr.truth)
 	require.Equal(t, uint32(lr.pid), truth.PID)
 	rep := mustReadCovReport(t, filepath.Join(a.dir, "report.json"))
 	tt, want := rep.Totals, truth.Totals

@@ -21,17 +21,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
-// covTruth is the part of a truth file that scenario.Truth leaves out:
+// covTruth is the part of a truth file that probetest.Truth leaves out:
 // devices, host, vmm, books, the process tree, and each call's device.
 type covTruth struct {
 	Scenario  string                  `json:"scenario"`
 	PID       uint32                  `json:"pid"`
 	ParentPID *uint32                 `json:"parent_pid"`
 	Children  []uint32                `json:"children"`
-	Totals    scenario.Totals         `json:"totals"`
+	Totals    probetest.Totals         `json:"totals"`
 	Devices   map[string]covTruthDev  `json:"devices"`
 	Host      covTruthHost            `json:"host"`
 	VMM       covTruthVMM             `json:"vmm"`
@@ -426,7 +426,7 @@ var coverageScenarios = []struct {
 // run` and compares report.json and the profile with the truth exactly:
 // totals, devices, host, VMM, books, per process for process trees.
 func TestRunCoverageScenarios(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range coverageScenarios {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

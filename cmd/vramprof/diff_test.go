@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // diffOutput is the part of `diff --format json` these tests read, declared
@@ -63,7 +63,7 @@ func mustDiff(t *testing.T, base, nw string) (*diffOutput, string) {
 // TestDiffSteadyLeak diffs steady against leak: the leak's cache_activations
 // stack is new and holds what the truth says is live at the end.
 func TestDiffSteadyLeak(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	steadyDir, steady, r := runScenario(t, "steady")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	leakDir, leak, r := runScenario(t, "leak")
@@ -90,7 +90,7 @@ func TestDiffSteadyLeak(t *testing.T) {
 	for _, p := range d.Processes {
 		status[p.Name] = p.Status
 	}
-	assert.Equal(t, map[string]string{scenario.Bin(t, "steady"): "vanished", scenario.Bin(t, "leak"): "new"}, status)
+	assert.Equal(t, map[string]string{probetest.Bin(t, "steady"): "vanished", probetest.Bin(t, "leak"): "new"}, status)
 
 	var cache []diffOutputStk
 	for _, s := range d.LiveAtEndStacks {
@@ -126,7 +126,7 @@ func TestDiffSteadyLeak(t *testing.T) {
 	require.Equal(t, 0, text.code, "stderr: %s", text.stderr)
 	live := leak.ByFunction["cache_activations"].LiveBytesAtEnd
 	assert.Regexp(t, fmt.Sprintf(`stacks live at the end \(largest change first\):\n  \[new\] \+%d bytes \([^)]*\): 0 -> %d bytes [^\n]* at cache_activations \(`, live, live), text.stdout)
-	assert.Contains(t, text.stdout, "[vanished] "+scenario.Bin(t, "steady"))
+	assert.Contains(t, text.stdout, "[vanished] "+probetest.Bin(t, "steady"))
 }
 
 func abs(d int64) int64 {
@@ -139,7 +139,7 @@ func abs(d int64) int64 {
 // TestDiffSameProgram diffs two runs of steady: unsymbolized frames (libc
 // under ASLR) are blanked, so every stack matches and nothing changed.
 func TestDiffSameProgram(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	a, _, r := runScenario(t, "steady")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	b, _, r := runScenario(t, "steady")

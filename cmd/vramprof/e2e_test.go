@@ -25,7 +25,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // binPath is the vramprof binary built by TestMain.
@@ -229,14 +229,14 @@ func assertDirHolds(tb testing.TB, dir string, want []string) {
 
 // runScenario profiles a scenario with `vramprof run -o DIR` and returns DIR,
 // the truth and the exit code.
-func runScenario(t *testing.T, name string, env ...string) (string, *scenario.Truth, result) {
+func runScenario(t *testing.T, name string, env ...string) (string, *probetest.Truth, result) {
 	t.Helper()
-	bin := scenario.Bin(t, name)
+	bin := probetest.Bin(t, name)
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
 	r := vramprof(t, execOpts{env: append(env, "VRAMPROF_TRUTH="+truthPath), dir: tmp}, "run", "-o", dir, "--", bin)
-	return dir, scenario.MustReadTruth(t, truthPath), r
+	return dir, probetest.MustReadTruth(t, truthPath), r
 }
 
 var scenarios = []struct {
@@ -259,7 +259,7 @@ var scenarios = []struct {
 // report.json, the pprof profile and a replay of the trace against what the
 // scenario says it did.
 func TestRunMatchesTruth(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range scenarios {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -280,7 +280,7 @@ func TestRunMatchesTruth(t *testing.T) {
 	}
 }
 
-func checkReport(t *testing.T, rep *Report, truth *scenario.Truth) {
+func checkReport(t *testing.T, rep *Report, truth *probetest.Truth) {
 	assert.Equal(t, "vramprof/report/v1", rep.Schema)
 	tt, want := rep.Totals, truth.Totals
 	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
@@ -330,7 +330,7 @@ var sampleTypes = []string{
 	"inuse_space/bytes", "peak_objects/count", "peak_space/bytes",
 }
 
-func checkProfile(t *testing.T, name, path string, truth *scenario.Truth) {
+func checkProfile(t *testing.T, name, path string, truth *probetest.Truth) {
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
@@ -432,7 +432,7 @@ func checkReplay(t *testing.T, dir string) {
 	assert.NotEmpty(t, r.stdout, "text summary")
 }
 
-func checkFindings(t *testing.T, name string, rep *Report, truth *scenario.Truth) {
+func checkFindings(t *testing.T, name string, rep *Report, truth *probetest.Truth) {
 	leakAt := func(fn string) bool {
 		for _, f := range rep.Findings {
 			if f.Kind != "leak" {
@@ -526,13 +526,13 @@ func checkFindings(t *testing.T, name string, rep *Report, truth *scenario.Truth
 // ./vramprof-<child pid>-<time>, and nothing else is left in the working
 // directory.
 func TestRunDefaultDir(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	cwd := t.TempDir()
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
-	r := vramprof(t, execOpts{dir: cwd, env: []string{"VRAMPROF_TRUTH=" + truthPath}}, "run", "--", scenario.Bin(t, "hashed"))
+	r := vramprof(t, execOpts{dir: cwd, env: []string{"VRAMPROF_TRUTH=" + truthPath}}, "run", "--", probetest.Bin(t, "hashed"))
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-	truth := scenario.MustReadTruth(t, truthPath)
+	truth := probetest.MustReadTruth(t, truthPath)
 	ents, err := os.ReadDir(cwd)
 	require.NoError(t, err)
 	require.Len(t, ents, 1, "one output directory")

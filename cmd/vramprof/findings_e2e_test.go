@@ -17,14 +17,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // hostLiveByFunction replays a truth's calls[] for pinned host memory: the
 // bytes each function pinned (cudaMallocHost, cudaHostAlloc, cuMemHostAlloc,
 // cuMemAllocHost_v2) and had not freed (cudaFreeHost, cuMemFreeHost) at the
 // end.
-func hostLiveByFunction(truth *scenario.Truth) map[string]uint64 {
+func hostLiveByFunction(truth *probetest.Truth) map[string]uint64 {
 	type pinned struct {
 		fn   string
 		size uint64
@@ -50,7 +50,7 @@ func hostLiveByFunction(truth *scenario.Truth) map[string]uint64 {
 
 // hostAllocsByFunction counts each function's successful pinned host
 // allocations in calls[].
-func hostAllocsByFunction(truth *scenario.Truth) map[string]uint64 {
+func hostAllocsByFunction(truth *probetest.Truth) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, c := range truth.Calls {
 		switch c.API {
@@ -70,7 +70,7 @@ func hostAllocsByFunction(truth *scenario.Truth) map[string]uint64 {
 // live at the end, since it pinned nothing before the first iteration.
 // Steady scenarios have no such finding.
 func TestPinnedHostGrowth(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name string
 		want bool
@@ -128,7 +128,7 @@ type rankTruth struct {
 	PID        uint32                       `json:"pid"`
 	Children   []uint32                     `json:"children"`
 	Devices    map[string]covTruthDev       `json:"devices"`
-	ByFunction map[string]scenario.Function `json:"by_function"`
+	ByFunction map[string]probetest.Function `json:"by_function"`
 }
 
 // TestDeviceImbalance: imbalance's rank 0 gathers a checkpoint on device 0
@@ -140,7 +140,7 @@ type rankTruth struct {
 // differences (four_devices: 53 MiB, launcher: 21 MiB, steady: one device)
 // make none.
 func TestDeviceImbalance(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name string
 		want bool
@@ -212,7 +212,7 @@ func TestDeviceImbalance(t *testing.T) {
 // complete iteration allocates, on average, every byte allocated from the
 // first iteration's first call to the last iteration's first call, over 99.
 func TestIterationsSection(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, truth, r := runScenario(t, "leak")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	type iterations struct {

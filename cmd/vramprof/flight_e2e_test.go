@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // flightReport is the part of report.json the flight recorder adds.
@@ -49,7 +49,7 @@ func segmentFiles(tb testing.TB, dir string) (names []string, total, largest int
 // DIR`) gives the truth's counts and live bytes exactly, and says what it
 // summarised.
 func TestFlightRecorderMatchesTruth(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name, max string
 		maxBytes  int64
@@ -64,14 +64,14 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 		{name: "churn_threads", max: "512KiB", maxBytes: 512 << 10, env: []string{"CHURN_PAIRS=2000"}, dropped: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bin := scenario.Bin(t, tc.name)
+			bin := probetest.Bin(t, tc.name)
 			tmp := t.TempDir()
 			truthPath := filepath.Join(tmp, "truth.json")
 			dir := filepath.Join(tmp, "out")
 			r := vramprof(t, execOpts{env: append(tc.env, "VRAMPROF_TRUTH="+truthPath), dir: tmp},
 				"run", "--max-trace", tc.max, "-o", dir, "--", bin)
 			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-			truth := scenario.MustReadTruth(t, truthPath)
+			truth := probetest.MustReadTruth(t, truthPath)
 
 			names, total, largest := segmentFiles(t, dir)
 			require.NotEmpty(t, names)

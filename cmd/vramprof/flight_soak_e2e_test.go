@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // vmRSS reads a process's resident set size in bytes; 0 once it is gone.
@@ -61,7 +61,7 @@ func TestFlightSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak: a minute long; not with -short")
 	}
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	seconds := 60
 	if s := os.Getenv("VRAMPROF_SOAK_SECONDS"); s != "" {
 		var err error
@@ -73,7 +73,7 @@ func TestFlightSoak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second+5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, "run", "-q", "--max-trace", "1MiB", "-o", dir, "--",
-		scenario.Bin(t, "bench_pairs"), "1000000000000")
+		probetest.Bin(t, "bench_pairs"), "1000000000000")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())
@@ -120,12 +120,12 @@ func TestFlightSoak(t *testing.T) {
 // kept then (held open, so deleting one meanwhile is harmless) and
 // restores from the oldest one's checkpoint.
 func TestFlightMoment(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir := filepath.Join(t.TempDir(), "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, "run", "-q", "--max-trace", "256KiB", "-o", dir, "--",
-		scenario.Bin(t, "bench_pairs"), "1000000000000")
+		probetest.Bin(t, "bench_pairs"), "1000000000000")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())

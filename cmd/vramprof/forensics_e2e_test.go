@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // truthPoolRecord is the allocator state the scenarios record at a failed
@@ -102,7 +102,7 @@ func runForensics(t *testing.T, name string, exit int) (string, *truthForensics,
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
-	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp}, "run", "-o", dir, "--", scenario.Bin(t, name))
+	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp}, "run", "-o", dir, "--", probetest.Bin(t, name))
 	require.Equal(t, exit, r.code, "stderr:\n%s", r.stderr)
 	var truth truthForensics
 	readJSON(t, truthPath, &truth)
@@ -126,7 +126,7 @@ func findingsOf(rep *reportForensics, kind string) []int {
 // for a final OOM, retries[] for every failure, both taken before the
 // free-all), and checks the findings and oom-<n>.pb.gz.
 func TestOOMForensics(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name    string
 		exit    int
@@ -244,7 +244,7 @@ func gcThresholds(rep *reportForensics) []string {
 // The other pool scenarios get no such advice: a final OOM (the flush did
 // not save the run), a capacity OOM, no failure at all.
 func TestGCThreshold(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name string
 		exit int
@@ -293,7 +293,7 @@ func TestGCThreshold(t *testing.T) {
 // empty_cache every step and gets them again the next: 61 cudaMalloc, 61
 // cudaFree, 19 x 3 = 57 cycles of 20 + 2 + 12 MiB = 677380096 bytes.
 func TestChurnFinding(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	_, truth, rep := runForensics(t, "pool_empty_cache", 0)
 	assert.Equal(t, uint64(21), truth.Blocks.EmptyCacheCalls)
 	var mallocs, frees uint64

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestFailedPitchedRequest: managed_pinned's pitched_too_big asks
@@ -28,7 +28,7 @@ import (
 // both beyond the device. A failed pitched request counts what was asked
 // for, width x height [x depth] (before: 0 bytes, the pitch being unknown).
 func TestFailedPitchedRequest(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, truth, r := runScenario(t, "managed_pinned")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	var want uint64
@@ -94,7 +94,7 @@ func withLost(t *testing.T, trace string, lost uint64) (string, uint64) {
 // permits that share (before: PASS, exit 0, with 99.6% of events lost, and
 // "the measured figures may be low").
 func TestCheckLostEvents(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, truth, r := runScenario(t, "steady")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	peak := strconv.FormatUint(truth.Totals.PeakBytes, 10)
@@ -156,8 +156,8 @@ func TestCheckLostEvents(t *testing.T) {
 // output file without touching its target. Each refusal is one line with
 // the fix, exit 2.
 func TestOutputsNeverFollowLinks(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	steady := scenario.Bin(t, "steady")
+	probetest.RequirePrivilege(t)
+	steady := probetest.Bin(t, "steady")
 	rec, _, r := runScenario(t, "steady")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 
@@ -275,10 +275,10 @@ func TestReportSnapshotRefusesTerminal(t *testing.T) {
 // failed_call finding, not an oom). Before: both named as the runtime's
 // cudaError_t, and every failure filed under the one oom finding.
 func TestDriverErrorNames(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, truth, r := runScenario(t, "driver_only")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-	var failed []scenario.Call
+	var failed []probetest.Call
 	for _, c := range truth.Calls {
 		if c.Outcome == "failed" {
 			failed = append(failed, c)

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // dieAtStopEnv is the session's test hook (probes/session.go, dieAtStop):
@@ -82,10 +82,10 @@ func killedBySIGKILL(err error) bool {
 // vramprof, must be resumed by the guardian, and finish: exit code 0, its
 // truth written.
 func TestRunKilledAtEveryStop(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, name := range []string{"dlopen_late", "reload", "launcher", "static_runtime"} {
 		t.Run(name, func(t *testing.T) {
-			bin := scenario.Bin(t, name)
+			bin := probetest.Bin(t, name)
 			stops := 0
 			for n := 1; n <= maxStops; n++ {
 				tmp := t.TempDir()
@@ -109,7 +109,7 @@ func TestRunKilledAtEveryStop(t *testing.T) {
 				err := cmd.Run()
 				code := awaitTargetEnd(t, codeFile, 20*time.Second)
 				assert.Equal(t, 0, code, "target's exit code, vramprof killed at stop %d", n)
-				truth, terr := scenario.ReadTruth(truthFile)
+				truth, terr := probetest.ReadTruth(truthFile)
 				if assert.NoError(t, terr, "target's truth, vramprof killed at stop %d", n) {
 					assert.Equal(t, name, truth.Scenario, "truth's scenario")
 				}
@@ -135,8 +135,8 @@ func TestRunKilledAtEveryStop(t *testing.T) {
 // after the attach). The shell is this test's child: its exit code is the
 // scenario's.
 func TestAttachKilledAtEveryStop(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	bin := scenario.Bin(t, "dlopen_late")
+	probetest.RequirePrivilege(t)
+	bin := probetest.Bin(t, "dlopen_late")
 	stops := 0
 	for n := 1; n <= maxStops; n++ {
 		tmp := t.TempDir()
@@ -183,7 +183,7 @@ func TestAttachKilledAtEveryStop(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("the target did not finish within 20 s, vramprof killed at stop %d: left stopped?%s", n, stoppedNote(t))
 		}
-		_, terr := scenario.ReadTruth(truthFile)
+		_, terr := probetest.ReadTruth(truthFile)
 		assert.NoError(t, terr, "target's truth, vramprof killed at stop %d", n)
 		lines = append(lines, <-rest...)
 		err = cmd.Wait()
@@ -204,7 +204,7 @@ func TestAttachKilledAtEveryStop(t *testing.T) {
 // before the attach is not vramprof's to resume, whether vramprof ends
 // normally or is killed.
 func TestUserStoppedStaysStopped(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name string
 		sig  syscall.Signal
@@ -262,12 +262,12 @@ func waitState(t *testing.T, pid int, st byte) {
 // the command (longrun does not handle them), and vramprof exits with its
 // code, outputs written.
 func TestRunForwardsSignals(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			tmp := t.TempDir()
 			dir := filepath.Join(tmp, "out")
-			cmd := exec.Command(binPath, "run", "-q", "-o", dir, "--", scenario.Bin(t, "longrun"))
+			cmd := exec.Command(binPath, "run", "-q", "-o", dir, "--", probetest.Bin(t, "longrun"))
 			cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"), "LONGRUN_MAX_SECONDS=20")
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestRecorderKilled SIGKILLs `vramprof run` a while after the last
@@ -24,11 +24,11 @@ import (
 // last one included (the trace writer holds an event back in case the next
 // one folds into it, and the flush each second writes it out), and reports.
 func TestRecorderKilled(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "out")
-	cmd := exec.Command(binPath, "run", "-q", "-o", dir, "--", scenario.Bin(t, "longrun"))
+	cmd := exec.Command(binPath, "run", "-q", "-o", dir, "--", probetest.Bin(t, "longrun"))
 	cmd.Env = append(os.Environ(), "LONGRUN_MAX_SECONDS=20", "VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"))
 	cmd.Dir = tmp
 	stdout, err := cmd.StdoutPipe()

@@ -40,8 +40,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
-	pysnapshot "github.com/vramprof/vramprof/probes/snapshot"
+	"github.com/vramprof/vramprof/probes/probetest"
+	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 )
 
 // mvUnpickle decodes data with the opcodes MemoryViz.js's unpickle
@@ -367,7 +367,7 @@ func TestSnapshotMemoryViz(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.root {
-				scenario.RequirePrivilege(t)
+				probetest.RequirePrivilege(t)
 			}
 			r := vramprof(t, execOpts{}, "report", tc.input(t), "--format", "snapshot")
 			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)

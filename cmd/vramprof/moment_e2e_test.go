@@ -26,7 +26,7 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // momentReport is the part of a moment's report.json these tests read.
@@ -89,7 +89,7 @@ func momentIndex(t *testing.T, name string) int {
 // truthAtFirstFailure replays the truth's calls up to its first failed
 // allocation: the bytes live then, the successful allocations before it and
 // the size it asked for.
-func truthAtFirstFailure(t *testing.T, truth *scenario.Truth) (live, allocs, size uint64) {
+func truthAtFirstFailure(t *testing.T, truth *probetest.Truth) (live, allocs, size uint64) {
 	t.Helper()
 	held := map[uint64]uint64{}
 	for _, c := range truth.Calls {
@@ -117,7 +117,7 @@ var momentFiles = []string{"profile.pb.gz", "report.html", "report.json", "repor
 // report appears whose failed request and live bytes are the truth's at the
 // failure, and the outputs at exit are still complete and exact.
 func TestMomentOOM(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, truth, r := runScenario(t, "oom", "FAKECUDA_CAPACITY=1073741824")
 	require.Equal(t, 1, r.code, "exit code; stderr:\n%s", r.stderr)
 	assertDirHolds(t, dir, withMoments(outputFiles))
@@ -193,7 +193,7 @@ func withMoments(files []string) []string {
 // its phase 2: a moment report appears that is the analysis of a prefix of
 // the final trace, and the recording goes on to the truth's final counts.
 func TestMomentSIGUSR1(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	lr := startLongrun(t)
 	a := startAttach(t, lr.pid)
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1)) // phase 2: 20 steps, 20 ms apart
@@ -205,7 +205,7 @@ func TestMomentSIGUSR1(t *testing.T) {
 	assertDirHolds(t, a.dir, withMoments(outputFiles))
 
 	// Recording went on: the final outputs hold all of phase 2.
-	truth := scenario.MustReadTruth(t, lr.truth)
+	truth := probetest.MustReadTruth(t, lr.truth)
 	rep := mustReadReport(t, filepath.Join(a.dir, "report.json"))
 	tt, want := rep.Totals, truth.Totals
 	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
@@ -279,7 +279,7 @@ func readRecords(t *testing.T, r io.Reader, max int) []string {
 // alone gets a moment; with 300ms, a bounded number do, and every failure
 // without one is counted, in the next moment report or the exit summary.
 func TestMomentRateLimit(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name     string
 		interval string // --moment-interval; "" for the default
@@ -289,7 +289,7 @@ func TestMomentRateLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			bin := scenario.Bin(t, "oom_loop")
+			bin := probetest.Bin(t, "oom_loop")
 			tmp := t.TempDir()
 			truthPath := filepath.Join(tmp, "truth.json")
 			dir := filepath.Join(tmp, "out")
@@ -301,7 +301,7 @@ func TestMomentRateLimit(t *testing.T) {
 			r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp}, append(args, "--", bin)...)
 			elapsed := time.Since(start)
 			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-			truth := scenario.MustReadTruth(t, truthPath)
+			truth := probetest.MustReadTruth(t, truthPath)
 			failures := truth.Totals.FailedAllocations
 			require.Equal(t, uint64(300), failures, "truth: failed requests")
 			rep := mustReadReport(t, filepath.Join(dir, "report.json"))

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // churnTruth is what testdata/scenarios/churn_threads counts about itself
@@ -21,7 +21,7 @@ import (
 // not to for these figures).
 type churnTruth struct {
 	PID    uint32          `json:"pid"`
-	Totals scenario.Totals `json:"totals"`
+	Totals probetest.Totals `json:"totals"`
 	Books  struct {
 		Runtime churnBook `json:"runtime"`
 		Driver  churnBook `json:"driver"`
@@ -77,8 +77,8 @@ const (
 // unknown free, replaced allocation, lost or late event. A free ordered by
 // its return instead of its entry shows here as an unknown free.
 func TestRunExactUnderChurn(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	bin := scenario.Bin(t, "churn_threads")
+	probetest.RequirePrivilege(t)
+	bin := probetest.Bin(t, "churn_threads")
 	pairs := churnPairs
 	if s := os.Getenv("VRAMPROF_CHURN_PAIRS"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // poolReport is the part of report.json the block-layer tests read.
@@ -47,7 +47,7 @@ func readPoolReport(t *testing.T, dir string) *poolReport {
 // the CUDA API underneath. Both equal the allocator's own truth; with
 // --pool off the block layer is absent.
 func TestRunBlockLayer(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name string
 		exit int
@@ -68,7 +68,7 @@ func TestRunBlockLayer(t *testing.T) {
 			// not as a failed block.
 			want := *truth.Blocks
 			want.FailedAllocations = 0
-			assert.Equal(t, want, scenario.Blocks(*rep.Blocks), "blocks")
+			assert.Equal(t, want, probetest.Blocks(*rep.Blocks), "blocks")
 			assert.Equal(t, truth.Totals.Allocations, rep.Totals.Allocations, "segment allocations")
 			assert.Equal(t, truth.Totals.FailedAllocations, rep.Totals.FailedAllocations, "failed segment allocations")
 			assert.Equal(t, truth.Totals.PeakBytes, rep.Totals.PeakBytes, "segment peak")
@@ -110,7 +110,7 @@ func TestRunBlockLayer(t *testing.T) {
 		tmp := t.TempDir()
 		out := filepath.Join(tmp, "out")
 		r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + filepath.Join(tmp, "truth.json")}},
-			"run", "--pool", "off", "-o", out, "--", scenario.Bin(t, "pool_steady"))
+			"run", "--pool", "off", "-o", out, "--", probetest.Bin(t, "pool_steady"))
 		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 		rep := readPoolReport(t, out)
 		assert.Nil(t, rep.Blocks, "no block layer with --pool off")

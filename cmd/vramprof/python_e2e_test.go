@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestRunPython profiles a real CPython that loads the CUDA runtime late,
@@ -20,7 +20,7 @@ import (
 // reached the way users reach it (here through pyenv's shim: a shell script
 // that execs the real interpreter), so the run also crosses execs.
 func TestRunPython(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -32,13 +32,13 @@ func TestRunPython(t *testing.T) {
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
-	script := filepath.Join(scenario.Root(), "testdata", "python", "alloc.py")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "alloc.py")
 	r := vramprof(t, execOpts{dir: tmp, env: []string{
 		"VRAMPROF_TRUTH=" + truthPath,
-		"FAKECUDA_LIB=" + scenario.Lib(t, "libcudart.so.12"),
+		"FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12"),
 	}}, "run", "-o", dir, "--", python, script)
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-	truth := scenario.MustReadTruth(t, truthPath)
+	truth := probetest.MustReadTruth(t, truthPath)
 	require.NotZero(t, truth.Totals.Allocations)
 
 	rep := mustReadReport(t, filepath.Join(dir, "report.json"))

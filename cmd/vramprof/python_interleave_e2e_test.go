@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // interleaveTruth is what testdata/python/fp/interleave.py writes: every
@@ -65,11 +65,11 @@ const (
 // segment, native frames through vpext_call, the next segment, ..., native
 // frames down to the interpreter's Py_BytesMain.
 func TestPythonInterleave(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	python := fpPython(t)
 	tmp := t.TempDir()
 	buildVPExt(t, python, tmp)
-	script := filepath.Join(scenario.Root(), "testdata", "python", "fp", "interleave.py")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "fp", "interleave.py")
 
 	// run traces the script, with vramprof's extra arguments, and returns
 	// its truth and the stacks of its allocations in order.
@@ -234,7 +234,7 @@ func fpPython(t *testing.T) string {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	script := filepath.Join(scenario.Root(), "testdata", "python", "fp", "build.sh")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "fp", "build.sh")
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, script)
 	cmd.Stderr = &stderr
@@ -268,12 +268,12 @@ func fpPython(t *testing.T) string {
 // dir/vpext.so.
 func buildVPExt(tb testing.TB, python, dir string) {
 	tb.Helper()
-	src := filepath.Join(scenario.Root(), "testdata", "python", "fp", "vpext.c")
-	cudart := scenario.Lib(tb, "libcudart.so.12")
+	src := filepath.Join(probetest.Root(), "testdata", "python", "fp", "vpext.c")
+	cudart := probetest.Lib(tb, "libcudart.so.12")
 	include := filepath.Join(filepath.Dir(filepath.Dir(python)), "include", "python3.11")
 	cmd := exec.Command("gcc", "-shared", "-fPIC", "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
 		"-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-fno-optimize-sibling-calls",
-		"-I", include, "-I", filepath.Join(scenario.Root(), "testdata", "cuda"),
+		"-I", include, "-I", filepath.Join(probetest.Root(), "testdata", "cuda"),
 		"-o", filepath.Join(dir, "vpext.so"), src, cudart, "-Wl,-rpath,"+filepath.Dir(cudart))
 	out, err := cmd.CombinedOutput()
 	require.NoError(tb, err, "%s\n%s", strings.Join(cmd.Args, " "), out)

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // pyStacksTruth is what testdata/python/stacks/train.py writes: every
@@ -68,8 +68,8 @@ func pythonFrame(function, file string, line int64) string {
 // with the stack the script read from its own frames at that call; then
 // checks that the leak and peak findings name the Python line.
 func TestPythonStacks(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	for _, py := range scenario.Pythons(t) {
+	probetest.RequirePrivilege(t)
+	for _, py := range probetest.Pythons(t) {
 		t.Run(py.Name, func(t *testing.T) {
 			testPythonStacks(t, py.Argv)
 		})
@@ -80,11 +80,11 @@ func testPythonStacks(t *testing.T, python []string) {
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
-	script := filepath.Join(scenario.Root(), "testdata", "python", "stacks", "train.py")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "stacks", "train.py")
 	args := append([]string{"run", "-o", dir, "--"}, python...)
 	r := vramprof(t, execOpts{dir: tmp, env: []string{
 		"VRAMPROF_TRUTH=" + truthPath,
-		"FAKECUDA_LIB=" + scenario.Lib(t, "libcudart.so.12"),
+		"FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12"),
 	}}, append(args, script)...)
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	truth := mustReadJSON[pyStacksTruth](t, truthPath)
@@ -241,19 +241,19 @@ func checkPythonFrames(t *testing.T, truth *pyStacksTruth, byThread map[uint32][
 // the program. One interpreter with a layout table, one with
 // _Py_DebugOffsets.
 func TestPythonStacksAttach(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	var picked []scenario.Python
-	for _, py := range scenario.Pythons(t) {
+	probetest.RequirePrivilege(t)
+	var picked []probetest.Python
+	for _, py := range probetest.Pythons(t) {
 		if py.Name == "system-3.11" || py.Version == "3.14" && !py.Shared {
 			picked = append(picked, py)
 		}
 	}
 	require.Len(t, picked, 2, "want Debian's 3.11 and a static 3.14 (testdata/python/fetch.sh)")
-	script := filepath.Join(scenario.Root(), "testdata", "python", "stacks", "train.py")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "stacks", "train.py")
 	for _, py := range picked {
 		t.Run(py.Name, func(t *testing.T) {
 			cmd := exec.Command(py.Argv[0], append(py.Argv[1:], script)...)
-			cmd.Env = append(os.Environ(), "TRAIN_WAIT_SIGNAL=1", "FAKECUDA_LIB="+scenario.Lib(t, "libcudart.so.12"))
+			cmd.Env = append(os.Environ(), "TRAIN_WAIT_SIGNAL=1", "FAKECUDA_LIB="+probetest.Lib(t, "libcudart.so.12"))
 			lr := startLongrunCmd(t, cmd)
 			a := startAttach(t, lr.pid)
 			require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
@@ -275,8 +275,8 @@ func TestPythonStacksAttach(t *testing.T) {
 // python3.11) but defines no _PyRuntime is profiled as native code, exact
 // as ever, and the report says in one line why there are no Python frames.
 func TestPythonStripped(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	data, err := os.ReadFile(scenario.Bin(t, "steady"))
+	probetest.RequirePrivilege(t)
+	data, err := os.ReadFile(probetest.Bin(t, "steady"))
 	require.NoError(t, err)
 	tmp := t.TempDir()
 	fake := filepath.Join(tmp, "python3.11")
@@ -284,10 +284,10 @@ func TestPythonStripped(t *testing.T) {
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
 	// The copy's rpath ($ORIGIN) no longer leads to the fake runtime.
-	libs := filepath.Dir(scenario.Lib(t, "libcudart.so.12"))
+	libs := filepath.Dir(probetest.Lib(t, "libcudart.so.12"))
 	r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + truthPath, "LD_LIBRARY_PATH=" + libs}}, "run", "-o", dir, "--", fake)
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-	truth := scenario.MustReadTruth(t, truthPath)
+	truth := probetest.MustReadTruth(t, truthPath)
 	rep := mustReadReport(t, filepath.Join(dir, "report.json"))
 	assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations))
 	assert.Equal(t, truth.Totals.PeakBytes, val(t, "peak_bytes", rep.Totals.PeakBytes))
@@ -302,9 +302,9 @@ func TestPythonStripped(t *testing.T) {
 // TestPythonDepthAndOff: --python-depth 2 keeps the two innermost Python
 // frames and marks the cut; --python off keeps the stacks native.
 func TestPythonDepthAndOff(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	const python = "/usr/bin/python3.11"
-	script := filepath.Join(scenario.Root(), "testdata", "python", "stacks", "train.py")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "stacks", "train.py")
 	for _, tc := range []struct {
 		name  string
 		flags []string
@@ -320,7 +320,7 @@ func TestPythonDepthAndOff(t *testing.T) {
 			args := append(append([]string{"run", "-o", dir}, tc.flags...), "--", python, script)
 			r := vramprof(t, execOpts{dir: tmp, env: []string{
 				"VRAMPROF_TRUTH=" + truthPath,
-				"FAKECUDA_LIB=" + scenario.Lib(t, "libcudart.so.12"),
+				"FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12"),
 			}}, args...)
 			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 			truth := mustReadJSON[pyStacksTruth](t, truthPath)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // skipOrFail skips a test that lacks something from outside the repository,
@@ -32,7 +32,7 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 // testdata/nvidia/fetch.sh (a no-op once fetched).
 func realCudart(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(scenario.Root(), "testdata", "nvidia", "fetch.sh"))
+	cmd := exec.Command(filepath.Join(probetest.Root(), "testdata", "nvidia", "fetch.sh"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -81,7 +81,7 @@ int main(void)
 // account each failed call, with an OOM finding that says the error is not
 // out-of-memory.
 func TestRealCudart(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	rt := realCudart(t)
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"github.com/vramprof/vramprof/analysis"
-	pysnapshot "github.com/vramprof/vramprof/probes/snapshot"
+	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 	"github.com/vramprof/vramprof/report"
 )
 

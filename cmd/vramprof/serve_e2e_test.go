@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 	"github.com/vramprof/vramprof/report/exporter"
 )
 
@@ -35,10 +35,10 @@ import (
 // serve traces every CUDA process on the host, other tests' too: only
 // longrun's PID is looked at. One serve run for all three, kept short.
 func TestServe(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	// Long enough for a slow Prometheus start on a loaded machine: the
 	// figures are asked of it while longrun still runs.
-	lrCmd := exec.Command(scenario.Bin(t, "longrun"))
+	lrCmd := exec.Command(probetest.Bin(t, "longrun"))
 	lrCmd.Env = append(os.Environ(), "LONGRUN_MAX_SECONDS=120")
 	lr := startLongrunCmd(t, lrCmd)
 
@@ -62,7 +62,7 @@ func TestServe(t *testing.T) {
 	}
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
 	lr.expect(t, "done")
-	truth := scenario.MustReadTruth(t, lr.truth)
+	truth := probetest.MustReadTruth(t, lr.truth)
 	want := truth.Totals
 	base := "http://" + addr
 	pid := strconv.Itoa(lr.pid)

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestSecondSessionRefused: while one session traces a process, a second
@@ -25,7 +25,7 @@ import (
 // records the whole truth. With default output directories, both started
 // in the same second would name the same one: the refusal comes first.
 func TestSecondSessionRefused(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name string
 		out  bool // -o given
@@ -62,7 +62,7 @@ func TestSecondSessionRefused(t *testing.T) {
 			lr.expect(t, "done")
 			require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
 			require.Equal(t, 0, first.wait(t, 20*time.Second), "first session; stderr:\n%s", first.stderr.String())
-			truth := scenario.MustReadTruth(t, lr.truth)
+			truth := probetest.MustReadTruth(t, lr.truth)
 			rep := mustReadReport(t, filepath.Join(first.dir, "report.json"))
 			assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations), "first session's allocations")
 			assert.Equal(t, truth.Totals.Frees, val(t, "frees", rep.Totals.Frees), "first session's frees")
@@ -73,7 +73,7 @@ func TestSecondSessionRefused(t *testing.T) {
 // TestLockReleasedWhenKilled: a session killed with SIGKILL leaves no lock:
 // the next attach on the same process works.
 func TestLockReleasedWhenKilled(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	lr := startLongrun(t)
 	first := startAttach(t, lr.pid)
 	require.NoError(t, first.cmd.Process.Kill())
@@ -101,7 +101,7 @@ func TestLockReleasedWhenKilled(t *testing.T) {
 	lr.expect(t, "done")
 	require.NoError(t, second.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, second.wait(t, 20*time.Second), "stderr:\n%s", second.stderr.String())
-	truth := scenario.MustReadTruth(t, lr.truth)
+	truth := probetest.MustReadTruth(t, lr.truth)
 	rep := mustReadReport(t, filepath.Join(second.dir, "report.json"))
 	assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations), "allocations")
 }
@@ -109,11 +109,11 @@ func TestLockReleasedWhenKilled(t *testing.T) {
 // TestRunChildLocked: the command `run` launched is locked too: an attach
 // on it is refused, naming the run session.
 func TestRunChildLocked(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	run := exec.CommandContext(ctx, binPath, "run", "-q", "-o", filepath.Join(tmp, "run"), "--", scenario.Bin(t, "longrun"))
+	run := exec.CommandContext(ctx, binPath, "run", "-q", "-o", filepath.Join(tmp, "run"), "--", probetest.Bin(t, "longrun"))
 	run.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"), "LONGRUN_MAX_SECONDS=20")
 	run.Stderr = os.Stderr
 	out, err := run.StdoutPipe()
@@ -143,7 +143,7 @@ func TestRunChildLocked(t *testing.T) {
 // TestNoCallsSeenNote: an attach that probed the runtime but saw no call
 // (longrun idles before SIGUSR1) says so in the summary and report.json.
 func TestNoCallsSeenNote(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	lr := startLongrun(t)
 	a := startAttach(t, lr.pid, "--duration", "500ms")
 	require.Equal(t, 0, a.wait(t, 15*time.Second), "stderr:\n%s", a.stderr.String())

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // mdText is a site as report.md writes it (report/markdown.go's escaper).
@@ -59,7 +59,7 @@ func sourceLine(tb testing.TB, path, fn, call string) int {
 // dev_alloc alone, in report.json, report.md, report.html, the text
 // summary, check's evidence and pprof's -top.
 func TestSiteSharedHelper(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	dir, truth, r := runScenario(t, "wrapper")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
@@ -90,7 +90,7 @@ func TestSiteSharedHelper(t *testing.T) {
 
 	// The expected sites: each caller's line calling dev_alloc, and
 	// dev_alloc's line calling cudaMalloc, from the program's source.
-	src := filepath.Join(scenario.Root(), "testdata", "scenarios", "wrapper.c")
+	src := filepath.Join(probetest.Root(), "testdata", "scenarios", "wrapper.c")
 	helper := fmt.Sprintf("dev_alloc (scenarios/wrapper.c:%d)", sourceLine(t, src, "dev_alloc", "cudaMalloc("))
 	site := func(fn string) string {
 		return fmt.Sprintf("%s (scenarios/wrapper.c:%d) -> %s", fn, sourceLine(t, src, fn, "dev_alloc("), helper)
@@ -199,21 +199,21 @@ type pySiteTruth struct {
 // in pprof the flat bytes are on those functions and the module frame keeps
 // a name ("model.<module>", not "<unknown>").
 func TestSitePythonCtypes(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	for _, py := range scenario.Pythons(t) {
+	probetest.RequirePrivilege(t)
+	for _, py := range probetest.Pythons(t) {
 		t.Run(py.Name, func(t *testing.T) { testSitePythonCtypes(t, py) })
 	}
 }
 
-func testSitePythonCtypes(t *testing.T, py scenario.Python) {
+func testSitePythonCtypes(t *testing.T, py probetest.Python) {
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
-	script := filepath.Join(scenario.Root(), "testdata", "python", "site", "model.py")
+	script := filepath.Join(probetest.Root(), "testdata", "python", "site", "model.py")
 	args := append([]string{"run", "-o", dir, "--"}, py.Argv...)
 	r := vramprof(t, execOpts{dir: tmp, env: []string{
 		"VRAMPROF_TRUTH=" + truthPath,
-		"FAKECUDA_LIB=" + scenario.Lib(t, "libcudart.so.12"),
+		"FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12"),
 	}}, append(args, script)...)
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	truth := mustReadJSON[pySiteTruth](t, truthPath)

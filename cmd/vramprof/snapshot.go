@@ -13,7 +13,7 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
-	pysnapshot "github.com/vramprof/vramprof/probes/snapshot"
+	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 )
 
 // snapshotFile is what `report --format snapshot -o DIR` writes in DIR.

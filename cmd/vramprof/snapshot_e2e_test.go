@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// snapshotFixture is the current-generation fixture of probes/snapshot;
+// snapshotFixture is the current-generation fixture of profile/snapshot;
 // its scenario, and the figures below, are in testdata/make_fixtures.py.
 var snapshotFixture = filepath.Join("..", "..", "probes", "snapshot", "testdata", "current.pickle")
 

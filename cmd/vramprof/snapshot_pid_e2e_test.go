@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
-	pysnapshot "github.com/vramprof/vramprof/probes/snapshot"
+	"github.com/vramprof/vramprof/probes/probetest"
+	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 )
 
 // segTruth is a segment as a truth file states it: the pointer and size of
@@ -30,7 +30,7 @@ type segEvent struct {
 // truthSegments replays one process's calls[] in order: its segment
 // allocations and frees, and the segments live at its end. Every call of
 // the workers scenario is a cudaMalloc or cudaFree on device 0.
-func truthSegments(t *testing.T, tr *scenario.Truth) ([]segEvent, []segTruth) {
+func truthSegments(t *testing.T, tr *probetest.Truth) ([]segEvent, []segTruth) {
 	t.Helper()
 	var events []segEvent
 	live := map[uint64]uint64{}
@@ -58,7 +58,7 @@ func truthSegments(t *testing.T, tr *scenario.Truth) ([]segEvent, []segTruth) {
 // checkProcessSnapshot checks an exported snapshot against one process's
 // truth: its segment events in order, its final segments, each one block
 // (no block layer was traced), all on device 0.
-func checkProcessSnapshot(t *testing.T, data []byte, tr *scenario.Truth) {
+func checkProcessSnapshot(t *testing.T, data []byte, tr *probetest.Truth) {
 	t.Helper()
 	checkMemoryViz(t, data)
 	s, err := pysnapshot.Decode(bytes.NewReader(data))
@@ -89,15 +89,15 @@ func checkProcessSnapshot(t *testing.T, data []byte, tr *scenario.Truth) {
 // exports it as snapshots: by default the parent's, with --pid a worker's;
 // each is that process's own truth and replays in MemoryViz.
 func TestSnapshotPerProcess(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	dir, root, r := runScenario(t, "workers")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	truthPath := filepath.Join(filepath.Dir(dir), "truth.json")
 	tree := mustReadCovTruth(t, truthPath)
 	require.Len(t, tree.Children, 4, "truth: four workers")
-	truths := map[uint32]*scenario.Truth{root.PID: root}
+	truths := map[uint32]*probetest.Truth{root.PID: root}
 	for _, pid := range tree.Children {
-		truths[pid] = scenario.MustReadTruth(t, fmt.Sprintf("%s.%d", truthPath, pid))
+		truths[pid] = probetest.MustReadTruth(t, fmt.Sprintf("%s.%d", truthPath, pid))
 		require.Equal(t, pid, truths[pid].PID)
 	}
 	// What this guards against: a worker allocates at an address the

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // specReport is the part of report.json the allocator-spec tests read.
@@ -24,15 +24,15 @@ type specReport struct {
 }
 
 // runWith runs a scenario under vramprof with extra flags before "--".
-func runWith(t *testing.T, name string, flags ...string) (string, *scenario.Truth, result) {
+func runWith(t *testing.T, name string, flags ...string) (string, *probetest.Truth, result) {
 	t.Helper()
-	bin := scenario.Bin(t, name)
+	bin := probetest.Bin(t, name)
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
 	args := append(append([]string{"run", "-o", dir}, flags...), "--", bin)
 	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp}, args...)
-	return dir, scenario.MustReadTruth(t, truthPath), r
+	return dir, probetest.MustReadTruth(t, truthPath), r
 }
 
 // TestRunAllocatorSpecs profiles allocators that carry no USDT probes, by
@@ -45,8 +45,8 @@ func runWith(t *testing.T, name string, flags ...string) (string, *scenario.Trut
 // rmm::out_of_memory out of do_allocate ten times and catches it: it exits
 // 0 under vramprof because no uretprobe is on C++ code.
 func TestRunAllocatorSpecs(t *testing.T) {
-	scenario.RequirePrivilege(t)
-	tinySpec := filepath.Join(scenario.Root(), "testdata", "specs", "tiny.spec")
+	probetest.RequirePrivilege(t)
+	tinySpec := filepath.Join(probetest.Root(), "testdata", "specs", "tiny.spec")
 	for _, tc := range []struct {
 		name  string
 		flags []string
@@ -69,7 +69,7 @@ func TestRunAllocatorSpecs(t *testing.T) {
 			require.NotNil(t, truth.Blocks)
 			rep := mustReadJSON[specReport](t, filepath.Join(dir, "report.json"))
 			require.NotNil(t, rep.Blocks, "report.json has the blocks section")
-			assert.Equal(t, *truth.Blocks, scenario.Blocks(*rep.Blocks), "blocks")
+			assert.Equal(t, *truth.Blocks, probetest.Blocks(*rep.Blocks), "blocks")
 
 			assert.Equal(t, truth.Totals.Allocations, rep.Totals.Allocations, "segment allocations")
 			assert.Equal(t, truth.Totals.FailedAllocations, rep.Totals.FailedAllocations, "failed segment allocations")
@@ -106,7 +106,7 @@ func TestRunAllocatorSpecs(t *testing.T) {
 		require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 		rep := mustReadJSON[specReport](t, filepath.Join(dir, "report.json"))
 		require.NotNil(t, rep.Blocks)
-		assert.Equal(t, *truth.Blocks, scenario.Blocks(*rep.Blocks), "blocks: the others are probed")
+		assert.Equal(t, *truth.Blocks, probetest.Blocks(*rep.Blocks), "blocks: the others are probed")
 		var skipped []string
 		for _, l := range rep.Libraries {
 			skipped = append(skipped, l.Skipped...)

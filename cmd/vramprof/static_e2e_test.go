@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // realStaticRuntime returns NVIDIA's libcudart_static.a and the directory
@@ -26,7 +26,7 @@ import (
 // beforehand).
 func realStaticRuntime(t *testing.T) (archive, include string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(scenario.Root(), "testdata", "nvidia", "fetch.sh"), "static")
+	cmd := exec.Command(filepath.Join(probetest.Root(), "testdata", "nvidia", "fetch.sh"), "static")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -54,7 +54,7 @@ func buildRealStatic(t *testing.T, dir string) string {
 		skipOrFail(t, "a libcuda.so.1 is installed (ldconfig -p): the real runtime would find a driver")
 	}
 	prog := filepath.Join(dir, "realstatic")
-	src := filepath.Join(scenario.Root(), "testdata", "nvidia", "static", "realstatic.cpp")
+	src := filepath.Join(probetest.Root(), "testdata", "nvidia", "static", "realstatic.cpp")
 	out, err := exec.Command(cxx, "-O0", "-g", "-fno-omit-frame-pointer", "-I"+include, "-o", prog, src,
 		archive, "-ldl", "-lpthread", "-lrt").CombinedOutput()
 	require.NoError(t, err, "g++: %s", out)
@@ -140,7 +140,7 @@ type staticReport struct {
 // function as the site of each (before: "cudaMalloc", the runtime itself,
 // for all four).
 func TestRealStaticRuntime(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
 	prog := buildRealStatic(t, tmp)
 	// Linked in: cudaMalloc is the executable's own (.symtab), not an
@@ -281,7 +281,7 @@ var stripModes = []struct {
 // in run; attach said "has not loaded libcudart or libcuda; pass --wait",
 // which would have waited forever).
 func TestStrippedRealStaticRuntime(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
 	prog := buildRealStatic(t, tmp)
 	for _, mode := range stripModes {
@@ -342,12 +342,12 @@ func TestStrippedRealStaticRuntime(t *testing.T) {
 // = the scenario's truth), and every output says in one line that the
 // runtime is stripped and the driver traced instead.
 func TestStrippedFakeStaticRuntime(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
-	driver := filepath.Join(scenario.Root(), "testdata", "build", "lib", "libcuda.so.1")
+	driver := filepath.Join(probetest.Root(), "testdata", "build", "lib", "libcuda.so.1")
 	for _, mode := range stripModes {
 		t.Run(mode.name, func(t *testing.T) {
-			bin := strip(t, scenario.Bin(t, "static_runtime"), tmp, "static_runtime-"+mode.name, mode.args...)
+			bin := strip(t, probetest.Bin(t, "static_runtime"), tmp, "static_runtime-"+mode.name, mode.args...)
 			truthPath := filepath.Join(t.TempDir(), "truth.json")
 			dir := filepath.Join(t.TempDir(), "out")
 			// Copied out of build/bin, its RUNPATH ($ORIGIN/../lib) finds no
@@ -355,7 +355,7 @@ func TestStrippedFakeStaticRuntime(t *testing.T) {
 			r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + truthPath, "FAKECUDA_DRIVER=" + driver}},
 				"run", "-o", dir, "--", bin)
 			require.Equal(t, 0, r.code, "exit code; stderr:\n%s", r.stderr)
-			truth := scenario.MustReadTruth(t, truthPath)
+			truth := probetest.MustReadTruth(t, truthPath)
 
 			rep := mustReadJSON[staticReport](t, filepath.Join(dir, "report.json"))
 			tt, want := rep.Totals, truth.Totals
@@ -387,7 +387,7 @@ func TestStrippedFakeStaticRuntime(t *testing.T) {
 // runtime is linked in with only its own symbols stripped (the driver's
 // calls come from nameless runtime frames under the program's functions).
 func TestLinkedInSites(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name         string
 		firstFailure string // the first failure's site function; "" for none

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // screen is the little of a VT100 that the status line and a program's
@@ -133,10 +133,10 @@ func (s *screen) lines() []string {
 // 1/4"), the status sat on the bottom row while it ran, and after the run
 // the summary follows the command's output with no status left behind.
 func TestStatusSharedTerminal(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	const rows, cols = 24, 120
-	demo := scenario.Bin(t, "demo")
+	demo := probetest.Bin(t, "demo")
 	out, code := runOnTTYSize(t, rows, cols, true, nil, "run", "-o", "out", "--", demo)
 	require.Equal(t, 0, code, "terminal:\n%q", out)
 	assert.Contains(t, out, "\x1b[1;23r", "a scroll region above the bottom row")

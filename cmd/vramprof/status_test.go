@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 const (
@@ -136,11 +136,11 @@ var statusLineRE = regexp.MustCompile(`^(\d+\.\ds|\d+m\d\ds|\d+h\d\dm\d\ds)  (\d
 // the plain-line interval set small: status lines appear among the
 // command's output, each whole on its own line, and the summary follows.
 func TestStatusPlainLines(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "out")
-	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=100ms"}, dir: tmp}, "run", "-o", dir, "--", scenario.Bin(t, "demo"))
+	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=100ms"}, dir: tmp}, "run", "-o", dir, "--", probetest.Bin(t, "demo"))
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	assert.NotContains(t, r.stderr, "\r", "no carriage returns when not a terminal")
 	assert.NotContains(t, r.stderr, "\x1b", "no escape sequences when not a terminal")
@@ -178,10 +178,10 @@ func formatStatusBytes(n uint64) string {
 
 // TestStatusBadInterval: a bad override is said once, and the default kept.
 func TestStatusBadInterval(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	tmp := t.TempDir()
-	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=fast"}, dir: tmp}, "run", "-o", filepath.Join(tmp, "out"), "--", scenario.Bin(t, "steady"))
+	r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=fast"}, dir: tmp}, "run", "-o", filepath.Join(tmp, "out"), "--", probetest.Bin(t, "steady"))
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 	assert.Equal(t, 1, strings.Count(r.stderr, `VRAMPROF_STATUS_EVERY="fast" is not a positive duration (like 10s); using 10s`), r.stderr)
 }
@@ -189,13 +189,13 @@ func TestStatusBadInterval(t *testing.T) {
 // TestQuiet: -q and --quiet print nothing on success (no status, no
 // summary, no banner), and still write every output.
 func TestQuiet(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, flag := range []string{"-q", "--quiet"} {
 		t.Run("run"+flag, func(t *testing.T) {
 			t.Parallel()
 			tmp := t.TempDir()
 			dir := filepath.Join(tmp, "out")
-			r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=50ms"}, dir: tmp}, "run", flag, "-o", dir, "--", scenario.Bin(t, "steady"))
+			r := vramprof(t, execOpts{env: []string{statusEveryEnv + "=50ms"}, dir: tmp}, "run", flag, "-o", dir, "--", probetest.Bin(t, "steady"))
 			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
 			assert.Empty(t, r.stderr)
 			assert.Empty(t, r.stdout, "steady prints nothing itself")
@@ -206,7 +206,7 @@ func TestQuiet(t *testing.T) {
 		t.Parallel()
 		tmp := t.TempDir()
 		r := vramprof(t, execOpts{env: []string{"FAKECUDA_CAPACITY=1073741824"}, dir: tmp},
-			"run", "-q", "-o", filepath.Join(tmp, "out"), "--", scenario.Bin(t, "oom"))
+			"run", "-q", "-o", filepath.Join(tmp, "out"), "--", probetest.Bin(t, "oom"))
 		assert.Equal(t, 1, r.code, "oom exits 1")
 		assert.NotContains(t, r.stderr, "vramprof", "only the command's own error message")
 		assert.Contains(t, r.stderr, "CUDA out of memory")
@@ -230,7 +230,7 @@ func TestQuiet(t *testing.T) {
 // TestStatusAttachPlain: attach shows the same plain lines, counting the
 // process it traces.
 func TestStatusAttachPlain(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
 	lr := startLongrun(t)
 	tmp := t.TempDir()
@@ -339,7 +339,7 @@ func runOnTTYSize(t *testing.T, rows, cols uint16, both bool, env []string, args
 // rows) gets the line redrawn in place (carriage return, clear to end of
 // line).
 func TestStatusTTY(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
 		name       string
 		rows, cols uint16
@@ -347,7 +347,7 @@ func TestStatusTTY(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// The environment's interval is for plain lines only.
-			out, code := runOnTTYSize(t, tc.rows, tc.cols, false, []string{statusEveryEnv + "=10ms"}, "run", "-o", "out", "--", scenario.Bin(t, "demo"))
+			out, code := runOnTTYSize(t, tc.rows, tc.cols, false, []string{statusEveryEnv + "=10ms"}, "run", "-o", "out", "--", probetest.Bin(t, "demo"))
 			require.Equal(t, 0, code, "terminal:\n%q", out)
 			var draws []string
 			var rest string
@@ -384,7 +384,7 @@ func TestStatusTTY(t *testing.T) {
 				}
 			}
 			// After the clear: the summary starts on a clean line.
-			assert.True(t, strings.HasPrefix(rest, "vramprof: "+scenario.Bin(t, "demo")+" (run, "),
+			assert.True(t, strings.HasPrefix(rest, "vramprof: "+probetest.Bin(t, "demo")+" (run, "),
 				"summary after the clear: %q", rest)
 		})
 	}
@@ -392,9 +392,9 @@ func TestStatusTTY(t *testing.T) {
 
 // TestStatusTTYQuiet: -q draws nothing on a terminal either.
 func TestStatusTTYQuiet(t *testing.T) {
-	scenario.RequirePrivilege(t)
+	probetest.RequirePrivilege(t)
 	t.Parallel()
-	out, code := runOnTTY(t, 80, nil, "run", "-q", "-o", "out", "--", scenario.Bin(t, "demo"))
+	out, code := runOnTTY(t, 80, nil, "run", "-q", "-o", "out", "--", probetest.Bin(t, "demo"))
 	require.Equal(t, 0, code, "terminal:\n%q", out)
 	assert.Empty(t, out)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/scenario"
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // TestReturns: hand-assembled functions whose return offsets are known.
@@ -99,7 +99,7 @@ func TestReturnsCompiled(t *testing.T) {
 		{"libcudart.so.12", "cudaMalloc"},
 	} {
 		t.Run(tc.sym, func(t *testing.T) {
-			path := scenario.Lib(t, tc.lib)
+			path := probetest.Lib(t, tc.lib)
 			f, err := elf.Open(path)
 			require.NoError(t, err)
 			defer f.Close()

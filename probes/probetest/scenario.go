@@ -1,8 +1,8 @@
-// Package scenario runs the ground-truth programs of testdata/ for tests:
+// Package probetest runs the ground-truth programs of testdata/ for tests:
 // it builds them once, finds them, and reads the truth each one writes about
 // itself. The truth is the programs' own record of what they did, never
 // anything vramprof computed.
-package scenario
+package probetest
 
 import (
 	"encoding/json"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the PyTorch memory snapshot fixtures of probes/snapshot.
+"""Write the PyTorch memory snapshot fixtures of profile/snapshot.
 
 Plain dicts and lists pickled with Python's pickle module, as
 torch.cuda.memory._dump_snapshot does (pickle.dump with the default

@@ -139,7 +139,6 @@ func parseCheck(args []string) (*checkOptions, error) {
 	return o, nil
 }
 
-
 // checkCmd records `-- CMD` (as `vramprof run` does) or reads INPUT, judges
 // it against the limits (package compare), prints the verdict to stdout and
 // writes the requested files. It returns the exit code, or an error for

@@ -62,6 +62,9 @@
 // Bytes are exact integers everywhere; human units ("1.50 GiB") are only
 // ever printed next to them. Lost events are always shown, even when 0.
 //
+// Judging and comparing recordings (check's verdicts, baselines, JUnit and
+// GitHub outputs, diff) is report/compare's, on report.json's figures.
+//
 // The package imports analysis, report/units and the standard library only. Its functions
 // read the Result without changing it and are safe for concurrent use.
 package report

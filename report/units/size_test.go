@@ -1,7 +1,6 @@
-package main
+package units
 
 import (
-	"math/big"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -30,7 +29,7 @@ func TestParseSize(t *testing.T) {
 		{"16383PiB", 16383 << 50},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := parseSize(tc.in)
+			got, err := ParseSize(tc.in)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
@@ -55,36 +54,11 @@ func TestParseSize(t *testing.T) {
 		{"trailing_dot", "1.GiB", "not a size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseSize(tc.in)
+			_, err := ParseSize(tc.in)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.problem)
-			assert.Contains(t, err.Error(), sizeForms, "the error names the accepted forms")
+			assert.Contains(t, err.Error(), SizeForms, "the error names the accepted forms")
 			assert.NotContains(t, err.Error(), "\n")
 		})
 	}
-}
-
-func TestSizePercent(t *testing.T) {
-	for in, want := range map[string]*big.Rat{"10": big.NewRat(10, 1), "2.5": big.NewRat(5, 2), "10%": big.NewRat(10, 1), "0": new(big.Rat)} {
-		got, err := parsePercent(in)
-		require.NoError(t, err, in)
-		assert.Zero(t, want.Cmp(got), "%s: got %s", in, got)
-	}
-	for _, in := range []string{"", "-1", "1/3", "1e2", "ten", "10 %"} {
-		_, err := parsePercent(in)
-		assert.Error(t, err, in)
-	}
-}
-
-func TestSizeIncreaseCheck(t *testing.T) {
-	// 100 -> 110 is exactly +10%: passes at 10, fails at 9.99.
-	pass := increaseCheck(110, 100, big.NewRat(10, 1), "10")
-	assert.True(t, pass.pass, pass.margin)
-	assert.Equal(t, "margin 0 bytes (0 B)", pass.margin)
-	fail := increaseCheck(110, 100, big.NewRat(999, 100), "9.99")
-	assert.False(t, fail.pass)
-	assert.Equal(t, "over by 1 byte (1 B)", fail.margin)
-	// From a zero baseline any growth fails, none passes.
-	assert.False(t, increaseCheck(1, 0, big.NewRat(1000, 1), "1000").pass)
-	assert.True(t, increaseCheck(0, 0, new(big.Rat), "0").pass)
 }

@@ -1,0 +1,75 @@
+package compare
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/vramprof/vramprof/report/units"
+)
+
+// WriteAnnotations writes GitHub Actions workflow commands: an error per
+// failed check, a warning for lost events (when they leave a verdict) and
+// for late events.
+func (v *Verdict) WriteAnnotations(w io.Writer) {
+	for _, c := range v.Checks {
+		if !c.Pass {
+			fmt.Fprintf(w, "::error title=%s::%s\n", ghProperty("vramprof check: "+c.Name), ghData(c.Message))
+		}
+	}
+	if v.Snapshot.Lost > 0 && !v.Unknown() {
+		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: lost events"),
+			ghData(fmt.Sprintf("%d events lost (ring buffer full): %s", v.Snapshot.Lost, lostText)))
+	}
+	if v.Snapshot.Late > 0 {
+		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: late events"), ghData(lateWarning(v.Snapshot.Late)))
+	}
+}
+
+// ghData escapes a workflow command's message.
+func ghData(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+}
+
+// ghProperty escapes a workflow command's property value.
+func ghProperty(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+}
+
+// mdCell escapes a Markdown table cell.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// WriteMarkdown writes the verdict as a GitHub step summary: the header, a
+// table of the checks, and the evidence stacks folded away.
+func (v *Verdict) WriteMarkdown(w io.Writer) error {
+	var out bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&out, format, args...) }
+	s := v.Snapshot
+	p("## vramprof check: %s\n\n", mdCell(v.Header()))
+	if len(s.Command) > 0 {
+		p("Command: `%s`. ", strings.ReplaceAll(CommandText(s.Command), "`", "'"))
+	}
+	p("Peak %s, live at end %s.\n\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd))
+	if s.Lost > 0 {
+		p("> **Warning:** %d events lost (ring buffer full): %s.\n\n", s.Lost, lostText)
+	}
+	if s.Late > 0 {
+		p("> **Warning:** %s.\n\n", lateWarning(s.Late))
+	}
+	p("| check | result | measured | limit | margin |\n| --- | --- | --- | --- | --- |\n")
+	for _, c := range v.Checks {
+		p("| %s | **%s** | %s | %s | %s |\n", c.Name, passText(c.Pass), mdCell(c.Measured), mdCell(c.Limit), mdCell(c.Margin))
+	}
+	if v.ShowPeak || v.ShowLeak {
+		p("\n<details><summary>Stacks</summary>\n\n```\n")
+		var buf bytes.Buffer
+		v.writeStacks(&buf)
+		p("%s```\n\n</details>\n", strings.ReplaceAll(strings.TrimLeft(buf.String(), "\n"), "```", "'''"))
+	}
+	p("\n")
+	_, err := w.Write(out.Bytes())
+	return err
+}

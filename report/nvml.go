@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // The device layer (NVML) and pre-existing memory, as text: shared by the
@@ -32,17 +33,17 @@ func nvmlLine(res *analysis.Result) string {
 // gapText renders a reconciliation: "NVML 2860 MiB vs 2048 MiB traced,
 // gap +812 MiB" with exact bytes.
 func gapText(r analysis.Reconciliation) string {
-	return fmt.Sprintf("NVML %d bytes (%s) vs %d traced (%s), gap %s", r.NVMLBytes, analysis.FormatBytes(r.NVMLBytes),
-		r.TracedBytes, analysis.FormatBytes(r.TracedBytes), signedBytes(r.GapBytes))
+	return fmt.Sprintf("NVML %d bytes (%s) vs %d traced (%s), gap %s", r.NVMLBytes, units.Bytes(r.NVMLBytes),
+		r.TracedBytes, units.Bytes(r.TracedBytes), signedBytes(r.GapBytes))
 }
 
 // signedBytes renders a gap with its sign and human units: "+812 bytes
 // (812 B)", "-805306368 bytes (-768.00 MiB, NVML lags)".
 func signedBytes(n int64) string {
 	if n < 0 {
-		return fmt.Sprintf("%d bytes (-%s, NVML lags the trace)", n, analysis.FormatBytes(uint64(-n)))
+		return fmt.Sprintf("%d bytes (-%s, NVML lags the trace)", n, units.Bytes(uint64(-n)))
 	}
-	return fmt.Sprintf("+%d bytes (%s)", n, analysis.FormatBytes(uint64(n)))
+	return fmt.Sprintf("+%d bytes (%s)", n, units.Bytes(uint64(n)))
 }
 
 // preexistingText says what a process held before tracing began, with the
@@ -59,7 +60,7 @@ func preexistingText(res *analysis.Result, p *analysis.Process) string {
 		return "0 (traced from its start)"
 	case analysis.PreexistingEstimate:
 		s = fmt.Sprintf("%d bytes (%s), an estimate: NVML minus traced at %s, CUDA context included",
-			pre.Bytes, analysis.FormatBytes(pre.Bytes), secs(res, pre.At.Time))
+			pre.Bytes, units.Bytes(pre.Bytes), secs(res, pre.At.Time))
 	default:
 		s = "unknown (attached mid-run, no NVML figure)"
 		if res.Run.Imported() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/report"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 var (
@@ -510,7 +511,7 @@ func deltaText(d diffDelta) string {
 		s += ", " + p
 	}
 	return fmt.Sprintf("%s: %d -> %d bytes (%s -> %s)", s, d.Base, d.New,
-		analysis.FormatBytes(d.Base), analysis.FormatBytes(d.New))
+		units.Bytes(d.Base), units.Bytes(d.New))
 }
 
 func writeDiffText(w io.Writer, d *diffJSON, base, nw *snapshot) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // sizeForms is what the size flags accept, quoted in every size error.
@@ -95,7 +95,7 @@ func bytesText(n uint64) string {
 	if n == 1 {
 		return "1 byte (1 B)"
 	}
-	return fmt.Sprintf("%d bytes (%s)", n, analysis.FormatBytes(n))
+	return fmt.Sprintf("%d bytes (%s)", n, units.Bytes(n))
 }
 
 // signedBytesText renders a change in bytes: "+125132800 bytes (+119.34 MiB)".
@@ -107,7 +107,7 @@ func signedBytesText(d int64) string {
 	if d == 0 {
 		sign = "±"
 	}
-	return fmt.Sprintf("%s%d bytes (%s%s)", sign, mag, sign, analysis.FormatBytes(mag))
+	return fmt.Sprintf("%s%d bytes (%s%s)", sign, mag, sign, units.Bytes(mag))
 }
 
 // byteDelta is new - base, saturated at int64's range.

@@ -433,3 +433,22 @@ func TestWordsOrder(t *testing.T) {
 	}
 	assert.Equal(t, []string{"a_leaky (train.py:20)", "b_leaky (train.py:10)"}, sites)
 }
+
+// TestWordsEveryFinding: every finding of the report's scenarios gets a
+// summary, and the outputs list them in one order.
+func TestWordsEveryFinding(t *testing.T) {
+	for name, recs := range scenarios {
+		t.Run(name, func(t *testing.T) {
+			res := mustResult(t, recs())
+			ws := wordFindings(res)
+			require.Len(t, ws, len(res.Findings))
+			j := NewJSON(res)
+			require.Len(t, j.Findings, len(ws))
+			for i, w := range ws {
+				assert.NotEmpty(t, w.Summary, "%s finding", w.Kind)
+				assert.Equal(t, w.Summary, j.Findings[i].Summary)
+				assert.Equal(t, nonNil(w.Remediation), j.Findings[i].Remediation)
+			}
+		})
+	}
+}

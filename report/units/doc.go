@@ -1,0 +1,11 @@
+// Package units renders byte counts, durations and rates for people: the
+// one formatter behind every output (the finding summaries report words
+// from analysis's facts, the text, Markdown and HTML reports, check's
+// verdicts, the live status line). The exact integers stay next to these
+// forms in every output; report.json keeps them raw. analysis does not use
+// it: it formats no byte count, duration or rate for people.
+//
+// It imports the standard library only, so that report and the commands
+// can both use it without an import cycle. Its functions are pure and safe
+// for concurrent use.
+package units

@@ -63,7 +63,28 @@ type PoolEvidence struct {
 	// GC is the evidence for garbage_collection_threshold on a
 	// fragmentation finding; nil when none fits.
 	GC *GCThreshold
+	// Advice is what an oom finding of the block layer advises first;
+	// "" on a fragmentation finding.
+	Advice PoolAdvice
 }
+
+// PoolAdvice is the first remedy for a failed segment allocation.
+type PoolAdvice string
+
+// Pool advice.
+const (
+	// AdviceExpandable: the cache held more free bytes than the request,
+	// in ranges none of which fits it: expandable_segments:True grows
+	// segments in place (then max_split_size_mb when SplitSizeMiB is set).
+	AdviceExpandable PoolAdvice = "expandable_segments"
+	// AdviceLowerPeak: a retried failure while the cache could not have
+	// served the request: the device was nearly full; lower the peak
+	// before it becomes a final OOM.
+	AdviceLowerPeak PoolAdvice = "lower_peak"
+	// AdviceReduceBatch: a capacity OOM: tensors need less memory; no
+	// allocator setting would avoid it.
+	AdviceReduceBatch PoolAdvice = "reduce_batch"
+)
 
 // GCThreshold is the evidence that PyTorch's garbage collection would have
 // avoided a synchronizing free-all (see doc.go, "Fragmentation"): a failed

@@ -156,9 +156,17 @@ func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 	oc := *o
 	oc.Live = nil
 	f.OOM = &oc
-	f.Severity = SeverityCritical
-	if o.Outcome == OOMRetried {
+	switch {
+	case o.Outcome == OOMRetried:
 		f.Severity = SeverityMedium
+		f.Pool.Advice = AdviceLowerPeak
+		if o.Kind == OOMFragmentation && o.State.LargestFreeRange < o.RequestBytes {
+			f.Pool.Advice = AdviceExpandable
+		}
+	case o.Kind == OOMFragmentation:
+		f.Severity, f.Pool.Advice = SeverityCritical, AdviceExpandable
+	default:
+		f.Severity, f.Pool.Advice = SeverityCritical, AdviceReduceBatch
 	}
 	return f
 }

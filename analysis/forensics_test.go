@@ -129,6 +129,7 @@ func TestFragmentationOOM(t *testing.T) {
 	// 1 + the 20 MiB segments that hold the 4 MiB blocks.
 	assert.Equal(t, uint64(20*MiB), f.Pool.MaxSharedSegment)
 	assert.Equal(t, uint64(21), f.Pool.SplitSizeMiB)
+	assert.Equal(t, AdviceExpandable, f.Pool.Advice)
 
 	frag := findings(r, KindFragmentation)
 	require.Len(t, frag, 1)
@@ -175,7 +176,7 @@ func TestCapacityOOM(t *testing.T) {
 	require.NotNil(t, ooms[0].OOM)
 	assert.Equal(t, OOMCapacity, ooms[0].OOM.Kind)
 	assert.Equal(t, SeverityCritical, ooms[0].Severity)
-	assert.Nil(t, ooms[0].Pool.GC, "no allocator setting for a capacity OOM")
+	assert.Equal(t, AdviceReduceBatch, ooms[0].Pool.Advice, "no allocator setting for a capacity OOM")
 	assert.Empty(t, findings(r, KindFragmentation))
 }
 
@@ -219,6 +220,9 @@ func TestRetrySucceeded(t *testing.T) {
 	require.Len(t, ooms, 1)
 	assert.Equal(t, SeverityMedium, ooms[0].Severity, "the run went on")
 	assert.Equal(t, OOMRetried, ooms[0].OOM.Outcome)
+	// 39845888 cached free, more than the 29360128 asked, the largest
+	// range 14680064: expandable segments would have served it.
+	assert.Equal(t, AdviceExpandable, ooms[0].Pool.Advice)
 	// The cache held 39845888 of 48234496 reserved, 27262976 of it (12 +
 	// 14 MiB) in whole free large segments, more than the 28 MiB asked:
 	// garbage collection would have reclaimed them. Capacity unknown: the
@@ -373,4 +377,44 @@ func TestChurnFreeStacks(t *testing.T) {
 	assert.Equal(t, "release_cache (train.py:3)", fs[0].Stacks[0].Site, "the release site first")
 	assert.Equal(t, uint64(4*20*MiB), fs[0].Stacks[0].Bytes)
 	assert.Equal(t, "alloc_block (train.py:1)", fs[0].Stacks[1].Site, "then the allocations")
+}
+
+// scatteredPool: 4 segments of 20 MiB, each with five 4 MiB blocks, the
+// second and fourth freed: 83886080 reserved, 50331648 allocated, 33554432
+// cached free in 8 ranges of 4194304, no failure.
+func scatteredPool() *poolStream {
+	s := newPoolStream()
+	var freed []uint64
+	for k := range uint64(4) {
+		seg := segBase + k*20*MiB
+		s.seg(seg, 20*MiB)
+		for i := range uint64(5) {
+			s.block(seg+i*4*MiB, 4*MiB)
+		}
+		freed = append(freed, seg+4*MiB, seg+12*MiB)
+	}
+	for _, b := range freed {
+		s.blockFree(b)
+	}
+	return s
+}
+
+// TestFragmentationWorst: without a failure, the worst moment is a
+// fragmentation finding when the cache holds a quarter of reserved memory
+// free, tensors a quarter, and no free range reaches half of the free bytes.
+func TestFragmentationWorst(t *testing.T) {
+	r := scatteredPool().result(t)
+	fs := findings(r, KindFragmentation)
+	require.Len(t, fs, 1)
+	f := fs[0]
+	assert.Equal(t, SeverityMedium, f.Severity)
+	assert.Equal(t, uint64(32*MiB), f.Bytes)
+	assert.Nil(t, f.OOM)
+	require.NotNil(t, f.Pool)
+	require.NotNil(t, f.Pool.Worst)
+	// 4 segments + 20 blocks + 8 frees, 1 ms apart: the worst is the last free.
+	assert.Equal(t, PoolState{Time: 32e6, ReservedBytes: 80 * MiB, AllocatedBytes: 48 * MiB, CachedFreeBytes: 32 * MiB,
+		LargestFreeRange: 4 * MiB, FreeRanges: 8, Segments: 4}, *f.Pool.Worst)
+	assert.Equal(t, f.Pool.Worst.Time, f.Time)
+	assert.Empty(t, f.Pool.Advice, "a fragmentation finding has no oom advice")
 }

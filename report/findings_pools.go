@@ -33,48 +33,58 @@ func stackSites(res *analysis.Result, us []analysis.StackUsage, n int) string {
 }
 
 // poolOOMWords explains one failed segment allocation with the allocator's
-// geometry at that moment.
+// geometry at that moment: the summary by how it ended and its kind, the
+// remediation by the advice the analysis chose.
 func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	o, ev := f.OOM, f.Pool
 	st := o.State
 	site := res.Site(o.Stack)
 	geometry := geometryWords(st)
-	if o.Outcome == analysis.OOMRetried {
-		summary := fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %s inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",
+	retried := o.Outcome == analysis.OOMRetried
+	var summary string
+	switch {
+	case retried:
+		summary = fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %s inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",
 			o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time), geometry,
 			o.ReleasedSegments, o.ReleasedBytes, units.Duration(o.CostNs))
-		if o.Kind == analysis.OOMFragmentation && st.LargestFreeRange < o.RequestBytes {
-			return summary, []string{fmt.Sprintf(
-				"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache held %d bytes free, more than the %d requested, but no range above %d; expandable segments grow in place and would have served it without flushing the cache",
-				st.CachedFreeBytes, o.RequestBytes, st.LargestFreeRange)}
-		}
-		return summary, []string{fmt.Sprintf(
-			"the device was nearly full: %d bytes reserved when %d more were asked; lower the peak (the largest live blocks then: %s) before this becomes a final OOM",
-			st.ReservedBytes, o.RequestBytes, stackSites(res, o.LiveStacks, 3))}
-	}
-	if o.Kind == analysis.OOMFragmentation {
-		summary := fmt.Sprintf("fragmentation OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, more than requested, in %d ranges of which the largest was %d (%s); %s",
+	case o.Kind == analysis.OOMFragmentation:
+		summary = fmt.Sprintf("fragmentation OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, more than requested, in %d ranges of which the largest was %d (%s); %s",
 			o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time),
 			st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), st.FreeRanges, st.LargestFreeRange, units.Bytes(st.LargestFreeRange), geometry)
-		rem := []string{fmt.Sprintf(
+	default:
+		summary = fmt.Sprintf("capacity OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded; the cache held only %d bytes (%s) free, less than requested even as one range (%s)",
+			o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time),
+			st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), geometry)
+	}
+	var rem []string
+	switch ev.Advice {
+	case analysis.AdviceExpandable:
+		if retried {
+			rem = append(rem, fmt.Sprintf(
+				"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache held %d bytes free, more than the %d requested, but no range above %d; expandable segments grow in place and would have served it without flushing the cache",
+				st.CachedFreeBytes, o.RequestBytes, st.LargestFreeRange))
+			break
+		}
+		rem = append(rem, fmt.Sprintf(
 			"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: %d bytes were free in the cache but split into %d ranges no larger than %d, below the %d requested; expandable segments map memory into segments that grow in place, so freed ranges are not stranded between live blocks",
-			st.CachedFreeBytes, st.FreeRanges, st.LargestFreeRange, o.RequestBytes)}
+			st.CachedFreeBytes, st.FreeRanges, st.LargestFreeRange, o.RequestBytes))
 		if n := ev.SplitSizeMiB; n > 0 {
 			rem = append(rem, fmt.Sprintf(
 				"or set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:%d: N is one MiB above the largest segment (%.0f MiB) holding live blocks smaller than the request, so those keep sharing segments, while requests of %d MiB and more (this one: %.0f MiB) get blocks that are never split and that PyTorch frees before raising out-of-memory",
 				n, mib(ev.MaxSharedSegment), n, mib(o.RequestBytes)))
 		}
-		return summary, rem
+	case analysis.AdviceLowerPeak:
+		rem = append(rem, fmt.Sprintf(
+			"the device was nearly full: %d bytes reserved when %d more were asked; lower the peak (the largest live blocks then: %s) before this becomes a final OOM",
+			st.ReservedBytes, o.RequestBytes, stackSites(res, o.LiveStacks, 3)))
+	case analysis.AdviceReduceBatch:
+		rem = append(rem,
+			fmt.Sprintf("reduce the batch size or the activation memory: tensors held %d bytes when %d more were needed; the largest live blocks then: %s",
+				st.AllocatedBytes, o.RequestBytes, stackSites(res, o.LiveStacks, 3)),
+			fmt.Sprintf("expandable_segments:True or empty_cache() would not avoid it: even defragmented, the %d cached free bytes are short of the %d requested by %d",
+				st.CachedFreeBytes, o.RequestBytes, o.RequestBytes-st.CachedFreeBytes))
 	}
-	summary := fmt.Sprintf("capacity OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded; the cache held only %d bytes (%s) free, less than requested even as one range (%s)",
-		o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time),
-		st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), geometry)
-	return summary, []string{
-		fmt.Sprintf("reduce the batch size or the activation memory: tensors held %d bytes when %d more were needed; the largest live blocks then: %s",
-			st.AllocatedBytes, o.RequestBytes, stackSites(res, o.LiveStacks, 3)),
-		fmt.Sprintf("expandable_segments:True or empty_cache() would not avoid it: even defragmented, the %d cached free bytes are short of the %d requested by %d",
-			st.CachedFreeBytes, o.RequestBytes, o.RequestBytes-st.CachedFreeBytes),
-	}
+	return summary, rem
 }
 
 // fragmentationWords states the bytes reserved but unallocated at a

@@ -322,6 +322,8 @@ func TestWordsRetrySucceeded(t *testing.T) {
 	ooms := worded(r, analysis.KindOOM)
 	require.Len(t, ooms, 1)
 	assert.Contains(t, ooms[0].Summary, "the retry succeeded")
+	assert.Equal(t, []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache held 39845888 bytes free, more than the 29360128 requested, but no range above 14680064; expandable segments grow in place and would have served it without flushing the cache"},
+		ooms[0].Remediation)
 	// Capacity unknown: the retry proved 48234496 - 27262976 + 29360128 =
 	// 50331648 available, so T = floor(100 * (50331648 - 29360128) /
 	// 50331648) / 100 = 0.41.
@@ -451,4 +453,16 @@ func TestWordsEveryFinding(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestWordsFragmentationWorst(t *testing.T) {
+	r := scatteredPool().result(t)
+	fs := worded(r, analysis.KindFragmentation)
+	require.Len(t, fs, 1)
+	// 33554432 of 83886080 reserved is 40.0%; the last of 32 events 1 ms
+	// apart.
+	assert.Equal(t, "at +32.0 ms, 33554432 bytes (40.0% of the 83886080 reserved on device 0) were cached free but scattered in 8 ranges, the largest 4194304; 0 segments were pinned by one small block",
+		fs[0].Summary)
+	assert.Equal(t, []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no request above 4194304 bytes could use the 33554432 free bytes without a new segment"},
+		fs[0].Remediation)
 }

@@ -12,8 +12,9 @@ import (
 // The scenarios of analysis's finding tests, rebuilt here so that the
 // words of their findings are tested where they are written (findings.go).
 // Each is a copy of its analysis test helper: stream of helpers_test.go,
-// poolStream of forensics_test.go, leakStream of iterations_test.go,
-// pinnedStream of pinned_test.go, ranksStream of imbalance_test.go.
+// poolStream and scatteredPool of forensics_test.go, leakStream of
+// iterations_test.go, pinnedStream of pinned_test.go, ranksStream of
+// imbalance_test.go.
 
 const (
 	KiB = uint64(1) << 10
@@ -244,6 +245,26 @@ func ranksStream(gather uint64) *stream {
 		s.freeOn(6e6, 0x7f22_0000_0000, 101)
 	}
 	return s.end(10e6)
+}
+
+// scatteredPool: 4 segments of 20 MiB, each with five 4 MiB blocks, the
+// second and fourth freed: 83886080 reserved, 50331648 allocated, 33554432
+// cached free in 8 ranges of 4194304, no failure.
+func scatteredPool() *poolStream {
+	s := newPoolStream()
+	var freed []uint64
+	for k := range uint64(4) {
+		seg := segBase + k*20*MiB
+		s.seg(seg, 20*MiB)
+		for i := range uint64(5) {
+			s.block(seg+i*4*MiB, 4*MiB)
+		}
+		freed = append(freed, seg+4*MiB, seg+12*MiB)
+	}
+	for _, b := range freed {
+		s.blockFree(b)
+	}
+	return s
 }
 
 // worded words res's findings and keeps those of kind.

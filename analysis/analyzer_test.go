@@ -132,11 +132,13 @@ func TestFailedAllocationIsAnOOMFinding(t *testing.T) {
 	require.Len(t, oom, 1)
 	assert.Equal(t, 2*GiB, oom[0].Bytes, "an OOM's bytes are the first failing request")
 	assert.Equal(t, SeverityCritical, oom[0].Severity)
-	assert.Contains(t, oom[0].Summary, "request for 2147483648 bytes (2.00 GiB) at forward (train.py:42)")
-	assert.Contains(t, oom[0].Summary, "3221225472 bytes (3.00 GiB) were live")
-	require.NotEmpty(t, oom[0].Remediation)
-	assert.Contains(t, oom[0].Remediation[0], "load_model (train.py:5) with 3221225472 bytes")
-	assert.Contains(t, oom[0].Remediation[1], "2 allocation calls ran out of memory in all (3221225472 bytes requested)")
+	// The words are report's (TestWordsOOM); the facts they quote:
+	require.NotNil(t, oom[0].OOMCalls)
+	assert.Equal(t, *p.FirstOOM, oom[0].OOMCalls.First)
+	assert.Equal(t, event.StackID(2), oom[0].OOMCalls.First.Stack)
+	assert.Equal(t, 3*GiB, oom[0].OOMCalls.First.LiveBytes)
+	assert.Equal(t, uint64(2), oom[0].OOMCalls.Count, "both failures ran out of memory")
+	assert.Equal(t, 3*GiB, oom[0].OOMCalls.Bytes)
 	assert.Empty(t, findings(r, KindFailedCall), "out-of-memory is no failed_call")
 }
 
@@ -163,16 +165,27 @@ func TestFailedCallIsNotAnOOM(t *testing.T) {
 	// Ranked by bytes at stake: the 35s first.
 	assert.Equal(t, 2*GiB+MiB, fc[0].Bytes)
 	assert.Equal(t, SeverityCritical, fc[0].Severity)
-	assert.Contains(t, fc[0].Summary, "3 allocation calls failed with error 35 (cudaErrorInsufficientDriver) (not out-of-memory)")
-	assert.Contains(t, fc[0].Summary, "cudaMalloc of 1073741824 bytes at load_model (train.py:5)")
+	// The words are report's (TestWordsFailedCall); the facts they quote:
+	require.NotNil(t, fc[0].FailedCall)
+	c := fc[0].FailedCall.Calls
+	assert.Equal(t, "35 (cudaErrorInsufficientDriver)", c.Error)
+	assert.Equal(t, uint64(3), c.Count)
+	assert.Equal(t, event.APICudaMalloc, c.First.API)
+	assert.Equal(t, GiB, c.First.Size)
+	assert.Equal(t, event.StackID(1), c.First.Stack)
+	assert.True(t, fc[0].FailedCall.Setup, "a driver too old is a setup error")
 	require.Len(t, fc[0].Stacks, 1)
 	assert.Equal(t, uint64(3), fc[0].Stacks[0].Count)
-	assert.Contains(t, fc[0].Remediation[0], "driver is missing or older")
 
 	assert.Equal(t, 4*MiB, fc[1].Bytes)
-	assert.Contains(t, fc[1].Summary, "1 allocation call failed with error 3 (CUDA_ERROR_NOT_INITIALIZED)")
-	assert.NotContains(t, fc[1].Summary, "cudaErrorInitializationError")
-	assert.Contains(t, fc[1].Summary, "cuMemAlloc_v2 of 4194304 bytes at init_pool (train.py:9)")
+	c = fc[1].FailedCall.Calls
+	assert.Equal(t, "3 (CUDA_ERROR_NOT_INITIALIZED)", c.Error, "named by the driver API, not the runtime")
+	assert.Equal(t, uint64(1), c.Count)
+	assert.True(t, c.Driver)
+	assert.Equal(t, event.APICuMemAlloc, c.First.API)
+	assert.Equal(t, 4*MiB, c.First.Size)
+	assert.Equal(t, event.StackID(2), c.First.Stack)
+	assert.True(t, fc[1].FailedCall.Setup)
 }
 
 func TestErrorName(t *testing.T) {
@@ -242,7 +255,11 @@ func TestPeak(t *testing.T) {
 		require.Len(t, peak, 1)
 		assert.Equal(t, 3*MiB+512*KiB, peak[0].Bytes)
 		assert.Equal(t, "g (train.py:2)", peak[0].Stacks[0].Site)
-		assert.Contains(t, peak[0].Remediation[0], "g (train.py:2): 2097152 bytes (2.00 MiB, 57.1% of the peak) in 1 allocations")
+		// g's 2 MiB cover more than half of the 3.5 MiB peak: the one stack
+		// to reduce (report words it, TestWordsPeak).
+		require.NotNil(t, peak[0].Peak)
+		assert.Equal(t, *p.PeakEvent, peak[0].Peak.Crossing)
+		assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{1, 2 * MiB}}}, peak[0].Peak.Largest)
 	})
 	t.Run("devices and processes", func(t *testing.T) {
 		// pid 100: 1 MiB on dev 0, 2 MiB on dev 1 (process peak 3 MiB at t2).
@@ -359,12 +376,6 @@ func TestFrames(t *testing.T) {
 	assert.Equal(t, []string{NoStack}, r.Lines(0))
 }
 
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1536: "1.50 KiB", 3 * GiB / 2: "1.50 GiB"} {
-		assert.Equal(t, want, FormatBytes(n))
-	}
-}
-
 func TestTimelineKeepsPeak(t *testing.T) {
 	// A sawtooth between 0 and 1 MiB for 10000 ms with a single 9 MiB spike
 	// at 4321 ms; 16 points cannot hold every step but must hold the spike.
@@ -431,10 +442,11 @@ func TestLeakRule(t *testing.T) {
 		assert.Equal(t, 64*MiB, f.Stacks[0].Bytes)
 		// 64 MiB growth against a 164 MiB peak: >= 10%, high.
 		assert.Equal(t, SeverityHigh, f.Severity)
-		// The run: 64 ticks of 2^30 ns less 1 ns = 68.72 s.
-		assert.Contains(t, f.Remediation[0], "free or detach the buffers allocated at leaky (train.py:10): +67108864 bytes (64.00 MiB) over 68.7 s")
-		assert.Contains(t, f.Summary, "grew by 67108864 bytes (64.00 MiB) over the run (+0 s to +68.7 s, 68.7 s)")
-		assert.Contains(t, f.Summary, "detection windows (+50331648 bytes, 48.00 MiB, from +17.2 s to +68.7 s)")
+		// The growth over the run: from the process's first traced moment
+		// to the end, 64 ticks of 2^30 ns less 1 ns (report words it,
+		// TestWordsLeak).
+		assert.Equal(t, []uint64{0, 64*tick - 1}, []uint64{f.Leak.From, f.Leak.To})
+		assert.Equal(t, uint64(64), f.Stacks[0].Count, "allocations still live at the end")
 	})
 	tests := []struct {
 		name  string
@@ -504,10 +516,19 @@ func TestLeakDefaultWindows(t *testing.T) {
 	// 60), never per hour, and without a capacity there is no projection.
 	l := leaks[0].Leak
 	assert.Equal(t, uint64(60), l.Iterations)
-	assert.Contains(t, leaks[0].Summary, "grew by 62914560 bytes (60.00 MiB) over the run (+0 s to +59.0 s, 59.0 s)")
-	assert.Contains(t, leaks[0].Summary, "; 1048576 bytes (1.00 MiB) per iteration over 60 iterations of 1.00 s; 60.00 MiB per minute over 60.0 s")
-	assert.NotContains(t, leaks[0].Summary, "per hour")
-	assert.NotContains(t, leaks[0].Summary, "runs out")
+	// From the process's start to the last event (59 s + 1 ns); the rate
+	// observed over the 60 iterations of 1 s (report words them,
+	// TestWordsLeakDefaultWindows).
+	assert.Equal(t, []uint64{0, 59*sec + 1}, []uint64{l.From, l.To})
+	assert.Equal(t, sec, l.PeriodNs)
+	assert.InDelta(t, float64(MiB), l.BytesPerIteration, 1e-6)
+	rate, observed := l.BytesPerSecondObserved()
+	assert.Equal(t, 60*sec, observed)
+	assert.InDelta(t, float64(MiB), rate, 1e-6)
+	b, ok := RateBaseFor(observed)
+	assert.True(t, ok)
+	assert.Equal(t, "minute", b.Name, "60 s observed: per minute, never per hour")
+	assert.Zero(t, l.CapacityBytes, "no projection without a capacity")
 	// The first window is about a sixth of the run, to within a grid bucket.
 	assert.InDelta(t, float64(10*sec), float64(ends[0]), float64(60*sec/32))
 }

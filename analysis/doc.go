@@ -2,10 +2,14 @@
 // address-space model of every traced process, its peak and what made it up,
 // what was still live at the end, timelines, and findings with remediation.
 //
-// It imports probes/event, report/units (the one formatter of bytes,
-// durations and rates, itself standard library only) and the standard
-// library, so it runs (and is tested) without root, a kernel or a GPU. profile/ and report/ render its
-// Result; neither changes it.
+// It imports probes/event and the standard library only, so it runs (and
+// is tested) without root, a kernel or a GPU. It formats no byte count,
+// duration or rate for people and writes no sentence (it only names
+// things: sites, frames, devices, PIDs, error codes): a finding is facts
+// (the figures, stacks and times its rule used, and which advice
+// applies), and report words it with report/units, the one formatter of
+// bytes, durations and rates. profile/ and report/ render its Result;
+// neither changes it.
 //
 // # Use
 //
@@ -162,9 +166,9 @@
 // A rate is evidence for about as long as it was watched, no further. The
 // observed span of a growth's rate is the iterations (count x period) when
 // the process has a loop, else the windows (end of window 1 to Run.End);
-// Leak.BytesPerSecondObserved returns both. The texts (finding summaries,
-// the terminal summary, report.md, report.html, check's evidence) follow
-// one rule:
+// Leak.BytesPerSecondObserved returns both. The texts report writes
+// (finding summaries, the terminal summary, report.md, report.html,
+// check's evidence) follow one rule:
 //
 //   - time base: a rate is quoted per hour, per minute or per second, the
 //     longest base not longer than the observed span (RateBaseFor); under
@@ -391,8 +395,9 @@
 // a free). pinned_host_growth (bytes = the growing stacks' growth over
 // the run; see "Pinned host growth"). device_imbalance (bytes = heaviest
 // minus lightest device peak, medium; see "Device imbalance"). Findings are ranked by
-// bytes, then severity. Every summary and remediation line quotes this
-// run's numbers, and points at the stack's site (Stack.Site, see "Sites").
+// bytes, then severity (RankFindings). Every summary and remediation line
+// report writes quotes this run's numbers from the finding's evidence, and
+// points at the stack's site (Stack.Site, see "Sites").
 //
 // # Sites
 //

@@ -2,16 +2,15 @@ package analysis
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/report/units"
 )
 
 // findings derives every finding from the finished model and ranks them by
-// bytes at stake. Each text quotes this run's numbers: no advice without
-// evidence.
+// bytes at stake (RankFindings, then the first stack; report breaks the
+// remaining ties by wording). Each finding carries the figures of this run
+// its words will quote: no advice without evidence.
 func (a *Analyzer) findings(r *Result) {
 	leaks := a.leakFindings(r)
 	pools, explained := a.poolFindings(r)
@@ -39,18 +38,8 @@ func (a *Analyzer) findings(r *Result) {
 		r.Findings = append(r.Findings, *f)
 	}
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
-		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
-			cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
-			cmp.Compare(x.Summary, y.Summary),
-			cmp.Compare(firstStack(x), firstStack(y)))
+		return cmp.Or(RankFindings(&x, &y), cmp.Compare(FirstStack(&x), FirstStack(&y)))
 	})
-}
-
-func firstStack(f Finding) event.StackID {
-	if len(f.Stacks) == 0 {
-		return 0
-	}
-	return f.Stacks[0].Stack
 }
 
 func severityRank(s Severity) int {
@@ -63,23 +52,6 @@ func severityRank(s Severity) int {
 		return 2
 	}
 	return 3
-}
-
-// seconds renders a stream time as the time since the run's start, in the
-// unit that fits ("+412 µs", "+1.25 s"); "an unknown time" when the
-// stream's times are an order only (Run.TimesKnown).
-func seconds(r *Result, t uint64) string {
-	if !r.Run.TimesKnown() {
-		return "an unknown time"
-	}
-	return units.Offset(r.Rel(t))
-}
-
-func percent(part, whole uint64) float64 {
-	if whole == 0 {
-		return 0
-	}
-	return 100 * float64(part) / float64(whole)
 }
 
 func (r *Result) findingStacks(us []StackUsage, n int) []FindingStack {
@@ -102,22 +74,18 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 	if peak == 0 || p.PeakEvent == nil {
 		return nil
 	}
-	ev := p.PeakEvent
+	ev := &PeakEvidence{Crossing: *p.PeakEvent}
 	f := &Finding{
 		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, ProcessStart: p.Start, Bytes: peak, Time: p.PeakTime,
-		Summary: fmt.Sprintf("process %s peaked at %d bytes (%s) at %s; the allocation that crossed it: %d bytes at %s on device %s",
-			r.Run.PIDText(p.PID), peak, FormatBytes(peak), seconds(r, p.PeakTime), ev.Size, r.Site(ev.Stack), DeviceName(ev.Device)),
-		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks),
+		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks), Peak: ev,
 	}
 	var covered uint64
 	for _, s := range p.PeakStacks {
-		if len(f.Remediation) == 3 || 2*covered >= peak {
+		if len(ev.Largest) == 3 || 2*covered >= peak {
 			break
 		}
 		covered += s.Bytes
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"reduce, reuse or free earlier the buffers allocated at %s: %d bytes (%s, %.1f%% of the peak) in %d allocations were live at the peak",
-			r.Site(s.Stack), s.Bytes, FormatBytes(s.Bytes), percent(s.Bytes, peak), s.Count))
+		ev.Largest = append(ev.Largest, s)
 	}
 	return f
 }
@@ -129,7 +97,6 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 	if ff == nil {
 		return nil
 	}
-	site := r.Site(ff.Stack)
 	var oom FailedCalls // the OOM groups of both libraries, merged
 	stacks := map[event.StackID]*Usage{}
 	for _, fc := range p.FailedCalls {
@@ -148,44 +115,30 @@ func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
 			u.Bytes += s.Bytes
 		}
 	}
-	f := &Finding{
+	return &Finding{
 		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, ProcessStart: p.Start, Bytes: ff.Size, Time: ff.Time,
-		Summary: fmt.Sprintf("a request for %d bytes (%s) at %s failed with error %s on device %s at %s while %d bytes (%s) were live in process %s (%d on that device; peak so far %d)",
-			ff.Size, FormatBytes(ff.Size), site, ErrorName(ff.API, ff.Ret), DeviceName(ff.Device), seconds(r, ff.Time),
-			ff.LiveBytes, FormatBytes(ff.LiveBytes), r.Run.PIDText(p.PID), ff.DeviceLiveBytes, ff.PeakBytes),
-		Stacks: r.findingStacks(topStacks(stacks, 0), a.opts.TopStacks),
+		Stacks:   r.findingStacks(topStacks(stacks, 0), a.opts.TopStacks),
+		OOMCalls: &OOMCalls{First: *ff, Count: oom.Count, Bytes: oom.Bytes},
 	}
-	if len(ff.LiveStacks) == 0 {
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"nothing traced was live when %d bytes were requested at %s: the request alone exceeded the free memory; shrink it, or look for memory not traced here (other processes, allocations before attach)",
-			ff.Size, site))
-	} else {
-		top := ff.LiveStacks[0]
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"free or shrink memory before the request at %s (%d bytes): the largest live allocation site then was %s with %d bytes (%.1f%% of the %d live) in %d allocations",
-			site, ff.Size, r.Site(top.Stack), top.Bytes, percent(top.Bytes, ff.LiveBytes), ff.LiveBytes, top.Count))
-	}
-	if oom.Count > 1 {
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"%d allocation calls ran out of memory in all (%d bytes requested); fix the first at %s, later ones may follow from it",
-			oom.Count, oom.Bytes, site))
-	}
-	return f
 }
 
 // setupErrors are the codes that say CUDA cannot work in this process at
 // all (no driver, no device, a stub library...): the run failed, whatever
 // its sizes.
-var setupErrors = map[errorKey]string{
-	{false, 3}:   "CUDA could not initialize: check that the NVIDIA driver is loaded (nvidia-smi, dmesg)",
-	{true, 3}:    "the driver API was called before cuInit, or cuInit failed: check that the NVIDIA driver is loaded (nvidia-smi, dmesg)",
-	{false, 34}:  "the CUDA library loaded is a stub (libcuda.so from the toolkit's stubs directory): put the driver's libcuda.so.1 first on the library path",
-	{true, 34}:   "the CUDA library loaded is a stub (libcuda.so from the toolkit's stubs directory): put the driver's libcuda.so.1 first on the library path",
-	{false, 35}:  "the NVIDIA driver is missing or older than this CUDA runtime: install a driver that supports the runtime's CUDA version (nvidia-smi shows the driver's), or use a runtime built for the installed driver",
-	{false, 100}: "no CUDA device is visible: check nvidia-smi, CUDA_VISIBLE_DEVICES and the container's device access (--gpus)",
-	{true, 100}:  "no CUDA device is visible: check nvidia-smi, CUDA_VISIBLE_DEVICES and the container's device access (--gpus)",
-	{false, 803}: "the display driver and the CUDA driver are different versions: reinstall the driver or reboot after an upgrade",
-	{true, 803}:  "the display driver and the CUDA driver are different versions: reinstall the driver or reboot after an upgrade",
+var setupErrors = map[errorKey]bool{
+	{false, 3}: true, {true, 3}: true, // not initialized
+	{false, 34}: true, {true, 34}: true, // a stub library
+	{false, 35}:  true,                    // the driver is older than the runtime
+	{false, 100}: true, {true, 100}: true, // no device
+	{false, 803}: true, {true, 803}: true, // display and CUDA drivers differ
+}
+
+// IsSetupError reports whether error code ret of the driver API (driver)
+// or the runtime says that CUDA cannot work in the process at all (no
+// driver, no device, a stub library...): the run failed, whatever its
+// sizes.
+func IsSetupError(driver bool, ret int32) bool {
+	return setupErrors[errorKey{driver, ret}]
 }
 
 // failedCallFindings reports each error other than out-of-memory that a
@@ -197,30 +150,16 @@ func (a *Analyzer) failedCallFindings(r *Result, p *Process) []Finding {
 		if IsOutOfMemory(fc.Ret) {
 			continue
 		}
-		site := r.Site(fc.First.Stack)
 		f := Finding{Kind: KindFailedCall, Severity: SeverityHigh, PID: p.PID, ProcessStart: p.Start,
 			Bytes: fc.Bytes, Time: fc.First.Time,
-			Summary: fmt.Sprintf("%d allocation %s failed with error %s (not out-of-memory), %d bytes (%s) requested; the first, %s of %d bytes at %s on device %s at %s",
-				fc.Count, plural(fc.Count, "call", "calls"), fc.Error, fc.Bytes, FormatBytes(fc.Bytes),
-				fc.First.API, fc.First.Size, site, DeviceName(fc.First.Device), seconds(r, fc.First.Time)),
-			Stacks: r.findingStacks(fc.Stacks, a.opts.TopStacks)}
-		if hint, ok := setupErrors[errorKey{fc.Driver, fc.Ret}]; ok {
+			Stacks:     r.findingStacks(fc.Stacks, a.opts.TopStacks),
+			FailedCall: &FailedCallEvidence{Calls: fc, Setup: IsSetupError(fc.Driver, fc.Ret)}}
+		if f.FailedCall.Setup {
 			f.Severity = SeverityCritical
-			f.Remediation = append(f.Remediation, hint)
-		} else {
-			f.Remediation = append(f.Remediation, fmt.Sprintf(
-				"error %s is not out-of-memory: check the call's arguments at %s and the driver and device setup before the sizes", fc.Error, site))
 		}
 		out = append(out, f)
 	}
 	return out
-}
-
-func plural(n uint64, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // leakFindings applies the leak rule (see doc.go) to every stack of every
@@ -261,7 +200,6 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		if secs > 0 {
 			rate = float64(windowGrowth) / secs
 		}
-		site := r.Site(g.key.stack)
 		sev := SeverityMedium
 		if growth*10 >= peaks[g.key.pid] {
 			sev = SeverityHigh
@@ -273,27 +211,12 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 			WindowGrowthBytes: windowGrowth, BytesPerSecond: rate, Seconds: secs}
 		a.leakRate(lk, g, a.loops[g.key.pid])
 		a.timeToOOM(r, lk, g)
+		// The stack's live bytes at the end are its growth (see above).
 		f := Finding{
 			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
-			Summary: fmt.Sprintf("live bytes allocated at %s in process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s); %d bytes in %d allocations were still live at the end%s",
-				site, r.Run.PIDText(in.pid), growth, FormatBytes(growth), seconds(r, from), seconds(r, times[w-1]), units.Duration(times[w-1]-from),
-				windowGrowth, FormatBytes(windowGrowth), seconds(r, times[0]), seconds(r, times[w-1]),
-				g.live.Bytes, g.live.Count, lk.rateText("the stack")),
-			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: site,
+			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: r.Site(g.key.stack),
 				Count: g.live.Count, Bytes: g.live.Bytes}},
-			Remediation: []string{fmt.Sprintf(
-				"free or detach the buffers allocated at %s: +%d bytes (%s) over %s; %d allocations from there were still live at the end",
-				site, growth, FormatBytes(growth), units.Duration(times[w-1]-from), g.live.Count)},
 			Leak: lk,
-		}
-		if lk.Iterations > 0 {
-			fix := fmt.Sprintf("each iteration keeps %.0f more bytes (%s) allocated at %s: release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
-				lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration), site)
-			if lk.TimeToOOMProjectable() {
-				fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %s",
-					DeviceName(lk.Device), lk.CapacityBytes, units.Seconds(lk.TimeToOOMSeconds))
-			}
-			f.Remediation = append(f.Remediation, fix)
 		}
 		perPID[g.key.pid] = append(perPID[g.key.pid], f)
 	}

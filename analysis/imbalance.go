@@ -108,42 +108,21 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 			}
 		}
 	}
-	hd, ld := DeviceName(heavy.Index), DeviceName(light.Index)
-	f := &Finding{Kind: KindDeviceImbalance, Severity: SeverityMedium, Bytes: diff, Time: heavy.PeakTime}
+	ev := &ImbalanceEvidence{Devices: len(used),
+		Heavy: DevicePeak{Index: heavy.Index, PeakBytes: heavy.PeakBytes, CapacityBytes: heavy.CapacityBytes, PIDs: pidSet(procs[heavy.Index])},
+		Light: DevicePeak{Index: light.Index, PeakBytes: light.PeakBytes, CapacityBytes: light.CapacityBytes, PIDs: pidSet(procs[light.Index])}}
+	f := &Finding{Kind: KindDeviceImbalance, Severity: SeverityMedium, Bytes: diff, Time: heavy.PeakTime, Imbalance: ev}
 	if owner != nil {
 		f.PID, f.ProcessStart = owner.PID, owner.Start
 	}
-	var parts []string
 	for i, s := range diffs {
 		if i < a.opts.TopStacks {
 			f.Stacks = append(f.Stacks, FindingStack{Stack: s.stack, Frames: r.Lines(s.stack), Site: r.Site(s.stack),
 				Count: s.heavy.Count, Bytes: s.diff()})
 		}
 		if i < 3 {
-			parts = append(parts, fmt.Sprintf("%s (+%d bytes: %s)", r.Site(s.stack), s.diff(), lightText(s, ld)))
+			ev.Stacks = append(ev.Stacks, ImbalanceStack{Stack: s.stack, HeavyBytes: s.heavy.Bytes, LightBytes: s.lightBytes})
 		}
-	}
-	where := "the same code paths hold more there"
-	if len(parts) > 0 {
-		where = "the difference is at " + strings.Join(parts, ", ")
-	}
-	f.Summary = fmt.Sprintf("device %s peaked at %d bytes (%s), %d bytes (%s, %.1f%%) above device %s (%d bytes, %s), the lightest of %d devices in use (device %s: processes %s; device %s: processes %s); %s",
-		hd, heavy.PeakBytes, FormatBytes(heavy.PeakBytes), diff, FormatBytes(diff), percent(diff, light.PeakBytes), ld,
-		light.PeakBytes, FormatBytes(light.PeakBytes), len(used), hd, pidList(procs[heavy.Index]), ld, pidList(procs[light.Index]), where)
-	if len(diffs) > 0 {
-		top := diffs[0]
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"the allocations at %s held %d bytes at device %s's peak, %s: if this is state one rank or device keeps alone (optimizer state, an evaluation pass, a checkpoint gathered on rank 0), shard it across the devices (ZeRO/FSDP-style sharding of optimizer state, a sharded checkpoint instead of a gather to one rank) or move it off the device (CPU offload); device %s's peak would come down by up to %d bytes",
-			r.Site(top.stack), top.heavy.Bytes, hd, lightText(top, ld), hd, top.diff()))
-	}
-	if capacity := heavy.CapacityBytes; capacity > 0 {
-		other := fmt.Sprintf("device %s peaked at %d", ld, light.PeakBytes)
-		if c := light.CapacityBytes; c > 0 {
-			other = fmt.Sprintf("device %s used %.1f%% of its %d", ld, percent(light.PeakBytes, c), c)
-		}
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"device %s reached %.1f%% of its %d bytes while %s: the heaviest device sets the batch size every device can run",
-			hd, percent(heavy.PeakBytes, capacity), capacity, other))
 	}
 	return f
 }
@@ -215,22 +194,10 @@ func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackI
 	return key, rep
 }
 
-// lightText says what the light device held of a stack's frames.
-func lightText(s imbalanceStack, light string) string {
-	if s.lightBytes == 0 {
-		return fmt.Sprintf("none at device %s's peak", light)
-	}
-	return fmt.Sprintf("%d bytes at device %s's peak", s.lightBytes, light)
-}
-
-func pidList(pids []uint32) string {
+// pidSet sorts pids and drops repeats.
+func pidSet(pids []uint32) []uint32 {
 	slices.Sort(pids)
-	pids = slices.Compact(pids)
-	s := make([]string, len(pids))
-	for i, p := range pids {
-		s[i] = fmt.Sprint(p)
-	}
-	return strings.Join(s, ", ")
+	return slices.Compact(pids)
 }
 
 // oneTree reports whether the processes that held device memory descend

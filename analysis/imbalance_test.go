@@ -59,8 +59,12 @@ func TestDeviceImbalance(t *testing.T) {
 	require.Len(t, f.Stacks, 1, "params and optimizer state are the same on both devices")
 	assert.Equal(t, "gather_checkpoint (rank.py:30)", f.Stacks[0].Site)
 	assert.Equal(t, gather, f.Stacks[0].Bytes)
-	assert.Contains(t, f.Summary, "none at device 1's peak")
-	assert.Contains(t, f.Remediation[0], "shard it")
+	// The facts report words (TestWordsDeviceImbalance).
+	require.NotNil(t, f.Imbalance)
+	assert.Equal(t, DevicePeak{Index: 0, PeakBytes: 768*MiB + gather, PIDs: []uint32{101}}, f.Imbalance.Heavy)
+	assert.Equal(t, DevicePeak{Index: 1, PeakBytes: 768 * MiB, PIDs: []uint32{102}}, f.Imbalance.Light)
+	assert.Equal(t, 2, f.Imbalance.Devices)
+	assert.Equal(t, []ImbalanceStack{{Stack: 12, HeavyBytes: gather}}, f.Imbalance.Stacks, "none at device 1's peak")
 
 	// 200 MiB of difference is under the 256 MiB floor.
 	r = mustAnalyze(t, Options{}, ranksStream(200*MiB).recs)

@@ -2,12 +2,10 @@ package analysis
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/report/units"
 )
 
 // pinnedGrowthHigh: pinned host memory is page-locked RAM taken from what
@@ -95,11 +93,8 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 		return cmp.Or(cmp.Compare(y.growth, x.growth), cmp.Compare(x.g.key.stack, y.g.key.stack))
 	})
 	var growth uint64
-	var liveCount, liveBytes uint64
 	for _, s := range gs {
 		growth += s.growth
-		liveCount += s.g.live.Count
-		liveBytes += s.g.live.Bytes
 	}
 	in := a.inst(id)
 	lk.GrowthBytes, lk.From, lk.To = growth, max(r.Run.Start, in.start), times[w-1]
@@ -108,39 +103,19 @@ func (a *Analyzer) pinnedHostFinding(r *Result, id uint32, gs []growingStack, ti
 	if growth >= pinnedGrowthHigh {
 		sev = SeverityHigh
 	}
+	ev := &PinnedEvidence{HostPeakBytes: host.PeakBytes, HostLiveBytesAtEnd: host.LiveBytesAtEnd}
 	f := Finding{Kind: KindPinnedHostGrowth, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth,
-		Time: times[0], Leak: lk}
-	var sites []string
+		Time: times[0], Leak: lk, Pinned: ev}
 	for i, s := range gs {
 		if i < a.opts.TopStacks {
 			f.Stacks = append(f.Stacks, FindingStack{Stack: s.g.key.stack, Frames: r.Lines(s.g.key.stack),
 				Site: r.Site(s.g.key.stack), Count: s.g.live.Count, Bytes: s.growth})
 		}
-		sites = append(sites, fmt.Sprintf("%s (+%d bytes, %d allocations live at the end)", r.Site(s.g.key.stack), s.growth, s.g.live.Count))
-	}
-	f.Summary = fmt.Sprintf("pinned host memory of process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s), allocated at %s%s; pinned host peak %d bytes, %d live at the end (host RAM, not device memory)",
-		r.Run.PIDText(in.pid), growth, FormatBytes(growth), seconds(r, lk.From), seconds(r, lk.To), units.Duration(lk.To-lk.From),
-		lk.WindowGrowthBytes, FormatBytes(lk.WindowGrowthBytes), seconds(r, lk.WindowStart), seconds(r, lk.WindowEnd),
-		strings.Join(sites, ", "), lk.rateText("pinned host memory"), host.PeakBytes, host.LiveBytesAtEnd)
-
-	top := r.Site(gs[0].g.key.stack)
-	f.Remediation = append(f.Remediation, fmt.Sprintf(
-		"free the pinned buffers allocated at %s with cudaFreeHost (or drop the tensors holding them) once their copy is done: %d allocations (%d bytes) from the growing sites were still live at the end",
-		top, liveCount, liveBytes))
-	if liveCount >= 2 {
-		rate := fmt.Sprintf("+%d bytes (%s) over %s", growth, FormatBytes(growth), units.Duration(lk.To-lk.From))
-		if lk.Iterations > 0 {
-			rate = fmt.Sprintf("%.0f bytes (%s) per iteration", lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration))
-		}
-		f.Remediation = append(f.Remediation, fmt.Sprintf(
-			"pin once, reuse: the run pinned new buffers %d times without freeing them (%s); allocate a fixed set of pinned staging buffers (a pinned-memory pool) up front and copy each batch through them",
-			liveCount, rate))
+		ev.Growing = append(ev.Growing, StackUsage{Stack: s.g.key.stack, Usage: Usage{Count: s.g.live.Count, Bytes: s.growth}})
 	}
 	for _, s := range gs {
 		if frame := framesWith(r, s.g.key.stack, pinMemoryFrame); frame != "" {
-			f.Remediation = append(f.Remediation, fmt.Sprintf(
-				"the growing stack at %s runs through %s: with a DataLoader(pin_memory=True), use persistent_workers=True and a bounded prefetch_factor so the pinned batches in flight stay bounded, and keep no reference to a pinned batch after its step",
-				r.Site(s.g.key.stack), frame))
+			ev.PinMemoryStack, ev.PinMemoryFrame = s.g.key.stack, frame
 			break
 		}
 	}

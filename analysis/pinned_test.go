@@ -53,18 +53,16 @@ func TestPinnedHostGrowth(t *testing.T) {
 	assert.InDelta(t, float64(perIter), f.Leak.BytesPerIteration, 1e-6, "one buffer per iteration")
 	assert.InEpsilon(t, float64(perIter)*60e9/float64(f.Leak.PeriodNs), f.Leak.BytesPerMinute, 1e-9)
 	// 40 x 2101248 = 84049920 bytes over the run; the windows saw less.
-	assert.Contains(t, f.Summary, "grew by 84049920 bytes (80.16 MiB) over the run (+0 s to +400 ms, 400 ms)")
 	assert.Less(t, f.Leak.WindowGrowthBytes, f.Bytes)
 	// 40 iterations of 10 ms observe 400 ms: per iteration, no rate per
-	// second or minute.
-	assert.Contains(t, f.Summary, "; 2101248 bytes (2.00 MiB) per iteration over 40 iterations of 10.0 ms;")
-	assert.NotContains(t, f.Summary, "per second")
-	assert.NotContains(t, f.Summary, "per minute")
-	assert.Contains(t, f.Remediation[0], "cudaFreeHost")
-	assert.Contains(t, f.Remediation[1], "pinned-memory pool")
-	for _, r := range f.Remediation {
-		assert.NotContains(t, r, "DataLoader", "no pin_memory frame in the stack")
-	}
+	// second or minute (report words it, TestWordsPinnedHostGrowth).
+	_, observed := f.Leak.BytesPerSecondObserved()
+	_, perTime := RateBaseFor(observed)
+	assert.False(t, perTime)
+	require.NotNil(t, f.Pinned)
+	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{40, 40 * perIter}}}, f.Pinned.Growing)
+	assert.Equal(t, uint64(8*MiB+40*perIter), f.Pinned.HostLiveBytesAtEnd)
+	assert.Empty(t, f.Pinned.PinMemoryFrame, "no pin_memory frame in the stack")
 	// Host memory stays out of device figures and out of the leak rule.
 	assert.Empty(t, findings(r, KindLeak))
 	assert.Equal(t, uint64(64*MiB), r.Totals.PeakBytes)
@@ -94,9 +92,12 @@ func TestPinnedHostGrowthWindows(t *testing.T) {
 	// No loop: the windows' rate, observed from the end of the first
 	// window (+12.9 s) to the end (+68.7 s), 55.8 s: under a minute, so
 	// per second, 53 MiB / 55.8 s = 972 KiB.
-	assert.Contains(t, fs[0].Summary, "; 972.01 KiB per second over 55.8 s;")
-	assert.NotContains(t, fs[0].Summary, "per minute")
-	assert.Contains(t, fs[0].Remediation[len(fs[0].Remediation)-1], "persistent_workers=True")
+	_, observed := l.BytesPerSecondObserved()
+	b, ok := RateBaseFor(observed)
+	assert.True(t, ok)
+	assert.Equal(t, "second", b.Name, "under a minute observed")
+	assert.Equal(t, event.StackID(7), fs[0].Pinned.PinMemoryStack)
+	assert.Equal(t, "pin_memory (torch/utils/data/_utils/pin_memory.py:58)", fs[0].Pinned.PinMemoryFrame)
 
 	// Pinned once and freed later: no growth.
 	s = newStream().stack(1, "f", 1)

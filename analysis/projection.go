@@ -1,18 +1,5 @@
 package analysis
 
-import (
-	"fmt"
-
-	"github.com/vramprof/vramprof/report/units"
-)
-
-// FormatBytes renders a byte count in binary units with two decimals
-// ("1.50 GiB", "512 B"): units.Bytes, the one formatter. Reports print it
-// next to exact integers, never instead of them.
-func FormatBytes(n uint64) string {
-	return units.Bytes(n)
-}
-
 // ProjectionFactor bounds every projection (see doc.go, "Rates and
 // projections"): a figure is projected at most this many times as far as
 // the span it was observed over. A run that saw 6 s of growth may say when
@@ -69,34 +56,4 @@ func (l *Leak) TimeToOOMProjectable() bool {
 	}
 	_, obs := l.BytesPerSecondObserved()
 	return Projectable(l.TimeToOOMSeconds, obs)
-}
-
-// rateText renders a leak's rates for a summary, following the projection
-// rule: per iteration with a loop; per second, minute or hour only when
-// that much time was observed; the time to out-of-memory only when within
-// ProjectionFactor times the observed span, else the plain observation.
-// what names the memory ("the stack", "pinned host memory").
-func (l *Leak) rateText(what string) string {
-	var s string
-	if l.Iterations > 0 {
-		s = fmt.Sprintf("; %.0f bytes (%s) per iteration over %d iterations of %s",
-			l.BytesPerIteration, units.FloatBytes(l.BytesPerIteration), l.Iterations, units.Duration(l.PeriodNs))
-	}
-	rate, obs := l.BytesPerSecondObserved()
-	if b, ok := RateBaseFor(obs); ok {
-		s += fmt.Sprintf("; %s over %s", units.Rate(rate*float64(b.Ns)/1e9, b.Name), units.Duration(obs))
-	} else if l.Iterations == 0 {
-		s += fmt.Sprintf("; %s observed for %s, too short for a rate per second", what, units.Duration(obs))
-	}
-	if l.CapacityBytes > 0 {
-		if l.TimeToOOMProjectable() {
-			s += fmt.Sprintf("; at that rate device %s (%d bytes, %s) runs out in %s",
-				DeviceName(l.Device), l.CapacityBytes, units.Bytes(l.CapacityBytes), units.Seconds(l.TimeToOOMSeconds))
-		} else {
-			s += fmt.Sprintf("; run too short to project when device %s (%d bytes, %s) runs out: %s grew by %d bytes (%s) over %s",
-				DeviceName(l.Device), l.CapacityBytes, units.Bytes(l.CapacityBytes), what,
-				l.GrowthBytes, units.Bytes(l.GrowthBytes), units.Duration(l.To-l.From))
-		}
-	}
-	return s
 }

@@ -674,22 +674,32 @@ const (
 	KindDeviceImbalance = "device_imbalance"
 )
 
-// Finding is one conclusion with the evidence for it. Bytes is what is at
-// stake (see DESIGN.md): the peak for "peak", the growth for "leak", the
-// failing request for "oom".
+// Finding is one conclusion with the evidence for it, as facts (see
+// evidence.go): package report words it. Bytes is what is at stake (see
+// DESIGN.md): the peak for "peak", the growth for "leak", the failing
+// request for "oom".
 type Finding struct {
 	Kind     string
 	Severity Severity
 	PID      uint32
 	// ProcessStart is the Start of the process instance (see Process).
 	ProcessStart uint64
-	Summary      string
 	Bytes        uint64
 	// Time is when the finding's event happened: the peak, the first failure,
 	// the end of the leak's first window.
-	Time        uint64
-	Stacks      []FindingStack
-	Remediation []string
+	Time   uint64
+	Stacks []FindingStack
+	// Peak, OOMCalls, FailedCall, Pool, Pinned, Spike and Imbalance are
+	// the evidence of their kinds (peak, oom without the block layer,
+	// failed_call, oom of the block layer and fragmentation,
+	// pinned_host_growth, spike, device_imbalance); nil for other kinds.
+	Peak       *PeakEvidence
+	OOMCalls   *OOMCalls
+	FailedCall *FailedCallEvidence
+	Pool       *PoolEvidence
+	Pinned     *PinnedEvidence
+	Spike      *SpikeEvidence
+	Imbalance  *ImbalanceEvidence
 	// Leak is the growth evidence of a leak or a pinned_host_growth
 	// finding; nil for other kinds. For pinned_host_growth it sums the
 	// growing stacks.

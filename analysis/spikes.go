@@ -2,11 +2,9 @@ package analysis
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/report/units"
 )
 
 // KindSpike: a large allocation that lives briefly (a checkpoint being
@@ -126,22 +124,15 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 		if brief == 0 || float64(height) < spikeMinPeakShare*float64(peak) {
 			continue
 		}
-		site := r.Site(k.stack)
 		f := Finding{
 			Kind: KindSpike, Severity: SeverityMedium, PID: p.PID, ProcessStart: p.Start, Bytes: height,
-			Time: first,
-			Summary: fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %s, each freed within %s",
-				brief, height, FormatBytes(height), site, r.Run.PIDText(p.PID), units.Duration(longest)),
-			Stacks: []FindingStack{{Stack: k.stack, Frames: r.Lines(k.stack), Site: site, Count: brief, Bytes: height}},
+			Time:   first,
+			Stacks: []FindingStack{{Stack: k.stack, Frames: r.Lines(k.stack), Site: r.Site(k.stack), Count: brief, Bytes: height}},
+			Spike:  &SpikeEvidence{LongestNs: longest, SetPeak: setPeak, PeakBytes: peak, PeakTime: p.PeakTime},
 		}
 		if setPeak {
 			f.Severity = SeverityHigh
-			f.Summary += fmt.Sprintf("; the process's peak of %d bytes (%s) at %s fell inside one: without it the peak there was %d bytes",
-				peak, FormatBytes(peak), seconds(r, p.PeakTime), peak-height)
 		}
-		f.Remediation = []string{fmt.Sprintf(
-			"allocate the %s at %s where less is live, in smaller pieces, or on the host (e.g. copy tensors to CPU before saving a checkpoint): it adds %d bytes on top of what is live",
-			FormatBytes(height), site, height)}
 		out = append(out, f)
 	}
 	slices.SortFunc(out, func(x, y Finding) int {

@@ -32,5 +32,9 @@ func TestSpikeFinding(t *testing.T) {
 	// Peak: weights 100 + activations 10 + checkpoint 80 MiB, inside the spike.
 	assert.Equal(t, 190*MiB, process(t, r, 100).Totals.PeakBytes)
 	assert.Equal(t, SeverityHigh, f.Severity, "it set the peak")
-	assert.Contains(t, f.Summary, "without it the peak there was 115343360 bytes") // 110 MiB
+	require.NotNil(t, f.Spike)
+	assert.True(t, f.Spike.SetPeak)
+	assert.Equal(t, 190*MiB, f.Spike.PeakBytes)
+	assert.Equal(t, uint64(10_000), f.Spike.LongestNs, "freed 10 us later")
+	assert.Equal(t, uint64(1), f.Stacks[0].Count)
 }

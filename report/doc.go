@@ -3,6 +3,11 @@
 // self-contained page with SVG charts: see html.go), and the short summary
 // printed on the terminal when a run stops.
 //
+// report words the findings (findings.go, findings_pools.go): the analysis
+// gives each as facts, report writes its summary and remediation from them,
+// the same in every output, and lists the findings in the analysis's rank
+// (analysis.RankFindings), ties broken by summary, then first stack.
+//
 // report.json keeps every field DESIGN.md promises and adds more (run facts,
 // timelines, stacks at the peak and at the end, libraries); fields are only
 // ever added. "blocks" is absent unless the block layer was traced.

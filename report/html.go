@@ -14,6 +14,7 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // report.html is one self-contained page: the CSS, the SVG charts and a
@@ -76,7 +77,7 @@ func htmlBytes(n uint64) template.HTML {
 	if n < 1024 {
 		return template.HTML(fmt.Sprintf(`<span class="n">%d</span>`, n))
 	}
-	return template.HTML(fmt.Sprintf(`<span class="n">%d</span> <span class="u">%s</span>`, n, analysis.FormatBytes(n)))
+	return template.HTML(fmt.Sprintf(`<span class="n">%d</span> <span class="u">%s</span>`, n, units.Bytes(n)))
 }
 
 // htmlPage is everything the template shows, computed in Go so that the
@@ -319,7 +320,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 	var fs []htmlFinding
 	var leaks []htmlLeak
-	for i, f := range res.Findings {
+	for i, f := range wordFindings(res) {
 		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
 			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: f.Remediation, Stacks: f.Stacks}
 		if l := f.Leak; l != nil {
@@ -359,9 +360,9 @@ func htmlDevices(res *analysis.Result) []htmlDevice {
 		if n := d.NVML; n != nil {
 			hd.NVMLSamples = n.Samples
 			if at := n.AtPeak; at != nil {
-				hd.NVMLAtPeak = fmt.Sprintf("%d (%s) at %s", at.UsedBytes, analysis.FormatBytes(at.UsedBytes), secs(res, at.Time))
+				hd.NVMLAtPeak = fmt.Sprintf("%d (%s) at %s", at.UsedBytes, units.Bytes(at.UsedBytes), secs(res, at.Time))
 			}
-			hd.NVMLMax = fmt.Sprintf("%d (%s) at %s", n.Max.UsedBytes, analysis.FormatBytes(n.Max.UsedBytes), secs(res, n.Max.Time))
+			hd.NVMLMax = fmt.Sprintf("%d (%s) at %s", n.Max.UsedBytes, units.Bytes(n.Max.UsedBytes), secs(res, n.Max.Time))
 		}
 		out = append(out, hd)
 	}
@@ -391,8 +392,8 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 		}
 		hf := htmlFailure{Label: procLabel(res, p), Count: p.Totals.FailedAllocations, Bytes: p.Totals.FailedBytes,
 			First: fmt.Sprintf("asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes (%s) live in the process, %d on that device",
-				ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
-				analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes, analysis.FormatBytes(ff.LiveBytes), ff.DeviceLiveBytes)}
+				ff.Size, units.Bytes(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
+				analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes, units.Bytes(ff.LiveBytes), ff.DeviceLiveBytes)}
 		hf.Sites, hf.More = htmlSites(res, p.Failed)
 		fails = append(fails, hf)
 	}

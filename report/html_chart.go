@@ -157,9 +157,9 @@ func timelineCharts(res *analysis.Result) []*chart {
 		}
 		c := newChart(res, title, tls, dur, hasBlock, &d)
 		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %s; peak %d bytes (%s) at %s",
-			units.Duration(dur), d.PeakBytes, analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime))
+			units.Duration(dur), d.PeakBytes, units.Bytes(d.PeakBytes), secs(res, d.PeakTime))
 		if d.CapacityBytes > 0 {
-			c.Caption += fmt.Sprintf(" of %d (%s) capacity", d.CapacityBytes, analysis.FormatBytes(d.CapacityBytes))
+			c.Caption += fmt.Sprintf(" of %d (%s) capacity", d.CapacityBytes, units.Bytes(d.CapacityBytes))
 		}
 		c.Caption += "."
 		charts = append(charts, c)
@@ -173,7 +173,7 @@ func timelineCharts(res *analysis.Result) []*chart {
 	if len(host) > 0 {
 		c := newChart(res, "Pinned host memory", host, dur, false, nil)
 		c.Caption = fmt.Sprintf("Live pinned host memory (not device memory); peak %d bytes (%s) at %s.",
-			res.Host.PeakBytes, analysis.FormatBytes(res.Host.PeakBytes), secs(res, res.Host.PeakTime))
+			res.Host.PeakBytes, units.Bytes(res.Host.PeakBytes), secs(res, res.Host.PeakTime))
 		charts = append(charts, c)
 	}
 	return charts
@@ -398,8 +398,8 @@ func placeLabel(m *mark, x, y float64) {
 }
 
 func peakMark(sc scale, res *analysis.Result, t, b uint64, what string) mark {
-	m := mark{Kind: "peak", Label: what + " " + analysis.FormatBytes(b),
-		Title: fmt.Sprintf("%s: %d bytes (%s) at %s", what, b, analysis.FormatBytes(b), secs(res, t))}
+	m := mark{Kind: "peak", Label: what + " " + units.Bytes(b),
+		Title: fmt.Sprintf("%s: %d bytes (%s) at %s", what, b, units.Bytes(b), secs(res, t))}
 	placeLabel(&m, sc.x(res.Rel(t)), sc.y(b))
 	return m
 }
@@ -415,9 +415,9 @@ func oomMarks(res *analysis.Result, sc scale, dev int32) []mark {
 		if ff == nil || ff.Device != dev {
 			continue
 		}
-		m := mark{Kind: "oom", Rule: true, Label: "OOM: " + analysis.FormatBytes(ff.Size) + " request",
+		m := mark{Kind: "oom", Rule: true, Label: "OOM: " + units.Bytes(ff.Size) + " request",
 			Title: fmt.Sprintf("%s: a request for %d bytes (%s) at %s failed with %s at %s, %d bytes live on the device (%d failed allocations in all)",
-				procLabel(res, p), ff.Size, analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret),
+				procLabel(res, p), ff.Size, units.Bytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret),
 				secs(res, ff.Time), ff.DeviceLiveBytes, p.Totals.FailedAllocations)}
 		placeLabel(&m, sc.x(res.Rel(ff.Time)), sc.y(ff.DeviceLiveBytes))
 		m.LabelY = f1(chartTop + 12)
@@ -449,7 +449,7 @@ func nvmlMarks(res *analysis.Result, sc scale, d *analysis.Device) []mark {
 		}
 		seen[s.s.Time] = true
 		m := mark{Kind: "nvml", Title: fmt.Sprintf("%s: %d bytes (%s) used of %d at %s, every process and the driver",
-			s.what, s.s.UsedBytes, analysis.FormatBytes(s.s.UsedBytes), s.s.TotalBytes, secs(res, s.s.Time))}
+			s.what, s.s.UsedBytes, units.Bytes(s.s.UsedBytes), s.s.TotalBytes, secs(res, s.s.Time))}
 		placeLabel(&m, sc.x(res.Rel(s.s.Time)), sc.y(s.s.UsedBytes))
 		out = append(out, m)
 	}
@@ -508,15 +508,15 @@ func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBan
 func findingMarks(res *analysis.Result, sc scale, dev int32) ([]region, []mark) {
 	var regions []region
 	var marks []mark
-	for i, f := range res.Findings {
-		if f.Kind == analysis.KindPeak || f.Kind == analysis.KindOOM || !findingOnDevice(res, &f, dev) {
+	for i, f := range wordFindings(res) {
+		if f.Kind == analysis.KindPeak || f.Kind == analysis.KindOOM || !findingOnDevice(res, f.Finding, dev) {
 			continue
 		}
 		label := fmt.Sprintf("#%d %s", i+1, f.Kind)
 		if l := f.Leak; l != nil && l.To > l.From {
 			x0 := sc.x(res.Rel(l.From))
 			x1 := sc.x(res.Rel(l.To))
-			regions = append(regions, region{X: f1(x0), W: f1(max(x1-x0, 1)), Label: label + " +" + analysis.FormatBytes(f.Bytes),
+			regions = append(regions, region{X: f1(x0), W: f1(max(x1-x0, 1)), Label: label + " +" + units.Bytes(f.Bytes),
 				Title: f.Summary})
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // The icicle of report.html: the stacks live at a process's peak merged
@@ -99,7 +100,7 @@ func newFlame(res *analysis.Result, p *analysis.Process) *flame {
 	}
 	f := &flame{W: flameW,
 		Title: fmt.Sprintf("Stacks at the peak of %s: %d bytes (%s) at %s", procLabel(res, p), p.Totals.PeakBytes,
-			analysis.FormatBytes(p.Totals.PeakBytes), secs(res, p.PeakTime)),
+			units.Bytes(p.Totals.PeakBytes), secs(res, p.PeakTime)),
 		Caption: "Outermost frame on top, the allocating call at the bottom; each frame is as wide as the bytes live under it at the peak. Hover a frame for its exact bytes."}
 	depth := 0
 	var walk func(n *frameNode, x float64, level int)
@@ -119,7 +120,7 @@ func newFlame(res *analysis.Result, p *analysis.Process) *flame {
 			node := flameNode{X: f1(x), Y: f1(y), W: f1(max(w-0.5, 0.5)), TextX: f1(x + 3), TextY: f1(y + 12.5),
 				Label: fitLabel(c.name, w-6), Fill: frameColor(c.name, c.runtime),
 				Title: fmt.Sprintf("%s\n%d bytes (%s), %.1f%% of the peak, in %d allocations", c.name, c.bytes,
-					analysis.FormatBytes(c.bytes), pct(c.bytes, p.Totals.PeakBytes), c.count)}
+					units.Bytes(c.bytes), pct(c.bytes, p.Totals.PeakBytes), c.count)}
 			f.Nodes = append(f.Nodes, node)
 			walk(c, x, level+1)
 			x += w

@@ -638,7 +638,7 @@ func NewJSON(res *analysis.Result) *JSON {
 		}
 	}
 	j.Fragmentation = jsonPools(res)
-	for _, f := range res.Findings {
+	for _, f := range wordFindings(res) {
 		jf := JSONFinding{Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
 			Stacks: []JSONStack{}, Remediation: nonNil(f.Remediation), PID: f.PID,
 			ProcessStartNs: res.Rel(f.ProcessStart), TimeNs: res.Rel(f.Time)}

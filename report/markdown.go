@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // mdTopStacks is how many stacks the markdown report lists per table: enough
@@ -48,9 +49,9 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	// Exact integers in the middle column, human units beside them.
 	p("## Summary\n\n")
 	p("| | count or bytes | |\n| --- | ---: | --- |\n")
-	p("| peak | %d | %s at %s |\n", t.PeakBytes, analysis.FormatBytes(t.PeakBytes), secs(res, t.PeakTime))
-	p("| live at end | %d | %s in %d allocations |\n", t.LiveBytesAtEnd, analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
-	p("| allocated | %d | %s |\n", t.AllocatedBytes, analysis.FormatBytes(t.AllocatedBytes))
+	p("| peak | %d | %s at %s |\n", t.PeakBytes, units.Bytes(t.PeakBytes), secs(res, t.PeakTime))
+	p("| live at end | %d | %s in %d allocations |\n", t.LiveBytesAtEnd, units.Bytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
+	p("| allocated | %d | %s |\n", t.AllocatedBytes, units.Bytes(t.AllocatedBytes))
 	p("| allocations | %d | |\n", t.Allocations)
 	p("| frees | %d | |\n", t.Frees)
 	p("| failed allocations | %d | %d bytes requested |\n", t.FailedAllocations, t.FailedBytes)
@@ -62,7 +63,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		p("| pinned host memory, peak | 0 | none traced |\n")
 	} else {
 		p("| pinned host memory, peak | %d | %s; %d bytes live at end in %d allocations; %d allocated in %d allocations; not device memory |\n",
-			h.PeakBytes, analysis.FormatBytes(h.PeakBytes), h.LiveBytesAtEnd, h.LiveAllocationsAtEnd, h.AllocatedBytes, h.Allocations)
+			h.PeakBytes, units.Bytes(h.PeakBytes), h.LiveBytesAtEnd, h.LiveAllocationsAtEnd, h.AllocatedBytes, h.Allocations)
 	}
 	p("| lost events | %d | |\n\n", res.LostEvents)
 
@@ -111,7 +112,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 				capacity = fmt.Sprint(d.CapacityBytes)
 			}
 			p("| %s | %d | %s at %s | %d | %s |\n", analysis.DeviceName(d.Index), d.PeakBytes,
-				analysis.FormatBytes(d.PeakBytes), secs(res, d.PeakTime), d.LiveBytesAtEnd, capacity)
+				units.Bytes(d.PeakBytes), secs(res, d.PeakTime), d.LiveBytesAtEnd, capacity)
 		}
 		p("\n")
 	}
@@ -160,7 +161,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		peaked = true
 		e := pr.PeakEvent
 		p("### Process %s: %d bytes (%s) at %s\n\n", procHeading(res, &pr), pr.Totals.PeakBytes,
-			analysis.FormatBytes(pr.Totals.PeakBytes), secs(res, pr.PeakTime))
+			units.Bytes(pr.Totals.PeakBytes), secs(res, pr.PeakTime))
 		p("Crossed by an allocation of %d bytes at %s on device %s (%s).\n\n", e.Size, cell(res.Site(e.Stack)),
 			analysis.DeviceName(e.Device), e.API)
 		stackTable(bw, res, pr.PeakStacks, pr.Totals.PeakBytes, "of the peak")
@@ -177,7 +178,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		}
 		lived = true
 		p("### Process %s: %d bytes (%s) in %d allocations\n\n", procHeading(res, &pr), pr.Totals.LiveBytesAtEnd,
-			analysis.FormatBytes(pr.Totals.LiveBytesAtEnd), pr.Totals.LiveAllocationsAtEnd)
+			units.Bytes(pr.Totals.LiveBytesAtEnd), pr.Totals.LiveAllocationsAtEnd)
 		stackTable(bw, res, pr.LiveAtEnd, pr.Totals.LiveBytesAtEnd, "of live")
 	}
 	if !lived {
@@ -189,8 +190,8 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if len(res.Findings) == 0 {
 		p("None.\n\n")
 	}
-	for i, f := range res.Findings {
-		p("### %d. %s (%s), %d bytes (%s)\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, analysis.FormatBytes(f.Bytes), md(f.Summary))
+	for i, f := range wordFindings(res) {
+		p("### %d. %s (%s), %d bytes (%s)\n\n%s\n\n", i+1, f.Kind, f.Severity, f.Bytes, units.Bytes(f.Bytes), md(f.Summary))
 		if l := f.Leak; l != nil {
 			// The bytes at stake, then the rule's evidence and the rate.
 			p("Evidence: +%d bytes over the run (%s to %s); detection windows %s; rate %s.\n\n",
@@ -221,7 +222,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 		}
 		p("### Process %s: %d failed, %d bytes requested\n\n", procHeading(res, &pr), pr.Totals.FailedAllocations, pr.Totals.FailedBytes)
 		p("The first asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes live in the process.\n\n",
-			ff.Size, analysis.FormatBytes(ff.Size), cell(res.Site(ff.Stack)), analysis.DeviceName(ff.Device),
+			ff.Size, units.Bytes(ff.Size), cell(res.Site(ff.Stack)), analysis.DeviceName(ff.Device),
 			secs(res, ff.Time), analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes)
 		p("| requested bytes | calls | site |\n| ---: | ---: | --- |\n")
 		for _, s := range pr.Failed {
@@ -279,7 +280,7 @@ func stackTable(w io.Writer, res *analysis.Result, us []analysis.StackUsage, who
 			fmt.Fprintf(w, "| | | | %d more stacks |\n", len(us)-i)
 			break
 		}
-		fmt.Fprintf(w, "| %d (%s) | %.1f%% | %d | %s |\n", u.Bytes, analysis.FormatBytes(u.Bytes), pct(u.Bytes, whole), u.Count, cell(res.Site(u.Stack)))
+		fmt.Fprintf(w, "| %d (%s) | %.1f%% | %d | %s |\n", u.Bytes, units.Bytes(u.Bytes), pct(u.Bytes, whole), u.Count, cell(res.Site(u.Stack)))
 	}
 	fmt.Fprintln(w)
 }

@@ -38,7 +38,7 @@ func writePoolsMarkdown(p func(string, ...any), res *analysis.Result) {
 		for j := range pl.OOMs {
 			o := &pl.OOMs[j]
 			p("- OOM %d at %s: %d bytes (%s) requested at %s, %s OOM, %s", o.Index, secs(res, o.Time), o.RequestBytes,
-				analysis.FormatBytes(o.RequestBytes), cell(res.Site(o.Stack)), o.Kind, outcomeText(o))
+				units.Bytes(o.RequestBytes), cell(res.Site(o.Stack)), o.Kind, outcomeText(o))
 			p("; what was live: `%s`\n", analysis.OOMProfileName(o))
 		}
 		if len(pl.OOMs) > 0 {

@@ -40,18 +40,18 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		}
 		p("note:               %s\n", l)
 	}
-	p("peak:               %d bytes (%s) at %s\n", t.PeakBytes, analysis.FormatBytes(t.PeakBytes), secs(res, t.PeakTime))
+	p("peak:               %d bytes (%s) at %s\n", t.PeakBytes, units.Bytes(t.PeakBytes), secs(res, t.PeakTime))
 	p("live at end:        %d bytes (%s) in %d allocations\n", t.LiveBytesAtEnd,
-		analysis.FormatBytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
+		units.Bytes(t.LiveBytesAtEnd), t.LiveAllocationsAtEnd)
 	p("allocated:          %d bytes (%s) in %d allocations, %d frees\n", t.AllocatedBytes,
-		analysis.FormatBytes(t.AllocatedBytes), t.Allocations, t.Frees)
+		units.Bytes(t.AllocatedBytes), t.Allocations, t.Frees)
 	if len(res.Devices) > 1 {
 		// Per device, when there is more than one: the peak that matters is
 		// the one on the device that runs out. One line; report.md and
 		// report.json have the rest.
 		var parts []string
 		for _, d := range res.Devices {
-			parts = append(parts, fmt.Sprintf("%s: %d (%s)", analysis.DeviceName(d.Index), d.PeakBytes, analysis.FormatBytes(d.PeakBytes)))
+			parts = append(parts, fmt.Sprintf("%s: %d (%s)", analysis.DeviceName(d.Index), d.PeakBytes, units.Bytes(d.PeakBytes)))
 		}
 		p("peak by device:     %s%s\n", strings.Join(parts, " | "), findingNote(res, analysis.KindDeviceImbalance, "imbalance"))
 	}
@@ -86,18 +86,18 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 			if i == summaryStacks {
 				break
 			}
-			p("  %d. %d bytes (%s, %.1f%%) in %d allocations at %s\n", i+1, s.Bytes, analysis.FormatBytes(s.Bytes),
+			p("  %d. %d bytes (%s, %.1f%%) in %d allocations at %s\n", i+1, s.Bytes, units.Bytes(s.Bytes),
 				pct(s.Bytes, top.Totals.PeakBytes), s.Count, res.Site(s.Stack))
 		}
 		for i := range res.Processes {
 			if pr := &res.Processes[i]; pr != top && pr.PeakEvent != nil {
-				p("  %s peaked at %d bytes (%s)\n", procLabel(res, pr), pr.Totals.PeakBytes, analysis.FormatBytes(pr.Totals.PeakBytes))
+				p("  %s peaked at %d bytes (%s)\n", procLabel(res, pr), pr.Totals.PeakBytes, units.Bytes(pr.Totals.PeakBytes))
 			}
 		}
 	}
 
-	var leaks []analysis.Finding
-	for _, f := range res.Findings {
+	var leaks []wordedFinding
+	for _, f := range wordFindings(res) {
 		if f.Kind == analysis.KindLeak {
 			leaks = append(leaks, f)
 		}
@@ -118,13 +118,13 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		if l := f.Leak; l != nil {
 			rate = fmt.Sprintf(" over %s, %s", units.Duration(l.To-l.From), growthRate(l))
 		}
-		p("  +%d bytes (%s%s) at %s\n", f.Bytes, analysis.FormatBytes(f.Bytes), rate, site)
+		p("  +%d bytes (%s%s) at %s\n", f.Bytes, units.Bytes(f.Bytes), rate, site)
 	}
 	p("failed allocations: %d (%d bytes requested)\n", t.FailedAllocations, t.FailedBytes)
 	for _, pr := range res.Processes {
 		if ff := pr.FirstFailure; ff != nil {
 			p("  first in %s: %d bytes (%s) at %s, error %s, %d bytes live\n", procLabel(res, &pr), ff.Size,
-				analysis.FormatBytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes)
+				units.Bytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes)
 		}
 	}
 	lost := fmt.Sprint(res.LostEvents)
@@ -148,7 +148,7 @@ func hostLine(h analysis.Totals) string {
 		return "none"
 	}
 	return fmt.Sprintf("peak %d bytes (%s), %d bytes live at end in %d allocations, %d allocated in %d allocations (not device memory)",
-		h.PeakBytes, analysis.FormatBytes(h.PeakBytes), h.LiveBytesAtEnd, h.LiveAllocationsAtEnd,
+		h.PeakBytes, units.Bytes(h.PeakBytes), h.LiveBytesAtEnd, h.LiveAllocationsAtEnd,
 		h.AllocatedBytes, h.Allocations)
 }
 
@@ -157,7 +157,7 @@ func hostLine(h analysis.Totals) string {
 func booksLine(b analysis.Books) string {
 	one := func(name string, b analysis.Book) string {
 		return fmt.Sprintf("%s: %d allocations, %d bytes (%s)", name, b.Allocations, b.AllocatedBytes,
-			analysis.FormatBytes(b.AllocatedBytes))
+			units.Bytes(b.AllocatedBytes))
 	}
 	return one("runtime", b.Runtime) + " | " + one("driver", b.Driver)
 }
@@ -166,8 +166,8 @@ func booksLine(b analysis.Books) string {
 // usage; physical memory is (and is in the figures above).
 func vmmLine(v *analysis.VMM) string {
 	return fmt.Sprintf("reserved peak %d (%s, %d at end), physical peak %d (%s, %d at end), mapped %d at end; %d reserves, %d creates, %d maps",
-		v.ReservedPeakBytes, analysis.FormatBytes(v.ReservedPeakBytes), v.ReservedBytesAtEnd,
-		v.PhysicalPeakBytes, analysis.FormatBytes(v.PhysicalPeakBytes), v.PhysicalBytesAtEnd,
+		v.ReservedPeakBytes, units.Bytes(v.ReservedPeakBytes), v.ReservedBytesAtEnd,
+		v.PhysicalPeakBytes, units.Bytes(v.PhysicalPeakBytes), v.PhysicalBytesAtEnd,
 		v.MappedBytesAtEnd, v.Reserves, v.Creates, v.Maps)
 }
 
@@ -239,7 +239,7 @@ func iterationText(p *analysis.Process) string {
 // line: "; growing: +N bytes (...) at SITE", "" without any.
 func findingNote(res *analysis.Result, kind, label string) string {
 	var parts []string
-	for _, f := range res.Findings {
+	for _, f := range wordFindings(res) {
 		if f.Kind != kind {
 			continue
 		}
@@ -247,7 +247,7 @@ func findingNote(res *analysis.Result, kind, label string) string {
 		if len(f.Stacks) > 0 {
 			site = f.Stacks[0].Site
 		}
-		parts = append(parts, fmt.Sprintf("+%d bytes (%s), the most at %s", f.Bytes, analysis.FormatBytes(f.Bytes), site))
+		parts = append(parts, fmt.Sprintf("+%d bytes (%s), the most at %s", f.Bytes, units.Bytes(f.Bytes), site))
 	}
 	if len(parts) == 0 {
 		return ""

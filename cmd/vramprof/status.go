@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // The live status of `run` and `attach` goes to stderr: on a terminal, one
@@ -72,12 +72,12 @@ func formatStatus(f statusFigures) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s  %d events (%s)  live %s  peak %s  lost %d  %d process",
 		elapsedText(f.elapsed), f.events, rateText(f.rate),
-		analysis.FormatBytes(f.live), analysis.FormatBytes(f.peak), f.lost, f.procs)
+		units.Bytes(f.live), units.Bytes(f.peak), f.lost, f.procs)
 	if f.procs != 1 {
 		b.WriteString("es")
 	}
 	if f.nvmlSeen {
-		fmt.Fprintf(&b, "  NVML used %s", analysis.FormatBytes(f.nvmlUsed))
+		fmt.Fprintf(&b, "  NVML used %s", units.Bytes(f.nvmlUsed))
 	}
 	return b.String()
 }

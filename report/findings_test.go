@@ -1,0 +1,468 @@
+package report
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// The words of the findings, on the scenarios of analysis's finding tests
+// (scenarios_test.go); those tests check the facts, these the sentences.
+
+func TestWordsOOM(t *testing.T) {
+	// 3 GiB live at stack 1, then a 2 GiB request at stack 2 fails with
+	// cudaErrorMemoryAllocation, then a 1 GiB one at stack 2 fails too.
+	s := newStream().stack(1, "load_model", 5).stack(2, "forward", 42)
+	s.alloc(1*sec, 0xa, 3*GiB, 1).fail(2*sec, 2*GiB, 2, 2).fail(3*sec, GiB, 2, 2).end(4 * sec)
+	r := mustAnalyze(t, analysis.Options{}, s.recs)
+
+	oom := worded(r, analysis.KindOOM)
+	require.Len(t, oom, 1)
+	assert.Contains(t, oom[0].Summary, "request for 2147483648 bytes (2.00 GiB) at forward (train.py:42)")
+	assert.Contains(t, oom[0].Summary, "3221225472 bytes (3.00 GiB) were live")
+	require.Len(t, oom[0].Remediation, 2)
+	assert.Contains(t, oom[0].Remediation[0], "load_model (train.py:5) with 3221225472 bytes")
+	assert.Contains(t, oom[0].Remediation[1], "2 allocation calls ran out of memory in all (3221225472 bytes requested)")
+}
+
+func TestWordsFailedCall(t *testing.T) {
+	// Stack 1: three cudaMalloc calls fail with 35 (cudaErrorInsufficientDriver);
+	// stack 2: one cuMemAlloc_v2 fails with 3 (CUDA_ERROR_NOT_INITIALIZED,
+	// which would be cudaErrorInitializationError from the runtime).
+	s := newStream().stack(1, "load_model", 5).stack(2, "init_pool", 9)
+	s.fail(1*sec, GiB, 1, 35).fail(2*sec, GiB, 1, 35).fail(3*sec, MiB, 1, 35)
+	s.ev(event.Event{Time: 4 * sec, Size: 4 * MiB, Stack: 2, Ret: 3, Kind: event.KindAlloc, API: event.APICuMemAlloc})
+	s.end(5 * sec)
+	r := mustAnalyze(t, analysis.Options{}, s.recs)
+
+	fc := worded(r, analysis.KindFailedCall)
+	require.Len(t, fc, 2)
+	assert.Contains(t, fc[0].Summary, "3 allocation calls failed with error 35 (cudaErrorInsufficientDriver) (not out-of-memory)")
+	assert.Contains(t, fc[0].Summary, "cudaMalloc of 1073741824 bytes at load_model (train.py:5)")
+	assert.Contains(t, fc[0].Remediation[0], "driver is missing or older")
+	assert.Contains(t, fc[1].Summary, "1 allocation call failed with error 3 (CUDA_ERROR_NOT_INITIALIZED)")
+	assert.NotContains(t, fc[1].Summary, "cudaErrorInitializationError")
+	assert.Contains(t, fc[1].Summary, "cuMemAlloc_v2 of 4194304 bytes at init_pool (train.py:9)")
+	assert.Contains(t, fc[1].Remediation[0], "the driver API was called before cuInit")
+}
+
+// TestSetupHints: every code the analysis calls a setup error has its hint,
+// and no other code has one.
+func TestSetupHints(t *testing.T) {
+	for _, driver := range []bool{false, true} {
+		for ret := range int32(1000) {
+			_, hint := setupHints[setupKey{driver, ret}]
+			assert.Equal(t, analysis.IsSetupError(driver, ret), hint, "driver %v, code %d", driver, ret)
+		}
+	}
+}
+
+func TestWordsPeak(t *testing.T) {
+	// t1 s1 +1 MiB (1), t2 s2 +2 MiB (3, peak), t3 free s1 (2),
+	// t4 s3 +1 MiB (3 = peak: not new), t5 s3 +512 KiB (3.5 MiB: new peak,
+	// crossed by s3's 512 KiB), then everything freed and s1 allocs 1 MiB.
+	s := newStream().stack(1, "f", 1).stack(2, "g", 2).stack(3, "h", 3)
+	s.alloc(1, 0xa, MiB, 1).alloc(2, 0xb, 2*MiB, 2).free(3, 0xa).
+		alloc(4, 0xc, MiB, 3).alloc(5, 0xd, 512*KiB, 3).
+		free(6, 0xb).free(7, 0xc).free(8, 0xd).alloc(9, 0xe, MiB, 1).end(10)
+	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	peak := worded(r, analysis.KindPeak)
+	require.Len(t, peak, 1)
+	// 3670016 bytes, crossed by h's 524288 at +5 ns.
+	assert.Equal(t, "process 100 peaked at 3670016 bytes (3.50 MiB) at +5 ns; the allocation that crossed it: 524288 bytes at h (train.py:3) on device 0",
+		peak[0].Summary)
+	// g's 2 MiB are 57.1% of 3.5 MiB: more than half, one stack named.
+	require.Len(t, peak[0].Remediation, 1)
+	assert.Contains(t, peak[0].Remediation[0], "g (train.py:2): 2097152 bytes (2.00 MiB, 57.1% of the peak) in 1 allocations")
+}
+
+func TestWordsLeak(t *testing.T) {
+	// 64 ticks, 4 windows ending at ticks 16, 32, 48 and the end.
+	s := newStream().stack(1, "leaky", 10).stack(2, "steady", 20).stack(3, "weights", 30)
+	s.alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
+	for i := range uint64(64) {
+		s.alloc(i*gridTick+1, 0x1000+i, MiB, 1) // leaks
+		s.alloc(i*gridTick+2, 0xa, MiB, 2)      // steady: freed each tick
+		s.free(i*gridTick+3, 0xa)
+	}
+	s.alloc(64*gridTick-2, 0xb, MiB, 2).free(64*gridTick-1, 0xb)
+	s.end(64*gridTick - 1)
+	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.recs)
+	leaks := worded(r, analysis.KindLeak)
+	require.Len(t, leaks, 1)
+	f := leaks[0]
+	// The run: 64 ticks of 2^30 ns less 1 ns = 68.72 s.
+	assert.Contains(t, f.Remediation[0], "free or detach the buffers allocated at leaky (train.py:10): +67108864 bytes (64.00 MiB) over 68.7 s")
+	assert.Contains(t, f.Summary, "grew by 67108864 bytes (64.00 MiB) over the run (+0 s to +68.7 s, 68.7 s)")
+	assert.Contains(t, f.Summary, "detection windows (+50331648 bytes, 48.00 MiB, from +17.2 s to +68.7 s)")
+}
+
+func TestWordsLeakDefaultWindows(t *testing.T) {
+	// A 60 s run; 1 MiB leaked every second from the first: a loop of 60
+	// iterations of 1 s, 60 s observed, so the rate is quoted per minute,
+	// never per hour, and without a capacity there is no projection.
+	s := newStream().stack(1, "leaky", 10)
+	for i := range uint64(60) {
+		s.alloc(i*sec+1, 0x1000+i, MiB, 1)
+	}
+	s.end(60 * sec)
+	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	leaks := worded(r, analysis.KindLeak)
+	require.Len(t, leaks, 1)
+	assert.Contains(t, leaks[0].Summary, "grew by 62914560 bytes (60.00 MiB) over the run (+0 s to +59.0 s, 59.0 s)")
+	assert.Contains(t, leaks[0].Summary, "; 1048576 bytes (1.00 MiB) per iteration over 60 iterations of 1.00 s; 60.00 MiB per minute over 60.0 s")
+	assert.NotContains(t, leaks[0].Summary, "per hour")
+	assert.NotContains(t, leaks[0].Summary, "runs out")
+}
+
+func TestWordsLeakRate(t *testing.T) {
+	r := mustAnalyze(t, analysis.Options{}, leakStream(true).recs)
+	leaks := worded(r, analysis.KindLeak)
+	require.Len(t, leaks, 1)
+	// The truth: sum over i<100 of 1 MiB + 4096 i = 125132800 bytes kept
+	// over 100 iterations, 1251328 bytes per iteration.
+	assert.Contains(t, leaks[0].Summary, "1251328 bytes (1.19 MiB) per iteration over 100 iterations of 10.0 ms")
+	assert.Contains(t, leaks[0].Remediation[1], "each iteration keeps")
+	// 100 iterations of ~10 ms observe ~1 s: a rate per second, never per
+	// minute; 40 GiB at ~125 MB/s is ~340 s away, beyond 10 x 1 s: the run
+	// is too short to project it.
+	assert.Contains(t, leaks[0].Summary, "MiB per second over 1.00 s")
+	assert.NotContains(t, leaks[0].Summary, "per minute")
+	assert.Contains(t, leaks[0].Summary, "; run too short to project when device 0 (42949672960 bytes, 40.00 GiB) runs out: the stack grew by 125132800 bytes (119.34 MiB) over")
+	assert.NotContains(t, leaks[0].Remediation[1], "run out in")
+
+	// With 1 GiB, (1073741824 - 125132800) / (1251328 bytes per ~10 ms) =
+	// ~7.6 s, within 10 x the ~1 s observed: projected.
+	r = mustAnalyze(t, analysis.Options{Capacity: GiB}, leakStream(true).recs)
+	leaks = worded(r, analysis.KindLeak)
+	assert.Contains(t, leaks[0].Summary, "; at that rate device 0 (1073741824 bytes, 1.00 GiB) runs out in 7.")
+	assert.Contains(t, leaks[0].Remediation[1], "run out in 7.")
+	// Without a capacity there is no time to OOM.
+	r = mustAnalyze(t, analysis.Options{}, leakStream(false).recs)
+	assert.NotContains(t, worded(r, analysis.KindLeak)[0].Remediation[1], "run out")
+}
+
+func TestWordsPinnedHostGrowth(t *testing.T) {
+	r := mustAnalyze(t, analysis.Options{}, pinnedStream().recs)
+	fs := worded(r, analysis.KindPinnedHostGrowth)
+	require.Len(t, fs, 1)
+	f := fs[0]
+	// 40 x 2101248 = 84049920 bytes over the run.
+	assert.Contains(t, f.Summary, "grew by 84049920 bytes (80.16 MiB) over the run (+0 s to +400 ms, 400 ms)")
+	// 40 iterations of 10 ms observe 400 ms: per iteration, no rate per
+	// second or minute.
+	assert.Contains(t, f.Summary, "; 2101248 bytes (2.00 MiB) per iteration over 40 iterations of 10.0 ms;")
+	assert.NotContains(t, f.Summary, "per second")
+	assert.NotContains(t, f.Summary, "per minute")
+	assert.Contains(t, f.Remediation[0], "cudaFreeHost")
+	assert.Contains(t, f.Remediation[1], "pinned-memory pool")
+	for _, r := range f.Remediation {
+		assert.NotContains(t, r, "DataLoader", "no pin_memory frame in the stack")
+	}
+}
+
+func TestWordsPinnedHostGrowthWindows(t *testing.T) {
+	// No device allocation, so no loop: the windows' rate, observed from
+	// the end of the first window (+12.9 s) to the end (+68.7 s), 55.8 s:
+	// under a minute, so per second, 53 MiB / 55.8 s = 972 KiB. The
+	// DataLoader advice needs the pin_memory frame.
+	s := newStream()
+	s.recs = append(s.recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
+		{Addr: 0x7f0100, Mapping: 2, Function: "cudaHostAlloc"},
+		{Addr: 0x1100, Mapping: 1, Function: "pin_memory", File: "torch/utils/data/_utils/pin_memory.py", Line: 58},
+	}})
+	for i := range uint64(64) {
+		s.hostAlloc((i+1)*gridTick, 0x6000_0000+i<<24, MiB, 7)
+	}
+	r := mustAnalyze(t, analysis.Options{}, s.end(65*gridTick).recs)
+	fs := worded(r, analysis.KindPinnedHostGrowth)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Summary, "; 972.01 KiB per second over 55.8 s;")
+	assert.NotContains(t, fs[0].Summary, "per minute")
+	assert.Contains(t, fs[0].Remediation[len(fs[0].Remediation)-1], "persistent_workers=True")
+	assert.Contains(t, fs[0].Remediation[len(fs[0].Remediation)-1],
+		"runs through pin_memory (torch/utils/data/_utils/pin_memory.py:58)")
+}
+
+func TestWordsSpike(t *testing.T) {
+	const ms = uint64(1_000_000)
+	s := newStream().stack(1, "load_weights", 10).stack(2, "forward", 20).stack(3, "save_checkpoint", 30)
+	s.alloc(0, 0xf000_0000, 100*MiB, 1) // weights, never freed
+	for i := range uint64(100) {
+		s.alloc(i*ms+1, 0x1000, 10*MiB, 2) // activations: 0.5 ms each step
+		if i == 50 {
+			// A checkpoint copy during step 50's activations, freed 10 us later.
+			s.alloc(50*ms+100_000, 0xa000_0000, 80*MiB, 3).free(50*ms+110_000, 0xa000_0000)
+		}
+		s.free(i*ms+500_000, 0x1000)
+	}
+	r := mustAnalyze(t, analysis.Options{}, s.end(100*ms).recs)
+	spikes := worded(r, analysis.KindSpike)
+	require.Len(t, spikes, 1)
+	// Peak: weights 100 + activations 10 + checkpoint 80 MiB; 110 MiB
+	// without the checkpoint.
+	assert.Contains(t, spikes[0].Summary, "1 short-lived allocations of up to 83886080 bytes (80.00 MiB) at save_checkpoint (train.py:30) in process 100, each freed within 10.0 µs")
+	assert.Contains(t, spikes[0].Summary, "without it the peak there was 115343360 bytes")
+	assert.Equal(t, []string{"allocate the 80.00 MiB at save_checkpoint (train.py:30) where less is live, in smaller pieces, or on the host (e.g. copy tensors to CPU before saving a checkpoint): it adds 83886080 bytes on top of what is live"},
+		spikes[0].Remediation)
+}
+
+func TestWordsDeviceImbalance(t *testing.T) {
+	const gather = 768*MiB + 123
+	r := mustAnalyze(t, analysis.Options{}, ranksStream(gather).recs)
+	fs := worded(r, analysis.KindDeviceImbalance)
+	require.Len(t, fs, 1)
+	f := fs[0]
+	assert.Contains(t, f.Summary, "none at device 1's peak")
+	// Device 0: 256 + 512 MiB + the gather; device 1: 768 MiB.
+	assert.Contains(t, f.Summary, "device 0 peaked at 1610612859 bytes (1.50 GiB), 805306491 bytes (768.00 MiB, 100.0%) above device 1 (805306368 bytes, 768.00 MiB), the lightest of 2 devices in use (device 0: processes 101; device 1: processes 102)")
+	assert.Contains(t, f.Remediation[0], "shard it")
+}
+
+func TestWordsFragmentationOOM(t *testing.T) {
+	// pool_frag_oom's allocator, as analysis's TestFragmentationOOM.
+	s := newPoolStream()
+	s.seg(segBase, 2*MiB)
+	for i := range uint64(3) {
+		s.block(segBase+i*256*KiB, 256*KiB)
+	}
+	for i := range uint64(3) {
+		s.blockFree(segBase + i*256*KiB)
+	}
+	var blocks []uint64
+	for k := range uint64(4) {
+		seg := segBase + 2*MiB + k*20*MiB
+		s.seg(seg, 20*MiB)
+		for i := range uint64(5) {
+			s.block(seg+i*4*MiB, 4*MiB)
+			blocks = append(blocks, seg+i*4*MiB)
+		}
+	}
+	for i := 1; i < len(blocks); i += 2 {
+		s.blockFree(blocks[i])
+	}
+	s.segFail(24 * MiB)
+	s.segFree(segBase)
+	s.segFail(24 * MiB)
+	for i := 0; i < len(blocks); i += 2 {
+		s.blockFree(blocks[i])
+	}
+	r := s.result(t)
+
+	ooms := worded(r, analysis.KindOOM)
+	require.Len(t, ooms, 1)
+	f := ooms[0]
+	assert.Contains(t, f.Summary, "fragmentation OOM")
+	// The truth's geometry: reserved 85983232 in 5 segments, allocated
+	// 41943040, cached free 44040192 in 11 ranges, the largest 4194304.
+	assert.Contains(t, f.Summary, "; reserved 85983232 bytes in 5 segments, 41943040 allocated to tensors, 44040192 cached free in 11 ranges, the largest 4194304")
+	require.Len(t, f.Remediation, 2)
+	assert.Contains(t, f.Remediation[0], "expandable_segments:True")
+	// 1 + the 20 MiB segments that hold the 4 MiB blocks.
+	assert.Contains(t, f.Remediation[1], "max_split_size_mb:21")
+	assert.Contains(t, f.Remediation[1], "largest segment (20 MiB)")
+
+	frag := worded(r, analysis.KindFragmentation)
+	require.Len(t, frag, 1)
+	assert.Contains(t, frag[0].Summary, "44040192 bytes (51.2% of the 85983232 reserved) were cached free in 11 ranges, the largest 4194304: fragmentation, not capacity, ended the run")
+}
+
+func TestWordsCapacityOOM(t *testing.T) {
+	s := newPoolStream()
+	for i := range uint64(3) {
+		s.seg(segBase+i*12*MiB, 12*MiB)
+		s.block(segBase+i*12*MiB, 12*MiB)
+	}
+	act := segBase + 36*MiB
+	s.seg(act, 20*MiB)
+	s.block(act, 4*MiB)
+	s.block(act+4*MiB, 4*MiB)
+	s.blockFree(act + 4*MiB)
+	s.segFail(32 * MiB)
+	s.segFail(32 * MiB)
+	r := s.result(t)
+
+	ooms := worded(r, analysis.KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Contains(t, ooms[0].Summary, "capacity OOM")
+	assert.Contains(t, ooms[0].Remediation[0], "reduce the batch size")
+	assert.Contains(t, ooms[0].Remediation[1], "would not avoid it")
+	// 32 MiB requested, 16 MiB cached free: short by 16777216.
+	assert.Contains(t, ooms[0].Remediation[1], "the 16777216 cached free bytes are short of the 33554432 requested by 16777216")
+	for _, rem := range ooms[0].Remediation {
+		assert.False(t, strings.HasPrefix(rem, "set PYTORCH_CUDA_ALLOC_CONF"), "no allocator setting for a capacity OOM")
+	}
+}
+
+func TestWordsRetrySucceeded(t *testing.T) {
+	s := newPoolStream()
+	s.seg(segBase, 20*MiB)
+	s.block(segBase, 8*MiB)
+	s.block(segBase+8*MiB, 8*MiB)
+	s.seg(segBase+20*MiB, 12*MiB)
+	s.block(segBase+20*MiB, 12*MiB)
+	s.seg(segBase+32*MiB, 14*MiB)
+	s.block(segBase+32*MiB, 14*MiB)
+	s.blockFree(segBase + 20*MiB)
+	s.blockFree(segBase + 32*MiB)
+	s.blockFree(segBase + 8*MiB)
+	s.segFail(28 * MiB)
+	s.segFree(segBase + 20*MiB)
+	s.segFree(segBase + 32*MiB)
+	s.seg(segBase+20*MiB, 28*MiB)
+	s.block(segBase+20*MiB, 28*MiB)
+	s.blockFree(segBase + 20*MiB)
+	r := s.result(t)
+
+	ooms := worded(r, analysis.KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Contains(t, ooms[0].Summary, "the retry succeeded")
+	assert.Equal(t, []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache held 39845888 bytes free, more than the 29360128 requested, but no range above 14680064; expandable segments grow in place and would have served it without flushing the cache"},
+		ooms[0].Remediation)
+	// Capacity unknown: the retry proved 48234496 - 27262976 + 29360128 =
+	// 50331648 available, so T = floor(100 * (50331648 - 29360128) /
+	// 50331648) / 100 = 0.41.
+	frag := worded(r, analysis.KindFragmentation)
+	require.Len(t, frag, 1)
+	require.Len(t, frag[0].Remediation, 1)
+	assert.Contains(t, frag[0].Remediation[0], "garbage_collection_threshold:0.41 ")
+	assert.Contains(t, frag[0].Remediation[0], "set_per_process_memory_fraction")
+	assert.Contains(t, frag[0].Remediation[0], "at least 50331648 bytes")
+	assert.Contains(t, frag[0].Summary, "27262976 of them in whole free segments")
+
+	// With the capacity known (64 MiB): T = floor(100 * (67108864 -
+	// 29360128) / 67108864) / 100 = floor(56.25) / 100 = 0.56.
+	r = mustAnalyze(t, analysis.Options{Capacity: 64 * MiB}, s.recs)
+	frag = worded(r, analysis.KindFragmentation)
+	require.Len(t, frag, 1)
+	assert.Contains(t, frag[0].Remediation[0], "garbage_collection_threshold:0.56 ")
+	assert.Contains(t, frag[0].Remediation[0], "; the device has 67108864 bytes;")
+}
+
+func TestWordsChurn(t *testing.T) {
+	s := newPoolStream()
+	w := segBase
+	s.seg(w, 40*MiB)
+	s.block(w, 40*MiB)
+	sizes := []uint64{20 * MiB, 2 * MiB, 12 * MiB}
+	for range 20 {
+		addr := segBase + 40*MiB
+		var segs []uint64
+		for _, sz := range sizes {
+			s.seg(addr, sz)
+			s.block(addr, sz/2)
+			s.blockFree(addr)
+			segs = append(segs, addr)
+			addr += sz
+		}
+		for _, a := range segs {
+			s.segFree(a)
+		}
+	}
+	s.blockFree(w)
+	s.segFree(w)
+	r := s.result(t)
+
+	fs := worded(r, analysis.KindChurn)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Remediation[0], "empty_cache()")
+	// A 245 ms run: 122 calls counted over it, not extrapolated to a rate
+	// per second; 61 + 61 calls of 10 µs = 1.22 ms.
+	assert.Contains(t, fs[0].Summary, "within 5.00 ms on average: 61 cudaMalloc and 61 cudaFree calls (in 245 ms, 1.22 ms inside them)")
+	assert.NotContains(t, fs[0].Summary, "per second,")
+}
+
+func TestWordsNoPool(t *testing.T) {
+	s := newStream().stack(1, "f", 1)
+	s.alloc(1, segBase, MiB, 1).fail(2, GiB, 1, 2).end(3)
+	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	require.Len(t, worded(r, analysis.KindOOM), 1)
+	assert.Contains(t, worded(r, analysis.KindOOM)[0].Summary, "a request for")
+}
+
+func TestWordsChurnFreeStacks(t *testing.T) {
+	build := func(withStacks bool) *analysis.Result {
+		s := newPoolStream()
+		s.stack(3, "release_cache", 3)
+		for range 5 {
+			s.seg(segBase, 20*MiB)
+			s.block(segBase, MiB)
+			s.blockFree(segBase)
+			s.segFree(segBase)
+			if withStacks {
+				s.recs[len(s.recs)-1].(*event.Event).Stack = 3
+			}
+		}
+		return s.result(t)
+	}
+	fs := worded(build(false), analysis.KindChurn)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Remediation[0], "no stack was captured at the frees")
+
+	fs = worded(build(true), analysis.KindChurn)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Remediation[0], "at release_cache (train.py:3), before the allocations at alloc_block (train.py:1)")
+}
+
+// TestWordsOrder: findings that tie on the analysis's rank are listed by
+// their words, then their first stack, in every output.
+func TestWordsOrder(t *testing.T) {
+	// Two leaks of the same growth in one process: 64 ticks of 1 MiB at
+	// b_leaky and at a_leaky. Same bytes, severity, kind and process: the
+	// summaries ("live bytes allocated at a_leaky..." before "...at
+	// b_leaky...") decide, whatever the stack IDs.
+	s := newStream().stack(1, "b_leaky", 10).stack(2, "a_leaky", 20)
+	for i := range uint64(64) {
+		s.alloc(i*gridTick+1, 0x1000+i, MiB, 1)
+		s.alloc(i*gridTick+2, 0x9000+i, MiB, 2)
+	}
+	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.end(64*gridTick-1).recs)
+	leaks := worded(r, analysis.KindLeak)
+	require.Len(t, leaks, 2)
+	assert.Equal(t, "a_leaky (train.py:20)", leaks[0].Stacks[0].Site)
+	assert.Equal(t, "b_leaky (train.py:10)", leaks[1].Stacks[0].Site)
+	j := NewJSON(r)
+	var sites []string
+	for _, f := range j.Findings {
+		if f.Kind == analysis.KindLeak {
+			sites = append(sites, f.Stacks[0].Site)
+		}
+	}
+	assert.Equal(t, []string{"a_leaky (train.py:20)", "b_leaky (train.py:10)"}, sites)
+}
+
+// TestWordsEveryFinding: every finding of the report's scenarios gets a
+// summary, and the outputs list them in one order.
+func TestWordsEveryFinding(t *testing.T) {
+	for name, recs := range scenarios {
+		t.Run(name, func(t *testing.T) {
+			res := mustResult(t, recs())
+			ws := wordFindings(res)
+			require.Len(t, ws, len(res.Findings))
+			j := NewJSON(res)
+			require.Len(t, j.Findings, len(ws))
+			for i, w := range ws {
+				assert.NotEmpty(t, w.Summary, "%s finding", w.Kind)
+				assert.Equal(t, w.Summary, j.Findings[i].Summary)
+				assert.Equal(t, nonNil(w.Remediation), j.Findings[i].Remediation)
+			}
+		})
+	}
+}
+
+func TestWordsFragmentationWorst(t *testing.T) {
+	r := scatteredPool().result(t)
+	fs := worded(r, analysis.KindFragmentation)
+	require.Len(t, fs, 1)
+	// 33554432 of 83886080 reserved is 40.0%; the last of 32 events 1 ms
+	// apart.
+	assert.Equal(t, "at +32.0 ms, 33554432 bytes (40.0% of the 83886080 reserved on device 0) were cached free but scattered in 8 ranges, the largest 4194304; 0 segments were pinned by one small block",
+		fs[0].Summary)
+	assert.Equal(t, []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no request above 4194304 bytes could use the 33554432 free bytes without a new segment"},
+		fs[0].Remediation)
+}

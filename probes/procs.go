@@ -3,12 +3,14 @@
 package probes
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
+	"io/fs"
+	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -261,65 +263,74 @@ func (h kernelHost) untarget(pid uint32) {
 	}
 }
 
+// procFS is /proc, read through procfs; opened once.
+var procFS = sync.OnceValues(func() (procfs.FS, error) { return procfs.NewFS(procfs.DefaultMountPoint) })
+
+// procOf is the /proc directory of pid. Errors match ErrNoProcess.
+func procOf(pid int) (procfs.Proc, error) {
+	root, err := procFS()
+	if err != nil {
+		return procfs.Proc{}, fmt.Errorf("%w: %d", ErrNoProcess, pid)
+	}
+	p, err := root.Proc(pid)
+	if err != nil {
+		return procfs.Proc{}, fmt.Errorf("%w: %d", ErrNoProcess, pid)
+	}
+	return p, nil
+}
+
+// procStat reads /proc/PID/stat. Errors match ErrNoProcess when it cannot
+// be read (the process is gone).
+func procStat(pid int) (procfs.ProcStat, error) {
+	p, err := procOf(pid)
+	if err != nil {
+		return procfs.ProcStat{}, err
+	}
+	st, err := p.Stat()
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(err, &pathErr) || errors.Is(err, syscall.ESRCH):
+		return procfs.ProcStat{}, fmt.Errorf("%w: %d", ErrNoProcess, pid)
+	case err != nil:
+		return procfs.ProcStat{}, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+	}
+	return st, nil
+}
+
 // procInfo describes pid as /proc shows it now.
 func procInfo(pid uint32) *event.Process {
-	info := &event.Process{PID: pid, Command: procCmdline(int(pid)), PPID: procPPID(int(pid))}
-	info.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	info := &event.Process{PID: pid}
+	p, err := procOf(int(pid))
+	if err != nil {
+		return info
+	}
+	if cmd, err := p.CmdLine(); err == nil && len(cmd) > 0 {
+		info.Command = cmd
+	}
+	if st, err := procStat(int(pid)); err == nil {
+		info.PPID = uint32(st.PPID)
+	}
+	info.Exe, _ = p.Executable()
 	return info
 }
 
-// procStartTime reads the start time of pid (clock ticks since boot), which
-// tells a process apart from a later one that reuses its PID.
+// procStartTime reads the start time of pid (clock ticks since boot, field
+// 22 of /proc/PID/stat), which tells a process apart from a later one that
+// reuses its PID.
 func procStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procStat(pid)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %d", ErrNoProcess, pid)
+		return 0, err
 	}
-	// The command name (field 2) may hold spaces and parentheses: fields
-	// are counted from the last ')'.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return strconv.ParseUint(fields[19], 10, 64) // field 22 overall
+	return st.Starttime, nil
 }
 
 // procState is the state letter of /proc/PID/stat ('T': stopped), 0 when
 // unreadable.
 func procState(pid int) byte {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	st, err := procStat(pid)
+	if err != nil || st.State == "" {
 		return 0
 	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 || i+2 >= len(data) {
-		return 0
-	}
-	return data[i+2]
-}
-
-func procPPID(pid int) uint32 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.ParseUint(fields[1], 10, 32)
-	return uint32(ppid)
-}
-
-func procCmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+	return st.State[0]
 }

@@ -6,14 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
 )
 
 // fakeHost is a procHost without a kernel: processes are what starts says,
@@ -295,4 +299,45 @@ func TestProcTableRealLockDir(t *testing.T) {
 	require.ErrorAs(t, err, &held)
 	assert.Equal(t, os.Getpid(), held.Owner)
 	assert.Equal(t, "pid 10 is already traced by another vramprof session (vramprof pid "+strconv.Itoa(os.Getpid())+")", err.Error())
+}
+
+// TestProcReaders reads /proc about a child this test starts, named with
+// parentheses and spaces (the command name field of /proc/PID/stat may
+// hold both), and about a kernel thread, which has no command line.
+func TestProcReaders(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	require.NoError(t, err)
+	exe, err := filepath.EvalSymlinks(sleep)
+	require.NoError(t, err)
+	odd := filepath.Join(t.TempDir(), "a) b (c")
+	require.NoError(t, os.Symlink(exe, odd))
+	child := exec.Command(odd, "30")
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	pid := child.Process.Pid
+
+	info := procInfo(uint32(pid))
+	assert.Equal(t, &event.Process{PID: uint32(pid), Command: []string{odd, "30"}, PPID: uint32(os.Getpid()), Exe: exe}, info)
+	self, err := procStartTime(os.Getpid())
+	require.NoError(t, err)
+	started, err := procStartTime(pid)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, started, self, "started after this test")
+
+	require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
+	state := byte(0)
+	for i := 0; i < 200 && state != 'T'; i++ {
+		time.Sleep(5 * time.Millisecond)
+		state = procState(pid)
+	}
+	assert.Equal(t, byte('T'), state, "stopped")
+
+	// kthreadd: no command line, no executable, its parent the idle task.
+	assert.Equal(t, &event.Process{PID: 2}, procInfo(2))
+
+	_, err = procStartTime(1 << 30)
+	require.ErrorIs(t, err, ErrNoProcess)
+	assert.Equal(t, "no such process: 1073741824", err.Error())
+	assert.Zero(t, procState(1<<30))
+	assert.Equal(t, &event.Process{PID: 1 << 30}, procInfo(1<<30))
 }

@@ -17,9 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/probetest/bare"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/probes/probetest/bare"
 )
 
 // traceSink encodes every record as the trace writer would, into nothing:

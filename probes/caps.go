@@ -5,7 +5,6 @@ package probes
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 )
 
@@ -22,19 +21,19 @@ const (
 // the error can say which privilege is missing instead of "permission
 // denied".
 func missingCaps() []string {
-	data, err := os.ReadFile("/proc/self/status")
+	root, err := procFS()
 	if err != nil {
 		return nil // cannot tell: let the kernel decide
 	}
-	var eff uint64
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			eff, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return nil
-			}
-		}
+	self, err := root.Self()
+	if err != nil {
+		return nil
 	}
+	status, err := self.NewStatus()
+	if err != nil {
+		return nil
+	}
+	eff := status.CapEff
 	has := func(c uint) bool { return eff&(1<<c) != 0 }
 	if has(capSysAdmin) {
 		return nil

@@ -164,7 +164,7 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 	}
 	pf.Targets = append(pf.Targets, sites...)
 	if len(spec) > 0 {
-		targets, skipped := specTargets(ef, f, spec)
+		targets, skipped := specTargets(f, spec)
 		pf.Targets = append(pf.Targets, targets...)
 		pf.Skipped = skipped
 	}

@@ -3,7 +3,13 @@
 //
 // A Session owns everything that touches the kernel: the BPF objects
 // (bpf/vramprof.bpf.c, compiled into bpf_x86_bpfel.o by `make generate`),
-// the ring buffer reader, the uprobe links and the fork tracepoint. It
+// the ring buffer readers, the uprobe links and the lifecycle tracepoints.
+// It wires parts that each own one concern: the loader (loader.go: objects,
+// ring buffers, links, tracepoints, guardian), the reader (reader.go: the
+// read loop, counting short and unknown records beside the BPF side's lost
+// ones), the process table (procs.go: targets' lifecycle, behind a small
+// procHost interface that tests drive without root), and the stack table
+// (stacks.go: interning and symbolization). It
 // finds the CUDA runtime (libcudart) and driver (libcuda) wherever a target
 // maps them: shared libraries, pip's hashed copies, copies linked into an
 // executable or another library, each file probed once (uprobes live on the

@@ -6,11 +6,11 @@ import "syscall"
 
 // noteExit keeps how a traced process ended: the exit tracepoint's record
 // carries the kernel's wait(2) status (exit code << 8, or the signal).
-func (s *Session) noteExit(pid uint32, status uint64) {
-	if s.exits == nil {
-		s.exits = map[uint32]syscall.WaitStatus{}
+func (t *procTable) noteExit(pid uint32, status uint64) {
+	if t.exits == nil {
+		t.exits = map[uint32]syscall.WaitStatus{}
 	}
-	s.exits[pid] = syscall.WaitStatus(uint32(status))
+	t.exits[pid] = syscall.WaitStatus(uint32(status))
 }
 
 // ExitStatus is how traced process pid ended, as wait(2) would tell its

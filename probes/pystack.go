@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf/ringbuf"
 
@@ -110,6 +111,12 @@ func (s *Session) setPython(p *proc, py *pyProc) {
 	s.prefetch.mu.Unlock()
 }
 
+// pyPrefetch is the Python code objects' fast lane (see startPrefetch).
+type pyPrefetch struct {
+	mu  sync.Mutex
+	res map[uint32]*python.Resolver // by pid: the processes with a CPython
+}
+
 // startPrefetch starts the fast lane of Python code objects. The BPF side
 // sends the code objects of every Python stack a process shows for the
 // first time to a ring of their own (py_new), and this goroutine reads them
@@ -117,23 +124,18 @@ func (s *Session) setPython(p *proc, py *pyProc) {
 // turn behind the symbolization of earlier stacks (the first lookup in a
 // library with DWARF lines takes hundreds of milliseconds), and a process
 // may exit, and free its code objects, before then; the resolver's cache
-// then has them when the record is handled.
-func (s *Session) startPrefetch() error {
-	r, err := ringbuf.NewReader(s.objs.PyNew)
-	if err != nil {
-		return fmt.Errorf("open python ring buffer: %w", err)
-	}
-	s.prefetch = pyPrefetch{reader: r, res: make(map[uint32]*python.Resolver), done: make(chan struct{})}
-	go s.prefetchLoop()
-	return nil
+// then has them when the record is handled. The goroutine ends when the
+// loader closes the ring, and the loader waits for it.
+func (s *Session) startPrefetch() {
+	s.prefetch = pyPrefetch{res: make(map[uint32]*python.Resolver)}
+	s.readers.Go(s.prefetchLoop)
 }
 
 func (s *Session) prefetchLoop() {
-	defer close(s.prefetch.done)
 	var rec ringbuf.Record
 	codes := make([]uint64, 0, maxPyFrames)
 	for {
-		if err := s.prefetch.reader.ReadInto(&rec); err != nil {
+		if err := s.pyRing.ReadInto(&rec); err != nil {
 			return // closed (Close), or broken: the records still resolve, later
 		}
 		b := rec.RawSample
@@ -155,15 +157,11 @@ func (s *Session) prefetchLoop() {
 	}
 }
 
-// stopPrefetch closes the fast lane and waits for its goroutine.
-func (s *Session) stopPrefetch() error {
-	if s.prefetch.reader == nil {
-		return nil
-	}
-	err := s.prefetch.reader.Close()
-	<-s.prefetch.done
-	if err != nil {
-		return fmt.Errorf("close python ring buffer: %w", err)
+// pythonOf is the CPython of traced process pid, nil when it has none (or
+// is not traced).
+func (s *Session) pythonOf(pid uint32) *pyProc {
+	if p := s.procs[pid]; p != nil {
+		return p.py
 	}
 	return nil
 }

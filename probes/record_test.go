@@ -101,3 +101,45 @@ func TestWithCaller(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordKinds pins the C enum rec_kind (through the bpf2go types)
+// against event.Kind: a record's kind below REC_LOADER is decoded as the
+// event.Kind with the same number, so the two numberings must agree.
+func TestRecordKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  bpfRecKind
+		want event.Kind
+	}{
+		{"idle", bpfRecKindREC_IDLE, event.KindInvalid},
+		{"alloc", bpfRecKindREC_ALLOC, event.KindAlloc},
+		{"free", bpfRecKindREC_FREE, event.KindFree},
+		{"host alloc", bpfRecKindREC_HOST_ALLOC, event.KindHostAlloc},
+		{"host free", bpfRecKindREC_HOST_FREE, event.KindHostFree},
+		{"reserve", bpfRecKindREC_RESERVE, event.KindReserve},
+		{"unreserve", bpfRecKindREC_UNRESERVE, event.KindUnreserve},
+		{"create", bpfRecKindREC_CREATE, event.KindCreate},
+		{"release", bpfRecKindREC_RELEASE, event.KindRelease},
+		{"set device", bpfRecKindREC_SET_DEVICE, event.KindSetDevice},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, uint32(tc.want), uint32(tc.rec))
+		})
+	}
+	// The BPF-only kinds lie above every event kind the BPF side sends, so
+	// decodeRecord never takes one for an event.
+	assert.Equal(t, event.Kind(bpfRecKindREC_SET_DEVICE), lastEventKind)
+	for _, k := range []bpfRecKind{bpfRecKindREC_LOADER, bpfRecKindREC_FORK, bpfRecKindREC_EXEC, bpfRecKindREC_EXIT} {
+		assert.Greater(t, uint32(k), uint32(lastEventKind), "kind %d", k)
+		assert.LessOrEqual(t, uint32(k), uint32(0xff), "kind %d must fit the record's u8", k)
+	}
+	// Kinds reach the BPF side through the attach cookie (8 bits): every
+	// probed function's kind is an event kind the decoder accepts.
+	for _, p := range cudaProbes {
+		assert.NotEqual(t, event.KindInvalid, p.Kind, p.Symbol)
+		assert.LessOrEqual(t, p.Kind, lastEventKind, p.Symbol)
+	}
+	for _, p := range usdtProbes {
+		assert.LessOrEqual(t, p.Kind, lastEventKind, p.Name)
+	}
+}

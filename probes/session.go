@@ -3,28 +3,20 @@
 package probes
 
 import (
-	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/probes/python"
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
 
@@ -88,38 +80,26 @@ type Stats struct {
 	Targets atomic.Int64  // processes being traced
 }
 
-// Session traces the CUDA allocation API in a set of processes. It owns the
-// BPF objects, the ring buffer reader and every uprobe; Close releases them
-// in reverse order. Its methods are not safe for concurrent use, except
-// Stats. A Session must be Closed.
+// Session traces the CUDA allocation API in a set of processes. It wires
+// the parts together: the loader owns the kernel resources (BPF objects,
+// ring buffers, probes, tracepoints, guardian), the reader reads and counts
+// records, the process table keeps the lifecycle of the targets, and the
+// stack table symbolizes. Close releases them in reverse order. Its methods
+// are not safe for concurrent use, except Stats. A Session must be Closed.
 type Session struct {
-	opts   Options
-	objs   bpfObjects
-	reader *ringbuf.Reader
-	att    *attacher
-	// lifeLinks follow targets' forks, execs and exits (tp_btf).
-	lifeLinks []link.Link
-	// guard resumes what the BPF side stopped if this process dies.
-	guard *guardian
+	opts Options
+	*loader
+	*procTable
+	*stackTable
+	rd *reader
 	// stops counts the stop records read, for the test hook dieAtStop.
 	stops int
-	sym   *symbolize.Symbolizer
 
-	allocs  []allocspec.Allocator // built-in and user specs; none with NoPool
-	procs   map[uint32]*proc
-	notCUDA map[fileKey]bool // files scanned and found to hold nothing to probe
-	// stacks interns raw stacks by PID and frames; stackSeq is the last
-	// StackID given. An exited process's entries are dropped
-	// (forgetExited), so a long session (attach --all, serve) holds the
-	// stacks of live processes only; IDs are never reused.
-	stacks     map[string]event.StackID
-	stackSeq   event.StackID
-	stackKey   []byte
-	raw        rawRecord
-	decodeErrs uint64
-	lastLost   uint64
-	lastLate   uint64
-	order      *reorder // events wait here to go out in effect order
+	allocs   []allocspec.Allocator // built-in and user specs; none with NoPool
+	notCUDA  map[fileKey]bool      // files scanned and found to hold nothing to probe
+	lastLost uint64
+	lastLate uint64
+	order    *reorder // events wait here to go out in effect order
 	// mark is the last effect-order watermark read from the threads map
 	// (see reorder.go), applied once the ring buffer is next found empty;
 	// 0 when none. noMark: the kernel cannot batch-read the map.
@@ -130,38 +110,6 @@ type Session struct {
 	stats       Stats
 	closed      bool
 	prefetch    pyPrefetch
-	// held are processes another session traces (with All: left alone
-	// for as long as they live), by PID, with their start time.
-	held  map[uint32]uint64
-	exits map[uint32]syscall.WaitStatus // see ExitStatus
-}
-
-// proc is a traced process.
-type proc struct {
-	pid       uint32
-	startTime uint64           // /proc/PID/stat field 22: tells a reused PID apart
-	libraries map[fileKey]bool // probed files this process maps, reported once each
-	cuda      bool             // maps at least one probed CUDA library
-	// stripped are the files p maps that hold a CUDA runtime without
-	// symbols (probedFile.StrippedRuntime), as p maps them.
-	stripped  []string
-	fromStart bool          // traced from its first instruction (run, or forked from a target)
-	info      event.Process // the last Process record written for it
-	exited    bool
-	// forget: exited, but records of it may still wait in the ring buffer,
-	// and they need its maps to symbolize. Dropped once the ring is empty.
-	forget  bool
-	py      *pyProc // its CPython, once found
-	pyNoted bool    // a CPython was found that cannot be read: said once
-	lock    *procLock
-}
-
-// pyPrefetch is the Python code objects' fast lane (see startPrefetch).
-type pyPrefetch struct {
-	reader *ringbuf.Reader
-	mu     sync.Mutex
-	res    map[uint32]*python.Resolver // by pid: the processes with a CPython
-	done   chan struct{}
 }
 
 // NewSession loads the BPF objects and opens the ring buffer. Nothing is
@@ -182,76 +130,23 @@ func NewSession(opts Options) (*Session, error) {
 	if opts.ReorderWindow <= 0 {
 		opts.ReorderWindow = DefaultReorderWindow
 	}
-	if err := CheckPrivileges(); err != nil {
-		return nil, fmt.Errorf("load BPF programs: %w", err)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", wrapPerm(err))
-	}
-	spec, err := loadBpf()
+	l, err := newLoader(&opts)
 	if err != nil {
-		return nil, fmt.Errorf("load BPF spec: %w", err)
-	}
-	spec.Maps[bpfMapEvents].MaxEntries = uint32(opts.RingBytes)
-	// Wake the reader once an eighth of the ring is waiting; below that it
-	// polls every opts.Poll.
-	if err := spec.Variables[bpfVarWakeupBytes].Set(uint64(opts.RingBytes / 8)); err != nil {
-		return nil, fmt.Errorf("set wakeup threshold: %w", err)
-	}
-	if opts.All {
-		if err := spec.Variables[bpfVarTraceAll].Set(uint8(1)); err != nil {
-			return nil, fmt.Errorf("set trace_all: %w", err)
-		}
-	}
-	s := &Session{
-		opts:    opts,
-		procs:   make(map[uint32]*proc),
-		held:    make(map[uint32]uint64),
-		notCUDA: make(map[fileKey]bool),
-		stacks:  make(map[string]event.StackID),
-		sym:     symbolize.New(symbolize.Options{}),
-		order:   newReorder(uint64(opts.ReorderWindow)),
-	}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		if isPermission(err) {
-			return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNotPermitted, err)
-		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNoBPF, err)
-		}
-		return nil, fmt.Errorf("load BPF programs: %w", err)
-	}
-	s.reader, err = ringbuf.NewReader(s.objs.Events)
-	if err != nil {
-		_ = s.objs.Close()
-		return nil, fmt.Errorf("open ring buffer: %w", err)
-	}
-	if err := s.startPrefetch(); err != nil {
-		_ = s.reader.Close()
-		_ = s.objs.Close()
 		return nil, err
 	}
+	s := &Session{
+		opts:       opts,
+		loader:     l,
+		stackTable: newStackTable(opts.Sink),
+		rd:         newReader(l),
+		notCUDA:    make(map[fileKey]bool),
+		order:      newReorder(uint64(opts.ReorderWindow)),
+	}
+	s.procTable = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
+	s.startPrefetch()
 	if !opts.NoPool {
 		s.allocs = append(allocspec.Builtin(), opts.Allocators...)
 	}
-	s.att = newAttacher(&s.objs, 0)
-	// Before the first probe that can stop a process.
-	if s.guard, err = startGuardian(s.objs.Stopped); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	// Children of targets are targets (the fork tracepoint adds them in the
-	// kernel before they run); an exec is a new image to probe; an exit
-	// ends a process before its PID can be reused.
-	for _, prog := range []*ebpf.Program{s.objs.ProcessFork, s.objs.ProcessExec, s.objs.ProcessExit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
-		if err != nil {
-			_ = s.Close()
-			return nil, fmt.Errorf("attach %s tracepoint: %w", prog, wrapPerm(err))
-		}
-		s.lifeLinks = append(s.lifeLinks, l)
-	}
-
 	return s, nil
 }
 
@@ -260,48 +155,21 @@ func (s *Session) Stats() *Stats { return &s.stats }
 
 // Close removes every probe, resumes the targets the loader and exec probes
 // stopped and the session has not resumed yet (and no other process: one
-// the user stopped stays stopped), ends the guardian, closes the reader and
-// unloads the BPF objects, in that order. It returns the first error.
+// the user stopped stays stopped), ends the guardian, closes the readers
+// and unloads the BPF objects, in that order (loader.close), then releases
+// the symbolizer and the targets' locks. It returns the first error.
 func (s *Session) Close() error {
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	var errs []error
-	for i := len(s.lifeLinks) - 1; i >= 0; i-- {
-		errs = append(errs, s.lifeLinks[i].Close())
-	}
-	if s.att != nil {
-		errs = append(errs, s.att.Close())
-	}
-	// A target stopped at a dlopen waits for us: never leave it stopped.
-	// With the probes gone, no process is stopped after this.
-	if s.objs.Stopped != nil {
-		resumeStopped(s.objs.Stopped)
-	}
-	if s.guard != nil {
-		errs = append(errs, s.guard.close())
-	}
-	if s.reader != nil {
-		if err := s.reader.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close ring buffer: %w", err))
-		}
-	}
-	errs = append(errs, s.stopPrefetch())
-	if err := s.objs.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("unload BPF objects: %w", err))
-	}
+	err := s.loader.close()
 	s.sym.Close()
 	for _, p := range s.procs {
 		s.dropPython(p)
 		p.lock.release()
 	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // track adds pid to the traced set: the BPF filter map, the Process record.
@@ -309,34 +177,10 @@ func (s *Session) Close() error {
 // when given (a fork child is its parent's image until it execs: reading
 // /proc later races with that exec, or with its exit).
 func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
-	if p, ok := s.procs[pid]; ok && !p.exited {
-		return p, nil
+	p, added, err := s.add(pid, info != nil)
+	if err != nil || !added {
+		return p, err
 	}
-	st, err := procStartTime(int(pid))
-	if err != nil && info == nil {
-		return nil, err
-	}
-	var lock *procLock
-	switch {
-	case err != nil:
-	case s.opts.All:
-		// Every process: look, never lock (lock.go).
-		if owner := heldBy(pid, st); owner != 0 {
-			return nil, &TracedError{PID: pid, Owner: owner}
-		}
-	default:
-		// One session per process (lock.go): before anything is probed.
-		if lock, err = lockProc(pid, st); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.objs.Targets.Put(pid, uint8(1)); err != nil {
-		lock.release()
-		return nil, fmt.Errorf("add pid %d to targets: %w", pid, err)
-	}
-	p := &proc{pid: pid, startTime: st, libraries: make(map[fileKey]bool), lock: lock}
-	s.procs[pid] = p
-	s.stats.Targets.Add(1)
 	if info == nil {
 		info = procInfo(pid)
 	}
@@ -364,78 +208,14 @@ func (s *Session) describe(p *proc, info *event.Process) error {
 	return nil
 }
 
-// procInfo describes pid as /proc shows it now.
-func procInfo(pid uint32) *event.Process {
-	info := &event.Process{PID: pid, Command: procCmdline(int(pid)), PPID: procPPID(int(pid))}
-	info.Exe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	return info
-}
-
-// retire marks a process instance exited, leaving the BPF maps alone.
-func (s *Session) retire(p *proc) {
-	if p.exited {
-		return
-	}
-	p.exited = true
-	p.forget = true
-	p.lock.release()
-	s.stats.Targets.Add(-1)
-}
-
-// untrack marks pid exited and stops filtering for it.
-func (s *Session) untrack(p *proc) {
-	if p.exited {
-		return
-	}
-	s.retire(p)
-	_ = s.objs.Targets.Delete(p.pid)
-	_ = s.objs.PyProcs.Delete(p.pid)
-	// Its threads' state passes the BPF filter by itself (see thread_state):
-	// drop it, so a later process that reuses the PID is not traced.
-	var key uint64
-	var th bpfThread
-	var stale []uint64
-	for it := s.objs.Threads.Iterate(); it.Next(&key, &th); {
-		if uint32(key>>32) == p.pid {
-			stale = append(stale, key)
-		}
-	}
-	for _, k := range stale {
-		_ = s.objs.Threads.Delete(k)
-	}
-}
-
 // forgetExited drops the symbolizer's view of processes that exited before
 // the ring buffer was last found empty: none of their records remain.
 func (s *Session) forgetExited() {
-	for _, p := range s.procs {
-		if p.forget {
-			p.forget = false
-			s.sym.Forget(p.pid)
-			s.dropPython(p)
-			s.forgetStacks(p.pid)
-			if s.opts.All {
-				// A session that adopts every process (serve runs for
-				// weeks) keeps none it has seen exit; a later process
-				// with the PID is adopted afresh. ExitStatus is for
-				// single-target sessions.
-				delete(s.procs, p.pid)
-				delete(s.exits, p.pid)
-			}
-		}
-	}
-}
-
-// forgetStacks drops pid's interned stacks (keys start with the PID): a
-// later process with that PID has other stacks, interned afresh.
-func (s *Session) forgetStacks(pid uint32) {
-	var prefix [4]byte
-	binary.LittleEndian.PutUint32(prefix[:], pid)
-	for k := range s.stacks {
-		if len(k) >= 4 && k[:4] == string(prefix[:]) {
-			delete(s.stacks, k)
-		}
-	}
+	s.reap(func(p *proc) {
+		s.sym.Forget(p.pid)
+		s.dropPython(p)
+		s.forgetStacks(p.pid)
+	})
 }
 
 // scan examines the files p maps and probes the ones that define the CUDA
@@ -519,157 +299,14 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 	return out, nil
 }
 
-// Run reads records until ctx is done or every traced process has exited,
-// then drains what is left in the ring buffer and writes the final Lost
-// record. It does not write event.End: the caller knows why it stopped.
-func (s *Session) Run(ctx context.Context) error {
-	var rec ringbuf.Record
-	lastFlush := time.Now()
-	lastTick := time.Now()
-	for {
-		if ctx.Err() != nil || s.allExited() {
-			return s.drain(&rec)
-		}
-		s.reader.SetDeadline(time.Now().Add(s.opts.Poll))
-		before := MonotonicNow()
-		err := s.reader.ReadInto(&rec)
-		switch {
-		case err == nil:
-			if err := s.handle(rec.RawSample); err != nil {
-				return err
-			}
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// The ring was empty: every record of a process already known
-			// to have exited has been read, and so has every call that
-			// returned before the read began.
-			s.forgetExited()
-			if s.mark != 0 {
-				// Read before the ring was emptied: it holds.
-				s.order.setMark(s.mark)
-			}
-			s.mark = s.watermark()
-			s.order.advance(before)
-			if err := s.release(false); err != nil {
-				return err
-			}
-		case errors.Is(err, ringbuf.ErrClosed):
-			return s.release(true)
-		default:
-			return fmt.Errorf("read ring buffer: %w", err)
-		}
-		if now := time.Now(); now.Sub(lastTick) >= s.opts.Poll {
-			lastTick = now
-			if err := s.tick(); err != nil {
-				return err
-			}
-			if now.Sub(lastFlush) >= s.opts.FlushEvery {
-				lastFlush = now
-				if err := s.opts.Sink.Flush(); err != nil {
-					return fmt.Errorf("flush trace: %w", err)
-				}
-			}
-		}
-	}
-}
-
-// drain reads what the ring buffer still holds without waiting for more.
-func (s *Session) drain(rec *ringbuf.Record) error {
-	for {
-		s.reader.SetDeadline(time.Now())
-		err := s.reader.ReadInto(rec)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrClosed) {
-				break
-			}
-			return fmt.Errorf("drain ring buffer: %w", err)
-		}
-		if err := s.handle(rec.RawSample); err != nil {
-			return err
-		}
-	}
-	// Every call traced has returned, or never will (its process exited,
-	// or the session stops): nothing can arrive before what is held.
-	if err := s.release(true); err != nil {
-		return err
-	}
-	if err := s.writeLost(true); err != nil {
-		return err
-	}
-	return s.opts.Sink.Flush()
-}
-
-// tick does the periodic work: lost-record accounting, noticing exits.
+// tick does the periodic work: noticing exits, lost-record accounting.
 func (s *Session) tick() error {
-	for pid, st := range s.held {
-		// Gone, or the PID is another process's now (the exit of a
-		// process that is not ours is not announced).
-		if now, err := procStartTime(int(pid)); err != nil || now != st {
-			delete(s.held, pid)
-		}
-	}
-	for _, p := range s.procs {
-		if p.exited {
-			continue
-		}
-		if st, err := procStartTime(int(p.pid)); err != nil || st != p.startTime {
-			s.untrack(p)
-			continue
-		}
-		if s.opts.All {
-			// A single-process session took it since: left to that
-			// session from now on (lock.go), no longer stopped by us.
-			if owner := heldBy(p.pid, p.startTime); owner != 0 {
-				s.untrack(p)
-				s.hold(p.pid, &TracedError{PID: p.pid, Owner: owner})
-			}
-		}
-	}
+	s.sweep()
 	return s.writeLost(false)
 }
 
-// writeLost writes a Lost record when the total changed (or always, when
-// final), so every output carries the count, even when it is zero.
-func (s *Session) writeLost(final bool) error {
-	var lost, unpaired uint64
-	if err := s.objs.Lost.Get(&lost); err != nil {
-		return fmt.Errorf("read lost counter: %w", err)
-	}
-	if err := s.objs.Unpaired.Get(&unpaired); err != nil {
-		return fmt.Errorf("read unpaired counter: %w", err)
-	}
-	total := lost + unpaired + s.decodeErrs
-	late := s.order.late
-	s.stats.Lost.Store(total)
-	s.stats.Late.Store(late)
-	if total == s.lastLost && late == s.lastLate && !final {
-		return nil
-	}
-	s.lastLost, s.lastLate = total, late
-	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total, Late: late}); err != nil {
-		return fmt.Errorf("write lost record: %w", err)
-	}
-	return nil
-}
-
-func (s *Session) allExited() bool {
-	if len(s.procs) == 0 || s.opts.All {
-		return false // --all waits for processes yet to come
-	}
-	for _, p := range s.procs {
-		if !p.exited {
-			return false
-		}
-	}
-	return true
-}
-
-// handle decodes one ring buffer sample and passes it on.
-func (s *Session) handle(sample []byte) error {
-	r := &s.raw
-	if err := decodeRecord(sample, r); err != nil {
-		s.decodeErrs++
-		return nil
-	}
+// handle passes one decoded record on.
+func (s *Session) handle(r *rawRecord) error {
 	if _, ok := s.held[r.ev.PID]; ok {
 		return nil // another session's (All): left alone (see tick)
 	}
@@ -693,7 +330,7 @@ func (s *Session) handle(sample []byte) error {
 		}
 		return nil
 	case r.ev.Kind == event.KindInvalid:
-		s.decodeErrs++
+		s.rd.countUnknown()
 		return nil
 	}
 	switch r.ev.Kind {
@@ -712,7 +349,7 @@ func (s *Session) handle(sample []byte) error {
 		}
 	}
 	if len(r.frames) > 0 || len(r.py) > 0 {
-		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller), r.py, r.flags&(recFlagPyTrunc|recFlagPyBroke))
+		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller), r.py, r.flags&(recFlagPyTrunc|recFlagPyBroke), s.pythonOf(r.ev.PID))
 		if err != nil {
 			return err
 		}
@@ -904,36 +541,6 @@ func (s *Session) adopt(pid uint32) error {
 	return nil
 }
 
-// giveUp leaves alone, for as long as it lives, a process adopt could not
-// probe (All), and says why once.
-func (s *Session) giveUp(pid uint32, why error) { s.leave(pid, why.Error()) }
-
-// hold leaves pid to the session that traces it (All), and says so once.
-func (s *Session) hold(pid uint32, why *TracedError) {
-	reason := ErrTraced.Error()
-	if why.Owner != 0 {
-		reason += fmt.Sprintf(" (vramprof pid %d)", why.Owner)
-	}
-	s.leave(pid, reason)
-}
-
-// leave keeps pid out of the session for as long as that process lives
-// (its records are dropped in handle until tick sees it gone) and notes
-// the reason once.
-func (s *Session) leave(pid uint32, reason string) {
-	st, err := procStartTime(int(pid))
-	if err != nil {
-		return
-	}
-	if old, ok := s.held[pid]; ok && old == st {
-		return // said already
-	}
-	s.held[pid] = st
-	if s.opts.Note != nil {
-		s.opts.Note(fmt.Sprintf("skipping pid %d: %s", pid, reason))
-	}
-}
-
 // forked starts tracking a target's child (the BPF side has already added it
 // to the targets map, so none of its calls were missed).
 func (s *Session) forked(r *rawRecord) error {
@@ -979,115 +586,10 @@ func (s *Session) forked(r *rawRecord) error {
 	return nil
 }
 
-// intern returns the StackID of the raw stack of pid, symbolizing it and
-// writing its Mapping and Stack records the first time it is seen.
-func (s *Session) intern(pid uint32, frames, py []uint64, pyFlags uint8) (event.StackID, error) {
-	key := s.stackKey[:0]
-	key = binary.LittleEndian.AppendUint32(key, pid)
-	key = binary.LittleEndian.AppendUint16(key, uint16(len(frames)))
-	for _, f := range frames {
-		key = binary.LittleEndian.AppendUint64(key, f)
-	}
-	key = append(key, pyFlags)
-	for _, f := range py {
-		key = binary.LittleEndian.AppendUint64(key, f)
-	}
-	s.stackKey = key
-	if id, ok := s.stacks[string(key)]; ok { // no allocation: the compiler sees the lookup
-		return id, nil
-	}
-	// Python code objects first: they are read from the process's memory,
-	// which an exiting process frees soon; the native symbols come from
-	// files and can wait (the first lookup in a large library with DWARF
-	// lines takes a while).
-	var segs [][]event.Frame
-	if p := s.procs[pid]; p != nil && p.py != nil && len(py) > 0 {
-		segs = pySegments(p.py, py, pyFlags)
-	}
-	syms, maps, err := s.sym.Symbolize(pid, frames)
-	if err != nil {
-		// An unsymbolizable stack is still a stack: keep the addresses.
-		syms = make([]event.Frame, len(frames))
-		for i, a := range frames {
-			syms[i] = event.Frame{Addr: a}
-		}
-		maps = nil
-	}
-	syms = mergeStacks(syms, segs)
-	for i := range maps {
-		if err := s.opts.Sink.Write(&maps[i]); err != nil {
-			return 0, fmt.Errorf("write mapping record: %w", err)
-		}
-	}
-	s.stackSeq++
-	id := s.stackSeq
-	s.stacks[string(key)] = id
-	if err := s.opts.Sink.Write(&event.Stack{ID: id, PID: pid, Frames: syms}); err != nil {
-		return 0, fmt.Errorf("write stack record: %w", err)
-	}
-	return id, nil
-}
-
 // MonotonicNow is CLOCK_MONOTONIC in ns, the clock bpf_ktime_get_ns reads
 // and so the clock of every event.Event.
 func MonotonicNow() uint64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
-}
-
-// procStartTime reads the start time of pid (clock ticks since boot), which
-// tells a process apart from a later one that reuses its PID.
-func procStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("%w: %d", ErrNoProcess, pid)
-	}
-	// The command name (field 2) may hold spaces and parentheses: fields
-	// are counted from the last ')'.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return strconv.ParseUint(fields[19], 10, 64) // field 22 overall
-}
-
-// procState is the state letter of /proc/PID/stat ('T': stopped), 0 when
-// unreadable.
-func procState(pid int) byte {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 || i+2 >= len(data) {
-		return 0
-	}
-	return data[i+2]
-}
-
-func procPPID(pid int) uint32 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.ParseUint(fields[1], 10, 32)
-	return uint32(ppid)
-}
-
-func procCmdline(pid int) []string {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
 }

@@ -3,7 +3,7 @@
 package probes
 
 import (
-	"debug/elf"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -44,7 +44,7 @@ func specAllocators(path string, all []allocspec.Allocator) []*allocspec.Allocat
 // be found (a tail call, an indirect jump, code that does not decode, no
 // size) is not probed: skipped says which and why, one line each, for the
 // report. Each function is probed once, whatever aliases name its code.
-func specTargets(ef *elf.File, f *symbolize.File, allocs []*allocspec.Allocator) (targets []target, skipped []string) {
+func specTargets(f *symbolize.File, allocs []*allocspec.Allocator) (targets []target, skipped []string) {
 	seen := make(map[uint64]bool)
 	for _, a := range allocs {
 		for i := range a.Functions {
@@ -68,7 +68,7 @@ func specTargets(ef *elf.File, f *symbolize.File, allocs []*allocspec.Allocator)
 					continue
 				}
 				seen[sym.Value] = true
-				t, err := specTarget(ef, f, a, fn, sym, name)
+				t, err := specTarget(f, a, fn, sym, name)
 				if err != nil {
 					skipped = append(skipped, fmt.Sprintf("%s (%s): %v", name, a.Name, err))
 					continue
@@ -94,7 +94,7 @@ func patternIdent(p string) string {
 	return name
 }
 
-func specTarget(ef *elf.File, f *symbolize.File, a *allocspec.Allocator, fn *allocspec.Function, sym symbolize.Symbol, name string) (target, error) {
+func specTarget(f *symbolize.File, a *allocspec.Allocator, fn *allocspec.Function, sym symbolize.Symbol, name string) (target, error) {
 	off, err := f.FileOffset(sym.Value)
 	if err != nil {
 		return target{}, err
@@ -105,7 +105,7 @@ func specTarget(ef *elf.File, f *symbolize.File, a *allocspec.Allocator, fn *all
 	}
 	sf := &specFunc{Args: specArgs(fn), AtReturn: fn.AtReturn()}
 	if sf.AtReturn {
-		rets, err := returnSites(ef, f, sym)
+		rets, err := returnSites(f, sym)
 		if err != nil {
 			return target{}, err
 		}
@@ -127,18 +127,18 @@ func specTarget(ef *elf.File, f *symbolize.File, a *allocspec.Allocator, fn *all
 // returnSites disassembles a function (and the part GCC split off as
 // "name.cold", when there is one) and returns the addresses of its return
 // instructions.
-func returnSites(ef *elf.File, f *symbolize.File, sym symbolize.Symbol) ([]uint64, error) {
+func returnSites(f *symbolize.File, sym symbolize.Symbol) ([]uint64, error) {
 	if sym.Size == 0 {
 		return nil, fmt.Errorf("its symbol has no size: its code cannot be delimited")
 	}
 	parts := []allocspec.Code{}
-	code, err := readCode(ef, sym.Value, sym.Size)
+	code, err := readCode(f, sym.Value, sym.Size)
 	if err != nil {
 		return nil, err
 	}
 	parts = append(parts, allocspec.Code{Addr: sym.Value, Bytes: code})
 	if cold, ok := f.Lookup(sym.Name + ".cold"); ok && cold.Size > 0 {
-		if code, err := readCode(ef, cold.Value, cold.Size); err == nil {
+		if code, err := readCode(f, cold.Value, cold.Size); err == nil {
 			parts = append(parts, allocspec.Code{Addr: cold.Value, Bytes: code})
 		}
 	}
@@ -146,18 +146,15 @@ func returnSites(ef *elf.File, f *symbolize.File, sym symbolize.Symbol) ([]uint6
 }
 
 // readCode reads size bytes of the file's code at a virtual address.
-func readCode(ef *elf.File, vaddr, size uint64) ([]byte, error) {
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr || vaddr+size > p.Vaddr+p.Filesz {
-			continue
-		}
-		buf := make([]byte, size)
-		if _, err := p.ReadAt(buf, int64(vaddr-p.Vaddr)); err != nil {
-			return nil, fmt.Errorf("read code at %#x: %w", vaddr, err)
-		}
-		return buf, nil
+func readCode(f *symbolize.File, vaddr, size uint64) ([]byte, error) {
+	buf, err := f.ReadVirtual(vaddr, size)
+	if errors.Is(err, symbolize.ErrNotLoaded) {
+		return nil, fmt.Errorf("code at %#x (%d bytes) is not in a loaded segment", vaddr, size)
 	}
-	return nil, fmt.Errorf("code at %#x (%d bytes) is not in a loaded segment", vaddr, size)
+	if err != nil {
+		return nil, fmt.Errorf("read code at %#x: %w", vaddr, err)
+	}
+	return buf, nil
 }
 
 // argRegs are the System V x86-64 integer argument registers, arg1 to arg6.

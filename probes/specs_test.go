@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
-	"github.com/vramprof/vramprof/probes/probetest/bare"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/probes/probetest/bare"
 )
 
 func mustSpecs(t *testing.T, text string) []allocspec.Allocator {

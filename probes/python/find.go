@@ -119,7 +119,7 @@ var errNoRuntime = errors.New("no _PyRuntime")
 // inspect reads the interpreter out of one mapped file.
 func inspect(pid int, path string, maps []symbolize.MapEntry) (*Interpreter, error) {
 	host := filepath.Join(fmt.Sprintf("/proc/%d/root", pid), path)
-	f, err := elf.Open(host)
+	f, err := symbolize.OpenFile(host)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -158,23 +158,14 @@ func inspect(pid int, path string, maps []symbolize.MapEntry) (*Interpreter, err
 	return in, nil
 }
 
-// definedSymbols looks names up in .dynsym, then .symtab, keeping only
-// definitions (an executable linked against libpython lists _PyRuntime as
-// undefined).
-func definedSymbols(f *elf.File, names ...string) map[string]elf.Symbol {
-	want := map[string]bool{}
+// definedSymbols looks names up among the file's defined symbols (.dynsym
+// and .symtab; an executable linked against libpython lists _PyRuntime as
+// undefined, which Lookup does not find), keeping those with an address.
+func definedSymbols(f *symbolize.File, names ...string) map[string]symbolize.Symbol {
+	out := map[string]symbolize.Symbol{}
 	for _, n := range names {
-		want[n] = true
-	}
-	out := map[string]elf.Symbol{}
-	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
-		syms, _ := read() // a stripped file has no .symtab: nothing to add
-		for _, s := range syms {
-			if want[s.Name] && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-				if _, dup := out[s.Name]; !dup {
-					out[s.Name] = s
-				}
-			}
+		if s, ok := f.Lookup(n); ok && s.Value != 0 {
+			out[n] = s
 		}
 	}
 	return out
@@ -182,48 +173,31 @@ func definedSymbols(f *elf.File, names ...string) map[string]elf.Symbol {
 
 // fileVersion reads Py_Version (const unsigned long, 3.11+) from the file,
 // else the version in the file's name.
-func fileVersion(f *elf.File, path string, syms map[string]elf.Symbol) (Version, error) {
+func fileVersion(f *symbolize.File, path string, syms map[string]symbolize.Symbol) (Version, error) {
 	if s, ok := syms["Py_Version"]; ok {
-		b, err := readVaddr(f, s.Value, 4)
+		b, err := f.ReadVirtual(s.Value, 4)
 		if err != nil {
 			return Version{}, fmt.Errorf("read Py_Version of %s: %w", path, err)
 		}
 		return versionFromHex(uint64(binary.LittleEndian.Uint32(b))), nil
 	}
 	if v, ok := versionFromName(filepath.Base(path)); ok {
-		v.Micro = microFromRodata(f, v)
+		v.Micro = microFromRodata(f.ELF(), v)
 		return v, nil
 	}
 	return Version{}, fmt.Errorf("%s defines _PyRuntime but neither Py_Version nor its name tells the version: %w", path, ErrUnsupported)
 }
 
-// readVaddr reads n bytes of initialized data at a link-time address.
-func readVaddr(f *elf.File, vaddr uint64, n int) ([]byte, error) {
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && vaddr >= p.Vaddr && vaddr+uint64(n) <= p.Vaddr+p.Filesz {
-			b := make([]byte, n)
-			if _, err := p.ReadAt(b, int64(vaddr-p.Vaddr)); err != nil {
-				return nil, err
-			}
-			return b, nil
-		}
-	}
-	return nil, fmt.Errorf("address %#x not in the file's loaded data", vaddr)
-}
-
 // loadBias is what to add to the file's link-time addresses to get
-// run-time ones (0 for a fixed-address executable). It comes from the
-// file's first mapping: the PT_LOAD segment holding that mapping's file
-// offset was mapped at m.Start - (m.Offset - p.Off).
-func loadBias(f *elf.File, path string, maps []symbolize.MapEntry) (uint64, error) {
-	for _, m := range maps {
-		if m.Path != path {
+// run-time ones (0 for a fixed-address executable), from the file's first
+// mapping (symbolize.File.LoadBias).
+func loadBias(f *symbolize.File, path string, maps []symbolize.MapEntry) (uint64, error) {
+	for i := range maps {
+		if maps[i].Path != path {
 			continue
 		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && m.Offset >= p.Off && m.Offset < p.Off+p.Filesz {
-				return m.Start - (m.Offset - p.Off + p.Vaddr), nil
-			}
+		if bias, ok := f.LoadBias(&maps[i]); ok {
+			return bias, nil
 		}
 	}
 	return 0, fmt.Errorf("no mapping of %s matches its program headers", path)

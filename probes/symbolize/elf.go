@@ -278,6 +278,49 @@ func (f *File) FileOffset(vaddr uint64) (uint64, error) {
 	return 0, fmt.Errorf("%#x in %s: %w", vaddr, f.path, ErrNotLoaded)
 }
 
+// ReadVirtual reads n bytes of the file's initialized contents (code or
+// data, not .bss) at a link-time virtual address: what a symbol's value
+// points at. Errors match ErrNotLoaded when the n bytes do not lie within
+// one loadable segment's file image.
+func (f *File) ReadVirtual(vaddr, n uint64) ([]byte, error) {
+	for _, p := range f.loads {
+		if vaddr < p.Vaddr || vaddr+n > p.Vaddr+p.Filesz {
+			continue
+		}
+		b := make([]byte, n)
+		if _, err := f.osf.ReadAt(b, int64(vaddr-p.Vaddr+p.Off)); err != nil {
+			return nil, fmt.Errorf("read %d bytes at %#x in %s: %w", n, vaddr, f.path, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("%#x (%d bytes) in %s: %w", vaddr, n, f.path, ErrNotLoaded)
+}
+
+// segmentAt returns the loadable segment whose file image holds file
+// offset off.
+func (f *File) segmentAt(off uint64) (*elf.ProgHeader, bool) {
+	for i := range f.loads {
+		if p := &f.loads[i]; off >= p.Off && off < p.Off+p.Filesz {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// LoadBias returns what to add to the file's link-time addresses to get
+// the run-time ones of a process that maps the file at m: the segment
+// holding m.Offset was mapped at m.Start - (m.Offset - phdr.Off), so the
+// bias is m.Start - (m.Offset - phdr.Off + phdr.Vaddr). It is 0 for a
+// fixed-address executable. False when no loadable segment holds
+// m.Offset (m is not a mapping of this file).
+func (f *File) LoadBias(m *MapEntry) (uint64, bool) {
+	p, ok := f.segmentAt(m.Offset)
+	if !ok {
+		return 0, false
+	}
+	return m.Start - (m.Offset - p.Off + p.Vaddr), true
+}
+
 // VirtualAddr converts a runtime address inside mapping m of this file to
 // the file's own virtual address, the space symbols and DWARF live in. The
 // load bias comes from the segment holding the file offset:
@@ -289,13 +332,17 @@ func (f *File) VirtualAddr(m *MapEntry, addr uint64) (uint64, bool) {
 		return 0, false
 	}
 	off := addr - m.Start + m.Offset
-	for _, p := range f.loads {
-		if off >= p.Off && off < p.Off+p.Filesz {
-			return off - p.Off + p.Vaddr, true
-		}
+	p, ok := f.segmentAt(off)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	return off - p.Off + p.Vaddr, true
 }
+
+// ELF returns the parsed ELF headers, for what File does not read itself
+// (sections, imported libraries). Valid until Close; not to be closed by
+// the caller.
+func (f *File) ELF() *elf.File { return f.ef }
 
 // SymbolAt returns the function containing vaddr. A function of size 0
 // extends to the next function.

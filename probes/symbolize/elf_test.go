@@ -174,6 +174,74 @@ func TestFileOffset(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotLoaded)
 }
 
+// TestReadVirtual reads a function's first bytes by its link-time address
+// and checks them against .text read through the section headers.
+func TestReadVirtual(t *testing.T) {
+	a := mustBuild(t)
+	for _, tt := range []struct{ file, sym string }{{"libfoo.so", "foo"}, {"prog-nopie", "leaf"}, {"prog-pie", "caller"}} {
+		t.Run(tt.file, func(t *testing.T) {
+			f := mustOpen(t, a.path(tt.file))
+			s, ok := f.Lookup(tt.sym)
+			require.True(t, ok)
+			require.NotZero(t, s.Size)
+			ef, err := elf.Open(a.path(tt.file))
+			require.NoError(t, err)
+			defer ef.Close()
+			text := ef.Section(".text")
+			require.NotNil(t, text)
+			data, err := text.Data()
+			require.NoError(t, err)
+			got, err := f.ReadVirtual(s.Value, s.Size)
+			require.NoError(t, err)
+			assert.Equal(t, data[s.Value-text.Addr:s.Value-text.Addr+s.Size], got)
+		})
+	}
+	f := mustOpen(t, a.path("libfoo.so"))
+	_, err := f.ReadVirtual(1<<60, 4)
+	assert.ErrorIs(t, err, ErrNotLoaded)
+}
+
+// TestLoadBias finds where running programs mapped a library: the bias
+// from their first mapping of it, added to foo's link-time address, must
+// be the address of foo they print. A fixed-address executable's bias is 0.
+func TestLoadBias(t *testing.T) {
+	a := mustBuild(t)
+	lib := mustOpen(t, a.path("libfoo.so"))
+	foo, ok := lib.Lookup("foo")
+	require.True(t, ok)
+	for _, prog := range []string{"prog-pie", "prog-nopie"} {
+		t.Run(prog, func(t *testing.T) {
+			tg := mustStart(t, a.path(prog))
+			maps, err := ReadMaps(int(tg.pid))
+			require.NoError(t, err)
+			exe := mustOpen(t, a.path(prog))
+			leaf, ok := exe.Lookup("leaf")
+			require.True(t, ok)
+			var libBias, exeBias uint64
+			var libSeen, exeSeen bool
+			for i := range maps {
+				m := &maps[i]
+				switch {
+				case m.Path == a.path("libfoo.so") && !libSeen:
+					libBias, libSeen = lib.LoadBias(m)
+					require.True(t, libSeen)
+				case m.Path == a.path(prog) && !exeSeen:
+					exeBias, exeSeen = exe.LoadBias(m)
+					require.True(t, exeSeen)
+				}
+			}
+			require.True(t, libSeen && exeSeen, "both files mapped")
+			assert.Equal(t, tg.foo, foo.Value+libBias)
+			assert.Equal(t, tg.leaf, leaf.Value+exeBias)
+			if prog == "prog-nopie" {
+				assert.Zero(t, exeBias)
+			}
+		})
+	}
+	_, ok = lib.LoadBias(&MapEntry{Start: 0x7f0000000000, End: 0x7f0000001000, Offset: 1 << 40})
+	assert.False(t, ok, "an offset past every segment")
+}
+
 func TestOpenFileErrors(t *testing.T) {
 	_, err := OpenFile(filepath.Join("testdata", "prog.c"))
 	assert.ErrorIs(t, err, ErrNotELF)

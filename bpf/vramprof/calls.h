@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+
+/*
+ * calls.h: the CUDA allocation API (runtime and driver, device, pinned
+ * host and virtual memory management calls): call_enter and call_return's
+ * work. Arguments by the cookie's shape at entry, results at return, the
+ * nesting depth that counts a driver call inside a runtime call once.
+ */
+
+#ifndef VRAMPROF_CALLS_H
+#define VRAMPROF_CALLS_H
+
+#include "common.h"
+#include "bpf_tracing.h"
+#include "records.h"
+#include "maps.h"
+#include "stacks.h"
+#include "python.h"
+
+static __always_inline int allocates(__u8 kind)
+{
+	return kind == REC_ALLOC || kind == REC_HOST_ALLOC || kind == REC_RESERVE || kind == REC_CREATE;
+}
+
+/* stacked reports whether a call gets the caller's native stack: every call
+ * that gets or gives back memory. A free's stack names the site that releases
+ * (an empty_cache-style cycle, a churn site), not only the one that
+ * allocated. */
+static __always_inline int stacked(__u8 kind)
+{
+	return kind >= REC_ALLOC && kind <= REC_RELEASE;
+}
+
+/*
+ * call_enter: entry of every traced function. Records the arguments the
+ * cookie's shape names into the thread's slot at its current depth, and the
+ * user stack for the outermost call that gets or releases memory (nested
+ * calls share it), and the Python frames for one that gets memory.
+ */
+static __always_inline int do_call_enter(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct thread *th = thread_state(id);
+	if (!th)
+		return 0;
+	__u32 depth = th->depth;
+	th->depth = depth + 1;
+	if (depth >= MAX_DEPTH)
+		return 0;
+
+	struct slot_key key = {.id = id, .depth = depth};
+	struct record *r = slot(&key);
+	if (!r) {
+		__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	fill_common(r, id, (__u8)(cookie >> 16));
+	r->api = (__u16)cookie;
+	r->shape = (__u8)(cookie >> 24);
+	r->device = th->device;
+	if (depth > 0)
+		r->flags = REC_F_NESTED;
+	else
+		th->since = r->time;
+
+	__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
+	switch (r->shape) {
+	case SHAPE_OUT:
+		r->addr = a1; /* the out-pointer, read at return */
+		r->size = a2;
+		break;
+	case SHAPE_OUT_STREAM3:
+		r->addr = a1;
+		r->size = a2;
+		r->stream = PT_REGS_PARM3(ctx);
+		break;
+	case SHAPE_OUT_STREAM4:
+		r->addr = a1;
+		r->size = a2;
+		r->stream = PT_REGS_PARM4(ctx);
+		break;
+	case SHAPE_PITCH:
+		/* Stash the pitch pointer in stream, the height in size and the
+		 * width in duration (unused until the return): a failed call
+		 * counts the request, width x height, its pitch being unknown. */
+		r->addr = a1;
+		r->stream = a2;
+		r->size = PT_REGS_PARM4(ctx);
+		r->duration = PT_REGS_PARM3(ctx);
+		break;
+	case SHAPE_3D: {
+		/* cudaExtent {width, height, depth} is 24 bytes, passed in memory:
+		 * just above the return address. Stash height x depth, and the
+		 * width in duration (see SHAPE_PITCH). */
+		__u64 ext[3] = {};
+		bpf_probe_read_user(ext, sizeof(ext), (void *)(PT_REGS_SP(ctx) + 8));
+		r->addr = a1;
+		r->size = ext[1] * ext[2];
+		r->duration = ext[0];
+		break;
+	}
+	case SHAPE_CREATE: {
+		/* CUmemAllocationProp.location.id: the device, at offset 12. */
+		__s32 dev = -1;
+		if (bpf_probe_read_user(&dev, sizeof(dev), (void *)(PT_REGS_PARM3(ctx) + 12)) == 0)
+			r->device = dev;
+		r->addr = a1;
+		r->size = a2;
+		break;
+	}
+	case SHAPE_PTR:
+		r->addr = a1;
+		break;
+	case SHAPE_PTR_SIZE:
+		r->addr = a1;
+		r->size = a2;
+		break;
+	case SHAPE_PTR_STREAM:
+		r->addr = a1;
+		r->stream = a2;
+		break;
+	case SHAPE_MAP:
+		r->addr = a1;
+		r->size = a2;
+		r->stream = PT_REGS_PARM4(ctx);
+		break;
+	case SHAPE_SET_DEVICE:
+		r->device = (__s32)a1;
+		break;
+	case SHAPE_CTX_RETAIN:
+		r->addr = a1;
+		r->device = (__s32)a2;
+		break;
+	case SHAPE_CTX_CREATE:
+		r->addr = a1;
+		r->device = (__s32)PT_REGS_PARM3(ctx);
+		break;
+	case SHAPE_CTX_SET:
+		r->addr = a1;
+		break;
+	}
+
+	if (depth == 0 && stacked(r->kind)) {
+		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
+		walk_user_stack(ctx, r);
+		/* Python frames where memory is got; a free's native stack
+		 * names its release site, and walking Python there too would
+		 * double the cost of a malloc/free pair. */
+		if (allocates(r->kind) && py_new_stack(r, walk_python(r, id), id))
+			r->flags |= REC_F_WAKE;
+	}
+	return 0;
+}
+
+/* read_out reads the u64 an out-pointer points to, 0 when unreadable. */
+static __always_inline __u64 read_out(__u64 ptr)
+{
+	__u64 v = 0;
+	if (ptr)
+		bpf_probe_read_user(&v, sizeof(v), (void *)ptr);
+	return v;
+}
+
+/*
+ * call_return: completes the thread's slot at its depth with the result
+ * and sends it. Out-pointers are read only on success: on failure they may
+ * be unset or garbage.
+ */
+static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, __u32 depth);
+
+static __always_inline int do_call_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (!th || th->depth == 0) {
+		/* Attached while this thread was inside the call. */
+		if (traced(id))
+			__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	__u32 depth = th->depth - 1;
+	th->depth = depth;
+	if (depth < MAX_DEPTH)
+		send_return(ctx, th, id, depth);
+	/* After the record is in the ring (see threads in the contract header). */
+	if (depth == 0)
+		th->since = 0;
+	return 0;
+}
+
+static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, __u32 depth)
+{
+	struct slot_key key = {.id = id, .depth = depth};
+	struct record *r = bpf_map_lookup_elem(&slots, &key);
+	if (!r || r->kind == REC_IDLE) {
+		__sync_fetch_and_add(&unpaired, 1);
+		return;
+	}
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 width = r->duration; /* pitched shapes stash it here at entry */
+	r->duration = now - r->time;
+	r->time = now;
+	r->ret = (__s32)PT_REGS_RC(ctx);
+	int ok = r->ret == 0;
+
+	switch (r->shape) {
+	case SHAPE_OUT:
+	case SHAPE_OUT_STREAM3:
+	case SHAPE_OUT_STREAM4:
+	case SHAPE_CREATE:
+		r->addr = ok ? read_out(r->addr) : 0;
+		break;
+	case SHAPE_PITCH:
+		r->addr = ok ? read_out(r->addr) : 0;
+		r->size = (ok ? read_out(r->stream) : width) * r->size;
+		r->stream = 0;
+		break;
+	case SHAPE_3D: {
+		/* cudaPitchedPtr {void *ptr; size_t pitch; ...} */
+		__u64 pp[2] = {};
+		if (ok)
+			bpf_probe_read_user(pp, sizeof(pp), (void *)r->addr);
+		r->addr = pp[0];
+		r->size = (ok ? pp[1] : width) * r->size;
+		break;
+	}
+	case SHAPE_SET_DEVICE:
+		if (ok)
+			th->device = r->device;
+		break;
+	case SHAPE_CTX_RETAIN:
+	case SHAPE_CTX_CREATE: {
+		/* Learn which device a context belongs to; nothing to send. */
+		if (ok) {
+			struct ctx_key k = {.ctx = read_out(r->addr), .tgid = id >> 32};
+			__s32 dev = r->device;
+			bpf_map_update_elem(&contexts, &k, &dev, BPF_ANY);
+		}
+		r->kind = REC_IDLE;
+		return;
+	}
+	case SHAPE_CTX_SET: {
+		struct ctx_key k = {.ctx = r->addr, .tgid = id >> 32};
+		__s32 *dev = bpf_map_lookup_elem(&contexts, &k);
+		r->device = dev ? *dev : -1;
+		r->addr = 0;
+		if (ok)
+			th->device = r->device;
+		break;
+	}
+	}
+
+	__u64 wake = r->flags & REC_F_WAKE ? BPF_RB_FORCE_WAKEUP : wakeup_flag();
+	if (bpf_ringbuf_output(&events, r, record_size(r), wake))
+		__sync_fetch_and_add(&lost, 1);
+	r->kind = REC_IDLE;
+	return;
+}
+
+#endif /* VRAMPROF_CALLS_H */

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+
+/*
+ * maps.h: the globals and maps every program shares (see "Maps" in the
+ * contract header of vramprof.bpf.c), and their accessors: the target
+ * filter, the wakeup policy of the events ring, per-thread state and the
+ * record slots of calls in flight.
+ */
+
+#ifndef VRAMPROF_MAPS_H
+#define VRAMPROF_MAPS_H
+
+#include "common.h"
+#include "records.h"
+
+#define BPF_RB_NO_WAKEUP (1ULL << 0)
+#define BPF_RB_FORCE_WAKEUP (1ULL << 1)
+#define BPF_RB_AVAIL_DATA 0
+struct slot_key {
+	__u64 id; /* pid_tgid */
+	__u32 depth;
+	__u32 pad;
+};
+
+struct ctx_key {
+	__u64 ctx; /* CUcontext */
+	__u32 tgid;
+	__u32 pad;
+};
+/* Set from Go before load. */
+volatile const __u64 wakeup_bytes = 256 * 1024;
+volatile const __u8 trace_all = 0;
+
+/* Read from Go. */
+__u64 lost = 0;
+__u64 unpaired = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} targets SEC(".maps");
+
+/* A process stopped for user space (the stopped map, keyed by the stop's
+ * sequence number). */
+struct stop {
+	__u64 start; /* task->group_leader->start_boottime, ns: /proc/PID/stat
+	              * field 22 is this in clock ticks */
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* Stops so far: numbers each one (the stopped map's key). */
+__u64 stop_seq = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct stop);
+} stopped SEC(".maps");
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192); /* 2 KiB each: 17 MiB */
+	__type(key, struct slot_key);
+	__type(value, struct record);
+} slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct ctx_key);
+	__type(value, __s32);
+} contexts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct record);
+} scratch SEC(".maps");
+
+/* A block-layer record is built here, then sent with its used size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct record);
+} block_scratch SEC(".maps");
+static __always_inline int traced(__u64 id)
+{
+	if (trace_all)
+		return 1;
+	__u32 tgid = id >> 32;
+	return bpf_map_lookup_elem(&targets, &tgid) != 0;
+}
+
+static __always_inline __u64 wakeup_flag(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+/*
+ * thread_state returns the calling thread's state, creating it for a thread
+ * of a target. A thread has state only once it is known to be a target's,
+ * so an existing state spares the targets lookup on the hot path.
+ */
+static __always_inline struct thread *thread_state(__u64 id)
+{
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (th)
+		return th;
+	if (!traced(id))
+		return 0;
+	struct thread init = {.depth = 0, .device = -1, .since = 0};
+	bpf_map_update_elem(&threads, &id, &init, BPF_ANY);
+	return bpf_map_lookup_elem(&threads, &id);
+}
+
+/* slot returns the record slot of a thread at a depth, creating it once. */
+static __always_inline struct record *slot(struct slot_key *key)
+{
+	struct record *r = bpf_map_lookup_elem(&slots, key);
+	if (r)
+		return r;
+	__u32 zero = 0;
+	struct record *init = bpf_map_lookup_elem(&scratch, &zero);
+	if (!init)
+		return 0;
+	init->kind = REC_IDLE;
+	if (bpf_map_update_elem(&slots, key, init, BPF_ANY))
+		return 0;
+	return bpf_map_lookup_elem(&slots, key);
+}
+
+#endif /* VRAMPROF_MAPS_H */

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+
+/*
+ * records.h: the record user space decodes (layout in the contract header
+ * of vramprof.bpf.c), its kinds, flags and shapes, the per-thread state
+ * user space reads, and the record helpers shared by every program.
+ */
+
+#ifndef VRAMPROF_RECORDS_H
+#define VRAMPROF_RECORDS_H
+
+#include "common.h"
+
+#define MAX_FRAMES 127 /* kernel.perf_event_max_stack default */
+#define MAX_PY_FRAMES 64 /* Python frames a record can hold */
+#define PY_SLOTS 256     /* stack[]: native frames, then 2 u64 per Python frame */
+#define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
+/* Record kinds: event.Kind's numbering, plus two that stay between BPF and
+ * Go. */
+enum rec_kind {
+	REC_IDLE = 0, /* a slot with no call in progress */
+	REC_ALLOC = 1,
+	REC_FREE = 2,
+	REC_HOST_ALLOC = 3,
+	REC_HOST_FREE = 4,
+	REC_RESERVE = 5,
+	REC_UNRESERVE = 6,
+	REC_CREATE = 7,
+	REC_RELEASE = 8,
+	REC_SET_DEVICE = 11,
+	REC_LOADER = 100, /* the dynamic loader changed the maps: rescan, then SIGCONT */
+	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
+	REC_EXEC = 102,   /* a target exec'd: new maps; stopped like REC_LOADER */
+	REC_EXIT = 103,   /* a target's main thread exited */
+};
+
+enum rec_flags {
+	REC_F_STOPPED = 1 << 0, /* loader: the target was sent SIGSTOP */
+	REC_F_NESTED = 1 << 1,  /* made inside another traced call: event.FlagNested */
+	REC_F_BLOCK = 1 << 2,   /* block layer (a framework allocator's USDT probe) */
+	REC_F_PY_TRUNC = 1 << 3, /* the Python frame chain went on past the depth limit */
+	REC_F_PY_BROKEN = 1 << 4, /* a Python frame could not be read: the chain is cut */
+	REC_F_WAKE = 1 << 5,     /* new Python code objects: wake the reader now */
+};
+/* How a function's arguments are read (cookie bits 24-31). */
+enum shape {
+	SHAPE_OUT = 0,        /* f(T *out, size_t size, ...): out read at return */
+	SHAPE_OUT_STREAM3,    /* f(T *out, size_t size, stream) */
+	SHAPE_OUT_STREAM4,    /* f(T *out, size_t size, pool, stream) */
+	SHAPE_PITCH,          /* f(T *out, size_t *pitch, size_t width, size_t height) */
+	SHAPE_3D,             /* cudaMalloc3D(cudaPitchedPtr *p, cudaExtent e): e on the stack */
+	SHAPE_CREATE,         /* cuMemCreate(handle *out, size_t size, prop *p): device at p+12 */
+	SHAPE_PTR,            /* f(T ptr, ...) */
+	SHAPE_PTR_SIZE,       /* f(T ptr, size_t size) */
+	SHAPE_PTR_STREAM,     /* f(T ptr, stream) */
+	SHAPE_MAP,            /* cuMemMap(ptr, size, offset, handle, flags) */
+	SHAPE_SET_DEVICE,     /* cudaSetDevice(int device) */
+	SHAPE_CTX_RETAIN,     /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev) */
+	SHAPE_CTX_CREATE,     /* cuCtxCreate_v2(CUcontext *out, unsigned flags, CUdevice dev) */
+	SHAPE_CTX_SET,        /* cuCtxSetCurrent(CUcontext ctx) */
+};
+struct record {
+	__u64 time;
+	__u64 duration;
+	__u64 addr;
+	__u64 size;
+	__u64 stream;
+	__u32 pid;
+	__u32 tid;
+	__s32 ret;
+	__s32 device;
+	__u16 api;
+	__u8 kind;
+	__u8 flags;
+	__u16 nframes;
+	__u8 shape;
+	__u8 npy;
+	__u64 caller;
+	__u64 stack[PY_SLOTS];
+};
+
+#define RECORD_HEADER_SIZE 72
+struct thread {
+	__u32 depth;   /* traced calls in progress on this thread */
+	__s32 device;  /* current device, -1 until seen */
+	__u64 since;   /* entry time of the outermost call in flight; 0: none */
+};
+static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
+{
+	r->time = bpf_ktime_get_ns();
+	r->duration = 0;
+	r->addr = 0;
+	r->size = 0;
+	r->stream = 0;
+	r->pid = id >> 32;
+	r->tid = (__u32)id;
+	r->ret = 0;
+	r->device = -1;
+	r->api = 0;
+	r->kind = kind;
+	r->flags = 0;
+	r->nframes = 0;
+	r->shape = 0;
+	r->npy = 0;
+	r->caller = 0;
+}
+/* record_size is a record's size in the ring: header, native frames, Python frames. */
+static __always_inline __u32 record_size(struct record *r)
+{
+	__u32 nframes = r->nframes;
+	if (nframes > MAX_FRAMES)
+		nframes = MAX_FRAMES;
+	__u32 npy = r->npy;
+	if (npy > MAX_PY_FRAMES)
+		npy = MAX_PY_FRAMES;
+	return RECORD_HEADER_SIZE + (nframes + 2 * npy) * sizeof(__u64);
+}
+
+#endif /* VRAMPROF_RECORDS_H */

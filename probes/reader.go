@@ -1,0 +1,190 @@
+//go:build linux
+
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// reader reads the events ring buffer: one ring buffer record reused for
+// every read (ReadInto), decoded into one rawRecord, also reused. It
+// counts what it cannot pass on: samples shorter than their header says
+// (short) and records of a kind user space does not know (unknown). The
+// BPF side counts the rest of what is lost (lost, unpaired). It does not
+// own the ring buffer (the loader does). Not safe for concurrent use,
+// except its counters.
+type reader struct {
+	ring ring
+	rec  ringbuf.Record
+	raw  rawRecord
+	// The BPF side's counters: failed reserves (the ring buffer was
+	// full) and returns whose entry was not seen.
+	lostVar, unpairedVar variable
+	short                atomic.Uint64
+	unknown              atomic.Uint64
+}
+
+// ring is the part of *ringbuf.Reader the reader uses; tests give it a fake.
+type ring interface {
+	ReadInto(rec *ringbuf.Record) error
+	SetDeadline(t time.Time)
+}
+
+// variable is the part of *ebpf.Variable the reader uses (a BPF global
+// counter); tests give it a fake.
+type variable interface {
+	Get(out any) error
+}
+
+func newReader(l *loader) *reader {
+	return &reader{ring: l.ring, lostVar: l.objs.Lost, unpairedVar: l.objs.Unpaired}
+}
+
+// setDeadline sets when the next read gives up on an empty ring.
+func (rd *reader) setDeadline(t time.Time) { rd.ring.SetDeadline(t) }
+
+// read waits, until the deadline, for the next record and decodes it. It
+// returns nil and no error for a sample it could not decode (counted as
+// short), os.ErrDeadlineExceeded when the ring stayed empty, and
+// ringbuf.ErrClosed once the ring is closed. The record is valid until the
+// next read.
+func (rd *reader) read() (*rawRecord, error) {
+	if err := rd.ring.ReadInto(&rd.rec); err != nil {
+		return nil, err
+	}
+	if err := decodeRecord(rd.rec.RawSample, &rd.raw); err != nil {
+		rd.short.Add(1)
+		return nil, nil
+	}
+	return &rd.raw, nil
+}
+
+// countUnknown counts a record of a kind user space does not know.
+func (rd *reader) countUnknown() { rd.unknown.Add(1) }
+
+// lost returns how many records are lost so far: the BPF side's lost and
+// unpaired records, and the short and unknown ones read. Their sum is the
+// lost_events figure of every output.
+func (rd *reader) lost() (uint64, error) {
+	var lost, unpaired uint64
+	if err := rd.lostVar.Get(&lost); err != nil {
+		return 0, fmt.Errorf("read lost counter: %w", err)
+	}
+	if err := rd.unpairedVar.Get(&unpaired); err != nil {
+		return 0, fmt.Errorf("read unpaired counter: %w", err)
+	}
+	return lost + unpaired + rd.short.Load() + rd.unknown.Load(), nil
+}
+
+// Run reads records until ctx is done or every traced process has exited,
+// then drains what is left in the ring buffer and writes the final Lost
+// record. It does not write event.End: the caller knows why it stopped.
+func (s *Session) Run(ctx context.Context) error {
+	lastFlush := time.Now()
+	lastTick := time.Now()
+	for {
+		if ctx.Err() != nil || s.allExited() {
+			return s.drain()
+		}
+		s.rd.setDeadline(time.Now().Add(s.opts.Poll))
+		before := MonotonicNow()
+		r, err := s.rd.read()
+		switch {
+		case err == nil:
+			if r == nil {
+				break // short: counted
+			}
+			if err := s.handle(r); err != nil {
+				return err
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The ring was empty: every record of a process already known
+			// to have exited has been read, and so has every call that
+			// returned before the read began.
+			s.forgetExited()
+			if s.mark != 0 {
+				// Read before the ring was emptied: it holds.
+				s.order.setMark(s.mark)
+			}
+			s.mark = s.watermark()
+			s.order.advance(before)
+			if err := s.release(false); err != nil {
+				return err
+			}
+		case errors.Is(err, ringbuf.ErrClosed):
+			return s.release(true)
+		default:
+			return fmt.Errorf("read ring buffer: %w", err)
+		}
+		if now := time.Now(); now.Sub(lastTick) >= s.opts.Poll {
+			lastTick = now
+			if err := s.tick(); err != nil {
+				return err
+			}
+			if now.Sub(lastFlush) >= s.opts.FlushEvery {
+				lastFlush = now
+				if err := s.opts.Sink.Flush(); err != nil {
+					return fmt.Errorf("flush trace: %w", err)
+				}
+			}
+		}
+	}
+}
+
+// drain reads what the ring buffer still holds without waiting for more.
+func (s *Session) drain() error {
+	for {
+		s.rd.setDeadline(time.Now())
+		r, err := s.rd.read()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrClosed) {
+				break
+			}
+			return fmt.Errorf("drain ring buffer: %w", err)
+		}
+		if r == nil {
+			continue // short: counted
+		}
+		if err := s.handle(r); err != nil {
+			return err
+		}
+	}
+	// Every call traced has returned, or never will (its process exited,
+	// or the session stops): nothing can arrive before what is held.
+	if err := s.release(true); err != nil {
+		return err
+	}
+	if err := s.writeLost(true); err != nil {
+		return err
+	}
+	return s.opts.Sink.Flush()
+}
+
+// writeLost writes a Lost record when the total changed (or always, when
+// final), so every output carries the count, even when it is zero.
+func (s *Session) writeLost(final bool) error {
+	total, err := s.rd.lost()
+	if err != nil {
+		return err
+	}
+	late := s.order.late
+	s.stats.Lost.Store(total)
+	s.stats.Late.Store(late)
+	if total == s.lastLost && late == s.lastLate && !final {
+		return nil
+	}
+	s.lastLost, s.lastLate = total, late
+	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total, Late: late}); err != nil {
+		return fmt.Errorf("write lost record: %w", err)
+	}
+	return nil
+}

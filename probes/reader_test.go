@@ -1,0 +1,100 @@
+//go:build linux
+
+package probes
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// fakeRing hands out samples in order, then says the deadline passed.
+type fakeRing struct {
+	samples  [][]byte
+	deadline time.Time
+}
+
+func (r *fakeRing) ReadInto(rec *ringbuf.Record) error {
+	if len(r.samples) == 0 {
+		return os.ErrDeadlineExceeded
+	}
+	rec.RawSample = append(rec.RawSample[:0], r.samples[0]...)
+	r.samples = r.samples[1:]
+	return nil
+}
+
+func (r *fakeRing) SetDeadline(t time.Time) { r.deadline = t }
+
+// fakeVar is a BPF global counter.
+type fakeVar struct {
+	v   uint64
+	err error
+}
+
+func (v fakeVar) Get(out any) error {
+	if v.err != nil {
+		return v.err
+	}
+	*out.(*uint64) = v.v
+	return nil
+}
+
+// sample lays out a record header with no stack, per the contract header.
+func sample(kind uint8, pid uint32) []byte {
+	b := make([]byte, recordHeaderSize)
+	binary.LittleEndian.PutUint32(b[40:], pid)
+	b[58] = kind
+	return b
+}
+
+// TestReaderCounts: short and unknown records are counted apart, and the
+// lost figure is their sum with the BPF side's lost and unpaired counts.
+func TestReaderCounts(t *testing.T) {
+	ring := &fakeRing{samples: [][]byte{
+		sample(uint8(event.KindAlloc), 42),
+		sample(uint8(event.KindFree), 43)[:recordHeaderSize-1], // short
+		sample(recFork, 44),
+	}}
+	rd := &reader{ring: ring, lostVar: fakeVar{v: 3}, unpairedVar: fakeVar{v: 4}}
+	at := time.Unix(1000, 0)
+	rd.setDeadline(at)
+	assert.Equal(t, at, ring.deadline)
+
+	r, err := rd.read()
+	require.NoError(t, err)
+	require.NotNil(t, r)
+	assert.Equal(t, event.KindAlloc, r.ev.Kind)
+	assert.Equal(t, uint32(42), r.ev.PID)
+
+	r, err = rd.read()
+	require.NoError(t, err)
+	assert.Nil(t, r, "short: counted, not passed on")
+
+	r, err = rd.read()
+	require.NoError(t, err)
+	assert.Equal(t, recFork, r.kind)
+	assert.Equal(t, event.KindInvalid, r.ev.Kind, "a BPF-only kind is no event kind")
+
+	_, err = rd.read()
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+
+	rd.countUnknown()
+	rd.countUnknown()
+	assert.Equal(t, uint64(1), rd.short.Load())
+	assert.Equal(t, uint64(2), rd.unknown.Load())
+	lost, err := rd.lost()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3+4+1+2), lost)
+
+	rd.unpairedVar = fakeVar{err: errors.New("bad fd")}
+	_, err = rd.lost()
+	require.ErrorContains(t, err, "read unpaired counter: bad fd")
+}

@@ -33,12 +33,12 @@ func (a *Analyzer) book(e *event.Event) {
 		case e.Size == 0 || e.Addr == 0:
 			return
 		}
-		live := a.bookLive.get(bs, true)
-		if old, ok := live.get(e.Addr); ok {
+		live := a.bookLive.Get(bs, true)
+		if old, ok := live.Get(e.Addr); ok {
 			// A free was missed, as in the totals: the old one goes.
 			each(func(b *bookState) { b.level.sub(old) })
 		}
-		live.put(e.Addr, e.Size)
+		live.Put(e.Addr, e.Size)
 		each(func(b *bookState) {
 			b.book.Allocations++
 			b.book.AllocatedBytes += e.Size
@@ -52,13 +52,13 @@ func (a *Analyzer) book(e *event.Event) {
 		case e.Addr == 0:
 			return
 		}
-		live := a.bookLive.get(bs, false)
-		size, ok := live.get(e.Addr)
+		live := a.bookLive.Get(bs, false)
+		size, ok := live.Get(e.Addr)
 		if !ok {
 			each(func(b *bookState) { b.book.UnknownFrees++ })
 			return
 		}
-		live.del(e.Addr)
+		live.Del(e.Addr)
 		each(func(b *bookState) {
 			b.book.Frees++
 			b.level.sub(size)

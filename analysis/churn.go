@@ -80,11 +80,11 @@ func (a *Analyzer) churnEvent(e *event.Event) {
 		if e.Ret != 0 || e.Addr == 0 {
 			return
 		}
-		la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice})
+		la, ok := a.ledger.Get(liveKey(e.PID, event.LayerSegment, SpaceDevice), e.Addr)
 		if !ok {
 			return
 		}
-		ck := a.classes[la.class].key
+		ck := a.classes[la.Tag].key
 		k := churnKey{e.PID, ck.device, ck.size}
 		a.releases[k] = append(a.releases[k], released{time: e.Time, duration: e.Duration, stack: e.Stack})
 	}

@@ -16,6 +16,7 @@ func (a *Analyzer) Finish() *Result {
 		return a.result
 	}
 	a.finished = true
+	a.syncInstances()
 	r := &Result{
 		Run:        a.run,
 		LostEvents: a.lost,

@@ -56,7 +56,7 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 			continue
 		}
 		a.pids[t.PID] = true
-		a.instanceOf(t.PID, t.PeakTime)
+		a.ledger.Implied(t.PID, t.PeakTime)
 		sp := a.space(t.PID, sc)
 		add(&sp.totals)
 		if t.PeakBytes > sp.peak {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -406,8 +407,8 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 			return
 		}
 		// pytorch:free carries only the pointer: the device is the block's.
-		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}); ok {
-			a.poolBlocks(a.pool(e.PID, a.classes[la.class].key.device)).blockFree(e.Time, e.Addr)
+		if la, ok := a.ledger.Get(liveKey(e.PID, event.LayerBlock, SpaceDevice), e.Addr); ok {
+			a.poolBlocks(a.pool(e.PID, a.classes[la.Tag].key.device)).blockFree(e.Time, e.Addr)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
 		p := a.pool(e.PID, e.Device)
@@ -417,8 +418,8 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 				a.segmentFailed(p, e)
 			}
 		case e.Size > 0 && e.Addr != 0:
-			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
-				a.pool(e.PID, a.classes[old.class].key.device).segmentFree(e.Time, e.Addr, 0)
+			if old, ok := a.ledger.Get(liveKey(e.PID, event.LayerSegment, SpaceDevice), e.Addr); ok {
+				a.pool(e.PID, a.classes[old.Tag].key.device).segmentFree(e.Time, e.Addr, 0)
 			}
 			p.segmentRetried(e)
 			p.segmentAlloc(e)
@@ -427,8 +428,8 @@ func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
 		if e.Ret != 0 || e.Addr == 0 {
 			return
 		}
-		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
-			a.pool(e.PID, a.classes[la.class].key.device).segmentFree(e.Time, e.Addr, e.Duration)
+		if la, ok := a.ledger.Get(liveKey(e.PID, event.LayerSegment, SpaceDevice), e.Addr); ok {
+			a.pool(e.PID, a.classes[la.Tag].key.device).segmentFree(e.Time, e.Addr, e.Duration)
 		}
 	}
 }
@@ -441,20 +442,14 @@ func (a *Analyzer) poolBlocks(p *pool) *pool {
 	if p.blocks {
 		return p
 	}
-	t := a.live.maps[liveSpace{p.key.pid, event.LayerSegment, SpaceDevice}]
-	if t != nil {
-		for i, k := range t.keys {
-			if k == 0 {
-				continue
-			}
-			c := a.classes[t.vals[i].class]
-			if c.key.device != p.key.device {
-				continue
-			}
+	a.ledger.All(liveKey(p.key.pid, event.LayerSegment, SpaceDevice), func(k uint64, la ledger.Entry) bool {
+		c := a.classes[la.Tag]
+		if c.key.device == p.key.device {
 			p.segs = append(p.segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
 			p.reserved += c.key.size
 		}
-	}
+		return true
+	})
 	slices.SortFunc(p.segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
 	return p
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -42,65 +43,50 @@ func (a *Analyzer) vmmGauge(pid uint32, device int32, f func(v *vmmState)) {
 // create is cuMemCreate: physical memory, keyed by its handle, counted in
 // the device totals as an allocation of space "physical".
 func (a *Analyzer) create(e *event.Event) {
-	hk := handleKey{e.PID, e.Addr}
-	switch {
-	case e.Ret != 0:
+	ch := a.ledger.Create(e.PID, e)
+	switch ch.Verdict {
+	case ledger.Failed:
 		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-	case e.Addr == 0 || e.Size == 0:
+	case ledger.Empty, ledger.NoAddr:
 		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-	default:
-		if hs := a.handles[hk]; hs != nil {
-			// A handle live again: its release was missed. alloc replaces
-			// the allocation; the VMM gauge forgets it here.
-			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpacePhysical}); ok {
-				a.vmmGauge(e.PID, hs.device, func(v *vmmState) { v.physical.sub(a.sizeOf(old)) })
-			}
-			delete(a.handles, hk)
-		}
+	case ledger.Replaced:
+		// A handle live again: its release was missed. allocated replaces
+		// the allocation; the VMM gauge forgets it here.
+		a.vmmGauge(e.PID, ch.Old.Device, func(v *vmmState) { v.physical.sub(ch.Old.Size) })
 	}
-	if !a.alloc(e, event.LayerSegment, SpacePhysical) {
+	if !a.allocated(e, event.LayerSegment, SpacePhysical, ch) {
 		return
 	}
-	a.handles[hk] = &handleState{device: e.Device}
 	a.vmmCount(e.PID, func(c *VMM) { c.Creates++ })
 	a.vmmGauge(e.PID, e.Device, func(v *vmmState) { v.physical.add(e.Size, e.Time) })
 }
 
 // releaseHandle is cuMemRelease. The memory goes now when nothing maps it,
-// else at the last unmap.
+// else at the last unmap (the ledger's rule).
 func (a *Analyzer) releaseHandle(e *event.Event) {
 	ls, sp := a.layer(deviceScope), a.space(e.PID, deviceScope)
-	hk := handleKey{e.PID, e.Addr}
-	hs := a.handles[hk]
-	switch {
-	case e.Ret != 0:
+	switch ch := a.ledger.Release(e.PID, e); ch.Verdict {
+	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
 		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-		return
-	case e.Addr == 0:
+	case ledger.NoAddr:
 		both(ls, sp, func(t *Totals) { t.NullFrees++ })
 		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
-	case hs == nil || hs.released:
+	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
-	}
-	a.vmmCount(e.PID, func(c *VMM) { c.Releases++ })
-	hs.released = true
-	if hs.maps == 0 {
-		a.dropPhysical(hk, hs, e.Time)
+	case ledger.Kept:
+		a.vmmCount(e.PID, func(c *VMM) { c.Releases++ })
+	case ledger.Freed:
+		a.vmmCount(e.PID, func(c *VMM) { c.Releases++ })
+		a.physicalFreed(e.PID, ch.Old, e.Time)
 	}
 }
 
-// dropPhysical frees a handle's physical memory at t.
-func (a *Analyzer) dropPhysical(hk handleKey, hs *handleState, t uint64) {
-	lk := liveKey{hk.handle, hk.pid, event.LayerSegment, SpacePhysical}
-	if old, ok := a.liveGet(lk); ok {
-		a.vmmGauge(hk.pid, hs.device, func(v *vmmState) { v.physical.sub(a.sizeOf(old)) })
-	}
-	a.drop(lk, t)
-	delete(a.handles, hk)
+// physicalFreed counts physical memory the ledger let go at t.
+func (a *Analyzer) physicalFreed(pid uint32, old ledger.Entry, t uint64) {
+	a.vmmGauge(pid, old.Device, func(v *vmmState) { v.physical.sub(old.Size) })
+	a.dropped(pid, deviceScope, old, t)
 }
 
 // reserve is cuMemAddressReserve: address space, not usage.
@@ -143,69 +129,41 @@ func (a *Analyzer) unreserve(e *event.Event) {
 // range's device is the handle's, or the caller's when the handle was
 // created before attach.
 func (a *Analyzer) mapRange(e *event.Event) {
-	switch {
-	case e.Ret != 0:
+	ch := a.ledger.Map(e.PID, e)
+	switch ch.Verdict {
+	case ledger.Failed:
 		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
 		return
-	case e.Addr == 0 || e.Size == 0:
+	case ledger.NoAddr:
 		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
 		return
 	}
-	rk := rangeKey{e.PID, e.Addr}
-	if _, ok := a.mapped[rk]; ok {
-		// Mapped again without an unmap seen: the old mapping goes first.
-		a.unmapOne(rk, e.Time)
-	}
-	device := e.Device
-	if hs := a.handles[handleKey{e.PID, e.Stream}]; hs != nil {
-		hs.maps++
-		device = hs.device
-	}
-	a.mapped[rk] = vmmRange{size: e.Size, handle: e.Stream, device: device}
+	a.unmapped(e.PID, ch.Unmapped, e.Time) // mapped again without an unmap seen
 	a.vmmCount(e.PID, func(c *VMM) { c.Maps++ })
-	a.vmmGauge(e.PID, device, func(v *vmmState) { v.mapped.add(e.Size, e.Time) })
+	a.vmmGauge(e.PID, ch.Device, func(v *vmmState) { v.mapped.add(e.Size, e.Time) })
 }
 
 // unmapRange is cuMemUnmap: every mapping that starts in [Addr, Addr+Size),
 // contiguous from Addr, goes.
 func (a *Analyzer) unmapRange(e *event.Event) {
-	if e.Ret != 0 {
+	switch ch := a.ledger.Unmap(e.PID, e); ch.Verdict {
+	case ledger.Failed:
 		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-		return
-	}
-	addr, end := e.Addr, e.Addr+e.Size
-	found := false
-	for {
-		rk := rangeKey{e.PID, addr}
-		m, ok := a.mapped[rk]
-		if !ok {
-			break
-		}
-		found = true
-		a.unmapOne(rk, e.Time)
-		addr += m.size
-		if addr >= end {
-			break
-		}
-	}
-	if !found {
+	case ledger.Unknown:
 		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
+	default:
+		a.unmapped(e.PID, ch.Unmapped, e.Time)
+		a.vmmCount(e.PID, func(c *VMM) { c.Unmaps++ })
 	}
-	a.vmmCount(e.PID, func(c *VMM) { c.Unmaps++ })
 }
 
-// unmapOne removes one mapping at t, freeing its physical memory when it was
-// the last mapping of a released handle.
-func (a *Analyzer) unmapOne(rk rangeKey, t uint64) {
-	m := a.mapped[rk]
-	delete(a.mapped, rk)
-	a.vmmGauge(rk.pid, m.device, func(v *vmmState) { v.mapped.sub(m.size) })
-	hk := handleKey{rk.pid, m.handle}
-	if hs := a.handles[hk]; hs != nil {
-		hs.maps--
-		if hs.maps == 0 && hs.released {
-			a.dropPhysical(hk, hs, t)
+// unmapped counts the mappings the ledger removed at t, and the physical
+// memory that went with the last mapping of a released handle.
+func (a *Analyzer) unmapped(pid uint32, us []ledger.Unmapping, t uint64) {
+	for _, u := range us {
+		a.vmmGauge(pid, u.Device, func(v *vmmState) { v.mapped.sub(u.Size) })
+		if u.Freed {
+			a.physicalFreed(pid, u.Old, t)
 		}
 	}
 }

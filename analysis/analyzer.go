@@ -273,6 +273,10 @@ type groupState struct {
 	live   Usage
 	failed Usage
 	hist   history
+	// site and log are the stack's entries in Analyzer.sites and
+	// Analyzer.liveLogs once made: the hot path skips the map lookups.
+	site *siteTimes
+	log  *liveLog
 }
 
 // spaceKey is one process's memory in one scope.
@@ -845,7 +849,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	g.hist.set(a.leak, e.Time, g.live.Bytes)
 	a.logLive(g, e.Time)
 	if layer == event.LayerSegment && mem == SpaceDevice {
-		a.noteSite(g.key, e.Time)
+		a.noteSite(g, e.Time)
 	}
 
 	ls.live.add(e.Size)

@@ -175,11 +175,13 @@ type Analyzer struct {
 	vmm          map[vmmKey]*vmmState
 
 	// pools are the segment/block geometry per process and device (see
-	// fragmentation.go); churn the segment traffic per process instance,
-	// releases the segment frees waiting for a same-size reallocation.
-	pools    map[poolKey]*pool
-	churn    map[uint32]*churnState
-	releases map[churnKey][]released
+	// fragmentation.go); churn the segment traffic per process instance.
+	// Both are observers: they see each device-memory allocation and free
+	// after the ledger applied it (observe).
+	pools *poolModel
+	churn *churnModel
+	// observers are the models fed by deviceCall.
+	observers []observer
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -413,7 +415,7 @@ type libKey struct {
 
 // New returns an Analyzer ready for the first record.
 func New(opts Options) *Analyzer {
-	return &Analyzer{
+	a := &Analyzer{
 		opts:         opts.withDefaults(),
 		classIx:      make(map[classKey]int32),
 		groupIx:      make(map[groupKey]int32),
@@ -431,10 +433,11 @@ func New(opts Options) *Analyzer {
 		stacks:       make(map[event.StackID]*event.Stack),
 		mappings:     make(map[event.MappingID]event.Mapping),
 		libraries:    make(map[libKey]bool),
-		pools:        make(map[poolKey]*pool),
-		churn:        make(map[uint32]*churnState),
-		releases:     make(map[churnKey][]released),
 	}
+	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
+	a.churn = newChurnModel(a.opts.ChurnWindow)
+	a.observers = []observer{a.pools, a.churn}
+	return a
 }
 
 // Add consumes one record. It returns an error for a nil or unknown record
@@ -665,12 +668,9 @@ func (a *Analyzer) event(e *event.Event) {
 	case event.LayerSegment:
 		a.segment(e)
 	case event.LayerBlock:
-		a.poolEvent(e, layer)
 		switch e.Kind {
-		case event.KindAlloc:
-			a.alloc(e, layer, SpaceDevice)
-		case event.KindFree:
-			a.free(e, layer, SpaceDevice)
+		case event.KindAlloc, event.KindFree:
+			a.deviceCall(e, layer)
 		default:
 			a.layer(scope{layer: layer}).totals.IgnoredEvents++
 			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++
@@ -713,15 +713,9 @@ func (a *Analyzer) segment(e *event.Event) {
 		return
 	}
 	const layer = event.LayerSegment
-	if e.Kind == event.KindAlloc || e.Kind == event.KindFree {
-		a.poolEvent(e, layer)
-		a.churnEvent(e)
-	}
 	switch e.Kind {
-	case event.KindAlloc:
-		a.alloc(e, layer, SpaceDevice)
-	case event.KindFree:
-		a.free(e, layer, SpaceDevice)
+	case event.KindAlloc, event.KindFree:
+		a.deviceCall(e, layer)
 	case event.KindHostAlloc:
 		a.alloc(e, layer, SpaceHost)
 	case event.KindHostFree:
@@ -786,6 +780,24 @@ func (a *Analyzer) inferDevice(pid uint32, addr uint64) (int32, bool) {
 func both(ls *layerState, sp *space, f func(t *Totals)) {
 	f(&ls.totals)
 	f(&sp.totals)
+}
+
+// deviceCall applies a non-nested allocation or free of device memory at
+// the segment or block layer: the ledger, the aggregates, then the
+// observers, which see what the ledger made of it.
+func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
+	k := liveKey(e.PID, layer, SpaceDevice)
+	var ch ledger.Change
+	if e.Kind == event.KindAlloc {
+		ch = a.ledger.Alloc(k, e)
+		a.allocated(e, layer, SpaceDevice, ch)
+	} else {
+		ch = a.ledger.Free(k, e)
+		a.freed(e, layer, SpaceDevice, ch)
+	}
+	for _, o := range a.observers {
+		o.observe(e, layer, ch)
+	}
 }
 
 // liveKey is the ledger's key space of a process instance's allocations
@@ -900,10 +912,15 @@ func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
 
 // free applies a free call in one memory space.
 func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
+	a.freed(e, layer, mem, a.ledger.Free(liveKey(e.PID, layer, mem), e))
+}
+
+// freed applies to the aggregates what the ledger made of a free call.
+func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)
-	switch ch := a.ledger.Free(liveKey(e.PID, layer, mem), e); ch.Verdict {
+	switch ch.Verdict {
 	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
 	case ledger.NoAddr:

@@ -137,8 +137,14 @@ func (a *Analyzer) finishClasses(r *Result) {
 	})
 }
 
-// inst returns the instance of an id; every id in the model has one.
+// inst returns the instance of an id, up to date with the ledger's at
+// any point of the stream; every id in the model has one.
 func (a *Analyzer) inst(id uint32) *instance {
+	if li := a.ledger.Instance(id); li != nil {
+		in := a.facts(id)
+		in.pid, in.start, in.info, in.supersededAt = li.PID, li.Start, li.Info, li.SupersededAt
+		return in
+	}
 	if in := a.insts[id]; in != nil {
 		return in
 	}
@@ -228,7 +234,7 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		p.LiveAtEnd = topStacks(ag.live, 0)
 		p.Failed = topStacks(ag.failed, 0)
 		p.NVML, p.Preexisting = a.processNVML(in, &p)
-		p.Churn = a.finishChurn(pid, r.Run.Duration)
+		p.Churn = a.churn.finish(pid, r.Run.Duration)
 		r.Processes = append(r.Processes, p)
 		ids = append(ids, pid)
 	}

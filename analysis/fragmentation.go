@@ -78,12 +78,25 @@ type poolBlock struct {
 	api        event.API // pytorch:malloc, or allocspec:alloc for an allocator spec's
 }
 
-func (a *Analyzer) pool(pid uint32, device int32) *pool {
+// poolModel is the pools' geometry, an observer: it places each segment and
+// block the ledger makes live or frees.
+type poolModel struct {
+	pools map[poolKey]*pool
+	// ledger and classes are the analysis's: a pool's first block event
+	// takes its segments from the ledger's live allocations.
+	ledger  *ledger.Ledger
+	classes *[]*classState
+	// failed is called with a failed segment allocation (it opens an OOM
+	// record, which names the process instance).
+	failed func(p *pool, e *event.Event)
+}
+
+func (m *poolModel) pool(pid uint32, device int32) *pool {
 	k := poolKey{pid, device}
-	p := a.pools[k]
+	p := m.pools[k]
 	if p == nil {
 		p = &pool{key: k, unplacedBlocks: make(map[uint64]poolBlock)}
-		a.pools[k] = p
+		m.pools[k] = p
 	}
 	return p
 }
@@ -393,57 +406,50 @@ func (p *pool) closeOpen() {
 	}
 }
 
-// poolEvent applies a block-layer event or a non-nested device-memory
-// segment event to the geometry, before the model's own accounting (which
-// deletes the live entry a free needs).
-func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
+// observe applies a block-layer event or a non-nested device-memory
+// segment event to the geometry; ch.Old is the live allocation a free (or
+// a replacing allocation) ended, whose device the free may not carry
+// (pytorch:free carries only the pointer).
+func (m *poolModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
 	switch {
 	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
-		if e.Ret == 0 && e.Size > 0 && e.Addr != 0 {
-			a.poolBlocks(a.pool(e.PID, e.Device)).blockAlloc(e)
+		if ch.Verdict == ledger.Added || ch.Verdict == ledger.Replaced {
+			m.blocks(m.pool(e.PID, e.Device)).blockAlloc(e)
 		}
 	case layer == event.LayerBlock && e.Kind == event.KindFree:
-		if e.Ret != 0 || e.Addr == 0 {
-			return
-		}
-		// pytorch:free carries only the pointer: the device is the block's.
-		if la, ok := a.ledger.Get(liveKey(e.PID, event.LayerBlock, SpaceDevice), e.Addr); ok {
-			a.poolBlocks(a.pool(e.PID, a.classes[la.Tag].key.device)).blockFree(e.Time, e.Addr)
+		if ch.Verdict == ledger.Freed {
+			m.blocks(m.pool(e.PID, ch.Old.Device)).blockFree(e.Time, e.Addr)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
-		p := a.pool(e.PID, e.Device)
-		switch {
-		case e.Ret != 0:
-			if e.Flags&event.FlagNested == 0 {
-				a.segmentFailed(p, e)
-			}
-		case e.Size > 0 && e.Addr != 0:
-			if old, ok := a.ledger.Get(liveKey(e.PID, event.LayerSegment, SpaceDevice), e.Addr); ok {
-				a.pool(e.PID, a.classes[old.Tag].key.device).segmentFree(e.Time, e.Addr, 0)
-			}
+		p := m.pool(e.PID, e.Device)
+		switch ch.Verdict {
+		case ledger.Failed:
+			m.failed(p, e)
+		case ledger.Replaced:
+			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, 0)
+			fallthrough
+		case ledger.Added:
 			p.segmentRetried(e)
 			p.segmentAlloc(e)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindFree:
-		if e.Ret != 0 || e.Addr == 0 {
-			return
-		}
-		if la, ok := a.ledger.Get(liveKey(e.PID, event.LayerSegment, SpaceDevice), e.Addr); ok {
-			a.pool(e.PID, a.classes[la.Tag].key.device).segmentFree(e.Time, e.Addr, e.Duration)
+		if ch.Verdict == ledger.Freed {
+			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
 		}
 	}
 }
 
-// poolBlocks readies a pool for its first block event: its segments, not
+// blocks readies a pool for its first block event: its segments, not
 // kept until then (a process without a block layer may hold a million, and
 // a sorted slice of them costs a copy of the tail at every free), are
-// taken from the live allocations, where every one of them is.
-func (a *Analyzer) poolBlocks(p *pool) *pool {
+// taken from the ledger's live allocations, where every one of them is.
+func (m *poolModel) blocks(p *pool) *pool {
 	if p.blocks {
 		return p
 	}
-	a.ledger.All(liveKey(p.key.pid, event.LayerSegment, SpaceDevice), func(k uint64, la ledger.Entry) bool {
-		c := a.classes[la.Tag]
+	classes := *m.classes
+	m.ledger.All(liveKey(p.key.pid, event.LayerSegment, SpaceDevice), func(k uint64, la ledger.Entry) bool {
+		c := classes[la.Tag]
 		if c.key.device == p.key.device {
 			p.segs = append(p.segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
 			p.reserved += c.key.size
@@ -456,7 +462,7 @@ func (a *Analyzer) poolBlocks(p *pool) *pool {
 
 // finishPools completes the pools with block events into Result.Pools.
 func (a *Analyzer) finishPools(r *Result) {
-	for _, p := range a.pools {
+	for _, p := range a.pools.pools {
 		if !p.blocks {
 			continue
 		}

@@ -8,8 +8,8 @@ import "github.com/vramprof/vramprof/probes/event"
 // itself as its id, so a stream without reuse is keyed exactly as before.
 
 // instance is one process instance as the results show it: the ledger's
-// instance (copied at Finish, see syncInstances) and what the analysis
-// learns of it.
+// instance (copied by inst and, at Finish, syncInstances) and what the
+// analysis learns of it.
 type instance struct {
 	id  uint32
 	pid uint32
@@ -40,8 +40,7 @@ func (a *Analyzer) facts(id uint32) *instance {
 // syncInstances completes the analysis's instances from the ledger's.
 func (a *Analyzer) syncInstances() {
 	for _, li := range a.ledger.Instances() {
-		in := a.facts(li.ID)
-		in.pid, in.start, in.info, in.supersededAt = li.PID, li.Start, li.Info, li.SupersededAt
+		a.inst(li.ID)
 	}
 }
 

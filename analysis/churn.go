@@ -39,6 +39,9 @@ type churnState struct {
 type churnModel struct {
 	window uint64
 	procs  map[uint32]*churnState
+	// last caches the latest process's state (the hot path).
+	last    *churnState
+	lastPID uint32
 	// releases are the segment frees waiting for a same-size
 	// reallocation.
 	releases map[churnKey]*releaseQueue
@@ -77,11 +80,15 @@ func newChurnModel(window uint64) *churnModel {
 }
 
 func (m *churnModel) of(pid uint32) *churnState {
+	if m.last != nil && m.lastPID == pid {
+		return m.last
+	}
 	cs := m.procs[pid]
 	if cs == nil {
 		cs = &churnState{freeStacks: make(map[event.StackID]*Usage), allocStack: make(map[event.StackID]*Usage)}
 		m.procs[pid] = cs
 	}
+	m.last, m.lastPID = cs, pid
 	return cs
 }
 

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"sort"
 
 	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
@@ -24,7 +23,7 @@ type pool struct {
 	key poolKey
 	// segs are the live segments, sorted by address; a block lies in the
 	// one whose range holds its address (binary search: O(log segments)).
-	segs []*poolSegment
+	segs segList
 	// reserved sums the live segments; allocated the live blocks placed in
 	// them; unplaced the live blocks in no traced segment (a segment from
 	// before attach), outside reserved and allocated both.
@@ -82,6 +81,9 @@ type poolBlock struct {
 // block the ledger makes live or frees.
 type poolModel struct {
 	pools map[poolKey]*pool
+	// last caches the latest pool: consecutive events mostly come from one
+	// process on one device.
+	last *pool
 	// ledger and classes are the analysis's: a pool's first block event
 	// takes its segments from the ledger's live allocations.
 	ledger  *ledger.Ledger
@@ -93,21 +95,16 @@ type poolModel struct {
 
 func (m *poolModel) pool(pid uint32, device int32) *pool {
 	k := poolKey{pid, device}
+	if p := m.last; p != nil && p.key == k {
+		return p
+	}
 	p := m.pools[k]
 	if p == nil {
 		p = &pool{key: k, unplacedBlocks: make(map[uint64]poolBlock)}
 		m.pools[k] = p
 	}
+	m.last = p
 	return p
-}
-
-// segmentAt returns the index of the live segment holding addr, or -1.
-func (p *pool) segmentAt(addr uint64) int {
-	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > addr }) - 1
-	if i >= 0 && addr < p.segs[i].addr+p.segs[i].size {
-		return i
-	}
-	return -1
 }
 
 // touch completes a pending worst-moment snapshot before the pool changes.
@@ -140,9 +137,7 @@ func (p *pool) segmentAlloc(e *event.Event) {
 		return
 	}
 	p.touch()
-	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
-	s := &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
-	p.segs = slices.Insert(p.segs, i, s)
+	p.segs.insert(&poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API})
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
 	// was freed and reallocated is not possible; but a missed segment
@@ -156,13 +151,11 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	if !p.blocks {
 		return
 	}
-	i := p.segmentAt(addr)
-	if i < 0 || p.segs[i].addr != addr {
+	if s := p.segs.at(addr); s == nil || s.addr != addr {
 		return
 	}
 	p.touch()
-	s := p.segs[i]
-	p.segs = slices.Delete(p.segs, i, i+1)
+	s := p.segs.remove(addr)
 	p.reserved -= s.size
 	if s.in != nil {
 		p.allocated -= s.in.allocated
@@ -185,16 +178,16 @@ func (p *pool) blockAlloc(e *event.Event) {
 	p.closeOpen()
 	p.blocks = true
 	b := poolBlock{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
-	i := p.segmentAt(e.Addr)
-	if i < 0 {
+	seg := p.segs.at(e.Addr)
+	if seg == nil {
 		p.unplacedBlocks[e.Addr] = b
 		p.unplaced += e.Size
 		return
 	}
-	if p.segs[i].in == nil {
-		p.segs[i].in = &segBlocks{}
+	if seg.in == nil {
+		seg.in = &segBlocks{}
 	}
-	s := p.segs[i].in
+	s := seg.in
 	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
 	if found {
 		// A free was missed: the new block replaces the old.
@@ -219,11 +212,11 @@ func (p *pool) blockFree(t, addr uint64) {
 		p.unplaced -= b.size
 		return
 	}
-	i := p.segmentAt(addr)
-	if i < 0 {
+	seg := p.segs.at(addr)
+	if seg == nil {
 		return
 	}
-	s := p.segs[i].in
+	s := seg.in
 	if s == nil {
 		return
 	}
@@ -235,7 +228,7 @@ func (p *pool) blockFree(t, addr uint64) {
 	p.allocated -= s.blocks[j].size
 	s.blocks = slices.Delete(s.blocks, j, j+1)
 	if len(s.blocks) == 0 {
-		p.segs[i].in = nil // allocated is 0: it sums the blocks
+		seg.in = nil // allocated is 0: it sums the blocks
 	}
 	p.noteWorst(t)
 }
@@ -252,10 +245,9 @@ func (p *pool) snapshot(st *PoolState) {
 	st.ReservedBytes, st.AllocatedBytes = p.reserved, p.allocated
 	st.CachedFreeBytes = p.reserved - p.allocated
 	st.UnplacedBytes = p.unplaced
-	st.Segments = len(p.segs)
+	st.Segments = p.segs.len()
 	st.LargestFreeRange, st.FreeRanges, st.PinnedSegments, st.PinnedBytes = 0, 0, 0, 0
-	for i := range p.segs {
-		s := p.segs[i]
+	for s := range p.segs.all() {
 		blocks := s.blocks()
 		end := s.addr
 		gap := func(to uint64) {
@@ -287,8 +279,8 @@ func (p *pool) liveBlocksByStack() map[event.StackID]*Usage {
 		}
 		u.add(b.size)
 	}
-	for i := range p.segs {
-		for _, b := range p.segs[i].blocks() {
+	for s := range p.segs.all() {
+		for _, b := range s.blocks() {
 			add(b)
 		}
 	}
@@ -316,8 +308,7 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 		}
 		u.add(k.size)
 	}
-	for i := range p.segs {
-		s := p.segs[i]
+	for s := range p.segs.all() {
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
 		for _, b := range s.blocks() {
 			add(key{event.LayerBlock, b.stack, b.api, b.size})
@@ -367,8 +358,7 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 	// The largest segment that serves blocks smaller than the request: the
 	// max_split_size_mb remediation must stay above it. Whole free large
 	// segments are what garbage collection could have released.
-	for i := range p.segs {
-		s := p.segs[i]
+	for s := range p.segs.all() {
 		if len(s.blocks()) == 0 && s.size > smallSegment {
 			o.idleLarge += s.size
 		}
@@ -448,15 +438,16 @@ func (m *poolModel) blocks(p *pool) *pool {
 		return p
 	}
 	classes := *m.classes
+	var segs []*poolSegment
 	m.ledger.All(liveKey(p.key.pid, event.LayerSegment, SpaceDevice), func(k uint64, la ledger.Entry) bool {
 		c := classes[la.Tag]
 		if c.key.device == p.key.device {
-			p.segs = append(p.segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
+			segs = append(segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
 			p.reserved += c.key.size
 		}
 		return true
 	})
-	slices.SortFunc(p.segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+	p.segs.build(segs)
 	return p
 }
 

@@ -164,10 +164,8 @@ type Analyzer struct {
 	// nvml is the device layer (NVML): status, devices and samples.
 	nvml nvmlState
 
-	// books are the per-API ledgers, per process and overall; bookLive
-	// their live allocations.
-	books    map[bookKey]*bookState
-	bookLive ledger.Tables[bookSpace, uint64]
+	// books are the per-API books, per process and overall (books.go).
+	books *bookModel
 
 	// VMM state: reservations and the figures per process x device (the
 	// physical handles and mapped ranges are the ledger's).
@@ -275,10 +273,12 @@ type groupState struct {
 	live   Usage
 	failed Usage
 	hist   history
-	// site and log are the stack's entries in Analyzer.sites and
-	// Analyzer.liveLogs once made: the hot path skips the map lookups.
-	site *siteTimes
-	log  *liveLog
+	// site, log and spike are the stack's entries in Analyzer.sites,
+	// Analyzer.liveLogs and Analyzer.spikes once made: the hot path skips
+	// the map lookups.
+	site  *siteTimes
+	log   *liveLog
+	spike *spikeStats
 }
 
 // spaceKey is one process's memory in one scope.
@@ -427,7 +427,7 @@ func New(opts Options) *Analyzer {
 		pids:         make(map[uint32]bool),
 		insts:        make(map[uint32]*instance),
 		ledger:       ledger.New(),
-		books:        make(map[bookKey]*bookState),
+		books:        newBookModel(),
 		reservations: make(map[rangeKey]vmmRange),
 		vmm:          make(map[vmmKey]*vmmState),
 		stacks:       make(map[event.StackID]*event.Stack),
@@ -707,7 +707,7 @@ func (a *Analyzer) segment(e *event.Event) {
 	default:
 		a.seenDevices[e.Device] = true
 	}
-	a.book(e)
+	a.books.observe(e)
 	if e.Flags&event.FlagNested != 0 {
 		a.run.NestedEvents++
 		return
@@ -940,8 +940,7 @@ func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64) {
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
 	if sc == deviceScope && t-old.Time <= a.opts.SpikeWindow {
-		c := a.classes[old.Tag]
-		a.noteShortLived(spikeKey{pid, c.key.stack}, old.Time, t, size)
+		a.noteShortLived(a.groups[a.classes[old.Tag].group], old.Time, t, size)
 	}
 	a.release(old, t, ls, sp)
 }

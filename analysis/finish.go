@@ -62,7 +62,7 @@ func (a *Analyzer) Finish() *Result {
 		r.Blocks = &b
 	}
 	r.Host = a.layerTotals(hostScope)
-	r.Books = a.finishBooks(0, true)
+	r.Books = a.books.finish(0, true)
 	r.VMM = a.finishVMM(0, true)
 	a.finishDevices(r)
 	a.finishNVML(r)
@@ -211,7 +211,7 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		}
 		p.Totals = a.spaceTotals(pid, deviceScope)
 		p.Host = a.spaceTotals(pid, hostScope)
-		p.Books = a.finishBooks(pid, false)
+		p.Books = a.books.finish(pid, false)
 		p.VMM = a.finishVMM(pid, false)
 		if sp := a.spaces[spaceKey{pid, deviceScope}]; sp != nil {
 			p.PeakTime = sp.peakTime

@@ -97,11 +97,7 @@ func (a *Analyzer) retire(id uint32) {
 			a.device(c.key.device, deviceScope).devTouch(int32(i), c)
 		}
 	}
-	for _, driver := range []bool{false, true} {
-		if b := a.books[bookKey{pid: id, driver: driver}]; b != nil {
-			a.bookState(bookKey{all: true, driver: driver}).level.sub(b.level.live)
-		}
-	}
+	a.books.retire(id)
 	for k, v := range a.vmm {
 		if k.pid != id || k.allPIDs || k.allDevices {
 			continue

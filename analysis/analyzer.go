@@ -354,12 +354,14 @@ func (g *gauge) sub(n uint64) { g.live -= n }
 
 // layerState is one scope's totals, all processes together; seen tells
 // whether any event of the scope arrived (report.json's "blocks" depends on
-// it).
+// it). What is live is the ledger's (ledgerScope).
 type layerState struct {
 	totals Totals
-	live   Usage
 	seen   bool
 }
+
+// ledgerScope is the ledger's all-process scope of sc.
+func ledgerScope(sc scope) ledger.Scope { return ledger.Scope{Layer: sc.layer, Host: sc.host} }
 
 // bookKey is one API book of one process, or of all (all set, pid 0).
 type bookKey struct {
@@ -864,9 +866,10 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		a.noteSite(g, e.Time)
 	}
 
-	ls.live.add(e.Size)
-	if ls.live.Bytes > ls.totals.PeakBytes {
-		ls.totals.PeakBytes, ls.totals.PeakTime = ls.live.Bytes, e.Time
+	// The peak is kept here, not read from the ledger: a flight
+	// recording's checkpoint restores the peak of what it cut (flight.go).
+	if live := a.ledger.ScopeLevel(ledgerScope(sc)).Bytes; live > ls.totals.PeakBytes {
+		ls.totals.PeakBytes, ls.totals.PeakTime = live, e.Time
 	}
 	ds := a.device(e.Device, sc)
 	before := ds.peak
@@ -955,7 +958,6 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	g.live.sub(size)
 	g.hist.set(a.leak, t, g.live.Bytes)
 	a.logLive(g, t)
-	ls.live.sub(size)
 	ds := a.device(c.key.device, sp.key.sc)
 	ds.sub(size)
 	if sp.key.sc == deviceScope {

@@ -81,8 +81,9 @@ func (a *Analyzer) layerTotals(sc scope) Totals {
 	var t Totals
 	if ls := a.layers[sc]; ls != nil {
 		t = ls.totals
-		t.LiveBytesAtEnd = ls.live.Bytes
-		t.LiveAllocationsAtEnd = ls.live.Count
+		lv := a.ledger.ScopeLevel(ledgerScope(sc))
+		t.LiveBytesAtEnd = lv.Bytes
+		t.LiveAllocationsAtEnd = lv.Count
 	}
 	t.LostEvents = a.lost
 	return t

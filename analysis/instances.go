@@ -73,17 +73,14 @@ func (a *Analyzer) process(r *event.Process) {
 }
 
 // retire takes an instance's live memory out of the all-process figures
-// (the driver freed it when the process exited); the instance's own figures
-// stay as they were, so what it had live at its end is what it leaked.
+// (the driver freed it when the process exited; the ledger retires its own
+// levels); the instance's own figures stay as they were, so what it had
+// live at its end is what it leaked.
 func (a *Analyzer) retire(id uint32) {
 	for _, sc := range []scope{deviceScope, hostScope, {layer: event.LayerBlock}} {
 		sp := a.spaces[spaceKey{id, sc}]
 		if sp == nil {
 			continue
-		}
-		if ls := a.layers[sc]; ls != nil {
-			ls.live.Count -= sp.live.Count
-			ls.live.Bytes -= sp.live.Bytes
 		}
 		for d, pd := range sp.devices {
 			a.device(d, sc).sub(pd.live)

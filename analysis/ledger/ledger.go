@@ -296,6 +296,9 @@ func (l *Ledger) Level(k Key) Level {
 // ScopeLevel returns the all-process level of scope s: the live
 // allocations of every current instance, and the peak of their sum.
 func (l *Ledger) ScopeLevel(s Scope) Level {
+	if ix := scopeIndex(s); ix < len(l.scopeAt) && l.scopeAt[ix] != nil {
+		return *l.scopeAt[ix]
+	}
 	if v := l.scopes[s]; v != nil {
 		return *v
 	}

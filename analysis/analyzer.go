@@ -167,10 +167,9 @@ type Analyzer struct {
 	// books are the per-API books, per process and overall (books.go).
 	books *bookModel
 
-	// VMM state: reservations and the figures per process x device (the
-	// physical handles and mapped ranges are the ledger's).
-	reservations map[rangeKey]vmmRange
-	vmm          map[vmmKey]*vmmState
+	// vmm is the VMM figures and reservations (vmm.go; the physical
+	// handles and mapped ranges are the ledger's).
+	vmm *vmmModel
 
 	// pools are the segment/block geometry per process and device (see
 	// fragmentation.go); churn the segment traffic per process instance.
@@ -418,23 +417,22 @@ type libKey struct {
 // New returns an Analyzer ready for the first record.
 func New(opts Options) *Analyzer {
 	a := &Analyzer{
-		opts:         opts.withDefaults(),
-		classIx:      make(map[classKey]int32),
-		groupIx:      make(map[groupKey]int32),
-		spaces:       make(map[spaceKey]*space),
-		layers:       make(map[scope]*layerState),
-		devices:      make(map[devKey]*devState),
-		seenDevices:  make(map[int32]bool),
-		capacity:     make(map[int32]uint64),
-		pids:         make(map[uint32]bool),
-		insts:        make(map[uint32]*instance),
-		ledger:       ledger.New(),
-		books:        newBookModel(),
-		reservations: make(map[rangeKey]vmmRange),
-		vmm:          make(map[vmmKey]*vmmState),
-		stacks:       make(map[event.StackID]*event.Stack),
-		mappings:     make(map[event.MappingID]event.Mapping),
-		libraries:    make(map[libKey]bool),
+		opts:        opts.withDefaults(),
+		classIx:     make(map[classKey]int32),
+		groupIx:     make(map[groupKey]int32),
+		spaces:      make(map[spaceKey]*space),
+		layers:      make(map[scope]*layerState),
+		devices:     make(map[devKey]*devState),
+		seenDevices: make(map[int32]bool),
+		capacity:    make(map[int32]uint64),
+		pids:        make(map[uint32]bool),
+		insts:       make(map[uint32]*instance),
+		ledger:      ledger.New(),
+		books:       newBookModel(),
+		vmm:         newVMMModel(),
+		stacks:      make(map[event.StackID]*event.Stack),
+		mappings:    make(map[event.MappingID]event.Mapping),
+		libraries:   make(map[libKey]bool),
 	}
 	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
@@ -727,9 +725,9 @@ func (a *Analyzer) segment(e *event.Event) {
 	case event.KindRelease:
 		a.releaseHandle(e)
 	case event.KindReserve:
-		a.reserve(e)
+		a.vmm.reserve(e)
 	case event.KindUnreserve:
-		a.unreserve(e)
+		a.vmm.unreserve(e)
 	case event.KindMap:
 		a.mapRange(e)
 	case event.KindUnmap:

@@ -63,7 +63,7 @@ func (a *Analyzer) Finish() *Result {
 	}
 	r.Host = a.layerTotals(hostScope)
 	r.Books = a.books.finish(0, true)
-	r.VMM = a.finishVMM(0, true)
+	r.VMM = a.vmm.finish(0, true)
 	a.finishDevices(r)
 	a.finishNVML(r)
 	a.finishClasses(r)
@@ -213,7 +213,7 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		p.Totals = a.spaceTotals(pid, deviceScope)
 		p.Host = a.spaceTotals(pid, hostScope)
 		p.Books = a.books.finish(pid, false)
-		p.VMM = a.finishVMM(pid, false)
+		p.VMM = a.vmm.finish(pid, false)
 		if sp := a.spaces[spaceKey{pid, deviceScope}]; sp != nil {
 			p.PeakTime = sp.peakTime
 			if sp.peak > 0 {

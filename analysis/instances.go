@@ -95,15 +95,5 @@ func (a *Analyzer) retire(id uint32) {
 		}
 	}
 	a.books.retire(id)
-	for k, v := range a.vmm {
-		if k.pid != id || k.allPIDs || k.allDevices {
-			continue
-		}
-		for _, all := range []vmmKey{{allPIDs: true, device: k.device}, {allPIDs: true, allDevices: true}} {
-			s := a.vmmAt(all)
-			s.reserved.sub(v.reserved.live)
-			s.physical.sub(v.physical.live)
-			s.mapped.sub(v.mapped.live)
-		}
-	}
+	a.vmm.retire(id)
 }

@@ -684,7 +684,9 @@ func (a *Analyzer) event(e *event.Event) {
 // runtime call) is counted in its API's book only: the outer call already
 // counts the memory. Every other call is counted once, in its space.
 func (a *Analyzer) segment(e *event.Event) {
-	a.pids[e.PID] = true
+	if !a.pids[e.PID] { // a lookup costs less than a store, on every event
+		a.pids[e.PID] = true
+	}
 	if e.Kind == event.KindAlloc && e.Ret == 0 && e.Addr != 0 {
 		if e.Device == event.DeviceUnknown {
 			if d, ok := a.inferDevice(e.PID, e.Addr); ok {
@@ -705,7 +707,9 @@ func (a *Analyzer) segment(e *event.Event) {
 		// are on their handle's device, which cuMemCreate named. The
 		// caller's device, often not chosen yet, must not list a device.
 	default:
-		a.seenDevices[e.Device] = true
+		if !a.seenDevices[e.Device] {
+			a.seenDevices[e.Device] = true
+		}
 	}
 	a.books.observe(e)
 	if e.Flags&event.FlagNested != 0 {

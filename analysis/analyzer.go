@@ -155,8 +155,8 @@ type Analyzer struct {
 	// segment-layer event came from.
 	pids map[uint32]bool
 	// insts are the analysis's facts about process instances by id (the
-	// instances themselves are the ledger's); Finish completes them from
-	// the ledger.
+	// instances themselves are the ledger's); inst and Finish complete
+	// them from the ledger.
 	insts map[uint32]*instance
 	// procIndex finds an instance's entry in Result.Processes (Finish).
 	procIndex map[uint32]int

@@ -199,3 +199,18 @@ func TestApply(t *testing.T) {
 	assert.Equal(t, uint64(3*mib), l.ScopeLevel(Scope{Layer: event.LayerBlock}).Bytes)
 	assert.Equal(t, uint64(64*mib), l.ScopeLevel(Scope{Layer: event.LayerSegment, Host: true}).Bytes)
 }
+
+// TestImplied: a checkpoint's summary implies an instance without marking
+// it active, so a later Process record still describes it.
+func TestImplied(t *testing.T) {
+	l := New()
+	id := l.Implied(9, 5)
+	assert.Equal(t, uint32(9), id)
+	assert.False(t, l.Instance(9).Active)
+	in, old := l.Process(&event.Process{PID: 9, Time: 3})
+	assert.Nil(t, old)
+	assert.Equal(t, uint32(9), in.ID)
+	assert.Equal(t, uint64(3), in.Start, "the record's earlier time")
+	assert.Equal(t, uint32(9), l.Active(9, 6))
+	assert.True(t, l.Instance(9).Active)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -122,11 +123,13 @@ type Analyzer struct {
 	// loops are the processes' loops by instance id (Finish).
 	loops map[uint32]*loop
 
-	// live holds every live allocation of every process, layer and memory
-	// space.
-	live addrMaps[liveSpace, liveAlloc]
+	// ledger holds every live allocation of every process instance, layer
+	// and memory space, the process instances and the VMM handles and
+	// mappings; the aggregates below are kept beside it.
+	ledger *ledger.Ledger
 	// classes are the allocation classes in order of first use; classIx
-	// finds them. Indexes (int32) are stable and stored in liveAlloc.
+	// finds them. Indexes (int32) are stable and stored in the ledger's
+	// entries (Entry.Tag).
 	classes []*classState
 	classIx map[classKey]int32
 	// groups are the stacks per process and scope, likewise indexed.
@@ -151,37 +154,31 @@ type Analyzer struct {
 	// pids are the process instances (ids, see instances.go) any
 	// segment-layer event came from.
 	pids map[uint32]bool
-	// insts are the process instances by id; current finds a PID's latest
-	// instance; lastInst caches the latest lookup (the hot path); reused
-	// counts the instances that reused a PID.
-	insts    map[uint32]*instance
-	current  map[uint32]uint32
-	lastInst *instance
-	reused   uint32
+	// insts are the analysis's facts about process instances by id (the
+	// instances themselves are the ledger's); inst and Finish complete
+	// them from the ledger.
+	insts map[uint32]*instance
 	// procIndex finds an instance's entry in Result.Processes (Finish).
 	procIndex map[uint32]int
 
 	// nvml is the device layer (NVML): status, devices and samples.
 	nvml nvmlState
 
-	// books are the per-API ledgers, per process and overall; bookLive
-	// their live allocations.
-	books    map[bookKey]*bookState
-	bookLive addrMaps[bookSpace, uint64]
+	// books are the per-API books, per process and overall (books.go).
+	books *bookModel
 
-	// VMM state: physical handles (their mapping counts), mapped ranges and
-	// reservations, and the figures per process x device.
-	handles      map[handleKey]*handleState
-	mapped       map[rangeKey]vmmRange
-	reservations map[rangeKey]vmmRange
-	vmm          map[vmmKey]*vmmState
+	// vmm is the VMM figures and reservations (vmm.go; the physical
+	// handles and mapped ranges are the ledger's).
+	vmm *vmmModel
 
 	// pools are the segment/block geometry per process and device (see
-	// fragmentation.go); churn the segment traffic per process instance,
-	// releases the segment frees waiting for a same-size reallocation.
-	pools    map[poolKey]*pool
-	churn    map[uint32]*churnState
-	releases map[churnKey][]released
+	// fragmentation.go); churn the segment traffic per process instance.
+	// Both are observers: they see each device-memory allocation and free
+	// after the ledger applied it (observe).
+	pools *poolModel
+	churn *churnModel
+	// observers are the models fed by deviceCall.
+	observers []observer
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -206,79 +203,6 @@ var hostScope = scope{layer: event.LayerSegment, host: true}
 func scopeOf(layer event.Layer, mem MemorySpace) scope {
 	return scope{layer: layer, host: mem == SpaceHost}
 }
-
-// liveKey finds a live allocation. The device is not part of it: CUDA's
-// unified virtual addressing gives each pointer one device in a process, and
-// a free may run with another device current. The memory space is: a
-// physical handle and a host pointer live in key spaces of their own.
-type liveKey struct {
-	addr  uint64
-	pid   uint32
-	layer event.Layer
-	mem   MemorySpace
-}
-
-// liveAlloc is kept small (16 bytes): there is one per live allocation.
-// Size, stack, device, API and layer are found through its class.
-type liveAlloc struct {
-	time  uint64
-	class int32
-}
-
-// liveSpace is one key space of live allocations: a liveKey without its
-// address.
-type liveSpace struct {
-	pid   uint32
-	layer event.Layer
-	mem   MemorySpace
-}
-
-// addrMaps holds values keyed by address, one table per key space K: an
-// address-only key keeps each entry small (see addrTable). recent caches
-// the latest spaces (consecutive events mostly come from one process,
-// alternating between a few layers and books).
-type addrMaps[K comparable, V any] struct {
-	maps   map[K]*addrTable[V]
-	recent [4]addrMapsEntry[K, V]
-	next   int
-}
-
-type addrMapsEntry[K comparable, V any] struct {
-	k K
-	m *addrTable[V]
-}
-
-// get returns k's table; nil when it has none and create is false
-// (lookups and deletes on a nil table are fine).
-func (m *addrMaps[K, V]) get(k K, create bool) *addrTable[V] {
-	for i := range m.recent {
-		if e := &m.recent[i]; e.m != nil && e.k == k {
-			return e.m
-		}
-	}
-	t := m.maps[k]
-	if t == nil {
-		if !create {
-			return nil
-		}
-		if m.maps == nil {
-			m.maps = make(map[K]*addrTable[V])
-		}
-		t = &addrTable[V]{}
-		m.maps[k] = t
-	}
-	m.recent[m.next] = addrMapsEntry[K, V]{k, t}
-	m.next = (m.next + 1) % len(m.recent)
-	return t
-}
-
-// liveGet finds a live allocation.
-func (a *Analyzer) liveGet(lk liveKey) (liveAlloc, bool) {
-	return a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false).get(lk.addr)
-}
-
-// sizeOf is a live allocation's size: its class's.
-func (a *Analyzer) sizeOf(la liveAlloc) uint64 { return a.classes[la.class].key.size }
 
 // classKey is an allocation class: what one pprof sample aggregates.
 type classKey struct {
@@ -348,6 +272,12 @@ type groupState struct {
 	live   Usage
 	failed Usage
 	hist   history
+	// site, log and spike are the stack's entries in Analyzer.sites,
+	// Analyzer.liveLogs and Analyzer.spikes once made: the hot path skips
+	// the map lookups.
+	site  *siteTimes
+	log   *liveLog
+	spike *spikeStats
 }
 
 // spaceKey is one process's memory in one scope.
@@ -423,12 +353,14 @@ func (g *gauge) sub(n uint64) { g.live -= n }
 
 // layerState is one scope's totals, all processes together; seen tells
 // whether any event of the scope arrived (report.json's "blocks" depends on
-// it).
+// it). What is live is the ledger's (ledgerScope).
 type layerState struct {
 	totals Totals
-	live   Usage
 	seen   bool
 }
+
+// ledgerScope is the ledger's all-process scope of sc.
+func ledgerScope(sc scope) ledger.Scope { return ledger.Scope{Layer: sc.layer, Host: sc.host} }
 
 // bookKey is one API book of one process, or of all (all set, pid 0).
 type bookKey struct {
@@ -451,21 +383,7 @@ type bookSpace struct {
 	physical bool
 }
 
-// handleKey is a physical allocation handle of one process.
-type handleKey struct {
-	pid    uint32
-	handle uint64
-}
-
-// handleState is what the driver needs to know before it frees physical
-// memory: it goes when released and no longer mapped.
-type handleState struct {
-	device   int32
-	maps     int
-	released bool
-}
-
-// rangeKey is a mapped or reserved range of one process, by its start.
+// rangeKey is a reserved range of one process, by its start.
 type rangeKey struct {
 	pid  uint32
 	addr uint64
@@ -473,7 +391,6 @@ type rangeKey struct {
 
 type vmmRange struct {
 	size   uint64
-	handle uint64 // mapped ranges: the physical handle
 	device int32
 }
 
@@ -499,30 +416,28 @@ type libKey struct {
 
 // New returns an Analyzer ready for the first record.
 func New(opts Options) *Analyzer {
-	return &Analyzer{
-		opts:         opts.withDefaults(),
-		classIx:      make(map[classKey]int32),
-		groupIx:      make(map[groupKey]int32),
-		spaces:       make(map[spaceKey]*space),
-		layers:       make(map[scope]*layerState),
-		devices:      make(map[devKey]*devState),
-		seenDevices:  make(map[int32]bool),
-		capacity:     make(map[int32]uint64),
-		pids:         make(map[uint32]bool),
-		insts:        make(map[uint32]*instance),
-		current:      make(map[uint32]uint32),
-		books:        make(map[bookKey]*bookState),
-		handles:      make(map[handleKey]*handleState),
-		mapped:       make(map[rangeKey]vmmRange),
-		reservations: make(map[rangeKey]vmmRange),
-		vmm:          make(map[vmmKey]*vmmState),
-		stacks:       make(map[event.StackID]*event.Stack),
-		mappings:     make(map[event.MappingID]event.Mapping),
-		libraries:    make(map[libKey]bool),
-		pools:        make(map[poolKey]*pool),
-		churn:        make(map[uint32]*churnState),
-		releases:     make(map[churnKey][]released),
+	a := &Analyzer{
+		opts:        opts.withDefaults(),
+		classIx:     make(map[classKey]int32),
+		groupIx:     make(map[groupKey]int32),
+		spaces:      make(map[spaceKey]*space),
+		layers:      make(map[scope]*layerState),
+		devices:     make(map[devKey]*devState),
+		seenDevices: make(map[int32]bool),
+		capacity:    make(map[int32]uint64),
+		pids:        make(map[uint32]bool),
+		insts:       make(map[uint32]*instance),
+		ledger:      ledger.New(),
+		books:       newBookModel(),
+		vmm:         newVMMModel(),
+		stacks:      make(map[event.StackID]*event.Stack),
+		mappings:    make(map[event.MappingID]event.Mapping),
+		libraries:   make(map[libKey]bool),
 	}
+	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
+	a.churn = newChurnModel(a.opts.ChurnWindow)
+	a.observers = []observer{a.pools, a.churn}
+	return a
 }
 
 // Add consumes one record. It returns an error for a nil or unknown record
@@ -735,8 +650,7 @@ func (a *Analyzer) event(e *event.Event) {
 		a.leak = newGrid(e.Time, leakResolution)
 	}
 	a.lastEvent = max(a.lastEvent, e.Time)
-	id := a.instanceOf(e.PID, e.Time)
-	a.lastInst.active = true
+	id := a.ledger.Active(e.PID, e.Time)
 	if id != e.PID {
 		// A later instance of a reused PID: the model keys it by its own
 		// id. The producer's record is left alone.
@@ -754,12 +668,9 @@ func (a *Analyzer) event(e *event.Event) {
 	case event.LayerSegment:
 		a.segment(e)
 	case event.LayerBlock:
-		a.poolEvent(e, layer)
 		switch e.Kind {
-		case event.KindAlloc:
-			a.alloc(e, layer, SpaceDevice)
-		case event.KindFree:
-			a.free(e, layer, SpaceDevice)
+		case event.KindAlloc, event.KindFree:
+			a.deviceCall(e, layer)
 		default:
 			a.layer(scope{layer: layer}).totals.IgnoredEvents++
 			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++
@@ -773,7 +684,9 @@ func (a *Analyzer) event(e *event.Event) {
 // runtime call) is counted in its API's book only: the outer call already
 // counts the memory. Every other call is counted once, in its space.
 func (a *Analyzer) segment(e *event.Event) {
-	a.pids[e.PID] = true
+	if !a.pids[e.PID] { // a lookup costs less than a store, on every event
+		a.pids[e.PID] = true
+	}
 	if e.Kind == event.KindAlloc && e.Ret == 0 && e.Addr != 0 {
 		if e.Device == event.DeviceUnknown {
 			if d, ok := a.inferDevice(e.PID, e.Addr); ok {
@@ -794,23 +707,19 @@ func (a *Analyzer) segment(e *event.Event) {
 		// are on their handle's device, which cuMemCreate named. The
 		// caller's device, often not chosen yet, must not list a device.
 	default:
-		a.seenDevices[e.Device] = true
+		if !a.seenDevices[e.Device] {
+			a.seenDevices[e.Device] = true
+		}
 	}
-	a.book(e)
+	a.books.observe(e)
 	if e.Flags&event.FlagNested != 0 {
 		a.run.NestedEvents++
 		return
 	}
 	const layer = event.LayerSegment
-	if e.Kind == event.KindAlloc || e.Kind == event.KindFree {
-		a.poolEvent(e, layer)
-		a.churnEvent(e)
-	}
 	switch e.Kind {
-	case event.KindAlloc:
-		a.alloc(e, layer, SpaceDevice)
-	case event.KindFree:
-		a.free(e, layer, SpaceDevice)
+	case event.KindAlloc, event.KindFree:
+		a.deviceCall(e, layer)
 	case event.KindHostAlloc:
 		a.alloc(e, layer, SpaceHost)
 	case event.KindHostFree:
@@ -820,9 +729,9 @@ func (a *Analyzer) segment(e *event.Event) {
 	case event.KindRelease:
 		a.releaseHandle(e)
 	case event.KindReserve:
-		a.reserve(e)
+		a.vmm.reserve(e)
 	case event.KindUnreserve:
-		a.unreserve(e)
+		a.vmm.unreserve(e)
 	case event.KindMap:
 		a.mapRange(e)
 	case event.KindUnmap:
@@ -877,14 +786,44 @@ func both(ls *layerState, sp *space, f func(t *Totals)) {
 	f(&sp.totals)
 }
 
+// deviceCall applies a non-nested allocation or free of device memory at
+// the segment or block layer: the ledger, the aggregates, then the
+// observers, which see what the ledger made of it.
+func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
+	k := liveKey(e.PID, layer, SpaceDevice)
+	var ch ledger.Change
+	if e.Kind == event.KindAlloc {
+		ch = a.ledger.Alloc(k, e)
+		a.allocated(e, layer, SpaceDevice, ch)
+	} else {
+		ch = a.ledger.Free(k, e)
+		a.freed(e, layer, SpaceDevice, ch)
+	}
+	for _, o := range a.observers {
+		o.observe(e, layer, ch)
+	}
+}
+
+// liveKey is the ledger's key space of a process instance's allocations
+// in one layer and memory space.
+func liveKey(pid uint32, layer event.Layer, mem MemorySpace) ledger.Key {
+	return ledger.Key{Inst: pid, Layer: layer, Space: ledger.Space(mem)}
+}
+
 // alloc applies an allocation call in one memory space and reports whether
 // it made memory live.
 func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) bool {
+	return a.allocated(e, layer, mem, a.ledger.Alloc(liveKey(e.PID, layer, mem), e))
+}
+
+// allocated applies to the aggregates what the ledger made of an
+// allocation call, and reports whether it made memory live.
+func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) bool {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)
-	switch {
-	case e.Ret != 0:
+	switch ch.Verdict {
+	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
 		g := a.group(groupKey{e.PID, e.Stack, sc})
 		g.failed.add(e.Size)
@@ -901,22 +840,20 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 		}
 		sp.noteFailure(e, layer)
 		return false
-	case e.Size == 0:
+	case ledger.Empty:
 		both(ls, sp, func(t *Totals) { t.ZeroSizeAllocations++ })
 		return false
-	case e.Addr == 0:
+	case ledger.NoAddr:
 		both(ls, sp, func(t *Totals) { t.IgnoredEvents++ })
 		return false
-	}
-	lk := liveKey{e.Addr, e.PID, layer, mem}
-	if old, ok := a.liveGet(lk); ok {
-		// A free was missed: drop the old allocation as if freed now.
+	case ledger.Replaced:
+		// A free was missed: the old allocation went as if freed now.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(old, e.Time, ls, sp)
+		a.release(ch.Old, e.Time, ls, sp)
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
-	a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, true).put(lk.addr, liveAlloc{time: e.Time, class: ci})
+	ch.New.Tag = ci
 	both(ls, sp, func(t *Totals) { t.Allocations++; t.AllocatedBytes += e.Size })
 
 	c.alloc.add(e.Size)
@@ -928,12 +865,13 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 	g.hist.set(a.leak, e.Time, g.live.Bytes)
 	a.logLive(g, e.Time)
 	if layer == event.LayerSegment && mem == SpaceDevice {
-		a.noteSite(g.key, e.Time)
+		a.noteSite(g, e.Time)
 	}
 
-	ls.live.add(e.Size)
-	if ls.live.Bytes > ls.totals.PeakBytes {
-		ls.totals.PeakBytes, ls.totals.PeakTime = ls.live.Bytes, e.Time
+	// The peak is kept here, not read from the ledger: a flight
+	// recording's checkpoint restores the peak of what it cut (flight.go).
+	if live := a.ledger.ScopeLevel(ledgerScope(sc)).Bytes; live > ls.totals.PeakBytes {
+		ls.totals.PeakBytes, ls.totals.PeakTime = live, e.Time
 	}
 	ds := a.device(e.Device, sc)
 	before := ds.peak
@@ -979,59 +917,53 @@ func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
 
 // free applies a free call in one memory space.
 func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
+	a.freed(e, layer, mem, a.ledger.Free(liveKey(e.PID, layer, mem), e))
+}
+
+// freed applies to the aggregates what the ledger made of a free call.
+func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)
-	switch {
-	case e.Ret != 0:
+	switch ch.Verdict {
+	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
-		return
-	case e.Addr == 0:
+	case ledger.NoAddr:
 		both(ls, sp, func(t *Totals) { t.NullFrees++ })
-		return
-	}
-	if !a.drop(liveKey{e.Addr, e.PID, layer, mem}, e.Time) {
+	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
+	case ledger.Freed:
+		a.dropped(e.PID, sc, ch.Old, e.Time)
 	}
 }
 
-// drop frees a live allocation at time t, counted as a free; false when the
-// key is not live.
-func (a *Analyzer) drop(lk liveKey, t uint64) bool {
-	m := a.live.get(liveSpace{lk.pid, lk.layer, lk.mem}, false)
-	old, ok := m.get(lk.addr)
-	if !ok {
-		return false
-	}
-	sc := scopeOf(lk.layer, lk.mem)
+// dropped counts as a free at time t a live allocation of pid in scope sc
+// that the ledger let go.
+func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64) {
 	ls := a.layer(sc)
-	sp := a.space(lk.pid, sc)
-	m.del(lk.addr)
-	size := a.sizeOf(old)
+	sp := a.space(pid, sc)
+	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	if sc == deviceScope && t-old.time <= a.opts.SpikeWindow {
-		c := a.classes[old.class]
-		a.noteShortLived(spikeKey{lk.pid, c.key.stack}, old.time, t, size)
+	if sc == deviceScope && t-old.Time <= a.opts.SpikeWindow {
+		a.noteShortLived(a.groups[a.classes[old.Tag].group], old.Time, t, size)
 	}
 	a.release(old, t, ls, sp)
-	return true
 }
 
 // release takes a live allocation out of every aggregate at time t.
-func (a *Analyzer) release(old liveAlloc, t uint64, ls *layerState, sp *space) {
-	c := a.classes[old.class]
+func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space) {
+	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.sub(size)
-	a.touch(sp, old.class, c)
+	a.touch(sp, old.Tag, c)
 	g := a.groups[c.group]
 	g.live.sub(size)
 	g.hist.set(a.leak, t, g.live.Bytes)
 	a.logLive(g, t)
-	ls.live.sub(size)
 	ds := a.device(c.key.device, sp.key.sc)
 	ds.sub(size)
 	if sp.key.sc == deviceScope {
-		ds.devTouch(old.class, c)
+		ds.devTouch(old.Tag, c)
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size

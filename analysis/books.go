@@ -1,13 +1,32 @@
 package analysis
 
-import "github.com/vramprof/vramprof/probes/event"
+import (
+	"github.com/vramprof/vramprof/analysis/ledger"
+	"github.com/vramprof/vramprof/probes/event"
+)
 
-// book counts a device-memory call in its API's ledger, nested or not:
+// bookModel is the per-API books (the runtime's and the driver's), per
+// process instance and overall, with their own live allocations: a book
+// counts nested calls (the driver call inside a runtime call), which the
+// ledger leaves out because the outer call already counts the memory.
+type bookModel struct {
+	books map[bookKey]*bookState
+	live  ledger.Tables[bookSpace, uint64]
+	// all caches the all-process books by driver (0 runtime, 1 driver);
+	// last the latest process's, lastPID its instance id (the hot path).
+	all     [2]*bookState
+	last    [2]*bookState
+	lastPID [2]uint32
+}
+
+func newBookModel() *bookModel { return &bookModel{books: make(map[bookKey]*bookState)} }
+
+// observe counts a device-memory call in its API's book, nested or not:
 // allocations and frees (cudaMalloc*, cuMemAlloc*, cudaFree*, cuMemFree*)
 // and physical memory (cuMemCreate, cuMemRelease). Calls of an unknown API
 // belong to neither book; host and VMM range calls are not device memory
-// ledgers and are left out.
-func (a *Analyzer) book(e *event.Event) {
+// books and are left out.
+func (m *bookModel) observe(e *event.Event) {
 	var physical bool
 	switch e.Kind {
 	case event.KindAlloc, event.KindFree:
@@ -20,8 +39,8 @@ func (a *Analyzer) book(e *event.Event) {
 		return
 	}
 	driver := e.API.Driver()
-	per := a.bookState(bookKey{pid: e.PID, driver: driver})
-	all := a.bookState(bookKey{all: true, driver: driver})
+	per := m.state(bookKey{pid: e.PID, driver: driver})
+	all := m.state(bookKey{all: true, driver: driver})
 	each := func(f func(b *bookState)) { f(per); f(all) }
 	bs := bookSpace{pid: e.PID, driver: driver, physical: physical}
 	switch e.Kind {
@@ -33,12 +52,12 @@ func (a *Analyzer) book(e *event.Event) {
 		case e.Size == 0 || e.Addr == 0:
 			return
 		}
-		live := a.bookLive.get(bs, true)
-		if old, ok := live.get(e.Addr); ok {
+		live := m.live.Get(bs, true)
+		if old, ok := live.Get(e.Addr); ok {
 			// A free was missed, as in the totals: the old one goes.
 			each(func(b *bookState) { b.level.sub(old) })
 		}
-		live.put(e.Addr, e.Size)
+		live.Put(e.Addr, e.Size)
 		each(func(b *bookState) {
 			b.book.Allocations++
 			b.book.AllocatedBytes += e.Size
@@ -52,13 +71,13 @@ func (a *Analyzer) book(e *event.Event) {
 		case e.Addr == 0:
 			return
 		}
-		live := a.bookLive.get(bs, false)
-		size, ok := live.get(e.Addr)
+		live := m.live.Get(bs, false)
+		size, ok := live.Get(e.Addr)
 		if !ok {
 			each(func(b *bookState) { b.book.UnknownFrees++ })
 			return
 		}
-		live.del(e.Addr)
+		live.Del(e.Addr)
 		each(func(b *bookState) {
 			b.book.Frees++
 			b.level.sub(size)
@@ -66,19 +85,45 @@ func (a *Analyzer) book(e *event.Event) {
 	}
 }
 
-func (a *Analyzer) bookState(k bookKey) *bookState {
-	b := a.books[k]
+// state returns a book, creating it.
+func (m *bookModel) state(k bookKey) *bookState {
+	d := 0
+	if k.driver {
+		d = 1
+	}
+	switch {
+	case k.all && k.pid == 0 && m.all[d] != nil:
+		return m.all[d]
+	case !k.all && m.last[d] != nil && m.lastPID[d] == k.pid:
+		return m.last[d]
+	}
+	b := m.books[k]
 	if b == nil {
 		b = &bookState{}
-		a.books[k] = b
+		m.books[k] = b
+	}
+	switch {
+	case k.all && k.pid == 0:
+		m.all[d] = b
+	case !k.all:
+		m.last[d], m.lastPID[d] = b, k.pid
 	}
 	return b
 }
 
-// finishBooks returns the books of one process, or of all when all is set.
-func (a *Analyzer) finishBooks(pid uint32, all bool) Books {
+// retire takes instance id's live bytes out of the all-process books.
+func (m *bookModel) retire(id uint32) {
+	for _, driver := range []bool{false, true} {
+		if b := m.books[bookKey{pid: id, driver: driver}]; b != nil {
+			m.state(bookKey{all: true, driver: driver}).level.sub(b.level.live)
+		}
+	}
+}
+
+// finish returns the books of one process, or of all when all is set.
+func (m *bookModel) finish(pid uint32, all bool) Books {
 	get := func(driver bool) Book {
-		b := a.books[bookKey{pid: pid, all: all, driver: driver}]
+		b := m.books[bookKey{pid: pid, all: all, driver: driver}]
 		if b == nil {
 			return Book{}
 		}

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -31,37 +32,98 @@ type churnState struct {
 	allocStack map[event.StackID]*Usage
 }
 
-func (a *Analyzer) churnOf(pid uint32) *churnState {
-	cs := a.churn[pid]
+// churnModel is the segment traffic per process instance, an observer:
+// it matches releases with same-size reallocations. Each size keeps a
+// queue of releases; an allocation takes the oldest release still within
+// the window (older ones expire), so the cost is O(1) amortized per event.
+type churnModel struct {
+	window uint64
+	procs  map[uint32]*churnState
+	// last caches the latest process's state (the hot path).
+	last    *churnState
+	lastPID uint32
+	// releases are the segment frees waiting for a same-size
+	// reallocation.
+	releases map[churnKey]*releaseQueue
+}
+
+// releaseQueue is a FIFO of releases: pops advance head, and the popped
+// prefix is dropped when it is most of the slice, so that a steady
+// release-and-reallocate loop reuses one array.
+type releaseQueue struct {
+	q    []released
+	head int
+}
+
+func (rq *releaseQueue) len() int { return len(rq.q) - rq.head }
+
+func (rq *releaseQueue) pop() released {
+	r := rq.q[rq.head]
+	rq.head++
+	if rq.head == len(rq.q) {
+		rq.q, rq.head = rq.q[:0], 0
+	}
+	return r
+}
+
+func (rq *releaseQueue) push(r released) {
+	if rq.head > 0 && rq.head >= len(rq.q)/2 && len(rq.q) == cap(rq.q) {
+		n := copy(rq.q, rq.q[rq.head:])
+		rq.q, rq.head = rq.q[:n], 0
+	}
+	rq.q = append(rq.q, r)
+}
+
+func newChurnModel(window uint64) *churnModel {
+	return &churnModel{window: window, procs: make(map[uint32]*churnState),
+		releases: make(map[churnKey]*releaseQueue)}
+}
+
+func (m *churnModel) of(pid uint32) *churnState {
+	if m.last != nil && m.lastPID == pid {
+		return m.last
+	}
+	cs := m.procs[pid]
 	if cs == nil {
 		cs = &churnState{freeStacks: make(map[event.StackID]*Usage), allocStack: make(map[event.StackID]*Usage)}
-		a.churn[pid] = cs
+		m.procs[pid] = cs
 	}
+	m.last, m.lastPID = cs, pid
 	return cs
 }
 
-// churnEvent counts a non-nested device-memory allocation or free at the
-// segment layer and matches releases with same-size reallocations. Each
-// size keeps a queue of releases; an allocation takes the oldest release
-// still within the window (older ones expire), so the cost is O(1)
-// amortized per event.
-func (a *Analyzer) churnEvent(e *event.Event) {
-	cs := a.churnOf(e.PID)
+func (m *churnModel) queue(k churnKey) *releaseQueue {
+	q := m.releases[k]
+	if q == nil {
+		q = &releaseQueue{}
+		m.releases[k] = q
+	}
+	return q
+}
+
+// observe counts a segment-layer allocation or free: every call, and the
+// cycles of what the ledger freed and allocated again.
+func (m *churnModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
+	if layer != event.LayerSegment {
+		return
+	}
+	cs := m.of(e.PID)
 	switch e.Kind {
 	case event.KindAlloc:
 		cs.c.Allocs++
 		cs.c.AllocNs += e.Duration
-		if e.Ret != 0 || e.Size == 0 || e.Addr == 0 {
+		if ch.Verdict != ledger.Added && ch.Verdict != ledger.Replaced {
 			return
 		}
-		k := churnKey{e.PID, e.Device, e.Size}
-		q := a.releases[k]
-		for len(q) > 0 && e.Time-q[0].time > a.opts.ChurnWindow {
-			q = q[1:]
+		q := m.releases[churnKey{e.PID, e.Device, e.Size}]
+		if q == nil {
+			return
 		}
-		if len(q) > 0 {
-			r := q[0]
-			q = q[1:]
+		for q.len() > 0 && e.Time-q.q[q.head].time > m.window {
+			q.pop()
+		}
+		if q.len() > 0 {
+			r := q.pop()
 			cs.c.Cycles++
 			cs.c.CycleBytes += e.Size
 			cs.c.CycleNs += r.duration + e.Duration
@@ -69,24 +131,13 @@ func (a *Analyzer) churnEvent(e *event.Event) {
 			addUsage(cs.freeStacks, r.stack, e.Size)
 			addUsage(cs.allocStack, e.Stack, e.Size)
 		}
-		if len(q) == 0 {
-			delete(a.releases, k)
-		} else {
-			a.releases[k] = q
-		}
 	case event.KindFree:
 		cs.c.Frees++
 		cs.c.FreeNs += e.Duration
-		if e.Ret != 0 || e.Addr == 0 {
+		if ch.Verdict != ledger.Freed {
 			return
 		}
-		la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice})
-		if !ok {
-			return
-		}
-		ck := a.classes[la.class].key
-		k := churnKey{e.PID, ck.device, ck.size}
-		a.releases[k] = append(a.releases[k], released{time: e.Time, duration: e.Duration, stack: e.Stack})
+		m.queue(churnKey{e.PID, ch.Old.Device, ch.Old.Size}).push(released{time: e.Time, duration: e.Duration, stack: e.Stack})
 	}
 }
 
@@ -100,8 +151,8 @@ func addUsage(m map[event.StackID]*Usage, id event.StackID, size uint64) {
 }
 
 // finishChurn returns a process's churn figures; nil without calls.
-func (a *Analyzer) finishChurn(id uint32, duration uint64) *Churn {
-	cs := a.churn[id]
+func (m *churnModel) finish(id uint32, duration uint64) *Churn {
+	cs := m.procs[id]
 	if cs == nil || cs.c.Allocs+cs.c.Frees == 0 {
 		return nil
 	}

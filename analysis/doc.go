@@ -40,6 +40,20 @@
 //     events): the old allocation is released and replaced, and the anomaly
 //     counted (ReplacedAllocations).
 //
+// # One ledger, models beside it
+//
+// What is live, in which process instance, and the levels and peaks that
+// makes are kept in one place, package analysis/ledger, which also holds
+// these rules (missed frees, physical memory across cuMemRelease and
+// cuMemUnmap, PID reuse). The snapshot exporter (profile/snapshot) and the
+// live status line of `vramprof run` and `attach` read the same ledger, so
+// the three cannot drift apart. The Analyzer drives the ledger call by call
+// and keeps its aggregates (classes, stacks, spaces, devices, timelines,
+// iteration logs) beside it; the pools' geometry and the churn are
+// observers (observer.go) fed what the ledger made of each allocation and
+// free, and the API books and the VMM figures are models with their own
+// state. The findings rules read all of them at Finish.
+//
 // # Counting each allocation once
 //
 // The segment layer holds three memory spaces (MemorySpace), each keyed apart

@@ -16,6 +16,7 @@ func (a *Analyzer) Finish() *Result {
 		return a.result
 	}
 	a.finished = true
+	a.syncInstances()
 	r := &Result{
 		Run:        a.run,
 		LostEvents: a.lost,
@@ -61,8 +62,8 @@ func (a *Analyzer) Finish() *Result {
 		r.Blocks = &b
 	}
 	r.Host = a.layerTotals(hostScope)
-	r.Books = a.finishBooks(0, true)
-	r.VMM = a.finishVMM(0, true)
+	r.Books = a.books.finish(0, true)
+	r.VMM = a.vmm.finish(0, true)
 	a.finishDevices(r)
 	a.finishNVML(r)
 	a.finishClasses(r)
@@ -80,8 +81,9 @@ func (a *Analyzer) layerTotals(sc scope) Totals {
 	var t Totals
 	if ls := a.layers[sc]; ls != nil {
 		t = ls.totals
-		t.LiveBytesAtEnd = ls.live.Bytes
-		t.LiveAllocationsAtEnd = ls.live.Count
+		lv := a.ledger.ScopeLevel(ledgerScope(sc))
+		t.LiveBytesAtEnd = lv.Bytes
+		t.LiveAllocationsAtEnd = lv.Count
 	}
 	t.LostEvents = a.lost
 	return t
@@ -136,8 +138,14 @@ func (a *Analyzer) finishClasses(r *Result) {
 	})
 }
 
-// inst returns the instance of an id; every id in the model has one.
+// inst returns the instance of an id, up to date with the ledger's at
+// any point of the stream; every id in the model has one.
 func (a *Analyzer) inst(id uint32) *instance {
+	if li := a.ledger.Instance(id); li != nil {
+		in := a.facts(id)
+		in.pid, in.start, in.info, in.supersededAt = li.PID, li.Start, li.Info, li.SupersededAt
+		return in
+	}
 	if in := a.insts[id]; in != nil {
 		return in
 	}
@@ -204,8 +212,8 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		}
 		p.Totals = a.spaceTotals(pid, deviceScope)
 		p.Host = a.spaceTotals(pid, hostScope)
-		p.Books = a.finishBooks(pid, false)
-		p.VMM = a.finishVMM(pid, false)
+		p.Books = a.books.finish(pid, false)
+		p.VMM = a.vmm.finish(pid, false)
 		if sp := a.spaces[spaceKey{pid, deviceScope}]; sp != nil {
 			p.PeakTime = sp.peakTime
 			if sp.peak > 0 {
@@ -227,7 +235,7 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		p.LiveAtEnd = topStacks(ag.live, 0)
 		p.Failed = topStacks(ag.failed, 0)
 		p.NVML, p.Preexisting = a.processNVML(in, &p)
-		p.Churn = a.finishChurn(pid, r.Run.Duration)
+		p.Churn = a.churn.finish(pid, r.Run.Duration)
 		r.Processes = append(r.Processes, p)
 		ids = append(ids, pid)
 	}

@@ -56,7 +56,7 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 			continue
 		}
 		a.pids[t.PID] = true
-		a.instanceOf(t.PID, t.PeakTime)
+		a.ledger.Implied(t.PID, t.PeakTime)
 		sp := a.space(t.PID, sc)
 		add(&sp.totals)
 		if t.PeakBytes > sp.peak {
@@ -67,7 +67,7 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 
 // restoreBook adds a checkpoint's summarised figures to an API book.
 func (a *Analyzer) restoreBook(t *event.CheckpointTotals) {
-	b := a.bookState(bookKey{pid: t.PID, all: t.All, driver: t.Book == event.BookDriver})
+	b := a.books.state(bookKey{pid: t.PID, all: t.All, driver: t.Book == event.BookDriver})
 	b.book.Allocations += t.Allocations
 	b.book.Frees += t.Frees
 	b.book.AllocatedBytes += t.AllocatedBytes

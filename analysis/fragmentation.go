@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"sort"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -23,7 +23,7 @@ type pool struct {
 	key poolKey
 	// segs are the live segments, sorted by address; a block lies in the
 	// one whose range holds its address (binary search: O(log segments)).
-	segs []*poolSegment
+	segs segList
 	// reserved sums the live segments; allocated the live blocks placed in
 	// them; unplaced the live blocks in no traced segment (a segment from
 	// before attach), outside reserved and allocated both.
@@ -77,23 +77,34 @@ type poolBlock struct {
 	api        event.API // pytorch:malloc, or allocspec:alloc for an allocator spec's
 }
 
-func (a *Analyzer) pool(pid uint32, device int32) *pool {
-	k := poolKey{pid, device}
-	p := a.pools[k]
-	if p == nil {
-		p = &pool{key: k, unplacedBlocks: make(map[uint64]poolBlock)}
-		a.pools[k] = p
-	}
-	return p
+// poolModel is the pools' geometry, an observer: it places each segment and
+// block the ledger makes live or frees.
+type poolModel struct {
+	pools map[poolKey]*pool
+	// last caches the latest pool: consecutive events mostly come from one
+	// process on one device.
+	last *pool
+	// ledger and classes are the analysis's: a pool's first block event
+	// takes its segments from the ledger's live allocations.
+	ledger  *ledger.Ledger
+	classes *[]*classState
+	// failed is called with a failed segment allocation (it opens an OOM
+	// record, which names the process instance).
+	failed func(p *pool, e *event.Event)
 }
 
-// segmentAt returns the index of the live segment holding addr, or -1.
-func (p *pool) segmentAt(addr uint64) int {
-	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > addr }) - 1
-	if i >= 0 && addr < p.segs[i].addr+p.segs[i].size {
-		return i
+func (m *poolModel) pool(pid uint32, device int32) *pool {
+	k := poolKey{pid, device}
+	if p := m.last; p != nil && p.key == k {
+		return p
 	}
-	return -1
+	p := m.pools[k]
+	if p == nil {
+		p = &pool{key: k, unplacedBlocks: make(map[uint64]poolBlock)}
+		m.pools[k] = p
+	}
+	m.last = p
+	return p
 }
 
 // touch completes a pending worst-moment snapshot before the pool changes.
@@ -126,9 +137,7 @@ func (p *pool) segmentAlloc(e *event.Event) {
 		return
 	}
 	p.touch()
-	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].addr > e.Addr })
-	s := &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
-	p.segs = slices.Insert(p.segs, i, s)
+	p.segs.insert(&poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API})
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
 	// was freed and reallocated is not possible; but a missed segment
@@ -142,13 +151,11 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	if !p.blocks {
 		return
 	}
-	i := p.segmentAt(addr)
-	if i < 0 || p.segs[i].addr != addr {
+	if s := p.segs.at(addr); s == nil || s.addr != addr {
 		return
 	}
 	p.touch()
-	s := p.segs[i]
-	p.segs = slices.Delete(p.segs, i, i+1)
+	s := p.segs.remove(addr)
 	p.reserved -= s.size
 	if s.in != nil {
 		p.allocated -= s.in.allocated
@@ -171,16 +178,16 @@ func (p *pool) blockAlloc(e *event.Event) {
 	p.closeOpen()
 	p.blocks = true
 	b := poolBlock{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
-	i := p.segmentAt(e.Addr)
-	if i < 0 {
+	seg := p.segs.at(e.Addr)
+	if seg == nil {
 		p.unplacedBlocks[e.Addr] = b
 		p.unplaced += e.Size
 		return
 	}
-	if p.segs[i].in == nil {
-		p.segs[i].in = &segBlocks{}
+	if seg.in == nil {
+		seg.in = &segBlocks{}
 	}
-	s := p.segs[i].in
+	s := seg.in
 	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
 	if found {
 		// A free was missed: the new block replaces the old.
@@ -205,11 +212,11 @@ func (p *pool) blockFree(t, addr uint64) {
 		p.unplaced -= b.size
 		return
 	}
-	i := p.segmentAt(addr)
-	if i < 0 {
+	seg := p.segs.at(addr)
+	if seg == nil {
 		return
 	}
-	s := p.segs[i].in
+	s := seg.in
 	if s == nil {
 		return
 	}
@@ -221,7 +228,7 @@ func (p *pool) blockFree(t, addr uint64) {
 	p.allocated -= s.blocks[j].size
 	s.blocks = slices.Delete(s.blocks, j, j+1)
 	if len(s.blocks) == 0 {
-		p.segs[i].in = nil // allocated is 0: it sums the blocks
+		seg.in = nil // allocated is 0: it sums the blocks
 	}
 	p.noteWorst(t)
 }
@@ -238,10 +245,9 @@ func (p *pool) snapshot(st *PoolState) {
 	st.ReservedBytes, st.AllocatedBytes = p.reserved, p.allocated
 	st.CachedFreeBytes = p.reserved - p.allocated
 	st.UnplacedBytes = p.unplaced
-	st.Segments = len(p.segs)
+	st.Segments = p.segs.len()
 	st.LargestFreeRange, st.FreeRanges, st.PinnedSegments, st.PinnedBytes = 0, 0, 0, 0
-	for i := range p.segs {
-		s := p.segs[i]
+	for s := range p.segs.all() {
 		blocks := s.blocks()
 		end := s.addr
 		gap := func(to uint64) {
@@ -273,8 +279,8 @@ func (p *pool) liveBlocksByStack() map[event.StackID]*Usage {
 		}
 		u.add(b.size)
 	}
-	for i := range p.segs {
-		for _, b := range p.segs[i].blocks() {
+	for s := range p.segs.all() {
+		for _, b := range s.blocks() {
 			add(b)
 		}
 	}
@@ -302,8 +308,7 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 		}
 		u.add(k.size)
 	}
-	for i := range p.segs {
-		s := p.segs[i]
+	for s := range p.segs.all() {
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
 		for _, b := range s.blocks() {
 			add(key{event.LayerBlock, b.stack, b.api, b.size})
@@ -353,8 +358,7 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 	// The largest segment that serves blocks smaller than the request: the
 	// max_split_size_mb remediation must stay above it. Whole free large
 	// segments are what garbage collection could have released.
-	for i := range p.segs {
-		s := p.segs[i]
+	for s := range p.segs.all() {
 		if len(s.blocks()) == 0 && s.size > smallSegment {
 			o.idleLarge += s.size
 		}
@@ -392,76 +396,64 @@ func (p *pool) closeOpen() {
 	}
 }
 
-// poolEvent applies a block-layer event or a non-nested device-memory
-// segment event to the geometry, before the model's own accounting (which
-// deletes the live entry a free needs).
-func (a *Analyzer) poolEvent(e *event.Event, layer event.Layer) {
+// observe applies a block-layer event or a non-nested device-memory
+// segment event to the geometry; ch.Old is the live allocation a free (or
+// a replacing allocation) ended, whose device the free may not carry
+// (pytorch:free carries only the pointer).
+func (m *poolModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
 	switch {
 	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
-		if e.Ret == 0 && e.Size > 0 && e.Addr != 0 {
-			a.poolBlocks(a.pool(e.PID, e.Device)).blockAlloc(e)
+		if ch.Verdict == ledger.Added || ch.Verdict == ledger.Replaced {
+			m.blocks(m.pool(e.PID, e.Device)).blockAlloc(e)
 		}
 	case layer == event.LayerBlock && e.Kind == event.KindFree:
-		if e.Ret != 0 || e.Addr == 0 {
-			return
-		}
-		// pytorch:free carries only the pointer: the device is the block's.
-		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerBlock, SpaceDevice}); ok {
-			a.poolBlocks(a.pool(e.PID, a.classes[la.class].key.device)).blockFree(e.Time, e.Addr)
+		if ch.Verdict == ledger.Freed {
+			m.blocks(m.pool(e.PID, ch.Old.Device)).blockFree(e.Time, e.Addr)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindAlloc:
-		p := a.pool(e.PID, e.Device)
-		switch {
-		case e.Ret != 0:
-			if e.Flags&event.FlagNested == 0 {
-				a.segmentFailed(p, e)
-			}
-		case e.Size > 0 && e.Addr != 0:
-			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
-				a.pool(e.PID, a.classes[old.class].key.device).segmentFree(e.Time, e.Addr, 0)
-			}
+		p := m.pool(e.PID, e.Device)
+		switch ch.Verdict {
+		case ledger.Failed:
+			m.failed(p, e)
+		case ledger.Replaced:
+			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, 0)
+			fallthrough
+		case ledger.Added:
 			p.segmentRetried(e)
 			p.segmentAlloc(e)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindFree:
-		if e.Ret != 0 || e.Addr == 0 {
-			return
-		}
-		if la, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpaceDevice}); ok {
-			a.pool(e.PID, a.classes[la.class].key.device).segmentFree(e.Time, e.Addr, e.Duration)
+		if ch.Verdict == ledger.Freed {
+			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
 		}
 	}
 }
 
-// poolBlocks readies a pool for its first block event: its segments, not
+// blocks readies a pool for its first block event: its segments, not
 // kept until then (a process without a block layer may hold a million, and
 // a sorted slice of them costs a copy of the tail at every free), are
-// taken from the live allocations, where every one of them is.
-func (a *Analyzer) poolBlocks(p *pool) *pool {
+// taken from the ledger's live allocations, where every one of them is.
+func (m *poolModel) blocks(p *pool) *pool {
 	if p.blocks {
 		return p
 	}
-	t := a.live.maps[liveSpace{p.key.pid, event.LayerSegment, SpaceDevice}]
-	if t != nil {
-		for i, k := range t.keys {
-			if k == 0 {
-				continue
-			}
-			c := a.classes[t.vals[i].class]
-			if c.key.device != p.key.device {
-				continue
-			}
-			p.segs = append(p.segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
+	classes := *m.classes
+	var segs []*poolSegment
+	m.ledger.All(liveKey(p.key.pid, event.LayerSegment, SpaceDevice), func(k uint64, la ledger.Entry) bool {
+		c := classes[la.Tag]
+		if c.key.device == p.key.device {
+			segs = append(segs, &poolSegment{addr: k, size: c.key.size, stack: c.key.stack, api: c.key.api})
 			p.reserved += c.key.size
 		}
-	}
-	slices.SortFunc(p.segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+		return true
+	})
+	p.segs.build(segs)
 	return p
 }
 
 // finishPools completes the pools with block events into Result.Pools.
 func (a *Analyzer) finishPools(r *Result) {
-	for _, p := range a.pools {
+	for _, p := range a.pools.pools {
 		if !p.blocks {
 			continue
 		}

@@ -91,14 +91,15 @@ type liveLog struct {
 }
 
 // noteSite records a successful device allocation at the segment layer.
-func (a *Analyzer) noteSite(k groupKey, t uint64) {
-	if a.sites == nil {
-		a.sites = make(map[groupKey]*siteTimes)
-	}
-	s := a.sites[k]
+func (a *Analyzer) noteSite(g *groupState, t uint64) {
+	s := g.site
 	if s == nil {
+		if a.sites == nil {
+			a.sites = make(map[groupKey]*siteTimes)
+		}
 		s = &siteTimes{}
-		a.sites[k] = s
+		a.sites[g.key] = s
+		g.site = s
 	}
 	s.count++
 	if s.st.len() < a.opts.IterationLog {
@@ -112,13 +113,14 @@ func (a *Analyzer) logLive(g *groupState, t uint64) {
 	if g.key.sc != deviceScope && g.key.sc != hostScope {
 		return
 	}
-	if a.liveLogs == nil {
-		a.liveLogs = make(map[groupKey]*liveLog)
-	}
-	l := a.liveLogs[g.key]
+	l := g.log
 	if l == nil {
+		if a.liveLogs == nil {
+			a.liveLogs = make(map[groupKey]*liveLog)
+		}
 		l = &liveLog{}
 		a.liveLogs[g.key] = l
+		g.log = l
 	}
 	if l.full {
 		return

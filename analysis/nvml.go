@@ -105,7 +105,7 @@ func (a *Analyzer) sample(r *event.Sample) {
 		}
 	}
 	for _, pu := range r.Processes {
-		id, ok := a.current[pu.PID]
+		id, ok := a.ledger.Current(pu.PID)
 		if !ok {
 			continue // not traced
 		}
@@ -132,7 +132,7 @@ func (a *Analyzer) closeTick() {
 		if used == 0 {
 			continue
 		}
-		in := a.insts[id]
+		in := a.facts(id)
 		in.nvml = append(in.nvml, procSample{time: t.time, nvml: used, traced: t.traced[id]})
 	}
 	clear(t.used)

@@ -54,14 +54,16 @@ type spikeStats struct {
 }
 
 // noteShortLived records a device allocation freed within the spike window.
-func (a *Analyzer) noteShortLived(k spikeKey, from, to, size uint64) {
-	if a.spikes == nil {
-		a.spikes = make(map[spikeKey]*spikeStats)
-	}
-	s := a.spikes[k]
+// g is the allocation's stack at the device scope, which caches its entry.
+func (a *Analyzer) noteShortLived(g *groupState, from, to, size uint64) {
+	s := g.spike
 	if s == nil {
+		if a.spikes == nil {
+			a.spikes = make(map[spikeKey]*spikeStats)
+		}
 		s = &spikeStats{}
-		a.spikes[k] = s
+		a.spikes[spikeKey{g.key.pid, g.key.stack}] = s
+		g.spike = s
 	}
 	s.count++
 	iv := spikeInterval{from, to, size}

@@ -4,222 +4,174 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
 // The virtual memory API (see doc.go, "Virtual memory"): reserved ranges are
 // address space only; physical memory (cuMemCreate) is device usage from
 // creation until the driver frees it, which is when it has been released
-// and every range mapped to it unmapped; mapped ranges say what is backed.
+// and every range mapped to it unmapped (the ledger's rule); mapped ranges
+// say what is backed.
 
-func (a *Analyzer) vmmAt(k vmmKey) *vmmState {
-	v := a.vmm[k]
+// vmmModel is the VMM figures (calls, and reserved, physical and mapped
+// bytes) per process instance x device, with the reservations, which are
+// address space and no memory, so not the ledger's. It is fed each VMM
+// call with what the ledger made of it.
+type vmmModel struct {
+	reservations map[rangeKey]vmmRange
+	scopes       map[vmmKey]*vmmState
+}
+
+func newVMMModel() *vmmModel {
+	return &vmmModel{reservations: make(map[rangeKey]vmmRange), scopes: make(map[vmmKey]*vmmState)}
+}
+
+func (m *vmmModel) at(k vmmKey) *vmmState {
+	v := m.scopes[k]
 	if v == nil {
 		v = &vmmState{}
-		a.vmm[k] = v
+		m.scopes[k] = v
 	}
 	return v
 }
 
-// vmmCount applies f to the counts of the process and of all processes.
+// count applies f to the counts of the process and of all processes.
 // Every VMM call comes through it, so a process with VMM calls, even only
 // failed ones, has VMM figures.
-func (a *Analyzer) vmmCount(pid uint32, f func(c *VMM)) {
-	f(&a.vmmAt(vmmKey{pid: pid, allDevices: true}).counts)
-	f(&a.vmmAt(vmmKey{allPIDs: true, allDevices: true}).counts)
+func (m *vmmModel) count(pid uint32, f func(c *VMM)) {
+	f(&m.at(vmmKey{pid: pid, allDevices: true}).counts)
+	f(&m.at(vmmKey{allPIDs: true, allDevices: true}).counts)
 }
 
-// vmmGauge applies f to the four scopes a change of pid's bytes on device
+// gauge applies f to the four scopes a change of pid's bytes on device
 // touches: the process on the device, the process, all processes on the
 // device, and all processes.
-func (a *Analyzer) vmmGauge(pid uint32, device int32, f func(v *vmmState)) {
-	f(a.vmmAt(vmmKey{pid: pid, device: device}))
-	f(a.vmmAt(vmmKey{pid: pid, allDevices: true}))
-	f(a.vmmAt(vmmKey{allPIDs: true, device: device}))
-	f(a.vmmAt(vmmKey{allPIDs: true, allDevices: true}))
+func (m *vmmModel) gauge(pid uint32, device int32, f func(v *vmmState)) {
+	f(m.at(vmmKey{pid: pid, device: device}))
+	f(m.at(vmmKey{pid: pid, allDevices: true}))
+	f(m.at(vmmKey{allPIDs: true, device: device}))
+	f(m.at(vmmKey{allPIDs: true, allDevices: true}))
 }
 
-// create is cuMemCreate: physical memory, keyed by its handle, counted in
-// the device totals as an allocation of space "physical".
-func (a *Analyzer) create(e *event.Event) {
-	hk := handleKey{e.PID, e.Addr}
-	switch {
-	case e.Ret != 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-	case e.Addr == 0 || e.Size == 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-	default:
-		if hs := a.handles[hk]; hs != nil {
-			// A handle live again: its release was missed. alloc replaces
-			// the allocation; the VMM gauge forgets it here.
-			if old, ok := a.liveGet(liveKey{e.Addr, e.PID, event.LayerSegment, SpacePhysical}); ok {
-				a.vmmGauge(e.PID, hs.device, func(v *vmmState) { v.physical.sub(a.sizeOf(old)) })
-			}
-			delete(a.handles, hk)
+// created counts a cuMemCreate.
+func (m *vmmModel) created(e *event.Event, ch ledger.Change) {
+	switch ch.Verdict {
+	case ledger.Failed:
+		m.count(e.PID, func(c *VMM) { c.FailedCalls++ })
+		return
+	case ledger.Empty, ledger.NoAddr:
+		m.count(e.PID, func(c *VMM) { c.UnknownCalls++ })
+		return
+	case ledger.Replaced:
+		// A handle live again: its release was missed.
+		m.gauge(e.PID, ch.Old.Device, func(v *vmmState) { v.physical.sub(ch.Old.Size) })
+	}
+	m.count(e.PID, func(c *VMM) { c.Creates++ })
+	m.gauge(e.PID, e.Device, func(v *vmmState) { v.physical.add(e.Size, e.Time) })
+}
+
+// released counts a cuMemRelease.
+func (m *vmmModel) released(e *event.Event, ch ledger.Change) {
+	switch ch.Verdict {
+	case ledger.Failed:
+		m.count(e.PID, func(c *VMM) { c.FailedCalls++ })
+	case ledger.NoAddr, ledger.Unknown:
+		m.count(e.PID, func(c *VMM) { c.UnknownCalls++ })
+	case ledger.Kept:
+		m.count(e.PID, func(c *VMM) { c.Releases++ })
+	case ledger.Freed:
+		m.count(e.PID, func(c *VMM) { c.Releases++ })
+		m.gauge(e.PID, ch.Old.Device, func(v *vmmState) { v.physical.sub(ch.Old.Size) })
+	}
+}
+
+// mapped counts a cuMemMap (ch from ledger.Map) or a cuMemUnmap (from
+// ledger.Unmap; unmap set).
+func (m *vmmModel) mapped(e *event.Event, ch ledger.MapChange, unmap bool) {
+	switch ch.Verdict {
+	case ledger.Failed:
+		m.count(e.PID, func(c *VMM) { c.FailedCalls++ })
+		return
+	case ledger.NoAddr, ledger.Unknown:
+		m.count(e.PID, func(c *VMM) { c.UnknownCalls++ })
+		return
+	}
+	for _, u := range ch.Unmapped {
+		m.gauge(e.PID, u.Device, func(v *vmmState) { v.mapped.sub(u.Size) })
+		if u.Freed {
+			m.gauge(e.PID, u.Old.Device, func(v *vmmState) { v.physical.sub(u.Old.Size) })
 		}
 	}
-	if !a.alloc(e, event.LayerSegment, SpacePhysical) {
+	if unmap {
+		m.count(e.PID, func(c *VMM) { c.Unmaps++ })
 		return
 	}
-	a.handles[hk] = &handleState{device: e.Device}
-	a.vmmCount(e.PID, func(c *VMM) { c.Creates++ })
-	a.vmmGauge(e.PID, e.Device, func(v *vmmState) { v.physical.add(e.Size, e.Time) })
-}
-
-// releaseHandle is cuMemRelease. The memory goes now when nothing maps it,
-// else at the last unmap.
-func (a *Analyzer) releaseHandle(e *event.Event) {
-	ls, sp := a.layer(deviceScope), a.space(e.PID, deviceScope)
-	hk := handleKey{e.PID, e.Addr}
-	hs := a.handles[hk]
-	switch {
-	case e.Ret != 0:
-		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
-		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-		return
-	case e.Addr == 0:
-		both(ls, sp, func(t *Totals) { t.NullFrees++ })
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
-	case hs == nil || hs.released:
-		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
-	}
-	a.vmmCount(e.PID, func(c *VMM) { c.Releases++ })
-	hs.released = true
-	if hs.maps == 0 {
-		a.dropPhysical(hk, hs, e.Time)
-	}
-}
-
-// dropPhysical frees a handle's physical memory at t.
-func (a *Analyzer) dropPhysical(hk handleKey, hs *handleState, t uint64) {
-	lk := liveKey{hk.handle, hk.pid, event.LayerSegment, SpacePhysical}
-	if old, ok := a.liveGet(lk); ok {
-		a.vmmGauge(hk.pid, hs.device, func(v *vmmState) { v.physical.sub(a.sizeOf(old)) })
-	}
-	a.drop(lk, t)
-	delete(a.handles, hk)
+	m.count(e.PID, func(c *VMM) { c.Maps++ })
+	m.gauge(e.PID, ch.Device, func(v *vmmState) { v.mapped.add(e.Size, e.Time) })
 }
 
 // reserve is cuMemAddressReserve: address space, not usage.
-func (a *Analyzer) reserve(e *event.Event) {
+func (m *vmmModel) reserve(e *event.Event) {
 	switch {
 	case e.Ret != 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
+		m.count(e.PID, func(c *VMM) { c.FailedCalls++ })
 		return
 	case e.Addr == 0 || e.Size == 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
+		m.count(e.PID, func(c *VMM) { c.UnknownCalls++ })
 		return
 	}
 	rk := rangeKey{e.PID, e.Addr}
-	if old, ok := a.reservations[rk]; ok {
-		a.vmmGauge(e.PID, old.device, func(v *vmmState) { v.reserved.sub(old.size) })
+	if old, ok := m.reservations[rk]; ok {
+		m.gauge(e.PID, old.device, func(v *vmmState) { v.reserved.sub(old.size) })
 	}
-	a.reservations[rk] = vmmRange{size: e.Size, device: e.Device}
-	a.vmmCount(e.PID, func(c *VMM) { c.Reserves++ })
-	a.vmmGauge(e.PID, e.Device, func(v *vmmState) { v.reserved.add(e.Size, e.Time) })
+	m.reservations[rk] = vmmRange{size: e.Size, device: e.Device}
+	m.count(e.PID, func(c *VMM) { c.Reserves++ })
+	m.gauge(e.PID, e.Device, func(v *vmmState) { v.reserved.add(e.Size, e.Time) })
 }
 
 // unreserve is cuMemAddressFree: the whole reservation at Addr goes.
-func (a *Analyzer) unreserve(e *event.Event) {
+func (m *vmmModel) unreserve(e *event.Event) {
 	rk := rangeKey{e.PID, e.Addr}
-	r, ok := a.reservations[rk]
+	r, ok := m.reservations[rk]
 	switch {
 	case e.Ret != 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
+		m.count(e.PID, func(c *VMM) { c.FailedCalls++ })
 		return
 	case !ok:
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
+		m.count(e.PID, func(c *VMM) { c.UnknownCalls++ })
 		return
 	}
-	delete(a.reservations, rk)
-	a.vmmCount(e.PID, func(c *VMM) { c.Unreserves++ })
-	a.vmmGauge(e.PID, r.device, func(v *vmmState) { v.reserved.sub(r.size) })
+	delete(m.reservations, rk)
+	m.count(e.PID, func(c *VMM) { c.Unreserves++ })
+	m.gauge(e.PID, r.device, func(v *vmmState) { v.reserved.sub(r.size) })
 }
 
-// mapRange is cuMemMap: Addr and Size the range, Stream the handle. The
-// range's device is the handle's, or the caller's when the handle was
-// created before attach.
-func (a *Analyzer) mapRange(e *event.Event) {
-	switch {
-	case e.Ret != 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-		return
-	case e.Addr == 0 || e.Size == 0:
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
-	}
-	rk := rangeKey{e.PID, e.Addr}
-	if _, ok := a.mapped[rk]; ok {
-		// Mapped again without an unmap seen: the old mapping goes first.
-		a.unmapOne(rk, e.Time)
-	}
-	device := e.Device
-	if hs := a.handles[handleKey{e.PID, e.Stream}]; hs != nil {
-		hs.maps++
-		device = hs.device
-	}
-	a.mapped[rk] = vmmRange{size: e.Size, handle: e.Stream, device: device}
-	a.vmmCount(e.PID, func(c *VMM) { c.Maps++ })
-	a.vmmGauge(e.PID, device, func(v *vmmState) { v.mapped.add(e.Size, e.Time) })
-}
-
-// unmapRange is cuMemUnmap: every mapping that starts in [Addr, Addr+Size),
-// contiguous from Addr, goes.
-func (a *Analyzer) unmapRange(e *event.Event) {
-	if e.Ret != 0 {
-		a.vmmCount(e.PID, func(c *VMM) { c.FailedCalls++ })
-		return
-	}
-	addr, end := e.Addr, e.Addr+e.Size
-	found := false
-	for {
-		rk := rangeKey{e.PID, addr}
-		m, ok := a.mapped[rk]
-		if !ok {
-			break
+// retire takes instance id's bytes out of the all-process figures.
+func (m *vmmModel) retire(id uint32) {
+	for k, v := range m.scopes {
+		if k.pid != id || k.allPIDs || k.allDevices {
+			continue
 		}
-		found = true
-		a.unmapOne(rk, e.Time)
-		addr += m.size
-		if addr >= end {
-			break
-		}
-	}
-	if !found {
-		a.vmmCount(e.PID, func(c *VMM) { c.UnknownCalls++ })
-		return
-	}
-	a.vmmCount(e.PID, func(c *VMM) { c.Unmaps++ })
-}
-
-// unmapOne removes one mapping at t, freeing its physical memory when it was
-// the last mapping of a released handle.
-func (a *Analyzer) unmapOne(rk rangeKey, t uint64) {
-	m := a.mapped[rk]
-	delete(a.mapped, rk)
-	a.vmmGauge(rk.pid, m.device, func(v *vmmState) { v.mapped.sub(m.size) })
-	hk := handleKey{rk.pid, m.handle}
-	if hs := a.handles[hk]; hs != nil {
-		hs.maps--
-		if hs.maps == 0 && hs.released {
-			a.dropPhysical(hk, hs, t)
+		for _, all := range []vmmKey{{allPIDs: true, device: k.device}, {allPIDs: true, allDevices: true}} {
+			s := m.at(all)
+			s.reserved.sub(v.reserved.live)
+			s.physical.sub(v.physical.live)
+			s.mapped.sub(v.mapped.live)
 		}
 	}
 }
 
-// finishVMM returns the VMM figures of one process (all false) or of all
+// finish returns the VMM figures of one process (all false) or of all
 // processes; nil when there were no VMM calls there.
-func (a *Analyzer) finishVMM(pid uint32, all bool) *VMM {
-	top := a.vmm[vmmKey{pid: pid, allPIDs: all, allDevices: true}]
+func (m *vmmModel) finish(pid uint32, all bool) *VMM {
+	top := m.scopes[vmmKey{pid: pid, allPIDs: all, allDevices: true}]
 	if top == nil {
 		return nil
 	}
 	out := top.counts
 	out.VMMBytes = top.bytes()
-	for k, v := range a.vmm {
+	for k, v := range m.scopes {
 		if k.allDevices || k.allPIDs != all || (!all && k.pid != pid) {
 			continue
 		}
@@ -234,5 +186,59 @@ func (v *vmmState) bytes() VMMBytes {
 		ReservedPeakBytes: v.reserved.peak, ReservedBytesAtEnd: v.reserved.live,
 		PhysicalPeakBytes: v.physical.peak, PhysicalBytesAtEnd: v.physical.live,
 		MappedPeakBytes: v.mapped.peak, MappedBytesAtEnd: v.mapped.live,
+	}
+}
+
+// create is cuMemCreate: physical memory, keyed by its handle, counted in
+// the device totals as an allocation of space "physical".
+func (a *Analyzer) create(e *event.Event) {
+	ch := a.ledger.Create(e.PID, e)
+	a.vmm.created(e, ch)
+	a.allocated(e, event.LayerSegment, SpacePhysical, ch)
+}
+
+// releaseHandle is cuMemRelease. The memory goes now when nothing maps it,
+// else at the last unmap.
+func (a *Analyzer) releaseHandle(e *event.Event) {
+	ch := a.ledger.Release(e.PID, e)
+	a.vmm.released(e, ch)
+	ls, sp := a.layer(deviceScope), a.space(e.PID, deviceScope)
+	switch ch.Verdict {
+	case ledger.Failed:
+		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
+	case ledger.NoAddr:
+		both(ls, sp, func(t *Totals) { t.NullFrees++ })
+	case ledger.Unknown:
+		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
+	case ledger.Freed:
+		a.dropped(e.PID, deviceScope, ch.Old, e.Time)
+	}
+}
+
+// mapRange is cuMemMap: Addr and Size the range, Stream the handle. The
+// range's device is the handle's, or the caller's when the handle was
+// created before attach. A range mapped again without an unmap seen is
+// unmapped first.
+func (a *Analyzer) mapRange(e *event.Event) {
+	ch := a.ledger.Map(e.PID, e)
+	a.vmm.mapped(e, ch, false)
+	a.unmapped(e.PID, ch.Unmapped, e.Time)
+}
+
+// unmapRange is cuMemUnmap: every mapping that starts in [Addr, Addr+Size),
+// contiguous from Addr, goes.
+func (a *Analyzer) unmapRange(e *event.Event) {
+	ch := a.ledger.Unmap(e.PID, e)
+	a.vmm.mapped(e, ch, true)
+	a.unmapped(e.PID, ch.Unmapped, e.Time)
+}
+
+// unmapped counts the physical memory that went with the last mapping of
+// a released handle as freed at t.
+func (a *Analyzer) unmapped(pid uint32, us []ledger.Unmapping, t uint64) {
+	for _, u := range us {
+		if u.Freed {
+			a.dropped(pid, deviceScope, u.Old, t)
+		}
 	}
 }

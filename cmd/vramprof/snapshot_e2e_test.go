@@ -14,7 +14,7 @@ import (
 
 // snapshotFixture is the current-generation fixture of profile/snapshot;
 // its scenario, and the figures below, are in testdata/make_fixtures.py.
-var snapshotFixture = filepath.Join("..", "..", "probes", "snapshot", "testdata", "current.pickle")
+var snapshotFixture = filepath.Join("..", "..", "profile", "snapshot", "testdata", "current.pickle")
 
 const mib = 1 << 20
 
@@ -69,7 +69,7 @@ func TestReportSnapshot(t *testing.T) {
 // TestReportUnsafeSnapshot: a pickle that would run code is refused with
 // one line, and nothing runs.
 func TestReportUnsafeSnapshot(t *testing.T) {
-	evil := filepath.Join("..", "..", "probes", "snapshot", "testdata", "evil.pickle")
+	evil := filepath.Join("..", "..", "profile", "snapshot", "testdata", "evil.pickle")
 	r := vramprof(t, execOpts{}, "report", evil)
 	assert.NotEqual(t, 0, r.code)
 	assert.Contains(t, r.stderr, "refers to Python code")

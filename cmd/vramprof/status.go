@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report/units"
@@ -108,17 +109,17 @@ func rateText(r float64) string {
 
 // liveBytes follows the device memory live in the traced processes as the
 // records go to the trace, for the status line only: the outputs come from
-// the analysis of the trace, never from here. It applies the analysis's
-// rule for device totals (segment layer, nested calls not counted again; a
-// successful alloc or cuMemCreate adds, a free or cuMemRelease removes) at
-// O(1) per record, keyed by process and address (or handle). It also keeps
-// NVML's latest per-device figures.
+// the analysis of the trace, never from here. The live memory model is the
+// analysis's own (analysis/ledger): the same rules (segment layer, nested
+// calls not counted again, physical memory live until released and
+// unmapped, an exited process's memory gone from the all-process figures)
+// at O(1) per record. It also keeps NVML's latest per-device figures.
 //
 // observe is called by one goroutine at a time (the trace's mutex
 // serializes the session's reader and the NVML sampler); figures is safe
 // for concurrent use.
 type liveBytes struct {
-	sizes    map[liveKey]uint64
+	ledger   *ledger.Ledger
 	nvml     map[int32]uint64
 	live     atomic.Uint64
 	peak     atomic.Uint64
@@ -126,23 +127,18 @@ type liveBytes struct {
 	nvmlSeen atomic.Bool
 }
 
-// liveKey names a live allocation: a device pointer, or a physical handle
-// (cuMemCreate), which lives in a number space of its own.
-type liveKey struct {
-	pid    uint32
-	handle bool
-	addr   uint64
-}
-
 func newLiveBytes() *liveBytes {
-	return &liveBytes{sizes: make(map[liveKey]uint64), nvml: make(map[int32]uint64)}
+	return &liveBytes{ledger: ledger.New(), nvml: make(map[int32]uint64)}
 }
 
 // observe applies one record.
 func (l *liveBytes) observe(rec event.Record) {
 	switch r := rec.(type) {
-	case *event.Event:
-		l.event(r)
+	case *event.Event, *event.Process:
+		l.ledger.Apply(rec)
+		lv := l.ledger.ScopeLevel(ledger.DeviceScope)
+		l.live.Store(lv.Bytes)
+		l.peak.Store(lv.Peak)
 	case *event.Sample:
 		l.nvml[r.Device] = r.UsedBytes
 		var sum uint64
@@ -151,40 +147,6 @@ func (l *liveBytes) observe(rec event.Record) {
 		}
 		l.nvmlUsed.Store(sum)
 		l.nvmlSeen.Store(true)
-	}
-}
-
-func (l *liveBytes) event(e *event.Event) {
-	if e.Layer != event.LayerSegment && e.Layer != event.LayerUnknown || e.Flags&event.FlagNested != 0 {
-		return
-	}
-	live := l.live.Load()
-	switch e.Kind {
-	case event.KindAlloc, event.KindCreate:
-		if e.Ret != 0 || e.Size == 0 || e.Addr == 0 {
-			return // failed calls are never live
-		}
-		k := liveKey{e.PID, e.Kind == event.KindCreate, e.Addr}
-		live -= l.sizes[k] // a missed free: the old one is gone
-		l.sizes[k] = e.Size
-		live += e.Size
-	case event.KindFree, event.KindRelease:
-		if e.Ret != 0 {
-			return
-		}
-		k := liveKey{e.PID, e.Kind == event.KindRelease, e.Addr}
-		size, ok := l.sizes[k]
-		if !ok {
-			return // allocated before tracing began, or never
-		}
-		delete(l.sizes, k)
-		live -= size
-	default:
-		return
-	}
-	l.live.Store(live)
-	if live > l.peak.Load() {
-		l.peak.Store(live)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
 )
@@ -397,4 +398,55 @@ func TestStatusTTYQuiet(t *testing.T) {
 	out, code := runOnTTY(t, 80, nil, "run", "-q", "-o", "out", "--", probetest.Bin(t, "demo"))
 	require.Equal(t, 0, code, "terminal:\n%q", out)
 	assert.Empty(t, out)
+}
+
+// TestLiveBytesAgreesWithAnalysis replays a VMM stream, as PyTorch's
+// expandable segments make one, record by record: after each, the status
+// line's live and peak equal the analysis's device totals for the stream
+// so far. The physical memory released before its unmap stays live until
+// the unmap, in both. The expected levels are the arithmetic of the calls.
+func TestLiveBytesAgreesWithAnalysis(t *testing.T) {
+	const h1, h2, va = 0xa1, 0xa2, 0x7f0000000000
+	call := func(kind event.Kind, api event.API, addr, size uint64) *event.Event {
+		return &event.Event{Kind: kind, API: api, PID: 10, Addr: addr, Size: size, Layer: event.LayerSegment}
+	}
+	mapOf := func(addr, size, handle uint64) *event.Event {
+		e := call(event.KindMap, event.APICuMemMap, addr, size)
+		e.Stream = handle
+		return e
+	}
+	recs := []struct {
+		name       string
+		rec        event.Record
+		live, peak uint64
+	}{
+		{"process", &event.Process{PID: 10, Command: []string{"train"}}, 0, 0},
+		{"reserve: address space only", call(event.KindReserve, event.APICuMemAddressReserve, va, 64*stMiB), 0, 0},
+		{"create h1", call(event.KindCreate, event.APICuMemCreate, h1, 20*stMiB), 20 * stMiB, 20 * stMiB},
+		{"map h1", mapOf(va, 20*stMiB, h1), 20 * stMiB, 20 * stMiB},
+		{"create h2", call(event.KindCreate, event.APICuMemCreate, h2, 2*stMiB), 22 * stMiB, 22 * stMiB},
+		{"map h2", mapOf(va+20*stMiB, 2*stMiB, h2), 22 * stMiB, 22 * stMiB},
+		{"cudaMalloc", call(event.KindAlloc, event.APICudaMalloc, 0x1000, 8*stMiB), 30 * stMiB, 30 * stMiB},
+		{"release h1 while mapped: still live", call(event.KindRelease, event.APICuMemRelease, h1, 0), 30 * stMiB, 30 * stMiB},
+		{"release h2 while mapped: still live", call(event.KindRelease, event.APICuMemRelease, h2, 0), 30 * stMiB, 30 * stMiB},
+		{"unmap h1's range: h1 freed", call(event.KindUnmap, event.APICuMemUnmap, va, 20*stMiB), 10 * stMiB, 30 * stMiB},
+		{"unmap h2's range: h2 freed", call(event.KindUnmap, event.APICuMemUnmap, va+20*stMiB, 2*stMiB), 8 * stMiB, 30 * stMiB},
+	}
+	l := newLiveBytes()
+	for i, step := range recs {
+		if e, ok := step.rec.(*event.Event); ok {
+			e.Time = uint64(i+1) * 1000
+		}
+		l.observe(step.rec)
+		a := analysis.New(analysis.Options{})
+		require.NoError(t, a.Add(&event.Header{Version: 1, PID: 10, Start: 1}))
+		for _, r := range recs[:i+1] {
+			require.NoError(t, a.Add(r.rec))
+		}
+		res := a.Finish()
+		assert.Equal(t, step.live, l.live.Load(), "status live after %s", step.name)
+		assert.Equal(t, step.peak, l.peak.Load(), "status peak after %s", step.name)
+		assert.Equal(t, step.live, res.Totals.LiveBytesAtEnd, "analysis live after %s", step.name)
+		assert.Equal(t, step.peak, res.Totals.PeakBytes, "analysis peak after %s", step.name)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -26,12 +27,13 @@ var ErrNoProcess = errors.New("no device events of that process")
 // A PyTorch snapshot is one process's allocator, so a snapshot holds one
 // process instance: addresses of different processes are different memory
 // even when equal (forked workers get the same ones), and MemoryViz would
-// replay one's segment_alloc over another's live segment. An instance is a
-// PID from its Process record (or its first event) until a later Process
-// record of the same PID once it had events: an exec, or another process
-// given the PID, whose memory starts afresh either way (as the analysis
-// tells instances apart, see analysis/instances.go). Processes lists them;
-// Snapshot exports the default one (see Default), SnapshotOf a chosen PID.
+// replay one's segment_alloc over another's live segment. The instances,
+// the live segments and each instance's peak are the analysis's own live
+// memory model (analysis/ledger): an instance is a PID from its Process
+// record (or its first event) until a later Process record of the same PID
+// once it had events, an exec or another process given the PID, whose
+// memory starts afresh either way. Processes lists them; Snapshot exports
+// the default one (see Default), SnapshotOf a chosen PID.
 //
 // What it exports: device memory allocations and frees at the segment layer
 // (not nested calls, not pinned host memory, not the VMM API) as
@@ -55,9 +57,11 @@ var ErrNoProcess = errors.New("no device events of that process")
 // A block still live when its segment is freed (lost events) is dropped
 // from then on, its later free too, for the same reason.
 type Exporter struct {
-	stacks  map[event.StackID][]Frame
-	procs   []*proc          // instances, in order of appearance
-	current map[uint32]*proc // each PID's current instance
+	stacks map[event.StackID][]Frame
+	// ledger holds the instances, the live segments and their levels;
+	// procs the export state of each instance that had an event, by id.
+	ledger *ledger.Ledger
+	procs  map[uint32]*proc
 	// rootPID is the recording's root process: Header.PID, or in run mode
 	// (whose Header is written before the command has a PID) the first
 	// Process record's. Valid when hasRoot.
@@ -86,21 +90,18 @@ type Process struct {
 	UntracedBlocks uint64
 }
 
-// proc is one process instance's export state.
+// proc is one process instance's export state, beside the ledger's.
 type proc struct {
-	pid     uint32
-	command []string
-	start   uint64
+	id      uint32
 	entries []entry
-	segs    map[devAddr]*liveAlloc
-	blocks  map[devAddr]*liveAlloc
+	// segs are what the snapshot shows of the segments the ledger holds
+	// live, by address.
+	segs   map[uint64]*liveAlloc
+	blocks map[devAddr]*liveAlloc
 	// ranges are the live segments of each device sorted by address, to
 	// find the one holding a block.
 	ranges   map[int32][]devAddr
 	sawBlock bool
-	active   bool   // it had an event
-	live     uint64 // segment-layer bytes live
-	peak     uint64
 	untraced uint64
 }
 
@@ -111,6 +112,7 @@ type devAddr struct {
 
 type liveAlloc struct {
 	size, stream uint64
+	device       int32 // a segment's (DeviceUnknown as 0)
 	frames       []Frame
 	// seg is the address of a block's segment; blocks counts a segment's
 	// live blocks.
@@ -128,7 +130,7 @@ type entry struct {
 
 // NewExporter returns an empty Exporter.
 func NewExporter() *Exporter {
-	return &Exporter{stacks: map[event.StackID][]Frame{}, current: map[uint32]*proc{}}
+	return &Exporter{stacks: map[event.StackID][]Frame{}, ledger: ledger.New(), procs: map[uint32]*proc{}}
 }
 
 // Add consumes one record. Records other than Header, Process, Stack and
@@ -172,37 +174,36 @@ func (x *Exporter) Add(rec event.Record) error {
 	return nil
 }
 
-// process applies a Process record: it starts the PID's next instance,
-// unless the current one has no event yet, which it then describes (a
-// fork child that execs before using CUDA is one process).
+// process applies a Process record: the ledger starts the PID's next
+// instance, unless the current one has had no event or no record yet,
+// which it then describes (a fork child that execs before using CUDA is
+// one process).
 func (x *Exporter) process(r *event.Process) {
 	if !x.hasRoot && x.runMode {
 		x.rootPID, x.hasRoot = r.PID, true
 	}
-	p := x.current[r.PID]
-	if p == nil || p.active {
-		p = x.newProc(r.PID, r.Time)
-	}
-	p.command = slices.Clone(r.Command)
-	if r.Time != 0 {
-		p.start = r.Time
-	}
+	x.ledger.Process(r)
 }
 
-func (x *Exporter) newProc(pid uint32, start uint64) *proc {
-	p := &proc{pid: pid, start: start, segs: map[devAddr]*liveAlloc{}, blocks: map[devAddr]*liveAlloc{},
-		ranges: map[int32][]devAddr{}}
-	x.procs = append(x.procs, p)
-	x.current[pid] = p
+// proc returns instance id's export state, creating it.
+func (x *Exporter) proc(id uint32) *proc {
+	p := x.procs[id]
+	if p == nil {
+		p = &proc{id: id, segs: map[uint64]*liveAlloc{}, blocks: map[devAddr]*liveAlloc{},
+			ranges: map[int32][]devAddr{}}
+		x.procs[id] = p
+	}
 	return p
 }
 
+// segKey is instance id's key space of segments in the ledger.
+func segKey(id uint32) ledger.Key {
+	return ledger.Key{Inst: id, Layer: event.LayerSegment, Space: ledger.Device}
+}
+
 func (x *Exporter) event(e *event.Event) {
-	p := x.current[e.PID]
-	if p == nil {
-		p = x.newProc(e.PID, e.Time) // no Process record came first
-	}
-	p.active = true
+	id := x.ledger.Active(e.PID, e.Time)
+	p := x.proc(id)
 	dev := max(e.Device, 0)
 	te := TraceEntry{Size: e.Size, Stream: e.Stream, TimeUS: int64(e.Time / 1000), HasTime: true, Frames: x.stacks[e.Stack]}
 	k := devAddr{dev, e.Addr}
@@ -213,30 +214,29 @@ func (x *Exporter) event(e *event.Event) {
 		}
 		switch e.Kind {
 		case event.KindAlloc:
-			if !e.OK() {
+			switch ch := x.ledger.Alloc(segKey(id), e); ch.Verdict {
+			case ledger.Failed:
 				te.Action = ActionOOM
 				p.entries = append(p.entries, entry{device: dev, te: te, segment: true, failed: true})
 				return
-			}
-			if e.Addr == 0 || e.Size == 0 {
+			case ledger.Replaced:
+				p.segmentGone(e.Addr) // its free was lost
+			case ledger.Added:
+			default:
 				return
 			}
 			te.Action, te.Addr = ActionSegmentAlloc, e.Addr
-			if _, ok := p.segs[k]; ok {
-				p.segmentGone(k) // its free was lost
-			}
-			p.segs[k] = &liveAlloc{size: e.Size, stream: e.Stream, frames: te.Frames}
+			p.segs[e.Addr] = &liveAlloc{size: e.Size, stream: e.Stream, device: dev, frames: te.Frames}
 			r := p.ranges[dev]
 			i, _ := slices.BinarySearchFunc(r, k, cmpAddr)
 			p.ranges[dev] = slices.Insert(r, i, k)
-			p.live += e.Size
-			p.peak = max(p.peak, p.live)
 		case event.KindFree:
-			a, ok := p.segs[k]
-			if !ok || !e.OK() {
+			if x.ledger.Free(segKey(id), e).Verdict != ledger.Freed {
 				return // freeing what was never seen allocated: nothing to show
 			}
-			p.segmentGone(k)
+			a := p.segs[e.Addr]
+			p.segmentGone(e.Addr)
+			dev = a.device
 			te.Action, te.Addr, te.Size = ActionSegmentFree, e.Addr, a.size
 		default:
 			return
@@ -262,7 +262,7 @@ func (x *Exporter) event(e *event.Event) {
 			if old, ok := p.blocks[k]; ok {
 				p.release(dev, old) // its free was lost
 			}
-			p.segs[seg].blocks++
+			p.segs[seg.addr].blocks++
 			te.Action, te.Addr = ActionAlloc, e.Addr
 			p.blocks[k] = &liveAlloc{size: e.Size, stream: e.Stream, frames: te.Frames, seg: seg.addr}
 			p.entries = append(p.entries, entry{device: dev, te: te})
@@ -295,19 +295,21 @@ func (p *proc) segmentOf(k devAddr) (devAddr, bool) {
 		return devAddr{}, false
 	}
 	s := r[i-1] // the last segment starting below the block
-	return s, k.addr < s.addr+p.segs[s].size
+	return s, k.addr < s.addr+p.segs[s.addr].size
 }
 
 // release takes block b out of its segment's count of live blocks.
 func (p *proc) release(dev int32, b *liveAlloc) {
-	if s := p.segs[devAddr{dev, b.seg}]; s != nil {
+	if s := p.segs[b.seg]; s != nil && s.device == dev {
 		s.blocks--
 	}
 }
 
-// segmentGone forgets the live segment k and any block still live in it.
-func (p *proc) segmentGone(k devAddr) {
-	a := p.segs[k]
+// segmentGone forgets the live segment at addr and any block still live
+// in it.
+func (p *proc) segmentGone(addr uint64) {
+	a := p.segs[addr]
+	k := devAddr{a.device, addr}
 	if a.blocks > 0 {
 		// Rare (lost events): a walk is affordable.
 		for bk, b := range p.blocks {
@@ -316,12 +318,11 @@ func (p *proc) segmentGone(k devAddr) {
 			}
 		}
 	}
-	delete(p.segs, k)
+	delete(p.segs, addr)
 	r := p.ranges[k.device]
 	if i, ok := slices.BinarySearchFunc(r, k, cmpAddr); ok {
 		p.ranges[k.device] = slices.Delete(r, i, i+1)
 	}
-	p.live -= a.size
 }
 
 // Processes returns the process instances with anything to export, in the
@@ -329,27 +330,25 @@ func (p *proc) segmentGone(k devAddr) {
 func (x *Exporter) Processes() []Process {
 	var out []Process
 	seen := map[uint32]int{}
-	for _, p := range x.procs {
-		if len(p.entries) == 0 {
+	first := map[uint32]bool{} // PIDs whose first instance, events or not, was seen
+	for _, in := range x.ledger.Instances() {
+		isFirst := !first[in.PID]
+		first[in.PID] = true
+		p := x.procs[in.ID]
+		if p == nil || len(p.entries) == 0 {
 			continue
 		}
-		out = append(out, Process{PID: p.pid, Command: p.command, Start: p.start, Instance: seen[p.pid],
-			Root:      x.hasRoot && p.pid == x.rootPID && x.firstOf(p),
-			PeakBytes: p.peak, UntracedBlocks: p.untraced})
-		seen[p.pid]++
+		var command []string
+		if in.Info != nil {
+			command = in.Info.Command
+		}
+		out = append(out, Process{PID: in.PID, Command: command, Start: in.Start, Instance: seen[in.PID],
+			// The root is the first process of the root PID.
+			Root:      x.hasRoot && in.PID == x.rootPID && isFirst,
+			PeakBytes: x.ledger.Level(segKey(in.ID)).Peak, UntracedBlocks: p.untraced})
+		seen[in.PID]++
 	}
 	return out
-}
-
-// firstOf reports whether p is its PID's first instance, events or not:
-// the root is the first process of the root PID.
-func (x *Exporter) firstOf(p *proc) bool {
-	for _, q := range x.procs {
-		if q.pid == p.pid {
-			return q == p
-		}
-	}
-	return false
 }
 
 // Default returns the process Snapshot exports: the recording's root
@@ -387,8 +386,8 @@ func (x *Exporter) Snapshot() *Snapshot {
 // reused PID's later processes are not reachable this way). It returns an
 // error matching ErrNoProcess when pid has none.
 func (x *Exporter) SnapshotOf(pid uint32) (*Snapshot, error) {
-	for _, p := range x.procs {
-		if p.pid == pid && len(p.entries) > 0 {
+	for _, in := range x.ledger.Instances() {
+		if p := x.procs[in.ID]; in.PID == pid && p != nil && len(p.entries) > 0 {
 			return p.snapshot(), nil
 		}
 	}
@@ -398,8 +397,9 @@ func (x *Exporter) SnapshotOf(pid uint32) (*Snapshot, error) {
 // instance returns the proc Processes described as d.
 func (x *Exporter) instance(d Process) *proc {
 	n := 0
-	for _, p := range x.procs {
-		if p.pid != d.PID || len(p.entries) == 0 {
+	for _, in := range x.ledger.Instances() {
+		p := x.procs[in.ID]
+		if in.PID != d.PID || p == nil || len(p.entries) == 0 {
 			continue
 		}
 		if n == d.Instance {
@@ -416,8 +416,8 @@ func (p *proc) snapshot() *Snapshot {
 	for _, e := range p.entries {
 		ndev = max(ndev, e.device+1)
 	}
-	for k := range p.segs {
-		ndev = max(ndev, k.device+1)
+	for _, a := range p.segs {
+		ndev = max(ndev, a.device+1)
 	}
 	s.DeviceTraces = make([][]TraceEntry, ndev)
 	for i := range s.DeviceTraces {
@@ -444,11 +444,15 @@ func (p *proc) snapshot() *Snapshot {
 		}
 	}
 
-	segKeys := sortedKeys(p.segs)
+	segKeys := make([]devAddr, 0, len(p.segs))
+	for addr, a := range p.segs {
+		segKeys = append(segKeys, devAddr{a.device, addr})
+	}
+	slices.SortFunc(segKeys, cmpKey)
 	blockKeys := sortedKeys(p.blocks)
 	bi := 0
 	for _, k := range segKeys {
-		a := p.segs[k]
+		a := p.segs[k.addr]
 		seg := Segment{Device: k.device, Address: k.addr, TotalSize: a.size, Stream: a.stream,
 			SegmentType: "large", Frames: a.frames}
 		if a.size <= smallSegment {

@@ -258,3 +258,40 @@ func TestSnapshotUntracedSegment(t *testing.T) {
 	assert.Equal(t, []traceView{{ActionSegmentAlloc, traced, 4 * MiB}, {ActionAlloc, traced, MiB},
 		{ActionSegmentFree, traced, 4 * MiB}}, tr)
 }
+
+// TestExportReadsTheLedger: the exporter's live segments and peaks are the
+// analysis's ledger's. A free made with another device current frees the
+// segment (CUDA gives each pointer one device; the ledger keys by address),
+// its entry going to the segment's device; a PID reused after events is a
+// second instance, whose peak is its own.
+func TestExportReadsTheLedger(t *testing.T) {
+	onDev1 := segAlloc(7, 2, 0x1000, 3<<20)
+	onDev1.Device = 1
+	freeFromDev0 := segFree(7, 3, 0x1000)
+	x := mustExport(t,
+		&event.Process{PID: 7, Time: 1, Command: []string{"first"}},
+		onDev1,
+		segAlloc(7, 3, 0x9000, 1<<20),
+		freeFromDev0,
+		&event.Process{PID: 7, Time: 10, Command: []string{"second"}},
+		segAlloc(7, 11, 0x1000, 2<<20),
+	)
+	ps := x.Processes()
+	require.Len(t, ps, 2)
+	assert.Equal(t, Process{PID: 7, Command: []string{"first"}, Start: 1, Instance: 0, PeakBytes: 4 << 20}, ps[0])
+	assert.Equal(t, Process{PID: 7, Command: []string{"second"}, Start: 10, Instance: 1, PeakBytes: 2 << 20}, ps[1])
+
+	s, err := x.SnapshotOf(7)
+	require.NoError(t, err)
+	require.Len(t, s.DeviceTraces, 2)
+	segs, _ := viewOf(s)
+	assert.Equal(t, []segView{{0x9000, 1 << 20}}, segs, "0x1000 was freed")
+	var dev1 []traceView
+	for _, e := range s.DeviceTraces[1] {
+		dev1 = append(dev1, traceView{e.Action, e.Addr, e.Size})
+	}
+	assert.Equal(t, []traceView{
+		{ActionSegmentAlloc, 0x1000, 3 << 20}, {ActionAlloc, 0x1000, 3 << 20},
+		{ActionFreeRequested, 0x1000, 3 << 20}, {ActionFreeCompleted, 0x1000, 3 << 20}, {ActionSegmentFree, 0x1000, 3 << 20},
+	}, dev1)
+}

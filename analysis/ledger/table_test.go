@@ -1,4 +1,4 @@
-package analysis
+package ledger
 
 import (
 	"math/rand/v2"
@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAddrTableMatchesMap runs random puts and deletes, on aligned and
+// TestTableMatchesMap runs random puts and deletes, on aligned and
 // clustered keys, against a Go map.
-func TestAddrTableMatchesMap(t *testing.T) {
+func TestTableMatchesMap(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		key   func(r *rand.Rand) uint64
@@ -21,36 +21,36 @@ func TestAddrTableMatchesMap(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, 2))
-			var tab *addrTable[uint64]
-			require.NotPanics(t, func() { tab.del(5) })
-			_, ok := tab.get(5)
+			var tab *Table[uint64]
+			require.NotPanics(t, func() { tab.Del(5) })
+			_, ok := tab.Get(5)
 			require.False(t, ok)
-			tab = &addrTable[uint64]{}
+			tab = &Table[uint64]{}
 			want := map[uint64]uint64{}
 			for i := range tt.steps {
 				k := tt.key(r)
 				switch r.IntN(3) {
 				case 0, 1:
-					tab.put(k, uint64(i))
+					tab.Put(k, uint64(i))
 					want[k] = uint64(i)
 				default:
-					tab.del(k)
+					tab.Del(k)
 					delete(want, k)
 				}
 				if i%997 == 0 {
-					require.Equal(t, len(want), tab.n)
+					require.Equal(t, len(want), tab.Len())
 					for k, v := range want {
-						got, ok := tab.get(k)
+						got, ok := tab.Get(k)
 						require.True(t, ok, "step %d key %#x", i, k)
 						require.Equal(t, v, got)
 					}
 				}
-				got, ok := tab.get(k)
+				got, ok := tab.Get(k)
 				v, wok := want[k]
 				require.Equal(t, wok, ok)
 				require.Equal(t, v, got)
 			}
-			_, ok = tab.get(0)
+			_, ok = tab.Get(0)
 			require.False(t, ok)
 		})
 	}

@@ -1,0 +1,132 @@
+package analysis
+
+import (
+	"iter"
+	"slices"
+	"sort"
+)
+
+// segChunk is the most segments one chunk of a segList holds before it
+// splits: a segment coming or going shifts at most this many pointers
+// (a few KiB), where one sorted slice shifted half the pool's segments.
+// Chunks are found by binary search over their first addresses, so a
+// pool of a million segments has a few thousand chunks to search.
+const segChunk = 256
+
+// segList is a pool's live segments sorted by address, kept in chunks so
+// that an insert or a delete costs O(log n + segChunk), not O(n). The zero
+// value is empty. Equal addresses keep their order of insertion.
+type segList struct {
+	// chunks are non-empty and sorted: every segment of chunks[i] starts
+	// at or below every segment of chunks[i+1].
+	chunks [][]*poolSegment
+	n      int
+}
+
+// len is the number of segments.
+func (l *segList) len() int { return l.n }
+
+// chunkFor is the index of the last chunk whose first segment starts at
+// or below addr (0 when none does); -1 when the list is empty.
+func (l *segList) chunkFor(addr uint64) int {
+	if len(l.chunks) == 0 {
+		return -1
+	}
+	return max(sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i][0].addr > addr })-1, 0)
+}
+
+// locate returns the chunk and index of the last segment starting at or
+// below addr, and whether it holds addr.
+func (l *segList) locate(addr uint64) (ci, j int, ok bool) {
+	ci = l.chunkFor(addr)
+	if ci < 0 {
+		return 0, 0, false
+	}
+	c := l.chunks[ci]
+	j = sort.Search(len(c), func(j int) bool { return c[j].addr > addr }) - 1
+	return ci, j, j >= 0 && addr < c[j].addr+c[j].size
+}
+
+// at returns the live segment holding addr; nil when none does.
+func (l *segList) at(addr uint64) *poolSegment {
+	ci, j, ok := l.locate(addr)
+	if !ok {
+		return nil
+	}
+	return l.chunks[ci][j]
+}
+
+// insert adds s after every segment starting at or below its address.
+func (l *segList) insert(s *poolSegment) {
+	l.n++
+	ci := l.chunkFor(s.addr)
+	if ci < 0 {
+		l.chunks = append(l.chunks, []*poolSegment{s})
+		return
+	}
+	c := l.chunks[ci]
+	j := sort.Search(len(c), func(j int) bool { return c[j].addr > s.addr })
+	c = slices.Insert(c, j, s)
+	if len(c) <= segChunk {
+		l.chunks[ci] = c
+		return
+	}
+	half := len(c) / 2
+	rest := slices.Clone(c[half:])
+	clear(c[half:])
+	l.chunks[ci] = c[:half]
+	l.chunks = slices.Insert(l.chunks, ci+1, rest)
+}
+
+// remove deletes and returns the segment holding addr when it starts
+// exactly there; nil otherwise.
+func (l *segList) remove(addr uint64) *poolSegment {
+	ci, j, ok := l.locate(addr)
+	if !ok || l.chunks[ci][j].addr != addr {
+		return nil
+	}
+	l.n--
+	c := l.chunks[ci]
+	s := c[j]
+	c = slices.Delete(c, j, j+1)
+	if len(c) == 0 {
+		l.chunks = slices.Delete(l.chunks, ci, ci+1)
+	} else {
+		l.chunks[ci] = c
+	}
+	return s
+}
+
+// all yields the segments in address order. The list must not change
+// during the iteration.
+func (l *segList) all() iter.Seq[*poolSegment] {
+	return func(yield func(*poolSegment) bool) {
+		for _, c := range l.chunks {
+			for _, s := range c {
+				if !yield(s) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// build replaces the list with segs, which it sorts by address (stably,
+// as inserts keep equal addresses).
+func (l *segList) build(segs []*poolSegment) {
+	slices.SortStableFunc(segs, func(x, y *poolSegment) int {
+		switch {
+		case x.addr < y.addr:
+			return -1
+		case x.addr > y.addr:
+			return 1
+		}
+		return 0
+	})
+	l.chunks, l.n = nil, len(segs)
+	for len(segs) > 0 {
+		n := min(len(segs), segChunk/2)
+		l.chunks = append(l.chunks, segs[:n:n])
+		segs = segs[n:]
+	}
+}

@@ -1,0 +1,54 @@
+package analysis
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSegListMatchesSlice runs random inserts and removes, enough to split
+// chunks many times and empty some, against one sorted slice (what the
+// pool kept before): the same segment at every address, the same order.
+func TestSegListMatchesSlice(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var l segList
+	var want []*poolSegment
+	at := func(addr uint64) *poolSegment {
+		i := sort.Search(len(want), func(i int) bool { return want[i].addr > addr }) - 1
+		if i >= 0 && addr < want[i].addr+want[i].size {
+			return want[i]
+		}
+		return nil
+	}
+	for step := range 20_000 {
+		addr := uint64(r.IntN(4000)) << 12
+		if r.IntN(3) > 0 {
+			s := &poolSegment{addr: addr, size: 1 << 12}
+			l.insert(s)
+			i := sort.Search(len(want), func(i int) bool { return want[i].addr > addr })
+			want = slices.Insert(want, i, s)
+		} else {
+			got := l.remove(addr)
+			var w *poolSegment
+			if s := at(addr); s != nil && s.addr == addr {
+				w = s
+				i := slices.Index(want, s)
+				want = slices.Delete(want, i, i+1)
+			}
+			require.Same(t, w, got, "step %d remove %#x", step, addr)
+		}
+		probe := uint64(r.IntN(4000)<<12 + r.IntN(1<<12))
+		require.Same(t, at(probe), l.at(probe), "step %d at %#x", step, probe)
+		if step%1000 == 0 {
+			require.Equal(t, len(want), l.len())
+			require.Equal(t, want, slices.Collect(l.all()))
+		}
+	}
+	var b segList
+	b.build(slices.Clone(want))
+	require.Equal(t, want, slices.Collect(b.all()))
+	require.Equal(t, len(want), b.len())
+}

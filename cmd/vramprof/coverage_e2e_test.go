@@ -31,7 +31,7 @@ type covTruth struct {
 	PID       uint32                  `json:"pid"`
 	ParentPID *uint32                 `json:"parent_pid"`
 	Children  []uint32                `json:"children"`
-	Totals    probetest.Totals         `json:"totals"`
+	Totals    probetest.Totals        `json:"totals"`
 	Devices   map[string]covTruthDev  `json:"devices"`
 	Host      covTruthHost            `json:"host"`
 	VMM       covTruthVMM             `json:"vmm"`

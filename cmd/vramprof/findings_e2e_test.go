@@ -125,9 +125,9 @@ func TestPinnedHostGrowth(t *testing.T) {
 // rankTruth is what a process of a tree says about its devices and
 // functions.
 type rankTruth struct {
-	PID        uint32                       `json:"pid"`
-	Children   []uint32                     `json:"children"`
-	Devices    map[string]covTruthDev       `json:"devices"`
+	PID        uint32                        `json:"pid"`
+	Children   []uint32                      `json:"children"`
+	Devices    map[string]covTruthDev        `json:"devices"`
 	ByFunction map[string]probetest.Function `json:"by_function"`
 }
 

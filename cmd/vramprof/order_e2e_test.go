@@ -20,7 +20,7 @@ import (
 // (atomic counters: the program cannot order its threads' calls, and needs
 // not to for these figures).
 type churnTruth struct {
-	PID    uint32          `json:"pid"`
+	PID    uint32           `json:"pid"`
 	Totals probetest.Totals `json:"totals"`
 	Books  struct {
 		Runtime churnBook `json:"runtime"`

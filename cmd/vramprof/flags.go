@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // newFlagSet returns a flag set that prints nothing itself: a bad flag
@@ -64,8 +65,8 @@ func maxTraceFlag(fs *flag.FlagSet, dst *uint64) {
 		if err != nil {
 			return err
 		}
-		if n < flightMinimum {
-			return fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, flightMinimum, "64KiB")
+		if n < recorder.MinMaxTrace {
+			return fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, recorder.MinMaxTrace, "64KiB")
 		}
 		*dst = n
 		return nil

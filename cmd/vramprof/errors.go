@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"strings"
 
 	"github.com/vramprof/vramprof/probes"
@@ -16,7 +15,7 @@ var (
 )
 
 func usageError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return err
 	}
 	return &wrapped{err: err, kind: errUsage}

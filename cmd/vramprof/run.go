@@ -112,8 +112,8 @@ var _ = [1]struct{}{}[maxPythonDepth-probes.DefaultPythonDepth]
 
 // options returns opts with the Python flags applied.
 func (p *pythonFlags) options(opts probes.Options) probes.Options {
-	opts.NoPython = p.mode == "off"
-	opts.PythonDepth = p.depth
+	opts.NoPython = p.Mode == "off"
+	opts.PythonDepth = p.Depth
 	return opts
 }
 

@@ -13,7 +13,7 @@ package recorder
 // it, and the events of the allocations still live then, flagged
 // FlagRestored (event.Tracker follows them). Then the oldest segments are
 // deleted while the ones kept exceed SIZE; the newest always stays. A
-// reader (analyze, moments) starts at the oldest segment kept, restores
+// reader (Analyze, moments) starts at the oldest segment kept, restores
 // from its checkpoint, and reads the later segments' own records only
 // (segments.go).
 //

@@ -105,7 +105,7 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 	return rr, nil
 }
 
-// replaySegmentFiles feeds the segments at paths to add, as replay does
+// replaySegmentFiles feeds the segments at paths to add, as Replay does
 // one trace: a last segment cut inside a record gives an error matching
 // ErrTruncated after its whole records.
 func replaySegmentFiles(paths []string, add func(event.Record) error) error {
@@ -129,7 +129,7 @@ func replaySegmentFiles(paths []string, add func(event.Record) error) error {
 	return nil
 }
 
-// analyzeSegments replays a flight recorder's segments, as analyze does
+// analyzeSegments replays a flight recorder's segments, as Analyze does
 // one trace.
 func analyzeSegments(paths []string, opts analysis.Options) (*analysis.Result, error) {
 	a := analysis.New(opts)

@@ -17,7 +17,6 @@ import (
 	"syscall"
 )
 
-
 // version is vramprof's version, recorded in every trace.
 const version = "0.1.0"
 

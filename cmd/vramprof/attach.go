@@ -13,6 +13,7 @@ import (
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // attach traces a running process until ctx is done (Ctrl-C, SIGTERM), the
@@ -20,7 +21,7 @@ import (
 func attach(ctx context.Context, o *attachOptions) error {
 	dir := o.out
 	if dir == "" {
-		dir = defaultDir(o.pid) // vramprof-0-<time> for --all
+		dir = recorder.DefaultDir(o.pid) // vramprof-0-<time> for --all
 	}
 	if !o.all {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", o.pid)); err != nil {
@@ -40,12 +41,12 @@ func attach(ctx context.Context, o *attachOptions) error {
 	if !o.quiet {
 		opts.Note = func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
 	}
-	rec, err := startRecording(dir, o.force, h, o.python.options(opts), o.nvml, !o.quiet, o.maxTrace)
+	rec, err := startRecording(recordOptions{dir: dir, force: o.force, header: h, probes: o.python.options(opts),
+		nvmlMode: o.nvml, quiet: o.quiet, maxTrace: o.maxTrace, moments: o.momentInterval,
+		analysis: analysis.Options{Capacity: o.capacity}})
 	if err != nil {
 		return err
 	}
-	rec.analysis = analysis.Options{Capacity: o.capacity}
-	rec.startMoments(o.momentInterval, noteFunc(o.quiet))
 	switch {
 	case o.all:
 		err = rec.session.AttachAll()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -13,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/report/compare"
 )
 
@@ -47,6 +47,13 @@ type checkOptions struct {
 	allowLost     *big.Rat
 	allowLostText string
 	force         bool // --force: overwrite an earlier recording in -o DIR
+	// The recording flags of -- CMD, as run's (-q is accepted for
+	// symmetry: check's recording is always quiet, its verdict printed).
+	nvml, pool    string
+	python        pythonFlags
+	capacity      uint64
+	allocs        []allocspec.Allocator
+	quiet         bool
 	writeBaseline string
 	junit         string
 	out           string
@@ -57,31 +64,38 @@ type checkOptions struct {
 func parseCheck(args []string) (*checkOptions, error) {
 	const usage = "usage: vramprof check [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT] " +
 		"[--allow-lost PCT] [--write-baseline FILE] [--junit FILE] [-o DIR] [--force] (-- CMD [ARGS...] | INPUT)"
-	fs := newFlagSet("check")
 	o := &checkOptions{}
-	var maxPeak, maxLeak string
-	fs.StringVar(&maxPeak, "max-peak", "", "fail when the peak (device memory, all devices and processes) exceeds SIZE")
-	fs.StringVar(&maxLeak, "max-leak", "", "fail when the bytes still live at the end exceed SIZE")
-	fs.StringVar(&o.baseline, "baseline", "", "a baseline (written by --write-baseline) or a report.json to compare with")
-	fs.StringVar(&o.maxIncreaseText, "max-increase", "", "fail when the peak grows more than PCT percent over --baseline's")
-	fs.StringVar(&o.writeBaseline, "write-baseline", "", "write this recording's baseline (schema "+baselineSchema+") to FILE")
-	fs.StringVar(&o.junit, "junit", "", "write a JUnit XML report to FILE (one testcase per check)")
-	fs.StringVar(&o.out, "o", "", "keep the recording of -- CMD in DIR (default: a temporary directory, removed)")
-	addForce(fs, &o.force)
-	fs.StringVar(&o.allowLostText, "allow-lost", "", "judge anyway when at most PCT percent of the events were lost, lost/(lost+recorded) (default: any lost event makes the verdict unknown, exit 2)")
-
 	// Everything after the first "--" is the command; before it, flags and
 	// at most one INPUT in any order.
 	flagArgs, hasCmd := args, false
 	if i := slices.Index(args, "--"); i >= 0 {
 		flagArgs, o.argv, hasCmd = args[:i], args[i+1:], true
 	}
-	positional, err := parseInterleaved(fs, usage, flagArgs)
+	c, err := parseCommand("check", flagArgs)
 	if err != nil {
 		return nil, err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	f := &c.Check
+	positional := f.Input
+	o.baseline, o.writeBaseline, o.junit, o.force = f.Baseline, f.WriteBaseline, f.JUnit, f.Force
+	if f.Output != nil {
+		o.out = *f.Output
+	}
+	o.pool, o.python, o.quiet = f.Pool, f.Python, f.Quiet
+	if o.nvml, o.capacity, o.allocs, err = f.recordFlags.options("check"); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{"o": f.Output != nil, "max-peak": f.MaxPeak != nil, "max-leak": f.MaxLeak != nil,
+		"allow-lost": f.AllowLost != nil, "max-increase": f.MaxIncrease != nil}
+	var maxPeak, maxLeak string
+	for _, s := range []struct {
+		p   *string
+		dst *string
+	}{{f.MaxPeak, &maxPeak}, {f.MaxLeak, &maxLeak}, {f.AllowLost, &o.allowLostText}, {f.MaxIncrease, &o.maxIncreaseText}} {
+		if s.p != nil {
+			*s.dst = *s.p
+		}
+	}
 
 	switch {
 	case hasCmd && len(positional) > 0:
@@ -170,7 +184,8 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		} else {
 			recording = "recording: " + dir
 		}
-		code, err := run(ctx, &runOptions{out: dir, force: o.force, nvml: "auto", pool: "auto", argv: o.argv, quiet: true, momentInterval: defaultMomentInterval})
+		code, err := run(ctx, &runOptions{out: dir, force: o.force, nvml: o.nvml, pool: o.pool, python: o.python,
+			capacity: o.capacity, allocs: o.allocs, argv: o.argv, quiet: true, momentInterval: defaultMomentInterval})
 		if err != nil {
 			return 0, err
 		}

@@ -71,14 +71,12 @@ type diffOptions struct {
 }
 
 func parseDiff(args []string) (*diffOptions, error) {
-	const usage = "usage: vramprof diff BASE NEW [--format text|json]   (BASE, NEW: output DIRs, .vpt traces or report.json files)"
-	fs := newFlagSet("diff")
-	o := &diffOptions{}
-	fs.StringVar(&o.format, "format", "text", "what to print: text or json")
-	positional, err := parseInterleaved(fs, usage, args)
+	c, err := parseCommand("diff", args)
 	if err != nil {
 		return nil, err
 	}
+	o := &diffOptions{format: c.Diff.Format}
+	positional := c.Diff.Paths
 	if len(positional) != 2 {
 		return nil, usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))
 	}

@@ -2,24 +2,20 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"strings"
 
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 var (
-	// errOutputDir: the output directory cannot be created or written.
-	errOutputDir = errors.New("cannot write output directory")
-	// errInput: the input of `report` cannot be read.
-	errInput = errors.New("cannot read input")
 	// errUsage: the command line is wrong.
 	errUsage = errors.New("usage")
 )
 
 func usageError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return err
 	}
 	return &wrapped{err: err, kind: errUsage}
@@ -45,9 +41,9 @@ var hints = []struct {
 	{probes.ErrStrippedRuntime, "pass --wait to trace the driver's calls from the process's first CUDA call on (if it has a driver to load), or rebuild it unstripped or with nvcc --cudart shared to trace the runtime's"},
 	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
 	{probes.ErrCommandNotFound, "check the command name and PATH"},
-	{errOutputLink, "give -o the directory's real path: vramprof does not write through symbolic links"},
-	{errOutputExists, "choose a new directory with -o, remove the old files, or pass --force to overwrite them"},
-	{errOutputDir, "choose a writable directory with -o"},
+	{recorder.ErrOutputLink, "give -o the directory's real path: vramprof does not write through symbolic links"},
+	{recorder.ErrOutputExists, "choose a new directory with -o, remove the old files, or pass --force to overwrite them"},
+	{recorder.ErrOutputDir, "choose a writable directory with -o"},
 	{event.ErrNotTrace, "INPUT must be a vramprof output directory or its trace.vpt"},
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
 	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
@@ -56,8 +52,8 @@ var hints = []struct {
 	{errCommandFailed, "the command's own failure, not a memory regression: see its output above"},
 	{errSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},
 	{errRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},
-	{errInput, "INPUT must be a vramprof output directory (holding trace.vpt), a .vpt trace or a PyTorch memory snapshot .pickle"},
-	{errTruncatedTrace, "the outputs cover the whole records before the cut and say the run was cut short"},
+	{recorder.ErrInput, "INPUT must be a vramprof output directory (holding trace.vpt), a .vpt trace or a PyTorch memory snapshot .pickle"},
+	{recorder.ErrTruncated, "the outputs cover the whole records before the cut and say the run was cut short"},
 }
 
 // explain turns err into the one line the user sees: what went wrong, then

@@ -2,100 +2,259 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/vramprof/vramprof/probes/allocspec"
+	"github.com/vramprof/vramprof/report/exporter"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// newFlagSet returns a flag set that prints nothing itself: a bad flag
-// becomes the one-line error main prints, and -h prints the usage line and
-// the flags (see parseFlags).
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {} // the flag package calls it on every error
-	return fs
+// The command line, as kong reads it: one struct per subcommand, whose
+// fields are the flags and the help. Parsing stops at kong; what a flag
+// means (sizes, auto|off, files) is checked after, by each command's
+// options method, into the options struct the command runs with, with the
+// error texts the flag package gave.
+
+// cli is the whole command line: kong prints its help.
+type cli struct {
+	Version kong.VersionFlag `help:"print vramprof's version and exit"`
+
+	Run    runFlags    `cmd:"" help:"launch CMD and trace it from its first CUDA call"`
+	Attach attachFlags `cmd:"" help:"trace a running process (or every CUDA process)"`
+	Report reportFlags `cmd:"" help:"re-analyse a recording or a PyTorch snapshot (no root needed)"`
+	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression, 2 error or unknown (events lost)"`
+	Diff   diffFlags   `cmd:"" help:"compare two recordings (DIRs, traces or report.json files)"`
+	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)"`
 }
 
-// parseFlags parses args into fs; -h prints usage and the flags and
-// returns flag.ErrHelp, which main turns into exit 0.
-func parseFlags(fs *flag.FlagSet, usage string, args []string) error {
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, usage)
-		fs.SetOutput(os.Stderr)
-		fs.PrintDefaults()
-		return err
+// description is the text under the usage line of `vramprof --help`.
+const description = `vramprof profiles CUDA GPU memory with eBPF.
+
+Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json, report.md, report.html; with a caching allocator traced, oom-<n>.pb.gz at each failed allocation.`
+
+// errHelp: help or the version was printed; main exits 0.
+var errHelp = errors.New("help printed")
+
+// kongExit carries kong's exit code (after help or --version) out of its
+// parse, which would otherwise go on.
+type kongExit int
+
+// newParser builds the command line's parser; help goes to stdout (or to
+// w when not nil).
+func newParser(w io.Writer) (*kong.Kong, *cli, error) {
+	c := &cli{}
+	if w == nil {
+		w = os.Stdout
+	}
+	k, err := kong.New(c,
+		kong.Name("vramprof"),
+		kong.Description(description),
+		kong.Writers(w, os.Stderr),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
+		kong.Vars{
+			"version":         "vramprof " + version,
+			"momentInterval":  defaultMomentInterval.String(),
+			"pythonDepth":     strconv.Itoa(maxPythonDepth),
+			"listen":          defaultListen,
+			"grace":           exporter.DefaultGrace.String(),
+			"ttl":             exporter.DefaultTTL.String(),
+			"snapshotFile":    recorder.SnapshotFile,
+			"baselineSchema":  baselineSchema,
+			"segmentPattern":  recorder.SegmentPattern,
+			"maxTraceMinimum": "64KiB",
+		},
+		kong.Exit(func(code int) { panic(kongExit(code)) }),
+	)
+	return k, c, err
+}
+
+// parseCommand parses `vramprof name args...`. -h prints the command's
+// help on stdout and returns errHelp; a parse error is a usage error of
+// one line naming the command.
+func parseCommand(name string, args []string) (c *cli, err error) {
+	k, c, err := newParser(nil)
+	if err != nil {
+		return nil, fmt.Errorf("build command line: %w", err)
+	}
+	defer func() {
+		if code, ok := recover().(kongExit); ok {
+			c, err = nil, errHelp
+			if code != 0 {
+				err = usageError(fmt.Errorf("%s: exit %d", name, code))
+			}
+		}
+	}()
+	if _, err := k.Parse(append([]string{name}, flagSyntax(k, name, args)...)); err != nil {
+		return nil, usageError(fmt.Errorf("%s: %w; see 'vramprof %s -h'", name, err, name))
+	}
+	return c, nil
+}
+
+// flagSyntax rewrites the flag forms Go's flag package took and kong does
+// not into kong's: a value that begins with a dash (--moment-interval -1s,
+// --max-leak -3, given to be refused with their own message), a long flag
+// with one dash (-force), a short flag with two (--o DIR) or with an equals
+// sign (-o=DIR). It stops at "--" and, for run, at the command.
+func flagSyntax(k *kong.Kong, cmd string, args []string) []string {
+	var node *kong.Node
+	for _, n := range k.Model.Children {
+		if n.Name == cmd {
+			node = n
+		}
+	}
+	if node == nil {
+		return args
+	}
+	long, short := map[string]*kong.Flag{}, map[string]*kong.Flag{}
+	for n := node; n != nil; n = n.Parent {
+		for _, f := range n.Flags {
+			long[f.Name] = f
+			if f.Short != 0 {
+				short[string(f.Short)] = f
+			}
+		}
+	}
+	passthrough := len(node.Positional) > 0 && node.Positional[0].Passthrough
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			if a == "--" || passthrough {
+				return append(out, args[i:]...)
+			}
+			out = append(out, a) // a positional argument
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := long[name]
+		if f == nil {
+			f = short[name]
+		}
+		if f == nil {
+			out = append(out, a) // kong's error names it
+			continue
+		}
+		switch {
+		case hasValue:
+			out = append(out, "--"+f.Name+"="+value)
+		case f.IsBool() || i+1 == len(args):
+			out = append(out, "--"+f.Name)
+		default: // the next argument is the value, whatever it looks like
+			out = append(out, "--"+f.Name+"="+args[i+1])
+			i++
+		}
+	}
+	return out
+}
+
+// printHelp prints the help of `vramprof args... --help` to w.
+func printHelp(w io.Writer, args ...string) {
+	k, _, err := newParser(w)
+	if err != nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	_, _ = k.Parse(append(args, "--help"))
+}
+
+// printVersion handles `vramprof --version`.
+func printVersion() {
+	k, _, err := newParser(nil)
+	if err != nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	_, _ = k.Parse([]string{"--version"})
+}
+
+// flagValueError is the error of a flag whose value is wrong, in the words
+// of the flag package vramprof used before kong.
+func flagValueError(cmd, flag, value string, err error) error {
+	return usageError(fmt.Errorf("%s: invalid value %q for flag -%s: %w; see 'vramprof %s -h'", cmd, value, flag, err, cmd))
+}
+
+// probeFlags are the flags of every command that loads the probes.
+type probeFlags struct {
+	Pool       string      `default:"auto" placeholder:"auto|off" help:"trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off"`
+	Allocators []string    `sep:"none" placeholder:"FILE" help:"allocator specs for the block layer beside the built-in ones (XLA BFC, RMM): see README, \"Allocator specs\""`
+	Python     pythonFlags `embed:""`
+}
+
+// options checks the flags and reads the allocator specs: a bad file is a
+// usage error (exit 2) on one line, file:line, what is wrong and what to
+// write instead.
+func (p *probeFlags) options(cmd string) ([]allocspec.Allocator, error) {
+	var allocs []allocspec.Allocator
+	for _, file := range p.Allocators {
+		specs, err := allocspec.ReadFile(file)
+		if err != nil {
+			return nil, flagValueError(cmd, "allocators", file, err)
+		}
+		allocs = append(allocs, specs...)
+	}
+	if err := checkAutoOff(cmd, "pool", p.Pool); err != nil {
+		return nil, err
+	}
+	if err := p.Python.check(cmd); err != nil {
+		return nil, err
+	}
+	return allocs, nil
+}
+
+// recordFlags are the flags of every command that records: run, attach,
+// and check -- CMD.
+type recordFlags struct {
+	NVML     string  `name:"nvml" default:"auto" placeholder:"auto|off" help:"sample device memory with NVML: auto or off"`
+	Capacity *string `placeholder:"SIZE" help:"each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell"`
+	probeFlags
+	Quiet bool `short:"q" help:"no live status and no summary (outputs are still written, errors still printed)"`
+}
+
+// options checks the flags into o's fields.
+func (f *recordFlags) options(cmd string) (nvml string, capacity uint64, allocs []allocspec.Allocator, err error) {
+	if f.Capacity != nil {
+		if capacity, err = parseSize(*f.Capacity); err != nil {
+			return "", 0, nil, flagValueError(cmd, "capacity", *f.Capacity, err)
+		}
+	}
+	if allocs, err = f.probeFlags.options(cmd); err != nil {
+		return "", 0, nil, err
+	}
+	if err := checkAutoOff(cmd, "nvml", f.NVML); err != nil {
+		return "", 0, nil, err
+	}
+	return f.NVML, capacity, allocs, nil
+}
+
+// liveFlags are the flags of run and attach beyond recordFlags.
+type liveFlags struct {
+	Output         string        `short:"o" placeholder:"DIR" help:"output directory (default ./vramprof-<pid>-<time>)"`
+	Force          bool          `help:"overwrite the outputs of an earlier recording in the output directory (refused without it)"`
+	MomentInterval time.Duration `default:"${momentInterval}" placeholder:"D" help:"after an out-of-memory moment report (DIR/moments/), the least time before the next one"`
+	MaxTrace       *string       `placeholder:"SIZE" help:"keep the trace within SIZE on disk (e.g. 512MiB): the last events, in segments DIR/${segmentPattern}, and a checkpoint of what came before"`
+}
+
+// maxTrace is --max-trace in bytes, 0 when not given.
+func (f *liveFlags) maxTrace(cmd string) (uint64, error) {
+	if f.MaxTrace == nil {
+		return 0, nil
+	}
+	v := *f.MaxTrace
+	n, err := parseSize(v)
+	if err == nil && n < recorder.MinMaxTrace {
+		err = fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, recorder.MinMaxTrace, "64KiB")
 	}
 	if err != nil {
-		return usageError(fmt.Errorf("%s: %w; see 'vramprof %s -h'", fs.Name(), err, fs.Name()))
+		return 0, flagValueError(cmd, "max-trace", v, err)
 	}
-	return nil
-}
-
-// parseInterleaved parses flags and positional arguments given in any
-// order ("report trace.vpt -o out" and "report -o out trace.vpt" alike) and
-// returns the positional ones.
-func parseInterleaved(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
-	var positional []string
-	for len(args) > 0 {
-		if err := parseFlags(fs, usage, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			positional = append(positional, args[0])
-			args = args[1:]
-		}
-	}
-	return positional, nil
-}
-
-// capacityFlag registers --capacity, every device's memory size, for the
-// leak's time to OOM when NVML cannot tell it.
-// maxTraceFlag registers --max-trace SIZE, the flight recorder.
-func maxTraceFlag(fs *flag.FlagSet, dst *uint64) {
-	fs.Func("max-trace", "keep the trace within SIZE on disk (e.g. 512MiB): the last events, in segments DIR/trace-NNNNNN.vpt, and a checkpoint of what came before", func(v string) error {
-		n, err := parseSize(v)
-		if err != nil {
-			return err
-		}
-		if n < flightMinimum {
-			return fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, flightMinimum, "64KiB")
-		}
-		*dst = n
-		return nil
-	})
-}
-
-func capacityFlag(fs *flag.FlagSet, dst *uint64) {
-	fs.Func("capacity", "each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell", func(v string) error {
-		n, err := parseSize(v)
-		if err != nil {
-			return err
-		}
-		*dst = n
-		return nil
-	})
-}
-
-// allocatorsFlag registers --allocators FILE, allocator specs (block layer)
-// beside the built-in ones, read and checked as the flag is parsed: a bad
-// file is a usage error (exit 2) on one line, file:line, what is wrong and
-// what to write instead.
-func allocatorsFlag(fs *flag.FlagSet, dst *[]allocspec.Allocator) {
-	fs.Func("allocators", "allocator specs for the block layer beside the built-in ones (XLA BFC, RMM): see README, \"Allocator specs\"", func(v string) error {
-		specs, err := allocspec.ReadFile(v)
-		if err != nil {
-			return err
-		}
-		*dst = append(*dst, specs...)
-		return nil
-	})
+	return n, nil
 }
 
 // checkAutoOff validates a flag that takes auto or off.
@@ -122,10 +281,10 @@ type runOptions struct {
 	// force (--force) overwrites an earlier recording in out.
 	force bool
 	// momentInterval (--moment-interval) is the rate limit of
-	// out-of-memory moment reports (moment.go); 0: none but the cap.
+	// out-of-memory moment reports (report/recorder); 0: none but the cap.
 	momentInterval time.Duration
 	// maxTrace (--max-trace) bounds the trace on disk: the flight
-	// recorder (flight.go); 0: unbounded.
+	// recorder (report/recorder); 0: unbounded.
 	maxTrace uint64
 }
 
@@ -135,12 +294,6 @@ type runOptions struct {
 // still catches the OOM of a later epoch.
 const defaultMomentInterval = time.Minute
 
-// addMomentInterval defines --moment-interval.
-func addMomentInterval(fs *flag.FlagSet, d *time.Duration) {
-	fs.DurationVar(d, "moment-interval", defaultMomentInterval,
-		"after an out-of-memory moment report (DIR/moments/), the least time before the next one")
-}
-
 // checkMomentInterval refuses a negative --moment-interval.
 func checkMomentInterval(cmd string, d time.Duration) error {
 	if d < 0 {
@@ -149,50 +302,38 @@ func checkMomentInterval(cmd string, d time.Duration) error {
 	return nil
 }
 
-// addForce defines --force: write into an output directory that already
-// holds a recording, replacing its files.
-func addForce(fs *flag.FlagSet, force *bool) {
-	fs.BoolVar(force, "force", false, "overwrite the outputs of an earlier recording in the output directory (refused without it)")
-}
-
-// addQuiet defines -q and its long form --quiet (the flag package takes
-// either with one or two dashes).
-func addQuiet(fs *flag.FlagSet, quiet *bool) {
-	const help = "no live status and no summary (outputs are still written, errors still printed)"
-	fs.BoolVar(quiet, "q", false, help)
-	fs.BoolVar(quiet, "quiet", false, help)
+// runFlags are the flags of `vramprof run`.
+type runFlags struct {
+	liveFlags
+	recordFlags
+	Command []string `arg:"" optional:"" passthrough:"partial" name:"CMD" help:"the command to trace and its arguments, after --"`
 }
 
 func parseRun(args []string) (*runOptions, error) {
-	const usage = "usage: vramprof run [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [--max-trace SIZE] [-q] -- CMD [ARGS...]"
-	fs := newFlagSet("run")
-	o := &runOptions{}
-	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
-	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
-	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off")
-	allocatorsFlag(fs, &o.allocs)
-	o.python.define(fs)
-	capacityFlag(fs, &o.capacity)
-	addMomentInterval(fs, &o.momentInterval)
-	maxTraceFlag(fs, &o.maxTrace)
-	addQuiet(fs, &o.quiet)
-	addForce(fs, &o.force)
-	if err := parseFlags(fs, usage, args); err != nil {
+	c, err := parseCommand("run", args)
+	if err != nil {
+		return nil, err
+	}
+	return c.Run.options()
+}
+
+func (f *runFlags) options() (*runOptions, error) {
+	o := &runOptions{out: f.Output, force: f.Force, quiet: f.Quiet, momentInterval: f.MomentInterval,
+		pool: f.Pool, python: f.Python}
+	var err error
+	if o.nvml, o.capacity, o.allocs, err = f.recordFlags.options("run"); err != nil {
+		return nil, err
+	}
+	if o.maxTrace, err = f.maxTrace("run"); err != nil {
 		return nil, err
 	}
 	if err := checkMomentInterval("run", o.momentInterval); err != nil {
 		return nil, err
 	}
-	if err := checkAutoOff("run", "nvml", o.nvml); err != nil {
-		return nil, err
+	o.argv = f.Command
+	if len(o.argv) > 0 && o.argv[0] == "--" {
+		o.argv = o.argv[1:] // kong keeps the -- before a passthrough argument
 	}
-	if err := checkAutoOff("run", "pool", o.pool); err != nil {
-		return nil, err
-	}
-	if err := o.python.check("run"); err != nil {
-		return nil, err
-	}
-	o.argv = fs.Args()
 	if len(o.argv) == 0 {
 		return nil, usageError(errors.New("run: no command given; usage: vramprof run [-o DIR] -- CMD [ARGS...]"))
 	}
@@ -219,41 +360,40 @@ type attachOptions struct {
 	maxTrace uint64
 }
 
+// attachFlags are the flags of `vramprof attach`.
+type attachFlags struct {
+	PID      int           `name:"pid" short:"p" placeholder:"PID" help:"PID of the process to trace (required, or --all)"`
+	All      bool          `help:"trace every process on the host that maps a CUDA library, including later ones"`
+	Duration time.Duration `placeholder:"D" help:"stop after this long (default: until Ctrl-C or the process exits)"`
+	Wait     bool          `help:"wait for a process that has not loaded CUDA yet"`
+	liveFlags
+	recordFlags
+	Extra []string `arg:"" optional:"" hidden:""`
+}
+
 func parseAttach(args []string) (*attachOptions, error) {
-	const usage = "usage: vramprof attach (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--nvml auto|off] [--capacity SIZE] [--moment-interval D] [--max-trace SIZE] [-q]"
-	fs := newFlagSet("attach")
-	o := &attachOptions{}
-	fs.IntVar(&o.pid, "p", 0, "PID of the process to trace (required)")
-	fs.StringVar(&o.out, "o", "", "output directory (default ./vramprof-<pid>-<time>)")
-	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (default: until Ctrl-C or the process exits)")
-	fs.BoolVar(&o.wait, "wait", false, "wait for a process that has not loaded CUDA yet")
-	fs.BoolVar(&o.all, "all", false, "trace every process on the host that maps a CUDA library, including later ones")
-	fs.StringVar(&o.nvml, "nvml", "auto", "sample device memory with NVML: auto or off")
-	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off")
-	allocatorsFlag(fs, &o.allocs)
-	o.python.define(fs)
-	capacityFlag(fs, &o.capacity)
-	addMomentInterval(fs, &o.momentInterval)
-	maxTraceFlag(fs, &o.maxTrace)
-	addQuiet(fs, &o.quiet)
-	addForce(fs, &o.force)
-	if err := parseFlags(fs, usage, args); err != nil {
+	c, err := parseCommand("attach", args)
+	if err != nil {
+		return nil, err
+	}
+	return c.Attach.options()
+}
+
+func (f *attachFlags) options() (*attachOptions, error) {
+	o := &attachOptions{pid: f.PID, out: f.Output, duration: f.Duration, wait: f.Wait, all: f.All,
+		pool: f.Pool, python: f.Python, quiet: f.Quiet, force: f.Force, momentInterval: f.MomentInterval}
+	var err error
+	if o.nvml, o.capacity, o.allocs, err = f.recordFlags.options("attach"); err != nil {
+		return nil, err
+	}
+	if o.maxTrace, err = f.maxTrace("attach"); err != nil {
 		return nil, err
 	}
 	if err := checkMomentInterval("attach", o.momentInterval); err != nil {
 		return nil, err
 	}
-	if err := checkAutoOff("attach", "nvml", o.nvml); err != nil {
-		return nil, err
-	}
-	if err := checkAutoOff("attach", "pool", o.pool); err != nil {
-		return nil, err
-	}
-	if err := o.python.check("attach"); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", fs.Arg(0)))
+	if len(f.Extra) > 0 {
+		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", f.Extra[0]))
 	}
 	switch {
 	case o.all && o.pid != 0:
@@ -271,23 +411,102 @@ func parseAttach(args []string) (*attachOptions, error) {
 // (probes.DefaultPythonDepth; run.go checks the two agree).
 const maxPythonDepth = 64
 
-// pythonFlags are --python and --python-depth of run and attach.
+// pythonFlags are --python and --python-depth of the commands that load
+// the probes.
 type pythonFlags struct {
-	mode  string
-	depth int
-}
-
-func (p *pythonFlags) define(fs *flag.FlagSet) {
-	fs.StringVar(&p.mode, "python", "auto", "add CPython frames (function, file, line) to stacks: auto or off")
-	fs.IntVar(&p.depth, "python-depth", maxPythonDepth, "most Python frames kept per stack")
+	Mode  string `name:"python" default:"auto" placeholder:"auto|off" help:"add CPython frames (function, file, line) to stacks: auto or off"`
+	Depth int    `name:"python-depth" default:"${pythonDepth}" placeholder:"N" help:"most Python frames kept per stack"`
 }
 
 func (p *pythonFlags) check(cmd string) error {
-	if err := checkAutoOff(cmd, "python", p.mode); err != nil {
+	if err := checkAutoOff(cmd, "python", p.Mode); err != nil {
 		return err
 	}
-	if p.depth < 1 || p.depth > maxPythonDepth {
-		return usageError(fmt.Errorf("%s: --python-depth %d is out of range; give 1 to %d", cmd, p.depth, maxPythonDepth))
+	if p.Depth < 1 || p.Depth > maxPythonDepth {
+		return usageError(fmt.Errorf("%s: --python-depth %d is out of range; give 1 to %d", cmd, p.Depth, maxPythonDepth))
 	}
 	return nil
+}
+
+// reportFlags are the flags of `vramprof report`.
+type reportFlags struct {
+	Output   string   `short:"o" placeholder:"DIR" help:"write trace outputs (profile, report.json, report.md, report.html) into DIR"`
+	Force    bool     `help:"overwrite the outputs of an earlier report in DIR (refused without it)"`
+	Format   string   `default:"text" placeholder:"text|md|json|html|snapshot" help:"what to print: text, md, json, html, or snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/${snapshotFile} instead)"`
+	PID      *string  `name:"pid" placeholder:"PID" help:"with --format snapshot: the process to export (default: the recorded process, else the highest segment peak)"`
+	Capacity *string  `placeholder:"SIZE" help:"each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell"`
+	Input    []string `arg:"" optional:"" name:"INPUT" help:"an output DIR, a .vpt trace or a PyTorch snapshot .pickle"`
+}
+
+// parseReport parses the flags of `vramprof report`.
+func parseReport(args []string) (*reportOptions, error) {
+	c, err := parseCommand("report", args)
+	if err != nil {
+		return nil, err
+	}
+	return c.Report.options()
+}
+
+func (f *reportFlags) options() (*reportOptions, error) {
+	o := &reportOptions{out: f.Output, force: f.Force, format: f.Format}
+	if f.Capacity != nil {
+		n, err := parseSize(*f.Capacity)
+		if err != nil {
+			return nil, flagValueError("report", "capacity", *f.Capacity, err)
+		}
+		o.capacity = n
+	}
+	if f.PID != nil {
+		n, err := strconv.ParseUint(*f.PID, 10, 32)
+		if err != nil || n == 0 {
+			return nil, flagValueError("report", "pid", *f.PID, fmt.Errorf("want a process ID, got %q", *f.PID))
+		}
+		o.pid, o.pidSet = uint32(n), true
+	}
+	if len(f.Input) != 1 {
+		return nil, usageError(errors.New("report: give exactly one INPUT (an output directory or a .vpt trace)"))
+	}
+	o.input = f.Input[0]
+	switch o.format {
+	case "text", "md", "json", "html", "snapshot":
+	default:
+		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html or snapshot", o.format))
+	}
+	if o.pidSet && o.format != "snapshot" {
+		return nil, usageError(errors.New("report: --pid chooses the process of --format snapshot; the other formats cover every process"))
+	}
+	return o, nil
+}
+
+// checkFlags are the flags of `vramprof check`; check.go turns them into
+// checkOptions. The command after -- is split off before kong reads the
+// rest (parseCheck).
+type checkFlags struct {
+	MaxPeak       *string `placeholder:"SIZE" help:"fail when the peak (device memory, all devices and processes) exceeds SIZE"`
+	MaxLeak       *string `placeholder:"SIZE" help:"fail when the bytes still live at the end exceed SIZE"`
+	Baseline      string  `placeholder:"FILE" help:"a baseline (written by --write-baseline) or a report.json to compare with"`
+	MaxIncrease   *string `placeholder:"PCT" help:"fail when the peak grows more than PCT percent over --baseline's"`
+	AllowLost     *string `placeholder:"PCT" help:"judge anyway when at most PCT percent of the events were lost, lost/(lost+recorded) (default: any lost event makes the verdict unknown, exit 2)"`
+	WriteBaseline string  `placeholder:"FILE" help:"write this recording's baseline (schema ${baselineSchema}) to FILE"`
+	JUnit         string  `name:"junit" placeholder:"FILE" help:"write a JUnit XML report to FILE (one testcase per check)"`
+	Output        *string `short:"o" placeholder:"DIR" help:"keep the recording of -- CMD in DIR (default: a temporary directory, removed)"`
+	Force         bool    `help:"overwrite the outputs of an earlier recording in the output directory (refused without it)"`
+	recordFlags
+	Input []string `arg:"" optional:"" name:"INPUT" help:"an output directory, .vpt trace or report.json to check, or -- CMD [ARGS...] to record and check"`
+}
+
+// diffFlags are the flags of `vramprof diff`.
+type diffFlags struct {
+	Format string   `default:"text" placeholder:"text|json" help:"what to print: text or json"`
+	Paths  []string `arg:"" optional:"" name:"BASE NEW" help:"the recordings to compare: output DIRs, .vpt traces or report.json files"`
+}
+
+// serveFlags are the flags of `vramprof serve`.
+type serveFlags struct {
+	Listen string        `default:"${listen}" placeholder:"HOST:PORT" help:"address to serve metrics and profiles on (host:port)"`
+	Grace  time.Duration `default:"${grace}" placeholder:"D" help:"keep an exited process's figures at least this long"`
+	TTL    time.Duration `name:"ttl" default:"${ttl}" placeholder:"D" help:"drop an exited process after this long even if never scraped"`
+	probeFlags
+	Quiet bool     `short:"q" help:"no banner and no notes (errors are still printed)"`
+	Extra []string `arg:"" optional:"" hidden:""`
 }

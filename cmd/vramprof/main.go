@@ -2,41 +2,20 @@
 // allocation and free of a running or launched process, and writes pprof
 // profiles and reports that say what happened.
 //
-// Each subcommand lives in its own file: flags are parsed into an options
-// struct, one function does the work and returns an error, and main turns
-// that error into one line that says what to do.
+// The command line is read by kong (flags.go), into an options struct per
+// subcommand; one function does the work and returns an error, and main
+// turns that error into one line that says what to do. The work itself
+// lives in library packages: report/recorder records and replays.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 )
-
-const usage = `usage: vramprof <command> [flags]
-
-  run     [-o DIR] [--force] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q] -- CMD [ARGS...]
-                                             launch CMD and trace it from its first CUDA call
-  attach  (-p PID | --all) [-o DIR] [--force] [--duration D] [--wait] [--pool auto|off] [--allocators FILE] [--python auto|off] [--nvml auto|off] [-q]
-                                             trace a running process (or every CUDA process)
-  report  INPUT [-o DIR [--force]] [--format text|md|json|html|snapshot [--pid PID]]
-                                             re-analyse a recording or a PyTorch snapshot (no root needed)
-  check   [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT] [--allow-lost PCT]
-          [--write-baseline FILE] [--junit FILE] [-o DIR] [--force] (-- CMD [ARGS...] | INPUT)
-                                             gate CI on GPU memory: exit 0 pass, 1 regression,
-                                             2 error or unknown (events lost)
-  diff    BASE NEW [--format text|json]      compare two recordings (DIRs, traces or report.json files)
-  serve   [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--python auto|off] [-q]
-                                             a node daemon: trace every CUDA process, serve Prometheus
-                                             metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)
-
-Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json,
-report.md, report.html; with a caching allocator traced, oom-<n>.pb.gz at each failed allocation.
-`
 
 // version is vramprof's version, recorded in every trace.
 const version = "0.1.0"
@@ -50,18 +29,25 @@ func main() {
 }
 
 func mainCode(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, usage)
-		if len(args) == 0 {
-			return exitToolError
-		}
+	switch {
+	case len(args) == 0:
+		printHelp(os.Stderr) // a mistake: the help goes with the error
+		return exitToolError
+	case args[0] == "-h" || args[0] == "--help":
+		printHelp(os.Stdout)
+		return 0
+	case args[0] == "help": // help [COMMAND]
+		printHelp(os.Stdout, args[1:]...)
+		return 0
+	case args[0] == "--version":
+		printVersion()
 		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	code, err := dispatch(ctx, args[0], args[1:])
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return 0
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // run launches the command under the probes and returns its exit code.
@@ -27,12 +28,12 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
 	}
-	rec, err := startRecording(dir, o.force, &event.Header{Mode: "run", Command: o.argv}, o.python.options(probes.Options{NoPool: o.pool == "off", Allocators: o.allocs}), o.nvml, !o.quiet, o.maxTrace)
+	rec, err := startRecording(recordOptions{dir: dir, force: o.force, header: &event.Header{Mode: "run", Command: o.argv},
+		probes: o.python.options(probes.Options{NoPool: o.pool == "off", Allocators: o.allocs}), nvmlMode: o.nvml,
+		quiet: o.quiet, maxTrace: o.maxTrace, moments: o.momentInterval, analysis: analysis.Options{Capacity: o.capacity}})
 	if err != nil {
 		return 0, err
 	}
-	rec.analysis = analysis.Options{Capacity: o.capacity}
-	rec.startMoments(o.momentInterval, noteFunc(o.quiet))
 	// The child runs in a session of its own (see probes.Launch), so the
 	// terminal's signals reach vramprof alone: Ctrl-C, Ctrl-\, a hang-up
 	// and a SIGTERM are passed on, and vramprof keeps recording until the
@@ -49,9 +50,9 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 		return 0, err
 	}
 	if pending {
-		final := defaultDir(cmd.Process.Pid)
+		final := recorder.DefaultDir(cmd.Process.Pid)
 		if err := os.Rename(dir, final); err == nil {
-			rec.setDir(final)
+			rec.rec.SetDir(final)
 		}
 	}
 	go func() {
@@ -111,8 +112,8 @@ var _ = [1]struct{}{}[maxPythonDepth-probes.DefaultPythonDepth]
 
 // options returns opts with the Python flags applied.
 func (p *pythonFlags) options(opts probes.Options) probes.Options {
-	opts.NoPython = p.mode == "off"
-	opts.PythonDepth = p.depth
+	opts.NoPython = p.Mode == "off"
+	opts.PythonDepth = p.Depth
 	return opts
 }
 

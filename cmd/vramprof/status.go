@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/vramprof/vramprof/analysis/ledger"
 	"github.com/vramprof/vramprof/probes"
@@ -210,18 +210,6 @@ func startStatus(rec *recording, quiet, shared bool) *statusLine {
 	return s
 }
 
-// isTerminalWriter reports whether w is a file on a terminal.
-func isTerminalWriter(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && isTerminal(int(f.Fd()))
-}
-
-// isTerminal reports whether fd is a terminal (it has terminal attributes).
-func isTerminal(fd int) bool {
-	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	return err == nil
-}
-
 func (s *statusLine) loop() {
 	defer close(s.done)
 	t := time.NewTicker(s.every)
@@ -280,12 +268,12 @@ func (s *statusLine) draw(now time.Time) {
 	// A line wider than the terminal wraps, and the carriage return then
 	// redraws only its last row (or, in a region, the wrap would scroll):
 	// cut it to fit.
-	ws, err := unix.IoctlGetWinsize(s.tty, unix.TIOCGWINSZ)
-	if err == nil && ws.Col > 1 && len(line) >= int(ws.Col) {
-		line = line[:int(ws.Col)-1]
+	cols, rows, err := term.GetSize(s.tty)
+	if err == nil && cols > 1 && len(line) >= cols {
+		line = line[:cols-1]
 	}
 	s.drawn = true
-	if !s.shared || err != nil || ws.Row < statusRegionRows {
+	if !s.shared || err != nil || rows < statusRegionRows {
 		if s.rows > 0 { // shrunk below the fewest rows: back to the line
 			s.resetRegion()
 		}
@@ -300,7 +288,7 @@ func (s *statusLine) draw(now time.Time) {
 		// moving back up lands on the same text row and column either way:
 		// a line the command left unfinished goes on where it stopped.
 		// Setting the region homes the cursor: save and restore it around.
-		s.rows = int(ws.Row)
+		s.rows = rows
 		fmt.Fprintf(&b, "\x1bD\x1b7\x1b[1;%dr\x1b8\x1b[1A", s.rows-1)
 	}
 	fmt.Fprintf(&b, "\x1b7\x1b[%d;1H\x1b[K%s\x1b8", s.rows, line)

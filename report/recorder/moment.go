@@ -1,6 +1,4 @@
-//go:build linux
-
-package main
+package recorder
 
 // Moment reports: the full outputs of a recording at the moment it matters,
 // written while the recording goes on. A run that dies of out-of-memory
@@ -30,7 +28,6 @@ import (
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
-	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -61,7 +58,7 @@ type momentRequest struct {
 	// traceBytes is the length of the trace at the moment, a record
 	// boundary: the report covers exactly those bytes.
 	traceBytes int64
-	time       uint64 // probes.MonotonicNow() at the moment
+	time       uint64 // Options.Clock at the moment
 	request    *event.Event
 	skipped    uint64
 	// segments are a flight recorder's segments kept at the moment,
@@ -71,7 +68,7 @@ type momentRequest struct {
 }
 
 // moments takes and writes the moment reports of a recording. Its fields
-// but the worker's are guarded by recording.mu.
+// but the worker's are guarded by Recorder.mu.
 type moments struct {
 	interval time.Duration
 	// note prints one line for the user (stderr, or nothing with -q).
@@ -95,10 +92,10 @@ type moments struct {
 }
 
 // startMoments turns moment reports on: OOM moments from the sink, SIGUSR1
-// moments from the signal, until finish or abort. interval is the rate
-// limit (--moment-interval); note prints progress lines.
-func (r *recording) startMoments(interval time.Duration, note func(format string, args ...any)) {
-	m := &moments{interval: interval, note: note, queue: make(chan momentRequest, momentQueue),
+// moments from the signal, until Finish or Abort. Options.MomentInterval
+// is the rate limit; Options.Note prints progress lines.
+func (r *Recorder) startMoments() {
+	m := &moments{interval: r.opts.MomentInterval, note: r.opts.Note, queue: make(chan momentRequest, momentQueue),
 		sigs: make(chan os.Signal, 1)}
 	r.mu.Lock()
 	r.moments = m
@@ -133,7 +130,7 @@ func (r *recording) startMoments(interval time.Duration, note func(format string
 // stopMoments stops taking moments and waits for the ones queued to be
 // written. The sink must not be written to any more (the session and the
 // sampler are closed).
-func (r *recording) stopMoments() {
+func (r *Recorder) stopMoments() {
 	r.mu.Lock()
 	m := r.moments
 	if m == nil || m.closed {
@@ -166,7 +163,7 @@ func isOOM(rec event.Record) (*event.Event, bool) {
 
 // noteOOM applies the rate limit to a failed allocation just written to the
 // trace, and takes an oom moment when it allows one. r.mu is held.
-func (r *recording) noteOOM(e *event.Event) error {
+func (r *Recorder) noteOOM(e *event.Event) error {
 	m := r.moments
 	if m == nil || m.closed {
 		return nil
@@ -183,7 +180,7 @@ func (r *recording) noteOOM(e *event.Event) error {
 
 // takeMoment flushes the trace and queues a moment of it. r.mu is held, so
 // the trace ends at a record boundary.
-func (r *recording) takeMoment(kind string, request *event.Event) error {
+func (r *Recorder) takeMoment(kind string, request *event.Event) error {
 	m := r.moments
 	if m == nil || m.closed {
 		return nil
@@ -203,7 +200,7 @@ func (r *recording) takeMoment(kind string, request *event.Event) error {
 	if err != nil {
 		return fmt.Errorf("trace length: %w", err)
 	}
-	req := momentRequest{kind: kind, traceBytes: n, time: probes.MonotonicNow(), request: request}
+	req := momentRequest{kind: kind, traceBytes: n, time: r.opts.Clock(), request: request}
 	if r.flight != nil {
 		if req.segments, err = r.openSegments(); err != nil {
 			return err
@@ -233,20 +230,20 @@ func momentReason(kind string) string {
 
 // writeMoment analyses the trace up to req and writes the outputs into a
 // new directory under DIR/moments; it returns that directory's path.
-func (r *recording) writeMoment(req momentRequest) (string, error) {
+func (r *Recorder) writeMoment(req momentRequest) (string, error) {
 	res, err := r.analyzeMoment(req)
 	if err != nil {
 		return "", err
 	}
 	name := fmt.Sprintf("%s-%d-%s", req.kind, req.index, time.Now().Format("20060102-150405"))
 	r.mu.Lock() // r.out.path changes when run renames the directory
-	od, err := r.out.subdir(momentsDir, name)
+	od, err := r.out.Subdir(MomentsDir, name)
 	r.mu.Unlock()
 	if err != nil {
 		return "", err
 	}
 	defer od.Close()
-	if err := writeOutputs(od, res); err != nil {
+	if err := WriteOutputs(od, res); err != nil {
 		return "", err
 	}
 	return od.path, nil
@@ -254,11 +251,11 @@ func (r *recording) writeMoment(req momentRequest) (string, error) {
 
 // analyzeMoment reads the first req.traceBytes of the trace, which the
 // recording goes on appending to, and closes it at the moment.
-func (r *recording) analyzeMoment(req momentRequest) (*analysis.Result, error) {
+func (r *Recorder) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 	if req.segments != nil {
 		return r.analyzeFlightMoment(req)
 	}
-	f, err := r.out.root.Open(traceFile)
+	f, err := r.out.root.Open(TraceFile)
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
 	}
@@ -267,7 +264,7 @@ func (r *recording) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read trace: %w", err)
 	}
-	a := analysis.New(r.analysis)
+	a := analysis.New(r.opts.Analysis)
 	if err := a.Add(tr.Header()); err != nil {
 		return nil, fmt.Errorf("analyze trace: %w", err)
 	}
@@ -291,7 +288,7 @@ func (r *recording) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 }
 
 // finishMoment closes an analysis at the moment req.
-func (r *recording) finishMoment(a *analysis.Analyzer, req momentRequest) (*analysis.Result, error) {
+func (r *Recorder) finishMoment(a *analysis.Analyzer, req momentRequest) (*analysis.Result, error) {
 	if err := a.Add(&event.End{Time: req.time, Reason: momentReason(req.kind)}); err != nil {
 		return nil, fmt.Errorf("analyze trace: %w", err)
 	}
@@ -303,14 +300,14 @@ func (r *recording) finishMoment(a *analysis.Analyzer, req momentRequest) (*anal
 
 // analyzeFlightMoment reads the segments kept at the moment, the last one
 // up to req.traceBytes, and closes them at the moment.
-func (r *recording) analyzeFlightMoment(req momentRequest) (*analysis.Result, error) {
+func (r *Recorder) analyzeFlightMoment(req momentRequest) (*analysis.Result, error) {
 	defer closeAll(req.segments)
 	segs := make([]io.Reader, len(req.segments))
 	for i, f := range req.segments {
 		segs[i] = f
 	}
 	segs[len(segs)-1] = io.LimitReader(req.segments[len(segs)-1], req.traceBytes)
-	a := analysis.New(r.analysis)
+	a := analysis.New(r.opts.Analysis)
 	rr, err := replaySegments(a, "trace segments", segs)
 	if err != nil {
 		return nil, err

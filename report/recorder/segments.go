@@ -1,4 +1,4 @@
-package main
+package recorder
 
 import (
 	"bufio"
@@ -13,28 +13,28 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 )
 
-// segmentPattern matches a flight recorder's segment files.
-const segmentPattern = "trace-*.vpt"
+// SegmentPattern matches a flight recorder's segment files.
+const SegmentPattern = "trace-*.vpt"
 
 // segmentName is segment n's file name.
 func segmentName(n uint64) string { return fmt.Sprintf("trace-%06d.vpt", n) }
 
-// flightMinimum is the least --max-trace: four segments of
+// MinMaxTrace is the least --max-trace: four segments of
 // minFlightSegment.
-const flightMinimum = 64 << 10
+const MinMaxTrace = 64 << 10
 
 // traceSegments lists the flight recorder's segments in dir, oldest first;
 // nil when there are none.
 func traceSegments(dir string) []string {
-	names, _ := filepath.Glob(filepath.Join(dir, segmentPattern))
+	names, _ := filepath.Glob(filepath.Join(dir, SegmentPattern))
 	slices.Sort(names) // zero-padded numbers: lexical is numeric order
 	return names
 }
 
-// segmentsOf returns the segments to read for tracePath: a recording's
+// SegmentsOf returns the segments to read for tracePath: a recording's
 // trace.vpt that a flight recorder replaced by segments. nil otherwise.
-func segmentsOf(tracePath string) []string {
-	if filepath.Base(tracePath) != traceFile {
+func SegmentsOf(tracePath string) []string {
+	if filepath.Base(tracePath) != TraceFile {
 		return nil
 	}
 	if _, err := os.Lstat(tracePath); !errors.Is(err, os.ErrNotExist) {
@@ -105,36 +105,36 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 	return rr, nil
 }
 
-// replaySegmentFiles feeds the segments at paths to add, as replay does
+// replaySegmentFiles feeds the segments at paths to add, as Replay does
 // one trace: a last segment cut inside a record gives an error matching
-// errTruncatedTrace after its whole records.
+// ErrTruncated after its whole records.
 func replaySegmentFiles(paths []string, add func(event.Record) error) error {
 	var segs []io.Reader
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
-			return fmt.Errorf("%w: open trace: %w", errInput, err)
+			return fmt.Errorf("%w: open trace: %w", ErrInput, err)
 		}
 		defer f.Close()
 		segs = append(segs, f)
 	}
-	name := filepath.Join(filepath.Dir(paths[0]), segmentPattern)
+	name := filepath.Join(filepath.Dir(paths[0]), SegmentPattern)
 	rr, err := replaySegmentsTo(add, name, segs)
 	if err != nil {
 		return err
 	}
 	if rr.truncated {
-		return fmt.Errorf("%w: %s ends inside a record at byte %d", errTruncatedTrace, paths[len(paths)-1], rr.offset)
+		return fmt.Errorf("%w: %s ends inside a record at byte %d", ErrTruncated, paths[len(paths)-1], rr.offset)
 	}
 	return nil
 }
 
-// analyzeSegments replays a flight recorder's segments, as analyze does
+// analyzeSegments replays a flight recorder's segments, as Analyze does
 // one trace.
 func analyzeSegments(paths []string, opts analysis.Options) (*analysis.Result, error) {
 	a := analysis.New(opts)
 	err := replaySegmentFiles(paths, a.Add)
-	if err != nil && !errors.Is(err, errTruncatedTrace) {
+	if err != nil && !errors.Is(err, ErrTruncated) {
 		return nil, err
 	}
 	res := a.Finish()
@@ -142,7 +142,7 @@ func analyzeSegments(paths []string, opts analysis.Options) (*analysis.Result, e
 		return res, err
 	}
 	if !res.Run.Ended {
-		return res, fmt.Errorf("%w: %s ends without its End record", errTruncatedTrace, paths[len(paths)-1])
+		return res, fmt.Errorf("%w: %s ends without its End record", ErrTruncated, paths[len(paths)-1])
 	}
 	return res, nil
 }

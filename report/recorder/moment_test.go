@@ -1,6 +1,4 @@
-//go:build linux
-
-package main
+package recorder
 
 import (
 	"os"
@@ -14,26 +12,34 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 )
 
-// mustRecording is a recording without a session: a trace in a new output
-// directory, fed through traceSink by the test. Its moments are stopped at
-// cleanup.
-func mustRecording(tb testing.TB, interval time.Duration) (*recording, traceSink) {
+// mustRecording is a recorder without a session: a trace in a new output
+// directory, fed by the test. Its moments are stopped at cleanup.
+func mustRecording(tb testing.TB, interval time.Duration) (*Recorder, *Recorder) {
 	tb.Helper()
-	dir := filepath.Join(tb.TempDir(), "out")
-	out, created, err := ensureDir(dir, false, recordingFiles)
+	r, err := Create(Options{Dir: filepath.Join(tb.TempDir(), "out"), Header: &event.Header{Mode: "run", PID: 7},
+		Clock: newClock(), MomentInterval: interval})
 	require.NoError(tb, err)
-	r := &recording{dir: dir, createdDir: created, out: out}
-	r.file, err = out.createTrace()
-	require.NoError(tb, err)
-	r.w, err = event.NewWriter(r.file, &event.Header{Mode: "run", PID: 7, Start: 1})
-	require.NoError(tb, err)
-	r.startMoments(interval, func(string, ...any) {})
 	tb.Cleanup(func() {
 		r.stopMoments()
 		_ = r.file.Close()
-		_ = out.Close()
+		_ = r.out.Close()
 	})
-	return r, traceSink{r}
+	return r, r
+}
+
+// momentReport is the part of a moment's report.json these tests read.
+type momentReport struct {
+	Totals struct {
+		LiveBytesAtEnd    *uint64 `json:"live_bytes_at_end"`
+		FailedAllocations *uint64 `json:"failed_allocations"`
+	} `json:"totals"`
+	Run struct {
+		Moment *struct {
+			Request *struct {
+				Bytes uint64 `json:"bytes"`
+			} `json:"request"`
+		} `json:"moment"`
+	} `json:"run"`
 }
 
 // oomEvent is a cudaMalloc of size failing with out-of-memory at t.
@@ -95,7 +101,7 @@ func TestMomentRule(t *testing.T) {
 		m := r.moments
 		require.Len(t, m.written, maxOOMMoments)
 		assert.Equal(t, uint64(5), m.skippedTotal)
-		ents, err := os.ReadDir(filepath.Join(r.dir, momentsDir))
+		ents, err := os.ReadDir(filepath.Join(r.dir, MomentsDir))
 		require.NoError(t, err)
 		assert.Len(t, ents, maxOOMMoments)
 	})

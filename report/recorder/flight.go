@@ -1,6 +1,4 @@
-//go:build linux
-
-package main
+package recorder
 
 // The flight recorder (run and attach --max-trace SIZE): a recording that
 // runs for days keeps the last stretch of its events within SIZE on disk,
@@ -15,7 +13,7 @@ package main
 // it, and the events of the allocations still live then, flagged
 // FlagRestored (event.Tracker follows them). Then the oldest segments are
 // deleted while the ones kept exceed SIZE; the newest always stays. A
-// reader (analyze, moments) starts at the oldest segment kept, restores
+// reader (Analyze, moments) starts at the oldest segment kept, restores
 // from its checkpoint, and reads the later segments' own records only
 // (segments.go).
 //
@@ -41,10 +39,10 @@ const flightSegments = 4
 
 // minFlightSegment keeps a segment from being mostly checkpoint: below
 // it, a recording with many live allocations would rotate on every event.
-const minFlightSegment = flightMinimum / flightSegments
+const minFlightSegment = MinMaxTrace / flightSegments
 
 // flight is a recording's flight recorder; its fields are guarded by
-// recording.mu.
+// Recorder.mu.
 type flight struct {
 	max     uint64 // --max-trace
 	segSize uint64 // a segment's budget
@@ -85,16 +83,16 @@ func newFlight(size uint64) *flight {
 }
 
 // createSegment creates segment n in d, as createTrace does the trace.
-func (d *outputDir) createSegment(n uint64) (*os.File, error) {
+func (d *Dir) createSegment(n uint64) (*os.File, error) {
 	f, err := d.root.OpenFile(segmentName(n), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errOutputDir, d.path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrOutputDir, d.path, err)
 	}
 	return f, nil
 }
 
 // startFlight opens the first segment. r.mu is held or not yet shared.
-func (r *recording) startFlight(h *event.Header) error {
+func (r *Recorder) startFlight(h *event.Header) error {
 	fl := r.flight
 	fl.header = *h
 	fl.seg = 1
@@ -165,7 +163,7 @@ func cloneRecord(rec event.Record) event.Record {
 // with at least half of it events. A checkpoint bigger than the budget
 // (more live allocations than fit) makes longer segments rather than a
 // rotation at every event.
-func (r *recording) flightFull() bool {
+func (r *Recorder) flightFull() bool {
 	fl := r.flight
 	n := fl.written.n + uint64(r.w.Buffered())
 	return n >= fl.segSize && n-fl.start >= fl.segSize/2
@@ -174,7 +172,7 @@ func (r *recording) flightFull() bool {
 // rotate ends the current segment and starts the next one with a
 // checkpoint, then deletes the segments beyond the ring. r.mu is held: the
 // trace is at a record boundary.
-func (r *recording) rotate() error {
+func (r *Recorder) rotate() error {
 	fl := r.flight
 	if err := r.w.Close(); err != nil {
 		return err
@@ -234,7 +232,7 @@ func (r *recording) rotate() error {
 
 // openSegments opens the segments kept, oldest first, for a moment report:
 // open, a segment deleted meanwhile stays readable. r.mu is held.
-func (r *recording) openSegments() ([]*os.File, error) {
+func (r *Recorder) openSegments() ([]*os.File, error) {
 	var files []*os.File
 	for _, name := range r.flight.kept {
 		f, err := r.out.root.Open(name)

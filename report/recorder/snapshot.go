@@ -1,4 +1,4 @@
-package main
+package recorder
 
 import (
 	"bufio"
@@ -16,13 +16,13 @@ import (
 	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 )
 
-// snapshotFile is what `report --format snapshot -o DIR` writes in DIR.
-const snapshotFile = "snapshot.pickle"
+// SnapshotFile is what `report --format snapshot -o DIR` writes in DIR.
+const SnapshotFile = "snapshot.pickle"
 
-// isSnapshot reports whether path is a PyTorch memory snapshot rather than a
+// IsSnapshot reports whether path is a PyTorch memory snapshot rather than a
 // .vpt trace: by its extension, or by a pickle protocol header (PROTO 2-5)
 // where a trace has its magic.
-func isSnapshot(path string) bool {
+func IsSnapshot(path string) bool {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".pickle", ".pkl":
 		return true
@@ -39,22 +39,22 @@ func isSnapshot(path string) bool {
 	return head[0] == 0x80 && head[1] >= 2 && head[1] <= 5
 }
 
-// replay feeds every record of path (a .vpt trace or a snapshot pickle) to
+// Replay feeds every record of path (a .vpt trace or a snapshot pickle) to
 // add, in order. A trace cut short inside a record gives its whole records,
-// then an error matching errTruncatedTrace.
-func replay(path string, add func(event.Record) error) error {
-	if segs := segmentsOf(path); len(segs) > 0 {
+// then an error matching ErrTruncated.
+func Replay(path string, add func(event.Record) error) error {
+	if segs := SegmentsOf(path); len(segs) > 0 {
 		return replaySegmentFiles(segs, add) // a flight recorder's (--max-trace)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("%w: open trace: %w", errInput, err)
+		return fmt.Errorf("%w: open trace: %w", ErrInput, err)
 	}
 	defer f.Close()
-	if isSnapshot(path) {
+	if IsSnapshot(path) {
 		recs, err := pysnapshot.Read(bufio.NewReaderSize(f, 1<<20))
 		if err != nil {
-			return fmt.Errorf("%w: read snapshot %s: %w", errInput, path, err)
+			return fmt.Errorf("%w: read snapshot %s: %w", ErrInput, path, err)
 		}
 		if h, ok := recs[0].(*event.Header); ok {
 			h.Command = []string{path}
@@ -86,7 +86,7 @@ func replay(path string, add func(event.Record) error) error {
 		}
 	}
 	if r.Truncated() {
-		return fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", errTruncatedTrace, path, r.Offset(), r.Records())
+		return fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", ErrTruncated, path, r.Offset(), r.Records())
 	}
 	return nil
 }
@@ -94,7 +94,7 @@ func replay(path string, add func(event.Record) error) error {
 // analyzeSnapshot runs the analysis on an imported PyTorch snapshot.
 func analyzeSnapshot(path string, opts analysis.Options) (*analysis.Result, error) {
 	a := analysis.New(opts)
-	if err := replay(path, func(r event.Record) error {
+	if err := Replay(path, func(r event.Record) error {
 		if err := a.Add(r); err != nil {
 			return fmt.Errorf("analyze %s: %w", path, err)
 		}
@@ -105,18 +105,18 @@ func analyzeSnapshot(path string, opts analysis.Options) (*analysis.Result, erro
 	return a.Finish(), nil
 }
 
-// exportSnapshot replays the trace or snapshot at path and returns the
+// ExportSnapshot replays the trace or snapshot at path and returns the
 // PyTorch snapshot of one process: pid when pidSet, else the default one
 // (pysnapshot.Exporter.Default: the recorded process, else the highest
 // segment peak). A pid without device events is a usage error naming those
 // that have some. When other processes have events, one line on note says
 // which was exported; another says how many blocks were left out for lying
 // in segments allocated before tracing began, if any. A trace cut short is exported up to the cut, and the
-// error matching errTruncatedTrace is returned with the snapshot.
-func exportSnapshot(path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
+// error matching ErrTruncated is returned with the snapshot.
+func ExportSnapshot(path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
 	x := pysnapshot.NewExporter()
-	err := replay(path, x.Add)
-	if err != nil && !errors.Is(err, errTruncatedTrace) {
+	err := Replay(path, x.Add)
+	if err != nil && !errors.Is(err, ErrTruncated) {
 		return nil, err
 	}
 	procs := x.Processes()

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHelpOnStdout: -h, --help and help [COMMAND] print on stdout and exit
+// 0; no arguments at all prints the same help on stderr and exits 2.
+func TestHelpOnStdout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		words []string
+	}{
+		{"top", []string{"--help"}, []string{"Usage: vramprof <command>", "run", "attach", "report", "check", "diff", "serve", "--version"}},
+		{"top short", []string{"-h"}, []string{"Usage: vramprof <command>"}},
+		{"help command", []string{"help"}, []string{"Usage: vramprof <command>"}},
+		{"help run", []string{"help", "run"}, []string{"Usage: vramprof run", "--max-trace=SIZE"}},
+		{"run -h", []string{"run", "-h"}, []string{"Usage: vramprof run", "-o, --output=DIR"}},
+		{"check --help", []string{"check", "--help"}, []string{"Usage: vramprof check", "--max-peak=SIZE", "--nvml", "--pool", "--python", "--capacity"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := vramprof(t, execOpts{dir: t.TempDir()}, tc.args...)
+			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+			assert.Empty(t, r.stderr)
+			for _, w := range tc.words {
+				assert.Contains(t, r.stdout, w)
+			}
+		})
+	}
+	r := vramprof(t, execOpts{dir: t.TempDir()})
+	assert.Equal(t, exitToolError, r.code)
+	assert.Empty(t, r.stdout)
+	assert.Contains(t, r.stderr, "Usage: vramprof <command>")
+}
+
+// TestHelpQuietOnce: -q and --quiet are one flag, shown once, in every
+// command that takes it.
+func TestHelpQuietOnce(t *testing.T) {
+	for _, cmd := range []string{"run", "attach", "check", "serve"} {
+		r := vramprof(t, execOpts{dir: t.TempDir()}, cmd, "--help")
+		require.Equal(t, 0, r.code, "%s: stderr:\n%s", cmd, r.stderr)
+		assert.Equal(t, 1, strings.Count(r.stdout, "-q, --quiet"), "%s:\n%s", cmd, r.stdout)
+		assert.Equal(t, 1, strings.Count(r.stdout, "--quiet"), "%s:\n%s", cmd, r.stdout)
+	}
+}
+
+// TestVersion prints the version recorded in traces on stdout.
+func TestVersion(t *testing.T) {
+	r := vramprof(t, execOpts{dir: t.TempDir()}, "--version")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	assert.Equal(t, "vramprof "+version+"\n", r.stdout)
+	assert.Empty(t, r.stderr)
+}
+
+// TestUsageErrorsOneLine: a parse error kong finds is one line on stderr
+// naming the command and the flag, and exit 2.
+func TestUsageErrorsOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--bogus", "--", "true"},
+		{"report", "x.vpt", "--bogus"},
+		{"check", "--bogus", "x.vpt"},
+		{"diff", "--bogus", "a", "b"},
+		{"serve", "--bogus"},
+		{"attach", "-p", "abc"},
+	} {
+		r := vramprof(t, execOpts{dir: t.TempDir()}, args...)
+		assert.Equal(t, exitToolError, r.code, "%v", args)
+		lines := r.stderrLines()
+		require.Len(t, lines, 1, "%v: one line:\n%s", args, r.stderr)
+		assert.True(t, strings.HasPrefix(lines[0], "vramprof: "+args[0]+": "), "%v: %s", args, lines[0])
+		assert.Empty(t, r.stdout)
+	}
+}
+
+// TestCheckRecordingFlags: check takes run's recording flags, and checks
+// them as run does.
+func TestCheckRecordingFlags(t *testing.T) {
+	o, err := parseCheck([]string{"--max-peak", "1GiB", "-q", "--pool", "off", "--python", "off", "--python-depth", "8",
+		"--nvml", "off", "--capacity", "80GiB", "--", "train", "--epochs", "2"})
+	require.NoError(t, err)
+	assert.True(t, o.quiet)
+	assert.Equal(t, "off", o.pool)
+	assert.Equal(t, "off", o.nvml)
+	assert.Equal(t, pythonFlags{Mode: "off", Depth: 8}, o.python)
+	assert.Equal(t, uint64(80<<30), o.capacity)
+	assert.Equal(t, []string{"train", "--epochs", "2"}, o.argv)
+	require.NotNil(t, o.maxPeak)
+	assert.Equal(t, uint64(1<<30), *o.maxPeak)
+
+	o, err = parseCheck([]string{"in.vpt", "--max-leak", "1MiB"})
+	require.NoError(t, err)
+	assert.Equal(t, "auto", o.pool, "the defaults are run's")
+	assert.Equal(t, "auto", o.nvml)
+	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.python)
+	assert.Equal(t, "in.vpt", o.input)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-peak", "1GiB", "--nvml", "maybe", "--", "true"}, `check: --nvml "maybe": use auto or off`},
+		{[]string{"--max-peak", "1GiB", "--capacity", "big", "--", "true"}, `check: invalid value "big" for flag -capacity`},
+		{[]string{"--max-peak", "1GiB", "--python-depth", "0", "--", "true"}, "check: --python-depth 0 is out of range"},
+	} {
+		_, err := parseCheck(tc.args)
+		require.Error(t, err, "%v", tc.args)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+// TestRunFlags: run's command is everything after --, or from the first
+// argument that is not a flag; flags and their defaults as before kong.
+func TestRunFlags(t *testing.T) {
+	o, err := parseRun([]string{"-o", "out", "-q", "--force", "--", "python", "-u", "train.py"})
+	require.NoError(t, err)
+	assert.Equal(t, "out", o.out)
+	assert.True(t, o.quiet)
+	assert.True(t, o.force)
+	assert.Equal(t, []string{"python", "-u", "train.py"}, o.argv)
+	assert.Equal(t, defaultMomentInterval, o.momentInterval)
+	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.python)
+
+	o, err = parseRun([]string{"--quiet", "python", "-u", "train.py"})
+	require.NoError(t, err)
+	assert.True(t, o.quiet)
+	assert.Equal(t, []string{"python", "-u", "train.py"}, o.argv, "flags after the command are its own")
+
+	o, err = parseRun([]string{"--", "--", "x"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"--", "x"}, o.argv, "only the first -- ends the flags")
+}
+
+// TestFlagsGoSyntax: the flag forms Go's flag package took still work: a
+// value that begins with a dash, one dash before a long flag, two before
+// a short one, and -o=DIR; a command's own flags are left alone.
+func TestFlagsGoSyntax(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want runOptions
+	}{
+		{"one dash", []string{"-force", "-moment-interval", "5s", "--", "true"}, runOptions{force: true, momentInterval: 5 * time.Second}},
+		{"equals", []string{"-o=out", "--", "true"}, runOptions{out: "out"}},
+		{"two dashes short", []string{"--o", "out", "--q", "true"}, runOptions{out: "out", quiet: true}},
+		{"dash value", []string{"-o", "-out-", "true"}, runOptions{out: "-out-"}},
+		{"command's flags", []string{"-q", "true", "-o=x", "--force"}, runOptions{quiet: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseRun(tc.args)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want.out, o.out)
+			assert.Equal(t, tc.want.force, o.force)
+			assert.Equal(t, tc.want.quiet, o.quiet)
+			if tc.want.momentInterval != 0 {
+				assert.Equal(t, tc.want.momentInterval, o.momentInterval)
+			}
+			assert.Equal(t, "true", o.argv[0])
+		})
+	}
+	_, err := parseRun([]string{"--moment-interval", "-1s", "--", "true"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "run: --moment-interval -1s is negative")
+}

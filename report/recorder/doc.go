@@ -1,0 +1,23 @@
+// Package recorder drives a recording and its outputs: what `vramprof run`,
+// `attach` and `report` do between the probes and the files, so that any
+// front end (the CLI, a daemon) records and replays the same way.
+//
+// A Recorder is the sink a probes session writes into. It owns the output
+// directory (Dir: opened once, never written through a symbolic link, an
+// earlier recording refused unless forced), the trace (trace.vpt, or with
+// Options.MaxTrace a flight recorder's ring of segments trace-NNNNNN.vpt,
+// each restoring what came before it from a checkpoint), and the moment
+// reports (the full outputs at an out-of-memory failure, rate limited, or
+// on SIGUSR1) written under moments/ while the recording goes on. Finish
+// ends the trace and replays it into the outputs: profile.pb.gz,
+// report.json, report.md, report.html and oom-<n>.pb.gz.
+//
+// The outputs always come from a replay of the trace (Analyze), never from
+// live state: that is what makes `vramprof report` byte-identical to the
+// live run. Analyze, Replay and Report read a trace, its segments, or a
+// PyTorch memory snapshot pickle, and need no privileges.
+//
+// The package imports neither cilium/ebpf nor go-nvml: the session and the
+// NVML sampler write records into a Recorder through its Write, and the
+// caller supplies the clock the records are stamped with.
+package recorder

@@ -1,0 +1,122 @@
+package recorder
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/vramprof/vramprof/analysis"
+	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
+	"github.com/vramprof/vramprof/report"
+)
+
+// ReportOptions are what Report re-analyses and writes (`vramprof report`).
+type ReportOptions struct {
+	// Input is an output directory (its trace.vpt), a .vpt trace or a
+	// PyTorch memory snapshot pickle.
+	Input string
+	// Out, when not "", receives the outputs (ReportFiles); Force replaces
+	// an earlier report's there.
+	Out   string
+	Force bool
+	// Format is what is printed on stdout: "text", "md", "json", "html",
+	// or "snapshot" (a PyTorch memory snapshot pickle; with Out, written
+	// to Out/SnapshotFile instead).
+	Format string
+	// PID, when PIDSet, is the process Format "snapshot" exports.
+	PID    uint32
+	PIDSet bool
+	// Analysis are the analysis options (--capacity).
+	Analysis analysis.Options
+}
+
+// Report re-analyses a recorded trace or snapshot and writes what o asks
+// for. It needs no privileges. Notes (which process a snapshot holds) go to
+// stderr. A trace cut short is reported up to the cut, then an error
+// matching ErrTruncated is returned; a request its input cannot satisfy
+// matches ErrUsage.
+func Report(o ReportOptions, stdout, stderr io.Writer) error {
+	tracePath := o.Input
+	if st, err := os.Stat(tracePath); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInput, o.Input, err)
+	} else if st.IsDir() {
+		tracePath = filepath.Join(tracePath, TraceFile)
+	}
+	// The snapshot first: a --pid without events fails before any output
+	// is written.
+	var snap *pysnapshot.Snapshot
+	if o.Format == "snapshot" {
+		if o.PIDSet && IsSnapshot(tracePath) {
+			return usageError(fmt.Errorf("report: --pid chooses a process of a recording; %s is a PyTorch snapshot, which holds one", o.Input))
+		}
+		var err error
+		if snap, err = ExportSnapshot(tracePath, o.PID, o.PIDSet, stderr); err != nil && !errors.Is(err, ErrTruncated) {
+			return err
+		}
+	}
+	res, err := Analyze(tracePath, o.Analysis)
+	var outDir *Dir // with Out
+	truncated := errors.Is(err, ErrTruncated)
+	if err != nil && !truncated {
+		return err
+	}
+	if o.Out != "" {
+		var serr error
+		if outDir, _, serr = OpenDir(o.Out, o.Force, outputsBut(o.Out, tracePath)); serr != nil {
+			return serr
+		}
+		defer outDir.Close()
+		if serr := WriteOutputs(outDir, res); serr != nil {
+			return serr
+		}
+	}
+	if snap != nil {
+		if o.Out == "" {
+			if serr := pysnapshot.Encode(stdout, snap); serr != nil {
+				return serr
+			}
+			return err
+		}
+		serr := outDir.WriteFile(SnapshotFile, func(w io.Writer) error {
+			return pysnapshot.Encode(w, snap)
+		})
+		if serr != nil {
+			return serr
+		}
+		return err // ErrTruncated, after writing what the trace holds
+	}
+	writers := map[string]func(io.Writer, *analysis.Result) error{
+		"text": report.WriteSummary,
+		"md":   report.WriteMarkdown,
+		"json": report.WriteJSON,
+		"html": report.WriteHTML,
+	}
+	write, ok := writers[o.Format]
+	if !ok {
+		return fmt.Errorf("report: unknown format %q", o.Format)
+	}
+	if err := write(stdout, res); err != nil {
+		return fmt.Errorf("write %s report: %w", o.Format, err)
+	}
+	return err // ErrTruncated, after writing what the trace holds
+}
+
+// outputsBut is ReportFiles without the input, when the input is one of
+// them in dir (a snapshot.pickle re-reported into its own directory): it
+// is read, not an earlier output to refuse or remove.
+func outputsBut(dir, input string) []string {
+	in, err := os.Stat(input)
+	if err != nil {
+		return ReportFiles
+	}
+	var out []string
+	for _, name := range ReportFiles {
+		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && os.SameFile(st, in) {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}

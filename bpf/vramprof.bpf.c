@@ -99,6 +99,11 @@
  *            (allocator specs, below; apart from threads and slots).
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
  *            built there, and it seeds new spec_calls slots.
+ *   known_files  LRU hash {st_dev, inode} -> u8 (trace_all): files user
+ *            space has examined (probed, or nothing to probe).
+ *   pending  LRU hash tgid -> u8 (trace_all): a process that is no target
+ *            mapped an unexamined file executable since its loader's last
+ *            rendezvous; that rendezvous then stops it (loader_state).
  *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
  *            function's arguments are (cookie bits 32-63).
  *
@@ -329,6 +334,33 @@ struct stop {
 	__u32 pad;
 };
 
+/*
+ * Late runtimes (trace_all only): a file mapped executable that user space
+ * has not examined yet makes its process "pending"; the loader's next
+ * rendezvous in that process stops it (see loader_state), so a CUDA library
+ * dlopen()ed after the session began is probed before its first call. Each
+ * file stops at most the processes that map it before user space has
+ * examined it once (it then goes into known_files).
+ */
+struct file_key {
+	__u64 dev; /* as stat(2) gives st_dev (new_encode_dev) */
+	__u64 ino;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct file_key);
+	__type(value, __u8);
+} known_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} pending SEC(".maps");
+
 /* Stops so far: numbers each one (the stopped map's key). */
 __u64 stop_seq = 0;
 
@@ -490,14 +522,21 @@ struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
 
+struct tty_struct;
+
 struct signal_struct {
 	int group_exit_code;
+	struct tty_struct *tty; /* the controlling terminal; NULL: none */
 } __attribute__((preserve_access_index));
+
+struct files_struct;
 
 struct task_struct {
 	int pid;
 	int tgid;
 	int exit_code;
+	unsigned int ptrace; /* PT_* flags; 0: not traced by a debugger */
+	struct files_struct *files;
 	struct signal_struct *signal;
 	struct thread_struct thread;
 	struct task_struct *group_leader;
@@ -1406,13 +1445,27 @@ int BPF_PROG(process_exit, struct task_struct *p)
 }
 
 /*
+ * may_stop_other reports whether a process that is not a target (trace_all)
+ * may be stopped at its loader's rendezvous. Not when a debugger traces it
+ * (it would see the SIGSTOP), nor when it has a controlling terminal: a
+ * shell's job control would see the stop, take the terminal back and leave
+ * the job in the background after the SIGCONT.
+ */
+static __always_inline int may_stop_other(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	return !task->ptrace && !task->signal->tty;
+}
+
+/*
  * loader_state: entry of the dynamic loader's _dl_debug_state, which it
  * calls around every change to the link map (dlopen, dlclose, and the
  * initial load). The target is stopped so that user space can scan its new
  * mappings and attach before the first call into a new CUDA library; user
  * space sends SIGCONT when it is done. With trace_all, other processes are
- * announced but not stopped: stopping every process on the host at every
- * dlopen is not ours to do.
+ * announced but not stopped (stopping every process on the host at every
+ * dlopen is not ours to do), unless it mapped a file user space has not
+ * examined yet (pending, see map_exec) and may_stop_other allows it.
  */
 SEC("uprobe/loader_state")
 int loader_state(struct pt_regs *ctx)
@@ -1432,6 +1485,87 @@ int loader_state(struct pt_regs *ctx)
 	fill_common(r, id, REC_LOADER);
 	if (target)
 		stop_target(r, tgid);
+	else if (bpf_map_lookup_elem(&pending, &tgid)) {
+		bpf_map_delete_elem(&pending, &tgid);
+		if (may_stop_other())
+			stop_target(r, tgid);
+	}
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* The kernel's file fields read by map_exec. */
+struct super_block {
+	__u32 s_dev; /* MKDEV(major, minor): major << 20 | minor */
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+#define NR_MMAP 9 /* x86-64 */
+#define PROT_EXEC 0x4
+#define MAX_FD (1 << 20) /* fs.nr_open's ceiling */
+
+/*
+ * map_exec (trace_all only; attached by AttachAll): every system call's
+ * entry (the raw sys_enter tracepoint: this kernel may lack the function
+ * tracer that fentry needs), returning at once unless it is mmap(2) of a
+ * file with PROT_EXEC, as the dynamic loader maps a library's code. A file
+ * user space has not examined (not in known_files) makes a process that is
+ * not a target yet pending: its loader's next rendezvous stops it. Targets
+ * are stopped at every rendezvous anyway. The executable and the loader
+ * an exec maps are not seen here (the kernel maps them without mmap(2)).
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(map_exec, struct pt_regs *regs, long id)
+{
+	if (!trace_all || id != NR_MMAP)
+		return 0;
+	unsigned long prot = regs->rdx;
+	long fd = (long)regs->r8;
+	if (!(prot & PROT_EXEC) || fd < 0 || fd >= MAX_FD)
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (bpf_map_lookup_elem(&targets, &tgid))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	if (!fdt || fd >= fdt->max_fds)
+		return 0;
+	struct file **fds = fdt->fd;
+	struct file *f = 0;
+	struct inode *in = 0;
+	struct super_block *sb = 0;
+	__u32 kdev = 0;
+	struct file_key key = {};
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	if (bpf_probe_read_kernel(&in, sizeof(in), &f->f_inode) || !in)
+		return 0;
+	if (bpf_probe_read_kernel(&key.ino, sizeof(key.ino), &in->i_ino) ||
+	    bpf_probe_read_kernel(&sb, sizeof(sb), &in->i_sb) || !sb ||
+	    bpf_probe_read_kernel(&kdev, sizeof(kdev), &sb->s_dev))
+		return 0;
+	__u32 major = kdev >> 20, minor = kdev & 0xfffff;
+	key.dev = (minor & 0xff) | (major << 8) | ((__u64)(minor & ~0xffu) << 12);
+	if (bpf_map_lookup_elem(&known_files, &key))
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&pending, &tgid, &one, BPF_ANY);
 	return 0;
 }

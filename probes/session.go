@@ -134,6 +134,9 @@ type Session struct {
 	// for as long as they live), by PID, with their start time.
 	held  map[uint32]uint64
 	exits map[uint32]syscall.WaitStatus // see ExitStatus
+
+	// deferred are this session's stops of held processes (late.go).
+	deferred []deferredStop
 }
 
 // proc is a traced process.
@@ -503,6 +506,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				// Nothing to probe there, or unreadable (then it cannot be
 				// probed either): one file must not stop the others.
 				s.notCUDA[c.Key] = true
+				s.examined(c.Key)
 				continue
 			}
 			if err := s.att.attach(pf); err != nil {
@@ -511,6 +515,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				}
 				return nil, err
 			}
+			s.examined(c.Key)
 		}
 		mapped := *pf
 		mapped.candidate = c // this process's path to it
@@ -624,6 +629,9 @@ func (s *Session) tick() error {
 			}
 		}
 	}
+	if err := s.resumeDeferred(); err != nil {
+		return err
+	}
 	return s.writeLost(false)
 }
 
@@ -671,13 +679,14 @@ func (s *Session) handle(sample []byte) error {
 		return nil
 	}
 	if _, ok := s.held[r.ev.PID]; ok {
-		return nil // another session's (All): left alone (see tick)
+		s.heldRecord(r) // another session's (All): left alone (see tick)
+		return nil
 	}
 	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
-		if err := s.adopt(r.ev.PID); err != nil {
+		if held, err := s.adoptLate(r); err != nil || held {
 			return err
 		}
 	}
@@ -846,6 +855,9 @@ var dieAtStop, _ = strconv.Atoi(os.Getenv("VRAMPROF_TEST_DIE_AT_STOP"))
 func (s *Session) AttachAll() error {
 	if !s.opts.All {
 		return errors.New("attach all: the session was not created with Options.All")
+	}
+	if err := s.watchMappings(); err != nil {
+		return fmt.Errorf("attach all: %w", err)
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

@@ -1,0 +1,215 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/report/exporter"
+)
+
+// lateRuntime runs the dlopen_late scenario on copies of the fake runtime
+// and driver made for this test, so that no process anywhere has mapped
+// those files (those inodes) before: the --all session meets it first at the dlopen. It
+// runs in a session of its own, as a daemon would, with no controlling
+// terminal (a process with one is never stopped by an --all session). It
+// returns the scenario's truth. With under, the scenario is the last
+// argument of that command (vramprof run ... --).
+func lateRuntime(t *testing.T, under ...string) *probetest.Truth {
+	t.Helper()
+	libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
+	tmp := t.TempDir()
+	// The runtime loads the driver from its own folder: a fresh copy too.
+	for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
+		data, err := os.ReadFile(filepath.Join(libs, name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(tmp, name), data, 0o755))
+	}
+	lib := filepath.Join(tmp, "libcudart.so.12")
+	truthPath := filepath.Join(t.TempDir(), "truth.json")
+	cmd := exec.Command(probetest.Bin(t, "dlopen_late"))
+	if len(under) > 0 {
+		cmd = exec.Command(under[0], append(under[1:], probetest.Bin(t, "dlopen_late"))...)
+	}
+	cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+lib, "VRAMPROF_TRUTH="+truthPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "dlopen_late:\n%s", out)
+	truth := probetest.MustReadTruth(t, truthPath)
+	require.NotZero(t, truth.Totals.Allocations, "the scenario allocates")
+	return truth
+}
+
+// TestAttachAllLateRuntime: a process that dlopen()s a copy of the runtime
+// no process had mapped when `attach --all` started is traced from its
+// first call: its figures equal the scenario's truth. (Before, its calls
+// ran while the new copy was being probed, and some or all were missed.)
+func TestAttachAllLateRuntime(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	dir := filepath.Join(t.TempDir(), "out")
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "attach", "--all", "-o", dir)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
+		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	truth := lateRuntime(t)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("vramprof attach --all did not stop on SIGTERM")
+	}
+
+	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	require.NoError(t, err)
+	var rep struct {
+		Processes []struct {
+			PID            uint32 `json:"pid"`
+			Allocations    uint64 `json:"allocations"`
+			Frees          uint64 `json:"frees"`
+			AllocatedBytes uint64 `json:"allocated_bytes"`
+			PeakBytes      uint64 `json:"peak_bytes"`
+			LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+		} `json:"processes"`
+	}
+	require.NoError(t, json.Unmarshal(data, &rep))
+	want := truth.Totals
+	found := false
+	for _, p := range rep.Processes {
+		if p.PID != truth.PID {
+			continue
+		}
+		found = true
+		assert.Equal(t, want.Allocations, p.Allocations, "allocations")
+		assert.Equal(t, want.Frees, p.Frees, "frees")
+		assert.Equal(t, want.AllocatedBytes, p.AllocatedBytes, "allocated bytes")
+		assert.Equal(t, want.PeakBytes, p.PeakBytes, "peak")
+		assert.Equal(t, want.LiveBytesAtEnd, p.LiveBytesAtEnd, "live at end")
+	}
+	assert.True(t, found, "dlopen_late (pid %d) traced; stderr:\n%s", truth.PID, stderr.String())
+}
+
+// TestServeLateRuntime is TestAttachAllLateRuntime for `vramprof serve`:
+// the exited process's figures, kept for the grace period, equal the
+// truth.
+func TestServeLateRuntime(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	addr := freeLoopback(t)
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "serve", "--listen", addr)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("vramprof serve's stderr:\n%s", stderr.String())
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
+		require.True(t, time.Now().Before(deadline), "not serving; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	truth := lateRuntime(t)
+	want := truth.Totals
+	base := "http://" + addr
+	pid := strconv.Itoa(int(truth.PID))
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		fams := scrapeMetrics(t, base)
+		if v, _ := metricValue(fams, exporter.MetricProcessExited, pid); v == 1 {
+			for _, tc := range []struct {
+				metric string
+				want   uint64
+			}{
+				{exporter.MetricAllocations, want.Allocations},
+				{exporter.MetricFrees, want.Frees},
+				{exporter.MetricAllocatedBytes, want.AllocatedBytes},
+				{exporter.MetricLiveBytes, want.LiveBytesAtEnd},
+				{exporter.MetricProcessPeakBytes, want.PeakBytes},
+			} {
+				v, ok := metricValue(fams, tc.metric, pid)
+				if assert.True(t, ok, "%s{pid=%q} missing", tc.metric, pid) {
+					assert.Equal(t, float64(tc.want), v, "%s{pid=%q}", tc.metric, pid)
+				}
+			}
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "pid %s never reported exited", pid)
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("vramprof serve did not stop on SIGTERM")
+	}
+}
+
+// TestAttachAllLateRuntimeHeld: `vramprof run` traces dlopen_late (copies
+// of the runtime and driver no process mapped before) while `attach --all`
+// runs. Both sessions stop the process at its dlopen; the --all session
+// leaves it to run's session and must not resume it before run's has
+// probed the new copy: run's figures equal the truth, and the process ends
+// (never left stopped). (Whether the --all session also counted the
+// process's calls depends on whether it read the lock before the process
+// exited: not asserted.)
+func TestAttachAllLateRuntimeHeld(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	dir := filepath.Join(t.TempDir(), "all")
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "attach", "--all", "-o", dir)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
+		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	runDir := filepath.Join(t.TempDir(), "run")
+	truth := lateRuntime(t, binPath, "run", "-q", "-o", runDir, "--")
+	rep := mustReadReport(t, filepath.Join(runDir, "report.json"))
+	tt, want := rep.Totals, truth.Totals
+	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
+	assert.Equal(t, want.Frees, val(t, "frees", tt.Frees), "frees")
+	assert.Equal(t, want.AllocatedBytes, val(t, "allocated_bytes", tt.AllocatedBytes), "allocated_bytes")
+	assert.Equal(t, want.LiveBytesAtEnd, val(t, "live_bytes_at_end", tt.LiveBytesAtEnd), "live_bytes_at_end")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("vramprof attach --all did not stop on SIGTERM")
+	}
+}

@@ -16,6 +16,7 @@ const defaultListen = "127.0.0.1:9400"
 type serveOptions struct {
 	listen string
 	pool   string
+	nvml   string // --nvml auto|off: serve the device layer's gauges
 	python pythonFlags
 	allocs []allocspec.Allocator
 	grace  time.Duration
@@ -24,13 +25,14 @@ type serveOptions struct {
 }
 
 func parseServe(args []string) (*serveOptions, error) {
-	const usage = "usage: vramprof serve [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
+	const usage = "usage: vramprof serve [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
 	fs := newFlagSet("serve")
 	o := &serveOptions{}
 	fs.StringVar(&o.listen, "listen", defaultListen, "address to serve metrics and profiles on (host:port)")
 	fs.DurationVar(&o.grace, "grace", exporter.DefaultGrace, "keep an exited process's figures at least this long")
 	fs.DurationVar(&o.ttl, "ttl", exporter.DefaultTTL, "drop an exited process after this long even if never scraped")
 	fs.StringVar(&o.pool, "pool", "auto", "trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off")
+	fs.StringVar(&o.nvml, "nvml", "auto", "serve each device's memory as NVML reports it: auto or off")
 	allocatorsFlag(fs, &o.allocs)
 	o.python.define(fs)
 	addQuiet(fs, &o.quiet)
@@ -38,6 +40,9 @@ func parseServe(args []string) (*serveOptions, error) {
 		return nil, err
 	}
 	if err := checkAutoOff("serve", "pool", o.pool); err != nil {
+		return nil, err
+	}
+	if err := checkAutoOff("serve", "nvml", o.nvml); err != nil {
 		return nil, err
 	}
 	if err := o.python.check("serve"); err != nil {

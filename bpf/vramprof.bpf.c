@@ -100,10 +100,11 @@
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
  *            built there, and it seeds new spec_calls slots.
  *   known_files  LRU hash {st_dev, inode} -> u8 (trace_all): files user
- *            space has examined (probed, or nothing to probe).
+ *            space has examined (code probed or found to hold nothing to
+ *            probe, or a file that is not ELF: data).
  *   pending  LRU hash tgid -> u8 (trace_all): a process that is no target
- *            mapped an unexamined file executable since its loader's last
- *            rendezvous; that rendezvous then stops it (loader_state).
+ *            faulted on a mapping of an unexamined file since its loader's
+ *            last rendezvous; that rendezvous then stops it (loader_state).
  *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
  *            function's arguments are (cookie bits 32-63).
  *
@@ -335,8 +336,8 @@ struct stop {
 };
 
 /*
- * Late runtimes (trace_all only): a file mapped executable that user space
- * has not examined yet makes its process "pending"; the loader's next
+ * Late runtimes (trace_all only): a page fault on a mapping of a file user
+ * space has not examined yet makes its process "pending"; the loader's next
  * rendezvous in that process stops it (see loader_state), so a CUDA library
  * dlopen()ed after the session began is probed before its first call. Each
  * file stops at most the processes that map it before user space has
@@ -529,14 +530,11 @@ struct signal_struct {
 	struct tty_struct *tty; /* the controlling terminal; NULL: none */
 } __attribute__((preserve_access_index));
 
-struct files_struct;
-
 struct task_struct {
 	int pid;
 	int tgid;
 	int exit_code;
 	unsigned int ptrace; /* PT_* flags; 0: not traced by a debugger */
-	struct files_struct *files;
 	struct signal_struct *signal;
 	struct thread_struct thread;
 	struct task_struct *group_leader;
@@ -1465,7 +1463,7 @@ static __always_inline int may_stop_other(void)
  * space sends SIGCONT when it is done. With trace_all, other processes are
  * announced but not stopped (stopping every process on the host at every
  * dlopen is not ours to do), unless it mapped a file user space has not
- * examined yet (pending, see map_exec) and may_stop_other allows it.
+ * examined yet (pending, see file_faulted) and may_stop_other allows it.
  */
 SEC("uprobe/loader_state")
 int loader_state(struct pt_regs *ctx)
@@ -1494,7 +1492,7 @@ int loader_state(struct pt_regs *ctx)
 	return 0;
 }
 
-/* The kernel's file fields read by map_exec. */
+/* The kernel's file fields read by file_faulted. */
 struct super_block {
 	__u32 s_dev; /* MKDEV(major, minor): major << 20 | minor */
 } __attribute__((preserve_access_index));
@@ -1504,68 +1502,57 @@ struct inode {
 	struct super_block *i_sb;
 } __attribute__((preserve_access_index));
 
-struct file {
-	struct inode *f_inode;
+struct address_space {
+	struct inode *host;
 } __attribute__((preserve_access_index));
-
-struct fdtable {
-	unsigned int max_fds;
-	struct file **fd;
-} __attribute__((preserve_access_index));
-
-struct files_struct {
-	struct fdtable *fdt;
-} __attribute__((preserve_access_index));
-
-#define NR_MMAP 9 /* x86-64 */
-#define PROT_EXEC 0x4
-#define MAX_FD (1 << 20) /* fs.nr_open's ceiling */
 
 /*
- * map_exec (trace_all only; attached by AttachAll): every system call's
- * entry (the raw sys_enter tracepoint: this kernel may lack the function
- * tracer that fentry needs), returning at once unless it is mmap(2) of a
- * file with PROT_EXEC, as the dynamic loader maps a library's code. A file
- * user space has not examined (not in known_files) makes a process that is
- * not a target yet pending: its loader's next rendezvous stops it. Targets
- * are stopped at every rendezvous anyway. The executable and the loader
- * an exec maps are not seen here (the kernel maps them without mmap(2)).
+ * file_faulted makes the calling process pending when mapping's file is
+ * not in known_files (trace_all; a process that is not a target: targets
+ * are stopped at every rendezvous anyway).
  */
-SEC("tp_btf/sys_enter")
-int BPF_PROG(map_exec, struct pt_regs *regs, long id)
+static __always_inline void file_faulted(struct address_space *mapping)
 {
-	if (!trace_all || id != NR_MMAP)
-		return 0;
-	unsigned long prot = regs->rdx;
-	long fd = (long)regs->r8;
-	if (!(prot & PROT_EXEC) || fd < 0 || fd >= MAX_FD)
-		return 0;
+	if (!trace_all || !mapping)
+		return;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (bpf_map_lookup_elem(&targets, &tgid))
-		return 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = task->files->fdt;
-	if (!fdt || fd >= fdt->max_fds)
-		return 0;
-	struct file **fds = fdt->fd;
-	struct file *f = 0;
-	struct inode *in = 0;
-	struct super_block *sb = 0;
-	__u32 kdev = 0;
-	struct file_key key = {};
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
-		return 0;
-	if (bpf_probe_read_kernel(&in, sizeof(in), &f->f_inode) || !in)
-		return 0;
-	if (bpf_probe_read_kernel(&key.ino, sizeof(key.ino), &in->i_ino) ||
-	    bpf_probe_read_kernel(&sb, sizeof(sb), &in->i_sb) || !sb ||
-	    bpf_probe_read_kernel(&kdev, sizeof(kdev), &sb->s_dev))
-		return 0;
+		return;
+	struct inode *in = mapping->host;
+	if (!in)
+		return;
+	__u32 kdev = in->i_sb->s_dev;
 	__u32 major = kdev >> 20, minor = kdev & 0xfffff;
-	key.dev = (minor & 0xff) | (major << 8) | ((__u64)(minor & ~0xffu) << 12);
+	struct file_key key = {
+		.dev = (minor & 0xff) | (major << 8) | ((__u64)(minor & ~0xffu) << 12),
+		.ino = in->i_ino,
+	};
 	if (bpf_map_lookup_elem(&known_files, &key))
-		return 0;
+		return;
 	__u8 one = 1;
 	bpf_map_update_elem(&pending, &tgid, &one, BPF_ANY);
+}
+
+/*
+ * map_fault, map_pages (trace_all only; attached by AttachAll): a process's
+ * page fault on a file mapping (filemap_fault; filemap_map_pages, the
+ * fault-around of pages already cached). The loader reads a library it
+ * maps (its dynamic section, symbols, relocations) before the rendezvous
+ * that announces it, so a new library faults first. Page faults, not
+ * mmap(2) itself: a syscall tracepoint would put every system call on the
+ * host on the slow path (~100 ns each measured), and this kernel may lack
+ * the function tracer that fentry needs.
+ */
+SEC("tp_btf/mm_filemap_fault")
+int BPF_PROG(map_fault, struct address_space *mapping, unsigned long index)
+{
+	file_faulted(mapping);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_map_pages")
+int BPF_PROG(map_pages, struct address_space *mapping, unsigned long index, unsigned long last)
+{
+	file_faulted(mapping);
 	return 0;
 }

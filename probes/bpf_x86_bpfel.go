@@ -259,7 +259,8 @@ const (
 	bpfProgCallReturn       = "call_return"
 	bpfProgCallReturnMulti  = "call_return_multi"
 	bpfProgLoaderState      = "loader_state"
-	bpfProgMapExec          = "map_exec"
+	bpfProgMapFault         = "map_fault"
+	bpfProgMapPages         = "map_pages"
 	bpfProgProcessExec      = "process_exec"
 	bpfProgProcessExit      = "process_exit"
 	bpfProgProcessFork      = "process_fork"
@@ -322,7 +323,8 @@ type bpfProgramSpecs struct {
 	CallReturn      *ebpf.ProgramSpec `ebpf:"call_return"`
 	CallReturnMulti *ebpf.ProgramSpec `ebpf:"call_return_multi"`
 	LoaderState     *ebpf.ProgramSpec `ebpf:"loader_state"`
-	MapExec         *ebpf.ProgramSpec `ebpf:"map_exec"`
+	MapFault        *ebpf.ProgramSpec `ebpf:"map_fault"`
+	MapPages        *ebpf.ProgramSpec `ebpf:"map_pages"`
 	ProcessExec     *ebpf.ProgramSpec `ebpf:"process_exec"`
 	ProcessExit     *ebpf.ProgramSpec `ebpf:"process_exit"`
 	ProcessFork     *ebpf.ProgramSpec `ebpf:"process_fork"`
@@ -453,7 +455,8 @@ type bpfPrograms struct {
 	CallReturn      *ebpf.Program `ebpf:"call_return"`
 	CallReturnMulti *ebpf.Program `ebpf:"call_return_multi"`
 	LoaderState     *ebpf.Program `ebpf:"loader_state"`
-	MapExec         *ebpf.Program `ebpf:"map_exec"`
+	MapFault        *ebpf.Program `ebpf:"map_fault"`
+	MapPages        *ebpf.Program `ebpf:"map_pages"`
 	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
 	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
 	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
@@ -469,7 +472,8 @@ func (p *bpfPrograms) Close() error {
 		p.CallReturn,
 		p.CallReturnMulti,
 		p.LoaderState,
-		p.MapExec,
+		p.MapFault,
+		p.MapPages,
 		p.ProcessExec,
 		p.ProcessExit,
 		p.ProcessFork,

@@ -135,8 +135,8 @@ type Session struct {
 	held  map[uint32]uint64
 	exits map[uint32]syscall.WaitStatus // see ExitStatus
 
-	// deferred are this session's stops of held processes (late.go).
-	deferred []deferredStop
+	// late: runtimes loaded after the session began (late.go).
+	late lateState
 }
 
 // proc is a traced process.

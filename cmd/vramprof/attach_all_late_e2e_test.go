@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -39,28 +40,31 @@ func lateRuntime(t *testing.T, under ...string) *probetest.Truth {
 	}
 	lib := filepath.Join(tmp, "libcudart.so.12")
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
-	cmd := exec.Command(probetest.Bin(t, "dlopen_late"))
+	// Bounded: a process left stopped would never end.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, probetest.Bin(t, "dlopen_late"))
 	if len(under) > 0 {
-		cmd = exec.Command(under[0], append(under[1:], probetest.Bin(t, "dlopen_late"))...)
+		cmd = exec.CommandContext(ctx, under[0], append(under[1:], probetest.Bin(t, "dlopen_late"))...)
 	}
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+lib, "VRAMPROF_TRUTH="+truthPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "dlopen_late:\n%s", out)
+	require.NoError(t, err, "dlopen_late (left stopped?%s):\n%s", stoppedNote(t), out)
 	truth := probetest.MustReadTruth(t, truthPath)
 	require.NotZero(t, truth.Totals.Allocations, "the scenario allocates")
 	return truth
 }
 
-// TestAttachAllLateRuntime: a process that dlopen()s a copy of the runtime
-// no process had mapped when `attach --all` started is traced from its
-// first call: its figures equal the scenario's truth. (Before, its calls
-// ran while the new copy was being probed, and some or all were missed.)
-func TestAttachAllLateRuntime(t *testing.T) {
-	probetest.RequirePrivilege(t)
+// startAll runs `vramprof attach --all -o DIR` until it is live; stop ends
+// it and returns report.json's processes by PID.
+func startAll(t *testing.T, env ...string) (stop func() map[uint32]allProcess, stderr *syncBuffer) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "out")
-	stderr := &syncBuffer{}
+	stderr = &syncBuffer{}
 	cmd := exec.Command(binPath, "attach", "--all", "-o", dir)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
@@ -71,43 +75,97 @@ func TestAttachAllLateRuntime(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
 		time.Sleep(20 * time.Millisecond)
 	}
-
-	truth := lateRuntime(t)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		require.NoError(t, err, "stderr:\n%s", stderr.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("vramprof attach --all did not stop on SIGTERM")
-	}
-
-	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	require.NoError(t, err)
-	var rep struct {
-		Processes []struct {
-			PID            uint32 `json:"pid"`
-			Allocations    uint64 `json:"allocations"`
-			Frees          uint64 `json:"frees"`
-			AllocatedBytes uint64 `json:"allocated_bytes"`
-			PeakBytes      uint64 `json:"peak_bytes"`
-			LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
-		} `json:"processes"`
-	}
-	require.NoError(t, json.Unmarshal(data, &rep))
-	want := truth.Totals
-	found := false
-	for _, p := range rep.Processes {
-		if p.PID != truth.PID {
-			continue
+	return func() map[uint32]allProcess {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-done:
+			require.NoError(t, err, "stderr:\n%s", stderr.String())
+		case <-time.After(20 * time.Second):
+			t.Fatal("vramprof attach --all did not stop on SIGTERM")
 		}
-		found = true
-		assert.Equal(t, want.Allocations, p.Allocations, "allocations")
-		assert.Equal(t, want.Frees, p.Frees, "frees")
-		assert.Equal(t, want.AllocatedBytes, p.AllocatedBytes, "allocated bytes")
-		assert.Equal(t, want.PeakBytes, p.PeakBytes, "peak")
-		assert.Equal(t, want.LiveBytesAtEnd, p.LiveBytesAtEnd, "live at end")
+		data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+		require.NoError(t, err)
+		var rep struct {
+			Processes []allProcess `json:"processes"`
+		}
+		require.NoError(t, json.Unmarshal(data, &rep))
+		out := map[uint32]allProcess{}
+		for _, p := range rep.Processes {
+			out[p.PID] = p
+		}
+		return out
+	}, stderr
+}
+
+// allProcess is a process's figures in an --all session's report.json.
+type allProcess struct {
+	PID            uint32 `json:"pid"`
+	Allocations    uint64 `json:"allocations"`
+	Frees          uint64 `json:"frees"`
+	AllocatedBytes uint64 `json:"allocated_bytes"`
+	PeakBytes      uint64 `json:"peak_bytes"`
+	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+}
+
+// assertTruth compares a process's figures with its truth.
+func assertTruth(t *testing.T, procs map[uint32]allProcess, truth *probetest.Truth, stderr *syncBuffer) {
+	t.Helper()
+	p, ok := procs[truth.PID]
+	if !assert.True(t, ok, "%s (pid %d) traced; stderr:\n%s", truth.Scenario, truth.PID, stderr.String()) {
+		return
 	}
-	assert.True(t, found, "dlopen_late (pid %d) traced; stderr:\n%s", truth.PID, stderr.String())
+	want := truth.Totals
+	assert.Equal(t, want.Allocations, p.Allocations, "allocations")
+	assert.Equal(t, want.Frees, p.Frees, "frees")
+	assert.Equal(t, want.AllocatedBytes, p.AllocatedBytes, "allocated bytes")
+	assert.Equal(t, want.PeakBytes, p.PeakBytes, "peak")
+	assert.Equal(t, want.LiveBytesAtEnd, p.LiveBytesAtEnd, "live at end")
+}
+
+// TestAttachAllLateRuntime: a process that dlopen()s a copy of the runtime
+// no process had mapped when `attach --all` started is traced from its
+// first call: its figures equal the scenario's truth. (Before, its calls
+// ran while the new copy was being probed, and some or all were missed.)
+func TestAttachAllLateRuntime(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stop, stderr := startAll(t)
+	truth := lateRuntime(t)
+	assertTruth(t, stop(), truth, stderr)
+}
+
+// TestAttachAllNewExecutable: an executable with the runtime linked in
+// (static_runtime, dynamically linked to libc), copied for this test so no
+// process ran that file before, started after `attach --all`: its first
+// call is traced too (the faults on the new executable make it pending;
+// the loader's start-up rendezvous stops it).
+func TestAttachAllNewExecutable(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stop, stderr := startAll(t)
+	src := probetest.Bin(t, "static_runtime")
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "bin", "static_runtime")
+	for dst, from := range map[string]string{
+		bin: src,
+		// The runtime finds the driver in ../lib beside the executable.
+		filepath.Join(tmp, "lib", "libcuda.so.1"): filepath.Join(filepath.Dir(src), "..", "lib", "libcuda.so.1"),
+	} {
+		data, err := os.ReadFile(from)
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+		require.NoError(t, os.WriteFile(dst, data, 0o755))
+	}
+	truthPath := filepath.Join(tmp, "truth.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+truthPath, "FAKECUDA_DRIVER=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "static_runtime:\n%s", out)
+	truth := probetest.MustReadTruth(t, truthPath)
+	require.NotZero(t, truth.Totals.Allocations)
+	assertTruth(t, stop(), truth, stderr)
 }
 
 // TestServeLateRuntime is TestAttachAllLateRuntime for `vramprof serve`:
@@ -138,10 +196,14 @@ func TestServeLateRuntime(t *testing.T) {
 	want := truth.Totals
 	base := "http://" + addr
 	pid := strconv.Itoa(int(truth.PID))
+	// The last events reach serve up to a reorder window after the exit,
+	// which serve may notice first: wait for both.
 	deadline = time.Now().Add(15 * time.Second)
 	for {
 		fams := scrapeMetrics(t, base)
-		if v, _ := metricValue(fams, exporter.MetricProcessExited, pid); v == 1 {
+		exited, _ := metricValue(fams, exporter.MetricProcessExited, pid)
+		frees, _ := metricValue(fams, exporter.MetricFrees, pid)
+		if exited == 1 && frees == float64(want.Frees) || time.Now().After(deadline) {
 			for _, tc := range []struct {
 				metric string
 				want   uint64
@@ -157,9 +219,9 @@ func TestServeLateRuntime(t *testing.T) {
 					assert.Equal(t, float64(tc.want), v, "%s{pid=%q}", tc.metric, pid)
 				}
 			}
+			assert.Equal(t, float64(1), exited, "exited")
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "pid %s never reported exited", pid)
 		time.Sleep(200 * time.Millisecond)
 	}
 
@@ -211,5 +273,44 @@ func TestAttachAllLateRuntimeHeld(t *testing.T) {
 		require.NoError(t, err, "stderr:\n%s", stderr.String())
 	case <-time.After(20 * time.Second):
 		t.Fatal("vramprof attach --all did not stop on SIGTERM")
+	}
+}
+
+// TestAttachAllKilledAtStop: `attach --all` SIGKILLs itself (the test hook)
+// at the first stop it reads, at the latest dlopen_late's stop at its
+// dlopen of a new runtime copy. The guardian resumes the stopped process:
+// dlopen_late finishes with exit code 0 and its truth written, and the
+// session is dead by then.
+func TestAttachAllKilledAtStop(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "attach", "--all", "-o", filepath.Join(t.TempDir(), "out"))
+	cmd.Env = append(os.Environ(), dieAtStopEnv+"=1")
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
+		select {
+		case err := <-done:
+			// Killed at a stop of another process already: the guardian
+			// resumed that one; nothing of dlopen_late to check.
+			require.True(t, killedBySIGKILL(err), "attach --all ended: %v; stderr:\n%s", err, stderr.String())
+			t.Skip("attach --all met another process's stop before it was live")
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	truth := lateRuntime(t) // exits 0, truth written: resumed
+	assert.Equal(t, "dlopen_late", truth.Scenario)
+	select {
+	case err := <-done:
+		assert.True(t, killedBySIGKILL(err), "attach --all killed at a stop: %v; stderr:\n%s", err, stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("attach --all still runs: dlopen_late was not stopped; stderr:\n%s", stderr.String())
 	}
 }

@@ -314,3 +314,93 @@ func TestAttachAllKilledAtStop(t *testing.T) {
 		t.Fatalf("attach --all still runs: dlopen_late was not stopped; stderr:\n%s", stderr.String())
 	}
 }
+
+// runWatchingStops runs cmd to its end as a job-control shell watches its
+// job, with wait4(WUNTRACED|WCONTINUED), and returns how many times it was
+// seen stopped (or continued: a stop ended before the wait saw it) and its
+// exit code. A stopped process is left for whoever stopped
+// it to resume (SIGCONT after 30 s otherwise, and the test fails).
+func runWatchingStops(t *testing.T, cmd *exec.Cmd) (stops, code int) {
+	t.Helper()
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED|syscall.WCONTINUED, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		require.NoError(t, err)
+		switch {
+		case ws.Continued():
+			stops++
+		case ws.Stopped():
+			deadline := time.Now().Add(30 * time.Second)
+			for procState(t, pid) == 'T' {
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+					t.Errorf("pid %d left stopped for 30 s", pid)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		case ws.Exited():
+			return stops, ws.ExitStatus()
+		case ws.Signaled():
+			return stops, 128 + int(ws.Signal())
+		}
+	}
+}
+
+// TestAttachAllTerminalNotStopped: under `attach --all`, dlopen_late on new
+// copies of the runtime and driver, watched by its parent as a shell
+// watches a job (wait4 with WUNTRACED|WCONTINUED). With a controlling
+// terminal it is never stopped: a shell's job control would take the
+// terminal back. In a session of its own without one it may be (that is
+// how its first calls are traced), and is resumed. Both finish with exit
+// code 0.
+func TestAttachAllTerminalNotStopped(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stop, _ := startAll(t)
+	defer stop()
+	// One folder for both runs' copies, removed after both: a file deleted
+	// during the session could hand its inode to the next copy, which the
+	// session would then take for the file it examined (see the report).
+	dirs := t.TempDir()
+	for i, tc := range []struct {
+		name     string
+		terminal bool
+	}{{"terminal", true}, {"no terminal", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
+			tmp := filepath.Join(dirs, strconv.Itoa(i))
+			require.NoError(t, os.Mkdir(tmp, 0o755))
+			for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
+				data, err := os.ReadFile(filepath.Join(libs, name))
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(tmp, name), data, 0o755))
+			}
+			cmd := exec.Command(probetest.Bin(t, "dlopen_late"))
+			cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+filepath.Join(tmp, "libcudart.so.12"),
+				"VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"))
+			if tc.terminal {
+				_, slave := openPTY(t, 24, 80)
+				cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+			} else {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			}
+			stops, code := runWatchingStops(t, cmd)
+			assert.Equal(t, 0, code, "exit code")
+			if tc.terminal {
+				assert.Zero(t, stops, "a process with a terminal is never stopped")
+			} else {
+				// Seen stopped alone 4 runs in 4, but after the terminal
+				// run only about 1 in 2 although the session's record says
+				// it stopped the process (not understood yet): not asserted;
+				// TestAttachAllLateRuntime checks its figures instead.
+				t.Logf("pid %d seen stopped or continued %d times", cmd.Process.Pid, stops)
+			}
+		})
+	}
+}

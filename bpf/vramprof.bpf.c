@@ -99,6 +99,12 @@
  *            (allocator specs, vramprof/specs.h; apart from threads and slots).
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
  *            built there, and it seeds new spec_calls slots.
+ *   known_files  LRU hash {st_dev, inode} -> u8 (trace_all): files user
+ *            space has examined (code probed or found to hold nothing to
+ *            probe, or a file that is not ELF: data).
+ *   pending  LRU hash tgid -> u8 (trace_all): a process that is no target
+ *            faulted on a mapping of an unexamined file since its loader's
+ *            last rendezvous; that rendezvous then stops it (loader_state).
  *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
  *            function's arguments are (cookie bits 32-63).
  *
@@ -367,13 +373,27 @@ int BPF_PROG(process_exit, struct task_struct *p)
 }
 
 /*
+ * may_stop_other reports whether a process that is not a target (trace_all)
+ * may be stopped at its loader's rendezvous. Not when a debugger traces it
+ * (it would see the SIGSTOP), nor when it has a controlling terminal: a
+ * shell's job control would see the stop, take the terminal back and leave
+ * the job in the background after the SIGCONT.
+ */
+static __always_inline int may_stop_other(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	return !task->ptrace && !task->signal->tty;
+}
+
+/*
  * loader_state: entry of the dynamic loader's _dl_debug_state, which it
  * calls around every change to the link map (dlopen, dlclose, and the
  * initial load). The target is stopped so that user space can scan its new
  * mappings and attach before the first call into a new CUDA library; user
  * space sends SIGCONT when it is done. With trace_all, other processes are
- * announced but not stopped: stopping every process on the host at every
- * dlopen is not ours to do.
+ * announced but not stopped (stopping every process on the host at every
+ * dlopen is not ours to do), unless it mapped a file user space has not
+ * examined yet (pending, see file_faulted) and may_stop_other allows it.
  */
 SEC("uprobe/loader_state")
 int loader_state(struct pt_regs *ctx)
@@ -393,6 +413,76 @@ int loader_state(struct pt_regs *ctx)
 	fill_common(r, id, REC_LOADER);
 	if (target)
 		stop_target(r, tgid);
+	else if (bpf_map_lookup_elem(&pending, &tgid)) {
+		bpf_map_delete_elem(&pending, &tgid);
+		if (may_stop_other())
+			stop_target(r, tgid);
+	}
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* The kernel's file fields read by file_faulted. */
+struct super_block {
+	__u32 s_dev; /* MKDEV(major, minor): major << 20 | minor */
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct address_space {
+	struct inode *host;
+} __attribute__((preserve_access_index));
+
+/*
+ * file_faulted makes the calling process pending when mapping's file is
+ * not in known_files (trace_all; a process that is not a target: targets
+ * are stopped at every rendezvous anyway).
+ */
+static __always_inline void file_faulted(struct address_space *mapping)
+{
+	if (!trace_all || !mapping)
+		return;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (bpf_map_lookup_elem(&targets, &tgid))
+		return;
+	struct inode *in = mapping->host;
+	if (!in)
+		return;
+	__u32 kdev = in->i_sb->s_dev;
+	__u32 major = kdev >> 20, minor = kdev & 0xfffff;
+	struct file_key key = {
+		.dev = (minor & 0xff) | (major << 8) | ((__u64)(minor & ~0xffu) << 12),
+		.ino = in->i_ino,
+	};
+	if (bpf_map_lookup_elem(&known_files, &key))
+		return;
+	__u8 one = 1;
+	bpf_map_update_elem(&pending, &tgid, &one, BPF_ANY);
+}
+
+/*
+ * map_fault, map_pages (trace_all only; attached by AttachAll): a process's
+ * page fault on a file mapping (filemap_fault; filemap_map_pages, the
+ * fault-around of pages already cached). The loader reads a library it
+ * maps (its dynamic section, symbols, relocations) before the rendezvous
+ * that announces it, so a new library faults first. Page faults, not
+ * mmap(2) itself: a syscall tracepoint would put every system call on the
+ * host on the slow path (~100 ns each measured), and this kernel may lack
+ * the function tracer that fentry needs.
+ */
+SEC("tp_btf/mm_filemap_fault")
+int BPF_PROG(map_fault, struct address_space *mapping, unsigned long index)
+{
+	file_faulted(mapping);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_map_pages")
+int BPF_PROG(map_pages, struct address_space *mapping, unsigned long index, unsigned long last)
+{
+	file_faulted(mapping);
 	return 0;
 }

@@ -54,6 +54,12 @@ type bpfCtxKey struct {
 	Pad  uint32
 }
 
+type bpfFileKey struct {
+	_   structs.HostLayout
+	Dev uint64
+	Ino uint64
+}
+
 type bpfPyBuf struct {
 	_     structs.HostLayout
 	Wbase uint64
@@ -233,6 +239,8 @@ const (
 	bpfMapBlockScratch      = "block_scratch"
 	bpfMapContexts          = "contexts"
 	bpfMapEvents            = "events"
+	bpfMapKnownFiles        = "known_files"
+	bpfMapPending           = "pending"
 	bpfMapPyNew             = "py_new"
 	bpfMapPyProcs           = "py_procs"
 	bpfMapPyScratch         = "py_scratch"
@@ -251,6 +259,8 @@ const (
 	bpfProgCallReturn       = "call_return"
 	bpfProgCallReturnMulti  = "call_return_multi"
 	bpfProgLoaderState      = "loader_state"
+	bpfProgMapFault         = "map_fault"
+	bpfProgMapPages         = "map_pages"
 	bpfProgProcessExec      = "process_exec"
 	bpfProgProcessExit      = "process_exit"
 	bpfProgProcessFork      = "process_fork"
@@ -313,6 +323,8 @@ type bpfProgramSpecs struct {
 	CallReturn      *ebpf.ProgramSpec `ebpf:"call_return"`
 	CallReturnMulti *ebpf.ProgramSpec `ebpf:"call_return_multi"`
 	LoaderState     *ebpf.ProgramSpec `ebpf:"loader_state"`
+	MapFault        *ebpf.ProgramSpec `ebpf:"map_fault"`
+	MapPages        *ebpf.ProgramSpec `ebpf:"map_pages"`
 	ProcessExec     *ebpf.ProgramSpec `ebpf:"process_exec"`
 	ProcessExit     *ebpf.ProgramSpec `ebpf:"process_exit"`
 	ProcessFork     *ebpf.ProgramSpec `ebpf:"process_fork"`
@@ -328,6 +340,8 @@ type bpfMapSpecs struct {
 	BlockScratch *ebpf.MapSpec `ebpf:"block_scratch"`
 	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	KnownFiles   *ebpf.MapSpec `ebpf:"known_files"`
+	Pending      *ebpf.MapSpec `ebpf:"pending"`
 	PyNew        *ebpf.MapSpec `ebpf:"py_new"`
 	PyProcs      *ebpf.MapSpec `ebpf:"py_procs"`
 	PyScratch    *ebpf.MapSpec `ebpf:"py_scratch"`
@@ -379,6 +393,8 @@ type bpfMaps struct {
 	BlockScratch *ebpf.Map `ebpf:"block_scratch"`
 	Contexts     *ebpf.Map `ebpf:"contexts"`
 	Events       *ebpf.Map `ebpf:"events"`
+	KnownFiles   *ebpf.Map `ebpf:"known_files"`
+	Pending      *ebpf.Map `ebpf:"pending"`
 	PyNew        *ebpf.Map `ebpf:"py_new"`
 	PyProcs      *ebpf.Map `ebpf:"py_procs"`
 	PyScratch    *ebpf.Map `ebpf:"py_scratch"`
@@ -399,6 +415,8 @@ func (m *bpfMaps) Close() error {
 		m.BlockScratch,
 		m.Contexts,
 		m.Events,
+		m.KnownFiles,
+		m.Pending,
 		m.PyNew,
 		m.PyProcs,
 		m.PyScratch,
@@ -437,6 +455,8 @@ type bpfPrograms struct {
 	CallReturn      *ebpf.Program `ebpf:"call_return"`
 	CallReturnMulti *ebpf.Program `ebpf:"call_return_multi"`
 	LoaderState     *ebpf.Program `ebpf:"loader_state"`
+	MapFault        *ebpf.Program `ebpf:"map_fault"`
+	MapPages        *ebpf.Program `ebpf:"map_pages"`
 	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
 	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
 	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
@@ -452,6 +472,8 @@ func (p *bpfPrograms) Close() error {
 		p.CallReturn,
 		p.CallReturnMulti,
 		p.LoaderState,
+		p.MapFault,
+		p.MapPages,
 		p.ProcessExec,
 		p.ProcessExit,
 		p.ProcessFork,

@@ -110,6 +110,9 @@ type Session struct {
 	stats       Stats
 	closed      bool
 	prefetch    pyPrefetch
+
+	// late: runtimes loaded after the session began (late.go).
+	late lateState
 }
 
 // NewSession loads the BPF objects and opens the ring buffer. Nothing is
@@ -283,6 +286,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				// Nothing to probe there, or unreadable (then it cannot be
 				// probed either): one file must not stop the others.
 				s.notCUDA[c.Key] = true
+				s.examined(c.Key)
 				continue
 			}
 			if err := s.att.attach(pf); err != nil {
@@ -291,6 +295,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				}
 				return nil, err
 			}
+			s.examined(c.Key)
 		}
 		mapped := *pf
 		mapped.candidate = c // this process's path to it
@@ -302,19 +307,23 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 // tick does the periodic work: noticing exits, lost-record accounting.
 func (s *Session) tick() error {
 	s.sweep()
+	if err := s.resumeDeferred(); err != nil {
+		return err
+	}
 	return s.writeLost(false)
 }
 
 // handle passes one decoded record on.
 func (s *Session) handle(r *rawRecord) error {
 	if _, ok := s.held[r.ev.PID]; ok {
-		return nil // another session's (All): left alone (see tick)
+		s.heldRecord(r) // another session's (All): left alone (see tick)
+		return nil
 	}
 	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
-		if err := s.adopt(r.ev.PID); err != nil {
+		if held, err := s.adoptLate(r); err != nil || held {
 			return err
 		}
 	}
@@ -483,6 +492,9 @@ var dieAtStop, _ = strconv.Atoi(os.Getenv("VRAMPROF_TEST_DIE_AT_STOP"))
 func (s *Session) AttachAll() error {
 	if !s.opts.All {
 		return errors.New("attach all: the session was not created with Options.All")
+	}
+	if err := s.watchMappings(); err != nil {
+		return fmt.Errorf("attach all: %w", err)
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

@@ -56,6 +56,33 @@ struct stop {
 	__u32 pad;
 };
 
+/*
+ * Late runtimes (trace_all only): a page fault on a mapping of a file user
+ * space has not examined yet makes its process "pending"; the loader's next
+ * rendezvous in that process stops it (see loader_state), so a CUDA library
+ * dlopen()ed after the session began is probed before its first call. Each
+ * file stops at most the processes that map it before user space has
+ * examined it once (it then goes into known_files).
+ */
+struct file_key {
+	__u64 dev; /* as stat(2) gives st_dev (new_encode_dev) */
+	__u64 ino;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct file_key);
+	__type(value, __u8);
+} known_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} pending SEC(".maps");
+
 /* Stops so far: numbers each one (the stopped map's key). */
 __u64 stop_seq = 0;
 

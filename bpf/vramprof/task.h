@@ -15,14 +15,18 @@ struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
 
+struct tty_struct;
+
 struct signal_struct {
 	int group_exit_code;
+	struct tty_struct *tty; /* the controlling terminal; NULL: none */
 } __attribute__((preserve_access_index));
 
 struct task_struct {
 	int pid;
 	int tgid;
 	int exit_code;
+	unsigned int ptrace; /* PT_* flags; 0: not traced by a debugger */
 	struct signal_struct *signal;
 	struct thread_struct thread;
 	struct task_struct *group_leader;

@@ -163,6 +163,9 @@ func startAttachIn(t *testing.T, cwd string, pid int, extra ...string) *attachme
 			}
 		}
 		_, statErr := os.Stat(trace)
+		if statErr != nil { // a flight recorder's (--max-trace) first segment
+			_, statErr = os.Stat(filepath.Join(filepath.Dir(trace), "trace-000001.vpt"))
+		}
 		if statErr == nil && strings.Contains(a.stderr.String(), "tracing pid "+strconv.Itoa(pid)) {
 			a.dir = filepath.Dir(trace)
 			return a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/nvml"
 	"github.com/vramprof/vramprof/report/exporter"
 )
 
@@ -42,6 +43,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 	x := exporter.New(exporter.Options{Grace: o.grace, TTL: o.ttl})
 	x.SetHeader(&event.Header{Tool: "vramprof " + version, Mode: "serve", Start: probes.MonotonicNow(),
 		WallTime: time.Now().UnixNano()})
+	stopNVML := serveNVML(o.nvml, nvml.Options{}, x)
+	defer func() { _ = stopNVML() }()
 	opts := probes.Options{All: true, Sink: x, NoPool: o.pool == "off", Allocators: o.allocs}
 	if !o.quiet {
 		opts.Note = func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
@@ -92,4 +95,31 @@ func serve(ctx context.Context, o *serveOptions) error {
 		err = fmt.Errorf("serve: %w", serr)
 	}
 	return errors.Join(err, s.Close())
+}
+
+// serveNVML samples device memory into x (--nvml auto) until the returned
+// stop is called; stop waits for the sampler and closes it. No library, no
+// driver or no device is not an error: x is told why (an NVMLStatus
+// record), and serves that reason instead of device figures. With mode
+// "off" nothing is sampled and x serves no NVML metric.
+func serveNVML(mode string, opts nvml.Options, x *exporter.Exporter) (stop func() error) {
+	if mode == "off" {
+		return func() error { return nil }
+	}
+	s, err := nvml.Open(opts)
+	if err != nil {
+		_ = x.Write(nvml.Status(probes.MonotonicNow(), err))
+		return func() error { return nil }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, nvml.DefaultInterval, func(rec event.Record) { _ = x.Write(rec) })
+	}()
+	return func() error {
+		cancel()
+		<-done
+		return s.Close()
+	}
 }

@@ -506,6 +506,7 @@ type serveFlags struct {
 	Listen string        `default:"${listen}" placeholder:"HOST:PORT" help:"address to serve metrics and profiles on (host:port)"`
 	Grace  time.Duration `default:"${grace}" placeholder:"D" help:"keep an exited process's figures at least this long"`
 	TTL    time.Duration `name:"ttl" default:"${ttl}" placeholder:"D" help:"drop an exited process after this long even if never scraped"`
+	NVML   string        `name:"nvml" default:"auto" placeholder:"auto|off" help:"serve each device's memory as NVML reports it: auto or off"`
 	probeFlags
 	Quiet bool     `short:"q" help:"no banner and no notes (errors are still printed)"`
 	Extra []string `arg:"" optional:"" hidden:""`

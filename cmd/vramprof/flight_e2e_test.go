@@ -5,9 +5,12 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -132,4 +135,61 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 			assert.True(t, strings.HasPrefix(names[len(names)-1], "trace-"))
 		})
 	}
+}
+
+// TestAttachFlightRecorder is TestFlightRecorderMatchesTruth for `attach -p
+// PID --max-trace SIZE`: longrun's phase 2, long enough here for the oldest
+// segments to be deleted, recorded by an attach within the budget gives its
+// truth's counts, bytes, unknown frees (the preloaded buffer, allocated
+// before the attach, freed after the checkpoints) and live bytes at the
+// end, live and replayed from the segments.
+func TestAttachFlightRecorder(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const maxBytes = 256 << 10
+	cmd := exec.Command(probetest.Bin(t, "longrun"))
+	// 2000 iterations write ~400 KB of events: several 64 KiB segments.
+	cmd.Env = append(os.Environ(), "LONGRUN_ITERATIONS=2000", "LONGRUN_PAUSE_MS=0")
+	lr := startLongrunCmd(t, cmd)
+	a := startAttach(t, lr.pid, "--max-trace", "256KiB")
+	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+	lr.expect(t, "done")
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, a.wait(t, 20*time.Second), "exit code; stderr:\n%s", a.stderr.String())
+	truth := probetest.MustReadTruth(t, lr.truth)
+
+	names, total, largest := segmentFiles(t, a.dir)
+	require.NotEmpty(t, names, "segments in %s", a.dir)
+	assert.NotEqual(t, "trace-000001.vpt", names[0], "the oldest segments were deleted")
+	_, err := os.Stat(filepath.Join(a.dir, "trace.vpt"))
+	assert.True(t, os.IsNotExist(err), "no trace.vpt beside the segments")
+	assert.LessOrEqual(t, total, maxBytes+largest, "disk: the budget and one segment, %v", names)
+
+	rep := mustReadReport(t, filepath.Join(a.dir, "report.json"))
+	tt, want := rep.Totals, truth.Totals
+	assert.Equal(t, "attach", rep.Run.Mode)
+	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
+	assert.Equal(t, want.Frees, val(t, "frees", tt.Frees), "frees")
+	assert.Equal(t, uint64(1), want.UnknownFrees, "truth: one preloaded buffer freed")
+	assert.Equal(t, want.UnknownFrees, val(t, "unknown_frees", tt.UnknownFrees), "unknown_frees")
+	assert.Equal(t, want.AllocatedBytes, val(t, "allocated_bytes", tt.AllocatedBytes), "allocated_bytes")
+	assert.Equal(t, want.LiveBytesAtEnd, val(t, "live_bytes_at_end", tt.LiveBytesAtEnd), "live_bytes_at_end")
+	assert.Equal(t, want.PeakBytes, val(t, "peak_bytes", tt.PeakBytes), "peak_bytes")
+	assert.Zero(t, val(t, "lost_events", tt.LostEvents), "lost_events")
+	fr := mustReadJSON[flightReport](t, filepath.Join(a.dir, "report.json"))
+	require.NotNil(t, fr.Run.Flight, "report.json run.flight")
+	assert.NotZero(t, fr.Run.Flight.SummarisedEvents)
+	assert.NotZero(t, fr.Run.Flight.RestoredAllocations)
+
+	// The same report from the segments on disk.
+	dir2 := filepath.Join(t.TempDir(), "replay")
+	r2 := vramprof(t, execOpts{}, "report", a.dir, "-o", dir2)
+	require.Equal(t, 0, r2.code, "stderr: %s", r2.stderr)
+	for _, name := range []string{"profile.pb.gz", "report.json", "report.md", "report.html"} {
+		live, err := os.ReadFile(filepath.Join(a.dir, name))
+		require.NoError(t, err)
+		replay, err := os.ReadFile(filepath.Join(dir2, name))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(live, replay), "%s differs between the live run and the replay", name)
+	}
+	t.Logf("segments %v, %d bytes", names, total)
 }

@@ -15,6 +15,7 @@ const defaultListen = "127.0.0.1:9400"
 type serveOptions struct {
 	listen string
 	pool   string
+	nvml   string // --nvml auto|off: serve the device layer's gauges
 	python pythonFlags
 	allocs []allocspec.Allocator
 	grace  time.Duration
@@ -23,14 +24,17 @@ type serveOptions struct {
 }
 
 func parseServe(args []string) (*serveOptions, error) {
-	const usage = "usage: vramprof serve [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
+	const usage = "usage: vramprof serve [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
 	c, err := parseCommand("serve", args)
 	if err != nil {
 		return nil, err
 	}
 	f := &c.Serve
-	o := &serveOptions{listen: f.Listen, grace: f.Grace, ttl: f.TTL, pool: f.Pool, python: f.Python, quiet: f.Quiet}
+	o := &serveOptions{listen: f.Listen, grace: f.Grace, ttl: f.TTL, pool: f.Pool, nvml: f.NVML, python: f.Python, quiet: f.Quiet}
 	if o.allocs, err = f.probeFlags.options("serve"); err != nil {
+		return nil, err
+	}
+	if err := checkAutoOff("serve", "nvml", o.nvml); err != nil {
 		return nil, err
 	}
 	if len(f.Extra) > 0 {

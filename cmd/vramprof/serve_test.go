@@ -17,13 +17,15 @@ func TestParseServe(t *testing.T) {
 	assert.Equal(t, exporter.DefaultGrace, o.grace)
 	assert.Equal(t, exporter.DefaultTTL, o.ttl)
 	assert.Equal(t, "auto", o.pool)
+	assert.Equal(t, "auto", o.nvml)
 
-	o, err = parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "5s", "--ttl", "1m", "--pool", "off", "-q"})
+	o, err = parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "5s", "--ttl", "1m", "--pool", "off", "--nvml", "off", "-q"})
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:0", o.listen)
 	assert.Equal(t, 5*time.Second, o.grace)
 	assert.Equal(t, time.Minute, o.ttl)
 	assert.True(t, o.quiet)
+	assert.Equal(t, "off", o.nvml)
 
 	for _, tc := range []struct {
 		name string
@@ -31,6 +33,7 @@ func TestParseServe(t *testing.T) {
 	}{
 		{"argument", []string{"extra"}},
 		{"pool", []string{"--pool", "maybe"}},
+		{"nvml", []string{"--nvml", "on"}},
 		{"ttl below grace", []string{"--grace", "1m", "--ttl", "10s"}},
 		{"zero grace", []string{"--grace", "0s"}},
 	} {

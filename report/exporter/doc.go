@@ -3,6 +3,11 @@
 // per process, and serves Prometheus metrics and pprof profiles from them
 // over HTTP.
 //
+// With NVML on (serve --nvml auto), the session's NVML sampler writes its
+// records here too: the last status, description and sample of each device
+// are served as gauges, and nothing at all when NVML is unavailable but the
+// reason (nvml.go).
+//
 // # Memory bound
 //
 // Nothing grows with the number of events, only with what is live and with

@@ -63,6 +63,7 @@ type Exporter struct {
 	header *event.Header
 	procs  map[uint32]*proc
 	lost   event.Lost
+	nvml   nvmlState // the device layer (nvml.go)
 }
 
 // proc is one traced process (PID) and its analysis.
@@ -118,7 +119,8 @@ func (x *Exporter) SetHeader(h *event.Header) {
 }
 
 // Write folds one record into its process's analysis. Records of no
-// process (Lost) are kept globally; NVML records are not used.
+// process (Lost) and NVML's (DeviceInfo, Sample, NVMLStatus: nvml.go) are
+// kept globally.
 func (x *Exporter) Write(rec event.Record) error {
 	var pid uint32
 	switch r := rec.(type) {
@@ -142,8 +144,13 @@ func (x *Exporter) Write(rec event.Record) error {
 	case *event.Header:
 		x.SetHeader(r)
 		return nil
+	case *event.DeviceInfo, *event.Sample, *event.NVMLStatus:
+		x.mu.Lock()
+		x.writeNVML(rec)
+		x.mu.Unlock()
+		return nil
 	default:
-		// DeviceInfo, Sample, NVMLStatus (serve does not sample NVML), End.
+		// End.
 		return nil
 	}
 	p := x.process(pid, rec)

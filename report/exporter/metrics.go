@@ -75,7 +75,8 @@ type collector struct{ x *Exporter }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLive, descPeak, descProcPeak, descAllocs, descFrees, descAllocated,
-		descFailed, descUnknown, descFindings, descExited, descLost, descLate, descProcs} {
+		descFailed, descUnknown, descFindings, descExited, descLost, descLate, descProcs,
+		descNVML, descDevTotal, descDevUsed, descDevFree, descProcNVML} {
 		ch <- d
 	}
 }
@@ -84,6 +85,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	lost := c.x.Lost()
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost.Total))
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(lost.Late))
+	nv := c.x.nvmlSnapshot()
+	collectNVML(ch, nv)
 	procs := c.x.processes()
 	ch <- prometheus.MustNewConstMetric(descProcs, prometheus.GaugeValue, float64(len(procs)))
 	for _, p := range procs {
@@ -96,6 +99,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		p.mu.Unlock()
 		collectProcess(ch, res, lv, exited)
+		collectProcessNVML(ch, nv, p.pid, lv)
 	}
 }
 

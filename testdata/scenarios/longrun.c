@@ -3,8 +3,9 @@
  *
  * Phase 1: preload allocates 3 buffers (32, 16, 8 MiB: the memory an attached
  * profiler never saw allocated), prints "ready <pid>" and waits for SIGUSR1.
- * Phase 2: 20 iterations of train_step (allocates 4 MiB and 1 MiB + 7, frees
- * both) and leaky_step (keeps 64 KiB), 20 ms apart; then drop_preloaded frees
+ * Phase 2: 20 iterations ($LONGRUN_ITERATIONS) of train_step (allocates 4 MiB
+ * and 1 MiB + 7, frees both) and leaky_step (keeps 64 KiB), 20 ms
+ * ($LONGRUN_PAUSE_MS) apart; then drop_preloaded frees
  * the 16 MiB preloaded buffer (an unknown free to the profiler); the truth is
  * written, "done" is printed, and the process waits for SIGTERM (or
  * $LONGRUN_MAX_SECONDS, default 30) and exits 0.
@@ -21,9 +22,10 @@
 #include <unistd.h>
 
 #define ITERATIONS 20
+#define MAX_ITERATIONS 100000
 
 static void *preloaded[3];
-static void *kept[ITERATIONS];
+static void *kept[MAX_ITERATIONS];
 
 NOINLINE void preload(void)
 {
@@ -59,10 +61,19 @@ int main(void)
 	sigset_t usr1, term;
 	struct timespec limit = {30, 0};
 	const char *s = getenv("LONGRUN_MAX_SECONDS");
+	const char *n = getenv("LONGRUN_ITERATIONS");
+	const char *p = getenv("LONGRUN_PAUSE_MS");
+	int iterations = ITERATIONS, pause_ms = 20;
 	int sig;
 
 	if (s && *s)
 		limit.tv_sec = atol(s);
+	if (n && *n)
+		iterations = atoi(n);
+	if (iterations < 0 || iterations > MAX_ITERATIONS)
+		return 2;
+	if (p && *p)
+		pause_ms = atoi(p);
 	/* Block before anything else, so an early signal stays pending. */
 	sigemptyset(&usr1);
 	sigaddset(&usr1, SIGUSR1);
@@ -79,10 +90,11 @@ int main(void)
 		return 3;
 
 	truth_start_tracing();
-	for (int i = 0; i < ITERATIONS; i++) {
+	for (int i = 0; i < iterations; i++) {
 		train_step();
 		leaky_step(i);
-		truth_sleep_ms(20);
+		if (pause_ms > 0)
+			truth_sleep_ms(pause_ms);
 	}
 	drop_preloaded();
 	if (truth_write() != 0)

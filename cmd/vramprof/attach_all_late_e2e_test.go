@@ -1,0 +1,406 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/report/exporter"
+)
+
+// lateRuntime runs the dlopen_late scenario on copies of the fake runtime
+// and driver made for this test, so that no process anywhere has mapped
+// those files (those inodes) before: the --all session meets it first at the dlopen. It
+// runs in a session of its own, as a daemon would, with no controlling
+// terminal (a process with one is never stopped by an --all session). It
+// returns the scenario's truth. With under, the scenario is the last
+// argument of that command (vramprof run ... --).
+func lateRuntime(t *testing.T, under ...string) *probetest.Truth {
+	t.Helper()
+	libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
+	tmp := t.TempDir()
+	// The runtime loads the driver from its own folder: a fresh copy too.
+	for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
+		data, err := os.ReadFile(filepath.Join(libs, name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(tmp, name), data, 0o755))
+	}
+	lib := filepath.Join(tmp, "libcudart.so.12")
+	truthPath := filepath.Join(t.TempDir(), "truth.json")
+	// Bounded: a process left stopped would never end.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, probetest.Bin(t, "dlopen_late"))
+	if len(under) > 0 {
+		cmd = exec.CommandContext(ctx, under[0], append(under[1:], probetest.Bin(t, "dlopen_late"))...)
+	}
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+lib, "VRAMPROF_TRUTH="+truthPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "dlopen_late (left stopped?%s):\n%s", stoppedNote(t), out)
+	truth := probetest.MustReadTruth(t, truthPath)
+	require.NotZero(t, truth.Totals.Allocations, "the scenario allocates")
+	return truth
+}
+
+// startAll runs `vramprof attach --all -o DIR` until it is live; stop ends
+// it and returns report.json's processes by PID.
+func startAll(t *testing.T, env ...string) (stop func() map[uint32]allProcess, stderr *syncBuffer) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "out")
+	stderr = &syncBuffer{}
+	cmd := exec.Command(binPath, "attach", "--all", "-o", dir)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
+		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	return func() map[uint32]allProcess {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-done:
+			require.NoError(t, err, "stderr:\n%s", stderr.String())
+		case <-time.After(20 * time.Second):
+			t.Fatal("vramprof attach --all did not stop on SIGTERM")
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+		require.NoError(t, err)
+		var rep struct {
+			Processes []allProcess `json:"processes"`
+		}
+		require.NoError(t, json.Unmarshal(data, &rep))
+		out := map[uint32]allProcess{}
+		for _, p := range rep.Processes {
+			out[p.PID] = p
+		}
+		return out
+	}, stderr
+}
+
+// allProcess is a process's figures in an --all session's report.json.
+type allProcess struct {
+	PID            uint32 `json:"pid"`
+	Allocations    uint64 `json:"allocations"`
+	Frees          uint64 `json:"frees"`
+	AllocatedBytes uint64 `json:"allocated_bytes"`
+	PeakBytes      uint64 `json:"peak_bytes"`
+	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+}
+
+// assertTruth compares a process's figures with its truth.
+func assertTruth(t *testing.T, procs map[uint32]allProcess, truth *probetest.Truth, stderr *syncBuffer) {
+	t.Helper()
+	p, ok := procs[truth.PID]
+	if !assert.True(t, ok, "%s (pid %d) traced; stderr:\n%s", truth.Scenario, truth.PID, stderr.String()) {
+		return
+	}
+	want := truth.Totals
+	assert.Equal(t, want.Allocations, p.Allocations, "allocations")
+	assert.Equal(t, want.Frees, p.Frees, "frees")
+	assert.Equal(t, want.AllocatedBytes, p.AllocatedBytes, "allocated bytes")
+	assert.Equal(t, want.PeakBytes, p.PeakBytes, "peak")
+	assert.Equal(t, want.LiveBytesAtEnd, p.LiveBytesAtEnd, "live at end")
+}
+
+// TestAttachAllLateRuntime: a process that dlopen()s a copy of the runtime
+// no process had mapped when `attach --all` started is traced from its
+// first call: its figures equal the scenario's truth. (Before, its calls
+// ran while the new copy was being probed, and some or all were missed.)
+func TestAttachAllLateRuntime(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stop, stderr := startAll(t)
+	truth := lateRuntime(t)
+	assertTruth(t, stop(), truth, stderr)
+}
+
+// TestAttachAllNewExecutable: an executable with the runtime linked in
+// (static_runtime, dynamically linked to libc), copied for this test so no
+// process ran that file before, started after `attach --all`: its first
+// call is traced too (the faults on the new executable make it pending;
+// the loader's start-up rendezvous stops it).
+func TestAttachAllNewExecutable(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stop, stderr := startAll(t)
+	src := probetest.Bin(t, "static_runtime")
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "bin", "static_runtime")
+	for dst, from := range map[string]string{
+		bin: src,
+		// The runtime finds the driver in ../lib beside the executable.
+		filepath.Join(tmp, "lib", "libcuda.so.1"): filepath.Join(filepath.Dir(src), "..", "lib", "libcuda.so.1"),
+	} {
+		data, err := os.ReadFile(from)
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+		require.NoError(t, os.WriteFile(dst, data, 0o755))
+	}
+	truthPath := filepath.Join(tmp, "truth.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+truthPath, "FAKECUDA_DRIVER=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "static_runtime:\n%s", out)
+	truth := probetest.MustReadTruth(t, truthPath)
+	require.NotZero(t, truth.Totals.Allocations)
+	assertTruth(t, stop(), truth, stderr)
+}
+
+// TestServeLateRuntime is TestAttachAllLateRuntime for `vramprof serve`:
+// the exited process's figures, kept for the grace period, equal the
+// truth.
+func TestServeLateRuntime(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	addr := freeLoopback(t)
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "serve", "--listen", addr)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("vramprof serve's stderr:\n%s", stderr.String())
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
+		require.True(t, time.Now().Before(deadline), "not serving; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	truth := lateRuntime(t)
+	want := truth.Totals
+	base := "http://" + addr
+	pid := strconv.Itoa(int(truth.PID))
+	// The last events reach serve up to a reorder window after the exit,
+	// which serve may notice first: wait for both.
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		fams := scrapeMetrics(t, base)
+		exited, _ := metricValue(fams, exporter.MetricProcessExited, pid)
+		frees, _ := metricValue(fams, exporter.MetricFrees, pid)
+		if exited == 1 && frees == float64(want.Frees) || time.Now().After(deadline) {
+			for _, tc := range []struct {
+				metric string
+				want   uint64
+			}{
+				{exporter.MetricAllocations, want.Allocations},
+				{exporter.MetricFrees, want.Frees},
+				{exporter.MetricAllocatedBytes, want.AllocatedBytes},
+				{exporter.MetricLiveBytes, want.LiveBytesAtEnd},
+				{exporter.MetricProcessPeakBytes, want.PeakBytes},
+			} {
+				v, ok := metricValue(fams, tc.metric, pid)
+				if assert.True(t, ok, "%s{pid=%q} missing", tc.metric, pid) {
+					assert.Equal(t, float64(tc.want), v, "%s{pid=%q}", tc.metric, pid)
+				}
+			}
+			assert.Equal(t, float64(1), exited, "exited")
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("vramprof serve did not stop on SIGTERM")
+	}
+}
+
+// TestAttachAllLateRuntimeHeld: `vramprof run` traces dlopen_late (copies
+// of the runtime and driver no process mapped before) while `attach --all`
+// runs. Both sessions stop the process at its dlopen; the --all session
+// leaves it to run's session and must not resume it before run's has
+// probed the new copy: run's figures equal the truth, and the process ends
+// (never left stopped). (Whether the --all session also counted the
+// process's calls depends on whether it read the lock before the process
+// exited: not asserted.)
+func TestAttachAllLateRuntimeHeld(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	dir := filepath.Join(t.TempDir(), "all")
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "attach", "--all", "-o", dir)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
+		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	runDir := filepath.Join(t.TempDir(), "run")
+	truth := lateRuntime(t, binPath, "run", "-q", "-o", runDir, "--")
+	rep := mustReadReport(t, filepath.Join(runDir, "report.json"))
+	tt, want := rep.Totals, truth.Totals
+	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
+	assert.Equal(t, want.Frees, val(t, "frees", tt.Frees), "frees")
+	assert.Equal(t, want.AllocatedBytes, val(t, "allocated_bytes", tt.AllocatedBytes), "allocated_bytes")
+	assert.Equal(t, want.LiveBytesAtEnd, val(t, "live_bytes_at_end", tt.LiveBytesAtEnd), "live_bytes_at_end")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("vramprof attach --all did not stop on SIGTERM")
+	}
+}
+
+// TestAttachAllKilledAtStop: `attach --all` SIGKILLs itself (the test hook)
+// at the first stop it reads, at the latest dlopen_late's stop at its
+// dlopen of a new runtime copy. The guardian resumes the stopped process:
+// dlopen_late finishes with exit code 0 and its truth written, and the
+// session is dead by then.
+func TestAttachAllKilledAtStop(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "attach", "--all", "-o", filepath.Join(t.TempDir(), "out"))
+	cmd.Env = append(os.Environ(), dieAtStopEnv+"=1")
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
+		select {
+		case err := <-done:
+			// Killed at a stop of another process already: the guardian
+			// resumed that one; nothing of dlopen_late to check.
+			require.True(t, killedBySIGKILL(err), "attach --all ended: %v; stderr:\n%s", err, stderr.String())
+			t.Skip("attach --all met another process's stop before it was live")
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	truth := lateRuntime(t) // exits 0, truth written: resumed
+	assert.Equal(t, "dlopen_late", truth.Scenario)
+	select {
+	case err := <-done:
+		assert.True(t, killedBySIGKILL(err), "attach --all killed at a stop: %v; stderr:\n%s", err, stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("attach --all still runs: dlopen_late was not stopped; stderr:\n%s", stderr.String())
+	}
+}
+
+// runWatchingStops runs cmd to its end as a job-control shell watches its
+// job, with wait4(WUNTRACED|WCONTINUED), and returns how many times it was
+// seen stopped (or continued: a stop ended before the wait saw it) and its
+// exit code. A stopped process is left for whoever stopped
+// it to resume (SIGCONT after 30 s otherwise, and the test fails).
+func runWatchingStops(t *testing.T, cmd *exec.Cmd) (stops, code int) {
+	t.Helper()
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED|syscall.WCONTINUED, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		require.NoError(t, err)
+		switch {
+		case ws.Continued():
+			stops++
+		case ws.Stopped():
+			deadline := time.Now().Add(30 * time.Second)
+			for procState(t, pid) == 'T' {
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+					t.Errorf("pid %d left stopped for 30 s", pid)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		case ws.Exited():
+			return stops, ws.ExitStatus()
+		case ws.Signaled():
+			return stops, 128 + int(ws.Signal())
+		}
+	}
+}
+
+// TestAttachAllTerminalNotStopped: under `attach --all`, dlopen_late on new
+// copies of the runtime and driver, watched by its parent as a shell
+// watches a job (wait4 with WUNTRACED|WCONTINUED). With a controlling
+// terminal it is never stopped: a shell's job control would take the
+// terminal back. In a session of its own without one it may be (that is
+// how its first calls are traced), and is resumed. Both finish with exit
+// code 0.
+func TestAttachAllTerminalNotStopped(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	stop, _ := startAll(t)
+	defer stop()
+	// One folder for both runs' copies, removed after both: a file deleted
+	// during the session could hand its inode to the next copy, which the
+	// session would then take for the file it examined (see the report).
+	dirs := t.TempDir()
+	for i, tc := range []struct {
+		name     string
+		terminal bool
+	}{{"terminal", true}, {"no terminal", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
+			tmp := filepath.Join(dirs, strconv.Itoa(i))
+			require.NoError(t, os.Mkdir(tmp, 0o755))
+			for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
+				data, err := os.ReadFile(filepath.Join(libs, name))
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(tmp, name), data, 0o755))
+			}
+			cmd := exec.Command(probetest.Bin(t, "dlopen_late"))
+			cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+filepath.Join(tmp, "libcudart.so.12"),
+				"VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"))
+			if tc.terminal {
+				_, slave := openPTY(t, 24, 80)
+				cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+			} else {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			}
+			stops, code := runWatchingStops(t, cmd)
+			assert.Equal(t, 0, code, "exit code")
+			if tc.terminal {
+				assert.Zero(t, stops, "a process with a terminal is never stopped")
+			} else {
+				// Seen stopped alone 4 runs in 4, but after the terminal
+				// run only about 1 in 2 although the session's record says
+				// it stopped the process (not understood yet): not asserted;
+				// TestAttachAllLateRuntime checks its figures instead.
+				t.Logf("pid %d seen stopped or continued %d times", cmd.Process.Pid, stops)
+			}
+		})
+	}
+}

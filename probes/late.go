@@ -1,0 +1,217 @@
+//go:build linux
+
+package probes
+
+// Late runtimes under Options.All (attach --all, serve). A process that
+// dlopen()s a copy of the CUDA runtime or driver that no probe covers yet
+// would make its first calls while user space is still reading the
+// library's symbols: the loader announces the new mapping, but an --all
+// session does not stop every process on the host at every dlopen.
+//
+// So the kernel tells the one case apart (bpf/vramprof.bpf.c, file_faulted
+// and loader_state): a process that faults on a mapping of a file this
+// session has not examined yet is "pending" (the loader reads a library it
+// maps before it announces it), and the loader's next rendezvous in it
+// stops it, as a single-process session stops its target. handle adopts it
+// (the new file is examined, probed when it holds CUDA functions) and
+// loaderChanged resumes it: its first call into the new copy is traced. A
+// file examined once goes into the BPF map known_files and stops nobody
+// again; AttachAll's scan of /proc fills that map with every code file
+// mapped when the session starts. Files a stopped process maps that are not
+// ELF (data: weights, datasets) go there too (knowData), so that faults on
+// them do not make it pending again; an ELF file is known only once
+// examined as code. A process with a controlling terminal or under a
+// debugger is never stopped (may_stop_other): a shell's job control or the
+// debugger would see the stop.
+//
+// Page faults rather than mmap(2): a raw syscall tracepoint puts every
+// system call of every process on the slow path (getppid went from ~170
+// to ~270 ns here with one attached), and fentry/LSM programs need the
+// function tracer, which this machine's kernel lacks.
+//
+// A process another session traces (held) may be stopped by both sessions
+// at one rendezvous: that session resumes it once it has probed, and this
+// one must not resume it earlier (deferStop).
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/vramprof/vramprof/probes/symbolize"
+)
+
+// watchMappings attaches map_fault and map_pages, which mark processes
+// that fault on an unexamined file. Called by AttachAll before it scans
+// /proc, so that no mapping falls between the scan and the watch.
+func (s *Session) watchMappings() error {
+	for _, prog := range []*ebpf.Program{s.objs.MapFault, s.objs.MapPages} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach file fault watch %s: %w", prog, wrapPerm(err))
+		}
+		s.lifeLinks = append(s.lifeLinks, l)
+	}
+	return nil
+}
+
+// knowData marks as known the files pid maps that are not ELF (data), after
+// a stop: faults on them would make it pending again at once. ELF files are
+// left to probeFiles, which marks the ones it examines.
+func (s *Session) knowData(pid uint32) {
+	maps, err := symbolize.ReadMaps(int(pid))
+	if err != nil {
+		return
+	}
+	seen := make(map[string]bool)
+	for _, m := range maps {
+		if m.Path == "" || m.Path[0] != '/' || m.Deleted || seen[m.Path] {
+			continue
+		}
+		seen[m.Path] = true
+		p := filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.Path)
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			continue
+		}
+		k := fileKey{Dev: st.Dev, Inode: st.Ino}
+		if s.late.known[k] {
+			continue
+		}
+		if !isELF(p) {
+			s.examined(k)
+		}
+	}
+}
+
+// isELF reports whether the file at path starts with ELF's magic number;
+// an unreadable file counts as ELF (not marked: it may be code).
+func isELF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		return false // shorter than a header: not code
+	}
+	return string(magic[:]) == elf.ELFMAG
+}
+
+// examined tells the kernel that the file k has been looked at (probed, or
+// found to hold nothing to probe, or data): mapping it stops nobody from
+// now on. Only under Options.All, where map_fault and map_pages run. An
+// error is ignored: the worst outcome is one more stop of a process that
+// maps the file.
+func (s *Session) examined(k fileKey) {
+	if !s.opts.All || s.late.known[k] {
+		return
+	}
+	if s.late.known == nil || len(s.late.known) >= maxKnown {
+		s.late.known = make(map[fileKey]bool)
+	}
+	s.late.known[k] = true
+	_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, uint8(1), ebpf.UpdateAny)
+}
+
+// adoptLate adopts the process of r, a record of a process not tracked yet
+// (handle, Options.All). held reports that it is another session's: r has
+// been dealt with. A loader record that did not stop the process (it has a
+// controlling terminal or a debugger, see may_stop_other) while adopt
+// probed a new file for it means the process ran on meanwhile: that is
+// said once, since calls made before the probes were in place are missed.
+func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
+	pid, before := r.ev.PID, len(s.att.files)
+	if err := s.adopt(pid); err != nil {
+		return false, err
+	}
+	if _, ok := s.held[pid]; ok {
+		s.heldRecord(r)
+		return true, nil
+	}
+	if r.kind == recLoader && r.flags&recFlagStopped != 0 {
+		s.knowData(pid)
+	}
+	if r.kind == recLoader && r.flags&recFlagStopped == 0 && len(s.att.files) > before && s.procs[pid] != nil && s.opts.Note != nil {
+		s.opts.Note(fmt.Sprintf("pid %d loaded a CUDA library no probe covered yet and was not stopped for it "+
+			"(it has a controlling terminal or a debugger): its calls before the probes were in place are missed", pid))
+	}
+	return false, nil
+}
+
+// lateState is a Session's part in this file.
+type lateState struct {
+	// known mirrors the BPF map known_files, so that a file is put there
+	// once; cleared when it reaches maxKnown (the BPF map is an LRU of
+	// that size: an entry put again costs a map update).
+	known map[fileKey]bool
+	// deferred are this session's stops of held processes.
+	deferred []deferredStop
+}
+
+// maxKnown is known_files' size (bpf/vramprof.bpf.c).
+const maxKnown = 65536
+
+// heldRecord handles a record of a process another session traces (held):
+// dropped, but when this session stopped it (a pending process, see the
+// top of this file), the stop is deferred to resumeDeferred.
+func (s *Session) heldRecord(r *rawRecord) {
+	if (r.kind == recLoader || r.kind == recExec) && r.flags&recFlagStopped != 0 {
+		s.deferStop(r.ev.PID, r.ev.Addr)
+	}
+}
+
+// deferredStop is a stop of a held process this session made and has not
+// resumed: the session that holds it resumes it after its own probing.
+type deferredStop struct {
+	pid   uint32
+	start uint64 // the process's start time, as /proc shows it
+	seq   uint64 // the stopped map's key
+}
+
+// deferStop keeps stop seq of pid for resumeDeferred.
+func (s *Session) deferStop(pid uint32, seq uint64) {
+	st, err := procStartTime(int(pid))
+	if err != nil {
+		s.resumed(seq) // gone: nothing to resume
+		return
+	}
+	s.late.deferred = append(s.late.deferred, deferredStop{pid: pid, start: st, seq: seq})
+}
+
+// resumeDeferred settles the deferred stops (from tick). A process that
+// runs again was resumed by the session that holds it: this session's stop
+// is forgotten. One that this session's peer no longer holds (that session
+// ended) and is still stopped is resumed here. Until then the entry stays
+// in the stopped map, so that Close or the guardian resume it if this
+// session ends first.
+func (s *Session) resumeDeferred() error {
+	var errs []error
+	kept := s.late.deferred[:0]
+	for _, d := range s.late.deferred {
+		st, err := procStartTime(int(d.pid))
+		switch {
+		case err != nil || st != d.start:
+			s.resumed(d.seq) // gone
+		case procState(int(d.pid)) != 'T':
+			s.resumed(d.seq) // resumed by its session
+		case heldBy(d.pid, d.start) == 0:
+			if kerr := syscall.Kill(int(d.pid), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("resume pid %d: %w", d.pid, kerr))
+			}
+			s.resumed(d.seq)
+		default:
+			kept = append(kept, d)
+		}
+	}
+	s.late.deferred = kept
+	return errors.Join(errs...)
+}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/report/compare"
+	"github.com/vramprof/vramprof/report/recorder"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // Exit codes of `vramprof check`: 0 every check passed, 1 a memory
@@ -24,17 +26,6 @@ const (
 	exitCheckPass       = 0
 	exitCheckRegression = 1
 )
-
-// baselineSchema names the file `check --write-baseline` writes.
-const baselineSchema = compare.BaselineSchema
-
-// errCommandFailed: the command run by `check -- CMD` exited non-zero (or was
-// killed) and no memory limit was exceeded.
-var errCommandFailed = compare.ErrCommandFailed
-
-// errLostEvents: more events were lost than --allow-lost allows, so the
-// figures may be wrong either way and the verdict is unknown.
-var errLostEvents = compare.ErrLostEvents
 
 // checkOptions are the flags of `vramprof check`.
 type checkOptions struct {
@@ -120,14 +111,14 @@ func parseCheck(args []string) (*checkOptions, error) {
 		if !set[s.name] {
 			continue
 		}
-		n, err := parseSize(s.text)
+		n, err := units.ParseSize(s.text)
 		if err != nil {
 			return nil, usageError(fmt.Errorf("check: --%s %q: %w", s.name, s.text, err))
 		}
 		*s.dst = &n
 	}
 	if set["allow-lost"] {
-		r, err := parsePercent(o.allowLostText)
+		r, err := compare.ParsePercent(o.allowLostText)
 		if err != nil || r.Cmp(big.NewRat(100, 1)) > 0 {
 			return nil, usageError(fmt.Errorf("check: --allow-lost %q: give a percentage from 0 to 100, such as 0.1", o.allowLostText))
 		}
@@ -135,7 +126,7 @@ func parseCheck(args []string) (*checkOptions, error) {
 		o.allowLostText = strings.TrimSuffix(o.allowLostText, "%")
 	}
 	if set["max-increase"] {
-		r, err := parsePercent(o.maxIncreaseText)
+		r, err := compare.ParsePercent(o.maxIncreaseText)
 		if err != nil {
 			return nil, usageError(fmt.Errorf("check: --max-increase %q: %w", o.maxIncreaseText, err))
 		}
@@ -176,7 +167,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		if dir == "" {
 			tmp, err := os.MkdirTemp("", "vramprof-check-")
 			if err != nil {
-				return 0, fmt.Errorf("%w: %w", errOutputDir, err)
+				return 0, fmt.Errorf("%w: %w", recorder.ErrOutputDir, err)
 			}
 			defer os.RemoveAll(tmp)
 			dir = tmp
@@ -192,13 +183,13 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		exitCode = &code
 		// run wrote report.json from the trace it recorded: the same
 		// analysis a later `vramprof check DIR` makes.
-		if snap, err = loadSnapshot(filepath.Join(dir, jsonFile)); err != nil {
+		if snap, err = recorder.LoadSnapshot(filepath.Join(dir, recorder.JSONFile)); err != nil {
 			return 0, fmt.Errorf("check: %w", err)
 		}
 		snap.Source = compare.CommandText(o.argv)
 	} else {
 		var err error
-		if snap, err = loadSnapshot(o.input); err != nil {
+		if snap, err = recorder.LoadSnapshot(o.input); err != nil {
 			return 0, fmt.Errorf("check: %s: %w", o.input, err)
 		}
 		recording = "recording: " + o.input
@@ -220,7 +211,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 		return 0, fmt.Errorf("check: write verdict: %w", err)
 	}
 	if o.junit != "" {
-		if err := writeFileAtomic(o.junit, v.WriteJUnit); err != nil {
+		if err := recorder.WriteFileAtomic(o.junit, v.WriteJUnit); err != nil {
 			return 0, fmt.Errorf("check: --junit: %w", err)
 		}
 	}
@@ -233,7 +224,7 @@ func checkCmd(ctx context.Context, o *checkOptions, stdout io.Writer) (int, erro
 	// one whose figures lost events may have skewed.
 	if _, cmdFailed := v.Failed(); o.writeBaseline != "" && !cmdFailed && !v.Unknown() {
 		write := func(w io.Writer) error { return compare.WriteBaseline(w, snap, "vramprof "+version) }
-		if err := writeFileAtomic(o.writeBaseline, write); err != nil {
+		if err := recorder.WriteFileAtomic(o.writeBaseline, write); err != nil {
 			return 0, fmt.Errorf("check: --write-baseline: %w", err)
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
+	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/report/recorder"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // The command line, as kong reads it: one struct per subcommand, whose
@@ -66,7 +68,7 @@ func newParser(w io.Writer) (*kong.Kong, *cli, error) {
 			"grace":           exporter.DefaultGrace.String(),
 			"ttl":             exporter.DefaultTTL.String(),
 			"snapshotFile":    recorder.SnapshotFile,
-			"baselineSchema":  baselineSchema,
+			"baselineSchema":  compare.BaselineSchema,
 			"segmentPattern":  recorder.SegmentPattern,
 			"maxTraceMinimum": "64KiB",
 		},
@@ -220,7 +222,7 @@ type recordFlags struct {
 // options checks the flags into o's fields.
 func (f *recordFlags) options(cmd string) (nvml string, capacity uint64, allocs []allocspec.Allocator, err error) {
 	if f.Capacity != nil {
-		if capacity, err = parseSize(*f.Capacity); err != nil {
+		if capacity, err = units.ParseSize(*f.Capacity); err != nil {
 			return "", 0, nil, flagValueError(cmd, "capacity", *f.Capacity, err)
 		}
 	}
@@ -247,7 +249,7 @@ func (f *liveFlags) maxTrace(cmd string) (uint64, error) {
 		return 0, nil
 	}
 	v := *f.MaxTrace
-	n, err := parseSize(v)
+	n, err := units.ParseSize(v)
 	if err == nil && n < recorder.MinMaxTrace {
 		err = fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, recorder.MinMaxTrace, "64KiB")
 	}
@@ -450,7 +452,7 @@ func parseReport(args []string) (*reportOptions, error) {
 func (f *reportFlags) options() (*reportOptions, error) {
 	o := &reportOptions{out: f.Output, force: f.Force, format: f.Format}
 	if f.Capacity != nil {
-		n, err := parseSize(*f.Capacity)
+		n, err := units.ParseSize(*f.Capacity)
 		if err != nil {
 			return nil, flagValueError("report", "capacity", *f.Capacity, err)
 		}

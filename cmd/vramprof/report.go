@@ -25,7 +25,7 @@ type reportOptions struct {
 // privileges. Notes (which process a snapshot holds) go to stderr.
 func reportCmd(o *reportOptions, stdout, stderr io.Writer) error {
 	if o.format == "snapshot" && o.out == "" && isTerminalWriter(stdout) {
-		return usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + snapshotFile + "), or redirect stdout to a file (> " + snapshotFile + ")"))
+		return usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + recorder.SnapshotFile + "), or redirect stdout to a file (> " + recorder.SnapshotFile + ")"))
 	}
 	err := recorder.Report(recorder.ReportOptions{Input: o.input, Out: o.out, Force: o.force, Format: o.format,
 		PID: o.pid, PIDSet: o.pidSet, Analysis: analysis.Options{Capacity: o.capacity}}, stdout, stderr)

@@ -10,43 +10,35 @@ import (
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// diffOptions are the flags of `vramprof diff`.
-type diffOptions struct {
-	base, new string
-	format    string
-}
-
-func parseDiff(args []string) (*diffOptions, error) {
+func parseDiff(args []string) (*diffFlags, error) {
 	c, err := parseCommand("diff", args)
 	if err != nil {
 		return nil, err
 	}
-	o := &diffOptions{format: c.Diff.Format}
-	positional := c.Diff.Paths
-	if len(positional) != 2 {
+	o := &c.Diff
+	if len(o.Paths) != 2 {
 		return nil, usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))
 	}
-	o.base, o.new = positional[0], positional[1]
-	if o.format != "text" && o.format != "json" {
-		return nil, usageError(fmt.Errorf("diff: unknown --format %q; use text or json", o.format))
+	if o.Format != "text" && o.Format != "json" {
+		return nil, usageError(fmt.Errorf("diff: unknown --format %q; use text or json", o.Format))
 	}
 	return o, nil
 }
 
 // diffCmd compares two recordings (package compare). It needs no
 // privileges.
-func diffCmd(o *diffOptions, stdout io.Writer) error {
-	base, err := recorder.LoadSnapshot(o.base)
+func diffCmd(o *diffFlags, stdout io.Writer) error {
+	base, err := recorder.LoadSnapshot(o.Paths[0])
 	if err != nil {
-		return fmt.Errorf("diff: BASE %s: %w", o.base, err)
+		return fmt.Errorf("diff: BASE %s: %w", o.Paths[0], err)
 	}
-	nw, err := recorder.LoadSnapshot(o.new)
+	nw, err := recorder.LoadSnapshot(o.Paths[1])
 	if err != nil {
-		return fmt.Errorf("diff: NEW %s: %w", o.new, err)
+		return fmt.Errorf("diff: NEW %s: %w", o.Paths[1], err)
 	}
 	d := compare.NewDiff(base, nw)
 	var buf bytes.Buffer
-	if o.format == "json" {
+	if o.Format == "json" {
 		if err := d.WriteJSON(&buf); err != nil {
 			return fmt.Errorf("diff: encode: %w", err)
 		}

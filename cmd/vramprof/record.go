@@ -30,7 +30,7 @@ type recording struct {
 	nvmlDone chan struct{}
 	// started is when recording began, for the status line's clock.
 	started time.Time
-	// live follows live device bytes for the status line (status.go); nil
+	// live follows live device bytes for the status line (report/status); nil
 	// when no status is shown.
 	live *status.Live
 }

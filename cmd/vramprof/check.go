@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/recorder"
-	"github.com/vramprof/vramprof/report/units"
 )
 
 // Exit codes of `vramprof check`: 0 every check passed, 1 a memory
@@ -55,42 +52,10 @@ func parseCheck(args []string) (*checkFlags, error) {
 	case !hasCmd && o.Output != nil:
 		return nil, usageError(errors.New("check: -o keeps the recording of -- CMD; an INPUT is already a recording"))
 	}
-	l := &o.limits
-	for _, s := range []struct {
-		name string
-		text *string
-		dst  **uint64
-	}{{"max-peak", o.MaxPeak, &l.MaxPeak}, {"max-leak", o.MaxLeak, &l.MaxLeak}} {
-		if s.text == nil {
-			continue
-		}
-		n, err := units.ParseSize(*s.text)
-		if err != nil {
-			return nil, usageError(fmt.Errorf("check: --%s %q: %w", s.name, *s.text, err))
-		}
-		*s.dst = &n
-	}
-	if v := o.AllowLost; v != nil {
-		r, err := compare.ParsePercent(*v)
-		if err != nil || r.Cmp(big.NewRat(100, 1)) > 0 {
-			return nil, usageError(fmt.Errorf("check: --allow-lost %q: give a percentage from 0 to 100, such as 0.1", *v))
-		}
-		l.AllowLost, l.AllowLostText = r, strings.TrimSuffix(*v, "%")
-	}
-	if v := o.MaxIncrease; v != nil {
-		r, err := compare.ParsePercent(*v)
-		if err != nil {
-			return nil, usageError(fmt.Errorf("check: --max-increase %q: %w", *v, err))
-		}
-		l.MaxIncrease, l.MaxIncreaseText = r, strings.TrimSuffix(*v, "%")
-	}
-	switch {
-	case o.MaxIncrease != nil && o.Baseline == "":
-		return nil, usageError(errors.New("check: --max-increase needs --baseline FILE, the run to compare with"))
-	case o.Baseline != "" && o.MaxIncrease == nil:
-		return nil, usageError(errors.New("check: --baseline needs --max-increase PCT, the growth allowed over it"))
-	case l.MaxPeak == nil && l.MaxLeak == nil && o.Baseline == "" && o.WriteBaseline == "":
-		return nil, usageError(errors.New("check: nothing to check; give --max-peak, --max-leak, --baseline with --max-increase, or --write-baseline"))
+	o.limits, err = compare.ParseLimits(compare.LimitFlags{MaxPeak: o.MaxPeak, MaxLeak: o.MaxLeak, AllowLost: o.AllowLost,
+		MaxIncrease: o.MaxIncrease, Baseline: o.Baseline != "", WriteBaseline: o.WriteBaseline != ""})
+	if err != nil {
+		return nil, usageError(fmt.Errorf("check: %w", err))
 	}
 	return o, nil
 }

@@ -84,21 +84,22 @@ func TestCheckRecordingFlags(t *testing.T) {
 	o, err := parseCheck([]string{"--max-peak", "1GiB", "-q", "--pool", "off", "--python", "off", "--python-depth", "8",
 		"--nvml", "off", "--capacity", "80GiB", "--", "train", "--epochs", "2"})
 	require.NoError(t, err)
-	assert.True(t, o.quiet)
-	assert.Equal(t, "off", o.pool)
-	assert.Equal(t, "off", o.nvml)
-	assert.Equal(t, pythonFlags{Mode: "off", Depth: 8}, o.python)
+	assert.True(t, o.Quiet)
+	assert.Equal(t, "off", o.Pool)
+	assert.Equal(t, "off", o.NVML)
+	assert.Equal(t, pythonFlags{Mode: "off", Depth: 8}, o.Python)
 	assert.Equal(t, uint64(80<<30), o.capacity)
 	assert.Equal(t, []string{"train", "--epochs", "2"}, o.argv)
-	require.NotNil(t, o.maxPeak)
-	assert.Equal(t, uint64(1<<30), *o.maxPeak)
+	require.NotNil(t, o.limits.MaxPeak)
+	assert.Equal(t, uint64(1<<30), *o.limits.MaxPeak)
 
 	o, err = parseCheck([]string{"in.vpt", "--max-leak", "1MiB"})
 	require.NoError(t, err)
-	assert.Equal(t, "auto", o.pool, "the defaults are run's")
-	assert.Equal(t, "auto", o.nvml)
-	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.python)
-	assert.Equal(t, "in.vpt", o.input)
+	assert.Equal(t, "auto", o.Pool, "the defaults are run's")
+	assert.Equal(t, "auto", o.NVML)
+	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.Python)
+	assert.Equal(t, []string{"in.vpt"}, o.Input)
+	assert.Nil(t, o.argv)
 
 	for _, tc := range []struct {
 		args []string
@@ -119,21 +120,21 @@ func TestCheckRecordingFlags(t *testing.T) {
 func TestRunFlags(t *testing.T) {
 	o, err := parseRun([]string{"-o", "out", "-q", "--force", "--", "python", "-u", "train.py"})
 	require.NoError(t, err)
-	assert.Equal(t, "out", o.out)
-	assert.True(t, o.quiet)
-	assert.True(t, o.force)
-	assert.Equal(t, []string{"python", "-u", "train.py"}, o.argv)
-	assert.Equal(t, defaultMomentInterval, o.momentInterval)
-	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.python)
+	assert.Equal(t, "out", o.Output)
+	assert.True(t, o.Quiet)
+	assert.True(t, o.Force)
+	assert.Equal(t, []string{"python", "-u", "train.py"}, o.Command)
+	assert.Equal(t, defaultMomentInterval, o.MomentInterval)
+	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.Python)
 
 	o, err = parseRun([]string{"--quiet", "python", "-u", "train.py"})
 	require.NoError(t, err)
-	assert.True(t, o.quiet)
-	assert.Equal(t, []string{"python", "-u", "train.py"}, o.argv, "flags after the command are its own")
+	assert.True(t, o.Quiet)
+	assert.Equal(t, []string{"python", "-u", "train.py"}, o.Command, "flags after the command are its own")
 
 	o, err = parseRun([]string{"--", "--", "x"})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"--", "x"}, o.argv, "only the first -- ends the flags")
+	assert.Equal(t, []string{"--", "x"}, o.Command, "only the first -- ends the flags")
 }
 
 // TestFlagsGoSyntax: the flag forms Go's flag package took still work: a
@@ -143,24 +144,24 @@ func TestFlagsGoSyntax(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		want runOptions
+		want runFlags
 	}{
-		{"one dash", []string{"-force", "-moment-interval", "5s", "--", "true"}, runOptions{force: true, momentInterval: 5 * time.Second}},
-		{"equals", []string{"-o=out", "--", "true"}, runOptions{out: "out"}},
-		{"two dashes short", []string{"--o", "out", "--q", "true"}, runOptions{out: "out", quiet: true}},
-		{"dash value", []string{"-o", "-out-", "true"}, runOptions{out: "-out-"}},
-		{"command's flags", []string{"-q", "true", "-o=x", "--force"}, runOptions{quiet: true}},
+		{"one dash", []string{"-force", "-moment-interval", "5s", "--", "true"}, runFlags{liveFlags: liveFlags{Force: true, MomentInterval: 5 * time.Second}}},
+		{"equals", []string{"-o=out", "--", "true"}, runFlags{liveFlags: liveFlags{Output: "out"}}},
+		{"two dashes short", []string{"--o", "out", "--q", "true"}, runFlags{liveFlags: liveFlags{Output: "out"}, recordFlags: recordFlags{Quiet: true}}},
+		{"dash value", []string{"-o", "-out-", "true"}, runFlags{liveFlags: liveFlags{Output: "-out-"}}},
+		{"command's flags", []string{"-q", "true", "-o=x", "--force"}, runFlags{recordFlags: recordFlags{Quiet: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parseRun(tc.args)
 			require.NoError(t, err)
-			assert.Equal(t, tc.want.out, o.out)
-			assert.Equal(t, tc.want.force, o.force)
-			assert.Equal(t, tc.want.quiet, o.quiet)
-			if tc.want.momentInterval != 0 {
-				assert.Equal(t, tc.want.momentInterval, o.momentInterval)
+			assert.Equal(t, tc.want.Output, o.Output)
+			assert.Equal(t, tc.want.Force, o.Force)
+			assert.Equal(t, tc.want.Quiet, o.Quiet)
+			if tc.want.MomentInterval != 0 {
+				assert.Equal(t, tc.want.MomentInterval, o.MomentInterval)
 			}
-			assert.Equal(t, "true", o.argv[0])
+			assert.Equal(t, "true", o.Command[0])
 		})
 	}
 	_, err := parseRun([]string{"--moment-interval", "-1s", "--", "true"})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
@@ -48,10 +49,10 @@ var hints = []struct {
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
 	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
 	{event.ErrTruncated, "the trace was cut short before its first record; re-record it"},
-	{errLostEvents, "re-run the check (a less loaded machine loses fewer events), or accept that share with --allow-lost PCT"},
-	{errCommandFailed, "the command's own failure, not a memory regression: see its output above"},
-	{errSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},
-	{errRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},
+	{compare.ErrLostEvents, "re-run the check (a less loaded machine loses fewer events), or accept that share with --allow-lost PCT"},
+	{compare.ErrCommandFailed, "the command's own failure, not a memory regression: see its output above"},
+	{compare.ErrSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},
+	{compare.ErrRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},
 	{recorder.ErrInput, "INPUT must be a vramprof output directory (holding trace.vpt), a .vpt trace or a PyTorch memory snapshot .pickle"},
 	{recorder.ErrTruncated, "the outputs cover the whole records before the cut and say the run was cut short"},
 }

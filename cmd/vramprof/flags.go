@@ -12,15 +12,18 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
+	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/report/recorder"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // The command line, as kong reads it: one struct per subcommand, whose
-// fields are the flags and the help. Parsing stops at kong; what a flag
-// means (sizes, auto|off, files) is checked after, by each command's
-// options method, into the options struct the command runs with, with the
-// error texts the flag package gave.
+// fields are the flags and the help, and the command runs with it. Parsing
+// stops at kong; what a flag means (sizes, auto|off, files) is checked
+// after, by each command's parse function, into the struct's unexported
+// fields, with the error texts the flag package gave. (attach copies its
+// flags into attachOptions, which attach.go reads.)
 
 // cli is the whole command line: kong prints its help.
 type cli struct {
@@ -66,7 +69,7 @@ func newParser(w io.Writer) (*kong.Kong, *cli, error) {
 			"grace":           exporter.DefaultGrace.String(),
 			"ttl":             exporter.DefaultTTL.String(),
 			"snapshotFile":    recorder.SnapshotFile,
-			"baselineSchema":  baselineSchema,
+			"baselineSchema":  compare.BaselineSchema,
 			"segmentPattern":  recorder.SegmentPattern,
 			"maxTraceMinimum": "64KiB",
 		},
@@ -215,22 +218,24 @@ type recordFlags struct {
 	Capacity *string `placeholder:"SIZE" help:"each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell"`
 	probeFlags
 	Quiet bool `short:"q" help:"no live status and no summary (outputs are still written, errors still printed)"`
+
+	capacity uint64                // --capacity in bytes, set by check
+	allocs   []allocspec.Allocator // --allocators' specs, set by check
 }
 
-// options checks the flags into o's fields.
-func (f *recordFlags) options(cmd string) (nvml string, capacity uint64, allocs []allocspec.Allocator, err error) {
+// check checks the flags and sets capacity and allocs.
+func (f *recordFlags) check(cmd string) error {
 	if f.Capacity != nil {
-		if capacity, err = parseSize(*f.Capacity); err != nil {
-			return "", 0, nil, flagValueError(cmd, "capacity", *f.Capacity, err)
+		var err error
+		if f.capacity, err = units.ParseSize(*f.Capacity); err != nil {
+			return flagValueError(cmd, "capacity", *f.Capacity, err)
 		}
 	}
-	if allocs, err = f.probeFlags.options(cmd); err != nil {
-		return "", 0, nil, err
+	var err error
+	if f.allocs, err = f.probeFlags.options(cmd); err != nil {
+		return err
 	}
-	if err := checkAutoOff(cmd, "nvml", f.NVML); err != nil {
-		return "", 0, nil, err
-	}
-	return f.NVML, capacity, allocs, nil
+	return checkAutoOff(cmd, "nvml", f.NVML)
 }
 
 // liveFlags are the flags of run and attach beyond recordFlags.
@@ -239,22 +244,32 @@ type liveFlags struct {
 	Force          bool          `help:"overwrite the outputs of an earlier recording in the output directory (refused without it)"`
 	MomentInterval time.Duration `default:"${momentInterval}" placeholder:"D" help:"after an out-of-memory moment report (DIR/moments/), the least time before the next one"`
 	MaxTrace       *string       `placeholder:"SIZE" help:"keep the trace within SIZE on disk (e.g. 512MiB): the last events, in segments DIR/${segmentPattern}, and a checkpoint of what came before"`
+
+	// maxTrace is --max-trace in bytes, 0 when not given (unbounded), set
+	// by check.
+	maxTrace uint64
 }
 
-// maxTrace is --max-trace in bytes, 0 when not given.
-func (f *liveFlags) maxTrace(cmd string) (uint64, error) {
-	if f.MaxTrace == nil {
-		return 0, nil
+// check checks r (the recording flags), then --max-trace and
+// --moment-interval, in the order the flag package checked them.
+func (f *liveFlags) check(cmd string, r *recordFlags) error {
+	if err := r.check(cmd); err != nil {
+		return err
 	}
-	v := *f.MaxTrace
-	n, err := parseSize(v)
-	if err == nil && n < recorder.MinMaxTrace {
-		err = fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", v, recorder.MinMaxTrace, "64KiB")
+	if v := f.MaxTrace; v != nil {
+		n, err := units.ParseSize(*v)
+		if err == nil && n < recorder.MinMaxTrace {
+			err = fmt.Errorf("%s is below the least --max-trace, %d bytes (%s)", *v, recorder.MinMaxTrace, "64KiB")
+		}
+		if err != nil {
+			return flagValueError(cmd, "max-trace", *v, err)
+		}
+		f.maxTrace = n
 	}
-	if err != nil {
-		return 0, flagValueError(cmd, "max-trace", v, err)
+	if f.MomentInterval < 0 {
+		return usageError(fmt.Errorf("%s: --moment-interval %s is negative", cmd, f.MomentInterval))
 	}
-	return n, nil
+	return nil
 }
 
 // checkAutoOff validates a flag that takes auto or off.
@@ -265,99 +280,52 @@ func checkAutoOff(cmd, flag, v string) error {
 	return nil
 }
 
-// runOptions are the flags of `vramprof run`.
-type runOptions struct {
-	out      string
-	nvml     string
-	pool     string
-	python   pythonFlags
-	capacity uint64
-	allocs   []allocspec.Allocator // --allocators
-	argv     []string
-	// quiet (-q) leaves out the live status and the summary; outputs are
-	// still written and errors still printed. check sets it: it prints its
-	// own verdict.
-	quiet bool
-	// force (--force) overwrites an earlier recording in out.
-	force bool
-	// momentInterval (--moment-interval) is the rate limit of
-	// out-of-memory moment reports (report/recorder); 0: none but the cap.
-	momentInterval time.Duration
-	// maxTrace (--max-trace) bounds the trace on disk: the flight
-	// recorder (report/recorder); 0: unbounded.
-	maxTrace uint64
-}
-
 // defaultMomentInterval is the --moment-interval default: after an
 // out-of-memory moment report, the next failure gets one only this much
 // later. A minute keeps a retry loop from writing a report a second, and
 // still catches the OOM of a later epoch.
 const defaultMomentInterval = time.Minute
 
-// checkMomentInterval refuses a negative --moment-interval.
-func checkMomentInterval(cmd string, d time.Duration) error {
-	if d < 0 {
-		return usageError(fmt.Errorf("%s: --moment-interval %s is negative", cmd, d))
-	}
-	return nil
-}
-
-// runFlags are the flags of `vramprof run`.
+// runFlags are the flags of `vramprof run`; check fills one for its
+// recording of -- CMD.
 type runFlags struct {
 	liveFlags
 	recordFlags
 	Command []string `arg:"" optional:"" passthrough:"partial" name:"CMD" help:"the command to trace and its arguments, after --"`
 }
 
-func parseRun(args []string) (*runOptions, error) {
+func parseRun(args []string) (*runFlags, error) {
 	c, err := parseCommand("run", args)
 	if err != nil {
 		return nil, err
 	}
-	return c.Run.options()
-}
-
-func (f *runFlags) options() (*runOptions, error) {
-	o := &runOptions{out: f.Output, force: f.Force, quiet: f.Quiet, momentInterval: f.MomentInterval,
-		pool: f.Pool, python: f.Python}
-	var err error
-	if o.nvml, o.capacity, o.allocs, err = f.recordFlags.options("run"); err != nil {
+	f := &c.Run
+	if err := f.liveFlags.check("run", &f.recordFlags); err != nil {
 		return nil, err
 	}
-	if o.maxTrace, err = f.maxTrace("run"); err != nil {
-		return nil, err
+	if len(f.Command) > 0 && f.Command[0] == "--" {
+		f.Command = f.Command[1:] // kong keeps the -- before a passthrough argument
 	}
-	if err := checkMomentInterval("run", o.momentInterval); err != nil {
-		return nil, err
-	}
-	o.argv = f.Command
-	if len(o.argv) > 0 && o.argv[0] == "--" {
-		o.argv = o.argv[1:] // kong keeps the -- before a passthrough argument
-	}
-	if len(o.argv) == 0 {
+	if len(f.Command) == 0 {
 		return nil, usageError(errors.New("run: no command given; usage: vramprof run [-o DIR] -- CMD [ARGS...]"))
 	}
-	return o, nil
+	return f, nil
 }
 
-// attachOptions are the flags of `vramprof attach`.
+// attachOptions are the flags of `vramprof attach`, checked: attach.go
+// reads them (the flags' help says what each means).
 type attachOptions struct {
-	pid      int
-	out      string
-	duration time.Duration
-	wait     bool
-	all      bool
-	nvml     string
-	pool     string
-	python   pythonFlags
-	quiet    bool // -q: see runOptions.quiet
-	force    bool // --force: see runOptions.force
-	capacity uint64
-	allocs   []allocspec.Allocator // --allocators
-	// momentInterval: see runOptions.momentInterval.
+	pid            int
+	out            string
+	duration       time.Duration
+	wait, all      bool
+	nvml, pool     string
+	python         pythonFlags
+	quiet, force   bool
+	capacity       uint64
+	allocs         []allocspec.Allocator
 	momentInterval time.Duration
-	// maxTrace: see runOptions.maxTrace.
-	maxTrace uint64
+	maxTrace       uint64
 }
 
 // attachFlags are the flags of `vramprof attach`.
@@ -380,18 +348,12 @@ func parseAttach(args []string) (*attachOptions, error) {
 }
 
 func (f *attachFlags) options() (*attachOptions, error) {
+	if err := f.liveFlags.check("attach", &f.recordFlags); err != nil {
+		return nil, err
+	}
 	o := &attachOptions{pid: f.PID, out: f.Output, duration: f.Duration, wait: f.Wait, all: f.All,
-		pool: f.Pool, python: f.Python, quiet: f.Quiet, force: f.Force, momentInterval: f.MomentInterval}
-	var err error
-	if o.nvml, o.capacity, o.allocs, err = f.recordFlags.options("attach"); err != nil {
-		return nil, err
-	}
-	if o.maxTrace, err = f.maxTrace("attach"); err != nil {
-		return nil, err
-	}
-	if err := checkMomentInterval("attach", o.momentInterval); err != nil {
-		return nil, err
-	}
+		pool: f.Pool, python: f.Python, quiet: f.Quiet, force: f.Force, momentInterval: f.MomentInterval,
+		nvml: f.NVML, capacity: f.capacity, allocs: f.allocs, maxTrace: f.maxTrace}
 	if len(f.Extra) > 0 {
 		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", f.Extra[0]))
 	}
@@ -436,51 +398,56 @@ type reportFlags struct {
 	PID      *string  `name:"pid" placeholder:"PID" help:"with --format snapshot: the process to export (default: the recorded process, else the highest segment peak)"`
 	Capacity *string  `placeholder:"SIZE" help:"each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell"`
 	Input    []string `arg:"" optional:"" name:"INPUT" help:"an output DIR, a .vpt trace or a PyTorch snapshot .pickle"`
+
+	opts recorder.ReportOptions // the flags checked, set by check
 }
 
 // parseReport parses the flags of `vramprof report`.
-func parseReport(args []string) (*reportOptions, error) {
+func parseReport(args []string) (*reportFlags, error) {
 	c, err := parseCommand("report", args)
 	if err != nil {
 		return nil, err
 	}
-	return c.Report.options()
+	if err := c.Report.check(); err != nil {
+		return nil, err
+	}
+	return &c.Report, nil
 }
 
-func (f *reportFlags) options() (*reportOptions, error) {
-	o := &reportOptions{out: f.Output, force: f.Force, format: f.Format}
+func (f *reportFlags) check() error {
+	o := recorder.ReportOptions{Out: f.Output, Force: f.Force, Format: f.Format}
 	if f.Capacity != nil {
-		n, err := parseSize(*f.Capacity)
+		n, err := units.ParseSize(*f.Capacity)
 		if err != nil {
-			return nil, flagValueError("report", "capacity", *f.Capacity, err)
+			return flagValueError("report", "capacity", *f.Capacity, err)
 		}
-		o.capacity = n
+		o.Analysis.Capacity = n
 	}
 	if f.PID != nil {
 		n, err := strconv.ParseUint(*f.PID, 10, 32)
 		if err != nil || n == 0 {
-			return nil, flagValueError("report", "pid", *f.PID, fmt.Errorf("want a process ID, got %q", *f.PID))
+			return flagValueError("report", "pid", *f.PID, fmt.Errorf("want a process ID, got %q", *f.PID))
 		}
-		o.pid, o.pidSet = uint32(n), true
+		o.PID, o.PIDSet = uint32(n), true
 	}
 	if len(f.Input) != 1 {
-		return nil, usageError(errors.New("report: give exactly one INPUT (an output directory or a .vpt trace)"))
+		return usageError(errors.New("report: give exactly one INPUT (an output directory or a .vpt trace)"))
 	}
-	o.input = f.Input[0]
-	switch o.format {
+	o.Input = f.Input[0]
+	switch o.Format {
 	case "text", "md", "json", "html", "snapshot":
 	default:
-		return nil, usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html or snapshot", o.format))
+		return usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html or snapshot", o.Format))
 	}
-	if o.pidSet && o.format != "snapshot" {
-		return nil, usageError(errors.New("report: --pid chooses the process of --format snapshot; the other formats cover every process"))
+	if o.PIDSet && o.Format != "snapshot" {
+		return usageError(errors.New("report: --pid chooses the process of --format snapshot; the other formats cover every process"))
 	}
-	return o, nil
+	f.opts = o
+	return nil
 }
 
-// checkFlags are the flags of `vramprof check`; check.go turns them into
-// checkOptions. The command after -- is split off before kong reads the
-// rest (parseCheck).
+// checkFlags are the flags of `vramprof check`. The command after -- is
+// split off before kong reads the rest (parseCheck).
 type checkFlags struct {
 	MaxPeak       *string `placeholder:"SIZE" help:"fail when the peak (device memory, all devices and processes) exceeds SIZE"`
 	MaxLeak       *string `placeholder:"SIZE" help:"fail when the bytes still live at the end exceed SIZE"`
@@ -493,6 +460,9 @@ type checkFlags struct {
 	Force         bool    `help:"overwrite the outputs of an earlier recording in the output directory (refused without it)"`
 	recordFlags
 	Input []string `arg:"" optional:"" name:"INPUT" help:"an output directory, .vpt trace or report.json to check, or -- CMD [ARGS...] to record and check"`
+
+	limits compare.Limits // the limits parsed, set by parseCheck
+	argv   []string       // the command after --; nil: check Input[0]
 }
 
 // diffFlags are the flags of `vramprof diff`.

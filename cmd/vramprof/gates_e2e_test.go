@@ -21,6 +21,7 @@ import (
 
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // TestFailedPitchedRequest: managed_pinned's pitched_too_big asks
@@ -196,17 +197,17 @@ func TestOutputsNeverFollowLinks(t *testing.T) {
 		linked string // the output file in out/ that links to the victim
 		argv   func(dir string, force bool) []string
 	}{
-		{"run", traceFile, func(dir string, force bool) []string {
+		{"run", recorder.TraceFile, func(dir string, force bool) []string {
 			return append([]string{"run", "-q", "-o", dir}, forceArg(force, "--", steady)...)
 		}},
-		{"attach", traceFile, func(dir string, force bool) []string {
+		{"attach", recorder.TraceFile, func(dir string, force bool) []string {
 			// Refused before anything is attached; never let through here.
 			return append([]string{"attach", "-p", strconv.Itoa(os.Getpid()), "--duration", "1ms", "-o", dir}, forceArg(force)...)
 		}},
-		{"report", jsonFile, func(dir string, force bool) []string {
+		{"report", recorder.JSONFile, func(dir string, force bool) []string {
 			return append([]string{"report", rec, "-o", dir}, forceArg(force)...)
 		}},
-		{"check", traceFile, func(dir string, force bool) []string {
+		{"check", recorder.TraceFile, func(dir string, force bool) []string {
 			return append([]string{"check", "--max-leak", "0", "-o", dir}, forceArg(force, "--", steady)...)
 		}},
 	} {

@@ -2,10 +2,12 @@
 // allocation and free of a running or launched process, and writes pprof
 // profiles and reports that say what happened.
 //
-// The command line is read by kong (flags.go), into an options struct per
+// The command line is read by kong (flags.go), into a flags struct per
 // subcommand; one function does the work and returns an error, and main
 // turns that error into one line that says what to do. The work itself
-// lives in library packages: report/recorder records and replays.
+// lives in library packages: report/recorder records, replays and loads
+// recordings, report/compare judges and compares them, report/status draws
+// the live status line.
 package main
 
 import (

@@ -27,6 +27,7 @@ import (
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // momentReport is the part of a moment's report.json these tests read.
@@ -234,8 +235,8 @@ func TestMomentSIGUSR1(t *testing.T) {
 	require.Less(t, n, int64(len(trace)), "the moment is a strict prefix of the trace")
 	prefix := filepath.Join(t.TempDir(), "prefix.vpt")
 	require.NoError(t, os.WriteFile(prefix, trace[:n], 0o644))
-	res, err := analyze(prefix, analysis.Options{})
-	require.ErrorIs(t, err, errTruncatedTrace, "a prefix has no End record")
+	res, err := recorder.Analyze(prefix, analysis.Options{})
+	require.ErrorIs(t, err, recorder.ErrTruncated, "a prefix has no End record")
 	require.NotNil(t, res)
 	assert.Equal(t, m.Run.Events, res.Run.Events, "events in the prefix")
 	assert.Equal(t, *m.Totals.Allocations, res.Totals.Allocations, "allocations in the prefix")

@@ -14,6 +14,7 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/nvml"
 	"github.com/vramprof/vramprof/report/recorder"
+	"github.com/vramprof/vramprof/report/status"
 )
 
 // recording is a live session feeding a recorder.Recorder: the probes'
@@ -29,9 +30,9 @@ type recording struct {
 	nvmlDone chan struct{}
 	// started is when recording began, for the status line's clock.
 	started time.Time
-	// live follows live device bytes for the status line (status.go); nil
+	// live follows live device bytes for the status line (report/status); nil
 	// when no status is shown.
-	live *liveBytes
+	live *status.Live
 }
 
 // recordOptions are the flags run and attach share.
@@ -59,8 +60,8 @@ func startRecording(o recordOptions) (*recording, error) {
 	ro := recorder.Options{Dir: o.dir, Force: o.force, Header: o.header, Clock: probes.MonotonicNow,
 		MaxTrace: o.maxTrace, MomentInterval: o.moments, Note: noteFunc(o.quiet), Analysis: o.analysis}
 	if !o.quiet {
-		r.live = newLiveBytes()
-		ro.Observe = r.live.observe
+		r.live = status.NewLive()
+		ro.Observe = r.live.Observe
 	}
 	o.header.Tool = "vramprof " + version
 	var err error

@@ -18,19 +18,19 @@ import (
 )
 
 // run launches the command under the probes and returns its exit code.
-func run(ctx context.Context, o *runOptions) (int, error) {
-	dir := o.out
+func run(ctx context.Context, o *runFlags) (int, error) {
+	dir := o.Output
 	pending := dir == ""
 	if pending {
 		// The default name carries the child's PID, known only once it runs.
 		dir = fmt.Sprintf(".vramprof-pending-%d", os.Getpid())
 	}
-	if _, err := exec.LookPath(o.argv[0]); err != nil {
-		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.argv[0])
+	if _, err := exec.LookPath(o.Command[0]); err != nil {
+		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.Command[0])
 	}
-	rec, err := startRecording(recordOptions{dir: dir, force: o.force, header: &event.Header{Mode: "run", Command: o.argv},
-		probes: o.python.options(probes.Options{NoPool: o.pool == "off", Allocators: o.allocs}), nvmlMode: o.nvml,
-		quiet: o.quiet, maxTrace: o.maxTrace, moments: o.momentInterval, analysis: analysis.Options{Capacity: o.capacity}})
+	rec, err := startRecording(recordOptions{dir: dir, force: o.Force, header: &event.Header{Mode: "run", Command: o.Command},
+		probes: o.Python.options(probes.Options{NoPool: o.Pool == "off", Allocators: o.allocs}), nvmlMode: o.NVML,
+		quiet: o.Quiet, maxTrace: o.maxTrace, moments: o.MomentInterval, analysis: analysis.Options{Capacity: o.capacity}})
 	if err != nil {
 		return 0, err
 	}
@@ -43,7 +43,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	defer signal.Stop(sigs)
 
 	cmd, err := rec.session.Launch(probes.LaunchOptions{
-		Argv: o.argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Argv: o.Command, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 	if err != nil {
 		rec.abort()
@@ -71,7 +71,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 	go func() { runErr <- rec.run(runCtx) }()
 	// The command's own output shares the terminal: the status line is
 	// redrawn after it.
-	st := startStatus(rec, o.quiet, true)
+	st := startStatus(rec, o.Quiet, true)
 	defer st.stop()
 
 	waitErr := cmd.Wait()
@@ -86,7 +86,7 @@ func run(ctx context.Context, o *runOptions) (int, error) {
 		end.Reason = "signal: " + ws.Signal().String()
 	}
 	var summary io.Writer = os.Stderr
-	if o.quiet {
+	if o.Quiet {
 		summary = io.Discard
 	}
 	if err := rec.finish(end, summary); err != nil {

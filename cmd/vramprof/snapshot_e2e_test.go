@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // snapshotFixture is the current-generation fixture of profile/snapshot;
@@ -45,8 +47,8 @@ func TestReportSnapshot(t *testing.T) {
 	r = vramprof(t, execOpts{}, "report", snapshotFixture, "--format", "snapshot", "-o", dir)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Empty(t, r.stdout, "with -o the pickle goes to DIR")
-	exported := filepath.Join(dir, snapshotFile)
-	for _, f := range []string{snapshotFile, profileFile, jsonFile} {
+	exported := filepath.Join(dir, recorder.SnapshotFile)
+	for _, f := range []string{recorder.SnapshotFile, recorder.ProfileFile, recorder.JSONFile} {
 		assert.FileExists(t, filepath.Join(dir, f))
 	}
 	check(t, readPoolReport(t, dir))

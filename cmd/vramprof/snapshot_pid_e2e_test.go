@@ -16,6 +16,7 @@ import (
 
 	"github.com/vramprof/vramprof/probes/probetest"
 	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // segTruth is a segment as a truth file states it: the pointer and size of
@@ -134,7 +135,7 @@ func TestSnapshotPerProcess(t *testing.T) {
 			out := t.TempDir()
 			r := vramprof(t, execOpts{}, "report", dir, "--format", "snapshot", "--pid", strconv.Itoa(int(pid)), "-o", out)
 			require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-			checkProcessSnapshot(t, mustReadFile(t, filepath.Join(out, snapshotFile)), truths[pid])
+			checkProcessSnapshot(t, mustReadFile(t, filepath.Join(out, recorder.SnapshotFile)), truths[pid])
 			lines := r.stderrLines()
 			require.Len(t, lines, 1)
 			assert.Contains(t, lines[0], fmt.Sprintf("snapshot of pid %d ", pid))

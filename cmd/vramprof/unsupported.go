@@ -11,7 +11,7 @@ import (
 // works anywhere.
 var errLinuxOnly = errors.New("tracing needs Linux (eBPF uprobes); `vramprof report` works on this system")
 
-func run(context.Context, *runOptions) (int, error) { return 0, errLinuxOnly }
+func run(context.Context, *runFlags) (int, error) { return 0, errLinuxOnly }
 
 func attach(context.Context, *attachOptions) error { return errLinuxOnly }
 

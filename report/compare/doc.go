@@ -2,7 +2,8 @@
 // `vramprof check` (limits on the peak and on what is live at the end,
 // growth over a baseline, lost events), the baseline file it writes
 // (schema vramprof/baseline/v1), its JUnit XML, GitHub annotations and step
-// summary, and the model and text of `vramprof diff` (schema
+// summary (Verdict.Publish writes them all, through the caller's atomic
+// file writer), and the model and text of `vramprof diff` (schema
 // vramprof/diff/v1).
 //
 // Everything here works on a Snapshot: the figures of one report.json,
@@ -10,8 +11,9 @@
 // differ from run to run) and stacks by their rendered frames with
 // unsymbolized addresses blanked (ASLR moves them from run to run). A
 // Snapshot comes from a report.json (LoadReport, FromReport) or a baseline
-// (LoadBaseline); analysing a trace into a report is the caller's business,
-// so that this package needs neither root nor a scenario to be tested.
+// (LoadBaseline); analysing a trace into a report is the caller's business
+// (report/recorder's LoadSnapshot), so that this package needs neither root
+// nor a scenario to be tested.
 //
 // Verdicts are exact: sizes and percentages are compared as integers and
 // rationals (math/big), never as floating point, so that a limit set to the

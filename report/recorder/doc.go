@@ -15,7 +15,9 @@
 // The outputs always come from a replay of the trace (Analyze), never from
 // live state: that is what makes `vramprof report` byte-identical to the
 // live run. Analyze, Replay and Report read a trace, its segments, or a
-// PyTorch memory snapshot pickle, and need no privileges.
+// PyTorch memory snapshot pickle, and need no privileges; LoadSnapshot
+// reads a recording into what `vramprof diff` and `check` compare
+// (report/compare).
 //
 // The package imports neither cilium/ebpf nor go-nvml: the session and the
 // NVML sampler write records into a Recorder through its Write, and the

@@ -1,0 +1,57 @@
+package recorder
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report"
+	"github.com/vramprof/vramprof/report/compare"
+)
+
+// LoadSnapshot reads what `vramprof diff` and `check` compare of a
+// recording: an output directory (its trace or a flight recorder's
+// segments, analysed as Report does, else its report.json), a .vpt trace,
+// or a report.json. A trace cut short gives the figures before the cut,
+// and the snapshot says so (Truncated). Errors wrap compare.ErrRecording,
+// or compare.ErrSchema for a JSON file of another kind.
+func LoadSnapshot(path string) (*compare.Snapshot, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	if st.IsDir() {
+		trace, rep := filepath.Join(path, TraceFile), filepath.Join(path, JSONFile)
+		switch {
+		case isRegular(trace), len(SegmentsOf(trace)) > 0:
+			return snapshotFromTrace(path, trace)
+		case isRegular(rep):
+			return compare.LoadReport(path, rep)
+		}
+		return nil, fmt.Errorf("%w: %s holds neither %s nor %s", compare.ErrRecording, path, TraceFile, JSONFile)
+	}
+	if compare.IsJSONFile(path) {
+		return compare.LoadReport(path, path)
+	}
+	return snapshotFromTrace(path, path)
+}
+
+func isRegular(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// snapshotFromTrace analyses a trace (or its segments) into a snapshot
+// named source.
+func snapshotFromTrace(source, trace string) (*compare.Snapshot, error) {
+	res, err := Analyze(trace, analysis.Options{})
+	truncated := errors.Is(err, ErrTruncated)
+	if err != nil && !truncated {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	s := compare.FromReport(report.NewJSON(res), source)
+	s.Truncated = truncated
+	return s, nil
+}

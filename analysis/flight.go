@@ -7,7 +7,8 @@ import "github.com/vramprof/vramprof/probes/event"
 // allocations follow it as FlagRestored events, which the model takes as
 // any allocation. The summarised counts and bytes are added to the totals
 // here (they leave out the restored allocations, counted as they arrive),
-// and the summarised stretch's peak becomes each scope's peak so far. A
+// and the summarised stretch's peak becomes each scope's peak so far, with
+// what was live at it (restorePeak). A
 // second checkpoint in one stream (a reader that did not skip it) is
 // ignored: its stretch is already in the model.
 func (a *Analyzer) checkpoint(c *event.Checkpoint) {
@@ -61,6 +62,62 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 		add(&sp.totals)
 		if t.PeakBytes > sp.peak {
 			sp.peak, sp.peakTime = t.PeakBytes, t.PeakTime
+		}
+	}
+	for i := range c.Peaks {
+		a.restorePeak(&c.Peaks[i])
+	}
+}
+
+// restorePeak makes a checkpoint's live set at a peak the classes' set at
+// that peak: a process's in one scope (with the allocation that reached
+// it), or a device's over every process. Each class is marked changed
+// since the peak, so that a peak reached later replaces the set whole, as
+// in the stream the checkpoint cut (its classes changed after the peak
+// there, before the cut).
+func (a *Analyzer) restorePeak(p *event.CheckpointPeak) {
+	layer := p.Layer
+	if layer == event.LayerUnknown {
+		layer = event.LayerSegment
+	}
+	class := func(l *event.PeakClass) (int32, *classState, Usage) {
+		mem := SpaceDevice
+		switch l.Kind {
+		case event.KindHostAlloc:
+			mem = SpaceHost
+		case event.KindCreate:
+			mem = SpacePhysical
+		}
+		ci := a.class(classKey{l.Size, l.PID, l.Stack, l.Device, l.API, layer, mem})
+		return ci, a.classes[ci], Usage{Count: l.Count, Bytes: l.Count * l.Size}
+	}
+	switch {
+	case p.PerDevice && p.All:
+		ds := a.device(p.Device, deviceScope)
+		for i := range p.Live {
+			ci, c, u := class(&p.Live[i])
+			c.devPeak = u
+			ds.devTouch(ci, c)
+		}
+	case !p.PerDevice && !p.All:
+		mem := SpaceDevice
+		if p.Host {
+			mem = SpaceHost
+		}
+		sp := a.space(p.PID, scopeOf(layer, mem))
+		for i := range p.Live {
+			ci, c, u := class(&p.Live[i])
+			c.peak = u
+			a.touch(sp, ci, c)
+		}
+		if sp.peak > 0 && sp.peakTime == p.At.Time {
+			at := &p.At
+			atLayer := at.Layer
+			if atLayer == event.LayerUnknown {
+				atLayer = event.LayerSegment
+			}
+			sp.peakEvent = Allocation{Time: at.Time, Addr: at.Addr, Size: at.Size, Device: at.Device,
+				API: at.API, Layer: atLayer, Stack: at.Stack}
 		}
 	}
 }

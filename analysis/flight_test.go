@@ -149,8 +149,43 @@ func TestCheckpointRestore(t *testing.T) {
 			assert.Equal(t, wt.LiveBytesAtEnd, gt.LiveBytesAtEnd, "cut %d pid %d: live", cut, wp.PID)
 			assert.Equal(t, wp.LiveAtEnd, gp.LiveAtEnd, "cut %d pid %d: live stacks", cut, wp.PID)
 			assert.Equal(t, wp.Devices, gp.Devices, "cut %d pid %d: devices", cut, wp.PID)
+			assert.Equal(t, wp.PeakStacks, gp.PeakStacks, "cut %d pid %d: peak stacks", cut, wp.PID)
+			assert.Equal(t, wp.PeakEvent, gp.PeakEvent, "cut %d pid %d: peak event", cut, wp.PID)
+		}
+		for i, wd := range whole.Devices {
+			assert.Equal(t, wd.PeakStacks, got.Devices[i].PeakStacks, "cut %d device %d: peak stacks", cut, wd.Index)
+		}
+		assert.Equal(t, peakClasses(whole), peakClasses(got), "cut %d: the profile's peak samples", cut)
+		assert.Equal(t, findingsOf(whole, KindPeak), findingsOf(got, KindPeak), "cut %d: peak findings", cut)
+	}
+}
+
+// peakClasses are the classes live at their process's peak, as the pprof
+// profile's peak samples show them.
+func peakClasses(r *Result) map[Class]Usage {
+	m := make(map[Class]Usage)
+	for _, c := range r.Classes {
+		if c.Peak.Count == 0 {
+			continue
+		}
+		k := c
+		k.Alloc, k.Live, k.Peak = Usage{}, Usage{}, Usage{}
+		k.ProcessStart = 0 // a restored process starts at its first event kept
+		m[k] = c.Peak
+	}
+	return m
+}
+
+// findingsOf returns r's findings of one kind.
+func findingsOf(r *Result, kind string) []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Kind == kind {
+			f.ProcessStart = 0 // a restored process starts at its first event kept
+			out = append(out, f)
 		}
 	}
+	return out
 }
 
 // TestCheckpointRestoreExec cuts a stream in which a process execs after

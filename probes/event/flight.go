@@ -30,6 +30,27 @@ type Tracker struct {
 	first  uint64
 	last   uint64
 	totals map[totalsKey]*trackTotals
+	// peaks follow, for each scope whose peak a report shows stacks of,
+	// the live set by class and its copy at the scope's peak.
+	peaks map[totalsKey]*peakSet
+}
+
+// peakSet is one scope's live allocations by class and what was live at
+// its peak, kept as the analysis keeps a process's (classState.peak): at a
+// new peak only the classes changed since the last one are copied, so the
+// cost is O(events) however often the peak moves. A class neither live nor
+// at the peak is forgotten: memory follows what is live and the peak.
+type peakSet struct {
+	classes map[PeakClass]*peakCount
+	// dirty are the classes changed since the last peak.
+	dirty map[PeakClass]struct{}
+	// at is the allocation that reached the peak.
+	at Event
+}
+
+// peakCount is one class's count live now and at the peak.
+type peakCount struct {
+	live, peak uint64
 }
 
 type trackKey struct {
@@ -92,7 +113,7 @@ const (
 func NewTracker() *Tracker {
 	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
 		handles: make(map[handleKey]*handleState), active: make(map[uint32]bool),
-		totals: make(map[totalsKey]*trackTotals)}
+		totals: make(map[totalsKey]*trackTotals), peaks: make(map[totalsKey]*peakSet)}
 }
 
 // Observe follows one event, in stream order. Restored events are
@@ -177,6 +198,7 @@ func (t *Tracker) Observe(e *Event) {
 			// A missed free: the analysis drops the old one uncounted.
 			tt.live -= old.ev.Size
 			all.live -= old.ev.Size
+			t.peakLevel(tt, &old.ev, false, false)
 			t.deviceLevel(&old.ev, false)
 		}
 		if space == spaceHandle && !nested {
@@ -187,14 +209,17 @@ func (t *Tracker) Observe(e *Event) {
 		ev.Flags &^= FlagRestored
 		t.live[k] = trackedEvent{seq: t.seq, ev: ev}
 		if counted {
+			peak := false
 			for _, x := range [...]*trackTotals{tt, all} {
 				x.Allocations++
 				x.AllocatedBytes += e.Size
 				x.live += e.Size
 				if x.live > x.PeakBytes {
 					x.PeakBytes, x.PeakTime = x.live, e.Time
+					peak = peak || x == tt
 				}
 			}
+			t.peakLevel(tt, e, true, peak)
 			t.deviceLevel(e, true)
 		}
 		return
@@ -221,8 +246,105 @@ func (t *Tracker) Observe(e *Event) {
 			x.FreedBytes += old.ev.Size
 			x.live -= old.ev.Size
 		}
+		t.peakLevel(tt, &old.ev, false, false)
 		t.deviceLevel(&old.ev, false)
 	}
+}
+
+// peakLevel follows allocation e (made or released) in the live set of
+// scope x, whose peak it just moved when peak is set.
+func (t *Tracker) peakLevel(x *trackTotals, e *Event, add, peak bool) {
+	k := totalsKey{pid: x.PID, all: x.All, layer: x.Layer, host: x.Host, perDev: x.PerDevice, device: x.Device}
+	ps := t.peaks[k]
+	if ps == nil {
+		ps = &peakSet{classes: make(map[PeakClass]*peakCount), dirty: make(map[PeakClass]struct{})}
+		t.peaks[k] = ps
+	}
+	ps.level(e, add)
+	if peak {
+		ps.snapshot(e)
+	}
+}
+
+// classOf is the class of allocation e.
+func classOf(e *Event) PeakClass {
+	return PeakClass{PID: e.PID, Stack: e.Stack, Device: e.Device, Kind: e.Kind, API: e.API, Size: e.Size}
+}
+
+// level adds allocation e to the live set, or takes it out.
+func (ps *peakSet) level(e *Event, add bool) {
+	k := classOf(e)
+	c := ps.classes[k]
+	switch {
+	case add && c == nil:
+		c = &peakCount{}
+		ps.classes[k] = c
+	case !add && (c == nil || c.live == 0):
+		return
+	}
+	if add {
+		c.live++
+	} else {
+		c.live--
+	}
+	if c.live == 0 && c.peak == 0 {
+		delete(ps.classes, k)
+		delete(ps.dirty, k)
+		return
+	}
+	ps.dirty[k] = struct{}{}
+}
+
+// snapshot makes what is live the set at the peak, which e reached.
+func (ps *peakSet) snapshot(e *Event) {
+	for k := range ps.dirty {
+		c := ps.classes[k]
+		c.peak = c.live
+		if c.live == 0 {
+			delete(ps.classes, k)
+		}
+	}
+	clear(ps.dirty)
+	ps.at = *e
+	ps.at.Flags = 0
+}
+
+// clearPID takes every allocation of pid out of the live set, as gone
+// with its process image.
+func (ps *peakSet) clearPID(pid uint32) {
+	for k, c := range ps.classes {
+		if k.PID != pid || c.live == 0 {
+			continue
+		}
+		c.live = 0
+		if c.peak == 0 {
+			delete(ps.classes, k)
+			delete(ps.dirty, k)
+			continue
+		}
+		ps.dirty[k] = struct{}{}
+	}
+}
+
+// checkpoint returns the set at the peak of scope k, which is x.
+func (ps *peakSet) checkpoint(x *CheckpointTotals) CheckpointPeak {
+	p := CheckpointPeak{PID: x.PID, All: x.All, Layer: x.Layer, Host: x.Host, PerDevice: x.PerDevice, Device: x.Device}
+	if !x.All {
+		p.At = Event{Time: x.PeakTime, Addr: ps.at.Addr, Size: ps.at.Size, Device: ps.at.Device, API: ps.at.API,
+			Layer: ps.at.Layer, Stack: ps.at.Stack}
+	}
+	for k, c := range ps.classes {
+		if c.peak > 0 {
+			l := k
+			l.Count = c.peak
+			p.Live = append(p.Live, l)
+		}
+	}
+	slices.SortFunc(p.Live, func(a, b PeakClass) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Stack, b.Stack), cmp.Compare(a.Device, b.Device),
+			cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.API, b.API), cmp.Compare(a.Size, b.Size))
+	})
+	return p
 }
 
 // deviceLevel follows the device memory e (an allocation) holds on its
@@ -236,11 +358,20 @@ func (t *Tracker) deviceLevel(e *Event, add bool) {
 		x := t.total(k)
 		if !add {
 			x.live -= e.Size
+			if k.all {
+				t.peakLevel(x, e, false, false)
+			}
 			continue
 		}
 		x.live += e.Size
-		if x.live > x.PeakBytes {
+		peak := x.live > x.PeakBytes
+		if peak {
 			x.PeakBytes, x.PeakTime = x.live, e.Time
+		}
+		if k.all {
+			// Only the device's peak over every process has its stacks
+			// in a report.
+			t.peakLevel(x, e, true, peak)
 		}
 	}
 }
@@ -352,7 +483,11 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 	})
 	for i := range c.Totals {
 		x := &c.Totals[i]
-		restored[totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book, x.PerDevice, x.Device}] = x
+		k := totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book, x.PerDevice, x.Device}
+		restored[k] = x
+		if ps := t.peaks[k]; ps != nil && x.PeakBytes > 0 {
+			c.Peaks = append(c.Peaks, ps.checkpoint(x))
+		}
 	}
 	for i, te := range live {
 		evs[i] = te.ev
@@ -446,11 +581,13 @@ func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
 		return
 	}
 	delete(t.live, k)
-	for _, x := range [...]*trackTotals{t.total(totalsKey{pid: hk.pid, layer: LayerSegment}), t.total(totalsKey{all: true, layer: LayerSegment})} {
+	tt := t.total(totalsKey{pid: hk.pid, layer: LayerSegment})
+	for _, x := range [...]*trackTotals{tt, t.total(totalsKey{all: true, layer: LayerSegment})} {
 		x.Frees++
 		x.FreedBytes += old.ev.Size
 		x.live -= old.ev.Size
 	}
+	t.peakLevel(tt, &old.ev, false, false)
 	t.deviceLevel(&old.ev, false)
 }
 
@@ -555,6 +692,11 @@ func (t *Tracker) Process(p *Process) {
 	for k, x := range t.totals {
 		if k.pid == pid && !k.all {
 			x.live = 0
+		}
+	}
+	for k, ps := range t.peaks {
+		if k.all || k.pid == pid {
+			ps.clearPID(pid)
 		}
 	}
 }

@@ -27,9 +27,14 @@ package event
 // lists as uvarint count then strings. A Checkpoint is Time, Segment,
 // Events, FirstTime, Live, totals count, then per totals PID, All, Layer,
 // Host, Book, PerDevice, Device (zig-zag), Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
-// FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime (added within version 2:
-// older readers skip it, and read the FlagRestored events after it as
-// events). A Stack is ID, PID, frame count, then
+// FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime, then peaks
+// count and per peak PID, All, Layer, Host, PerDevice, Device (zig-zag),
+// At's Time, Addr, Size, Device (zig-zag), API, Layer, Stack, class count,
+// then per class PID, Stack, Device (zig-zag), Kind, API, Size, Count (the
+// peaks were appended later: a payload that ends after the totals has
+// none, and older readers ignore them). Checkpoints were added within
+// version 2: older readers skip them, and read the FlagRestored events
+// after them as events. A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
 // TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
 // UsedBytes. Empty lists decode as nil. Header.Version is not in the
@@ -1473,6 +1478,34 @@ func (e *encoder) checkpoint(c *Checkpoint) {
 			e.uint(v)
 		}
 	}
+	e.uint(uint64(len(c.Peaks)))
+	for i := range c.Peaks {
+		p := &c.Peaks[i]
+		e.uint(uint64(p.PID))
+		e.bool(p.All)
+		e.uint(uint64(p.Layer))
+		e.bool(p.Host)
+		e.bool(p.PerDevice)
+		e.int(int64(p.Device))
+		a := &p.At
+		e.uint(a.Time)
+		e.uint(a.Addr)
+		e.uint(a.Size)
+		e.int(int64(a.Device))
+		e.uint(uint64(a.API))
+		e.uint(uint64(a.Layer))
+		e.uint(uint64(a.Stack))
+		e.uint(uint64(len(p.Live)))
+		for _, l := range p.Live {
+			e.uint(uint64(l.PID))
+			e.uint(uint64(l.Stack))
+			e.int(int64(l.Device))
+			e.uint(uint64(l.Kind))
+			e.uint(uint64(l.API))
+			e.uint(l.Size)
+			e.uint(l.Count)
+		}
+	}
 }
 
 func (d *decoder) checkpoint(c *Checkpoint) {
@@ -1497,5 +1530,40 @@ func (d *decoder) checkpoint(c *Checkpoint) {
 			*v = d.uint()
 		}
 		c.Totals = append(c.Totals, t)
+	}
+	if len(d.b) == 0 {
+		return // written before Peaks were added
+	}
+	// Each peak is at least 14 bytes, each class 7.
+	n = d.count(14)
+	for range n {
+		var p CheckpointPeak
+		p.PID = d.u32()
+		p.All = d.bool()
+		p.Layer = Layer(d.uint())
+		p.Host = d.bool()
+		p.PerDevice = d.bool()
+		p.Device = d.i32()
+		a := &p.At
+		a.Time = d.uint()
+		a.Addr = d.uint()
+		a.Size = d.uint()
+		a.Device = d.i32()
+		a.API = API(d.uint())
+		a.Layer = Layer(d.uint())
+		a.Stack = StackID(d.u32())
+		m := d.count(7)
+		for range m {
+			var l PeakClass
+			l.PID = d.u32()
+			l.Stack = StackID(d.u32())
+			l.Device = d.i32()
+			l.Kind = Kind(d.uint())
+			l.API = API(d.uint())
+			l.Size = d.uint()
+			l.Count = d.uint()
+			p.Live = append(p.Live, l)
+		}
+		c.Peaks = append(c.Peaks, p)
 	}
 }

@@ -1,6 +1,10 @@
 package analysis
 
-import "github.com/vramprof/vramprof/probes/event"
+import (
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
 
 // checkpoint restores what a flight recorder's checkpoint summarises (see
 // event.Checkpoint): it comes before any event of its stream, and the live
@@ -15,7 +19,8 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 	if a.run.Flight != nil || a.run.Events > 0 {
 		return
 	}
-	a.run.Flight = &Flight{Segment: c.Segment, SummarisedEvents: c.Events, FirstTime: c.FirstTime, CutTime: c.Time}
+	a.run.Flight = &Flight{Segment: c.Segment, SummarisedEvents: c.Events, FirstTime: c.FirstTime, CutTime: c.Time,
+		PeakStacks: len(c.Peaks) > 0 || !slices.ContainsFunc(c.Totals, func(t event.CheckpointTotals) bool { return t.PeakBytes > 0 })}
 	if c.FirstTime != 0 {
 		a.see(c.FirstTime)
 	}

@@ -128,13 +128,18 @@ type Run struct {
 // of the events, after a checkpoint that summarises the ones before it.
 // Live allocations, the totals' counts and bytes (per process and
 // overall), the API books, and peak bytes and time (per process, per
-// device, overall) are exact over the whole run; what the summarised
-// stretch did beyond them (its timeline, its stacks at a peak inside it,
-// spikes, churn, fragmentation, iterations, the VMM's call counts and
-// peaks) is not in the results.
+// device, overall) are exact over the whole run, and so are the stacks
+// live at each peak when the checkpoint carries them (PeakStacks); what
+// the summarised stretch did beyond them (its timeline, spikes, churn,
+// fragmentation, iterations, the VMM's call counts and peaks) is not in
+// the results.
 type Flight struct {
 	// Segment is the checkpoint's segment: the first kept.
 	Segment uint64
+	// PeakStacks tells that the checkpoint carried what was live at its
+	// peaks (event.Checkpoint.Peaks): the stacks at a peak before the
+	// window are exact. Checkpoints written before they were added do not.
+	PeakStacks bool
 	// SummarisedEvents counts the events before the window, summarised in
 	// the checkpoint; Restored the live allocations among them, replayed
 	// from it.

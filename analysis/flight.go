@@ -72,6 +72,52 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 	for i := range c.Peaks {
 		a.restorePeak(&c.Peaks[i])
 	}
+	a.restoreTimelines(c)
+}
+
+// restoreTimelines makes a checkpoint's timelines the processes' timelines
+// so far; the restored allocations that follow are in them already
+// (inTimelines). The grid takes the checkpoint's level, then grows as far
+// as the cut needs with TimelinePoints: a grid of fewer buckets than the
+// checkpoint's ends as the whole stream's does, one of more is coarser.
+func (a *Analyzer) restoreTimelines(c *event.Checkpoint) {
+	if len(c.Timelines) == 0 || a.tl == nil {
+		return
+	}
+	a.run.Flight.Timelines = true
+	for uint64(a.tl.level) < c.TimelineLevel {
+		a.tl.width *= 2
+		a.tl.level++
+	}
+	a.tl.index(c.Time)
+	for i := range c.Timelines {
+		tl := &c.Timelines[i]
+		layer := tl.Layer
+		if layer == event.LayerUnknown {
+			layer = event.LayerSegment
+		}
+		mem := SpaceDevice
+		if tl.Host {
+			mem = SpaceHost
+		}
+		a.pids[tl.PID] = true
+		s := series{level: uint(c.TimelineLevel)}
+		for _, b := range tl.Buckets {
+			for uint64(len(s.buckets)) <= b.Index {
+				s.buckets = append(s.buckets, minMax{})
+			}
+			s.buckets[b.Index] = minMax{minT: b.MinTime, maxT: b.MaxTime, minV: b.MinBytes, maxV: b.MaxBytes, ok: true}
+		}
+		s.sync(a.tl)
+		a.space(tl.PID, scopeOf(layer, mem)).device(tl.Device).timeline = s
+	}
+}
+
+// inTimelines reports whether e is an allocation restored from a
+// checkpoint that carried the timelines: it is in them already, at its
+// time, and the level it made there is not the one it makes now.
+func (a *Analyzer) inTimelines(e *event.Event) bool {
+	return e.Flags&event.FlagRestored != 0 && a.run.Flight != nil && a.run.Flight.Timelines
 }
 
 // restorePeak makes a checkpoint's live set at a peak the classes' set at

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -72,14 +73,29 @@ func flightStream() *stream {
 // events after the cut must give the whole stream's totals, live
 // allocations (by stack, per process and device) and peak.
 func TestCheckpointRestore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"default", Options{}},
+		// A grid of 4 buckets ends coarser than the checkpoint's: its
+		// timelines merge into it.
+		{"few timeline points", Options{TimelinePoints: 8}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkCheckpointRestore(t, tc.opts) })
+	}
+}
+
+func checkCheckpointRestore(t *testing.T, opts Options) {
 	recs := flightStream().recs
-	whole := mustAnalyze(t, Options{}, recs)
+	whole := mustAnalyze(t, opts, recs)
 	require.NotZero(t, whole.Totals.LiveBytesAtEnd)
 	for cut := range recs {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
 		tr := event.NewTracker()
+		tr.SetStart(recs[0].(*event.Header).Start)
 		var desc, after []event.Record
 		for i, r := range recs {
 			e, isEvent := r.(*event.Event)
@@ -102,7 +118,7 @@ func TestCheckpointRestore(t *testing.T) {
 			window = append(window, &live[i])
 		}
 		window = append(window, after...)
-		got := mustAnalyze(t, Options{}, window)
+		got := mustAnalyze(t, opts, window)
 
 		require.NotNil(t, got.Run.Flight, "cut %d", cut)
 		assert.Equal(t, c.Events+got.Run.Events, whole.Run.Events, "cut %d: events", cut)
@@ -157,7 +173,17 @@ func TestCheckpointRestore(t *testing.T) {
 		}
 		assert.Equal(t, peakClasses(whole), peakClasses(got), "cut %d: the profile's peak samples", cut)
 		assert.Equal(t, findingsOf(whole, KindPeak), findingsOf(got, KindPeak), "cut %d: peak findings", cut)
+		assert.Equal(t, timelinesOf(whole), timelinesOf(got), "cut %d: timelines", cut)
 	}
+}
+
+// timelinesOf returns r's timelines by process and scope.
+func timelinesOf(r *Result) []Timeline {
+	out := slices.Clone(r.Timelines)
+	for i := range out {
+		out[i].ProcessStart = 0 // a restored process starts at its first event kept
+	}
+	return out
 }
 
 // peakClasses are the classes live at their process's peak, as the pprof

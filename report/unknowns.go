@@ -102,7 +102,10 @@ func flightLine(res *analysis.Result) string {
 	}
 	n := f.SummarisedEvents + res.Run.Events
 	covers := "totals, books and peaks cover the whole run; timelines, and stacks at a peak, before the window do not"
-	if f.PeakStacks {
+	switch {
+	case f.PeakStacks && f.Timelines:
+		covers = "totals, books, peaks, the stacks live at them and timelines cover the whole run"
+	case f.PeakStacks:
 		covers = "totals, books, peaks and the stacks live at them cover the whole run; timelines before the window do not"
 	}
 	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+

@@ -27,9 +27,14 @@ type flightReport struct {
 			KeptEvents          uint64 `json:"kept_events"`
 			SummarisedEvents    uint64 `json:"summarised_events"`
 			RestoredAllocations uint64 `json:"restored_allocations"`
+			WindowStart         uint64 `json:"window_start_ns"`
 			Note                string `json:"note"`
 		} `json:"flight"`
 	} `json:"run"`
+	Timelines []struct {
+		Space  string      `json:"space"`
+		Points [][2]uint64 `json:"points"`
+	} `json:"timelines"`
 }
 
 // segmentFiles lists the trace segments in dir with their sizes.
@@ -115,7 +120,20 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 				assert.NotZero(t, f.SummarisedEvents)
 				assert.NotZero(t, f.RestoredAllocations)
 				assert.Contains(t, f.Note, "flight recorder: kept the last")
-				assert.Contains(t, f.Note, "peaks and the stacks live at them cover the whole run")
+				assert.Contains(t, f.Note, "the stacks live at them and timelines cover the whole run")
+				// The device timeline starts before the window and reaches
+				// the peak, wherever it fell.
+				var highest uint64
+				for _, tl := range fr.Timelines {
+					if tl.Space != "device" || len(tl.Points) == 0 {
+						continue
+					}
+					assert.Less(t, tl.Points[0][0], f.WindowStart, "the timeline starts before the window")
+					for _, pt := range tl.Points {
+						highest = max(highest, pt[1])
+					}
+				}
+				assert.Equal(t, val(t, "peak_bytes", rep.Totals.PeakBytes), highest, "the timeline's highest point is the peak")
 				assert.Contains(t, r.stdout+r.stderr, "earlier events summarised in a checkpoint", "the summary says so")
 				md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 				require.NoError(t, err)

@@ -407,6 +407,37 @@ type Checkpoint struct {
 	// process. A peak reached after the checkpoint replaces its set.
 	// Absent in checkpoints written before it was added.
 	Peaks []CheckpointPeak
+	// TimelineLevel and Timelines are each process's live bytes over the
+	// summarised stretch, per layer, memory (Host) and device, downsampled
+	// as the analysis downsamples its timelines: on a grid of
+	// TimelineBuckets buckets from Header.Start, 1024<<TimelineLevel ns
+	// wide. Absent in checkpoints written before they were added.
+	TimelineLevel uint64
+	Timelines     []CheckpointTimeline
+}
+
+// TimelineBuckets is how many buckets a Checkpoint's timeline grid holds
+// at most: half of the analysis's default timeline points (one bucket
+// gives a low and a high point).
+const TimelineBuckets = 256
+
+// CheckpointTimeline is one process's timeline in a Checkpoint, in one
+// layer and memory (device and physical, or Host) on one device.
+type CheckpointTimeline struct {
+	PID     uint32
+	Layer   Layer
+	Host    bool
+	Device  int32
+	Buckets []TimelineBucket
+}
+
+// TimelineBucket is one bucket of a CheckpointTimeline, Index buckets from
+// the grid's origin: the lowest and the highest live bytes in it, each with
+// the time it was first reached.
+type TimelineBucket struct {
+	Index             uint64
+	MinTime, MinBytes uint64
+	MaxTime, MaxBytes uint64
 }
 
 // CheckpointPeak is the live set at one scope's peak in a Checkpoint. The

@@ -33,6 +33,8 @@ type Tracker struct {
 	// peaks follow, for each scope whose peak a report shows stacks of,
 	// the live set by class and its copy at the scope's peak.
 	peaks map[totalsKey]*peakSet
+	// tl are each process's timelines (timeline.go).
+	tl timelines
 }
 
 // peakSet is one scope's live allocations by class and what was live at
@@ -113,8 +115,12 @@ const (
 func NewTracker() *Tracker {
 	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
 		handles: make(map[handleKey]*handleState), active: make(map[uint32]bool),
-		totals: make(map[totalsKey]*trackTotals), peaks: make(map[totalsKey]*peakSet)}
+		totals: make(map[totalsKey]*trackTotals), peaks: make(map[totalsKey]*peakSet), tl: newTimelines()}
 }
+
+// SetStart sets the origin of the timelines' grid: the stream's
+// Header.Start, as the analysis takes it. Call it before the first event.
+func (t *Tracker) SetStart(start uint64) { t.tl.origin = start }
 
 // Observe follows one event, in stream order. Restored events are
 // followed like any other: a tracker fed a segment that starts from a
@@ -200,6 +206,7 @@ func (t *Tracker) Observe(e *Event) {
 			all.live -= old.ev.Size
 			t.peakLevel(tt, &old.ev, false, false)
 			t.deviceLevel(&old.ev, false)
+			t.tl.follow(&old.ev, false, e.Time)
 		}
 		if space == spaceHandle && !nested {
 			delete(t.live, trackKey{e.Addr, e.PID, layer, spaceReleased, false})
@@ -221,6 +228,7 @@ func (t *Tracker) Observe(e *Event) {
 			}
 			t.peakLevel(tt, e, true, peak)
 			t.deviceLevel(e, true)
+			t.tl.follow(e, true, e.Time)
 		}
 		return
 	}
@@ -248,6 +256,7 @@ func (t *Tracker) Observe(e *Event) {
 		}
 		t.peakLevel(tt, &old.ev, false, false)
 		t.deviceLevel(&old.ev, false)
+		t.tl.follow(&old.ev, false, e.Time)
 	}
 }
 
@@ -528,6 +537,7 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 			}
 		}
 	}
+	t.tl.checkpoint(c)
 	return c, evs
 }
 
@@ -571,8 +581,9 @@ func (t *Tracker) release(e *Event) {
 	t.live[trackKey{e.Addr, e.PID, LayerSegment, spaceReleased, false}] = trackedEvent{seq: t.seq, ev: ev}
 }
 
-// dropHandle frees a handle's physical memory: released and unmapped.
-func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
+// dropHandle frees a handle's physical memory, released and unmapped, at
+// time at.
+func (t *Tracker) dropHandle(hk handleKey, at uint64) {
 	delete(t.handles, hk)
 	delete(t.live, trackKey{hk.handle, hk.pid, LayerSegment, spaceReleased, false})
 	k := trackKey{hk.handle, hk.pid, LayerSegment, spaceHandle, false}
@@ -589,6 +600,7 @@ func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
 	}
 	t.peakLevel(tt, &old.ev, false, false)
 	t.deviceLevel(&old.ev, false)
+	t.tl.follow(&old.ev, false, at)
 }
 
 // mapRange follows cuMemMap: the handle is in Stream.
@@ -598,7 +610,7 @@ func (t *Tracker) mapRange(e *Event) {
 	}
 	k := trackKey{e.Addr, e.PID, LayerSegment, spaceMap, false}
 	if _, ok := t.live[k]; ok {
-		t.unmapOne(k)
+		t.unmapOne(k, e.Time)
 	}
 	if hs := t.handles[handleKey{e.PID, e.Stream}]; hs != nil {
 		hs.maps++
@@ -620,7 +632,7 @@ func (t *Tracker) unmapRange(e *Event) {
 		if !ok {
 			return
 		}
-		t.unmapOne(k)
+		t.unmapOne(k, e.Time)
 		addr += m.ev.Size
 		if addr >= end {
 			return
@@ -628,14 +640,15 @@ func (t *Tracker) unmapRange(e *Event) {
 	}
 }
 
-func (t *Tracker) unmapOne(k trackKey) {
+// unmapOne unmaps one mapping at time at.
+func (t *Tracker) unmapOne(k trackKey, at uint64) {
 	m := t.live[k]
 	delete(t.live, k)
 	hk := handleKey{k.pid, m.ev.Stream}
 	if hs := t.handles[hk]; hs != nil {
 		hs.maps--
 		if hs.maps == 0 && hs.released {
-			t.dropHandle(hk, m.ev.Time)
+			t.dropHandle(hk, at)
 		}
 	}
 }
@@ -699,4 +712,5 @@ func (t *Tracker) Process(p *Process) {
 			ps.clearPID(pid)
 		}
 	}
+	t.tl.forget(pid)
 }

@@ -75,17 +75,52 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	assert.True(t, errors.Is(err, io.EOF))
 }
 
-// TestCheckpointWithoutPeaks reads a Checkpoint written before Peaks were
-// appended: Peaks read as nil, the rest as written.
+// TestCheckpointWithoutPeaks reads a Checkpoint written before Peaks, then
+// the timelines, were appended: they read as empty, the rest as written.
 func TestCheckpointWithoutPeaks(t *testing.T) {
 	c := &Checkpoint{Time: 9, Segment: 2, Events: 5, FirstTime: 1, Live: 1, Totals: []CheckpointTotals{
 		{PID: 7, Layer: LayerSegment, Allocations: 3, AllocatedBytes: 300, PeakBytes: 200, PeakTime: 4}}}
 	var e encoder
 	e.checkpoint(c)
-	require.Equal(t, byte(0), e.b[len(e.b)-1], "an empty peak list is one byte")
-	_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recCheckpoint, e.b[:len(e.b)-1]))
-	require.NoError(t, err)
-	assert.Equal(t, []Record{c}, got)
+	// Empty peaks, level 0, empty timelines: one byte each.
+	require.Equal(t, []byte{0, 0, 0}, e.b[len(e.b)-3:])
+	for name, cut := range map[string]int{"without peaks": 3, "without timelines": 2} {
+		_, got, err := readAll(t, appendFrame(mustTrace(t, nil), recCheckpoint, e.b[:len(e.b)-cut]))
+		require.NoError(t, err, name)
+		assert.Equal(t, []Record{c}, got, name)
+	}
+}
+
+// TestCheckpointTimelines: the tracker's timelines are the live bytes per
+// process, layer, memory and device, a low and a high per bucket of the
+// grid, which doubles its buckets' width when a time falls past the last.
+func TestCheckpointTimelines(t *testing.T) {
+	tr := NewTracker()
+	tr.SetStart(1000)
+	ev := func(at uint64, kind Kind, addr, size uint64) {
+		tr.Observe(&Event{Time: at, Addr: addr, Size: size, PID: 7, Kind: kind, API: APICudaMalloc, Device: 1})
+	}
+	// Bucket 0 (1000..2023): 100, 300, then 200.
+	ev(1010, KindAlloc, 0x1000, 100)
+	ev(1020, KindAlloc, 0x2000, 200)
+	ev(1030, KindFree, 0x1000, 0)
+	// Bucket 3: 264.
+	ev(1000+3*1024, KindAlloc, 0x3000, 64)
+	c, _ := tr.Checkpoint(2)
+	assert.Equal(t, uint64(0), c.TimelineLevel)
+	assert.Equal(t, []CheckpointTimeline{{PID: 7, Layer: LayerSegment, Device: 1, Buckets: []TimelineBucket{
+		{Index: 0, MinTime: 1010, MinBytes: 100, MaxTime: 1020, MaxBytes: 300},
+		{Index: 3, MinTime: 1000 + 3*1024, MinBytes: 264, MaxTime: 1000 + 3*1024, MaxBytes: 264}}}}, c.Timelines)
+
+	// Past 256 buckets of 1024 ns: 2048 ns wide, old buckets 0 and 3 go
+	// into 0 and 1.
+	ev(1000+256*1024, KindFree, 0x2000, 0)
+	c, _ = tr.Checkpoint(3)
+	assert.Equal(t, uint64(1), c.TimelineLevel)
+	assert.Equal(t, []TimelineBucket{
+		{Index: 0, MinTime: 1010, MinBytes: 100, MaxTime: 1020, MaxBytes: 300},
+		{Index: 1, MinTime: 1000 + 3*1024, MinBytes: 264, MaxTime: 1000 + 3*1024, MaxBytes: 264},
+		{Index: 128, MinTime: 1000 + 256*1024, MinBytes: 64, MaxTime: 1000 + 256*1024, MaxBytes: 64}}, c.Timelines[0].Buckets)
 }
 
 // TestPeakSetBounded churns many short-lived classes past a peak: the

@@ -30,9 +30,12 @@ package event
 // FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime, then peaks
 // count and per peak PID, All, Layer, Host, PerDevice, Device (zig-zag),
 // At's Time, Addr, Size, Device (zig-zag), API, Layer, Stack, class count,
-// then per class PID, Stack, Device (zig-zag), Kind, API, Size, Count (the
-// peaks were appended later: a payload that ends after the totals has
-// none, and older readers ignore them). Checkpoints were added within
+// then per class PID, Stack, Device (zig-zag), Kind, API, Size, Count,
+// then TimelineLevel, timelines count and per timeline PID, Layer, Host,
+// Device (zig-zag), bucket count, then per bucket Index, MinTime,
+// MinBytes, MaxTime, MaxBytes (the peaks, then the timelines, were
+// appended later: a payload that ends before them has none, and older
+// readers ignore them). Checkpoints were added within
 // version 2: older readers skip them, and read the FlagRestored events
 // after them as events. A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
@@ -1506,6 +1509,21 @@ func (e *encoder) checkpoint(c *Checkpoint) {
 			e.uint(l.Count)
 		}
 	}
+	e.uint(c.TimelineLevel)
+	e.uint(uint64(len(c.Timelines)))
+	for i := range c.Timelines {
+		tl := &c.Timelines[i]
+		e.uint(uint64(tl.PID))
+		e.uint(uint64(tl.Layer))
+		e.bool(tl.Host)
+		e.int(int64(tl.Device))
+		e.uint(uint64(len(tl.Buckets)))
+		for _, b := range tl.Buckets {
+			for _, v := range [...]uint64{b.Index, b.MinTime, b.MinBytes, b.MaxTime, b.MaxBytes} {
+				e.uint(v)
+			}
+		}
+	}
 }
 
 func (d *decoder) checkpoint(c *Checkpoint) {
@@ -1565,5 +1583,27 @@ func (d *decoder) checkpoint(c *Checkpoint) {
 			p.Live = append(p.Live, l)
 		}
 		c.Peaks = append(c.Peaks, p)
+	}
+	if len(d.b) == 0 {
+		return // written before the timelines were added
+	}
+	c.TimelineLevel = d.uint()
+	// Each timeline is at least 5 bytes, each bucket 5.
+	n = d.count(5)
+	for range n {
+		var tl CheckpointTimeline
+		tl.PID = d.u32()
+		tl.Layer = Layer(d.uint())
+		tl.Host = d.bool()
+		tl.Device = d.i32()
+		m := d.count(5)
+		for range m {
+			var b TimelineBucket
+			for _, v := range [...]*uint64{&b.Index, &b.MinTime, &b.MinBytes, &b.MaxTime, &b.MaxBytes} {
+				*v = d.uint()
+			}
+			tl.Buckets = append(tl.Buckets, b)
+		}
+		c.Timelines = append(c.Timelines, tl)
 	}
 }

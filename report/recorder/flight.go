@@ -110,6 +110,7 @@ func (d *Dir) createSegment(n uint64) (*os.File, error) {
 func (r *Recorder) startFlight(h *event.Header) error {
 	fl := r.flight
 	fl.header = *h
+	fl.tracker.SetStart(h.Start)
 	fl.seg = 1
 	f, err := r.out.createSegment(fl.seg)
 	if err != nil {

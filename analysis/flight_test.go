@@ -181,7 +181,7 @@ func checkCheckpointRestore(t *testing.T, opts Options) {
 func timelinesOf(r *Result) []Timeline {
 	out := slices.Clone(r.Timelines)
 	for i := range out {
-		out[i].ProcessStart = 0 // a restored process starts at its first event kept
+		out[i].ProcessStart = 0 // pid 200 has no Process record: its start is implied by the checkpoint
 	}
 	return out
 }
@@ -196,7 +196,7 @@ func peakClasses(r *Result) map[Class]Usage {
 		}
 		k := c
 		k.Alloc, k.Live, k.Peak = Usage{}, Usage{}, Usage{}
-		k.ProcessStart = 0 // a restored process starts at its first event kept
+		k.ProcessStart = 0 // pid 200 has no Process record: its start is implied by the checkpoint
 		m[k] = c.Peak
 	}
 	return m
@@ -207,7 +207,7 @@ func findingsOf(r *Result, kind string) []Finding {
 	var out []Finding
 	for _, f := range r.Findings {
 		if f.Kind == kind {
-			f.ProcessStart = 0 // a restored process starts at its first event kept
+			f.ProcessStart = 0 // pid 200 has no Process record: its start is implied by the checkpoint
 			out = append(out, f)
 		}
 	}

@@ -41,18 +41,28 @@ type Tracker struct {
 // its peak, kept as the analysis keeps a process's (classState.peak): at a
 // new peak only the classes changed since the last one are copied, so the
 // cost is O(events) however often the peak moves. A class neither live nor
-// at the peak is forgotten: memory follows what is live and the peak.
+// at the peak (idle) is forgotten once idle ones are as many as the others
+// and minIdle: memory follows what is live and the peak, and a class
+// allocated and freed over and over stays put in between.
 type peakSet struct {
 	classes map[PeakClass]*peakCount
-	// dirty are the classes changed since the last peak.
-	dirty map[PeakClass]struct{}
+	// dirty are the classes changed since the last peak, each once.
+	dirty []*peakCount
+	// idle counts the classes neither live nor at the peak, at most.
+	idle int
 	// at is the allocation that reached the peak.
 	at Event
 }
 
+// minIdle is how many idle classes a peakSet may keep whatever its size:
+// a sweep costs the whole set, so it waits for as many idle ones.
+const minIdle = 1024
+
 // peakCount is one class's count live now and at the peak.
 type peakCount struct {
+	key        PeakClass
 	live, peak uint64
+	dirty      bool
 }
 
 type trackKey struct {
@@ -76,6 +86,10 @@ type handleState struct {
 type trackedEvent struct {
 	seq uint64
 	ev  Event
+	// own and dev are its class in its process's and its device's live
+	// sets (peakSet) when it is counted there: a live class is never
+	// forgotten, so a free finds it without a lookup.
+	own, dev *peakCount
 }
 
 type totalsKey struct {
@@ -98,6 +112,9 @@ type bookKey struct {
 type trackTotals struct {
 	CheckpointTotals
 	live uint64
+	// ps is the scope's live set by class, for the scopes whose peak a
+	// report shows stacks of; nil until the first allocation.
+	ps *peakSet
 }
 
 // Address spaces of the tracker's keys.
@@ -204,17 +221,16 @@ func (t *Tracker) Observe(e *Event) {
 			// A missed free: the analysis drops the old one uncounted.
 			tt.live -= old.ev.Size
 			all.live -= old.ev.Size
-			t.peakLevel(tt, &old.ev, false, false)
-			t.deviceLevel(&old.ev, false)
+			tt.ps.drop(old.own)
+			t.deviceLevel(&old, false)
 			t.tl.follow(&old.ev, false, e.Time)
 		}
 		if space == spaceHandle && !nested {
 			delete(t.live, trackKey{e.Addr, e.PID, layer, spaceReleased, false})
 			t.handles[handleKey{e.PID, e.Addr}] = &handleState{}
 		}
-		ev := *e
-		ev.Flags &^= FlagRestored
-		t.live[k] = trackedEvent{seq: t.seq, ev: ev}
+		te := trackedEvent{seq: t.seq, ev: *e}
+		te.ev.Flags &^= FlagRestored
 		if counted {
 			peak := false
 			for _, x := range [...]*trackTotals{tt, all} {
@@ -226,10 +242,11 @@ func (t *Tracker) Observe(e *Event) {
 					peak = peak || x == tt
 				}
 			}
-			t.peakLevel(tt, e, true, peak)
-			t.deviceLevel(e, true)
+			te.own = t.peakSet(tt).add(e, peak)
+			t.deviceLevel(&te, true)
 			t.tl.follow(e, true, e.Time)
 		}
+		t.live[k] = te
 		return
 	}
 	if e.Ret != 0 || e.Addr == 0 {
@@ -254,25 +271,21 @@ func (t *Tracker) Observe(e *Event) {
 			x.FreedBytes += old.ev.Size
 			x.live -= old.ev.Size
 		}
-		t.peakLevel(tt, &old.ev, false, false)
-		t.deviceLevel(&old.ev, false)
+		tt.ps.drop(old.own)
+		t.deviceLevel(&old, false)
 		t.tl.follow(&old.ev, false, e.Time)
 	}
 }
 
-// peakLevel follows allocation e (made or released) in the live set of
-// scope x, whose peak it just moved when peak is set.
-func (t *Tracker) peakLevel(x *trackTotals, e *Event, add, peak bool) {
-	k := totalsKey{pid: x.PID, all: x.All, layer: x.Layer, host: x.Host, perDev: x.PerDevice, device: x.Device}
-	ps := t.peaks[k]
+// peakSet returns the live set of scope x, made on first use.
+func (t *Tracker) peakSet(x *trackTotals) *peakSet {
+	ps := x.ps
 	if ps == nil {
-		ps = &peakSet{classes: make(map[PeakClass]*peakCount), dirty: make(map[PeakClass]struct{})}
-		t.peaks[k] = ps
+		ps = &peakSet{classes: make(map[PeakClass]*peakCount)}
+		x.ps = ps
+		t.peaks[totalsKey{pid: x.PID, all: x.All, layer: x.Layer, host: x.Host, perDev: x.PerDevice, device: x.Device}] = ps
 	}
-	ps.level(e, add)
-	if peak {
-		ps.snapshot(e)
-	}
+	return ps
 }
 
 // classOf is the class of allocation e.
@@ -280,40 +293,74 @@ func classOf(e *Event) PeakClass {
 	return PeakClass{PID: e.PID, Stack: e.Stack, Device: e.Device, Kind: e.Kind, API: e.API, Size: e.Size}
 }
 
-// level adds allocation e to the live set, or takes it out.
-func (ps *peakSet) level(e *Event, add bool) {
+// add adds allocation e to the live set and returns its class there; at
+// a new peak (peak set), what is live becomes the set at the peak.
+func (ps *peakSet) add(e *Event, peak bool) *peakCount {
 	k := classOf(e)
 	c := ps.classes[k]
-	switch {
-	case add && c == nil:
-		c = &peakCount{}
+	if c == nil {
+		c = &peakCount{key: k}
 		ps.classes[k] = c
-	case !add && (c == nil || c.live == 0):
+	}
+	c.live++
+	ps.touch(c)
+	if peak {
+		ps.snapshot(e)
+	}
+	return c
+}
+
+// drop takes an allocation of class c out of the live set (a nil c: one
+// the set never counted).
+func (ps *peakSet) drop(c *peakCount) {
+	if c == nil || c.live == 0 {
 		return
 	}
-	if add {
-		c.live++
-	} else {
-		c.live--
-	}
+	c.live--
 	if c.live == 0 && c.peak == 0 {
-		delete(ps.classes, k)
-		delete(ps.dirty, k)
-		return
+		ps.idle++
 	}
-	ps.dirty[k] = struct{}{}
+	ps.touch(c)
+	if ps.idle >= minIdle && ps.idle >= len(ps.classes)/2 {
+		ps.sweep()
+	}
+}
+
+// touch marks c changed since the peak.
+func (ps *peakSet) touch(c *peakCount) {
+	if !c.dirty {
+		c.dirty = true
+		ps.dirty = append(ps.dirty, c)
+	}
+}
+
+// sweep forgets the idle classes.
+func (ps *peakSet) sweep() {
+	for k, c := range ps.classes {
+		if c.live == 0 && c.peak == 0 {
+			delete(ps.classes, k)
+		}
+	}
+	ps.dirty = slices.DeleteFunc(ps.dirty, func(c *peakCount) bool {
+		if c.live == 0 && c.peak == 0 {
+			c.dirty = false
+			return true
+		}
+		return false
+	})
+	ps.idle = 0
 }
 
 // snapshot makes what is live the set at the peak, which e reached.
 func (ps *peakSet) snapshot(e *Event) {
-	for k := range ps.dirty {
-		c := ps.classes[k]
-		c.peak = c.live
-		if c.live == 0 {
-			delete(ps.classes, k)
+	for _, c := range ps.dirty {
+		if c.live == 0 && c.peak > 0 {
+			ps.idle++
 		}
+		c.peak, c.dirty = c.live, false
 	}
-	clear(ps.dirty)
+	clear(ps.dirty) // no pointers held past the length
+	ps.dirty = ps.dirty[:0]
 	ps.at = *e
 	ps.at.Flags = 0
 }
@@ -327,11 +374,9 @@ func (ps *peakSet) clearPID(pid uint32) {
 		}
 		c.live = 0
 		if c.peak == 0 {
-			delete(ps.classes, k)
-			delete(ps.dirty, k)
-			continue
+			ps.idle++
 		}
-		ps.dirty[k] = struct{}{}
+		ps.touch(c)
 	}
 }
 
@@ -356,9 +401,11 @@ func (ps *peakSet) checkpoint(x *CheckpointTotals) CheckpointPeak {
 	return p
 }
 
-// deviceLevel follows the device memory e (an allocation) holds on its
-// device, per process and over all of them, when it is added or released.
-func (t *Tracker) deviceLevel(e *Event, add bool) {
+// deviceLevel follows the device memory te (an allocation) holds on its
+// device, per process and over all of them, when it is added or released;
+// an added one notes its class in the device's live set (te.dev).
+func (t *Tracker) deviceLevel(te *trackedEvent, add bool) {
+	e := &te.ev
 	if e.Kind != KindAlloc && e.Kind != KindCreate || e.Layer != LayerSegment && e.Layer != LayerUnknown {
 		return
 	}
@@ -368,7 +415,7 @@ func (t *Tracker) deviceLevel(e *Event, add bool) {
 		if !add {
 			x.live -= e.Size
 			if k.all {
-				t.peakLevel(x, e, false, false)
+				x.ps.drop(te.dev)
 			}
 			continue
 		}
@@ -380,7 +427,7 @@ func (t *Tracker) deviceLevel(e *Event, add bool) {
 		if k.all {
 			// Only the device's peak over every process has its stacks
 			// in a report.
-			t.peakLevel(x, e, true, peak)
+			te.dev = t.peakSet(x).add(e, peak)
 		}
 	}
 }
@@ -598,8 +645,8 @@ func (t *Tracker) dropHandle(hk handleKey, at uint64) {
 		x.FreedBytes += old.ev.Size
 		x.live -= old.ev.Size
 	}
-	t.peakLevel(tt, &old.ev, false, false)
-	t.deviceLevel(&old.ev, false)
+	tt.ps.drop(old.own)
+	t.deviceLevel(&old, false)
 	t.tl.follow(&old.ev, false, at)
 }
 

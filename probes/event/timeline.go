@@ -43,6 +43,9 @@ type timelines struct {
 	width  uint64
 	level  uint64
 	lines  map[lineKey]*line
+	// last is the line of lastKey: most events follow the one before.
+	last    *line
+	lastKey lineKey
 }
 
 func newTimelines() timelines {
@@ -105,10 +108,14 @@ func (g *timelines) follow(e *Event, add bool, at uint64) {
 		layer = LayerSegment
 	}
 	k := lineKey{e.PID, layer, e.Kind == KindHostAlloc, e.Device}
-	l := g.lines[k]
-	if l == nil {
-		l = &line{}
-		g.lines[k] = l
+	l := g.last
+	if l == nil || k != g.lastKey {
+		l = g.lines[k]
+		if l == nil {
+			l = &line{}
+			g.lines[k] = l
+		}
+		g.last, g.lastKey = l, k
 	}
 	if add {
 		l.live += e.Size

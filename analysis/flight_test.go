@@ -276,6 +276,7 @@ func TestCheckpointRestoreExec(t *testing.T) {
 		for i := range whole.Devices {
 			assert.Equal(t, whole.Devices[i].PeakBytes, got.Devices[i].PeakBytes, "cut %d: device peak", cut)
 			assert.Equal(t, whole.Devices[i].LiveBytesAtEnd, got.Devices[i].LiveBytesAtEnd, "cut %d: device live", cut)
+			assert.Equal(t, whole.Devices[i].PeakStacks, got.Devices[i].PeakStacks, "cut %d: device peak stacks", cut)
 		}
 		assert.Equal(t, whole.Books.Runtime.LiveBytesAtEnd, got.Books.Runtime.LiveBytesAtEnd, "cut %d: book live", cut)
 		assert.Equal(t, whole.Books.Runtime.Allocations, got.Books.Runtime.Allocations, "cut %d: book allocations", cut)

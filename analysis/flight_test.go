@@ -11,8 +11,8 @@ import (
 )
 
 // flightStream is a run with everything the checkpoint must carry: two
-// processes, nested driver calls, host memory, failed allocations, unknown
-// and replaced frees, a peak early on and a leak.
+// processes, nested driver calls, host memory, the block layer, failed
+// allocations, unknown and replaced frees, a peak early on and a leak.
 func flightStream() *stream {
 	s := newStream().stack(1, "forward", 10).stack(2, "leaky", 20)
 	t := uint64(1000)
@@ -27,6 +27,19 @@ func flightStream() *stream {
 		e.Time++
 		s.ev(e)
 	}
+	// The block layer: an early peak of 3 blocks, then one kept.
+	block := func(k event.Kind, addr, size uint64) {
+		api := event.APIPyTorchMalloc
+		if k == event.KindFree {
+			api = event.APIPyTorchFree
+		}
+		s.ev(event.Event{Time: next(), Addr: addr, Size: size, Stack: 2, Kind: k, Layer: event.LayerBlock, API: api})
+	}
+	block(event.KindAlloc, 0x1a000, 512)
+	block(event.KindAlloc, 0x1b000, 1024)
+	block(event.KindAlloc, 0x1c000, 2048)
+	block(event.KindFree, 0x1b000, 0)
+	block(event.KindFree, 0x1c000, 0)
 	// An early peak, then released.
 	for i := range uint64(8) {
 		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Size: 1 << 20, Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})

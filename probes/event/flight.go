@@ -60,7 +60,6 @@ const minIdle = 1024
 
 // peakCount is one class's count live now and at the peak.
 type peakCount struct {
-	key        PeakClass
 	live, peak uint64
 	dirty      bool
 }
@@ -299,7 +298,7 @@ func (ps *peakSet) add(e *Event, peak bool) *peakCount {
 	k := classOf(e)
 	c := ps.classes[k]
 	if c == nil {
-		c = &peakCount{key: k}
+		c = &peakCount{}
 		ps.classes[k] = c
 	}
 	c.live++
@@ -380,7 +379,7 @@ func (ps *peakSet) clearPID(pid uint32) {
 	}
 }
 
-// checkpoint returns the set at the peak of scope k, which is x.
+// checkpoint returns the set at the peak of the scope whose figures are x.
 func (ps *peakSet) checkpoint(x *CheckpointTotals) CheckpointPeak {
 	p := CheckpointPeak{PID: x.PID, All: x.All, Layer: x.Layer, Host: x.Host, PerDevice: x.PerDevice, Device: x.Device}
 	if !x.All {

@@ -12,19 +12,20 @@ package recorder
 // count), the stacks the checkpoint refers to (those of the allocations
 // live and live at its peaks) with their mappings, a Checkpoint record
 // summarising every event before it, and the events of the allocations
-// still live then, flagged FlagRestored (event.Tracker follows them). An
-// event later in the segment whose stack the segment has not described
-// yet is preceded by that stack (and its mappings) again: a segment's top
-// grows with what is live, not with every stack ever seen, and each
-// segment still describes every stack its events use. Then the oldest segments are
-// deleted while the ones kept exceed SIZE; the newest always stays. A
-// reader (Analyze, moments) starts at the oldest segment kept, restores
-// from its checkpoint, and reads the later segments' own records only
-// (segments.go).
+// still live then, flagged FlagRestored (event.Tracker follows them). Then
+// the oldest segments are deleted while the ones kept exceed SIZE; the
+// newest always stays. A reader (Analyze, moments) starts at the oldest
+// segment kept, restores from its checkpoint, and reads the later
+// segments' own records only (segments.go).
 //
-// Memory: the tracker holds one event per live allocation and the
-// descriptive records (every stack seen among them), never the events
-// themselves.
+// Stacks: an event whose stack its segment has not described yet is
+// preceded by that stack (and its mappings) again (describe). A segment's
+// top grows with what is live and at the peaks, not with every stack ever
+// seen, and each segment still describes every stack its events use.
+//
+// Memory: the tracker holds one event per live allocation, the live sets
+// by class and the timelines; the recorder the descriptive records (every
+// stack and mapping seen among them); never the events themselves.
 
 import (
 	"errors"

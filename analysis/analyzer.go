@@ -887,7 +887,9 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	if pd.live > pd.peak {
 		pd.peak, pd.peakTime = pd.live, e.Time
 	}
-	pd.timeline.add(a.tl, e.Time, pd.live)
+	if !a.inTimelines(e) {
+		pd.timeline.add(a.tl, e.Time, pd.live)
+	}
 
 	sp.live.add(e.Size)
 	a.logProc(sp)

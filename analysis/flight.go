@@ -1,20 +1,26 @@
 package analysis
 
-import "github.com/vramprof/vramprof/probes/event"
+import (
+	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
 
 // checkpoint restores what a flight recorder's checkpoint summarises (see
 // event.Checkpoint): it comes before any event of its stream, and the live
 // allocations follow it as FlagRestored events, which the model takes as
 // any allocation. The summarised counts and bytes are added to the totals
 // here (they leave out the restored allocations, counted as they arrive),
-// and the summarised stretch's peak becomes each scope's peak so far. A
+// and the summarised stretch's peak becomes each scope's peak so far, with
+// what was live at it (restorePeak). A
 // second checkpoint in one stream (a reader that did not skip it) is
 // ignored: its stretch is already in the model.
 func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 	if a.run.Flight != nil || a.run.Events > 0 {
 		return
 	}
-	a.run.Flight = &Flight{Segment: c.Segment, SummarisedEvents: c.Events, FirstTime: c.FirstTime, CutTime: c.Time}
+	a.run.Flight = &Flight{Segment: c.Segment, SummarisedEvents: c.Events, FirstTime: c.FirstTime, CutTime: c.Time,
+		PeakStacks: len(c.Peaks) > 0 || !slices.ContainsFunc(c.Totals, func(t event.CheckpointTotals) bool { return t.PeakBytes > 0 })}
 	if c.FirstTime != 0 {
 		a.see(c.FirstTime)
 	}
@@ -61,6 +67,108 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 		add(&sp.totals)
 		if t.PeakBytes > sp.peak {
 			sp.peak, sp.peakTime = t.PeakBytes, t.PeakTime
+		}
+	}
+	for i := range c.Peaks {
+		a.restorePeak(&c.Peaks[i])
+	}
+	a.restoreTimelines(c)
+}
+
+// restoreTimelines makes a checkpoint's timelines the processes' timelines
+// so far; the restored allocations that follow are in them already
+// (inTimelines). The grid takes the checkpoint's level, then grows as far
+// as the cut needs with TimelinePoints: a grid of fewer buckets than the
+// checkpoint's ends as the whole stream's does, one of more is coarser.
+func (a *Analyzer) restoreTimelines(c *event.Checkpoint) {
+	if len(c.Timelines) == 0 || a.tl == nil {
+		return
+	}
+	a.run.Flight.Timelines = true
+	for uint64(a.tl.level) < c.TimelineLevel {
+		a.tl.width *= 2
+		a.tl.level++
+	}
+	a.tl.index(c.Time)
+	for i := range c.Timelines {
+		tl := &c.Timelines[i]
+		layer := tl.Layer
+		if layer == event.LayerUnknown {
+			layer = event.LayerSegment
+		}
+		mem := SpaceDevice
+		if tl.Host {
+			mem = SpaceHost
+		}
+		a.pids[tl.PID] = true
+		s := series{level: uint(c.TimelineLevel)}
+		for _, b := range tl.Buckets {
+			for uint64(len(s.buckets)) <= b.Index {
+				s.buckets = append(s.buckets, minMax{})
+			}
+			s.buckets[b.Index] = minMax{minT: b.MinTime, maxT: b.MaxTime, minV: b.MinBytes, maxV: b.MaxBytes, ok: true}
+		}
+		s.sync(a.tl)
+		a.space(tl.PID, scopeOf(layer, mem)).device(tl.Device).timeline = s
+	}
+}
+
+// inTimelines reports whether e is an allocation restored from a
+// checkpoint that carried the timelines: it is in them already, at its
+// time, and the level it made there is not the one it makes now.
+func (a *Analyzer) inTimelines(e *event.Event) bool {
+	return e.Flags&event.FlagRestored != 0 && a.run.Flight != nil && a.run.Flight.Timelines
+}
+
+// restorePeak makes a checkpoint's live set at a peak the classes' set at
+// that peak: a process's in one scope (with the allocation that reached
+// it), or a device's over every process. Each class is marked changed
+// since the peak, so that a peak reached later replaces the set whole, as
+// in the stream the checkpoint cut (its classes changed after the peak
+// there, before the cut).
+func (a *Analyzer) restorePeak(p *event.CheckpointPeak) {
+	layer := p.Layer
+	if layer == event.LayerUnknown {
+		layer = event.LayerSegment
+	}
+	class := func(l *event.PeakClass) (int32, *classState, Usage) {
+		mem := SpaceDevice
+		switch l.Kind {
+		case event.KindHostAlloc:
+			mem = SpaceHost
+		case event.KindCreate:
+			mem = SpacePhysical
+		}
+		ci := a.class(classKey{l.Size, l.PID, l.Stack, l.Device, l.API, layer, mem})
+		return ci, a.classes[ci], Usage{Count: l.Count, Bytes: l.Count * l.Size}
+	}
+	switch {
+	case p.PerDevice && p.All:
+		ds := a.device(p.Device, deviceScope)
+		for i := range p.Live {
+			ci, c, u := class(&p.Live[i])
+			c.devPeak = u
+			ds.devTouch(ci, c)
+		}
+	case !p.PerDevice && !p.All:
+		mem := SpaceDevice
+		if p.Host {
+			mem = SpaceHost
+		}
+		sp := a.space(p.PID, scopeOf(layer, mem))
+		for i := range p.Live {
+			ci, c, u := class(&p.Live[i])
+			c.peak = u
+			a.touch(sp, ci, c)
+		}
+		if sp.peak > 0 && sp.peakTime == p.At.Time {
+			at := &p.At
+			atLayer := at.Layer
+			if atLayer == event.LayerUnknown {
+				atLayer = event.LayerSegment
+			}
+			sp.peakEvent = Allocation{Time: at.Time, Addr: at.Addr, Size: at.Size, Device: at.Device,
+				API: at.API, Layer: atLayer, Stack: at.Stack}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,8 +11,8 @@ import (
 )
 
 // flightStream is a run with everything the checkpoint must carry: two
-// processes, nested driver calls, host memory, failed allocations, unknown
-// and replaced frees, a peak early on and a leak.
+// processes, nested driver calls, host memory, the block layer, failed
+// allocations, unknown and replaced frees, a peak early on and a leak.
 func flightStream() *stream {
 	s := newStream().stack(1, "forward", 10).stack(2, "leaky", 20)
 	t := uint64(1000)
@@ -26,6 +27,19 @@ func flightStream() *stream {
 		e.Time++
 		s.ev(e)
 	}
+	// The block layer: an early peak of 3 blocks, then one kept.
+	block := func(k event.Kind, addr, size uint64) {
+		api := event.APIPyTorchMalloc
+		if k == event.KindFree {
+			api = event.APIPyTorchFree
+		}
+		s.ev(event.Event{Time: next(), Addr: addr, Size: size, Stack: 2, Kind: k, Layer: event.LayerBlock, API: api})
+	}
+	block(event.KindAlloc, 0x1a000, 512)
+	block(event.KindAlloc, 0x1b000, 1024)
+	block(event.KindAlloc, 0x1c000, 2048)
+	block(event.KindFree, 0x1b000, 0)
+	block(event.KindFree, 0x1c000, 0)
 	// An early peak, then released.
 	for i := range uint64(8) {
 		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Size: 1 << 20, Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})
@@ -72,14 +86,29 @@ func flightStream() *stream {
 // events after the cut must give the whole stream's totals, live
 // allocations (by stack, per process and device) and peak.
 func TestCheckpointRestore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"default", Options{}},
+		// A grid of 4 buckets ends coarser than the checkpoint's: its
+		// timelines merge into it.
+		{"few timeline points", Options{TimelinePoints: 8}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkCheckpointRestore(t, tc.opts) })
+	}
+}
+
+func checkCheckpointRestore(t *testing.T, opts Options) {
 	recs := flightStream().recs
-	whole := mustAnalyze(t, Options{}, recs)
+	whole := mustAnalyze(t, opts, recs)
 	require.NotZero(t, whole.Totals.LiveBytesAtEnd)
 	for cut := range recs {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
 		tr := event.NewTracker()
+		tr.SetStart(recs[0].(*event.Header).Start)
 		var desc, after []event.Record
 		for i, r := range recs {
 			e, isEvent := r.(*event.Event)
@@ -102,7 +131,7 @@ func TestCheckpointRestore(t *testing.T) {
 			window = append(window, &live[i])
 		}
 		window = append(window, after...)
-		got := mustAnalyze(t, Options{}, window)
+		got := mustAnalyze(t, opts, window)
 
 		require.NotNil(t, got.Run.Flight, "cut %d", cut)
 		assert.Equal(t, c.Events+got.Run.Events, whole.Run.Events, "cut %d: events", cut)
@@ -149,8 +178,53 @@ func TestCheckpointRestore(t *testing.T) {
 			assert.Equal(t, wt.LiveBytesAtEnd, gt.LiveBytesAtEnd, "cut %d pid %d: live", cut, wp.PID)
 			assert.Equal(t, wp.LiveAtEnd, gp.LiveAtEnd, "cut %d pid %d: live stacks", cut, wp.PID)
 			assert.Equal(t, wp.Devices, gp.Devices, "cut %d pid %d: devices", cut, wp.PID)
+			assert.Equal(t, wp.PeakStacks, gp.PeakStacks, "cut %d pid %d: peak stacks", cut, wp.PID)
+			assert.Equal(t, wp.PeakEvent, gp.PeakEvent, "cut %d pid %d: peak event", cut, wp.PID)
+		}
+		for i, wd := range whole.Devices {
+			assert.Equal(t, wd.PeakStacks, got.Devices[i].PeakStacks, "cut %d device %d: peak stacks", cut, wd.Index)
+		}
+		assert.Equal(t, peakClasses(whole), peakClasses(got), "cut %d: the profile's peak samples", cut)
+		assert.Equal(t, findingsOf(whole, KindPeak), findingsOf(got, KindPeak), "cut %d: peak findings", cut)
+		assert.Equal(t, timelinesOf(whole), timelinesOf(got), "cut %d: timelines", cut)
+	}
+}
+
+// timelinesOf returns r's timelines by process and scope.
+func timelinesOf(r *Result) []Timeline {
+	out := slices.Clone(r.Timelines)
+	for i := range out {
+		out[i].ProcessStart = 0 // pid 200 has no Process record: its start is implied by the checkpoint
+	}
+	return out
+}
+
+// peakClasses are the classes live at their process's peak, as the pprof
+// profile's peak samples show them.
+func peakClasses(r *Result) map[Class]Usage {
+	m := make(map[Class]Usage)
+	for _, c := range r.Classes {
+		if c.Peak.Count == 0 {
+			continue
+		}
+		k := c
+		k.Alloc, k.Live, k.Peak = Usage{}, Usage{}, Usage{}
+		k.ProcessStart = 0 // pid 200 has no Process record: its start is implied by the checkpoint
+		m[k] = c.Peak
+	}
+	return m
+}
+
+// findingsOf returns r's findings of one kind.
+func findingsOf(r *Result, kind string) []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Kind == kind {
+			f.ProcessStart = 0 // pid 200 has no Process record: its start is implied by the checkpoint
+			out = append(out, f)
 		}
 	}
+	return out
 }
 
 // TestCheckpointRestoreExec cuts a stream in which a process execs after
@@ -215,6 +289,7 @@ func TestCheckpointRestoreExec(t *testing.T) {
 		for i := range whole.Devices {
 			assert.Equal(t, whole.Devices[i].PeakBytes, got.Devices[i].PeakBytes, "cut %d: device peak", cut)
 			assert.Equal(t, whole.Devices[i].LiveBytesAtEnd, got.Devices[i].LiveBytesAtEnd, "cut %d: device live", cut)
+			assert.Equal(t, whole.Devices[i].PeakStacks, got.Devices[i].PeakStacks, "cut %d: device peak stacks", cut)
 		}
 		assert.Equal(t, whole.Books.Runtime.LiveBytesAtEnd, got.Books.Runtime.LiveBytesAtEnd, "cut %d: book live", cut)
 		assert.Equal(t, whole.Books.Runtime.Allocations, got.Books.Runtime.Allocations, "cut %d: book allocations", cut)

@@ -128,13 +128,23 @@ type Run struct {
 // of the events, after a checkpoint that summarises the ones before it.
 // Live allocations, the totals' counts and bytes (per process and
 // overall), the API books, and peak bytes and time (per process, per
-// device, overall) are exact over the whole run; what the summarised
-// stretch did beyond them (its timeline, its stacks at a peak inside it,
-// spikes, churn, fragmentation, iterations, the VMM's call counts and
+// device, overall) are exact over the whole run, and so are the stacks
+// live at each peak and the timelines when the checkpoint carries them
+// (PeakStacks, Timelines); what the summarised stretch did beyond them
+// (spikes, churn, fragmentation, iterations, the VMM's call counts and
 // peaks) is not in the results.
 type Flight struct {
 	// Segment is the checkpoint's segment: the first kept.
 	Segment uint64
+	// PeakStacks tells that the checkpoint carried what was live at its
+	// peaks (event.Checkpoint.Peaks): the stacks at a peak before the
+	// window are exact. Checkpoints written before they were added do not.
+	PeakStacks bool
+	// Timelines tells that the checkpoint carried the timelines of the
+	// stretch it summarised (event.Checkpoint.Timelines): the timelines
+	// cover the whole run, at the resolution of the default
+	// TimelinePoints or coarser.
+	Timelines bool
 	// SummarisedEvents counts the events before the window, summarised in
 	// the checkpoint; Restored the live allocations among them, replayed
 	// from it.

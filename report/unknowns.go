@@ -101,7 +101,14 @@ func flightLine(res *analysis.Result) string {
 		return ""
 	}
 	n := f.SummarisedEvents + res.Run.Events
+	covers := "totals, books and peaks cover the whole run; timelines, and stacks at a peak, before the window do not"
+	switch {
+	case f.PeakStacks && f.Timelines:
+		covers = "totals, books, peaks, the stacks live at them and timelines cover the whole run"
+	case f.PeakStacks:
+		covers = "totals, books, peaks and the stacks live at them cover the whole run; timelines before the window do not"
+	}
 	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+
-		"(%d allocations live at the cut restored exactly; totals, books and peaks cover the whole run; timelines, and stacks at a peak, before the window do not)",
-		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored)
+		"(%d allocations live at the cut restored exactly; %s)",
+		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored, covers)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	gprofile "github.com/google/pprof/profile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,9 +27,14 @@ type flightReport struct {
 			KeptEvents          uint64 `json:"kept_events"`
 			SummarisedEvents    uint64 `json:"summarised_events"`
 			RestoredAllocations uint64 `json:"restored_allocations"`
+			WindowStart         uint64 `json:"window_start_ns"`
 			Note                string `json:"note"`
 		} `json:"flight"`
 	} `json:"run"`
+	Timelines []struct {
+		Space  string      `json:"space"`
+		Points [][2]uint64 `json:"points"`
+	} `json:"timelines"`
 }
 
 // segmentFiles lists the trace segments in dir with their sizes.
@@ -65,6 +71,9 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 		{name: "leak", max: "64KiB", maxBytes: 64 << 10, whole: true},
 		// churn_threads: 128000 events in ~1.8 MB; 8000 buffers live at the end.
 		{name: "churn_threads", max: "512KiB", maxBytes: 512 << 10, env: []string{"CHURN_PAIRS=2000"}, dropped: true},
+		// spike, 3000 iterations: ~96000 events in ~1.4 MB; its peak, at
+		// iteration 10, long before the segments kept.
+		{name: "spike", max: "64KiB", maxBytes: 64 << 10, env: []string{"SPIKE_ITERATIONS=3000"}, dropped: true, whole: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := probetest.Bin(t, tc.name)
@@ -101,6 +110,7 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 			if tc.whole {
 				checkReport(t, rep, truth)
 			}
+			checkFlightPeak(t, rep, filepath.Join(dir, "profile.pb.gz"), truth)
 
 			fr := mustReadJSON[flightReport](t, filepath.Join(dir, "report.json"))
 			if tc.dropped {
@@ -110,6 +120,20 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 				assert.NotZero(t, f.SummarisedEvents)
 				assert.NotZero(t, f.RestoredAllocations)
 				assert.Contains(t, f.Note, "flight recorder: kept the last")
+				assert.Contains(t, f.Note, "the stacks live at them and timelines cover the whole run")
+				// The device timeline starts before the window and reaches
+				// the peak, wherever it fell.
+				var highest uint64
+				for _, tl := range fr.Timelines {
+					if tl.Space != "device" || len(tl.Points) == 0 {
+						continue
+					}
+					assert.Less(t, tl.Points[0][0], f.WindowStart, "the timeline starts before the window")
+					for _, pt := range tl.Points {
+						highest = max(highest, pt[1])
+					}
+				}
+				assert.Equal(t, val(t, "peak_bytes", rep.Totals.PeakBytes), highest, "the timeline's highest point is the peak")
 				assert.Contains(t, r.stdout+r.stderr, "earlier events summarised in a checkpoint", "the summary says so")
 				md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 				require.NoError(t, err)
@@ -192,4 +216,55 @@ func TestAttachFlightRecorder(t *testing.T) {
 		assert.True(t, bytes.Equal(live, replay), "%s differs between the live run and the replay", name)
 	}
 	t.Logf("segments %v, %d bytes", names, total)
+}
+
+// checkFlightPeak checks the stacks at the peak of a flight recording's
+// report against its truth: the process's peak stacks add up to its peak,
+// and the profile's peak_space (device memory) to the truth's peak (the
+// report's when the truth does not know it), topped by the function the
+// truth says held the most at the peak.
+func checkFlightPeak(t *testing.T, rep *Report, path string, truth *probetest.Truth) {
+	t.Helper()
+	peak := val(t, "peak_bytes", rep.Totals.PeakBytes)
+	if truth.Totals.PeakBytes != 0 {
+		require.Equal(t, truth.Totals.PeakBytes, peak, "peak_bytes")
+	}
+	require.Len(t, rep.Processes, 1)
+	p := rep.Processes[0]
+	var sum uint64
+	for _, s := range p.PeakStacks {
+		sum += s.Bytes
+	}
+	assert.Equal(t, p.PeakBytes, sum, "the stacks at the process's peak add up to it")
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	prof, err := gprofile.Parse(f)
+	require.NoError(t, err)
+	ix := -1
+	for i, st := range prof.SampleType {
+		if st.Type == "peak_space" {
+			ix = i
+		}
+	}
+	require.GreaterOrEqual(t, ix, 0, "peak_space")
+	var space int64
+	for _, s := range prof.Sample {
+		if sp := s.Label["space"]; len(sp) == 1 && sp[0] == "host" {
+			continue
+		}
+		space += s.Value[ix]
+	}
+	assert.EqualValues(t, peak, space, "peak_space")
+	var top string
+	var topBytes uint64
+	for fn, f := range truth.ByFunction {
+		if f.LiveBytesAtPeak > topBytes {
+			top, topBytes = fn, f.LiveBytesAtPeak
+		}
+	}
+	if top != "" {
+		assert.Equal(t, top, pprofTop(t, path, "peak_space"), "top of peak_space")
+	}
 }

@@ -18,9 +18,10 @@
 //
 // A flight recorder (vramprof run --max-trace) keeps a stream as rotating
 // segments, each a stream of its own: a [Tracker] follows the events and
-// opens each new segment with a [Checkpoint] of everything before it and
-// the allocations still live then, flagged [FlagRestored], so that a
-// reader may start at any segment.
+// opens each new segment with a [Checkpoint] of everything before it
+// (totals, the live set at each peak, timelines) and the allocations still
+// live then, flagged [FlagRestored], so that a reader may start at any
+// segment.
 //
 // The package imports the standard library only, so that analysis, profile
 // and report can depend on it without pulling in BPF or NVML.

@@ -401,6 +401,75 @@ type Checkpoint struct {
 	// 0, All) per scope over every process. Allocations and
 	// AllocatedBytes leave out the allocations restored.
 	Totals []CheckpointTotals
+	// Peaks are what was live at the peaks of Totals whose stacks a
+	// report shows, by allocation class: each process's in each scope
+	// (not per device, not in a book), and each device's over every
+	// process. A peak reached after the checkpoint replaces its set.
+	// Absent in checkpoints written before it was added.
+	Peaks []CheckpointPeak
+	// TimelineLevel and Timelines are each process's live bytes over the
+	// summarised stretch, per layer, memory (Host) and device, downsampled
+	// as the analysis downsamples its timelines: on a grid of
+	// TimelineBuckets buckets from Header.Start, 1024<<TimelineLevel ns
+	// wide. Absent in checkpoints written before they were added.
+	TimelineLevel uint64
+	Timelines     []CheckpointTimeline
+}
+
+// TimelineBuckets is how many buckets a Checkpoint's timeline grid holds
+// at most: half of the analysis's default timeline points (one bucket
+// gives a low and a high point).
+const TimelineBuckets = 256
+
+// CheckpointTimeline is one process's timeline in a Checkpoint, in one
+// layer and memory (device and physical, or Host) on one device.
+type CheckpointTimeline struct {
+	PID     uint32
+	Layer   Layer
+	Host    bool
+	Device  int32
+	Buckets []TimelineBucket
+}
+
+// TimelineBucket is one bucket of a CheckpointTimeline, Index buckets from
+// the grid's origin: the lowest and the highest live bytes in it, each with
+// the time it was first reached.
+type TimelineBucket struct {
+	Index             uint64
+	MinTime, MinBytes uint64
+	MaxTime, MaxBytes uint64
+}
+
+// CheckpointPeak is the live set at one scope's peak in a Checkpoint. The
+// scope is named as its CheckpointTotals entry names it: PID (or All),
+// Layer and Host; or, with PerDevice and All, one Device over every
+// process. Its PeakBytes and PeakTime are that entry's.
+type CheckpointPeak struct {
+	PID       uint32
+	All       bool
+	Layer     Layer
+	Host      bool
+	PerDevice bool
+	Device    int32
+	// At is the allocation that reached the peak (a process's scopes
+	// only): its Addr, Size, Device, API, Layer and Stack; its Time is the
+	// peak's.
+	At Event
+	// Live is what was live at the peak, one entry per class.
+	Live []PeakClass
+}
+
+// PeakClass is one allocation class live at a peak: Count allocations of
+// Size bytes by process PID, made by the same call (Kind, API) at the same
+// Stack on the same Device.
+type PeakClass struct {
+	PID    uint32
+	Stack  StackID
+	Device int32
+	Kind   Kind
+	API    API
+	Size   uint64
+	Count  uint64
 }
 
 // Books of a CheckpointTotals.

@@ -30,6 +30,38 @@ type Tracker struct {
 	first  uint64
 	last   uint64
 	totals map[totalsKey]*trackTotals
+	// peaks follow, for each scope whose peak a report shows stacks of,
+	// the live set by class and its copy at the scope's peak.
+	peaks map[totalsKey]*peakSet
+	// tl are each process's timelines (timeline.go).
+	tl timelines
+}
+
+// peakSet is one scope's live allocations by class and what was live at
+// its peak, kept as the analysis keeps a process's (classState.peak): at a
+// new peak only the classes changed since the last one are copied, so the
+// cost is O(events) however often the peak moves. A class neither live nor
+// at the peak (idle) is forgotten once idle ones are as many as the others
+// and minIdle: memory follows what is live and the peak, and a class
+// allocated and freed over and over stays put in between.
+type peakSet struct {
+	classes map[PeakClass]*peakCount
+	// dirty are the classes changed since the last peak, each once.
+	dirty []*peakCount
+	// idle counts the classes neither live nor at the peak, at most.
+	idle int
+	// at is the allocation that reached the peak.
+	at Event
+}
+
+// minIdle is how many idle classes a peakSet may keep whatever its size:
+// a sweep costs the whole set, so it waits for as many idle ones.
+const minIdle = 1024
+
+// peakCount is one class's count live now and at the peak.
+type peakCount struct {
+	live, peak uint64
+	dirty      bool
 }
 
 type trackKey struct {
@@ -53,6 +85,10 @@ type handleState struct {
 type trackedEvent struct {
 	seq uint64
 	ev  Event
+	// own and dev are its class in its process's and its device's live
+	// sets (peakSet) when it is counted there: a live class is never
+	// forgotten, so a free finds it without a lookup.
+	own, dev *peakCount
 }
 
 type totalsKey struct {
@@ -75,6 +111,9 @@ type bookKey struct {
 type trackTotals struct {
 	CheckpointTotals
 	live uint64
+	// ps is the scope's live set by class, for the scopes whose peak a
+	// report shows stacks of; nil until the first allocation.
+	ps *peakSet
 }
 
 // Address spaces of the tracker's keys.
@@ -92,8 +131,12 @@ const (
 func NewTracker() *Tracker {
 	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
 		handles: make(map[handleKey]*handleState), active: make(map[uint32]bool),
-		totals: make(map[totalsKey]*trackTotals)}
+		totals: make(map[totalsKey]*trackTotals), peaks: make(map[totalsKey]*peakSet), tl: newTimelines()}
 }
+
+// SetStart sets the origin of the timelines' grid: the stream's
+// Header.Start, as the analysis takes it. Call it before the first event.
+func (t *Tracker) SetStart(start uint64) { t.tl.origin = start }
 
 // Observe follows one event, in stream order. Restored events are
 // followed like any other: a tracker fed a segment that starts from a
@@ -177,26 +220,32 @@ func (t *Tracker) Observe(e *Event) {
 			// A missed free: the analysis drops the old one uncounted.
 			tt.live -= old.ev.Size
 			all.live -= old.ev.Size
-			t.deviceLevel(&old.ev, false)
+			tt.ps.drop(old.own)
+			t.deviceLevel(&old, false)
+			t.tl.follow(&old.ev, false, e.Time)
 		}
 		if space == spaceHandle && !nested {
 			delete(t.live, trackKey{e.Addr, e.PID, layer, spaceReleased, false})
 			t.handles[handleKey{e.PID, e.Addr}] = &handleState{}
 		}
-		ev := *e
-		ev.Flags &^= FlagRestored
-		t.live[k] = trackedEvent{seq: t.seq, ev: ev}
+		te := trackedEvent{seq: t.seq, ev: *e}
+		te.ev.Flags &^= FlagRestored
 		if counted {
+			peak := false
 			for _, x := range [...]*trackTotals{tt, all} {
 				x.Allocations++
 				x.AllocatedBytes += e.Size
 				x.live += e.Size
 				if x.live > x.PeakBytes {
 					x.PeakBytes, x.PeakTime = x.live, e.Time
+					peak = peak || x == tt
 				}
 			}
-			t.deviceLevel(e, true)
+			te.own = t.peakSet(tt).add(e, peak)
+			t.deviceLevel(&te, true)
+			t.tl.follow(e, true, e.Time)
 		}
+		t.live[k] = te
 		return
 	}
 	if e.Ret != 0 || e.Addr == 0 {
@@ -221,13 +270,141 @@ func (t *Tracker) Observe(e *Event) {
 			x.FreedBytes += old.ev.Size
 			x.live -= old.ev.Size
 		}
-		t.deviceLevel(&old.ev, false)
+		tt.ps.drop(old.own)
+		t.deviceLevel(&old, false)
+		t.tl.follow(&old.ev, false, e.Time)
 	}
 }
 
-// deviceLevel follows the device memory e (an allocation) holds on its
-// device, per process and over all of them, when it is added or released.
-func (t *Tracker) deviceLevel(e *Event, add bool) {
+// peakSet returns the live set of scope x, made on first use.
+func (t *Tracker) peakSet(x *trackTotals) *peakSet {
+	ps := x.ps
+	if ps == nil {
+		ps = &peakSet{classes: make(map[PeakClass]*peakCount)}
+		x.ps = ps
+		t.peaks[totalsKey{pid: x.PID, all: x.All, layer: x.Layer, host: x.Host, perDev: x.PerDevice, device: x.Device}] = ps
+	}
+	return ps
+}
+
+// classOf is the class of allocation e.
+func classOf(e *Event) PeakClass {
+	return PeakClass{PID: e.PID, Stack: e.Stack, Device: e.Device, Kind: e.Kind, API: e.API, Size: e.Size}
+}
+
+// add adds allocation e to the live set and returns its class there; at
+// a new peak (peak set), what is live becomes the set at the peak.
+func (ps *peakSet) add(e *Event, peak bool) *peakCount {
+	k := classOf(e)
+	c := ps.classes[k]
+	if c == nil {
+		c = &peakCount{}
+		ps.classes[k] = c
+	}
+	c.live++
+	ps.touch(c)
+	if peak {
+		ps.snapshot(e)
+	}
+	return c
+}
+
+// drop takes an allocation of class c out of the live set (a nil c: one
+// the set never counted).
+func (ps *peakSet) drop(c *peakCount) {
+	if c == nil || c.live == 0 {
+		return
+	}
+	c.live--
+	if c.live == 0 && c.peak == 0 {
+		ps.idle++
+	}
+	ps.touch(c)
+	if ps.idle >= minIdle && ps.idle >= len(ps.classes)/2 {
+		ps.sweep()
+	}
+}
+
+// touch marks c changed since the peak.
+func (ps *peakSet) touch(c *peakCount) {
+	if !c.dirty {
+		c.dirty = true
+		ps.dirty = append(ps.dirty, c)
+	}
+}
+
+// sweep forgets the idle classes.
+func (ps *peakSet) sweep() {
+	for k, c := range ps.classes {
+		if c.live == 0 && c.peak == 0 {
+			delete(ps.classes, k)
+		}
+	}
+	ps.dirty = slices.DeleteFunc(ps.dirty, func(c *peakCount) bool {
+		if c.live == 0 && c.peak == 0 {
+			c.dirty = false
+			return true
+		}
+		return false
+	})
+	ps.idle = 0
+}
+
+// snapshot makes what is live the set at the peak, which e reached.
+func (ps *peakSet) snapshot(e *Event) {
+	for _, c := range ps.dirty {
+		if c.live == 0 && c.peak > 0 {
+			ps.idle++
+		}
+		c.peak, c.dirty = c.live, false
+	}
+	clear(ps.dirty) // no pointers held past the length
+	ps.dirty = ps.dirty[:0]
+	ps.at = *e
+	ps.at.Flags = 0
+}
+
+// clearPID takes every allocation of pid out of the live set, as gone
+// with its process image.
+func (ps *peakSet) clearPID(pid uint32) {
+	for k, c := range ps.classes {
+		if k.PID != pid || c.live == 0 {
+			continue
+		}
+		c.live = 0
+		if c.peak == 0 {
+			ps.idle++
+		}
+		ps.touch(c)
+	}
+}
+
+// checkpoint returns the set at the peak of the scope whose figures are x.
+func (ps *peakSet) checkpoint(x *CheckpointTotals) CheckpointPeak {
+	p := CheckpointPeak{PID: x.PID, All: x.All, Layer: x.Layer, Host: x.Host, PerDevice: x.PerDevice, Device: x.Device}
+	if !x.All {
+		p.At = Event{Time: x.PeakTime, Addr: ps.at.Addr, Size: ps.at.Size, Device: ps.at.Device, API: ps.at.API,
+			Layer: ps.at.Layer, Stack: ps.at.Stack}
+	}
+	for k, c := range ps.classes {
+		if c.peak > 0 {
+			l := k
+			l.Count = c.peak
+			p.Live = append(p.Live, l)
+		}
+	}
+	slices.SortFunc(p.Live, func(a, b PeakClass) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Stack, b.Stack), cmp.Compare(a.Device, b.Device),
+			cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.API, b.API), cmp.Compare(a.Size, b.Size))
+	})
+	return p
+}
+
+// deviceLevel follows the device memory te (an allocation) holds on its
+// device, per process and over all of them, when it is added or released;
+// an added one notes its class in the device's live set (te.dev).
+func (t *Tracker) deviceLevel(te *trackedEvent, add bool) {
+	e := &te.ev
 	if e.Kind != KindAlloc && e.Kind != KindCreate || e.Layer != LayerSegment && e.Layer != LayerUnknown {
 		return
 	}
@@ -236,11 +413,20 @@ func (t *Tracker) deviceLevel(e *Event, add bool) {
 		x := t.total(k)
 		if !add {
 			x.live -= e.Size
+			if k.all {
+				x.ps.drop(te.dev)
+			}
 			continue
 		}
 		x.live += e.Size
-		if x.live > x.PeakBytes {
+		peak := x.live > x.PeakBytes
+		if peak {
 			x.PeakBytes, x.PeakTime = x.live, e.Time
+		}
+		if k.all {
+			// Only the device's peak over every process has its stacks
+			// in a report.
+			te.dev = t.peakSet(x).add(e, peak)
 		}
 	}
 }
@@ -352,7 +538,11 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 	})
 	for i := range c.Totals {
 		x := &c.Totals[i]
-		restored[totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book, x.PerDevice, x.Device}] = x
+		k := totalsKey{x.PID, x.All, x.Layer, x.Host, x.Book, x.PerDevice, x.Device}
+		restored[k] = x
+		if ps := t.peaks[k]; ps != nil && x.PeakBytes > 0 {
+			c.Peaks = append(c.Peaks, ps.checkpoint(x))
+		}
 	}
 	for i, te := range live {
 		evs[i] = te.ev
@@ -393,6 +583,7 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 			}
 		}
 	}
+	t.tl.checkpoint(c)
 	return c, evs
 }
 
@@ -436,8 +627,9 @@ func (t *Tracker) release(e *Event) {
 	t.live[trackKey{e.Addr, e.PID, LayerSegment, spaceReleased, false}] = trackedEvent{seq: t.seq, ev: ev}
 }
 
-// dropHandle frees a handle's physical memory: released and unmapped.
-func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
+// dropHandle frees a handle's physical memory, released and unmapped, at
+// time at.
+func (t *Tracker) dropHandle(hk handleKey, at uint64) {
 	delete(t.handles, hk)
 	delete(t.live, trackKey{hk.handle, hk.pid, LayerSegment, spaceReleased, false})
 	k := trackKey{hk.handle, hk.pid, LayerSegment, spaceHandle, false}
@@ -446,12 +638,15 @@ func (t *Tracker) dropHandle(hk handleKey, _ uint64) {
 		return
 	}
 	delete(t.live, k)
-	for _, x := range [...]*trackTotals{t.total(totalsKey{pid: hk.pid, layer: LayerSegment}), t.total(totalsKey{all: true, layer: LayerSegment})} {
+	tt := t.total(totalsKey{pid: hk.pid, layer: LayerSegment})
+	for _, x := range [...]*trackTotals{tt, t.total(totalsKey{all: true, layer: LayerSegment})} {
 		x.Frees++
 		x.FreedBytes += old.ev.Size
 		x.live -= old.ev.Size
 	}
-	t.deviceLevel(&old.ev, false)
+	tt.ps.drop(old.own)
+	t.deviceLevel(&old, false)
+	t.tl.follow(&old.ev, false, at)
 }
 
 // mapRange follows cuMemMap: the handle is in Stream.
@@ -461,7 +656,7 @@ func (t *Tracker) mapRange(e *Event) {
 	}
 	k := trackKey{e.Addr, e.PID, LayerSegment, spaceMap, false}
 	if _, ok := t.live[k]; ok {
-		t.unmapOne(k)
+		t.unmapOne(k, e.Time)
 	}
 	if hs := t.handles[handleKey{e.PID, e.Stream}]; hs != nil {
 		hs.maps++
@@ -483,7 +678,7 @@ func (t *Tracker) unmapRange(e *Event) {
 		if !ok {
 			return
 		}
-		t.unmapOne(k)
+		t.unmapOne(k, e.Time)
 		addr += m.ev.Size
 		if addr >= end {
 			return
@@ -491,14 +686,15 @@ func (t *Tracker) unmapRange(e *Event) {
 	}
 }
 
-func (t *Tracker) unmapOne(k trackKey) {
+// unmapOne unmaps one mapping at time at.
+func (t *Tracker) unmapOne(k trackKey, at uint64) {
 	m := t.live[k]
 	delete(t.live, k)
 	hk := handleKey{k.pid, m.ev.Stream}
 	if hs := t.handles[hk]; hs != nil {
 		hs.maps--
 		if hs.maps == 0 && hs.released {
-			t.dropHandle(hk, m.ev.Time)
+			t.dropHandle(hk, at)
 		}
 	}
 }
@@ -557,4 +753,10 @@ func (t *Tracker) Process(p *Process) {
 			x.live = 0
 		}
 	}
+	for k, ps := range t.peaks {
+		if k.all || k.pid == pid {
+			ps.clearPID(pid)
+		}
+	}
+	t.tl.forget(pid)
 }

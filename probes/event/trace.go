@@ -27,9 +27,17 @@ package event
 // lists as uvarint count then strings. A Checkpoint is Time, Segment,
 // Events, FirstTime, Live, totals count, then per totals PID, All, Layer,
 // Host, Book, PerDevice, Device (zig-zag), Allocations, Frees, AllocatedBytes, FreedBytes, Failed,
-// FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime (added within version 2:
-// older readers skip it, and read the FlagRestored events after it as
-// events). A Stack is ID, PID, frame count, then
+// FailedBytes, UnknownFrees, FailedFrees, PeakBytes, PeakTime, then peaks
+// count and per peak PID, All, Layer, Host, PerDevice, Device (zig-zag),
+// At's Time, Addr, Size, Device (zig-zag), API, Layer, Stack, class count,
+// then per class PID, Stack, Device (zig-zag), Kind, API, Size, Count,
+// then TimelineLevel, timelines count and per timeline PID, Layer, Host,
+// Device (zig-zag), bucket count, then per bucket Index, MinTime,
+// MinBytes, MaxTime, MaxBytes (the peaks, then the timelines, were
+// appended later: a payload that ends before them has none, and older
+// readers ignore them). Checkpoints were added within
+// version 2: older readers skip them, and read the FlagRestored events
+// after them as events. A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
 // TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
 // UsedBytes. Empty lists decode as nil. Header.Version is not in the
@@ -1473,6 +1481,49 @@ func (e *encoder) checkpoint(c *Checkpoint) {
 			e.uint(v)
 		}
 	}
+	e.uint(uint64(len(c.Peaks)))
+	for i := range c.Peaks {
+		p := &c.Peaks[i]
+		e.uint(uint64(p.PID))
+		e.bool(p.All)
+		e.uint(uint64(p.Layer))
+		e.bool(p.Host)
+		e.bool(p.PerDevice)
+		e.int(int64(p.Device))
+		a := &p.At
+		e.uint(a.Time)
+		e.uint(a.Addr)
+		e.uint(a.Size)
+		e.int(int64(a.Device))
+		e.uint(uint64(a.API))
+		e.uint(uint64(a.Layer))
+		e.uint(uint64(a.Stack))
+		e.uint(uint64(len(p.Live)))
+		for _, l := range p.Live {
+			e.uint(uint64(l.PID))
+			e.uint(uint64(l.Stack))
+			e.int(int64(l.Device))
+			e.uint(uint64(l.Kind))
+			e.uint(uint64(l.API))
+			e.uint(l.Size)
+			e.uint(l.Count)
+		}
+	}
+	e.uint(c.TimelineLevel)
+	e.uint(uint64(len(c.Timelines)))
+	for i := range c.Timelines {
+		tl := &c.Timelines[i]
+		e.uint(uint64(tl.PID))
+		e.uint(uint64(tl.Layer))
+		e.bool(tl.Host)
+		e.int(int64(tl.Device))
+		e.uint(uint64(len(tl.Buckets)))
+		for _, b := range tl.Buckets {
+			for _, v := range [...]uint64{b.Index, b.MinTime, b.MinBytes, b.MaxTime, b.MaxBytes} {
+				e.uint(v)
+			}
+		}
+	}
 }
 
 func (d *decoder) checkpoint(c *Checkpoint) {
@@ -1497,5 +1548,62 @@ func (d *decoder) checkpoint(c *Checkpoint) {
 			*v = d.uint()
 		}
 		c.Totals = append(c.Totals, t)
+	}
+	if len(d.b) == 0 {
+		return // written before Peaks were added
+	}
+	// Each peak is at least 14 bytes, each class 7.
+	n = d.count(14)
+	for range n {
+		var p CheckpointPeak
+		p.PID = d.u32()
+		p.All = d.bool()
+		p.Layer = Layer(d.uint())
+		p.Host = d.bool()
+		p.PerDevice = d.bool()
+		p.Device = d.i32()
+		a := &p.At
+		a.Time = d.uint()
+		a.Addr = d.uint()
+		a.Size = d.uint()
+		a.Device = d.i32()
+		a.API = API(d.uint())
+		a.Layer = Layer(d.uint())
+		a.Stack = StackID(d.u32())
+		m := d.count(7)
+		for range m {
+			var l PeakClass
+			l.PID = d.u32()
+			l.Stack = StackID(d.u32())
+			l.Device = d.i32()
+			l.Kind = Kind(d.uint())
+			l.API = API(d.uint())
+			l.Size = d.uint()
+			l.Count = d.uint()
+			p.Live = append(p.Live, l)
+		}
+		c.Peaks = append(c.Peaks, p)
+	}
+	if len(d.b) == 0 {
+		return // written before the timelines were added
+	}
+	c.TimelineLevel = d.uint()
+	// Each timeline is at least 5 bytes, each bucket 5.
+	n = d.count(5)
+	for range n {
+		var tl CheckpointTimeline
+		tl.PID = d.u32()
+		tl.Layer = Layer(d.uint())
+		tl.Host = d.bool()
+		tl.Device = d.i32()
+		m := d.count(5)
+		for range m {
+			var b TimelineBucket
+			for _, v := range [...]*uint64{&b.Index, &b.MinTime, &b.MinBytes, &b.MaxTime, &b.MaxBytes} {
+				*v = d.uint()
+			}
+			tl.Buckets = append(tl.Buckets, b)
+		}
+		c.Timelines = append(c.Timelines, tl)
 	}
 }

@@ -581,6 +581,9 @@ func FuzzReader(f *testing.F) {
 	// Format 1: hand-made, and as recorded from a scenario.
 	f.Add(appendFrameV1(appendFrameV1(traceV1(), recEvent, eventV1(testEvent(1))), recStack, []byte{1, 1, 0}))
 	f.Add(mustFixture(f, "vmm"))
+	f.Add(mustTrace(f, nil, &Checkpoint{Segment: 2, Totals: []CheckpointTotals{{PID: 7, PeakBytes: 8, PeakTime: 3}},
+		Peaks:         []CheckpointPeak{{PID: 7, At: Event{Time: 3, Size: 8}, Live: []PeakClass{{PID: 7, Stack: 1, Size: 8, Count: 1}}}},
+		TimelineLevel: 2, Timelines: []CheckpointTimeline{{PID: 7, Buckets: []TimelineBucket{{Index: 1, MinTime: 3, MinBytes: 8, MaxTime: 3, MaxBytes: 8}}}}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)

@@ -6,19 +6,26 @@ package recorder
 //
 // How: the trace is a ring of segment files, DIR/trace-NNNNNN.vpt, each a
 // whole trace of its own about SIZE/flightSegments long. When the current
-// segment is full, the next one starts with the header, every descriptive
-// record seen so far (libraries, processes, mappings, stacks, devices,
-// interpreters, the NVML status and the last lost count: later events may
-// refer to any of them), a Checkpoint record summarising every event before
-// it, and the events of the allocations still live then, flagged
-// FlagRestored (event.Tracker follows them). Then the oldest segments are
-// deleted while the ones kept exceed SIZE; the newest always stays. A
-// reader (Analyze, moments) starts at the oldest segment kept, restores
-// from its checkpoint, and reads the later segments' own records only
-// (segments.go).
+// segment is full, the next one starts with the header, the descriptive
+// records seen so far that describe processes and devices (libraries,
+// processes, devices, interpreters, the NVML status and the last lost
+// count), the stacks the checkpoint refers to (those of the allocations
+// live and live at its peaks) with their mappings, a Checkpoint record
+// summarising every event before it, and the events of the allocations
+// still live then, flagged FlagRestored (event.Tracker follows them). Then
+// the oldest segments are deleted while the ones kept exceed SIZE; the
+// newest always stays. A reader (Analyze, moments) starts at the oldest
+// segment kept, restores from its checkpoint, and reads the later
+// segments' own records only (segments.go).
 //
-// Memory: the tracker holds one event per live allocation and the
-// descriptive records, never the events themselves.
+// Stacks: an event whose stack its segment has not described yet is
+// preceded by that stack (and its mappings) again (describe). A segment's
+// top grows with what is live and at the peaks, not with every stack ever
+// seen, and each segment still describes every stack its events use.
+//
+// Memory: the tracker holds one event per live allocation, the live sets
+// by class and the timelines; the recorder the descriptive records (every
+// stack and mapping seen among them); never the events themselves.
 
 import (
 	"errors"
@@ -59,10 +66,17 @@ type flight struct {
 	start   uint64
 	written *countWriter
 	tracker *event.Tracker
-	// desc are the descriptive records in stream order, lost the last
-	// lost count: written again at the top of each segment.
+	// desc are the descriptive records but stacks and mappings, in
+	// stream order, lost the last lost count: written again at the top of
+	// each segment.
 	desc []event.Record
 	lost *event.Lost
+	// stacks and mappings are every one seen; sent and sentMaps are those
+	// the current segment holds.
+	stacks   map[event.StackID]*event.Stack
+	mappings map[event.MappingID]*event.Mapping
+	sent     map[event.StackID]struct{}
+	sentMaps map[event.MappingID]struct{}
 }
 
 // countWriter counts the bytes written through it.
@@ -79,7 +93,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 // newFlight prepares a flight recorder of size bytes (--max-trace).
 func newFlight(size uint64) *flight {
-	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: event.NewTracker()}
+	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: event.NewTracker(),
+		stacks: make(map[event.StackID]*event.Stack), mappings: make(map[event.MappingID]*event.Mapping),
+		sent: make(map[event.StackID]struct{}), sentMaps: make(map[event.MappingID]struct{})}
 }
 
 // createSegment creates segment n in d, as createTrace does the trace.
@@ -95,6 +111,7 @@ func (d *Dir) createSegment(n uint64) (*os.File, error) {
 func (r *Recorder) startFlight(h *event.Header) error {
 	fl := r.flight
 	fl.header = *h
+	fl.tracker.SetStart(h.Start)
 	fl.seg = 1
 	f, err := r.out.createSegment(fl.seg)
 	if err != nil {
@@ -122,10 +139,93 @@ func (fl *flight) observe(rec event.Record) {
 	case *event.Process:
 		fl.tracker.Process(x)
 		fl.desc = append(fl.desc, cloneRecord(rec))
-	case *event.Stack, *event.Mapping, *event.Library, *event.DeviceInfo,
-		*event.Interpreter, *event.NVMLStatus:
+	case *event.Stack:
+		fl.stacks[x.ID] = cloneRecord(rec).(*event.Stack)
+	case *event.Mapping:
+		fl.mappings[x.ID] = cloneRecord(rec).(*event.Mapping)
+	case *event.Library, *event.DeviceInfo, *event.Interpreter, *event.NVMLStatus:
 		fl.desc = append(fl.desc, cloneRecord(rec))
 	}
+}
+
+// describe writes what the current segment must hold before rec: the
+// stack of an event, the mappings of a stack, when the segment has not
+// written them yet. It notes rec itself as written when it is one.
+func (fl *flight) describe(w *event.Writer, rec event.Record) error {
+	switch x := rec.(type) {
+	case *event.Event:
+		if x.Stack == 0 {
+			return nil
+		}
+		if _, ok := fl.sent[x.Stack]; ok {
+			return nil
+		}
+		st := fl.stacks[x.Stack]
+		if st == nil {
+			return nil // described later, or never
+		}
+		return fl.sendStack(w, st)
+	case *event.Stack:
+		fl.sent[x.ID] = struct{}{}
+		return fl.sendMappings(w, x)
+	case *event.Mapping:
+		fl.sentMaps[x.ID] = struct{}{}
+	}
+	return nil
+}
+
+// sendStack writes st, after its mappings, in the current segment.
+func (fl *flight) sendStack(w *event.Writer, st *event.Stack) error {
+	if err := fl.sendMappings(w, st); err != nil {
+		return err
+	}
+	fl.sent[st.ID] = struct{}{}
+	return w.Write(st)
+}
+
+// sendMappings writes the mappings st's frames lie in that the current
+// segment has not written.
+func (fl *flight) sendMappings(w *event.Writer, st *event.Stack) error {
+	for _, f := range st.Frames {
+		if f.Mapping == 0 {
+			continue
+		}
+		if _, ok := fl.sentMaps[f.Mapping]; ok {
+			continue
+		}
+		m := fl.mappings[f.Mapping]
+		if m == nil {
+			continue
+		}
+		fl.sentMaps[f.Mapping] = struct{}{}
+		if err := w.Write(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkpointStacks are the stacks a checkpoint and its restored events
+// refer to, in ID order.
+func checkpointStacks(c *event.Checkpoint, live []event.Event) []event.StackID {
+	ids := make(map[event.StackID]struct{})
+	for i := range live {
+		ids[live[i].Stack] = struct{}{}
+	}
+	for i := range c.Peaks {
+		p := &c.Peaks[i]
+		ids[p.At.Stack] = struct{}{}
+		for _, l := range p.Live {
+			ids[l.Stack] = struct{}{}
+		}
+	}
+	delete(ids, 0)
+	out := make([]event.StackID, 0, len(ids))
+	for id := range ids {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // cloneRecord copies a record the caller may reuse. Only events are reused
@@ -202,6 +302,15 @@ func (r *Recorder) rotate() error {
 		}
 	}
 	c, live := fl.tracker.Checkpoint(fl.seg)
+	clear(fl.sent)
+	clear(fl.sentMaps)
+	for _, id := range checkpointStacks(c, live) {
+		if st := fl.stacks[id]; st != nil {
+			if err := fl.sendStack(r.w, st); err != nil {
+				return err
+			}
+		}
+	}
 	if err := r.w.Write(c); err != nil {
 		return err
 	}

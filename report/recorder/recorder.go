@@ -121,6 +121,9 @@ func (r *Recorder) Write(rec event.Record) error {
 	}
 	if fl := r.flight; fl != nil {
 		fl.observe(rec)
+		if err := fl.describe(r.w, rec); err != nil {
+			return err
+		}
 	}
 	if err := r.w.Write(rec); err != nil {
 		return err

@@ -2,12 +2,17 @@ package recorder
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -58,4 +63,113 @@ func TestReplaySegments(t *testing.T) {
 	}, "test", segs)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"header", "stack a", "event new", "stack b", "event new", "end"}, got)
+}
+
+// TestFlightPreambleBounded: a segment's top describes the stacks the
+// checkpoint refers to, not every stack seen. The stream holds four 1 MiB
+// buffers live to the end (stacks 1-4), then n short-lived 4 KiB buffers,
+// each from a stack of its own (5 on), all in mapping 1 (mapping 2 holds
+// no frame). The peak, 4 MiB + 4 KiB, is reached by the first short-lived
+// buffer: stacks 1-5 are live at it. Each later segment's top holds stacks
+// 1-5 and at most the one short-lived buffer live at its cut, and mapping
+// 1 only; its events' stacks are described in it all the same.
+func TestFlightPreambleBounded(t *testing.T) {
+	const n, big, small = 5000, 1 << 20, 4096
+	frames := func(id event.StackID) []event.Frame {
+		return []event.Frame{{Addr: 0x400000 + uint64(id), Mapping: 1, Function: fmt.Sprintf("f%d", id)}}
+	}
+	recs := []event.Record{
+		&event.Mapping{ID: 1, PID: 7, Start: 0x400000, Limit: 0x500000, File: "/bin/train"},
+		&event.Mapping{ID: 2, PID: 7, Start: 0x600000, Limit: 0x700000, File: "/lib/unused.so"},
+	}
+	t0 := uint64(1000)
+	ev := func(kind event.Kind, addr, size uint64, st event.StackID) {
+		t0 += 10
+		api := event.APICudaMalloc
+		if kind == event.KindFree {
+			api = event.APICudaFree
+		}
+		recs = append(recs, &event.Event{Time: t0, Addr: addr, Size: size, PID: 7, TID: 7, Stack: st, Kind: kind,
+			Layer: event.LayerSegment, API: api})
+	}
+	for i := range event.StackID(4) {
+		recs = append(recs, &event.Stack{ID: i + 1, PID: 7, Frames: frames(i + 1)})
+		ev(event.KindAlloc, 0x7f0000000000+uint64(i)*big, big, i+1)
+	}
+	for i := range event.StackID(n) {
+		id := 5 + i
+		recs = append(recs, &event.Stack{ID: id, PID: 7, Frames: frames(id)})
+		ev(event.KindAlloc, 0x7e0000000000, small, id)
+		ev(event.KindFree, 0x7e0000000000, 0, id)
+	}
+	dir, _ := mustRecord(t, Options{MaxTrace: MinMaxTrace}, recs)
+	segs := SegmentsOf(filepath.Join(dir, TraceFile))
+	require.Greater(t, len(segs), 2)
+	require.NotEqual(t, "trace-000001.vpt", filepath.Base(segs[0]), "the oldest segments were dropped")
+
+	for _, path := range segs {
+		if filepath.Base(path) == "trace-000001.vpt" {
+			continue
+		}
+		f, err := os.Open(path)
+		require.NoError(t, err)
+		r, err := event.NewReader(f)
+		require.NoError(t, err)
+		top := map[event.StackID]bool{}
+		var maps []event.MappingID
+		described := map[event.StackID]bool{}
+		var restored []event.StackID
+		inTop := true
+		for {
+			rec, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, path)
+			switch x := rec.(type) {
+			case *event.Stack:
+				described[x.ID] = true
+				if inTop {
+					top[x.ID] = true
+				}
+			case *event.Mapping:
+				if inTop {
+					maps = append(maps, x.ID)
+				}
+			case *event.Checkpoint:
+				inTop = false
+			case *event.Event:
+				if x.Flags&event.FlagRestored != 0 {
+					restored = append(restored, x.Stack)
+				}
+				assert.True(t, described[x.Stack], "%s: the stack of an event at %d described before it", path, x.Time)
+			}
+		}
+		require.NoError(t, f.Close())
+		want := map[event.StackID]bool{1: true, 2: true, 3: true, 4: true, 5: true}
+		for _, id := range restored {
+			want[id] = true
+		}
+		assert.Equal(t, want, top, "%s: the top's stacks", path)
+		assert.LessOrEqual(t, len(top), 6, "%s", path)
+		assert.Equal(t, []event.MappingID{1}, maps, "%s: the top's mappings", path)
+	}
+
+	res, err := analyzeSegments(segs, analysis.Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Processes, 1)
+	p := res.Processes[0]
+	assert.Equal(t, uint64(4*big+small), p.Totals.PeakBytes)
+	var peak []analysis.StackUsage
+	for id := range event.StackID(5) {
+		size := uint64(big)
+		if id == 4 {
+			size = small
+		}
+		peak = append(peak, analysis.StackUsage{Stack: id + 1, Usage: analysis.Usage{Count: 1, Bytes: size}})
+	}
+	assert.ElementsMatch(t, peak, p.PeakStacks, "the stacks live at the peak, before the window")
+	for _, u := range p.PeakStacks {
+		assert.NotEmpty(t, res.Stacks[u.Stack].Frames, "stack %d described", u.Stack)
+	}
 }

@@ -105,21 +105,13 @@ type Analyzer struct {
 	// short.
 	latest uint64
 
-	// grids are created when the time origin is known.
-	tl   *grid // timelines
-	leak *grid // leak histories, from the first event on
+	// leak is the leak histories' grid, from the first event on.
+	leak *grid
 	// ranges are, per process, the device address span each known device
 	// handed out: the address-range cross-check for unknown devices.
 	ranges map[uint32]map[int32]*addrRange
-	// spikes gathers short-lived device allocations by site.
-	spikes map[spikeKey]*spikeStats
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
-	// sites are the allocation times per device-scope stack, and liveLogs
-	// the stacks' live-bytes changes: iteration detection and the leak
-	// rate per iteration (iterations.go).
-	sites    map[groupKey]*siteTimes
-	liveLogs map[groupKey]*liveLog
 	// loops are the processes' loops by instance id (Finish).
 	loops map[uint32]*loop
 
@@ -135,8 +127,10 @@ type Analyzer struct {
 	// groups are the stacks per process and scope, likewise indexed.
 	groups  []*groupState
 	groupIx map[groupKey]int32
-	// spaces are the per-process models.
-	spaces map[spaceKey]*space
+	// spaces are the per-process models; nspaces counts them (their
+	// indexes, space.ix).
+	spaces  map[spaceKey]*space
+	nspaces int32
 	// last caches the latest spaces: consecutive events mostly come from
 	// one process, alternating between its layers, and the lookup is on
 	// the hot path. layerAt and lastDevs do the same for layers and
@@ -179,6 +173,15 @@ type Analyzer struct {
 	churn *churnModel
 	// observers are the models fed by deviceCall.
 	observers []observer
+
+	// spikes are the short-lived device allocations per site (spikes.go),
+	// timelines each process's live bytes over time (timelines.go), iters
+	// the logs iteration detection reads (iterations.go): liveObservers,
+	// fed every allocation made live or let go (live).
+	spikes    *spikeModel
+	timelines *timelineModel
+	iters     *iterationModel
+	live      []liveObserver
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -267,17 +270,14 @@ type groupKey struct {
 // groupState is a stack's running aggregates and its live-bytes history
 // for the leak rule.
 type groupState struct {
-	key    groupKey
+	key groupKey
+	// ix is the group's index in Analyzer.groups: the observers keep
+	// their per-stack state by it.
+	ix     int32
 	alloc  Usage
 	live   Usage
 	failed Usage
 	hist   history
-	// site, log and spike are the stack's entries in Analyzer.sites,
-	// Analyzer.liveLogs and Analyzer.spikes once made: the hot path skips
-	// the map lookups.
-	site  *siteTimes
-	log   *liveLog
-	spike *spikeStats
 }
 
 // spaceKey is one process's memory in one scope.
@@ -288,7 +288,10 @@ type spaceKey struct {
 
 // space is the model of one process in one scope.
 type space struct {
-	key       spaceKey
+	key spaceKey
+	// ix is the space's index, in order of creation: the observers keep
+	// their per-process state by it.
+	ix        int32
 	totals    Totals
 	live      Usage
 	peak      uint64
@@ -305,18 +308,13 @@ type space struct {
 	// every failure by library and code (errors.go).
 	firstOOM *Failure
 	errs     map[errorKey]*callErrors
-	// log is the device scope's live and allocated bytes after each
-	// change (iterations.go), until it overflows (logFull).
-	log     []procChange
-	logFull bool
 }
 
-// procDevice is one process's use of one device, with its timeline.
+// procDevice is one process's use of one device.
 type procDevice struct {
 	live     uint64
 	peak     uint64
 	peakTime uint64
-	timeline series
 }
 
 // devKey is one device in one scope, all processes together.
@@ -437,6 +435,10 @@ func New(opts Options) *Analyzer {
 	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
 	a.observers = []observer{a.pools, a.churn}
+	a.spikes = &spikeModel{window: a.opts.SpikeWindow}
+	a.timelines = newTimelineModel(a.opts.TimelinePoints)
+	a.iters = newIterationModel(a.opts.IterationLog)
+	a.live = []liveObserver{a.spikes, a.timelines, a.iters}
 	return a
 }
 
@@ -536,7 +538,7 @@ func (a *Analyzer) setStart(t uint64) {
 	a.haveStart = true
 	a.run.Start = t
 	a.latest = max(a.latest, t)
-	a.tl = newGrid(t, a.opts.TimelinePoints/2)
+	a.timelines.start(t)
 }
 
 // see notes a time from any record: the run lasts at least until then.
@@ -579,8 +581,9 @@ func (a *Analyzer) space(pid uint32, sc scope) *space {
 	k := spaceKey{pid, sc}
 	s := a.spaces[k]
 	if s == nil {
-		s = &space{key: k, devices: make(map[int32]*procDevice)}
+		s = &space{key: k, ix: a.nspaces, devices: make(map[int32]*procDevice)}
 		a.spaces[k] = s
+		a.nspaces++
 	}
 	a.last[0], a.last[1] = s, a.last[0]
 	return s
@@ -615,8 +618,8 @@ func (a *Analyzer) group(k groupKey) *groupState {
 	if i, ok := a.groupIx[k]; ok {
 		return a.groups[i]
 	}
-	g := &groupState{key: k}
-	a.groupIx[k] = int32(len(a.groups))
+	g := &groupState{key: k, ix: int32(len(a.groups))}
+	a.groupIx[k] = g.ix
 	a.groups = append(a.groups, g)
 	return g
 }
@@ -849,7 +852,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	case ledger.Replaced:
 		// A free was missed: the old allocation went as if freed now.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(ch.Old, e.Time, ls, sp)
+		a.release(ch.Old, e.Time, ls, sp, true)
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
@@ -863,10 +866,6 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	g.alloc.add(e.Size)
 	g.live.add(e.Size)
 	g.hist.set(a.leak, e.Time, g.live.Bytes)
-	a.logLive(g, e.Time)
-	if layer == event.LayerSegment && mem == SpaceDevice {
-		a.noteSite(g, e.Time)
-	}
 
 	// The peak is kept here, not read from the ledger: a flight
 	// recording's checkpoint restores the peak of what it cut (flight.go).
@@ -887,10 +886,8 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	if pd.live > pd.peak {
 		pd.peak, pd.peakTime = pd.live, e.Time
 	}
-	pd.timeline.add(a.tl, e.Time, pd.live)
 
 	sp.live.add(e.Size)
-	a.logProc(sp)
 	if sp.live.Bytes > sp.peak {
 		// A new peak (strictly above: the first time a value is reached
 		// counts). Bring the snapshot up to date with the classes changed
@@ -904,7 +901,16 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
+	a.changed(liveChange{alloc: true, seq: a.run.Events, time: e.Time, born: e.Time, size: e.Size,
+		device: e.Device, layer: layer, mem: mem, group: g, space: sp, deviceLive: pd.live})
 	return true
+}
+
+// changed feeds the liveObservers a change.
+func (a *Analyzer) changed(c liveChange) {
+	for _, o := range a.live {
+		o.changed(c)
+	}
 }
 
 // touch marks a class changed since its space's last peak.
@@ -944,14 +950,13 @@ func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64) {
 	sp := a.space(pid, sc)
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	if sc == deviceScope && t-old.Time <= a.opts.SpikeWindow {
-		a.noteShortLived(a.groups[a.classes[old.Tag].group], old.Time, t, size)
-	}
-	a.release(old, t, ls, sp)
+	a.release(old, t, ls, sp, false)
 }
 
-// release takes a live allocation out of every aggregate at time t.
-func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space) {
+// release takes a live allocation out of every aggregate at time t;
+// replaced says another allocation took its address (its free was
+// missed).
+func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.sub(size)
@@ -959,7 +964,6 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	g := a.groups[c.group]
 	g.live.sub(size)
 	g.hist.set(a.leak, t, g.live.Bytes)
-	a.logLive(g, t)
 	ds := a.device(c.key.device, sp.key.sc)
 	ds.sub(size)
 	if sp.key.sc == deviceScope {
@@ -967,9 +971,9 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	pd.timeline.add(a.tl, t, pd.live)
 	sp.live.sub(size)
-	a.logProc(sp)
+	a.changed(liveChange{replaced: replaced, seq: a.run.Events, time: t, born: old.Time, size: size,
+		device: c.key.device, layer: c.key.layer, mem: c.key.mem, group: g, space: sp, deviceLive: pd.live})
 }
 
 // failure copies a failed allocation with what was live at that moment. It

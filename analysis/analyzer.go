@@ -286,14 +286,16 @@ type spaceKey struct {
 	sc  scope
 }
 
-// space is the model of one process in one scope.
+// space is the model of one process in one scope. What it has live is
+// the ledger's (ledger.Ledger.InstanceLevel, and each change's
+// ledger.Change.Inst); its peak is kept here, as the scopes' are, since a
+// flight recording's checkpoint restores it (flight.go).
 type space struct {
 	key spaceKey
 	// ix is the space's index, in order of creation: the observers keep
 	// their per-process state by it.
 	ix        int32
 	totals    Totals
-	live      Usage
 	peak      uint64
 	peakTime  uint64
 	peakEvent Allocation // valid when peak > 0
@@ -849,10 +851,13 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	case ledger.NoAddr:
 		both(ls, sp, func(t *Totals) { t.IgnoredEvents++ })
 		return false
-	case ledger.Replaced:
-		// A free was missed: the old allocation went as if freed now.
+	}
+	live := Usage{Count: ch.Inst.Count, Bytes: ch.Inst.Bytes} // the process's, after the call
+	if ch.Verdict == ledger.Replaced {
+		// A free was missed: the old allocation went as if freed now,
+		// just before the new one came.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(ch.Old, e.Time, ls, sp, true)
+		a.release(ch.Old, e.Time, ls, sp, true, Usage{Count: live.Count - 1, Bytes: live.Bytes - e.Size})
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
@@ -887,8 +892,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		pd.peak, pd.peakTime = pd.live, e.Time
 	}
 
-	sp.live.add(e.Size)
-	if sp.live.Bytes > sp.peak {
+	if live.Bytes > sp.peak {
 		// A new peak (strictly above: the first time a value is reached
 		// counts). Bring the snapshot up to date with the classes changed
 		// since the last one.
@@ -897,12 +901,12 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 			dc.peak, dc.dirty = dc.live, false
 		}
 		sp.dirty = sp.dirty[:0]
-		sp.peak, sp.peakTime = sp.live.Bytes, e.Time
+		sp.peak, sp.peakTime = live.Bytes, e.Time
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
 	a.changed(liveChange{alloc: true, seq: a.run.Events, time: e.Time, born: e.Time, size: e.Size,
-		device: e.Device, layer: layer, mem: mem, group: g, space: sp, deviceLive: pd.live})
+		device: e.Device, layer: layer, mem: mem, group: g, space: sp, live: live.Bytes, deviceLive: pd.live})
 	return true
 }
 
@@ -939,24 +943,24 @@ func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch 
 	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 	case ledger.Freed:
-		a.dropped(e.PID, sc, ch.Old, e.Time)
+		a.dropped(e.PID, sc, ch.Old, e.Time, *ch.Inst)
 	}
 }
 
 // dropped counts as a free at time t a live allocation of pid in scope sc
-// that the ledger let go.
-func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64) {
+// that the ledger let go; inst is the process's level just after.
+func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64, inst ledger.Level) {
 	ls := a.layer(sc)
 	sp := a.space(pid, sc)
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	a.release(old, t, ls, sp, false)
+	a.release(old, t, ls, sp, false, Usage{Count: inst.Count, Bytes: inst.Bytes})
 }
 
 // release takes a live allocation out of every aggregate at time t;
 // replaced says another allocation took its address (its free was
-// missed).
-func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool) {
+// missed), and live is what the process had live just after.
+func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live Usage) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.sub(size)
@@ -971,9 +975,9 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	sp.live.sub(size)
 	a.changed(liveChange{replaced: replaced, seq: a.run.Events, time: t, born: old.Time, size: size,
-		device: c.key.device, layer: c.key.layer, mem: c.key.mem, group: g, space: sp, deviceLive: pd.live})
+		device: c.key.device, layer: c.key.layer, mem: c.key.mem, group: g, space: sp, live: live.Bytes,
+		deviceLive: pd.live})
 }
 
 // failure copies a failed allocation with what was live at that moment. It
@@ -984,7 +988,7 @@ func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *space) *Failur
 		Allocation: Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack},
 		Ret:       e.Ret,
-		LiveBytes: sp.live.Bytes,
+		LiveBytes: a.ledger.InstanceLevel(e.PID, ledgerScope(sp.key.sc)).Bytes,
 		PeakBytes: sp.peak,
 	}
 	if pd := sp.devices[e.Device]; pd != nil {

@@ -264,8 +264,9 @@ func (a *Analyzer) spaceTotals(pid uint32, sc scope) Totals {
 	if sp := a.spaces[spaceKey{pid, sc}]; sp != nil {
 		t = sp.totals
 		t.PeakBytes, t.PeakTime = sp.peak, sp.peakTime
-		t.LiveBytesAtEnd = sp.live.Bytes
-		t.LiveAllocationsAtEnd = sp.live.Count
+		lv := a.ledger.InstanceLevel(pid, ledgerScope(sc))
+		t.LiveBytesAtEnd = lv.Bytes
+		t.LiveAllocationsAtEnd = lv.Count
 	}
 	t.LostEvents = a.lost
 	return t

@@ -153,7 +153,7 @@ func (m *iterationModel) changed(c liveChange) {
 		case len(p.log) == m.limit:
 			p.full, p.log = true, nil
 		default:
-			p.log = append(p.log, procChange{c.seq, sp.live.Bytes, sp.totals.AllocatedBytes})
+			p.log = append(p.log, procChange{c.seq, c.live, sp.totals.AllocatedBytes})
 		}
 	}
 }

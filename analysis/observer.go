@@ -54,9 +54,9 @@ type liveChange struct {
 	// figures and totals count it).
 	group *groupState
 	space *space
-	// deviceLive is the process's live bytes on the device in the scope,
-	// after the change.
-	deviceLive uint64
+	// live is the process's live bytes in the scope (the ledger's), and
+	// deviceLive its live bytes on the device, after the change.
+	live, deviceLive uint64
 }
 
 // liveObserver is a model fed every liveChange in stream order (the

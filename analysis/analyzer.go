@@ -123,7 +123,7 @@ type Analyzer struct {
 	// finds them. Indexes (int32) are stable and stored in the ledger's
 	// entries (Entry.Tag).
 	classes []*classState
-	classIx map[classKey]int32
+	classIx classTable
 	// groups are the stacks per process and scope, likewise indexed.
 	groups  []*groupState
 	groupIx map[groupKey]int32
@@ -148,6 +148,12 @@ type Analyzer struct {
 	// pids are the process instances (ids, see instances.go) any
 	// segment-layer event came from.
 	pids map[uint32]bool
+	// lastPID and lastDevice are the latest entries made in pids and
+	// seenDevices (valid when seenLast says so): the hot path skips the
+	// lookups while they stay the same.
+	lastPID    uint32
+	lastDevice int32
+	seenLast   struct{ pid, device bool }
 	// insts are the analysis's facts about process instances by id (the
 	// instances themselves are the ledger's); inst and Finish complete
 	// them from the ledger.
@@ -182,6 +188,9 @@ type Analyzer struct {
 	timelines *timelineModel
 	iters     *iterationModel
 	live      []liveObserver
+	// change is the change being fed to them: one buffer, passed by
+	// pointer, not a copy per observer.
+	change liveChange
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -418,7 +427,6 @@ type libKey struct {
 func New(opts Options) *Analyzer {
 	a := &Analyzer{
 		opts:        opts.withDefaults(),
-		classIx:     make(map[classKey]int32),
 		groupIx:     make(map[groupKey]int32),
 		spaces:      make(map[spaceKey]*space),
 		layers:      make(map[scope]*layerState),
@@ -434,6 +442,7 @@ func New(opts Options) *Analyzer {
 		mappings:    make(map[event.MappingID]event.Mapping),
 		libraries:   make(map[libKey]bool),
 	}
+	a.classIx.classes = &a.classes
 	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
 	a.observers = []observer{a.pools, a.churn}
@@ -627,13 +636,13 @@ func (a *Analyzer) group(k groupKey) *groupState {
 }
 
 func (a *Analyzer) class(k classKey) int32 {
-	if i, ok := a.classIx[k]; ok {
+	if i, ok := a.classIx.get(&k); ok {
 		return i
 	}
 	g := a.group(groupKey{k.pid, k.stack, scopeOf(k.layer, k.mem)})
 	i := int32(len(a.classes))
-	a.classes = append(a.classes, &classState{key: k, group: a.groupIx[g.key]})
-	a.classIx[k] = i
+	a.classes = append(a.classes, &classState{key: k, group: g.ix})
+	a.classIx.put(&k, i) // after the append: it reads the key there
 	return i
 }
 
@@ -689,8 +698,11 @@ func (a *Analyzer) event(e *event.Event) {
 // runtime call) is counted in its API's book only: the outer call already
 // counts the memory. Every other call is counted once, in its space.
 func (a *Analyzer) segment(e *event.Event) {
-	if !a.pids[e.PID] { // a lookup costs less than a store, on every event
+	if !a.seenLast.pid || a.lastPID != e.PID {
+		// Consecutive events mostly come from one process: the map is
+		// looked at when it changes only.
 		a.pids[e.PID] = true
+		a.lastPID, a.seenLast.pid = e.PID, true
 	}
 	if e.Kind == event.KindAlloc && e.Ret == 0 && e.Addr != 0 {
 		if e.Device == event.DeviceUnknown {
@@ -712,8 +724,9 @@ func (a *Analyzer) segment(e *event.Event) {
 		// are on their handle's device, which cuMemCreate named. The
 		// caller's device, often not chosen yet, must not list a device.
 	default:
-		if !a.seenDevices[e.Device] {
+		if !a.seenLast.device || a.lastDevice != e.Device {
 			a.seenDevices[e.Device] = true
+			a.lastDevice, a.seenLast.device = e.Device, true
 		}
 	}
 	a.books.observe(e)
@@ -905,15 +918,16 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
-	a.changed(liveChange{alloc: true, seq: a.run.Events, time: e.Time, born: e.Time, size: e.Size,
-		device: e.Device, layer: layer, mem: mem, group: g, space: sp, live: live.Bytes, deviceLive: pd.live})
+	a.change = liveChange{alloc: true, seq: a.run.Events, time: e.Time, born: e.Time, size: e.Size,
+		device: e.Device, layer: layer, mem: mem, group: g, space: sp, live: live.Bytes, deviceLive: pd.live}
+	a.changed()
 	return true
 }
 
-// changed feeds the liveObservers a change.
-func (a *Analyzer) changed(c liveChange) {
+// changed feeds the liveObservers a.change.
+func (a *Analyzer) changed() {
 	for _, o := range a.live {
-		o.changed(c)
+		o.changed(&a.change)
 	}
 }
 
@@ -975,9 +989,10 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	a.changed(liveChange{replaced: replaced, seq: a.run.Events, time: t, born: old.Time, size: size,
+	a.change = liveChange{replaced: replaced, seq: a.run.Events, time: t, born: old.Time, size: size,
 		device: c.key.device, layer: c.key.layer, mem: c.key.mem, group: g, space: sp, live: live.Bytes,
-		deviceLive: pd.live})
+		deviceLive: pd.live}
+	a.changed()
 }
 
 // failure copies a failed allocation with what was live at that moment. It

@@ -44,6 +44,11 @@ type pool struct {
 	// open is the last one while a retry may still follow.
 	ooms []*OOM
 	open *OOM
+	// spare are freed segments for the next ones to reuse (with their
+	// block slices, emptied): a training loop frees and allocates
+	// segments all along, and a new one each time is garbage. They are at
+	// most as many as were ever live at once.
+	spare []*poolSegment
 }
 
 // poolSegment is one live segment, kept small (32 bytes). The pool holds
@@ -53,7 +58,7 @@ type poolSegment struct {
 	addr, size uint64
 	stack      event.StackID
 	api        event.API
-	in         *segBlocks // nil while no block lies in it
+	in         *segBlocks // nil until a block lies in it
 }
 
 // segBlocks are a segment's live blocks, sorted by address, and their sum.
@@ -137,7 +142,14 @@ func (p *pool) segmentAlloc(e *event.Event) {
 		return
 	}
 	p.touch()
-	p.segs.insert(&poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API})
+	var s *poolSegment
+	if n := len(p.spare); n > 0 {
+		s, p.spare = p.spare[n-1], p.spare[:n-1]
+		s.addr, s.size, s.stack, s.api = e.Addr, e.Size, e.Stack, e.API
+	} else {
+		s = &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
+	}
+	p.segs.insert(s)
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
 	// was freed and reallocated is not possible; but a missed segment
@@ -164,6 +176,10 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 		p.unplacedBlocks[b.addr] = b
 		p.unplaced += b.size
 	}
+	if s.in != nil {
+		s.in.blocks, s.in.allocated = s.in.blocks[:0], 0
+	}
+	p.spare = append(p.spare, s)
 	if o := p.open; o != nil && o.Outcome == OOMPending {
 		o.ReleasedBytes += s.size
 		o.ReleasedSegments++
@@ -227,9 +243,6 @@ func (p *pool) blockFree(t, addr uint64) {
 	s.allocated -= s.blocks[j].size
 	p.allocated -= s.blocks[j].size
 	s.blocks = slices.Delete(s.blocks, j, j+1)
-	if len(s.blocks) == 0 {
-		seg.in = nil // allocated is 0: it sums the blocks
-	}
 	p.noteWorst(t)
 }
 

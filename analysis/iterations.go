@@ -111,7 +111,7 @@ func grow[T any](s []*T, i int32) []*T {
 // changed logs a change: a successful non-nested device allocation at the
 // segment layer (its site), the stack's new live bytes (device scope and
 // pinned host) and the process's (device scope).
-func (m *iterationModel) changed(c liveChange) {
+func (m *iterationModel) changed(c *liveChange) {
 	g, sp := c.group, c.space
 	if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
 		m.sites = grow(m.sites, g.ix)

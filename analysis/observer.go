@@ -61,7 +61,7 @@ type liveChange struct {
 
 // liveObserver is a model fed every liveChange in stream order (the
 // spikes, the timelines, the iteration logs). It must change neither the
-// ledger nor the aggregates.
+// ledger, the aggregates nor c, and must not keep c past the call.
 type liveObserver interface {
-	changed(c liveChange)
+	changed(c *liveChange)
 }

@@ -56,7 +56,7 @@ type spikeModel struct {
 
 // changed records a device allocation (segment layer, device or physical
 // memory) freed within the spike window.
-func (m *spikeModel) changed(c liveChange) {
+func (m *spikeModel) changed(c *liveChange) {
 	if c.alloc || c.replaced || c.group.key.sc != deviceScope || c.time-c.born > m.window {
 		return
 	}

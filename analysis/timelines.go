@@ -30,7 +30,7 @@ func newTimelineModel(points int) *timelineModel { return &timelineModel{buckets
 func (m *timelineModel) start(t uint64) { m.grid = newGrid(t, m.buckets) }
 
 // changed adds the process's new live bytes on the device to its timeline.
-func (m *timelineModel) changed(c liveChange) {
+func (m *timelineModel) changed(c *liveChange) {
 	m.series(c.space.ix, c.device).add(m.grid, c.time, c.deviceLive)
 }
 

@@ -110,6 +110,9 @@ type Analyzer struct {
 	// ranges are, per process, the device address span each known device
 	// handed out: the address-range cross-check for unknown devices.
 	ranges map[uint32]map[int32]*addrRange
+	// lastRange caches the latest range widened, lastRangeKey its owner.
+	lastRange    *addrRange
+	lastRangeKey rangeOwner
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
 	// loops are the processes' loops by instance id (Finish).
@@ -312,8 +315,11 @@ type space struct {
 	// they are copied into the peak snapshot (classState.peak): each event
 	// adds at most one entry and each entry is applied once, so tracking the
 	// peak costs O(events) even when every event sets a new peak.
-	dirty        []int32
-	devices      map[int32]*procDevice
+	dirty   []int32
+	devices map[int32]*procDevice
+	// lastDev caches devices[lastDevIx] (the hot path).
+	lastDev      *procDevice
+	lastDevIx    int32
 	firstFailure *Failure
 	// firstOOM is the first failure that ran out of memory; errs groups
 	// every failure by library and code (errors.go).
@@ -601,11 +607,15 @@ func (a *Analyzer) space(pid uint32, sc scope) *space {
 }
 
 func (s *space) device(d int32) *procDevice {
+	if s.lastDev != nil && s.lastDevIx == d {
+		return s.lastDev
+	}
 	pd := s.devices[d]
 	if pd == nil {
 		pd = &procDevice{}
 		s.devices[d] = pd
 	}
+	s.lastDev, s.lastDevIx = pd, d
 	return pd
 }
 
@@ -765,20 +775,31 @@ func (a *Analyzer) segment(e *event.Event) {
 // addrRange is the span of device addresses a device handed a process.
 type addrRange struct{ lo, hi uint64 }
 
+// rangeOwner is a process and device an addrRange belongs to.
+type rangeOwner struct {
+	pid    uint32
+	device int32
+}
+
 // widenRange records that device d gave pid memory at [addr, addr+size).
 func (a *Analyzer) widenRange(pid uint32, d int32, addr, size uint64) {
-	if a.ranges == nil {
-		a.ranges = make(map[uint32]map[int32]*addrRange)
-	}
-	m := a.ranges[pid]
-	if m == nil {
-		m = make(map[int32]*addrRange)
-		a.ranges[pid] = m
-	}
-	r := m[d]
-	if r == nil {
-		m[d] = &addrRange{lo: addr, hi: addr + size}
-		return
+	k := rangeOwner{pid, d}
+	r := a.lastRange
+	if r == nil || a.lastRangeKey != k {
+		if a.ranges == nil {
+			a.ranges = make(map[uint32]map[int32]*addrRange)
+		}
+		m := a.ranges[pid]
+		if m == nil {
+			m = make(map[int32]*addrRange)
+			a.ranges[pid] = m
+		}
+		r = m[d]
+		if r == nil {
+			r = &addrRange{lo: addr, hi: addr + size}
+			m[d] = r
+		}
+		a.lastRange, a.lastRangeKey = r, k
 	}
 	r.lo, r.hi = min(r.lo, addr), max(r.hi, addr+size)
 }

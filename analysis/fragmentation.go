@@ -75,6 +75,21 @@ func (s *poolSegment) blocks() []poolBlock {
 	return s.in.blocks
 }
 
+// searchBlocks is slices.BinarySearchFunc on the blocks' addresses,
+// written out (it runs for every block event).
+func searchBlocks(blocks []poolBlock, addr uint64) (int, bool) {
+	lo, hi := 0, len(blocks)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if blocks[m].addr < addr {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(blocks) && blocks[lo].addr == addr
+}
+
 // poolBlock is one live block.
 type poolBlock struct {
 	addr, size uint64
@@ -204,7 +219,7 @@ func (p *pool) blockAlloc(e *event.Event) {
 		seg.in = &segBlocks{}
 	}
 	s := seg.in
-	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
+	j, found := searchBlocks(s.blocks, e.Addr)
 	if found {
 		// A free was missed: the new block replaces the old.
 		s.allocated -= s.blocks[j].size
@@ -236,7 +251,7 @@ func (p *pool) blockFree(t, addr uint64) {
 	if s == nil {
 		return
 	}
-	j, found := slices.BinarySearchFunc(s.blocks, addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
+	j, found := searchBlocks(s.blocks, addr)
 	if !found {
 		return
 	}

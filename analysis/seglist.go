@@ -3,7 +3,6 @@ package analysis
 import (
 	"iter"
 	"slices"
-	"sort"
 )
 
 // segChunk is the most segments one chunk of a segList holds before it
@@ -32,7 +31,38 @@ func (l *segList) chunkFor(addr uint64) int {
 	if len(l.chunks) == 0 {
 		return -1
 	}
-	return max(sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i][0].addr > addr })-1, 0)
+	return max(searchChunks(l.chunks, addr)-1, 0)
+}
+
+// searchChunks is the index of the first chunk whose first segment starts
+// above addr (len when none does): sort.Search, written out, since it runs
+// for every block event and a closure call per step cost a tenth of it.
+func searchChunks(chunks [][]*poolSegment, addr uint64) int {
+	lo, hi := 0, len(chunks)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if chunks[m][0].addr > addr {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
+
+// searchSegs is the index of the first segment of c that starts above
+// addr (len when none does).
+func searchSegs(c []*poolSegment, addr uint64) int {
+	lo, hi := 0, len(c)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if c[m].addr > addr {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
 }
 
 // locate returns the chunk and index of the last segment starting at or
@@ -43,7 +73,7 @@ func (l *segList) locate(addr uint64) (ci, j int, ok bool) {
 		return 0, 0, false
 	}
 	c := l.chunks[ci]
-	j = sort.Search(len(c), func(j int) bool { return c[j].addr > addr }) - 1
+	j = searchSegs(c, addr) - 1
 	return ci, j, j >= 0 && addr < c[j].addr+c[j].size
 }
 
@@ -65,7 +95,7 @@ func (l *segList) insert(s *poolSegment) {
 		return
 	}
 	c := l.chunks[ci]
-	j := sort.Search(len(c), func(j int) bool { return c[j].addr > s.addr })
+	j := searchSegs(c, s.addr)
 	c = slices.Insert(c, j, s)
 	if len(c) <= segChunk {
 		l.chunks[ci] = c

@@ -42,6 +42,9 @@ type spikeInterval struct {
 type spikeStats struct {
 	count     uint64          // short-lived allocations (within SpikeWindow)
 	intervals []spikeInterval // the largest, at most maxSpikeIntervals
+	// least is the smallest size among intervals once they are
+	// maxSpikeIntervals: no smaller or equal one can replace any.
+	least uint64
 }
 
 // spikeModel gathers, per allocation site of each process instance, the
@@ -73,12 +76,25 @@ func (m *spikeModel) changed(c *liveChange) {
 	iv := spikeInterval{c.born, c.time, c.size}
 	if len(s.intervals) < maxSpikeIntervals {
 		s.intervals = append(s.intervals, iv)
+		if len(s.intervals) == maxSpikeIntervals {
+			s.least = leastSize(s.intervals)
+		}
+		return
+	}
+	if c.size <= s.least {
 		return
 	}
 	i := slices.IndexFunc(s.intervals, func(x spikeInterval) bool { return x.size < c.size })
-	if i >= 0 {
-		s.intervals[i] = iv
+	s.intervals[i] = iv
+	s.least = leastSize(s.intervals)
+}
+
+func leastSize(ivs []spikeInterval) uint64 {
+	least := ivs[0].size
+	for _, iv := range ivs[1:] {
+		least = min(least, iv.size)
 	}
+	return least
 }
 
 // spikeFindings names the sites whose rare, brief allocations reach a

@@ -58,6 +58,11 @@ func (t *Table[V]) Get(k uint64) (V, bool) {
 // Put sets k's value; k must not be 0.
 func (t *Table[V]) Put(k uint64, v V) { *t.put(k) = v }
 
+// Ref returns k's value slot, adding k with the zero value when absent
+// (one probe where Get then Put take two); k must not be 0. The slot is
+// valid until the next Put, Ref or Del.
+func (t *Table[V]) Ref(k uint64) *V { return t.put(k) }
+
 // put returns k's value slot, adding k when absent; the slot is valid
 // until the next put or Del.
 func (t *Table[V]) put(k uint64) *V {

@@ -940,7 +940,8 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
 	a.change = liveChange{alloc: true, seq: a.run.Events, time: e.Time, born: e.Time, size: e.Size,
-		device: e.Device, layer: layer, mem: mem, group: g, space: sp, live: live.Bytes, deviceLive: pd.live}
+		device: e.Device, layer: layer, mem: mem, sc: sc, group: g.ix, groupLive: g.live.Bytes, space: sp.ix,
+		allocated: sp.totals.AllocatedBytes, live: live.Bytes, deviceLive: pd.live}
 	a.changed()
 	return true
 }
@@ -1011,8 +1012,8 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	pd := sp.device(c.key.device)
 	pd.live -= size
 	a.change = liveChange{replaced: replaced, seq: a.run.Events, time: t, born: old.Time, size: size,
-		device: c.key.device, layer: c.key.layer, mem: c.key.mem, group: g, space: sp, live: live.Bytes,
-		deviceLive: pd.live}
+		device: c.key.device, layer: c.key.layer, mem: c.key.mem, sc: sp.key.sc, group: g.ix, groupLive: g.live.Bytes,
+		space: sp.ix, allocated: sp.totals.AllocatedBytes, live: live.Bytes, deviceLive: pd.live}
 	a.changed()
 }
 

@@ -178,11 +178,15 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	if !p.blocks {
 		return
 	}
-	if s := p.segs.at(addr); s == nil || s.addr != addr {
+	// Located once, removed after touch (which must see the pool as it
+	// was). Unlike at, locate leaves the hot segment alone: segment frees
+	// come between the blocks of another segment.
+	ci, j, ok := p.segs.locate(addr)
+	if !ok || p.segs.chunks[ci][j].addr != addr {
 		return
 	}
 	p.touch()
-	s := p.segs.remove(addr)
+	s := p.segs.removeAt(ci, j)
 	p.reserved -= s.size
 	if s.in != nil {
 		p.allocated -= s.in.allocated

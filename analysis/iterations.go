@@ -112,25 +112,25 @@ func grow[T any](s []*T, i int32) []*T {
 // segment layer (its site), the stack's new live bytes (device scope and
 // pinned host) and the process's (device scope).
 func (m *iterationModel) changed(c *liveChange) {
-	g, sp := c.group, c.space
+	gi, si := c.group, c.space
 	if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
-		m.sites = grow(m.sites, g.ix)
-		s := m.sites[g.ix]
+		m.sites = grow(m.sites, gi)
+		s := m.sites[gi]
 		if s == nil {
 			s = &siteTimes{}
-			m.sites[g.ix] = s
+			m.sites[gi] = s
 		}
 		s.count++
 		if s.st.len() < m.limit {
 			s.st.add(c.seq, c.time)
 		}
 	}
-	if sc := g.key.sc; sc == deviceScope || sc == hostScope {
-		m.logs = grow(m.logs, g.ix)
-		l := m.logs[g.ix]
+	if c.sc == deviceScope || c.sc == hostScope {
+		m.logs = grow(m.logs, gi)
+		l := m.logs[gi]
 		if l == nil {
 			l = &liveLog{}
-			m.logs[g.ix] = l
+			m.logs[gi] = l
 		}
 		switch {
 		case l.full:
@@ -138,22 +138,22 @@ func (m *iterationModel) changed(c *liveChange) {
 			l.full, l.st, l.v = true, stamps{}, nil
 		default:
 			l.st.add(c.seq, c.time)
-			l.v = append(l.v, g.live.Bytes)
+			l.v = append(l.v, c.groupLive)
 		}
 	}
-	if sp.key.sc == deviceScope {
-		m.procs = grow(m.procs, sp.ix)
-		p := m.procs[sp.ix]
+	if c.sc == deviceScope {
+		m.procs = grow(m.procs, si)
+		p := m.procs[si]
 		if p == nil {
 			p = &procLog{}
-			m.procs[sp.ix] = p
+			m.procs[si] = p
 		}
 		switch {
 		case p.full:
 		case len(p.log) == m.limit:
 			p.full, p.log = true, nil
 		default:
-			p.log = append(p.log, procChange{c.seq, c.live, sp.totals.AllocatedBytes})
+			p.log = append(p.log, procChange{c.seq, c.live, c.allocated})
 		}
 	}
 }

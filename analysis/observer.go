@@ -49,11 +49,17 @@ type liveChange struct {
 	// layer and mem are the allocation's layer and memory space.
 	layer event.Layer
 	mem   MemorySpace
-	// group is the allocation's stack in its process and scope, and space
-	// its process in that scope, both after the change (their live
-	// figures and totals count it).
-	group *groupState
-	space *space
+	// sc is the scope both count in. group is the index of the
+	// allocation's stack in its process and scope (Analyzer.groups) and
+	// groupLive its live bytes; space is the index of its process in the
+	// scope (space.ix) and allocated the bytes the process allocated
+	// there. Indexes and values, no pointers: the change is written for
+	// every event, and pointers would cost a write barrier each.
+	sc        scope
+	group     int32
+	groupLive uint64
+	space     int32
+	allocated uint64
 	// live is the process's live bytes in the scope (the ledger's), and
 	// deviceLive its live bytes on the device, after the change.
 	live, deviceLive uint64

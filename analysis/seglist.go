@@ -20,6 +20,11 @@ type segList struct {
 	// at or below every segment of chunks[i+1].
 	chunks [][]*poolSegment
 	n      int
+	// hot is the segment at last found, when no later segment starts
+	// inside it (at gives it for any address it holds, without a
+	// search: consecutive blocks mostly lie in one segment); nil when
+	// unknown.
+	hot *poolSegment
 }
 
 // len is the number of segments.
@@ -79,15 +84,37 @@ func (l *segList) locate(addr uint64) (ci, j int, ok bool) {
 
 // at returns the live segment holding addr; nil when none does.
 func (l *segList) at(addr uint64) *poolSegment {
+	if h := l.hot; h != nil && addr >= h.addr && addr < h.addr+h.size {
+		return h
+	}
 	ci, j, ok := l.locate(addr)
 	if !ok {
 		return nil
 	}
-	return l.chunks[ci][j]
+	c := l.chunks[ci]
+	s := c[j]
+	// Cache it only when the next segment starts at or past its end:
+	// then it is the answer for every address it holds.
+	switch {
+	case j+1 < len(c):
+		if c[j+1].addr >= s.addr+s.size {
+			l.hot = s
+		}
+	case ci+1 < len(l.chunks):
+		if l.chunks[ci+1][0].addr >= s.addr+s.size {
+			l.hot = s
+		}
+	default:
+		l.hot = s
+	}
+	return s
 }
 
 // insert adds s after every segment starting at or below its address.
 func (l *segList) insert(s *poolSegment) {
+	if h := l.hot; h != nil && s.addr >= h.addr && s.addr < h.addr+h.size {
+		l.hot = nil // s starts inside it: s comes first for what follows
+	}
 	l.n++
 	ci := l.chunkFor(s.addr)
 	if ci < 0 {
@@ -115,9 +142,17 @@ func (l *segList) remove(addr uint64) *poolSegment {
 	if !ok || l.chunks[ci][j].addr != addr {
 		return nil
 	}
+	return l.removeAt(ci, j)
+}
+
+// removeAt deletes and returns segment j of chunk ci (from locate).
+func (l *segList) removeAt(ci, j int) *poolSegment {
 	l.n--
 	c := l.chunks[ci]
 	s := c[j]
+	if s == l.hot {
+		l.hot = nil
+	}
 	c = slices.Delete(c, j, j+1)
 	if len(c) == 0 {
 		l.chunks = slices.Delete(l.chunks, ci, ci+1)
@@ -153,7 +188,7 @@ func (l *segList) build(segs []*poolSegment) {
 		}
 		return 0
 	})
-	l.chunks, l.n = nil, len(segs)
+	l.chunks, l.n, l.hot = nil, len(segs), nil
 	for len(segs) > 0 {
 		n := min(len(segs), segChunk/2)
 		l.chunks = append(l.chunks, segs[:n:n])

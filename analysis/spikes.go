@@ -60,10 +60,10 @@ type spikeModel struct {
 // changed records a device allocation (segment layer, device or physical
 // memory) freed within the spike window.
 func (m *spikeModel) changed(c *liveChange) {
-	if c.alloc || c.replaced || c.group.key.sc != deviceScope || c.time-c.born > m.window {
+	if c.alloc || c.replaced || c.sc != deviceScope || c.time-c.born > m.window {
 		return
 	}
-	gi := int(c.group.ix)
+	gi := int(c.group)
 	if gi >= len(m.sites) {
 		m.sites = append(m.sites, make([]*spikeStats, gi+1-len(m.sites))...)
 	}

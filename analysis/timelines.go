@@ -31,7 +31,7 @@ func (m *timelineModel) start(t uint64) { m.grid = newGrid(t, m.buckets) }
 
 // changed adds the process's new live bytes on the device to its timeline.
 func (m *timelineModel) changed(c *liveChange) {
-	m.series(c.space.ix, c.device).add(m.grid, c.time, c.deviceLive)
+	m.series(c.space, c.device).add(m.grid, c.time, c.deviceLive)
 }
 
 // series returns a space's series on a device, creating it.

@@ -138,7 +138,7 @@ func (m *iterationModel) changed(c *liveChange) {
 			l.full, l.st, l.v = true, stamps{}, nil
 		default:
 			l.st.add(c.seq, c.time)
-			l.v = append(l.v, c.groupLive)
+			l.v = appendDoubling(l.v, c.groupLive)
 		}
 	}
 	if c.sc == deviceScope {
@@ -153,7 +153,7 @@ func (m *iterationModel) changed(c *liveChange) {
 		case len(p.log) == m.limit:
 			p.full, p.log = true, nil
 		default:
-			p.log = append(p.log, procChange{c.seq, c.live, c.allocated})
+			p.log = appendDoubling(p.log, procChange{c.seq, c.live, c.allocated})
 		}
 	}
 }

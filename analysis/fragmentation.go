@@ -182,7 +182,7 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	// was). Unlike at, locate leaves the hot segment alone: segment frees
 	// come between the blocks of another segment.
 	ci, j, ok := p.segs.locate(addr)
-	if !ok || p.segs.chunks[ci][j].addr != addr {
+	if !ok || p.segs.chunks[ci].addrs[j] != addr {
 		return
 	}
 	p.touch()

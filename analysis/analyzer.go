@@ -180,8 +180,10 @@ type Analyzer struct {
 	// after the ledger applied it (observe).
 	pools *poolModel
 	churn *churnModel
-	// observers are the models fed by deviceCall.
+	// observers are the models fed by deviceCall, ch the change they are
+	// fed: one buffer, passed by pointer, not a copy per call.
 	observers []observer
+	ch        ledger.Change
 
 	// spikes are the short-lived device allocations per site (spikes.go),
 	// timelines each process's live bytes over time (timelines.go), iters
@@ -830,12 +832,12 @@ func both(ls *layerState, sp *space, f func(t *Totals)) {
 // observers, which see what the ledger made of it.
 func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
 	k := liveKey(e.PID, layer, SpaceDevice)
-	var ch ledger.Change
+	ch := &a.ch
 	if e.Kind == event.KindAlloc {
-		ch = a.ledger.Alloc(k, e)
+		*ch = a.ledger.Alloc(k, e)
 		a.allocated(e, layer, SpaceDevice, ch)
 	} else {
-		ch = a.ledger.Free(k, e)
+		*ch = a.ledger.Free(k, e)
 		a.freed(e, layer, SpaceDevice, ch)
 	}
 	for _, o := range a.observers {
@@ -852,12 +854,13 @@ func liveKey(pid uint32, layer event.Layer, mem MemorySpace) ledger.Key {
 // alloc applies an allocation call in one memory space and reports whether
 // it made memory live.
 func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) bool {
-	return a.allocated(e, layer, mem, a.ledger.Alloc(liveKey(e.PID, layer, mem), e))
+	ch := a.ledger.Alloc(liveKey(e.PID, layer, mem), e)
+	return a.allocated(e, layer, mem, &ch)
 }
 
 // allocated applies to the aggregates what the ledger made of an
 // allocation call, and reports whether it made memory live.
-func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) bool {
+func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace, ch *ledger.Change) bool {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)
@@ -963,11 +966,12 @@ func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
 
 // free applies a free call in one memory space.
 func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
-	a.freed(e, layer, mem, a.ledger.Free(liveKey(e.PID, layer, mem), e))
+	ch := a.ledger.Free(liveKey(e.PID, layer, mem), e)
+	a.freed(e, layer, mem, &ch)
 }
 
 // freed applies to the aggregates what the ledger made of a free call.
-func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) {
+func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch *ledger.Change) {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)

@@ -104,7 +104,7 @@ func (m *churnModel) of(pid uint32) *churnState {
 
 // observe counts a segment-layer allocation or free: every call, and the
 // cycles of what the ledger freed and allocated again.
-func (m *churnModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
+func (m *churnModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change) {
 	if layer != event.LayerSegment {
 		return
 	}

@@ -432,7 +432,7 @@ func (p *pool) closeOpen() {
 // segment event to the geometry; ch.Old is the live allocation a free (or
 // a replacing allocation) ended, whose device the free may not carry
 // (pytorch:free carries only the pointer).
-func (m *poolModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
+func (m *poolModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change) {
 	switch {
 	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
 		if ch.Verdict == ledger.Added || ch.Verdict == ledger.Replaced {

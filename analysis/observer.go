@@ -23,10 +23,10 @@ import (
 // ledger made of it: whether memory became live (Added, Replaced) or was
 // freed, and the allocation that went (ch.Old), whose device and size a
 // free does not carry. e.PID is the process instance's id. An observer
-// must not change the ledger; the findings rules read the observers' state
-// at Finish.
+// must not change the ledger or ch, nor keep ch past the call; the
+// findings rules read the observers' state at Finish.
 type observer interface {
-	observe(e *event.Event, layer event.Layer, ch ledger.Change)
+	observe(e *event.Event, layer event.Layer, ch *ledger.Change)
 }
 
 // liveChange is one allocation made live or let go, in any layer and

@@ -194,7 +194,7 @@ func (v *vmmState) bytes() VMMBytes {
 func (a *Analyzer) create(e *event.Event) {
 	ch := a.ledger.Create(e.PID, e)
 	a.vmm.created(e, ch)
-	a.allocated(e, event.LayerSegment, SpacePhysical, ch)
+	a.allocated(e, event.LayerSegment, SpacePhysical, &ch)
 }
 
 // releaseHandle is cuMemRelease. The memory goes now when nothing maps it,

@@ -76,14 +76,12 @@ func (m *bookModel) observe(e *event.Event) {
 		case e.Addr == 0:
 			return
 		}
-		live := m.live.Get(bs, false)
-		size, ok := live.Get(e.Addr)
+		size, ok := m.live.Get(bs, false).Take(e.Addr)
 		if !ok {
 			per.book.UnknownFrees++
 			all.book.UnknownFrees++
 			return
 		}
-		live.Del(e.Addr)
 		per.book.Frees++
 		all.book.Frees++
 		per.level.sub(size)

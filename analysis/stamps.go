@@ -45,11 +45,17 @@ func (s *stamps) add(seq, t uint64) {
 // the log's length, a quarter on average.
 func appendDoubling[T any](s []T, v T) []T {
 	if len(s) == cap(s) {
-		g := make([]T, len(s), max(16, 2*cap(s)))
-		copy(g, s)
-		s = g
+		s = doubled(s)
 	}
 	return append(s, v)
+}
+
+// doubled returns s with twice the capacity (at least 16); apart from
+// appendDoubling so that the common case inlines.
+func doubled[T any](s []T) []T {
+	g := make([]T, len(s), max(16, 2*cap(s)))
+	copy(g, s)
+	return g
 }
 
 // at returns pair i.

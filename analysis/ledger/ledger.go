@@ -287,11 +287,10 @@ func (l *Ledger) drop(k Key, addr uint64) (Entry, *Level) {
 	if ks == nil {
 		return Entry{}, nil
 	}
-	old, ok := ks.table.Get(addr)
+	old, ok := ks.table.Take(addr)
 	if !ok {
 		return Entry{}, nil
 	}
-	ks.table.Del(addr)
 	ks.level.sub(old.Size)
 	ks.inst.sub(old.Size)
 	l.scope(k.Scope()).sub(old.Size)

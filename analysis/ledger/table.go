@@ -95,6 +95,26 @@ func (t *Table[V]) grow() {
 	}
 }
 
+// Take removes k and returns its value: Get and Del in one probe.
+func (t *Table[V]) Take(k uint64) (V, bool) {
+	var zero V
+	if t == nil || t.n == 0 || k == 0 {
+		return zero, false
+	}
+	i := t.slot(k)
+	for t.keys[i] != k {
+		if t.keys[i] == 0 {
+			return zero, false
+		}
+		if i++; i == len(t.keys) {
+			i = 0
+		}
+	}
+	v := t.vals[i]
+	t.delAt(i)
+	return v, true
+}
+
 // Del removes k, shifting back the entries of its probe run that would
 // otherwise be cut off from their home slot (no tombstones).
 func (t *Table[V]) Del(k uint64) {
@@ -111,6 +131,13 @@ func (t *Table[V]) Del(k uint64) {
 			i = 0
 		}
 	}
+	t.delAt(i)
+}
+
+// delAt empties slot i, which holds a key, shifting back the entries of
+// its probe run that would otherwise be cut off from their home slot.
+func (t *Table[V]) delAt(i int) {
+	n := len(t.keys)
 	var zero V
 	for j := i; ; {
 		if j++; j == n {

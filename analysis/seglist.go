@@ -127,7 +127,12 @@ func (l *segList) insert(s *poolSegment) {
 		return
 	}
 	half := len(c.segs) / 2
-	rest := segRun{addrs: slices.Clone(c.addrs[half:]), segs: slices.Clone(c.segs[half:])}
+	// The new chunk gets room to fill up to the next split: a clone of
+	// its half would grow at its first insert.
+	rest := segRun{addrs: make([]uint64, len(c.addrs)-half, segChunk+1),
+		segs: make([]*poolSegment, len(c.segs)-half, segChunk+1)}
+	copy(rest.addrs, c.addrs[half:])
+	copy(rest.segs, c.segs[half:])
 	clear(c.segs[half:])
 	c.addrs, c.segs = c.addrs[:half], c.segs[:half]
 	l.chunks = slices.Insert(l.chunks, ci+1, rest)

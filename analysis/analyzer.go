@@ -942,17 +942,26 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
-	a.change = liveChange{alloc: true, seq: a.run.Events, time: e.Time, born: e.Time, size: e.Size,
-		device: e.Device, layer: layer, mem: mem, sc: sc, group: g.ix, groupLive: g.live.Bytes, space: sp.ix,
-		allocated: sp.totals.AllocatedBytes, live: live.Bytes, deviceLive: pd.live}
-	a.changed()
+	a.notify(true, false, e.Time, e.Time, e.Size, e.Device, layer, mem, g, sp, live.Bytes, pd.live)
 	return true
 }
 
-// changed feeds the liveObservers a.change.
-func (a *Analyzer) changed() {
+// notify fills a.change (see liveChange for the fields) and feeds it to
+// the liveObservers. The fields are stored one by one: a composite
+// literal is built on the stack and copied, and the copy's wide loads of
+// what narrow stores just wrote stalled on every event.
+func (a *Analyzer) notify(alloc, replaced bool, t, born, size uint64, device int32, layer event.Layer,
+	mem MemorySpace, g *groupState, sp *space, live, deviceLive uint64) {
+	c := &a.change
+	c.alloc, c.replaced = alloc, replaced
+	c.seq, c.time, c.born = a.run.Events, t, born
+	c.size, c.device = size, device
+	c.layer, c.mem, c.sc = layer, mem, g.key.sc
+	c.group, c.groupLive = g.ix, g.live.Bytes
+	c.space, c.allocated = sp.ix, sp.totals.AllocatedBytes
+	c.live, c.deviceLive = live, deviceLive
 	for _, o := range a.live {
-		o.changed(&a.change)
+		o.changed(c)
 	}
 }
 
@@ -1015,10 +1024,7 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	a.change = liveChange{replaced: replaced, seq: a.run.Events, time: t, born: old.Time, size: size,
-		device: c.key.device, layer: c.key.layer, mem: c.key.mem, sc: sp.key.sc, group: g.ix, groupLive: g.live.Bytes,
-		space: sp.ix, allocated: sp.totals.AllocatedBytes, live: live.Bytes, deviceLive: pd.live}
-	a.changed()
+	a.notify(false, replaced, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live.Bytes, pd.live)
 }
 
 // failure copies a failed allocation with what was live at that moment. It

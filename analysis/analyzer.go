@@ -834,10 +834,10 @@ func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
 	k := liveKey(e.PID, layer, SpaceDevice)
 	ch := &a.ch
 	if e.Kind == event.KindAlloc {
-		*ch = a.ledger.Alloc(k, e)
+		a.ledger.AllocTo(ch, k, e)
 		a.allocated(e, layer, SpaceDevice, ch)
 	} else {
-		*ch = a.ledger.Free(k, e)
+		a.ledger.FreeTo(ch, k, e)
 		a.freed(e, layer, SpaceDevice, ch)
 	}
 	for _, o := range a.observers {

@@ -239,17 +239,30 @@ func (l *Ledger) scope(s Scope) *Level {
 // Alloc applies an allocation call in key space k: e's Ret, Addr, Size,
 // Device and Time are read, e.PID is not (k.Inst says whose it is).
 func (l *Ledger) Alloc(k Key, e *event.Event) Change {
+	var ch Change
+	l.AllocTo(&ch, k, e)
+	return ch
+}
+
+// AllocTo is Alloc writing the change into *ch (every field of it): a
+// caller that keeps one Change for all its calls (the analysis, at every
+// event) saves a copy of it per call.
+func (l *Ledger) AllocTo(ch *Change, k Key, e *event.Event) {
+	ch.Old, ch.New, ch.Inst = Entry{}, nil, nil
 	switch {
 	case e.Ret != 0:
-		return Change{Verdict: Failed}
+		ch.Verdict = Failed
+		return
 	case e.Size == 0:
-		return Change{Verdict: Empty}
+		ch.Verdict = Empty
+		return
 	case e.Addr == 0:
-		return Change{Verdict: NoAddr}
+		ch.Verdict = NoAddr
+		return
 	}
 	ks := l.space(k, true)
 	sl := l.scope(k.Scope())
-	ch := Change{Verdict: Added}
+	ch.Verdict = Added
 	slot := ks.table.put(e.Addr)
 	if slot.Size != 0 { // a live entry: its free was missed
 		ch.Verdict, ch.Old = Replaced, *slot
@@ -257,27 +270,37 @@ func (l *Ledger) Alloc(k Key, e *event.Event) Change {
 		ks.inst.sub(slot.Size)
 		sl.sub(slot.Size)
 	}
-	*slot = Entry{Time: e.Time, Size: e.Size, Device: e.Device}
+	slot.Time, slot.Size, slot.Device, slot.Tag = e.Time, e.Size, e.Device, 0
 	ks.level.add(e.Size, e.Time)
 	ks.inst.add(e.Size, e.Time)
 	sl.add(e.Size, e.Time)
 	ch.New, ch.Inst = slot, ks.inst
-	return ch
 }
 
 // Free applies a free call in key space k (e's Ret and Addr are read).
 func (l *Ledger) Free(k Key, e *event.Event) Change {
+	var ch Change
+	l.FreeTo(&ch, k, e)
+	return ch
+}
+
+// FreeTo is Free writing the change into *ch (see AllocTo).
+func (l *Ledger) FreeTo(ch *Change, k Key, e *event.Event) {
+	ch.Old, ch.New, ch.Inst = Entry{}, nil, nil
 	switch {
 	case e.Ret != 0:
-		return Change{Verdict: Failed}
+		ch.Verdict = Failed
+		return
 	case e.Addr == 0:
-		return Change{Verdict: NoAddr}
+		ch.Verdict = NoAddr
+		return
 	}
 	old, inst := l.drop(k, e.Addr)
 	if inst == nil {
-		return Change{Verdict: Unknown}
+		ch.Verdict = Unknown
+		return
 	}
-	return Change{Verdict: Freed, Old: old, Inst: inst}
+	ch.Verdict, ch.Old, ch.Inst = Freed, old, inst
 }
 
 // drop takes addr's live allocation out of key space k and returns it

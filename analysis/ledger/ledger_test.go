@@ -256,3 +256,28 @@ func TestInstanceLevel(t *testing.T) {
 	assert.Equal(t, uint64(0), l.ScopeLevel(DeviceScope).Bytes)
 	assert.Equal(t, Level{}, l.InstanceLevel(id, DeviceScope))
 }
+
+// TestChangeReused drives AllocTo and FreeTo with one Change, as the
+// analysis does: each call sets every field, so nothing of the previous
+// call (a replaced allocation, a level) is left in a failed one.
+func TestChangeReused(t *testing.T) {
+	l := New()
+	k := Key{Inst: 1, Layer: event.LayerSegment, Space: Device}
+	var ch Change
+	l.AllocTo(&ch, k, ev(event.KindAlloc, 1, 0x1000, 2*mib, 1))
+	require.Equal(t, Added, ch.Verdict)
+	l.AllocTo(&ch, k, ev(event.KindAlloc, 1, 0x1000, mib, 2))
+	require.Equal(t, Replaced, ch.Verdict)
+	assert.Equal(t, Entry{Time: 1, Size: 2 * mib}, ch.Old)
+	assert.Equal(t, Entry{Time: 2, Size: mib}, *ch.New)
+	failed := ev(event.KindAlloc, 1, 0x2000, mib, 3)
+	failed.Ret = 2
+	l.AllocTo(&ch, k, failed)
+	assert.Equal(t, Change{Verdict: Failed}, ch)
+	l.FreeTo(&ch, k, ev(event.KindFree, 1, 0x1000, 0, 4))
+	require.Equal(t, Freed, ch.Verdict)
+	assert.Equal(t, Entry{Time: 2, Size: mib}, ch.Old)
+	assert.Equal(t, Level{Peak: 2 * mib, PeakTime: 1}, *ch.Inst)
+	l.FreeTo(&ch, k, ev(event.KindFree, 1, 0x1000, 0, 5))
+	assert.Equal(t, Change{Verdict: Unknown}, ch, "freed twice")
+}

@@ -72,15 +72,14 @@ type procLog struct {
 // siteTimes is one allocation site's successful non-nested device
 // allocations: the event sequence number and time of each.
 type siteTimes struct {
-	st    stamps
+	st    stamps[struct{}]
 	count uint64
 }
 
-// liveLog is a stack's live-bytes changes, in stream order: the live
-// bytes v[i] after the event and at the time st holds at i.
+// liveLog is a stack's live-bytes changes, in stream order: pair i of st
+// is the event and time, its payload the live bytes after it.
 type liveLog struct {
-	st   stamps
-	v    []uint64
+	st   stamps[uint64]
 	full bool
 }
 
@@ -122,7 +121,7 @@ func (m *iterationModel) changed(c *liveChange) {
 		}
 		s.count++
 		if s.st.len() < m.limit {
-			s.st.add(c.seq, c.time)
+			s.st.add(c.seq, c.time, struct{}{})
 		}
 	}
 	if c.sc == deviceScope || c.sc == hostScope {
@@ -134,11 +133,10 @@ func (m *iterationModel) changed(c *liveChange) {
 		}
 		switch {
 		case l.full:
-		case len(l.v) == m.limit:
-			l.full, l.st, l.v = true, stamps{}, nil
+		case l.st.len() == m.limit:
+			l.full, l.st = true, stamps[uint64]{}
 		default:
-			l.st.add(c.seq, c.time)
-			l.v = appendDoubling(l.v, c.groupLive)
+			l.st.add(c.seq, c.time, c.groupLive)
 		}
 	}
 	if c.sc == deviceScope {
@@ -188,7 +186,7 @@ func (l *liveLog) before(seq uint64) uint64 {
 	if i == 0 {
 		return 0
 	}
-	return l.v[i-1]
+	return l.st.payload(i - 1)
 }
 
 // at returns the live bytes at time t (after every change up to t).
@@ -196,7 +194,7 @@ func (l *liveLog) at(t uint64) uint64 {
 	// Times may go backwards by a few ns between CPUs: take the latest
 	// change in stream order stamped at or before t.
 	if i := l.st.lastAtOrBefore(t); i >= 0 {
-		return l.v[i]
+		return l.st.payload(i)
 	}
 	return 0
 }

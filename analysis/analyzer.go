@@ -105,21 +105,16 @@ type Analyzer struct {
 	// short.
 	latest uint64
 
-	// grids are created when the time origin is known.
-	tl   *grid // timelines
-	leak *grid // leak histories, from the first event on
+	// leak is the leak histories' grid, from the first event on.
+	leak *grid
 	// ranges are, per process, the device address span each known device
 	// handed out: the address-range cross-check for unknown devices.
 	ranges map[uint32]map[int32]*addrRange
-	// spikes gathers short-lived device allocations by site.
-	spikes map[spikeKey]*spikeStats
+	// lastRange caches the latest range widened, lastRangeKey its owner.
+	lastRange    *addrRange
+	lastRangeKey rangeOwner
 	// lastEvent is the latest event time: leak windows end there.
 	lastEvent uint64
-	// sites are the allocation times per device-scope stack, and liveLogs
-	// the stacks' live-bytes changes: iteration detection and the leak
-	// rate per iteration (iterations.go).
-	sites    map[groupKey]*siteTimes
-	liveLogs map[groupKey]*liveLog
 	// loops are the processes' loops by instance id (Finish).
 	loops map[uint32]*loop
 
@@ -131,12 +126,14 @@ type Analyzer struct {
 	// finds them. Indexes (int32) are stable and stored in the ledger's
 	// entries (Entry.Tag).
 	classes []*classState
-	classIx map[classKey]int32
+	classIx classTable
 	// groups are the stacks per process and scope, likewise indexed.
 	groups  []*groupState
 	groupIx map[groupKey]int32
-	// spaces are the per-process models.
-	spaces map[spaceKey]*space
+	// spaces are the per-process models; nspaces counts them (their
+	// indexes, space.ix).
+	spaces  map[spaceKey]*space
+	nspaces int32
 	// last caches the latest spaces: consecutive events mostly come from
 	// one process, alternating between its layers, and the lookup is on
 	// the hot path. layerAt and lastDevs do the same for layers and
@@ -154,6 +151,12 @@ type Analyzer struct {
 	// pids are the process instances (ids, see instances.go) any
 	// segment-layer event came from.
 	pids map[uint32]bool
+	// lastPID and lastDevice are the latest entries made in pids and
+	// seenDevices (valid when seenLast says so): the hot path skips the
+	// lookups while they stay the same.
+	lastPID    uint32
+	lastDevice int32
+	seenLast   struct{ pid, device bool }
 	// insts are the analysis's facts about process instances by id (the
 	// instances themselves are the ledger's); inst and Finish complete
 	// them from the ledger.
@@ -177,8 +180,22 @@ type Analyzer struct {
 	// after the ledger applied it (observe).
 	pools *poolModel
 	churn *churnModel
-	// observers are the models fed by deviceCall.
+	// observers are the models fed by deviceCall, ch the change they are
+	// fed: one buffer, passed by pointer, not a copy per call.
 	observers []observer
+	ch        ledger.Change
+
+	// spikes are the short-lived device allocations per site (spikes.go),
+	// timelines each process's live bytes over time (timelines.go), iters
+	// the logs iteration detection reads (iterations.go): liveObservers,
+	// fed every allocation made live or let go (live).
+	spikes    *spikeModel
+	timelines *timelineModel
+	iters     *iterationModel
+	live      []liveObserver
+	// change is the change being fed to them: one buffer, passed by
+	// pointer, not a copy per observer.
+	change liveChange
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -267,17 +284,14 @@ type groupKey struct {
 // groupState is a stack's running aggregates and its live-bytes history
 // for the leak rule.
 type groupState struct {
-	key    groupKey
+	key groupKey
+	// ix is the group's index in Analyzer.groups: the observers keep
+	// their per-stack state by it.
+	ix     int32
 	alloc  Usage
 	live   Usage
 	failed Usage
 	hist   history
-	// site, log and spike are the stack's entries in Analyzer.sites,
-	// Analyzer.liveLogs and Analyzer.spikes once made: the hot path skips
-	// the map lookups.
-	site  *siteTimes
-	log   *liveLog
-	spike *spikeStats
 }
 
 // spaceKey is one process's memory in one scope.
@@ -286,11 +300,16 @@ type spaceKey struct {
 	sc  scope
 }
 
-// space is the model of one process in one scope.
+// space is the model of one process in one scope. What it has live is
+// the ledger's (ledger.Ledger.InstanceLevel, and each change's
+// ledger.Change.Inst); its peak is kept here, as the scopes' are, since a
+// flight recording's checkpoint restores it (flight.go).
 type space struct {
-	key       spaceKey
+	key spaceKey
+	// ix is the space's index, in order of creation: the observers keep
+	// their per-process state by it.
+	ix        int32
 	totals    Totals
-	live      Usage
 	peak      uint64
 	peakTime  uint64
 	peakEvent Allocation // valid when peak > 0
@@ -298,25 +317,23 @@ type space struct {
 	// they are copied into the peak snapshot (classState.peak): each event
 	// adds at most one entry and each entry is applied once, so tracking the
 	// peak costs O(events) even when every event sets a new peak.
-	dirty        []int32
-	devices      map[int32]*procDevice
+	dirty   []int32
+	devices map[int32]*procDevice
+	// lastDev caches devices[lastDevIx] (the hot path).
+	lastDev      *procDevice
+	lastDevIx    int32
 	firstFailure *Failure
 	// firstOOM is the first failure that ran out of memory; errs groups
 	// every failure by library and code (errors.go).
 	firstOOM *Failure
 	errs     map[errorKey]*callErrors
-	// log is the device scope's live and allocated bytes after each
-	// change (iterations.go), until it overflows (logFull).
-	log     []procChange
-	logFull bool
 }
 
-// procDevice is one process's use of one device, with its timeline.
+// procDevice is one process's use of one device.
 type procDevice struct {
 	live     uint64
 	peak     uint64
 	peakTime uint64
-	timeline series
 }
 
 // devKey is one device in one scope, all processes together.
@@ -418,7 +435,6 @@ type libKey struct {
 func New(opts Options) *Analyzer {
 	a := &Analyzer{
 		opts:        opts.withDefaults(),
-		classIx:     make(map[classKey]int32),
 		groupIx:     make(map[groupKey]int32),
 		spaces:      make(map[spaceKey]*space),
 		layers:      make(map[scope]*layerState),
@@ -434,9 +450,14 @@ func New(opts Options) *Analyzer {
 		mappings:    make(map[event.MappingID]event.Mapping),
 		libraries:   make(map[libKey]bool),
 	}
+	a.classIx.classes = &a.classes
 	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
 	a.observers = []observer{a.pools, a.churn}
+	a.spikes = &spikeModel{window: a.opts.SpikeWindow}
+	a.timelines = newTimelineModel(a.opts.TimelinePoints)
+	a.iters = newIterationModel(a.opts.IterationLog)
+	a.live = []liveObserver{a.spikes, a.timelines, a.iters}
 	return a
 }
 
@@ -536,7 +557,7 @@ func (a *Analyzer) setStart(t uint64) {
 	a.haveStart = true
 	a.run.Start = t
 	a.latest = max(a.latest, t)
-	a.tl = newGrid(t, a.opts.TimelinePoints/2)
+	a.timelines.start(t)
 }
 
 // see notes a time from any record: the run lasts at least until then.
@@ -579,19 +600,24 @@ func (a *Analyzer) space(pid uint32, sc scope) *space {
 	k := spaceKey{pid, sc}
 	s := a.spaces[k]
 	if s == nil {
-		s = &space{key: k, devices: make(map[int32]*procDevice)}
+		s = &space{key: k, ix: a.nspaces, devices: make(map[int32]*procDevice)}
 		a.spaces[k] = s
+		a.nspaces++
 	}
 	a.last[0], a.last[1] = s, a.last[0]
 	return s
 }
 
 func (s *space) device(d int32) *procDevice {
+	if s.lastDev != nil && s.lastDevIx == d {
+		return s.lastDev
+	}
 	pd := s.devices[d]
 	if pd == nil {
 		pd = &procDevice{}
 		s.devices[d] = pd
 	}
+	s.lastDev, s.lastDevIx = pd, d
 	return pd
 }
 
@@ -615,20 +641,20 @@ func (a *Analyzer) group(k groupKey) *groupState {
 	if i, ok := a.groupIx[k]; ok {
 		return a.groups[i]
 	}
-	g := &groupState{key: k}
-	a.groupIx[k] = int32(len(a.groups))
+	g := &groupState{key: k, ix: int32(len(a.groups))}
+	a.groupIx[k] = g.ix
 	a.groups = append(a.groups, g)
 	return g
 }
 
 func (a *Analyzer) class(k classKey) int32 {
-	if i, ok := a.classIx[k]; ok {
+	if i, ok := a.classIx.get(&k); ok {
 		return i
 	}
 	g := a.group(groupKey{k.pid, k.stack, scopeOf(k.layer, k.mem)})
 	i := int32(len(a.classes))
-	a.classes = append(a.classes, &classState{key: k, group: a.groupIx[g.key]})
-	a.classIx[k] = i
+	a.classes = append(a.classes, &classState{key: k, group: g.ix})
+	a.classIx.put(&k, i) // after the append: it reads the key there
 	return i
 }
 
@@ -684,8 +710,11 @@ func (a *Analyzer) event(e *event.Event) {
 // runtime call) is counted in its API's book only: the outer call already
 // counts the memory. Every other call is counted once, in its space.
 func (a *Analyzer) segment(e *event.Event) {
-	if !a.pids[e.PID] { // a lookup costs less than a store, on every event
+	if !a.seenLast.pid || a.lastPID != e.PID {
+		// Consecutive events mostly come from one process: the map is
+		// looked at when it changes only.
 		a.pids[e.PID] = true
+		a.lastPID, a.seenLast.pid = e.PID, true
 	}
 	if e.Kind == event.KindAlloc && e.Ret == 0 && e.Addr != 0 {
 		if e.Device == event.DeviceUnknown {
@@ -707,8 +736,9 @@ func (a *Analyzer) segment(e *event.Event) {
 		// are on their handle's device, which cuMemCreate named. The
 		// caller's device, often not chosen yet, must not list a device.
 	default:
-		if !a.seenDevices[e.Device] {
+		if !a.seenLast.device || a.lastDevice != e.Device {
 			a.seenDevices[e.Device] = true
+			a.lastDevice, a.seenLast.device = e.Device, true
 		}
 	}
 	a.books.observe(e)
@@ -747,20 +777,31 @@ func (a *Analyzer) segment(e *event.Event) {
 // addrRange is the span of device addresses a device handed a process.
 type addrRange struct{ lo, hi uint64 }
 
+// rangeOwner is a process and device an addrRange belongs to.
+type rangeOwner struct {
+	pid    uint32
+	device int32
+}
+
 // widenRange records that device d gave pid memory at [addr, addr+size).
 func (a *Analyzer) widenRange(pid uint32, d int32, addr, size uint64) {
-	if a.ranges == nil {
-		a.ranges = make(map[uint32]map[int32]*addrRange)
-	}
-	m := a.ranges[pid]
-	if m == nil {
-		m = make(map[int32]*addrRange)
-		a.ranges[pid] = m
-	}
-	r := m[d]
-	if r == nil {
-		m[d] = &addrRange{lo: addr, hi: addr + size}
-		return
+	k := rangeOwner{pid, d}
+	r := a.lastRange
+	if r == nil || a.lastRangeKey != k {
+		if a.ranges == nil {
+			a.ranges = make(map[uint32]map[int32]*addrRange)
+		}
+		m := a.ranges[pid]
+		if m == nil {
+			m = make(map[int32]*addrRange)
+			a.ranges[pid] = m
+		}
+		r = m[d]
+		if r == nil {
+			r = &addrRange{lo: addr, hi: addr + size}
+			m[d] = r
+		}
+		a.lastRange, a.lastRangeKey = r, k
 	}
 	r.lo, r.hi = min(r.lo, addr), max(r.hi, addr+size)
 }
@@ -791,12 +832,12 @@ func both(ls *layerState, sp *space, f func(t *Totals)) {
 // observers, which see what the ledger made of it.
 func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
 	k := liveKey(e.PID, layer, SpaceDevice)
-	var ch ledger.Change
+	ch := &a.ch
 	if e.Kind == event.KindAlloc {
-		ch = a.ledger.Alloc(k, e)
+		a.ledger.AllocTo(ch, k, e)
 		a.allocated(e, layer, SpaceDevice, ch)
 	} else {
-		ch = a.ledger.Free(k, e)
+		a.ledger.FreeTo(ch, k, e)
 		a.freed(e, layer, SpaceDevice, ch)
 	}
 	for _, o := range a.observers {
@@ -813,12 +854,13 @@ func liveKey(pid uint32, layer event.Layer, mem MemorySpace) ledger.Key {
 // alloc applies an allocation call in one memory space and reports whether
 // it made memory live.
 func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) bool {
-	return a.allocated(e, layer, mem, a.ledger.Alloc(liveKey(e.PID, layer, mem), e))
+	ch := a.ledger.Alloc(liveKey(e.PID, layer, mem), e)
+	return a.allocated(e, layer, mem, &ch)
 }
 
 // allocated applies to the aggregates what the ledger made of an
 // allocation call, and reports whether it made memory live.
-func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) bool {
+func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace, ch *ledger.Change) bool {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)
@@ -846,10 +888,13 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	case ledger.NoAddr:
 		both(ls, sp, func(t *Totals) { t.IgnoredEvents++ })
 		return false
-	case ledger.Replaced:
-		// A free was missed: the old allocation went as if freed now.
+	}
+	live := Usage{Count: ch.Inst.Count, Bytes: ch.Inst.Bytes} // the process's, after the call
+	if ch.Verdict == ledger.Replaced {
+		// A free was missed: the old allocation went as if freed now,
+		// just before the new one came.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(ch.Old, e.Time, ls, sp)
+		a.release(ch.Old, e.Time, ls, sp, true, Usage{Count: live.Count - 1, Bytes: live.Bytes - e.Size})
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
@@ -863,10 +908,6 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	g.alloc.add(e.Size)
 	g.live.add(e.Size)
 	g.hist.set(a.leak, e.Time, g.live.Bytes)
-	a.logLive(g, e.Time)
-	if layer == event.LayerSegment && mem == SpaceDevice {
-		a.noteSite(g, e.Time)
-	}
 
 	// The peak is kept here, not read from the ledger: a flight
 	// recording's checkpoint restores the peak of what it cut (flight.go).
@@ -887,13 +928,8 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	if pd.live > pd.peak {
 		pd.peak, pd.peakTime = pd.live, e.Time
 	}
-	if !a.inTimelines(e) {
-		pd.timeline.add(a.tl, e.Time, pd.live)
-	}
 
-	sp.live.add(e.Size)
-	a.logProc(sp)
-	if sp.live.Bytes > sp.peak {
+	if live.Bytes > sp.peak {
 		// A new peak (strictly above: the first time a value is reached
 		// counts). Bring the snapshot up to date with the classes changed
 		// since the last one.
@@ -902,11 +938,32 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 			dc.peak, dc.dirty = dc.live, false
 		}
 		sp.dirty = sp.dirty[:0]
-		sp.peak, sp.peakTime = sp.live.Bytes, e.Time
+		sp.peak, sp.peakTime = live.Bytes, e.Time
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
+	a.change.restored = a.inTimelines(e)
+	a.notify(true, false, e.Time, e.Time, e.Size, e.Device, layer, mem, g, sp, live.Bytes, pd.live)
 	return true
+}
+
+// notify fills a.change (see liveChange for the fields) and feeds it to
+// the liveObservers. The fields are stored one by one: a composite
+// literal is built on the stack and copied, and the copy's wide loads of
+// what narrow stores just wrote stalled on every event.
+func (a *Analyzer) notify(alloc, replaced bool, t, born, size uint64, device int32, layer event.Layer,
+	mem MemorySpace, g *groupState, sp *space, live, deviceLive uint64) {
+	c := &a.change
+	c.alloc, c.replaced = alloc, replaced
+	c.seq, c.time, c.born = a.run.Events, t, born
+	c.size, c.device = size, device
+	c.layer, c.mem, c.sc = layer, mem, g.key.sc
+	c.group, c.groupLive = g.ix, g.live.Bytes
+	c.space, c.allocated = sp.ix, sp.totals.AllocatedBytes
+	c.live, c.deviceLive = live, deviceLive
+	for _, o := range a.live {
+		o.changed(c)
+	}
 }
 
 // touch marks a class changed since its space's last peak.
@@ -919,11 +976,12 @@ func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
 
 // free applies a free call in one memory space.
 func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
-	a.freed(e, layer, mem, a.ledger.Free(liveKey(e.PID, layer, mem), e))
+	ch := a.ledger.Free(liveKey(e.PID, layer, mem), e)
+	a.freed(e, layer, mem, &ch)
 }
 
 // freed applies to the aggregates what the ledger made of a free call.
-func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch ledger.Change) {
+func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch *ledger.Change) {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
 	sp := a.space(e.PID, sc)
@@ -935,25 +993,24 @@ func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch 
 	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 	case ledger.Freed:
-		a.dropped(e.PID, sc, ch.Old, e.Time)
+		a.dropped(e.PID, sc, ch.Old, e.Time, *ch.Inst)
 	}
 }
 
 // dropped counts as a free at time t a live allocation of pid in scope sc
-// that the ledger let go.
-func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64) {
+// that the ledger let go; inst is the process's level just after.
+func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64, inst ledger.Level) {
 	ls := a.layer(sc)
 	sp := a.space(pid, sc)
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	if sc == deviceScope && t-old.Time <= a.opts.SpikeWindow {
-		a.noteShortLived(a.groups[a.classes[old.Tag].group], old.Time, t, size)
-	}
-	a.release(old, t, ls, sp)
+	a.release(old, t, ls, sp, false, Usage{Count: inst.Count, Bytes: inst.Bytes})
 }
 
-// release takes a live allocation out of every aggregate at time t.
-func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space) {
+// release takes a live allocation out of every aggregate at time t;
+// replaced says another allocation took its address (its free was
+// missed), and live is what the process had live just after.
+func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live Usage) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.sub(size)
@@ -961,7 +1018,6 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	g := a.groups[c.group]
 	g.live.sub(size)
 	g.hist.set(a.leak, t, g.live.Bytes)
-	a.logLive(g, t)
 	ds := a.device(c.key.device, sp.key.sc)
 	ds.sub(size)
 	if sp.key.sc == deviceScope {
@@ -969,9 +1025,8 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	pd.timeline.add(a.tl, t, pd.live)
-	sp.live.sub(size)
-	a.logProc(sp)
+	a.change.restored = false
+	a.notify(false, replaced, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live.Bytes, pd.live)
 }
 
 // failure copies a failed allocation with what was live at that moment. It
@@ -982,7 +1037,7 @@ func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *space) *Failur
 		Allocation: Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack},
 		Ret:       e.Ret,
-		LiveBytes: sp.live.Bytes,
+		LiveBytes: a.ledger.InstanceLevel(e.PID, ledgerScope(sp.key.sc)).Bytes,
 		PeakBytes: sp.peak,
 	}
 	if pd := sp.devices[e.Device]; pd != nil {

@@ -39,49 +39,53 @@ func (m *bookModel) observe(e *event.Event) {
 		return
 	}
 	driver := e.API.Driver()
+	// The process's book and the all-process one change together; written
+	// out, not through a closure per field: this runs for every call.
 	per := m.state(bookKey{pid: e.PID, driver: driver})
 	all := m.state(bookKey{all: true, driver: driver})
-	each := func(f func(b *bookState)) { f(per); f(all) }
 	bs := bookSpace{pid: e.PID, driver: driver, physical: physical}
 	switch e.Kind {
 	case event.KindAlloc, event.KindCreate:
 		switch {
 		case e.Ret != 0:
-			each(func(b *bookState) { b.book.FailedAllocations++ })
+			per.book.FailedAllocations++
+			all.book.FailedAllocations++
 			return
 		case e.Size == 0 || e.Addr == 0:
 			return
 		}
-		live := m.live.Get(bs, true)
-		if old, ok := live.Get(e.Addr); ok {
+		slot := m.live.Get(bs, true).Ref(e.Addr)
+		if old := *slot; old != 0 {
 			// A free was missed, as in the totals: the old one goes.
-			each(func(b *bookState) { b.level.sub(old) })
+			per.level.sub(old)
+			all.level.sub(old)
 		}
-		live.Put(e.Addr, e.Size)
-		each(func(b *bookState) {
-			b.book.Allocations++
-			b.book.AllocatedBytes += e.Size
-			b.level.add(e.Size, e.Time)
-		})
+		*slot = e.Size
+		per.book.Allocations++
+		all.book.Allocations++
+		per.book.AllocatedBytes += e.Size
+		all.book.AllocatedBytes += e.Size
+		per.level.add(e.Size, e.Time)
+		all.level.add(e.Size, e.Time)
 	default:
 		switch {
 		case e.Ret != 0:
-			each(func(b *bookState) { b.book.FailedFrees++ })
+			per.book.FailedFrees++
+			all.book.FailedFrees++
 			return
 		case e.Addr == 0:
 			return
 		}
-		live := m.live.Get(bs, false)
-		size, ok := live.Get(e.Addr)
+		size, ok := m.live.Get(bs, false).Take(e.Addr)
 		if !ok {
-			each(func(b *bookState) { b.book.UnknownFrees++ })
+			per.book.UnknownFrees++
+			all.book.UnknownFrees++
 			return
 		}
-		live.Del(e.Addr)
-		each(func(b *bookState) {
-			b.book.Frees++
-			b.level.sub(size)
-		})
+		per.book.Frees++
+		all.book.Frees++
+		per.level.sub(size)
+		all.level.sub(size)
 	}
 }
 

@@ -12,24 +12,38 @@ import (
 // Longer gaps are phases (evaluation, a new epoch's shapes), not churn.
 const DefaultChurnWindow = 2_000_000_000 // 2 s, in ns
 
-// churnKey is one segment size on one device of one process.
-type churnKey struct {
-	pid    uint32
-	device int32
-	size   uint64
-}
-
 // released is a segment free waiting for a same-size allocation.
 type released struct {
 	time, duration uint64
 	stack          event.StackID
 }
 
-// churnState is one process's segment traffic.
+// churnState is one process's segment traffic: its figures, the bytes
+// of its cycles by the stack that freed and that allocated again (keyed
+// by stack ID plus one: a table key is never 0), and per device the
+// releases waiting for a same-size allocation, by size.
 type churnState struct {
 	c          Churn
-	freeStacks map[event.StackID]*Usage
-	allocStack map[event.StackID]*Usage
+	freeStacks ledger.Table[Usage]
+	allocStack ledger.Table[Usage]
+	releases   map[int32]*ledger.Table[*releaseQueue]
+	// last caches releases[lastDev] (the hot path).
+	last    *ledger.Table[*releaseQueue]
+	lastDev int32
+}
+
+// queues returns the device's release queues by size, creating them.
+func (cs *churnState) queues(device int32) *ledger.Table[*releaseQueue] {
+	if cs.last != nil && cs.lastDev == device {
+		return cs.last
+	}
+	t := cs.releases[device]
+	if t == nil {
+		t = &ledger.Table[*releaseQueue]{}
+		cs.releases[device] = t
+	}
+	cs.last, cs.lastDev = t, device
+	return t
 }
 
 // churnModel is the segment traffic per process instance, an observer:
@@ -42,9 +56,6 @@ type churnModel struct {
 	// last caches the latest process's state (the hot path).
 	last    *churnState
 	lastPID uint32
-	// releases are the segment frees waiting for a same-size
-	// reallocation.
-	releases map[churnKey]*releaseQueue
 }
 
 // releaseQueue is a FIFO of releases: pops advance head, and the popped
@@ -75,8 +86,7 @@ func (rq *releaseQueue) push(r released) {
 }
 
 func newChurnModel(window uint64) *churnModel {
-	return &churnModel{window: window, procs: make(map[uint32]*churnState),
-		releases: make(map[churnKey]*releaseQueue)}
+	return &churnModel{window: window, procs: make(map[uint32]*churnState)}
 }
 
 func (m *churnModel) of(pid uint32) *churnState {
@@ -85,25 +95,16 @@ func (m *churnModel) of(pid uint32) *churnState {
 	}
 	cs := m.procs[pid]
 	if cs == nil {
-		cs = &churnState{freeStacks: make(map[event.StackID]*Usage), allocStack: make(map[event.StackID]*Usage)}
+		cs = &churnState{releases: make(map[int32]*ledger.Table[*releaseQueue])}
 		m.procs[pid] = cs
 	}
 	m.last, m.lastPID = cs, pid
 	return cs
 }
 
-func (m *churnModel) queue(k churnKey) *releaseQueue {
-	q := m.releases[k]
-	if q == nil {
-		q = &releaseQueue{}
-		m.releases[k] = q
-	}
-	return q
-}
-
 // observe counts a segment-layer allocation or free: every call, and the
 // cycles of what the ledger freed and allocated again.
-func (m *churnModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
+func (m *churnModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change) {
 	if layer != event.LayerSegment {
 		return
 	}
@@ -115,7 +116,7 @@ func (m *churnModel) observe(e *event.Event, layer event.Layer, ch ledger.Change
 		if ch.Verdict != ledger.Added && ch.Verdict != ledger.Replaced {
 			return
 		}
-		q := m.releases[churnKey{e.PID, e.Device, e.Size}]
+		q, _ := cs.queues(e.Device).Get(e.Size)
 		if q == nil {
 			return
 		}
@@ -128,8 +129,8 @@ func (m *churnModel) observe(e *event.Event, layer event.Layer, ch ledger.Change
 			cs.c.CycleBytes += e.Size
 			cs.c.CycleNs += r.duration + e.Duration
 			cs.c.CycleGapNs += e.Time - r.time
-			addUsage(cs.freeStacks, r.stack, e.Size)
-			addUsage(cs.allocStack, e.Stack, e.Size)
+			cs.freeStacks.Ref(uint64(r.stack) + 1).add(e.Size)
+			cs.allocStack.Ref(uint64(e.Stack) + 1).add(e.Size)
 		}
 	case event.KindFree:
 		cs.c.Frees++
@@ -137,17 +138,25 @@ func (m *churnModel) observe(e *event.Event, layer event.Layer, ch ledger.Change
 		if ch.Verdict != ledger.Freed {
 			return
 		}
-		m.queue(churnKey{e.PID, ch.Old.Device, ch.Old.Size}).push(released{time: e.Time, duration: e.Duration, stack: e.Stack})
+		qs := cs.queues(ch.Old.Device)
+		q, _ := qs.Get(ch.Old.Size)
+		if q == nil {
+			q = &releaseQueue{}
+			qs.Put(ch.Old.Size, q)
+		}
+		q.push(released{time: e.Time, duration: e.Duration, stack: e.Stack})
 	}
 }
 
-func addUsage(m map[event.StackID]*Usage, id event.StackID, size uint64) {
-	u := m[id]
-	if u == nil {
-		u = &Usage{}
-		m[id] = u
-	}
-	u.add(size)
+// byStack returns a table of usage by stack ID plus one as a map by
+// stack.
+func byStack(t *ledger.Table[Usage]) map[event.StackID]*Usage {
+	m := make(map[event.StackID]*Usage, t.Len())
+	t.All(func(k uint64, u Usage) bool {
+		m[event.StackID(k-1)] = &u
+		return true
+	})
+	return m
 }
 
 // finishChurn returns a process's churn figures; nil without calls.
@@ -163,7 +172,7 @@ func (m *churnModel) finish(id uint32, duration uint64) *Churn {
 		c.CallsPerSecond = float64(c.Allocs+c.Frees) / secs
 		c.CostMsPerSecond = float64(c.CycleNs) / 1e6 / secs
 	}
-	c.FreeStacks = topStacks(cs.freeStacks, 0)
-	c.AllocStacks = topStacks(cs.allocStack, 0)
+	c.FreeStacks = topStacks(byStack(&cs.freeStacks), 0)
+	c.AllocStacks = topStacks(byStack(&cs.allocStack), 0)
 	return &c
 }

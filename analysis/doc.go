@@ -47,12 +47,16 @@
 // these rules (missed frees, physical memory across cuMemRelease and
 // cuMemUnmap, PID reuse). The snapshot exporter (profile/snapshot) and the
 // live status line of `vramprof run` and `attach` read the same ledger, so
-// the three cannot drift apart. The Analyzer drives the ledger call by call
-// and keeps its aggregates (classes, stacks, spaces, devices, timelines,
-// iteration logs) beside it; the pools' geometry and the churn are
-// observers (observer.go) fed what the ledger made of each allocation and
-// free, and the API books and the VMM figures are models with their own
-// state. The findings rules read all of them at Finish.
+// the three cannot drift apart; what each process instance has live (its
+// level per scope) is the ledger's too. The Analyzer drives the ledger call
+// by call and keeps its aggregates (classes, stacks, spaces, devices, the
+// peaks a flight checkpoint may restore) beside it. The other models are
+// observers with their own state (observer.go): the pools' geometry and
+// the churn are fed what the ledger made of each device allocation and
+// free; the spikes, the timelines and the iteration logs are fed every
+// allocation made live or let go, once the aggregates counted it. The API
+// books and the VMM figures are models with their own state too. The
+// findings rules keep no state: they read all of them at Finish.
 //
 // # Counting each allocation once
 //

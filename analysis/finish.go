@@ -264,44 +264,12 @@ func (a *Analyzer) spaceTotals(pid uint32, sc scope) Totals {
 	if sp := a.spaces[spaceKey{pid, sc}]; sp != nil {
 		t = sp.totals
 		t.PeakBytes, t.PeakTime = sp.peak, sp.peakTime
-		t.LiveBytesAtEnd = sp.live.Bytes
-		t.LiveAllocationsAtEnd = sp.live.Count
+		lv := a.ledger.InstanceLevel(pid, ledgerScope(sc))
+		t.LiveBytesAtEnd = lv.Bytes
+		t.LiveAllocationsAtEnd = lv.Count
 	}
 	t.LostEvents = a.lost
 	return t
-}
-
-func (a *Analyzer) finishTimelines(r *Result) {
-	if a.tl == nil {
-		return
-	}
-	// ids breaks ties between two instances of one PID that started at
-	// the same time, so the order never depends on map iteration.
-	type entry struct {
-		tl Timeline
-		id uint32
-	}
-	var all []entry
-	for k, sp := range a.spaces {
-		in := a.inst(k.pid)
-		for d, pd := range sp.devices {
-			tl := Timeline{PID: in.pid, ProcessStart: in.start, Layer: k.sc.layer, Device: d,
-				Points: pd.timeline.points(a.tl)}
-			if k.sc.host {
-				tl.Space = SpaceHost
-			}
-			all = append(all, entry{tl, k.pid})
-		}
-	}
-	slices.SortFunc(all, func(ex, ey entry) int {
-		x, y := &ex.tl, &ey.tl
-		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart),
-			cmp.Compare(ex.id, ey.id), cmp.Compare(x.Layer, y.Layer), cmp.Compare(x.Space, y.Space),
-			cmp.Compare(x.Device, y.Device))
-	})
-	for _, e := range all {
-		r.Timelines = append(r.Timelines, e.tl)
-	}
 }
 
 // topStacks sorts per-stack usage by bytes (then count, then stack ID, for a

@@ -81,15 +81,16 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 // as the cut needs with TimelinePoints: a grid of fewer buckets than the
 // checkpoint's ends as the whole stream's does, one of more is coarser.
 func (a *Analyzer) restoreTimelines(c *event.Checkpoint) {
-	if len(c.Timelines) == 0 || a.tl == nil {
+	g := a.timelines.grid
+	if len(c.Timelines) == 0 || g == nil {
 		return
 	}
 	a.run.Flight.Timelines = true
-	for uint64(a.tl.level) < c.TimelineLevel {
-		a.tl.width *= 2
-		a.tl.level++
+	for uint64(g.level) < c.TimelineLevel {
+		g.width *= 2
+		g.level++
 	}
-	a.tl.index(c.Time)
+	g.index(c.Time)
 	for i := range c.Timelines {
 		tl := &c.Timelines[i]
 		layer := tl.Layer
@@ -108,8 +109,8 @@ func (a *Analyzer) restoreTimelines(c *event.Checkpoint) {
 			}
 			s.buckets[b.Index] = minMax{minT: b.MinTime, maxT: b.MaxTime, minV: b.MinBytes, maxV: b.MaxBytes, ok: true}
 		}
-		s.sync(a.tl)
-		a.space(tl.PID, scopeOf(layer, mem)).device(tl.Device).timeline = s
+		s.sync(g)
+		*a.timelines.series(a.space(tl.PID, scopeOf(layer, mem)).ix, tl.Device) = s
 	}
 }
 

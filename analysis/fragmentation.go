@@ -44,6 +44,11 @@ type pool struct {
 	// open is the last one while a retry may still follow.
 	ooms []*OOM
 	open *OOM
+	// spare are freed segments for the next ones to reuse (with their
+	// block slices, emptied): a training loop frees and allocates
+	// segments all along, and a new one each time is garbage. They are at
+	// most as many as were ever live at once.
+	spare []*poolSegment
 }
 
 // poolSegment is one live segment, kept small (32 bytes). The pool holds
@@ -53,7 +58,7 @@ type poolSegment struct {
 	addr, size uint64
 	stack      event.StackID
 	api        event.API
-	in         *segBlocks // nil while no block lies in it
+	in         *segBlocks // nil until a block lies in it
 }
 
 // segBlocks are a segment's live blocks, sorted by address, and their sum.
@@ -68,6 +73,21 @@ func (s *poolSegment) blocks() []poolBlock {
 		return nil
 	}
 	return s.in.blocks
+}
+
+// searchBlocks is slices.BinarySearchFunc on the blocks' addresses,
+// written out (it runs for every block event).
+func searchBlocks(blocks []poolBlock, addr uint64) (int, bool) {
+	lo, hi := 0, len(blocks)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if blocks[m].addr < addr {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(blocks) && blocks[lo].addr == addr
 }
 
 // poolBlock is one live block.
@@ -137,7 +157,14 @@ func (p *pool) segmentAlloc(e *event.Event) {
 		return
 	}
 	p.touch()
-	p.segs.insert(&poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API})
+	var s *poolSegment
+	if n := len(p.spare); n > 0 {
+		s, p.spare = p.spare[n-1], p.spare[:n-1]
+		s.addr, s.size, s.stack, s.api = e.Addr, e.Size, e.Stack, e.API
+	} else {
+		s = &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
+	}
+	p.segs.insert(s)
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
 	// was freed and reallocated is not possible; but a missed segment
@@ -151,11 +178,15 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	if !p.blocks {
 		return
 	}
-	if s := p.segs.at(addr); s == nil || s.addr != addr {
+	// Located once, removed after touch (which must see the pool as it
+	// was). Unlike at, locate leaves the hot segment alone: segment frees
+	// come between the blocks of another segment.
+	ci, j, ok := p.segs.locate(addr)
+	if !ok || p.segs.chunks[ci].addrs[j] != addr {
 		return
 	}
 	p.touch()
-	s := p.segs.remove(addr)
+	s := p.segs.removeAt(ci, j)
 	p.reserved -= s.size
 	if s.in != nil {
 		p.allocated -= s.in.allocated
@@ -164,6 +195,10 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 		p.unplacedBlocks[b.addr] = b
 		p.unplaced += b.size
 	}
+	if s.in != nil {
+		s.in.blocks, s.in.allocated = s.in.blocks[:0], 0
+	}
+	p.spare = append(p.spare, s)
 	if o := p.open; o != nil && o.Outcome == OOMPending {
 		o.ReleasedBytes += s.size
 		o.ReleasedSegments++
@@ -188,7 +223,7 @@ func (p *pool) blockAlloc(e *event.Event) {
 		seg.in = &segBlocks{}
 	}
 	s := seg.in
-	j, found := slices.BinarySearchFunc(s.blocks, e.Addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
+	j, found := searchBlocks(s.blocks, e.Addr)
 	if found {
 		// A free was missed: the new block replaces the old.
 		s.allocated -= s.blocks[j].size
@@ -220,16 +255,13 @@ func (p *pool) blockFree(t, addr uint64) {
 	if s == nil {
 		return
 	}
-	j, found := slices.BinarySearchFunc(s.blocks, addr, func(b poolBlock, addr uint64) int { return cmp.Compare(b.addr, addr) })
+	j, found := searchBlocks(s.blocks, addr)
 	if !found {
 		return
 	}
 	s.allocated -= s.blocks[j].size
 	p.allocated -= s.blocks[j].size
 	s.blocks = slices.Delete(s.blocks, j, j+1)
-	if len(s.blocks) == 0 {
-		seg.in = nil // allocated is 0: it sums the blocks
-	}
 	p.noteWorst(t)
 }
 
@@ -400,7 +432,7 @@ func (p *pool) closeOpen() {
 // segment event to the geometry; ch.Old is the live allocation a free (or
 // a replacing allocation) ended, whose device the free may not carry
 // (pytorch:free carries only the pointer).
-func (m *poolModel) observe(e *event.Event, layer event.Layer, ch ledger.Change) {
+func (m *poolModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change) {
 	switch {
 	case layer == event.LayerBlock && e.Kind == event.KindAlloc:
 		if ch.Verdict == ledger.Added || ch.Verdict == ledger.Replaced {

@@ -1,9 +1,13 @@
 package analysis
 
 // initialBucketWidth is the width, in ns, of a grid's buckets before the run
-// outgrows it. Any power of two works: the width doubles until the run fits,
-// so a small start only costs a few doublings (about 30 for a day-long run).
-const initialBucketWidth = 1024
+// outgrows it. Any power of two works (initialBucketShift is its log2): the
+// width doubles until the run fits, so a small start only costs a few
+// doublings (about 30 for a day-long run).
+const (
+	initialBucketShift = 10
+	initialBucketWidth = 1 << initialBucketShift
+)
 
 // grid is a time axis of at most max equal buckets from origin. Bucket widths
 // double (level goes up by one) whenever a time falls past the last bucket,
@@ -14,12 +18,15 @@ const initialBucketWidth = 1024
 type grid struct {
 	origin uint64
 	width  uint64
-	max    int
-	level  uint
+	// shift is log2(width): index runs twice per event, and a shift is
+	// a cycle where a division is tens.
+	shift uint
+	max   int
+	level uint
 }
 
 func newGrid(origin uint64, max int) *grid {
-	return &grid{origin: origin, width: initialBucketWidth, max: max}
+	return &grid{origin: origin, width: initialBucketWidth, shift: initialBucketShift, max: max}
 }
 
 // index returns the bucket of t, growing the grid when t lies past its end.
@@ -29,11 +36,12 @@ func (g *grid) index(t uint64) int {
 		return 0
 	}
 	d := t - g.origin
-	for d/g.width >= uint64(g.max) {
+	for d>>g.shift >= uint64(g.max) {
 		g.width *= 2
+		g.shift++
 		g.level++
 	}
-	return int(d / g.width)
+	return int(d >> g.shift)
 }
 
 // bucketEnd returns the first time after bucket i.

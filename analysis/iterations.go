@@ -52,19 +52,6 @@ type procChange struct {
 	seq, live, allocated uint64
 }
 
-// logProc records a process's device-scope live and allocated bytes, for
-// the per-iteration figures of its loop.
-func (a *Analyzer) logProc(sp *space) {
-	if sp.key.sc != deviceScope || sp.logFull {
-		return
-	}
-	if len(sp.log) == a.opts.IterationLog {
-		sp.logFull, sp.log = true, nil
-		return
-	}
-	sp.log = append(sp.log, procChange{a.run.Events, sp.live.Bytes, sp.totals.AllocatedBytes})
-}
-
 // procBefore returns the process's change just before event seq (zeros
 // before its first).
 func procBefore(log []procChange, seq uint64) procChange {
@@ -75,62 +62,122 @@ func procBefore(log []procChange, seq uint64) procChange {
 	return log[i-1]
 }
 
-// siteTimes is one allocation site's successful non-nested device
-// allocations: the event sequence number and time of each.
-type siteTimes struct {
-	st    stamps
-	count uint64
-}
-
-// liveLog is a stack's live-bytes changes, in stream order: the live
-// bytes v[i] after the event and at the time st holds at i.
-type liveLog struct {
-	st   stamps
-	v    []uint64
+// procLog is a process's device-scope changes (procChange), until it
+// overflows (full).
+type procLog struct {
+	log  []procChange
 	full bool
 }
 
-// noteSite records a successful device allocation at the segment layer.
-func (a *Analyzer) noteSite(g *groupState, t uint64) {
-	s := g.site
-	if s == nil {
-		if a.sites == nil {
-			a.sites = make(map[groupKey]*siteTimes)
-		}
-		s = &siteTimes{}
-		a.sites[g.key] = s
-		g.site = s
+// siteTimes is one allocation site's successful non-nested device
+// allocations: the event sequence number and time of each.
+type siteTimes struct {
+	st    stamps[struct{}]
+	count uint64
+}
+
+// liveLog is a stack's live-bytes changes, in stream order: pair i of st
+// is the event and time, its payload the live bytes after it.
+type liveLog struct {
+	st   stamps[uint64]
+	full bool
+}
+
+// iterationModel is what iteration detection and the rates per iteration
+// read (see doc.go, "Iterations"), a liveObserver: per allocation site the
+// times of its device allocations, per stack (device scope and pinned
+// host) its live-bytes changes, per process its device-scope live and
+// allocated bytes after each change. Each log keeps at most limit entries.
+type iterationModel struct {
+	limit int
+	// sites and logs are by group index; nil while a stack has none.
+	sites []*siteTimes
+	logs  []*liveLog
+	// procs are by space index (device-scope spaces only).
+	procs []*procLog
+}
+
+func newIterationModel(limit int) *iterationModel { return &iterationModel{limit: limit} }
+
+// grow extends s to hold index i.
+func grow[T any](s []*T, i int32) []*T {
+	if int(i) < len(s) {
+		return s
 	}
-	s.count++
-	if s.st.len() < a.opts.IterationLog {
-		s.st.add(a.run.Events, t)
+	return append(s, make([]*T, int(i)+1-len(s))...)
+}
+
+// changed logs a change: a successful non-nested device allocation at the
+// segment layer (its site), the stack's new live bytes (device scope and
+// pinned host) and the process's (device scope).
+func (m *iterationModel) changed(c *liveChange) {
+	gi, si := c.group, c.space
+	if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
+		m.sites = grow(m.sites, gi)
+		s := m.sites[gi]
+		if s == nil {
+			s = &siteTimes{}
+			m.sites[gi] = s
+		}
+		s.count++
+		if s.st.len() < m.limit {
+			s.st.add(c.seq, c.time, struct{}{})
+		}
+	}
+	if c.sc == deviceScope || c.sc == hostScope {
+		m.logs = grow(m.logs, gi)
+		l := m.logs[gi]
+		if l == nil {
+			l = &liveLog{}
+			m.logs[gi] = l
+		}
+		switch {
+		case l.full:
+		case l.st.len() == m.limit:
+			l.full, l.st = true, stamps[uint64]{}
+		default:
+			l.st.add(c.seq, c.time, c.groupLive)
+		}
+	}
+	if c.sc == deviceScope {
+		m.procs = grow(m.procs, si)
+		p := m.procs[si]
+		if p == nil {
+			p = &procLog{}
+			m.procs[si] = p
+		}
+		switch {
+		case p.full:
+		case len(p.log) == m.limit:
+			p.full, p.log = true, nil
+		default:
+			p.log = appendDoubling(p.log, procChange{c.seq, c.live, c.allocated})
+		}
 	}
 }
 
-// logLive records a device-scope or pinned host stack's new live bytes
-// (the leak and the pinned host growth rates per iteration).
-func (a *Analyzer) logLive(g *groupState, t uint64) {
-	if g.key.sc != deviceScope && g.key.sc != hostScope {
-		return
+// log returns a stack's live-bytes log when it is complete; nil when it
+// has none or it overflowed.
+func (m *iterationModel) log(g *groupState) *liveLog {
+	if int(g.ix) >= len(m.logs) {
+		return nil
 	}
-	l := g.log
-	if l == nil {
-		if a.liveLogs == nil {
-			a.liveLogs = make(map[groupKey]*liveLog)
-		}
-		l = &liveLog{}
-		a.liveLogs[g.key] = l
-		g.log = l
+	if l := m.logs[g.ix]; l != nil && !l.full {
+		return l
 	}
-	if l.full {
-		return
+	return nil
+}
+
+// proc returns a process's device-scope log when it is complete and not
+// empty; nil otherwise.
+func (m *iterationModel) proc(sp *space) []procChange {
+	if sp == nil || int(sp.ix) >= len(m.procs) {
+		return nil
 	}
-	if len(l.v) == a.opts.IterationLog {
-		l.full, l.st, l.v = true, stamps{}, nil
-		return
+	if p := m.procs[sp.ix]; p != nil && !p.full && len(p.log) > 0 {
+		return p.log
 	}
-	l.st.add(a.run.Events, t)
-	l.v = append(l.v, g.live.Bytes)
+	return nil
 }
 
 // before returns the live bytes just before event seq.
@@ -139,7 +186,7 @@ func (l *liveLog) before(seq uint64) uint64 {
 	if i == 0 {
 		return 0
 	}
-	return l.v[i-1]
+	return l.st.payload(i - 1)
 }
 
 // at returns the live bytes at time t (after every change up to t).
@@ -147,7 +194,7 @@ func (l *liveLog) at(t uint64) uint64 {
 	// Times may go backwards by a few ns between CPUs: take the latest
 	// change in stream order stamped at or before t.
 	if i := l.st.lastAtOrBefore(t); i >= 0 {
-		return l.v[i]
+		return l.st.payload(i)
 	}
 	return 0
 }
@@ -239,18 +286,22 @@ func regular(starts []uint64) (uint64, bool) {
 // instance id.
 func (a *Analyzer) iterations() map[uint32]*loop {
 	out := make(map[uint32]*loop)
-	keys := make([]groupKey, 0, len(a.sites))
-	for k := range a.sites {
-		keys = append(keys, k)
+	var sites []int32 // group indexes
+	for gi, s := range a.iters.sites {
+		if s != nil {
+			sites = append(sites, int32(gi))
+		}
 	}
-	slices.SortFunc(keys, func(x, y groupKey) int {
+	slices.SortFunc(sites, func(i, j int32) int {
+		x, y := a.groups[i].key, a.groups[j].key
 		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(x.stack, y.stack))
 	})
-	for _, k := range keys {
-		if a.sites[k].st.len() < minIterations {
+	for _, gi := range sites {
+		k, site := a.groups[gi].key, a.iters.sites[gi]
+		if site.st.len() < minIterations {
 			continue
 		}
-		seqs, times := a.sites[k].st.unpack()
+		seqs, times := site.st.unpack()
 		idx := bursts(times)
 		if len(idx) < minIterations {
 			continue
@@ -288,12 +339,12 @@ func (a *Analyzer) setIterations(r *Result) {
 		it := &Iterations{Count: l.count, PeriodNs: l.period,
 			Starts:    slices.Clone(l.starts[:min(len(l.starts), maxIterationStarts)]),
 			LastStart: l.starts[len(l.starts)-1], Stack: l.stack, Site: r.Site(l.stack)}
-		if sp := a.spaces[spaceKey{id, deviceScope}]; sp != nil && !sp.logFull && len(sp.log) > 0 {
-			first, last := procBefore(sp.log, l.seq[0]), procBefore(sp.log, l.seq[len(l.seq)-1])
+		if log := a.iters.proc(a.spaces[spaceKey{id, deviceScope}]); log != nil {
+			first, last := procBefore(log, l.seq[0]), procBefore(log, l.seq[len(l.seq)-1])
 			it.AllocatedBytesPerIteration = float64(last.allocated-first.allocated) / float64(len(l.seq)-1)
 			ys := make([]float64, 0, len(l.seq))
 			for _, s := range l.seq {
-				ys = append(ys, float64(procBefore(sp.log, s).live))
+				ys = append(ys, float64(procBefore(log, s).live))
 			}
 			// Starts only: after the last one, teardown frees what the
 			// loop never touched.
@@ -313,7 +364,7 @@ func (a *Analyzer) leakRate(l *Leak, g *groupState, lp *loop) {
 		return
 	}
 	var per float64
-	if log := a.liveLogs[g.key]; log != nil && !log.full {
+	if log := a.iters.log(g); log != nil {
 		ys := make([]float64, 0, len(lp.seq)+1)
 		for _, s := range lp.seq {
 			ys = append(ys, float64(log.before(s)))

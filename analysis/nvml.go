@@ -116,10 +116,7 @@ func (a *Analyzer) sample(r *event.Sample) {
 
 // tracedLive is an instance's live device memory, all devices.
 func (a *Analyzer) tracedLive(id uint32) uint64 {
-	if sp := a.spaces[spaceKey{id, deviceScope}]; sp != nil {
-		return sp.live.Bytes
-	}
-	return 0
+	return a.ledger.InstanceLevel(id, ledgerScope(deviceScope)).Bytes
 }
 
 // closeTick files the open tick's figures with their instances.

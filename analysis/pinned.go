@@ -133,7 +133,7 @@ func (a *Analyzer) pinnedLoopRate(lk *Leak, gs []growingStack, lp *loop) {
 	}
 	complete := true
 	for _, s := range gs {
-		if log := a.liveLogs[s.g.key]; log == nil || log.full {
+		if a.iters.log(s.g) == nil {
 			complete = false
 		}
 	}
@@ -142,7 +142,7 @@ func (a *Analyzer) pinnedLoopRate(lk *Leak, gs []growingStack, lp *loop) {
 		ys := make([]float64, len(lp.seq)+1)
 		end := min(lp.starts[len(lp.starts)-1]+lp.period, a.lastEvent)
 		for i := range gs {
-			log := a.liveLogs[gs[i].g.key]
+			log := a.iters.log(gs[i].g)
 			for j, s := range lp.seq {
 				ys[j] += float64(log.before(s))
 			}

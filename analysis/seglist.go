@@ -3,24 +3,39 @@ package analysis
 import (
 	"iter"
 	"slices"
-	"sort"
 )
 
 // segChunk is the most segments one chunk of a segList holds before it
-// splits: a segment coming or going shifts at most this many pointers
-// (a few KiB), where one sorted slice shifted half the pool's segments.
-// Chunks are found by binary search over their first addresses, so a
-// pool of a million segments has a few thousand chunks to search.
-const segChunk = 256
+// splits: a segment coming or going shifts at most this many addresses
+// and pointers, where one sorted slice shifted half the pool's segments.
+// Chunks are found by binary search over their first addresses (one
+// array), so a pool of a million segments has some twenty thousand chunks
+// to search, in 15 steps; the shifts, not the search, were the cost at 256.
+const segChunk = 64
 
 // segList is a pool's live segments sorted by address, kept in chunks so
 // that an insert or a delete costs O(log n + segChunk), not O(n). The zero
 // value is empty. Equal addresses keep their order of insertion.
 type segList struct {
 	// chunks are non-empty and sorted: every segment of chunks[i] starts
-	// at or below every segment of chunks[i+1].
-	chunks [][]*poolSegment
+	// at or below every segment of chunks[i+1]. firsts are their first
+	// addresses, apart: the search reads one array, not a segment per
+	// step.
+	chunks []segRun
+	firsts []uint64
 	n      int
+	// hot is the segment at last found, when no later segment starts
+	// inside it (at gives it for any address it holds, without a
+	// search: consecutive blocks mostly lie in one segment); nil when
+	// unknown.
+	hot *poolSegment
+}
+
+// segRun is one chunk: its segments and, apart, their addresses (the
+// search within the chunk reads them without touching the segments).
+type segRun struct {
+	addrs []uint64
+	segs  []*poolSegment
 }
 
 // len is the number of segments.
@@ -32,7 +47,23 @@ func (l *segList) chunkFor(addr uint64) int {
 	if len(l.chunks) == 0 {
 		return -1
 	}
-	return max(sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i][0].addr > addr })-1, 0)
+	return max(searchAbove(l.firsts, addr)-1, 0)
+}
+
+// searchAbove is the index of the first address in xs above addr (len
+// when none is): sort.Search, written out, since it runs for every block
+// event and a closure call per step cost a tenth of it.
+func searchAbove(xs []uint64, addr uint64) int {
+	lo, hi := 0, len(xs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if xs[m] > addr {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
 }
 
 // locate returns the chunk and index of the last segment starting at or
@@ -42,57 +73,97 @@ func (l *segList) locate(addr uint64) (ci, j int, ok bool) {
 	if ci < 0 {
 		return 0, 0, false
 	}
-	c := l.chunks[ci]
-	j = sort.Search(len(c), func(j int) bool { return c[j].addr > addr }) - 1
-	return ci, j, j >= 0 && addr < c[j].addr+c[j].size
+	c := &l.chunks[ci]
+	j = searchAbove(c.addrs, addr) - 1
+	return ci, j, j >= 0 && addr < c.addrs[j]+c.segs[j].size
 }
 
 // at returns the live segment holding addr; nil when none does.
 func (l *segList) at(addr uint64) *poolSegment {
+	if h := l.hot; h != nil && addr >= h.addr && addr < h.addr+h.size {
+		return h
+	}
 	ci, j, ok := l.locate(addr)
 	if !ok {
 		return nil
 	}
-	return l.chunks[ci][j]
+	c := &l.chunks[ci]
+	s := c.segs[j]
+	// Cache it only when the next segment starts at or past its end:
+	// then it is the answer for every address it holds.
+	switch {
+	case j+1 < len(c.addrs):
+		if c.addrs[j+1] >= s.addr+s.size {
+			l.hot = s
+		}
+	case ci+1 < len(l.chunks):
+		if l.firsts[ci+1] >= s.addr+s.size {
+			l.hot = s
+		}
+	default:
+		l.hot = s
+	}
+	return s
 }
 
 // insert adds s after every segment starting at or below its address.
 func (l *segList) insert(s *poolSegment) {
+	if h := l.hot; h != nil && s.addr >= h.addr && s.addr < h.addr+h.size {
+		l.hot = nil // s starts inside it: s comes first for what follows
+	}
 	l.n++
 	ci := l.chunkFor(s.addr)
 	if ci < 0 {
-		l.chunks = append(l.chunks, []*poolSegment{s})
+		l.chunks = append(l.chunks, segRun{addrs: []uint64{s.addr}, segs: []*poolSegment{s}})
+		l.firsts = append(l.firsts, s.addr)
 		return
 	}
-	c := l.chunks[ci]
-	j := sort.Search(len(c), func(j int) bool { return c[j].addr > s.addr })
-	c = slices.Insert(c, j, s)
-	if len(c) <= segChunk {
-		l.chunks[ci] = c
+	c := &l.chunks[ci]
+	j := searchAbove(c.addrs, s.addr)
+	c.addrs = slices.Insert(c.addrs, j, s.addr)
+	c.segs = slices.Insert(c.segs, j, s)
+	l.firsts[ci] = c.addrs[0]
+	if len(c.segs) <= segChunk {
 		return
 	}
-	half := len(c) / 2
-	rest := slices.Clone(c[half:])
-	clear(c[half:])
-	l.chunks[ci] = c[:half]
+	half := len(c.segs) / 2
+	// The new chunk gets room to fill up to the next split: a clone of
+	// its half would grow at its first insert.
+	rest := segRun{addrs: make([]uint64, len(c.addrs)-half, segChunk+1),
+		segs: make([]*poolSegment, len(c.segs)-half, segChunk+1)}
+	copy(rest.addrs, c.addrs[half:])
+	copy(rest.segs, c.segs[half:])
+	clear(c.segs[half:])
+	c.addrs, c.segs = c.addrs[:half], c.segs[:half]
 	l.chunks = slices.Insert(l.chunks, ci+1, rest)
+	l.firsts = slices.Insert(l.firsts, ci+1, rest.addrs[0])
 }
 
 // remove deletes and returns the segment holding addr when it starts
 // exactly there; nil otherwise.
 func (l *segList) remove(addr uint64) *poolSegment {
 	ci, j, ok := l.locate(addr)
-	if !ok || l.chunks[ci][j].addr != addr {
+	if !ok || l.chunks[ci].addrs[j] != addr {
 		return nil
 	}
+	return l.removeAt(ci, j)
+}
+
+// removeAt deletes and returns segment j of chunk ci (from locate).
+func (l *segList) removeAt(ci, j int) *poolSegment {
 	l.n--
-	c := l.chunks[ci]
-	s := c[j]
-	c = slices.Delete(c, j, j+1)
-	if len(c) == 0 {
+	c := &l.chunks[ci]
+	s := c.segs[j]
+	if s == l.hot {
+		l.hot = nil
+	}
+	c.addrs = slices.Delete(c.addrs, j, j+1)
+	c.segs = slices.Delete(c.segs, j, j+1)
+	if len(c.segs) == 0 {
 		l.chunks = slices.Delete(l.chunks, ci, ci+1)
+		l.firsts = slices.Delete(l.firsts, ci, ci+1)
 	} else {
-		l.chunks[ci] = c
+		l.firsts[ci] = c.addrs[0]
 	}
 	return s
 }
@@ -102,7 +173,7 @@ func (l *segList) remove(addr uint64) *poolSegment {
 func (l *segList) all() iter.Seq[*poolSegment] {
 	return func(yield func(*poolSegment) bool) {
 		for _, c := range l.chunks {
-			for _, s := range c {
+			for _, s := range c.segs {
 				if !yield(s) {
 					return
 				}
@@ -123,10 +194,15 @@ func (l *segList) build(segs []*poolSegment) {
 		}
 		return 0
 	})
-	l.chunks, l.n = nil, len(segs)
+	l.chunks, l.firsts, l.n, l.hot = nil, nil, len(segs), nil
 	for len(segs) > 0 {
 		n := min(len(segs), segChunk/2)
-		l.chunks = append(l.chunks, segs[:n:n])
+		run := segRun{addrs: make([]uint64, n), segs: segs[:n:n]}
+		for i, s := range run.segs {
+			run.addrs[i] = s.addr
+		}
+		l.chunks = append(l.chunks, run)
+		l.firsts = append(l.firsts, run.addrs[0])
 		segs = segs[n:]
 	}
 }

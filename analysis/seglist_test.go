@@ -13,6 +13,16 @@ import (
 // chunks many times and empty some, against one sorted slice (what the
 // pool kept before): the same segment at every address, the same order.
 func TestSegListMatchesSlice(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		maxSize int  // segment sizes are 1..maxSize pages: over 1, they overlap
+		near    bool // probe again near the last probe (the hot segment)
+	}{{"disjoint", 1, false}, {"overlapping near", 3, true}} {
+		t.Run(tt.name, func(t *testing.T) { segListMatchesSlice(t, tt.maxSize, tt.near) })
+	}
+}
+
+func segListMatchesSlice(t *testing.T, maxSize int, near bool) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var l segList
 	var want []*poolSegment
@@ -26,7 +36,7 @@ func TestSegListMatchesSlice(t *testing.T) {
 	for step := range 20_000 {
 		addr := uint64(r.IntN(4000)) << 12
 		if r.IntN(3) > 0 {
-			s := &poolSegment{addr: addr, size: 1 << 12}
+			s := &poolSegment{addr: addr, size: uint64(1+r.IntN(maxSize)) << 12}
 			l.insert(s)
 			i := sort.Search(len(want), func(i int) bool { return want[i].addr > addr })
 			want = slices.Insert(want, i, s)
@@ -42,6 +52,12 @@ func TestSegListMatchesSlice(t *testing.T) {
 		}
 		probe := uint64(r.IntN(4000)<<12 + r.IntN(1<<12))
 		require.Same(t, at(probe), l.at(probe), "step %d at %#x", step, probe)
+		if near {
+			for range 3 {
+				probe += uint64(r.IntN(1 << 13))
+				require.Same(t, at(probe), l.at(probe), "step %d at %#x", step, probe)
+			}
+		}
 		if step%1000 == 0 {
 			require.Equal(t, len(want), l.len())
 			require.Equal(t, want, slices.Collect(l.all()))

@@ -3,8 +3,6 @@ package analysis
 import (
 	"cmp"
 	"slices"
-
-	"github.com/vramprof/vramprof/probes/event"
 )
 
 // KindSpike: a large allocation that lives briefly (a checkpoint being
@@ -35,13 +33,6 @@ const spikeMinPeakShare = 0.25
 // maxSpikeIntervals bounds the lifetimes kept per stack (the largest).
 const maxSpikeIntervals = 16
 
-// spikeKey is one allocation site of one process instance (the model's
-// instance id, see instances.go).
-type spikeKey struct {
-	inst  uint32
-	stack event.StackID
-}
-
 // spikeInterval is one short-lived allocation's life.
 type spikeInterval struct {
 	from, to, size uint64
@@ -51,30 +42,59 @@ type spikeInterval struct {
 type spikeStats struct {
 	count     uint64          // short-lived allocations (within SpikeWindow)
 	intervals []spikeInterval // the largest, at most maxSpikeIntervals
+	// least is the smallest size among intervals once they are
+	// maxSpikeIntervals: no smaller or equal one can replace any.
+	least uint64
 }
 
-// noteShortLived records a device allocation freed within the spike window.
-// g is the allocation's stack at the device scope, which caches its entry.
-func (a *Analyzer) noteShortLived(g *groupState, from, to, size uint64) {
-	s := g.spike
-	if s == nil {
-		if a.spikes == nil {
-			a.spikes = make(map[spikeKey]*spikeStats)
-		}
-		s = &spikeStats{}
-		a.spikes[spikeKey{g.key.pid, g.key.stack}] = s
-		g.spike = s
-	}
-	s.count++
-	iv := spikeInterval{from, to, size}
-	if len(s.intervals) < maxSpikeIntervals {
-		s.intervals = append(s.intervals, iv)
+// spikeModel gathers, per allocation site of each process instance, the
+// device allocations freed within the spike window: a liveObserver. The
+// spike rule (spikeFindings) reads it at Finish.
+type spikeModel struct {
+	window uint64
+	// sites are the stacks' short-lived allocations by group index (the
+	// device scope's stacks only); nil while a stack had none.
+	sites []*spikeStats
+}
+
+// changed records a device allocation (segment layer, device or physical
+// memory) freed within the spike window.
+func (m *spikeModel) changed(c *liveChange) {
+	if c.alloc || c.replaced || c.sc != deviceScope || c.time-c.born > m.window {
 		return
 	}
-	i := slices.IndexFunc(s.intervals, func(x spikeInterval) bool { return x.size < size })
-	if i >= 0 {
-		s.intervals[i] = iv
+	gi := int(c.group)
+	if gi >= len(m.sites) {
+		m.sites = append(m.sites, make([]*spikeStats, gi+1-len(m.sites))...)
 	}
+	s := m.sites[gi]
+	if s == nil {
+		s = &spikeStats{}
+		m.sites[gi] = s
+	}
+	s.count++
+	iv := spikeInterval{c.born, c.time, c.size}
+	if len(s.intervals) < maxSpikeIntervals {
+		s.intervals = append(s.intervals, iv)
+		if len(s.intervals) == maxSpikeIntervals {
+			s.least = leastSize(s.intervals)
+		}
+		return
+	}
+	if c.size <= s.least {
+		return
+	}
+	i := slices.IndexFunc(s.intervals, func(x spikeInterval) bool { return x.size < c.size })
+	s.intervals[i] = iv
+	s.least = leastSize(s.intervals)
+}
+
+func leastSize(ivs []spikeInterval) uint64 {
+	least := ivs[0].size
+	for _, iv := range ivs[1:] {
+		least = min(least, iv.size)
+	}
+	return least
 }
 
 // spikeFindings names the sites whose rare, brief allocations reach a
@@ -97,14 +117,18 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 		}
 	}
 	var out []Finding
-	for k, s := range a.spikes {
-		i, ok := a.procIndex[k.inst]
+	for gi, s := range a.spikes.sites {
+		if s == nil {
+			continue
+		}
+		k := a.groups[gi].key
+		i, ok := a.procIndex[k.pid]
 		if !ok {
 			continue
 		}
 		p := &r.Processes[i]
 		peak := p.Totals.PeakBytes
-		if peak == 0 || float64(s.count) > spikeMaxShare*float64(busiest[k.inst]) {
+		if peak == 0 || float64(s.count) > spikeMaxShare*float64(busiest[k.pid]) {
 			continue
 		}
 		setPeak := false

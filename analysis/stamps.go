@@ -11,9 +11,13 @@ import (
 // the run's base, or earlier than it: times may step back a few ns between
 // CPUs) starts a new run. The per-stack logs hold one pair per event, so
 // their size is most of the analyser's memory after the live allocations.
-type stamps struct {
+// Each pair carries a payload P beside it (struct{} for none): a log that
+// records a value per pair keeps it in the same entry, so an append
+// writes one array, not two (the logs are appended to at random, and each
+// array's tail is a cache miss).
+type stamps[P any] struct {
 	runs []stampRun
-	off  []stampOff
+	off  []stampOff[P]
 }
 
 // stampRun is the base of the pairs from index first on.
@@ -22,24 +26,54 @@ type stampRun struct {
 	seq, tm uint64
 }
 
-type stampOff struct{ seq, tm uint32 }
+// stampOff is one pair's offsets and payload. The payload comes first: a
+// zero-size last field is padded (its address must stay inside the
+// entry), which made a pair without payload 12 bytes, not 8.
+type stampOff[P any] struct {
+	p       P
+	seq, tm uint32
+}
 
-func (s *stamps) len() int { return len(s.off) }
+func (s *stamps[P]) len() int { return len(s.off) }
 
-func (s *stamps) add(seq, t uint64) {
+// add appends a pair with its payload.
+func (s *stamps[P]) add(seq, t uint64, p P) {
 	if n := len(s.runs); n > 0 {
 		r := &s.runs[n-1]
 		if seq >= r.seq && seq-r.seq <= math.MaxUint32 && t >= r.tm && t-r.tm <= math.MaxUint32 {
-			s.off = append(s.off, stampOff{uint32(seq - r.seq), uint32(t - r.tm)})
+			s.off = appendDoubling(s.off, stampOff[P]{p, uint32(seq - r.seq), uint32(t - r.tm)})
 			return
 		}
 	}
 	s.runs = append(s.runs, stampRun{first: len(s.off), seq: seq, tm: t})
-	s.off = append(s.off, stampOff{})
+	s.off = appendDoubling(s.off, stampOff[P]{p: p})
+}
+
+// payload returns pair i's payload.
+func (s *stamps[P]) payload(i int) P { return s.off[i].p }
+
+// appendDoubling is append for the logs that grow by one entry per event
+// to tens of thousands: it doubles the capacity where append grows a large
+// slice by a quarter, which copied each entry about four times over (a
+// tenth of the analyser's time went to growing logs). The slack is at most
+// the log's length, a quarter on average.
+func appendDoubling[T any](s []T, v T) []T {
+	if len(s) == cap(s) {
+		s = doubled(s)
+	}
+	return append(s, v)
+}
+
+// doubled returns s with twice the capacity (at least 16); apart from
+// appendDoubling so that the common case inlines.
+func doubled[T any](s []T) []T {
+	g := make([]T, len(s), max(16, 2*cap(s)))
+	copy(g, s)
+	return g
 }
 
 // at returns pair i.
-func (s *stamps) at(i int) (seq, t uint64) {
+func (s *stamps[P]) at(i int) (seq, t uint64) {
 	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].first > i }) - 1
 	r, o := &s.runs[j], s.off[i]
 	return r.seq + uint64(o.seq), r.tm + uint64(o.tm)
@@ -47,7 +81,7 @@ func (s *stamps) at(i int) (seq, t uint64) {
 
 // search returns the index of the first pair whose seq is at least seq
 // (len when none): seqs increase along the list.
-func (s *stamps) search(seq uint64) int {
+func (s *stamps[P]) search(seq uint64) int {
 	return sort.Search(len(s.off), func(i int) bool {
 		q, _ := s.at(i)
 		return q >= seq
@@ -56,7 +90,7 @@ func (s *stamps) search(seq uint64) int {
 
 // lastAtOrBefore returns the index of the latest pair in stream order
 // stamped at or before t, or -1.
-func (s *stamps) lastAtOrBefore(t uint64) int {
+func (s *stamps[P]) lastAtOrBefore(t uint64) int {
 	end := len(s.off)
 	for j := len(s.runs) - 1; j >= 0; j-- {
 		r := &s.runs[j]
@@ -71,7 +105,7 @@ func (s *stamps) lastAtOrBefore(t uint64) int {
 }
 
 // unpack returns the seqs and times.
-func (s *stamps) unpack() (seqs, times []uint64) {
+func (s *stamps[P]) unpack() (seqs, times []uint64) {
 	seqs, times = make([]uint64, len(s.off)), make([]uint64, len(s.off))
 	for j, r := range s.runs {
 		end := len(s.off)

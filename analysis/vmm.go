@@ -194,7 +194,7 @@ func (v *vmmState) bytes() VMMBytes {
 func (a *Analyzer) create(e *event.Event) {
 	ch := a.ledger.Create(e.PID, e)
 	a.vmm.created(e, ch)
-	a.allocated(e, event.LayerSegment, SpacePhysical, ch)
+	a.allocated(e, event.LayerSegment, SpacePhysical, &ch)
 }
 
 // releaseHandle is cuMemRelease. The memory goes now when nothing maps it,
@@ -211,7 +211,7 @@ func (a *Analyzer) releaseHandle(e *event.Event) {
 	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 	case ledger.Freed:
-		a.dropped(e.PID, deviceScope, ch.Old, e.Time)
+		a.dropped(e.PID, deviceScope, ch.Old, e.Time, *ch.Inst)
 	}
 }
 
@@ -238,7 +238,7 @@ func (a *Analyzer) unmapRange(e *event.Event) {
 func (a *Analyzer) unmapped(pid uint32, us []ledger.Unmapping, t uint64) {
 	for _, u := range us {
 		if u.Freed {
-			a.dropped(pid, deviceScope, u.Old, t)
+			a.dropped(pid, deviceScope, u.Old, t, u.Inst)
 		}
 	}
 }

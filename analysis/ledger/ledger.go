@@ -77,11 +77,20 @@ func (v *Level) sub(n uint64) {
 	v.Bytes -= n
 }
 
-// keySpace is one key space's live allocations and level.
+// keySpace is one key space's live allocations and level. inst is its
+// instance's level in the key space's scope (device and physical memory
+// share one), which it updates with its own.
 type keySpace struct {
 	key   Key
 	table Table[Entry]
 	level Level
+	inst  *Level
+}
+
+// instScope is one instance's memory in one scope.
+type instScope struct {
+	inst  uint32
+	scope Scope
 }
 
 // Verdict says what a call did to the ledger.
@@ -119,6 +128,12 @@ type Change struct {
 	// New is the stored allocation (Added, Replaced). The caller may set
 	// its Tag; the pointer is valid until the next call on the Ledger.
 	New *Entry
+	// Inst is the instance's level in the scope after the call (Added,
+	// Replaced, Freed; see InstanceLevel): what the process has live.
+	// After Replaced it counts the new allocation and not the old, so
+	// between the two it was one allocation and Entry.Size bytes (of New)
+	// lower. Valid until the next call on the Ledger.
+	Inst *Level
 }
 
 // Ledger is the one model of live GPU memory: the process instances, every
@@ -142,6 +157,8 @@ type Ledger struct {
 	// scopeIndex.
 	scopes  map[Scope]*Level
 	scopeAt [8]*Level
+	// instLevels are the per-instance levels.
+	instLevels map[instScope]*Level
 
 	instances
 
@@ -155,11 +172,12 @@ type Ledger struct {
 // New returns an empty Ledger.
 func New() *Ledger {
 	return &Ledger{
-		spaces:    make(map[Key]*keySpace),
-		scopes:    make(map[Scope]*Level),
-		instances: newInstances(),
-		handles:   make(map[handleKey]*handle),
-		mapped:    make(map[rangeKey]mapping),
+		spaces:     make(map[Key]*keySpace),
+		scopes:     make(map[Scope]*Level),
+		instLevels: make(map[instScope]*Level),
+		instances:  newInstances(),
+		handles:    make(map[handleKey]*handle),
+		mapped:     make(map[rangeKey]mapping),
 	}
 }
 
@@ -174,12 +192,22 @@ func (l *Ledger) space(k Key, create bool) *keySpace {
 		if !create {
 			return nil
 		}
-		ks = &keySpace{key: k}
+		ks = &keySpace{key: k, inst: l.instLevel(instScope{k.Inst, k.Scope()})}
 		l.spaces[k] = ks
 	}
 	l.recent[l.next] = ks
 	l.next = (l.next + 1) % len(l.recent)
 	return ks
+}
+
+// instLevel returns an instance's level in a scope, creating it.
+func (l *Ledger) instLevel(k instScope) *Level {
+	v := l.instLevels[k]
+	if v == nil {
+		v = &Level{}
+		l.instLevels[k] = v
+	}
+	return v
 }
 
 func scopeIndex(s Scope) int {
@@ -211,59 +239,85 @@ func (l *Ledger) scope(s Scope) *Level {
 // Alloc applies an allocation call in key space k: e's Ret, Addr, Size,
 // Device and Time are read, e.PID is not (k.Inst says whose it is).
 func (l *Ledger) Alloc(k Key, e *event.Event) Change {
+	var ch Change
+	l.AllocTo(&ch, k, e)
+	return ch
+}
+
+// AllocTo is Alloc writing the change into *ch (every field of it): a
+// caller that keeps one Change for all its calls (the analysis, at every
+// event) saves a copy of it per call.
+func (l *Ledger) AllocTo(ch *Change, k Key, e *event.Event) {
+	ch.Old, ch.New, ch.Inst = Entry{}, nil, nil
 	switch {
 	case e.Ret != 0:
-		return Change{Verdict: Failed}
+		ch.Verdict = Failed
+		return
 	case e.Size == 0:
-		return Change{Verdict: Empty}
+		ch.Verdict = Empty
+		return
 	case e.Addr == 0:
-		return Change{Verdict: NoAddr}
+		ch.Verdict = NoAddr
+		return
 	}
 	ks := l.space(k, true)
 	sl := l.scope(k.Scope())
-	ch := Change{Verdict: Added}
+	ch.Verdict = Added
 	slot := ks.table.put(e.Addr)
 	if slot.Size != 0 { // a live entry: its free was missed
 		ch.Verdict, ch.Old = Replaced, *slot
 		ks.level.sub(slot.Size)
+		ks.inst.sub(slot.Size)
 		sl.sub(slot.Size)
 	}
-	*slot = Entry{Time: e.Time, Size: e.Size, Device: e.Device}
+	slot.Time, slot.Size, slot.Device, slot.Tag = e.Time, e.Size, e.Device, 0
 	ks.level.add(e.Size, e.Time)
+	ks.inst.add(e.Size, e.Time)
 	sl.add(e.Size, e.Time)
-	ch.New = slot
-	return ch
+	ch.New, ch.Inst = slot, ks.inst
 }
 
 // Free applies a free call in key space k (e's Ret and Addr are read).
 func (l *Ledger) Free(k Key, e *event.Event) Change {
-	switch {
-	case e.Ret != 0:
-		return Change{Verdict: Failed}
-	case e.Addr == 0:
-		return Change{Verdict: NoAddr}
-	}
-	old, ok := l.drop(k, e.Addr)
-	if !ok {
-		return Change{Verdict: Unknown}
-	}
-	return Change{Verdict: Freed, Old: old}
+	var ch Change
+	l.FreeTo(&ch, k, e)
+	return ch
 }
 
-// drop takes addr's live allocation out of key space k.
-func (l *Ledger) drop(k Key, addr uint64) (Entry, bool) {
+// FreeTo is Free writing the change into *ch (see AllocTo).
+func (l *Ledger) FreeTo(ch *Change, k Key, e *event.Event) {
+	ch.Old, ch.New, ch.Inst = Entry{}, nil, nil
+	switch {
+	case e.Ret != 0:
+		ch.Verdict = Failed
+		return
+	case e.Addr == 0:
+		ch.Verdict = NoAddr
+		return
+	}
+	old, inst := l.drop(k, e.Addr)
+	if inst == nil {
+		ch.Verdict = Unknown
+		return
+	}
+	ch.Verdict, ch.Old, ch.Inst = Freed, old, inst
+}
+
+// drop takes addr's live allocation out of key space k and returns it
+// with its instance's level after; a nil level when none was live.
+func (l *Ledger) drop(k Key, addr uint64) (Entry, *Level) {
 	ks := l.space(k, false)
 	if ks == nil {
-		return Entry{}, false
+		return Entry{}, nil
 	}
-	old, ok := ks.table.Get(addr)
+	old, ok := ks.table.Take(addr)
 	if !ok {
-		return Entry{}, false
+		return Entry{}, nil
 	}
-	ks.table.Del(addr)
 	ks.level.sub(old.Size)
+	ks.inst.sub(old.Size)
 	l.scope(k.Scope()).sub(old.Size)
-	return old, true
+	return old, ks.inst
 }
 
 // Get returns the allocation live at addr in key space k.
@@ -289,6 +343,17 @@ func (l *Ledger) All(k Key, f func(addr uint64, e Entry) bool) {
 func (l *Ledger) Level(k Key) Level {
 	if ks := l.spaces[k]; ks != nil {
 		return ks.level
+	}
+	return Level{}
+}
+
+// InstanceLevel returns instance inst's level in scope s: what it has
+// live there (device scope: its device and physical memory together) and
+// its peak. Unlike the all-process levels it stays as it was when the
+// instance is superseded.
+func (l *Ledger) InstanceLevel(inst uint32, s Scope) Level {
+	if v := l.instLevels[instScope{inst, s}]; v != nil {
+		return *v
 	}
 	return Level{}
 }

@@ -114,8 +114,12 @@ func TestPhysicalOutlivesRelease(t *testing.T) {
 	u := l.Unmap(1, ev(event.KindUnmap, 1, 0x7000000, 6*mib, 8))
 	require.Equal(t, Mapped, u.Verdict)
 	require.Len(t, u.Unmapped, 2)
-	assert.Equal(t, Unmapping{Size: 2 * mib, Device: 3, Freed: true, Old: Entry{Time: 1, Size: 2 * mib, Device: 3}}, u.Unmapped[0])
-	assert.Equal(t, Unmapping{Size: 4 * mib, Device: 3, Freed: true, Old: Entry{Time: 2, Size: 4 * mib, Device: 3}}, u.Unmapped[1])
+	// Each carries the instance's level just after it: 6 MiB less 2, then
+	// less 4 more; the peak is both handles' 6 MiB, reached at 2.
+	assert.Equal(t, Unmapping{Size: 2 * mib, Device: 3, Freed: true, Old: Entry{Time: 1, Size: 2 * mib, Device: 3},
+		Inst: Level{Count: 1, Bytes: 4 * mib, Peak: 6 * mib, PeakTime: 2}}, u.Unmapped[0])
+	assert.Equal(t, Unmapping{Size: 4 * mib, Device: 3, Freed: true, Old: Entry{Time: 2, Size: 4 * mib, Device: 3},
+		Inst: Level{Peak: 6 * mib, PeakTime: 2}}, u.Unmapped[1])
 	assert.Equal(t, Level{Peak: 6 * mib, PeakTime: 2}, l.Level(phys))
 	assert.Equal(t, Unknown, l.Unmap(1, ev(event.KindUnmap, 1, 0x7000000, 6*mib, 9)).Verdict)
 
@@ -213,4 +217,67 @@ func TestImplied(t *testing.T) {
 	assert.Equal(t, uint64(3), in.Start, "the record's earlier time")
 	assert.Equal(t, uint32(9), l.Active(9, 6))
 	assert.True(t, l.Instance(9).Active)
+}
+
+// TestInstanceLevel checks the per-instance levels: device and physical
+// memory share the instance's device scope, pinned host memory has its
+// own, each change's Inst is the level after it, and a superseded
+// instance keeps its level while it leaves the all-process one.
+func TestInstanceLevel(t *testing.T) {
+	l := New()
+	dev := Key{Inst: 1, Layer: event.LayerSegment, Space: Device}
+	host := Key{Inst: 1, Layer: event.LayerSegment, Space: Host}
+	hostScope := Scope{Layer: event.LayerSegment, Host: true}
+
+	ch := l.Alloc(dev, ev(event.KindAlloc, 1, 0x1000, 2*mib, 1))
+	require.Equal(t, Added, ch.Verdict)
+	assert.Equal(t, Level{Count: 1, Bytes: 2 * mib, Peak: 2 * mib, PeakTime: 1}, *ch.Inst)
+	ch = l.Create(1, ev(event.KindCreate, 1, 0xa1, 4*mib, 2))
+	assert.Equal(t, Level{Count: 2, Bytes: 6 * mib, Peak: 6 * mib, PeakTime: 2}, *ch.Inst, "physical memory counts with device memory")
+	l.Alloc(host, ev(event.KindHostAlloc, 1, 0x2000, mib, 3))
+	assert.Equal(t, Level{Count: 1, Bytes: mib, Peak: mib, PeakTime: 3}, l.InstanceLevel(1, hostScope))
+
+	// A missed free: the level after counts the new allocation only.
+	ch = l.Alloc(dev, ev(event.KindAlloc, 1, 0x1000, mib, 4))
+	require.Equal(t, Replaced, ch.Verdict)
+	assert.Equal(t, Level{Count: 2, Bytes: 5 * mib, Peak: 6 * mib, PeakTime: 2}, *ch.Inst)
+	ch = l.Free(dev, ev(event.KindFree, 1, 0x1000, 0, 5))
+	require.Equal(t, Freed, ch.Verdict)
+	assert.Equal(t, Level{Count: 1, Bytes: 4 * mib, Peak: 6 * mib, PeakTime: 2}, *ch.Inst)
+
+	// PID 1 runs again: the old instance keeps its 4 MiB, the
+	// all-process level drops it, the new instance starts at zero.
+	l.Process(&event.Process{PID: 1, Time: 6})
+	l.Active(1, 6)
+	l.Process(&event.Process{PID: 1, Time: 7})
+	id, _ := l.Current(1)
+	require.NotEqual(t, uint32(1), id)
+	assert.Equal(t, uint64(4*mib), l.InstanceLevel(1, DeviceScope).Bytes)
+	assert.Equal(t, uint64(0), l.ScopeLevel(DeviceScope).Bytes)
+	assert.Equal(t, Level{}, l.InstanceLevel(id, DeviceScope))
+}
+
+// TestChangeReused drives AllocTo and FreeTo with one Change, as the
+// analysis does: each call sets every field, so nothing of the previous
+// call (a replaced allocation, a level) is left in a failed one.
+func TestChangeReused(t *testing.T) {
+	l := New()
+	k := Key{Inst: 1, Layer: event.LayerSegment, Space: Device}
+	var ch Change
+	l.AllocTo(&ch, k, ev(event.KindAlloc, 1, 0x1000, 2*mib, 1))
+	require.Equal(t, Added, ch.Verdict)
+	l.AllocTo(&ch, k, ev(event.KindAlloc, 1, 0x1000, mib, 2))
+	require.Equal(t, Replaced, ch.Verdict)
+	assert.Equal(t, Entry{Time: 1, Size: 2 * mib}, ch.Old)
+	assert.Equal(t, Entry{Time: 2, Size: mib}, *ch.New)
+	failed := ev(event.KindAlloc, 1, 0x2000, mib, 3)
+	failed.Ret = 2
+	l.AllocTo(&ch, k, failed)
+	assert.Equal(t, Change{Verdict: Failed}, ch)
+	l.FreeTo(&ch, k, ev(event.KindFree, 1, 0x1000, 0, 4))
+	require.Equal(t, Freed, ch.Verdict)
+	assert.Equal(t, Entry{Time: 2, Size: mib}, ch.Old)
+	assert.Equal(t, Level{Peak: 2 * mib, PeakTime: 1}, *ch.Inst)
+	l.FreeTo(&ch, k, ev(event.KindFree, 1, 0x1000, 0, 5))
+	assert.Equal(t, Change{Verdict: Unknown}, ch, "freed twice")
 }

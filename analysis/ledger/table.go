@@ -58,6 +58,11 @@ func (t *Table[V]) Get(k uint64) (V, bool) {
 // Put sets k's value; k must not be 0.
 func (t *Table[V]) Put(k uint64, v V) { *t.put(k) = v }
 
+// Ref returns k's value slot, adding k with the zero value when absent
+// (one probe where Get then Put take two); k must not be 0. The slot is
+// valid until the next Put, Ref or Del.
+func (t *Table[V]) Ref(k uint64) *V { return t.put(k) }
+
 // put returns k's value slot, adding k when absent; the slot is valid
 // until the next put or Del.
 func (t *Table[V]) put(k uint64) *V {
@@ -90,6 +95,26 @@ func (t *Table[V]) grow() {
 	}
 }
 
+// Take removes k and returns its value: Get and Del in one probe.
+func (t *Table[V]) Take(k uint64) (V, bool) {
+	var zero V
+	if t == nil || t.n == 0 || k == 0 {
+		return zero, false
+	}
+	i := t.slot(k)
+	for t.keys[i] != k {
+		if t.keys[i] == 0 {
+			return zero, false
+		}
+		if i++; i == len(t.keys) {
+			i = 0
+		}
+	}
+	v := t.vals[i]
+	t.delAt(i)
+	return v, true
+}
+
 // Del removes k, shifting back the entries of its probe run that would
 // otherwise be cut off from their home slot (no tombstones).
 func (t *Table[V]) Del(k uint64) {
@@ -106,6 +131,13 @@ func (t *Table[V]) Del(k uint64) {
 			i = 0
 		}
 	}
+	t.delAt(i)
+}
+
+// delAt empties slot i, which holds a key, shifting back the entries of
+// its probe run that would otherwise be cut off from their home slot.
+func (t *Table[V]) delAt(i int) {
+	n := len(t.keys)
 	var zero V
 	for j := i; ; {
 		if j++; j == n {

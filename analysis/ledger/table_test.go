@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestTableMatchesMap runs random puts and deletes, on aligned and
-// clustered keys, against a Go map.
+// TestTableMatchesMap runs random puts, deletes and takes, on aligned
+// and clustered keys, against a Go map.
 func TestTableMatchesMap(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
@@ -23,18 +23,26 @@ func TestTableMatchesMap(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, 2))
 			var tab *Table[uint64]
 			require.NotPanics(t, func() { tab.Del(5) })
+			_, ok0 := tab.Take(5)
+			require.False(t, ok0)
 			_, ok := tab.Get(5)
 			require.False(t, ok)
 			tab = &Table[uint64]{}
 			want := map[uint64]uint64{}
 			for i := range tt.steps {
 				k := tt.key(r)
-				switch r.IntN(3) {
+				switch r.IntN(4) {
 				case 0, 1:
 					tab.Put(k, uint64(i))
 					want[k] = uint64(i)
-				default:
+				case 2:
 					tab.Del(k)
+					delete(want, k)
+				default:
+					got, ok := tab.Take(k)
+					v, wok := want[k]
+					require.Equal(t, wok, ok, "step %d take %#x", i, k)
+					require.Equal(t, v, got)
 					delete(want, k)
 				}
 				if i%997 == 0 {

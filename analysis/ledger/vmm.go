@@ -40,9 +40,11 @@ type Unmapping struct {
 	Size   uint64
 	Device int32
 	// Freed says it was the last mapping of a released handle, whose
-	// physical memory, Old, is no longer live.
+	// physical memory, Old, is no longer live; Inst is then the
+	// instance's device-scope level just after (see InstanceLevel).
 	Freed bool
 	Old   Entry
+	Inst  Level
 }
 
 // MapChange is what a Map or Unmap call did.
@@ -91,12 +93,12 @@ func (l *Ledger) Release(inst uint32, e *event.Event) Change {
 	if hs.maps > 0 {
 		return Change{Verdict: Kept}
 	}
-	old, _ := l.dropPhysical(hk)
-	return Change{Verdict: Freed, Old: old}
+	old, lv := l.dropPhysical(hk)
+	return Change{Verdict: Freed, Old: old, Inst: lv}
 }
 
-// dropPhysical frees a handle's physical memory.
-func (l *Ledger) dropPhysical(hk handleKey) (Entry, bool) {
+// dropPhysical frees a handle's physical memory (see drop).
+func (l *Ledger) dropPhysical(hk handleKey) (Entry, *Level) {
 	delete(l.handles, hk)
 	return l.drop(physicalKey(hk.inst), hk.handle)
 }
@@ -161,7 +163,11 @@ func (l *Ledger) unmapOne(rk rangeKey) {
 	if hs := l.handles[hk]; hs != nil {
 		hs.maps--
 		if hs.maps == 0 && hs.released {
-			u.Old, u.Freed = l.dropPhysical(hk)
+			var lv *Level
+			u.Old, lv = l.dropPhysical(hk)
+			if u.Freed = lv != nil; u.Freed {
+				u.Inst = *lv
+			}
 		}
 	}
 	l.unmapped = append(l.unmapped, u)

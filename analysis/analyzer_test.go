@@ -7,101 +7,102 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 func TestAccounting(t *testing.T) {
 	tests := []struct {
 		name  string
-		build func(s *stream)
+		build func(s *eventtest.Stream)
 		want  Totals // LostEvents is ignored here
 	}{
 		{
 			name: "3 allocs of 1 MiB, free 1: live 2 MiB, peak 3 MiB",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, MiB, 1).alloc(2, 0xb, MiB, 1).alloc(3, 0xc, MiB, 1).free(4, 0xb)
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, MiB, 1).Alloc(2, 0xb, MiB, 1).Alloc(3, 0xc, MiB, 1).Free(4, 0xb)
 			},
 			want: Totals{Allocations: 3, Frees: 1, AllocatedBytes: 3 * MiB, FreedBytes: MiB,
 				PeakBytes: 3 * MiB, PeakTime: 3, LiveBytesAtEnd: 2 * MiB, LiveAllocationsAtEnd: 2},
 		},
 		{
 			name: "failed alloc is counted and never live",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, MiB, 1).fail(2, 4*GiB, 2, 2)
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, MiB, 1).Fail(2, 4*GiB, 2, 2)
 			},
 			want: Totals{Allocations: 1, AllocatedBytes: MiB, FailedAllocations: 1, FailedBytes: 4 * GiB,
 				PeakBytes: MiB, PeakTime: 1, LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
 		},
 		{
 			name: "failed alloc with an address still is not live",
-			build: func(s *stream) {
-				s.ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Ret: 2, Kind: event.KindAlloc})
-				s.free(2, 0xa)
+			build: func(s *eventtest.Stream) {
+				s.Ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Ret: 2, Kind: event.KindAlloc})
+				s.Free(2, 0xa)
 			},
 			want: Totals{FailedAllocations: 1, FailedBytes: MiB, UnknownFrees: 1},
 		},
 		{
 			name: "free of an address allocated before attach",
-			build: func(s *stream) {
-				s.free(1, 0xdead).alloc(2, 0xa, MiB, 1)
+			build: func(s *eventtest.Stream) {
+				s.Free(1, 0xdead).Alloc(2, 0xa, MiB, 1)
 			},
 			want: Totals{Allocations: 1, AllocatedBytes: MiB, UnknownFrees: 1, PeakBytes: MiB, PeakTime: 2,
 				LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
 		},
 		{
 			name: "cudaFree(NULL) is ignored",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, MiB, 1).free(2, 0).free(3, 0)
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, MiB, 1).Free(2, 0).Free(3, 0)
 			},
 			want: Totals{Allocations: 1, AllocatedBytes: MiB, NullFrees: 2, PeakBytes: MiB, PeakTime: 1,
 				LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
 		},
 		{
 			name: "zero-size alloc is not an allocation",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, 0, 1)
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, 0, 1)
 			},
 			want: Totals{ZeroSizeAllocations: 1},
 		},
 		{
 			name: "alloc at a live address replaces it: 1 MiB then 2 MiB at 0xa, then free",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, MiB, 1).alloc(2, 0xa, 2*MiB, 2).free(3, 0xa)
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, MiB, 1).Alloc(2, 0xa, 2*MiB, 2).Free(3, 0xa)
 			},
 			want: Totals{Allocations: 2, AllocatedBytes: 3 * MiB, ReplacedAllocations: 1, Frees: 1,
 				FreedBytes: 2 * MiB, PeakBytes: 2 * MiB, PeakTime: 2},
 		},
 		{
 			name: "free that returned an error frees nothing",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, MiB, 1)
-				s.ev(event.Event{Time: 2, Addr: 0xa, Ret: 1, Kind: event.KindFree})
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, MiB, 1)
+				s.Ev(event.Event{Time: 2, Addr: 0xa, Ret: 1, Kind: event.KindFree})
 			},
 			want: Totals{Allocations: 1, AllocatedBytes: MiB, FailedFrees: 1, PeakBytes: MiB, PeakTime: 1,
 				LiveBytesAtEnd: MiB, LiveAllocationsAtEnd: 1},
 		},
 		{
 			name: "double free: the second is unknown",
-			build: func(s *stream) {
-				s.alloc(1, 0xa, MiB, 1).free(2, 0xa).free(3, 0xa)
+			build: func(s *eventtest.Stream) {
+				s.Alloc(1, 0xa, MiB, 1).Free(2, 0xa).Free(3, 0xa)
 			},
 			want: Totals{Allocations: 1, AllocatedBytes: MiB, Frees: 1, FreedBytes: MiB, UnknownFrees: 1,
 				PeakBytes: MiB, PeakTime: 1},
 		},
 		{
 			name: "unknown kind and invalid kind are ignored",
-			build: func(s *stream) {
-				s.ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Kind: event.Kind(200)})
-				s.ev(event.Event{Time: 2, Addr: 0xb, Size: MiB, Kind: event.KindInvalid})
+			build: func(s *eventtest.Stream) {
+				s.Ev(event.Event{Time: 1, Addr: 0xa, Size: MiB, Kind: event.Kind(200)})
+				s.Ev(event.Event{Time: 2, Addr: 0xb, Size: MiB, Kind: event.KindInvalid})
 			},
 			want: Totals{IgnoredEvents: 2},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newStream().stack(1, "f", 10).stack(2, "g", 20)
+			s := eventtest.NewStream().Stack(1, "f", 10).Stack(2, "g", 20)
 			tt.build(s)
-			s.lost(10, 7).end(10)
-			r := mustAnalyze(t, Options{}, s.recs)
+			s.Lost(10, 7).End(10)
+			r := mustAnalyze(t, Options{}, s.Recs)
 			want := tt.want
 			want.LostEvents = 7
 			assert.Equal(t, want, r.Totals)
@@ -117,9 +118,9 @@ func TestAccounting(t *testing.T) {
 func TestFailedAllocationIsAnOOMFinding(t *testing.T) {
 	// 3 GiB live at stack 1, then a 2 GiB request at stack 2 fails with
 	// cudaErrorMemoryAllocation, then a 1 GiB one at stack 2 fails too.
-	s := newStream().stack(1, "load_model", 5).stack(2, "forward", 42)
-	s.alloc(1*sec, 0xa, 3*GiB, 1).fail(2*sec, 2*GiB, 2, 2).fail(3*sec, GiB, 2, 2).end(4 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "load_model", 5).Stack(2, "forward", 42)
+	s.Alloc(1*sec, 0xa, 3*GiB, 1).Fail(2*sec, 2*GiB, 2, 2).Fail(3*sec, GiB, 2, 2).End(4 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	p := process(t, r, 100)
 	require.NotNil(t, p.FirstFailure)
@@ -150,11 +151,11 @@ func TestFailedCallIsNotAnOOM(t *testing.T) {
 	// Stack 1: three cudaMalloc calls fail with 35 (cudaErrorInsufficientDriver);
 	// stack 2: one cuMemAlloc_v2 fails with 3 (CUDA_ERROR_NOT_INITIALIZED,
 	// which would be cudaErrorInitializationError from the runtime).
-	s := newStream().stack(1, "load_model", 5).stack(2, "init_pool", 9)
-	s.fail(1*sec, GiB, 1, 35).fail(2*sec, GiB, 1, 35).fail(3*sec, MiB, 1, 35)
-	s.ev(event.Event{Time: 4 * sec, Size: 4 * MiB, Stack: 2, Ret: 3, Kind: event.KindAlloc, API: event.APICuMemAlloc})
-	s.end(5 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "load_model", 5).Stack(2, "init_pool", 9)
+	s.Fail(1*sec, GiB, 1, 35).Fail(2*sec, GiB, 1, 35).Fail(3*sec, MiB, 1, 35)
+	s.Ev(event.Event{Time: 4 * sec, Size: 4 * MiB, Stack: 2, Ret: 3, Kind: event.KindAlloc, API: event.APICuMemAlloc})
+	s.End(5 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	assert.Empty(t, findings(r, KindOOM), "no OOM")
 	p := process(t, r, 100)
@@ -214,9 +215,9 @@ func TestPeak(t *testing.T) {
 	t.Run("first time counts", func(t *testing.T) {
 		// 1 MiB at stack 1, freed, then 1 MiB at stack 2: the peak (1 MiB) was
 		// first reached by stack 1.
-		s := newStream().stack(1, "f", 1).stack(2, "g", 2)
-		s.alloc(10, 0xa, MiB, 1).free(20, 0xa).alloc(30, 0xb, MiB, 2).end(40)
-		r := mustAnalyze(t, Options{}, s.recs)
+		s := eventtest.NewStream().Stack(1, "f", 1).Stack(2, "g", 2)
+		s.Alloc(10, 0xa, MiB, 1).Free(20, 0xa).Alloc(30, 0xb, MiB, 2).End(40)
+		r := mustAnalyze(t, Options{}, s.Recs)
 		p := process(t, r, 100)
 		assert.Equal(t, MiB, p.Totals.PeakBytes)
 		assert.Equal(t, uint64(10), p.PeakTime)
@@ -229,11 +230,11 @@ func TestPeak(t *testing.T) {
 		// t1 s1 +1 MiB (1), t2 s2 +2 MiB (3, peak), t3 free s1 (2),
 		// t4 s3 +1 MiB (3 = peak: not new), t5 s3 +512 KiB (3.5 MiB: new peak,
 		// crossed by s3's 512 KiB), then everything freed and s1 allocs 1 MiB.
-		s := newStream().stack(1, "f", 1).stack(2, "g", 2).stack(3, "h", 3)
-		s.alloc(1, 0xa, MiB, 1).alloc(2, 0xb, 2*MiB, 2).free(3, 0xa).
-			alloc(4, 0xc, MiB, 3).alloc(5, 0xd, 512*KiB, 3).
-			free(6, 0xb).free(7, 0xc).free(8, 0xd).alloc(9, 0xe, MiB, 1).end(10)
-		r := mustAnalyze(t, Options{}, s.recs)
+		s := eventtest.NewStream().Stack(1, "f", 1).Stack(2, "g", 2).Stack(3, "h", 3)
+		s.Alloc(1, 0xa, MiB, 1).Alloc(2, 0xb, 2*MiB, 2).Free(3, 0xa).
+			Alloc(4, 0xc, MiB, 3).Alloc(5, 0xd, 512*KiB, 3).
+			Free(6, 0xb).Free(7, 0xc).Free(8, 0xd).Alloc(9, 0xe, MiB, 1).End(10)
+		r := mustAnalyze(t, Options{}, s.Recs)
 		p := process(t, r, 100)
 		assert.Equal(t, 3*MiB+512*KiB, p.Totals.PeakBytes)
 		assert.Equal(t, uint64(5), p.PeakTime)
@@ -265,10 +266,10 @@ func TestPeak(t *testing.T) {
 		// pid 100: 1 MiB on dev 0, 2 MiB on dev 1 (process peak 3 MiB at t2).
 		// pid 200: 4 MiB on dev 1 at t3, freed at t4, then 1 MiB on dev 1.
 		// Overall: 1+2+4 = 7 MiB at t3. Device 1: 2+4 = 6 MiB at t3.
-		s := newStream().stack(1, "f", 1)
-		s.allocOn(1, 0xa, MiB, 1, 100, 0).allocOn(2, 0xb, 2*MiB, 1, 100, 1).
-			allocOn(3, 0xa, 4*MiB, 1, 200, 1).freeOn(4, 0xa, 200).allocOn(5, 0xc, MiB, 1, 200, 1)
-		r := mustAnalyze(t, Options{}, s.recs)
+		s := eventtest.NewStream().Stack(1, "f", 1)
+		s.AllocOn(1, 0xa, MiB, 1, 100, 0).AllocOn(2, 0xb, 2*MiB, 1, 100, 1).
+			AllocOn(3, 0xa, 4*MiB, 1, 200, 1).FreeOn(4, 0xa, 200).AllocOn(5, 0xc, MiB, 1, 200, 1)
+		r := mustAnalyze(t, Options{}, s.Recs)
 		assert.Equal(t, 7*MiB, r.Totals.PeakBytes)
 		assert.Equal(t, uint64(3), r.Totals.PeakTime)
 		assert.Equal(t, 4*MiB, r.Totals.LiveBytesAtEnd)
@@ -287,10 +288,10 @@ func TestPeak(t *testing.T) {
 		assert.Equal(t, MiB, q.Totals.LiveBytesAtEnd)
 	})
 	t.Run("free under another current device releases the allocation's device", func(t *testing.T) {
-		s := newStream().stack(1, "f", 1)
-		s.allocOn(1, 0xa, MiB, 1, 100, 1)
-		s.ev(event.Event{Time: 2, Addr: 0xa, Device: 0, Kind: event.KindFree})
-		r := mustAnalyze(t, Options{}, s.recs)
+		s := eventtest.NewStream().Stack(1, "f", 1)
+		s.AllocOn(1, 0xa, MiB, 1, 100, 1)
+		s.Ev(event.Event{Time: 2, Addr: 0xa, Device: 0, Kind: event.KindFree})
+		r := mustAnalyze(t, Options{}, s.Recs)
 		// Device 0 is listed (an event carried it) with nothing on it.
 		assert.Equal(t, []Device{{Index: 0}, {Index: 1, PeakBytes: MiB, PeakTime: 1}}, noPeakStacks(r.Devices))
 		assert.Zero(t, r.Totals.UnknownFrees)
@@ -298,9 +299,9 @@ func TestPeak(t *testing.T) {
 }
 
 func TestStreamWithoutEnd(t *testing.T) {
-	s := newStream().stack(1, "f", 1)
-	s.alloc(1*sec, 0xa, MiB, 1).alloc(2*sec, 0xb, MiB, 1).lost(3*sec, 5)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Alloc(1*sec, 0xa, MiB, 1).Alloc(2*sec, 0xb, MiB, 1).Lost(3*sec, 5)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.False(t, r.Run.Ended)
 	assert.Equal(t, 3*sec, r.Run.End, "the latest time seen")
 	assert.Equal(t, 3*sec, r.Run.Duration)
@@ -310,10 +311,10 @@ func TestStreamWithoutEnd(t *testing.T) {
 }
 
 func TestRunFacts(t *testing.T) {
-	s := newStream()
+	s := eventtest.NewStream()
 	lib := &event.Library{PID: 100, Path: "/usr/lib/libcudart.so.12", Symbols: []string{"cudaMalloc", "cudaFree"}}
-	s.recs = append(s.recs, lib, lib, &event.End{Time: 5 * sec, Reason: "exited", ExitCode: 3})
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.Recs = append(s.Recs, lib, lib, &event.End{Time: 5 * sec, Reason: "exited", ExitCode: 3})
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, Run{Tool: "vramprof test", Version: 1, Mode: "run", Command: []string{"python", "train.py"},
 		PID: 100, Host: "h", End: 5 * sec, Duration: 5 * sec, Ended: true, EndReason: "exited", ExitCode: 3,
 		Libraries: []event.Library{*lib}}, r.Run)
@@ -368,8 +369,8 @@ func TestFrames(t *testing.T) {
 			assert.Equal(t, tt.want, RenderFrame(tt.f, tt.m))
 		})
 	}
-	s := newStream().stack(1, "step", 7)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "step", 7)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, "step (train.py:7)", r.Site(1), "the site skips libcudart frames")
 	assert.Equal(t, []string{"cudaMalloc", "step (train.py:7)", "main (train.py:1)"}, r.Lines(1))
 	assert.Equal(t, NoStack, r.Site(42))
@@ -379,16 +380,16 @@ func TestFrames(t *testing.T) {
 func TestTimelineKeepsPeak(t *testing.T) {
 	// A sawtooth between 0 and 1 MiB for 10000 ms with a single 9 MiB spike
 	// at 4321 ms; 16 points cannot hold every step but must hold the spike.
-	s := newStream().stack(1, "f", 1)
+	s := eventtest.NewStream().Stack(1, "f", 1)
 	ms := uint64(1e6)
 	for i := range uint64(10000) {
-		s.alloc(i*ms, 0xa, MiB, 1)
+		s.Alloc(i*ms, 0xa, MiB, 1)
 		if i == 4321 {
-			s.alloc(i*ms+1, 0xb, 8*MiB, 1).free(i*ms+2, 0xb)
+			s.Alloc(i*ms+1, 0xb, 8*MiB, 1).Free(i*ms+2, 0xb)
 		}
-		s.free(i*ms+ms/2, 0xa)
+		s.Free(i*ms+ms/2, 0xa)
 	}
-	r := mustAnalyze(t, Options{TimelinePoints: 16}, s.recs)
+	r := mustAnalyze(t, Options{TimelinePoints: 16}, s.Recs)
 	require.Len(t, r.Timelines, 1)
 	pts := r.Timelines[0].Points
 	assert.LessOrEqual(t, len(pts), 16)
@@ -406,22 +407,22 @@ func TestTimelineKeepsPeak(t *testing.T) {
 
 func TestLeakRule(t *testing.T) {
 	// 64 ticks, 4 windows ending at ticks 16, 32, 48 and the end.
-	build := func(add func(s *stream)) *Result {
-		s := newStream().stack(1, "leaky", 10).stack(2, "steady", 20).stack(3, "weights", 30)
+	build := func(add func(s *eventtest.Stream)) *Result {
+		s := eventtest.NewStream().Stack(1, "leaky", 10).Stack(2, "steady", 20).Stack(3, "weights", 30)
 		add(s)
-		s.end(64*tick - 1)
-		return mustAnalyze(t, Options{LeakWindows: 4}, s.recs)
+		s.End(64*tick - 1)
+		return mustAnalyze(t, Options{LeakWindows: 4}, s.Recs)
 	}
 	t.Run("1 MiB every tick never freed", func(t *testing.T) {
-		r := build(func(s *stream) {
+		r := build(func(s *eventtest.Stream) {
 			// Leak windows span first event to last: 0 to 64 ticks - 1.
-			s.alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
+			s.Alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
 			for i := range uint64(64) {
-				s.alloc(i*tick+1, 0x1000+i, MiB, 1) // leaks
-				s.alloc(i*tick+2, 0xa, MiB, 2)      // steady: freed each tick
-				s.free(i*tick+3, 0xa)
+				s.Alloc(i*tick+1, 0x1000+i, MiB, 1) // leaks
+				s.Alloc(i*tick+2, 0xa, MiB, 2)      // steady: freed each tick
+				s.Free(i*tick+3, 0xa)
 			}
-			s.alloc(64*tick-2, 0xb, MiB, 2).free(64*tick-1, 0xb)
+			s.Alloc(64*tick-2, 0xb, MiB, 2).Free(64*tick-1, 0xb)
 		})
 		leaks := findings(r, KindLeak)
 		require.Len(t, leaks, 1)
@@ -450,33 +451,33 @@ func TestLeakRule(t *testing.T) {
 	})
 	tests := []struct {
 		name  string
-		build func(s *stream)
+		build func(s *eventtest.Stream)
 	}{
-		{"steady loop", func(s *stream) {
+		{"steady loop", func(s *eventtest.Stream) {
 			for i := range uint64(64) {
-				s.alloc(i*tick+1, 0xa, MiB, 2).free(i*tick+tick/2, 0xa)
+				s.Alloc(i*tick+1, 0xa, MiB, 2).Free(i*tick+tick/2, 0xa)
 			}
 		}},
-		{"steady loop stopped mid-iteration", func(s *stream) {
+		{"steady loop stopped mid-iteration", func(s *eventtest.Stream) {
 			for i := range uint64(64) {
-				s.alloc(i*tick+1, 0xa, MiB, 2)
+				s.Alloc(i*tick+1, 0xa, MiB, 2)
 				if i < 63 {
-					s.free(i*tick+tick/2, 0xa)
+					s.Free(i*tick+tick/2, 0xa)
 				}
 			}
 		}},
-		{"weights loaded once, live at end", func(s *stream) {
-			s.alloc(1, 0xf000, 100*MiB, 3)
+		{"weights loaded once, live at end", func(s *eventtest.Stream) {
+			s.Alloc(1, 0xf000, 100*MiB, 3)
 		}},
-		{"cache filled once mid-run", func(s *stream) {
-			s.alloc(40*tick, 0xf000, 100*MiB, 3)
+		{"cache filled once mid-run", func(s *eventtest.Stream) {
+			s.Alloc(40*tick, 0xf000, 100*MiB, 3)
 		}},
-		{"growth then freed before the end", func(s *stream) {
+		{"growth then freed before the end", func(s *eventtest.Stream) {
 			for i := range uint64(60) {
-				s.alloc(i*tick+1, 0x1000+i, MiB, 1)
+				s.Alloc(i*tick+1, 0x1000+i, MiB, 1)
 			}
 			for i := range uint64(60) {
-				s.free(63*tick, 0x1000+i)
+				s.Free(63*tick, 0x1000+i)
 			}
 		}},
 	}
@@ -493,12 +494,12 @@ func TestLeakDefaultWindows(t *testing.T) {
 	// stake are the growth over the run, 60 x 1048576 = 62914560, whatever
 	// the windows; the windows' growth is what was allocated after the
 	// first window's end.
-	s := newStream().stack(1, "leaky", 10)
+	s := eventtest.NewStream().Stack(1, "leaky", 10)
 	for i := range uint64(60) {
-		s.alloc(i*sec+1, 0x1000+i, MiB, 1)
+		s.Alloc(i*sec+1, 0x1000+i, MiB, 1)
 	}
-	s.end(60 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.End(60 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	leaks := findings(r, KindLeak)
 	require.Len(t, leaks, 1)
 	ends := leaks[0].Leak.WindowEnds
@@ -554,11 +555,11 @@ func TestIsLeak(t *testing.T) {
 }
 
 func TestBlockLayer(t *testing.T) {
-	s := newStream().stack(1, "f", 1)
-	s.alloc(1, 0xa, 2*MiB, 1)
-	s.ev(event.Event{Time: 2, Addr: 0xa, Size: MiB, Stack: 1, Kind: event.KindAlloc, Layer: event.LayerBlock})
-	s.ev(event.Event{Time: 3, Addr: 0xa, Kind: event.KindFree, Layer: event.LayerBlock})
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Alloc(1, 0xa, 2*MiB, 1)
+	s.Ev(event.Event{Time: 2, Addr: 0xa, Size: MiB, Stack: 1, Kind: event.KindAlloc, Layer: event.LayerBlock})
+	s.Ev(event.Event{Time: 3, Addr: 0xa, Kind: event.KindFree, Layer: event.LayerBlock})
+	r := mustAnalyze(t, Options{}, s.Recs)
 	require.NotNil(t, r.Blocks)
 	assert.Equal(t, uint64(1), r.Blocks.Allocations)
 	assert.Equal(t, MiB, r.Blocks.PeakBytes)

@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 // flightStream is a run with everything the checkpoint must carry: two
 // processes, nested driver calls, host memory, the block layer, failed
 // allocations, unknown and replaced frees, a peak early on and a leak.
-func flightStream() *stream {
-	s := newStream().stack(1, "forward", 10).stack(2, "leaky", 20)
+func flightStream() *eventtest.Stream {
+	s := eventtest.NewStream().Stack(1, "forward", 10).Stack(2, "leaky", 20)
 	t := uint64(1000)
 	next := func() uint64 { t += 100; return t }
 	nested := func(e event.Event) {
@@ -23,9 +24,9 @@ func flightStream() *stream {
 		if e.Kind == event.KindFree {
 			d.API = event.APICuMemFree
 		}
-		s.ev(d)
+		s.Ev(d)
 		e.Time++
-		s.ev(e)
+		s.Ev(e)
 	}
 	// The block layer: an early peak of 3 blocks, then one kept.
 	block := func(k event.Kind, addr, size uint64) {
@@ -33,7 +34,7 @@ func flightStream() *stream {
 		if k == event.KindFree {
 			api = event.APIPyTorchFree
 		}
-		s.ev(event.Event{Time: next(), Addr: addr, Size: size, Stack: 2, Kind: k, Layer: event.LayerBlock, API: api})
+		s.Ev(event.Event{Time: next(), Addr: addr, Size: size, Stack: 2, Kind: k, Layer: event.LayerBlock, API: api})
 	}
 	block(event.KindAlloc, 0x1a000, 512)
 	block(event.KindAlloc, 0x1b000, 1024)
@@ -48,24 +49,24 @@ func flightStream() *stream {
 		nested(event.Event{Time: next(), Addr: 0x10000 + i*0x1000, Kind: event.KindFree, API: event.APICudaFree})
 	}
 	for i := range uint64(40) {
-		s.alloc(next(), 0x40000+i*0x100, 4096+i, 2) // kept: the leak
-		s.alloc(next(), 0x90000, 512, 1)
-		s.free(next(), 0x90000)
-		s.allocOn(next(), 0xa0000+i*0x100, 256, 1, 200, 1)
+		s.Alloc(next(), 0x40000+i*0x100, 4096+i, 2) // kept: the leak
+		s.Alloc(next(), 0x90000, 512, 1)
+		s.Free(next(), 0x90000)
+		s.AllocOn(next(), 0xa0000+i*0x100, 256, 1, 200, 1)
 		if i%3 == 0 {
-			s.freeOn(next(), 0xa0000+i*0x100, 200)
+			s.FreeOn(next(), 0xa0000+i*0x100, 200)
 		}
 		if i%7 == 0 {
-			s.fail(next(), 1<<40, 1, 2)
-			s.free(next(), 0xdead0000+i) // unknown
-			s.ev(event.Event{Time: next(), Addr: 0x500000 + i, Size: 64, Kind: event.KindHostAlloc, API: event.APICudaMallocHost})
+			s.Fail(next(), 1<<40, 1, 2)
+			s.Free(next(), 0xdead0000+i) // unknown
+			s.Ev(event.Event{Time: next(), Addr: 0x500000 + i, Size: 64, Kind: event.KindHostAlloc, API: event.APICudaMallocHost})
 		}
 	}
 	// The VMM: a handle released while still mapped, unmapped later (its
 	// physical memory goes then); one mapped, unmapped and released; one
 	// left mapped to the end.
 	vmm := func(k event.Kind, api event.API, addr, size, handle uint64) {
-		s.ev(event.Event{Time: next(), Addr: addr, Size: size, Stream: handle, Kind: k, API: api})
+		s.Ev(event.Event{Time: next(), Addr: addr, Size: size, Stream: handle, Kind: k, API: api})
 	}
 	const mib2 = 2 << 20
 	vmm(event.KindReserve, event.APICuMemAddressReserve, 0x7e0000000000, 8*mib2, 0)
@@ -74,11 +75,11 @@ func flightStream() *stream {
 		vmm(event.KindMap, event.APICuMemMap, 0x7e0000000000+i*mib2, mib2, 0xc0de00000001+i)
 	}
 	vmm(event.KindRelease, event.APICuMemRelease, 0xc0de00000001, 0, 0)
-	s.alloc(next(), 0x48000, 100, 1)
+	s.Alloc(next(), 0x48000, 100, 1)
 	vmm(event.KindUnmap, event.APICuMemUnmap, 0x7e0000000000, 2*mib2, 0) // two mappings
 	vmm(event.KindRelease, event.APICuMemRelease, 0xc0de00000002, 0, 0)
-	s.free(next(), 0x48000)
-	return s.end(next())
+	s.Free(next(), 0x48000)
+	return s.End(next())
 }
 
 // TestCheckpointRestore cuts the stream at every event, as a flight
@@ -100,7 +101,7 @@ func TestCheckpointRestore(t *testing.T) {
 }
 
 func checkCheckpointRestore(t *testing.T, opts Options) {
-	recs := flightStream().recs
+	recs := flightStream().Recs
 	whole := mustAnalyze(t, opts, recs)
 	require.NotZero(t, whole.Totals.LiveBytesAtEnd)
 	for cut := range recs {
@@ -232,18 +233,18 @@ func findingsOf(r *Result, kind string) []Finding {
 // all-process figures after a restore match the whole stream's. The
 // restored stream shows the images as one process.
 func TestCheckpointRestoreExec(t *testing.T) {
-	s := newStream().stack(1, "forward", 10)
-	s.recs = append(s.recs, &event.Process{PID: 300, Command: []string{"a"}, Time: 50})
-	s.allocOn(100, 0x1000, 1<<20, 1, 300, 0)
-	s.allocOn(110, 0x2000, 1<<10, 1, 300, 0)
-	s.freeOn(120, 0x2000, 300)
-	s.alloc(130, 0x9000, 4096, 1)
-	s.recs = append(s.recs, &event.Process{PID: 300, Command: []string{"b"}, Time: 140}) // exec
-	s.allocOn(150, 0x5000, 1<<19, 1, 300, 0)
-	s.allocOn(160, 0x3000, 1<<18, 1, 300, 0)
-	s.freeOn(170, 0x3000, 300)
-	s.free(180, 0x9000)
-	recs := s.end(200).recs
+	s := eventtest.NewStream().Stack(1, "forward", 10)
+	s.Recs = append(s.Recs, &event.Process{PID: 300, Command: []string{"a"}, Time: 50})
+	s.AllocOn(100, 0x1000, 1<<20, 1, 300, 0)
+	s.AllocOn(110, 0x2000, 1<<10, 1, 300, 0)
+	s.FreeOn(120, 0x2000, 300)
+	s.Alloc(130, 0x9000, 4096, 1)
+	s.Recs = append(s.Recs, &event.Process{PID: 300, Command: []string{"b"}, Time: 140}) // exec
+	s.AllocOn(150, 0x5000, 1<<19, 1, 300, 0)
+	s.AllocOn(160, 0x3000, 1<<18, 1, 300, 0)
+	s.FreeOn(170, 0x3000, 300)
+	s.Free(180, 0x9000)
+	recs := s.End(200).Recs
 	whole := mustAnalyze(t, Options{}, recs)
 	for cut := range recs {
 		if _, ok := recs[cut].(*event.Event); !ok {

@@ -7,84 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
-// poolStream drives a caching allocator by hand: segments through
-// cudaMalloc/cudaFree (thread 1), blocks through pytorch:malloc/free. The
-// clock advances 1 ms per event; each CUDA call lasts 10 µs.
-type poolStream struct {
-	*stream
-	t uint64
-}
-
-func newPoolStream() *poolStream {
-	return &poolStream{stream: newStream().stack(1, "alloc_block", 1).stack(2, "train", 2)}
-}
-
-func (s *poolStream) next() uint64 { s.t += 1e6; return s.t }
-
-func (s *poolStream) seg(addr, size uint64) {
-	s.ev(event.Event{Time: s.next(), Duration: 10e3, Addr: addr, Size: size, Stack: 1, TID: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})
-}
-
-func (s *poolStream) segFail(size uint64) {
-	s.ev(event.Event{Time: s.next(), Duration: 10e3, Size: size, Stack: 1, TID: 1, Ret: 2, Kind: event.KindAlloc, API: event.APICudaMalloc})
-}
-
-func (s *poolStream) segFree(addr uint64) {
-	s.ev(event.Event{Time: s.next(), Duration: 10e3, Addr: addr, TID: 1, Kind: event.KindFree, API: event.APICudaFree})
-}
-
-func (s *poolStream) block(addr, size uint64) {
-	s.ev(event.Event{Time: s.next(), Addr: addr, Size: size, Stack: 2, TID: 1, Layer: event.LayerBlock, Kind: event.KindAlloc, API: event.APIPyTorchMalloc})
-}
-
-func (s *poolStream) blockFree(addr uint64) {
-	s.ev(event.Event{Time: s.next(), Addr: addr, TID: 1, Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
-}
-
-func (s *poolStream) result(tb testing.TB) *Result {
-	s.end(s.next())
-	return mustAnalyze(tb, Options{}, s.recs)
-}
-
-const segBase = uint64(0x7f20_0000_0000)
-
-// TestFragmentationOOM replays pool_frag_oom's allocator (testdata
-// README): a free 2 MiB small segment, 4 x 20 MiB segments of 5 x 4 MiB
-// blocks with every other block freed, then a 24 MiB segment that fails,
-// the free-all releasing the 2 MiB segment, and the retry failing. The
-// truth's fragmentation record: reserved 85983232, allocated 41943040,
-// cached free 44040192, largest free range 4194304, oom_kind
-// fragmentation.
+// TestFragmentationOOM replays pool_frag_oom's allocator
+// (eventtest.FragmentationOOMPool). The truth's fragmentation record:
+// reserved 85983232, allocated 41943040, cached free 44040192, largest
+// free range 4194304, oom_kind fragmentation.
 func TestFragmentationOOM(t *testing.T) {
-	s := newPoolStream()
-	s.seg(segBase, 2*MiB)
-	for i := range uint64(3) {
-		s.block(segBase+i*256*KiB, 256*KiB)
-	}
-	for i := range uint64(3) {
-		s.blockFree(segBase + i*256*KiB)
-	}
-	var blocks []uint64
-	for k := range uint64(4) {
-		seg := segBase + 2*MiB + k*20*MiB
-		s.seg(seg, 20*MiB)
-		for i := range uint64(5) {
-			s.block(seg+i*4*MiB, 4*MiB)
-			blocks = append(blocks, seg+i*4*MiB)
-		}
-	}
-	for i := 1; i < len(blocks); i += 2 {
-		s.blockFree(blocks[i])
-	}
-	s.segFail(24 * MiB)
-	s.segFree(segBase)
-	s.segFail(24 * MiB)
-	for i := 0; i < len(blocks); i += 2 {
-		s.blockFree(blocks[i])
-	}
-	r := s.result(t)
+	r := poolResult(t, eventtest.FragmentationOOMPool())
 
 	require.Len(t, r.Pools, 1)
 	pl := r.Pools[0]
@@ -146,19 +77,19 @@ func TestFragmentationOOM(t *testing.T) {
 // reserved 58720256, allocated 41943040, cached free 16777216, largest
 // free range 16777216, oom_kind capacity.
 func TestCapacityOOM(t *testing.T) {
-	s := newPoolStream()
+	s := eventtest.NewPoolStream()
 	for i := range uint64(3) {
-		s.seg(segBase+i*12*MiB, 12*MiB)
-		s.block(segBase+i*12*MiB, 12*MiB)
+		s.Seg(eventtest.SegBase+i*12*MiB, 12*MiB)
+		s.Block(eventtest.SegBase+i*12*MiB, 12*MiB)
 	}
-	act := segBase + 36*MiB
-	s.seg(act, 20*MiB)
-	s.block(act, 4*MiB)
-	s.block(act+4*MiB, 4*MiB)
-	s.blockFree(act + 4*MiB)
-	s.segFail(32 * MiB)
-	s.segFail(32 * MiB)
-	r := s.result(t)
+	act := eventtest.SegBase + 36*MiB
+	s.Seg(act, 20*MiB)
+	s.Block(act, 4*MiB)
+	s.Block(act+4*MiB, 4*MiB)
+	s.BlockFree(act + 4*MiB)
+	s.SegFail(32 * MiB)
+	s.SegFail(32 * MiB)
+	r := poolResult(t, s)
 
 	require.Len(t, r.Pools, 1)
 	require.Len(t, r.Pools[0].OOMs, 1)
@@ -185,24 +116,24 @@ func TestCapacityOOM(t *testing.T) {
 // retry succeeds. State before the free-all (truth's retries[]): reserved
 // 48234496, allocated 8388608, cached free 39845888, largest 14680064.
 func TestRetrySucceeded(t *testing.T) {
-	s := newPoolStream()
-	s.seg(segBase, 20*MiB)
-	s.block(segBase, 8*MiB)
-	s.block(segBase+8*MiB, 8*MiB)
-	s.seg(segBase+20*MiB, 12*MiB)
-	s.block(segBase+20*MiB, 12*MiB)
-	s.seg(segBase+32*MiB, 14*MiB)
-	s.block(segBase+32*MiB, 14*MiB)
-	s.blockFree(segBase + 20*MiB)
-	s.blockFree(segBase + 32*MiB)
-	s.blockFree(segBase + 8*MiB)
-	s.segFail(28 * MiB)
-	s.segFree(segBase + 20*MiB)
-	s.segFree(segBase + 32*MiB)
-	s.seg(segBase+20*MiB, 28*MiB)
-	s.block(segBase+20*MiB, 28*MiB)
-	s.blockFree(segBase + 20*MiB)
-	r := s.result(t)
+	s := eventtest.NewPoolStream()
+	s.Seg(eventtest.SegBase, 20*MiB)
+	s.Block(eventtest.SegBase, 8*MiB)
+	s.Block(eventtest.SegBase+8*MiB, 8*MiB)
+	s.Seg(eventtest.SegBase+20*MiB, 12*MiB)
+	s.Block(eventtest.SegBase+20*MiB, 12*MiB)
+	s.Seg(eventtest.SegBase+32*MiB, 14*MiB)
+	s.Block(eventtest.SegBase+32*MiB, 14*MiB)
+	s.BlockFree(eventtest.SegBase + 20*MiB)
+	s.BlockFree(eventtest.SegBase + 32*MiB)
+	s.BlockFree(eventtest.SegBase + 8*MiB)
+	s.SegFail(28 * MiB)
+	s.SegFree(eventtest.SegBase + 20*MiB)
+	s.SegFree(eventtest.SegBase + 32*MiB)
+	s.Seg(eventtest.SegBase+20*MiB, 28*MiB)
+	s.Block(eventtest.SegBase+20*MiB, 28*MiB)
+	s.BlockFree(eventtest.SegBase + 20*MiB)
+	r := poolResult(t, s)
 
 	require.Len(t, r.Pools, 1)
 	require.Len(t, r.Pools[0].OOMs, 1)
@@ -243,7 +174,7 @@ func TestRetrySucceeded(t *testing.T) {
 
 	// With the capacity known (64 MiB): T = floor(100 * (67108864 -
 	// 29360128) / 67108864) / 100 = floor(56.25) / 100 = 0.56.
-	r = mustAnalyze(t, Options{Capacity: 64 * MiB}, s.recs)
+	r = mustAnalyze(t, Options{Capacity: 64 * MiB}, s.Recs)
 	frag = findings(r, KindFragmentation)
 	require.Len(t, frag, 1)
 	require.NotNil(t, frag[0].Pool.GC)
@@ -253,7 +184,7 @@ func TestRetrySucceeded(t *testing.T) {
 	// A device too small for the request once the idle segments are gone
 	// (48234496 - 27262976 + 29360128 = 48 MiB > 47 MiB): no threshold
 	// helps.
-	r = mustAnalyze(t, Options{Capacity: 47 * MiB}, s.recs)
+	r = mustAnalyze(t, Options{Capacity: 47 * MiB}, s.Recs)
 	assert.Empty(t, findings(r, KindFragmentation))
 }
 
@@ -263,28 +194,28 @@ func TestRetrySucceeded(t *testing.T) {
 // take back what the step before released: 19 x 3 = 57 cycles, 19 x 34 MiB
 // = 677380096 bytes.
 func TestChurn(t *testing.T) {
-	s := newPoolStream()
-	w := segBase
-	s.seg(w, 40*MiB)
-	s.block(w, 40*MiB)
+	s := eventtest.NewPoolStream()
+	w := eventtest.SegBase
+	s.Seg(w, 40*MiB)
+	s.Block(w, 40*MiB)
 	sizes := []uint64{20 * MiB, 2 * MiB, 12 * MiB}
 	for range 20 {
-		addr := segBase + 40*MiB
+		addr := eventtest.SegBase + 40*MiB
 		var segs []uint64
 		for _, sz := range sizes {
-			s.seg(addr, sz)
-			s.block(addr, sz/2)
-			s.blockFree(addr)
+			s.Seg(addr, sz)
+			s.Block(addr, sz/2)
+			s.BlockFree(addr)
 			segs = append(segs, addr)
 			addr += sz
 		}
 		for _, a := range segs {
-			s.segFree(a)
+			s.SegFree(a)
 		}
 	}
-	s.blockFree(w)
-	s.segFree(w)
-	r := s.result(t)
+	s.BlockFree(w)
+	s.SegFree(w)
+	r := poolResult(t, s)
 
 	c := process(t, r, 100).Churn
 	require.NotNil(t, c)
@@ -307,7 +238,7 @@ func TestChurn(t *testing.T) {
 	assert.Equal(t, uint64(122*10e3), c.AllocNs+c.FreeNs)
 
 	// The same calls 3 s apart are phases, not churn.
-	r2 := mustAnalyze(t, Options{ChurnWindow: 1}, s.recs)
+	r2 := mustAnalyze(t, Options{ChurnWindow: 1}, s.Recs)
 	assert.Zero(t, process(t, r2, 100).Churn.Cycles)
 	assert.Empty(t, findings(r2, KindChurn))
 }
@@ -315,9 +246,9 @@ func TestChurn(t *testing.T) {
 // TestNoPoolNoForensics: without block events, a failed cudaMalloc keeps
 // the generic oom finding and no pool is reported.
 func TestNoPoolNoForensics(t *testing.T) {
-	s := newStream().stack(1, "f", 1)
-	s.alloc(1, segBase, MiB, 1).fail(2, GiB, 1, 2).end(3)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Alloc(1, eventtest.SegBase, MiB, 1).Fail(2, GiB, 1, 2).End(3)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Empty(t, r.Pools)
 	require.Len(t, findings(r, KindOOM), 1)
 	assert.NotNil(t, findings(r, KindOOM)[0].OOMCalls, "the generic oom finding")
@@ -326,14 +257,14 @@ func TestNoPoolNoForensics(t *testing.T) {
 
 // TestPoolGeometry checks holes, pinned segments and unplaced blocks.
 func TestPoolGeometry(t *testing.T) {
-	s := newPoolStream()
-	s.block(0x1000, 512) // before any segment: unplaced
-	s.seg(segBase, 20*MiB)
-	s.block(segBase+4*MiB, MiB) // pins the segment: 1 MiB of 20
-	s.seg(segBase+20*MiB, 2*MiB)
-	s.block(segBase+20*MiB, 512*KiB)
-	s.block(segBase+20*MiB+MiB, 512*KiB)
-	r := s.result(t)
+	s := eventtest.NewPoolStream()
+	s.Block(0x1000, 512) // before any segment: unplaced
+	s.Seg(eventtest.SegBase, 20*MiB)
+	s.Block(eventtest.SegBase+4*MiB, MiB) // pins the segment: 1 MiB of 20
+	s.Seg(eventtest.SegBase+20*MiB, 2*MiB)
+	s.Block(eventtest.SegBase+20*MiB, 512*KiB)
+	s.Block(eventtest.SegBase+20*MiB+MiB, 512*KiB)
+	r := poolResult(t, s)
 	require.Len(t, r.Pools, 1)
 	end := r.Pools[0].AtEnd
 	assert.Equal(t, uint64(22*MiB), end.ReservedBytes)
@@ -354,18 +285,18 @@ func TestPoolGeometry(t *testing.T) {
 // stacks, the churn finding names the release site first.
 func TestChurnFreeStacks(t *testing.T) {
 	build := func(withStacks bool) *Result {
-		s := newPoolStream()
-		s.stack(3, "release_cache", 3)
+		s := eventtest.NewPoolStream()
+		s.Stack(3, "release_cache", 3)
 		for range 5 {
-			s.seg(segBase, 20*MiB)
-			s.block(segBase, MiB)
-			s.blockFree(segBase)
-			s.segFree(segBase)
+			s.Seg(eventtest.SegBase, 20*MiB)
+			s.Block(eventtest.SegBase, MiB)
+			s.BlockFree(eventtest.SegBase)
+			s.SegFree(eventtest.SegBase)
 			if withStacks {
-				s.recs[len(s.recs)-1].(*event.Event).Stack = 3
+				s.Recs[len(s.Recs)-1].(*event.Event).Stack = 3
 			}
 		}
-		return s.result(t)
+		return poolResult(t, s)
 	}
 	fs := findings(build(false), KindChurn)
 	require.Len(t, fs, 1)
@@ -379,31 +310,11 @@ func TestChurnFreeStacks(t *testing.T) {
 	assert.Equal(t, "alloc_block (train.py:1)", fs[0].Stacks[1].Site, "then the allocations")
 }
 
-// scatteredPool: 4 segments of 20 MiB, each with five 4 MiB blocks, the
-// second and fourth freed: 83886080 reserved, 50331648 allocated, 33554432
-// cached free in 8 ranges of 4194304, no failure.
-func scatteredPool() *poolStream {
-	s := newPoolStream()
-	var freed []uint64
-	for k := range uint64(4) {
-		seg := segBase + k*20*MiB
-		s.seg(seg, 20*MiB)
-		for i := range uint64(5) {
-			s.block(seg+i*4*MiB, 4*MiB)
-		}
-		freed = append(freed, seg+4*MiB, seg+12*MiB)
-	}
-	for _, b := range freed {
-		s.blockFree(b)
-	}
-	return s
-}
-
 // TestFragmentationWorst: without a failure, the worst moment is a
 // fragmentation finding when the cache holds a quarter of reserved memory
 // free, tensors a quarter, and no free range reaches half of the free bytes.
 func TestFragmentationWorst(t *testing.T) {
-	r := scatteredPool().result(t)
+	r := poolResult(t, eventtest.ScatteredPool())
 	fs := findings(r, KindFragmentation)
 	require.Len(t, fs, 1)
 	f := fs[0]

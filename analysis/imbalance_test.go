@@ -6,46 +6,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
-
-// rankStacks adds, for a rank process, the stacks of params, optimizer
-// state and a checkpoint gather: the same frames in every rank, one stack
-// ID per process.
-func rankStacks(s *stream, pid uint32, base event.StackID) {
-	for i, fn := range []string{"load_params", "init_optimizer", "gather_checkpoint"} {
-		s.recs = append(s.recs, &event.Stack{ID: base + event.StackID(i), PID: pid, Frames: []event.Frame{
-			{Addr: 0x7f0100, Mapping: 2, Function: "cudaMalloc"},
-			{Addr: 0x1000 + uint64(i)*0x10, Mapping: 1, Function: fn, File: "rank.py", Line: int64(10 * (i + 1))},
-		}})
-	}
-}
-
-// ranksStream: a launcher (pid 100) and two ranks (101 on device 0, 102 on
-// device 1) with 256 MiB of params and 512 MiB of optimizer state each;
-// rank 0 also gathers a 768 MiB + 123 byte checkpoint and frees it.
-func ranksStream(gather uint64) *stream {
-	s := newStream()
-	for r, pid := range []uint32{101, 102} {
-		s.recs = append(s.recs, &event.Process{PID: pid, PPID: 100, Command: []string{"rank"}, Time: 1})
-		rankStacks(s, pid, event.StackID(10*(r+1)))
-	}
-	for r, pid := range []uint32{101, 102} {
-		base := event.StackID(10 * (r + 1))
-		dev := int32(r)
-		t := uint64(r+1) * 1e6
-		s.allocOn(t, 0x7f20_0000_0000-uint64(r)<<38, 256*MiB, base, pid, dev)
-		s.allocOn(t+1000, 0x7f21_0000_0000-uint64(r)<<38, 512*MiB, base+1, pid, dev)
-	}
-	if gather > 0 {
-		s.allocOn(5e6, 0x7f22_0000_0000, gather, 12, 101, 0)
-		s.freeOn(6e6, 0x7f22_0000_0000, 101)
-	}
-	return s.end(10e6)
-}
 
 func TestDeviceImbalance(t *testing.T) {
 	const gather = 768*MiB + 123
-	r := mustAnalyze(t, Options{}, ranksStream(gather).recs)
+	r := mustAnalyze(t, Options{}, eventtest.RanksStream(gather).Recs)
 	require.Len(t, r.Devices, 2)
 	// Device 0's peak is its params, optimizer state and the gather.
 	assert.Equal(t, 768*MiB+gather, r.Devices[0].PeakBytes)
@@ -67,25 +33,25 @@ func TestDeviceImbalance(t *testing.T) {
 	assert.Equal(t, []ImbalanceStack{{Stack: 12, HeavyBytes: gather}}, f.Imbalance.Stacks, "none at device 1's peak")
 
 	// 200 MiB of difference is under the 256 MiB floor.
-	r = mustAnalyze(t, Options{}, ranksStream(200*MiB).recs)
+	r = mustAnalyze(t, Options{}, eventtest.RanksStream(200*MiB).Recs)
 	assert.Empty(t, findings(r, KindDeviceImbalance))
 	// One device only: nothing to compare.
-	r = mustAnalyze(t, Options{}, leakStream(false).recs)
+	r = mustAnalyze(t, Options{}, eventtest.LeakStream(false).Recs)
 	assert.Empty(t, findings(r, KindDeviceImbalance))
 }
 
 func TestDeviceImbalanceShare(t *testing.T) {
 	// 300 MiB above a 2 GiB device is under a quarter of it.
-	s := newStream().stack(1, "a", 1).stack(2, "b", 2)
-	s.allocOn(1, 0x7f20_0000_0000, 2*GiB, 1, 100, 0)
-	s.allocOn(2, 0x7ee0_0000_0000, 2*GiB+300*MiB, 2, 100, 1)
-	r := mustAnalyze(t, Options{}, s.end(10).recs)
+	s := eventtest.NewStream().Stack(1, "a", 1).Stack(2, "b", 2)
+	s.AllocOn(1, 0x7f20_0000_0000, 2*GiB, 1, 100, 0)
+	s.AllocOn(2, 0x7ee0_0000_0000, 2*GiB+300*MiB, 2, 100, 1)
+	r := mustAnalyze(t, Options{}, s.End(10).Recs)
 	assert.Empty(t, findings(r, KindDeviceImbalance))
 	// Against 1 GiB it is more than a quarter: one process, two devices.
-	s = newStream().stack(1, "a", 1).stack(2, "b", 2)
-	s.allocOn(1, 0x7f20_0000_0000, GiB, 1, 100, 0)
-	s.allocOn(2, 0x7ee0_0000_0000, GiB+300*MiB, 2, 100, 1)
-	r = mustAnalyze(t, Options{}, s.end(10).recs)
+	s = eventtest.NewStream().Stack(1, "a", 1).Stack(2, "b", 2)
+	s.AllocOn(1, 0x7f20_0000_0000, GiB, 1, 100, 0)
+	s.AllocOn(2, 0x7ee0_0000_0000, GiB+300*MiB, 2, 100, 1)
+	r = mustAnalyze(t, Options{}, s.End(10).Recs)
 	fs := findings(r, KindDeviceImbalance)
 	require.Len(t, fs, 1)
 	assert.Equal(t, 300*MiB, fs[0].Bytes)
@@ -97,12 +63,12 @@ func TestDeviceImbalanceShare(t *testing.T) {
 func TestDevicePeakStacksRetired(t *testing.T) {
 	// A PID reused: the first instance's memory leaves the device when the
 	// second starts, and the device's next peak does not count it.
-	s := newStream().stack(1, "first", 1).stack(2, "second", 2)
-	s.alloc(1, 0x1000_0000, 10*MiB, 1)
-	s.recs = append(s.recs, &event.Process{PID: 100, Command: []string{"again"}, Time: 5})
-	s.alloc(6, 0x2000_0000, 8*MiB, 2)
-	s.alloc(7, 0x3000_0000, 8*MiB, 2)
-	r := mustAnalyze(t, Options{}, s.end(10).recs)
+	s := eventtest.NewStream().Stack(1, "first", 1).Stack(2, "second", 2)
+	s.Alloc(1, 0x1000_0000, 10*MiB, 1)
+	s.Recs = append(s.Recs, &event.Process{PID: 100, Command: []string{"again"}, Time: 5})
+	s.Alloc(6, 0x2000_0000, 8*MiB, 2)
+	s.Alloc(7, 0x3000_0000, 8*MiB, 2)
+	r := mustAnalyze(t, Options{}, s.End(10).Recs)
 	require.Len(t, r.Devices, 1)
 	assert.Equal(t, 16*MiB, r.Devices[0].PeakBytes)
 	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{2, 16 * MiB}}}, r.Devices[0].PeakStacks)
@@ -121,8 +87,8 @@ func TestDeviceImbalanceStackKeys(t *testing.T) {
 
 func testStackKeys(t *testing.T, forked bool) {
 	const gather = 768*MiB + 123
-	s := ranksStream(gather)
-	for _, rec := range s.recs {
+	s := eventtest.RanksStream(gather)
+	for _, rec := range s.Recs {
 		st, ok := rec.(*event.Stack)
 		if !ok {
 			continue
@@ -137,7 +103,7 @@ func testStackKeys(t *testing.T, forked bool) {
 			st.Frames[len(st.Frames)-1].Addr = 0x7f11_0000_0000 + 101<<20 // as rank 0's (forked)
 		}
 	}
-	r := mustAnalyze(t, Options{}, s.recs)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	fs := findings(r, KindDeviceImbalance)
 	require.Len(t, fs, 1)
 	require.Len(t, fs[0].Stacks, 1, "params and optimizer state match across the ranks (forked %v)", forked)

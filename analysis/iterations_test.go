@@ -6,55 +6,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
-// leakStream mirrors testdata/scenarios/leak.c over trainer.c: load_model's
-// four weights, then 100 iterations of forward (4 allocations from one
-// call site), cache_activations(i) keeping 1 MiB + i*4096 bytes, backward (4
-// allocations), optimizer_step (8 frees), then teardown. Each step is a
-// few µs apart with some jitter, an iteration about 10 ms.
-func leakStream(withCapacity bool) *stream {
-	s := newStream().stack(1, "load_model", 10).stack(2, "forward", 20).stack(3, "cache_activations", 30).
-		stack(4, "backward", 40)
-	if withCapacity {
-		s.recs = append(s.recs, &event.DeviceInfo{Index: 0, Name: "GPU", TotalBytes: 40 * GiB})
-	}
-	weights := []uint64{256 * MiB, 128 * MiB, 64 * MiB, 1000000}
-	acts := []uint64{8 * MiB, 4 * MiB, 2*MiB + 12345, 1 * MiB}
-	grads := []uint64{16 * MiB, 8 * MiB, 3000000, 777}
-	t := uint64(1e6)
-	for k, w := range weights {
-		s.alloc(t, 0x10000000+uint64(k)<<32, w, 1)
-		t += 50_000
-	}
-	for i := uint64(0); i < 100; i++ {
-		t = 10e6 + i*10e6 + (i*7919)%300_000 // jitter within 3% of the period
-		for k, a := range acts {
-			s.alloc(t, 0x20000000+uint64(k)<<32, a, 2)
-			t += 20_000
-		}
-		s.alloc(t, 0x90000000000+i<<24, MiB+i*4096, 3)
-		t += 20_000
-		for k, g := range grads {
-			s.alloc(t, 0x30000000+uint64(k)<<32, g, 4)
-			t += 20_000
-		}
-		for k := range acts {
-			s.free(t, 0x20000000+uint64(k)<<32)
-			s.free(t+1, 0x30000000+uint64(k)<<32)
-			t += 10_000
-		}
-	}
-	t += 1e6
-	for k := range weights {
-		s.free(t, 0x10000000+uint64(k)<<32)
-		t += 10_000
-	}
-	return s.end(t + 1e6)
-}
-
 func TestIterationsAndLeakRate(t *testing.T) {
-	r := mustAnalyze(t, Options{}, leakStream(true).recs)
+	r := mustAnalyze(t, Options{}, eventtest.LeakStream(true).Recs)
 	p := process(t, r, 100)
 	require.NotNil(t, p.Iterations, "the loop is found")
 	it := p.Iterations
@@ -98,13 +54,13 @@ func TestIterationsAndLeakRate(t *testing.T) {
 	// Options.Capacity wins over NVML. With 1 GiB, (1073741824 - 125132800)
 	// / (1251328 bytes per ~10 ms) = ~7.6 s, within 10 x the ~1 s observed:
 	// projected.
-	r = mustAnalyze(t, Options{Capacity: GiB}, leakStream(true).recs)
+	r = mustAnalyze(t, Options{Capacity: GiB}, eventtest.LeakStream(true).Recs)
 	l = findings(r, KindLeak)[0].Leak
 	assert.Equal(t, GiB, l.CapacityBytes)
 	assert.InDelta(t, 7.6, l.TimeToOOMSeconds, 0.1)
 	assert.True(t, l.TimeToOOMProjectable())
 	// Without either there is no time to OOM.
-	r = mustAnalyze(t, Options{}, leakStream(false).recs)
+	r = mustAnalyze(t, Options{}, eventtest.LeakStream(false).Recs)
 	l = findings(r, KindLeak)[0].Leak
 	assert.Zero(t, l.CapacityBytes)
 	assert.Zero(t, l.TimeToOOMSeconds)
@@ -114,18 +70,18 @@ func TestIterationsAndLeakRate(t *testing.T) {
 
 func TestIterationsNone(t *testing.T) {
 	// Allocations at irregular times make no loop.
-	s := newStream().stack(1, "f", 10)
+	s := eventtest.NewStream().Stack(1, "f", 10)
 	for i, at := range []uint64{1, 2, 50, 51, 52, 400, 900, 905} {
-		s.alloc(at*1e6, 0x1000+uint64(i)<<20, MiB, 1)
+		s.Alloc(at*1e6, 0x1000+uint64(i)<<20, MiB, 1)
 	}
-	r := mustAnalyze(t, Options{}, s.end(1e9).recs)
+	r := mustAnalyze(t, Options{}, s.End(1e9).Recs)
 	assert.Nil(t, process(t, r, 100).Iterations)
 	// Too few repetitions are no loop either.
-	s = newStream().stack(1, "f", 10)
+	s = eventtest.NewStream().Stack(1, "f", 10)
 	for i := range uint64(3) {
-		s.alloc((i+1)*1e6, 0x1000+i<<20, MiB, 1)
+		s.Alloc((i+1)*1e6, 0x1000+i<<20, MiB, 1)
 	}
-	r = mustAnalyze(t, Options{}, s.end(1e9).recs)
+	r = mustAnalyze(t, Options{}, s.End(1e9).Recs)
 	assert.Nil(t, process(t, r, 100).Iterations)
 }
 

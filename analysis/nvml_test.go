@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 // nvmlSample is one device's sample; procs alternates pid, used bytes.
@@ -17,18 +18,13 @@ func nvmlSample(t uint64, dev int32, total, used uint64, procs ...uint64) *event
 	return s
 }
 
-func (s *stream) add(recs ...event.Record) *stream {
-	s.recs = append(s.recs, recs...)
-	return s
-}
-
 // attachStream is newStream in attach mode: pid 100 traced from 1 s on.
-func attachStream() *stream {
-	s := newStream()
-	h := *s.recs[0].(*event.Header)
+func attachStream() *eventtest.Stream {
+	s := eventtest.NewStream()
+	h := *s.Recs[0].(*event.Header)
 	h.Mode = "attach"
-	s.recs[0] = &h
-	s.recs[1].(*event.Process).Time = 1 * sec
+	s.Recs[0] = &h
+	s.Recs[1].(*event.Process).Time = 1 * sec
 	return s
 }
 
@@ -49,23 +45,23 @@ func TestNVMLTwoDevices(t *testing.T) {
 	// and 30 s; allocations at 5 s (1 GiB, device 0) and 15 s (2 GiB,
 	// device 1), the first freed at 25 s. The process's peak is 3 GiB at
 	// 15 s; device 0 peaks at 5 s, device 1 at 15 s.
-	s := newStream().stack(1, "f", 1)
-	s.add(&event.NVMLStatus{Time: 1 * sec, Available: true},
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Add(&event.NVMLStatus{Time: 1 * sec, Available: true},
 		&event.DeviceInfo{Index: 0, Name: "NVIDIA A100", UUID: "GPU-a", TotalBytes: 40 * GiB, Time: 1 * sec},
 		&event.DeviceInfo{Index: 1, Name: "NVIDIA H100", UUID: "GPU-b", TotalBytes: 80 * GiB, Time: 1 * sec},
 		nvmlSample(2*sec, 0, 40*GiB, GiB, 100, 500*MiB),
 		nvmlSample(2*sec, 1, 80*GiB, 512*MiB))
-	s.allocOn(5*sec, 0xa, GiB, 1, 100, 0)
-	s.add(nvmlSample(10*sec, 0, 40*GiB, 2560*MiB, 100, 1536*MiB),
+	s.AllocOn(5*sec, 0xa, GiB, 1, 100, 0)
+	s.Add(nvmlSample(10*sec, 0, 40*GiB, 2560*MiB, 100, 1536*MiB),
 		nvmlSample(10*sec, 1, 80*GiB, 812*MiB, 100, 300*MiB))
-	s.allocOn(15*sec, 0xb, 2*GiB, 1, 100, 1)
-	s.add(nvmlSample(20*sec, 0, 40*GiB, 2560*MiB, 100, 1536*MiB),
+	s.AllocOn(15*sec, 0xb, 2*GiB, 1, 100, 1)
+	s.Add(nvmlSample(20*sec, 0, 40*GiB, 2560*MiB, 100, 1536*MiB),
 		nvmlSample(20*sec, 1, 80*GiB, 2860*MiB, 100, 2348*MiB))
-	s.free(25*sec, 0xa)
-	s.add(nvmlSample(30*sec, 0, 40*GiB, 1536*MiB, 100, 512*MiB),
+	s.Free(25*sec, 0xa)
+	s.Add(nvmlSample(30*sec, 0, 40*GiB, 1536*MiB, 100, 512*MiB),
 		nvmlSample(30*sec, 1, 80*GiB, 2860*MiB, 100, 2348*MiB))
-	s.end(40 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.End(40 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	assert.Equal(t, &NVML{Available: true, Samples: 8}, r.NVML)
 	require.Len(t, r.Devices, 2)
@@ -103,11 +99,11 @@ func TestNVMLTwoDevices(t *testing.T) {
 func TestNVMLGapCanBeNegative(t *testing.T) {
 	// NVML lags: 1 GiB traced at 5 s, the tick at 6 s sizes the process at
 	// 256 MiB. The gap is 256 MiB - 1 GiB = -768 MiB, reported as is.
-	s := newStream().stack(1, "f", 1)
-	s.add(&event.NVMLStatus{Time: 1, Available: true})
-	s.alloc(5*sec, 0xa, GiB, 1)
-	s.add(nvmlSample(6*sec, 0, 40*GiB, GiB, 100, 256*MiB)).end(7 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Add(&event.NVMLStatus{Time: 1, Available: true})
+	s.Alloc(5*sec, 0xa, GiB, 1)
+	s.Add(nvmlSample(6*sec, 0, 40*GiB, GiB, 100, 256*MiB)).End(7 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	p := process(t, r, 100)
 	want := Reconciliation{Time: 6 * sec, NVMLBytes: 256 * MiB, TracedBytes: GiB, GapBytes: -768 * int64(MiB)}
 	assert.Equal(t, want, p.NVML.Latest)
@@ -115,35 +111,35 @@ func TestNVMLGapCanBeNegative(t *testing.T) {
 }
 
 func TestNVMLUnavailableAndOff(t *testing.T) {
-	s := attachStream().stack(1, "f", 1)
-	s.add(&event.NVMLStatus{Time: 1, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"})
-	s.alloc(2*sec, 0xa, MiB, 1).end(3 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := attachStream().Stack(1, "f", 1)
+	s.Add(&event.NVMLStatus{Time: 1, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"})
+	s.Alloc(2*sec, 0xa, MiB, 1).End(3 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, &NVML{Reason: "nvmlInit: Driver Not Loaded"}, r.NVML, "the prefix is the renderers'")
 	p := process(t, r, 100)
 	assert.Nil(t, p.NVML)
 	assert.Equal(t, Preexisting{Basis: PreexistingUnknown}, p.Preexisting, "attached, no NVML figure")
 	assert.Nil(t, r.Devices[0].NVML)
 
-	off := attachStream().stack(1, "f", 1)
-	off.alloc(2*sec, 0xa, MiB, 1).end(3 * sec)
-	r = mustAnalyze(t, Options{}, off.recs)
+	off := attachStream().Stack(1, "f", 1)
+	off.Alloc(2*sec, 0xa, MiB, 1).End(3 * sec)
+	r = mustAnalyze(t, Options{}, off.Recs)
 	assert.Nil(t, r.NVML, "no NVML record: NVML was off")
 }
 
 func TestNVMLInterruption(t *testing.T) {
-	s := newStream()
-	s.add(&event.NVMLStatus{Time: 1, Available: true},
+	s := eventtest.NewStream()
+	s.Add(&event.NVMLStatus{Time: 1, Available: true},
 		&event.NVMLStatus{Time: 2, Reason: "NVML unavailable: device 0: GPU is lost"},
 		&event.NVMLStatus{Time: 3, Available: true})
-	r := mustAnalyze(t, Options{}, s.recs)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, &NVML{Available: true, Interruptions: 1, LastError: "device 0: GPU is lost"}, r.NVML)
 }
 
 func TestPreexisting(t *testing.T) {
 	tests := []struct {
 		name  string
-		build func() *stream
+		build func() *eventtest.Stream
 		want  Preexisting
 	}{
 		{
@@ -151,10 +147,10 @@ func TestPreexisting(t *testing.T) {
 			// 1 GiB traced at 3 s; NVML says 3 GiB at 4 s: 2 GiB estimated.
 			// A later tick does not change it.
 			name: "attach: NVML minus traced at the first tick",
-			build: func() *stream {
-				s := attachStream().stack(1, "f", 1)
-				s.free(2*sec, 0xdead).alloc(3*sec, 0xa, GiB, 1)
-				return s.add(nvmlSample(4*sec, 0, 40*GiB, 4*GiB, 100, 3*GiB),
+			build: func() *eventtest.Stream {
+				s := attachStream().Stack(1, "f", 1)
+				s.Free(2*sec, 0xdead).Alloc(3*sec, 0xa, GiB, 1)
+				return s.Add(nvmlSample(4*sec, 0, 40*GiB, 4*GiB, 100, 3*GiB),
 					nvmlSample(5*sec, 0, 40*GiB, 9*GiB, 100, 8*GiB))
 			},
 			want: Preexisting{Basis: PreexistingEstimate, Bytes: 2 * GiB,
@@ -163,25 +159,25 @@ func TestPreexisting(t *testing.T) {
 		{
 			// NVML lags behind 1 GiB traced: 512 MiB - 1 GiB clamps at 0.
 			name: "attach: a negative gap clamps at 0",
-			build: func() *stream {
-				s := attachStream().stack(1, "f", 1).alloc(3*sec, 0xa, GiB, 1)
-				return s.add(nvmlSample(4*sec, 0, 40*GiB, GiB, 100, 512*MiB))
+			build: func() *eventtest.Stream {
+				s := attachStream().Stack(1, "f", 1).Alloc(3*sec, 0xa, GiB, 1)
+				return s.Add(nvmlSample(4*sec, 0, 40*GiB, GiB, 100, 512*MiB))
 			},
 			want: Preexisting{Basis: PreexistingEstimate,
 				At: &Reconciliation{Time: 4 * sec, NVMLBytes: 512 * MiB, TracedBytes: GiB, GapBytes: -512 * int64(MiB)}},
 		},
 		{
 			name: "run: the launched command has none, whatever NVML says",
-			build: func() *stream {
-				s := newStream().stack(1, "f", 1).alloc(3*sec, 0xa, GiB, 1)
-				return s.add(nvmlSample(4*sec, 0, 40*GiB, 4*GiB, 100, 3*GiB))
+			build: func() *eventtest.Stream {
+				s := eventtest.NewStream().Stack(1, "f", 1).Alloc(3*sec, 0xa, GiB, 1)
+				return s.Add(nvmlSample(4*sec, 0, 40*GiB, 4*GiB, 100, 3*GiB))
 			},
 			want: Preexisting{Basis: PreexistingNone},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustAnalyze(t, Options{}, tt.build().end(10*sec).recs)
+			r := mustAnalyze(t, Options{}, tt.build().End(10*sec).Recs)
 			assert.Equal(t, tt.want, process(t, r, 100).Preexisting)
 		})
 	}
@@ -190,11 +186,11 @@ func TestPreexisting(t *testing.T) {
 func TestPreexistingRunModeChildren(t *testing.T) {
 	// Run mode: 101 is forked by the traced 100 (traced from its start);
 	// 102's parent (1) is not traced, so it was found running: estimated.
-	s := newStream().stack(1, "f", 1)
-	s.add(&event.Process{PID: 101, PPID: 100, Time: 1 * sec}, &event.Process{PID: 102, PPID: 1, Time: 1 * sec})
-	s.allocOn(2*sec, 0xa, GiB, 1, 101, 0).allocOn(2*sec, 0xa, GiB, 1, 102, 0)
-	s.add(nvmlSample(3*sec, 0, 40*GiB, 5*GiB, 101, 2*GiB, 102, 3*GiB)).end(4 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Add(&event.Process{PID: 101, PPID: 100, Time: 1 * sec}, &event.Process{PID: 102, PPID: 1, Time: 1 * sec})
+	s.AllocOn(2*sec, 0xa, GiB, 1, 101, 0).AllocOn(2*sec, 0xa, GiB, 1, 102, 0)
+	s.Add(nvmlSample(3*sec, 0, 40*GiB, 5*GiB, 101, 2*GiB, 102, 3*GiB)).End(4 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, Preexisting{Basis: PreexistingNone}, process(t, r, 101).Preexisting)
 	assert.Equal(t, Preexisting{Basis: PreexistingEstimate, Bytes: 2 * GiB,
 		At: &Reconciliation{Time: 3 * sec, NVMLBytes: 3 * GiB, TracedBytes: GiB, GapBytes: int64(2 * GiB)}},
@@ -206,13 +202,13 @@ func TestPIDReuseStartsANewInstance(t *testing.T) {
 	// freed), 256 MiB at 0xb (3 s) freed at 4 s. Its PID is reused at 5 s:
 	// 512 MiB at 0xa again (6 s), a free of 0xb (7 s: the old instance's
 	// address, unknown here). An NVML tick at 8 s lists 101: the new one.
-	s := newStream().stack(1, "f", 1)
-	s.add(&event.Process{PID: 101, PPID: 100, Command: []string{"worker", "1"}, Time: 1 * sec})
-	s.allocOn(2*sec, 0xa, GiB, 1, 101, 0).allocOn(3*sec, 0xb, 256*MiB, 1, 101, 0).freeOn(4*sec, 0xb, 101)
-	s.add(&event.Process{PID: 101, PPID: 100, Command: []string{"worker", "2"}, Time: 5 * sec})
-	s.allocOn(6*sec, 0xa, 512*MiB, 1, 101, 0).freeOn(7*sec, 0xb, 101)
-	s.add(nvmlSample(8*sec, 0, 40*GiB, 2*GiB, 101, 700*MiB)).end(9 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Add(&event.Process{PID: 101, PPID: 100, Command: []string{"worker", "1"}, Time: 1 * sec})
+	s.AllocOn(2*sec, 0xa, GiB, 1, 101, 0).AllocOn(3*sec, 0xb, 256*MiB, 1, 101, 0).FreeOn(4*sec, 0xb, 101)
+	s.Add(&event.Process{PID: 101, PPID: 100, Command: []string{"worker", "2"}, Time: 5 * sec})
+	s.AllocOn(6*sec, 0xa, 512*MiB, 1, 101, 0).FreeOn(7*sec, 0xb, 101)
+	s.Add(nvmlSample(8*sec, 0, 40*GiB, 2*GiB, 101, 700*MiB)).End(9 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	old, cur := instanceOf(t, r, 101, 1*sec), instanceOf(t, r, 101, 5*sec)
 	assert.Equal(t, []string{"worker", "1"}, old.Command)
@@ -268,11 +264,11 @@ func TestPIDReuseStartsANewInstance(t *testing.T) {
 func TestProcessRecordAfterEventsDescribesThatProcess(t *testing.T) {
 	// Events of 101 before its record (a hand-made stream): the record
 	// describes the process the events implied, it does not start another.
-	s := newStream().stack(1, "f", 1)
-	s.allocOn(2*sec, 0xa, GiB, 1, 101, 0)
-	s.add(&event.Process{PID: 101, PPID: 100, Command: []string{"w"}, Time: 3 * sec})
-	s.freeOn(4*sec, 0xa, 101).end(5 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.AllocOn(2*sec, 0xa, GiB, 1, 101, 0)
+	s.Add(&event.Process{PID: 101, PPID: 100, Command: []string{"w"}, Time: 3 * sec})
+	s.FreeOn(4*sec, 0xa, 101).End(5 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	p := process(t, r, 101)
 	assert.Equal(t, []string{"w"}, p.Command)
 	assert.Equal(t, 2*sec, p.Start, "its first event, before the record's time")
@@ -292,13 +288,13 @@ func TestExec(t *testing.T) {
 	// runs. It allocates 1 GiB at 3 s, and is described again at 4 s (an
 	// exec after using CUDA: its memory died with the old image): a new
 	// instance, traced from its start like the one before.
-	s := newStream().stack(1, "f", 1)
-	s.add(&event.Process{PID: 101, PPID: 100, Command: []string{"python", "train.py"}, Time: 1 * sec},
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Add(&event.Process{PID: 101, PPID: 100, Command: []string{"python", "train.py"}, Time: 1 * sec},
 		&event.Process{PID: 101, PPID: 100, Command: []string{"sh", "-c", "x"}, Time: 2 * sec})
-	s.allocOn(3*sec, 0xa, GiB, 1, 101, 0)
-	s.add(&event.Process{PID: 101, PPID: 1, Command: []string{"./steady"}, Time: 4 * sec})
-	s.allocOn(5*sec, 0xa, MiB, 1, 101, 0).end(6 * sec)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.AllocOn(3*sec, 0xa, GiB, 1, 101, 0)
+	s.Add(&event.Process{PID: 101, PPID: 1, Command: []string{"./steady"}, Time: 4 * sec})
+	s.AllocOn(5*sec, 0xa, MiB, 1, 101, 0).End(6 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	first, second := instanceOf(t, r, 101, 1*sec), instanceOf(t, r, 101, 4*sec)
 	assert.Len(t, r.Processes, 3, "100 and two instances of 101")

@@ -6,39 +6,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
-func (s *stream) hostAlloc(t, addr, size uint64, st event.StackID) *stream {
-	return s.ev(event.Event{Time: t, Addr: addr, Size: size, Stack: st, Device: event.DeviceUnknown,
-		Kind: event.KindHostAlloc, API: event.APICudaMallocHost})
-}
-
-func (s *stream) hostFree(t, addr uint64) *stream {
-	return s.ev(event.Event{Time: t, Addr: addr, Device: event.DeviceUnknown, Kind: event.KindHostFree, API: event.APICudaFreeHost})
-}
-
-// pinnedStream is a loop of 40 iterations, 10 ms apart: forward allocates
-// and frees device memory (the loop's pace), stage_batch pins 2 MiB + 4096
-// bytes each iteration and never frees them, copy_staging pins and frees 1
-// MiB (steady), and setup pinned 8 MiB once before the loop.
-func pinnedStream() *stream {
-	const perIter = 2*MiB + 4096
-	s := newStream().stack(1, "forward", 10).stack(2, "stage_batch", 20).stack(3, "copy_staging", 30).
-		stack(4, "setup", 40)
-	s.hostAlloc(1e6, 0x5000_0000, 8*MiB, 4)
-	for i := range uint64(40) {
-		t := 10e6 + i*10e6 + (i*7919)%200_000
-		s.alloc(t, 0x7f00_0000_0000, 64*MiB, 1)
-		s.hostAlloc(t+10_000, 0x6000_0000+i<<24, perIter, 2)
-		s.hostAlloc(t+20_000, 0x5100_0000, MiB, 3)
-		s.hostFree(t+30_000, 0x5100_0000)
-		s.free(t+40_000, 0x7f00_0000_0000)
-	}
-	return s.end(420e6)
-}
-
 func TestPinnedHostGrowth(t *testing.T) {
-	r := mustAnalyze(t, Options{}, pinnedStream().recs)
+	r := mustAnalyze(t, Options{}, eventtest.PinnedStream().Recs)
 	fs := findings(r, KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	f := fs[0]
@@ -72,15 +44,15 @@ func TestPinnedHostGrowth(t *testing.T) {
 func TestPinnedHostGrowthWindows(t *testing.T) {
 	// No device allocation, so no loop: the windows' growth, as a leak's.
 	// The DataLoader advice needs a pin_memory frame.
-	s := newStream()
-	s.recs = append(s.recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
+	s := eventtest.NewStream()
+	s.Recs = append(s.Recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
 		{Addr: 0x7f0100, Mapping: 2, Function: "cudaHostAlloc"},
 		{Addr: 0x1100, Mapping: 1, Function: "pin_memory", File: "torch/utils/data/_utils/pin_memory.py", Line: 58},
 	}})
 	for i := range uint64(64) {
-		s.hostAlloc((i+1)*tick, 0x6000_0000+i<<24, MiB, 7)
+		s.HostAlloc((i+1)*tick, 0x6000_0000+i<<24, MiB, 7)
 	}
-	r := mustAnalyze(t, Options{}, s.end(65*tick).recs)
+	r := mustAnalyze(t, Options{}, s.End(65*tick).Recs)
 	fs := findings(r, KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	l := fs[0].Leak
@@ -100,8 +72,8 @@ func TestPinnedHostGrowthWindows(t *testing.T) {
 	assert.Equal(t, "pin_memory (torch/utils/data/_utils/pin_memory.py:58)", fs[0].Pinned.PinMemoryFrame)
 
 	// Pinned once and freed later: no growth.
-	s = newStream().stack(1, "f", 1)
-	s.hostAlloc(tick, 0x6000_0000, 64*MiB, 1).hostFree(60*tick, 0x6000_0000)
-	r = mustAnalyze(t, Options{}, s.end(64*tick).recs)
+	s = eventtest.NewStream().Stack(1, "f", 1)
+	s.HostAlloc(tick, 0x6000_0000, 64*MiB, 1).HostFree(60*tick, 0x6000_0000)
+	r = mustAnalyze(t, Options{}, s.End(64*tick).Recs)
 	assert.Empty(t, findings(r, KindPinnedHostGrowth))
 }

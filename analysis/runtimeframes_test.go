@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 func TestIsRuntimeFunction(t *testing.T) {
@@ -44,8 +45,8 @@ func TestIsRuntimeFunction(t *testing.T) {
 // executable's own mapping; the site is still the user's caller (before:
 // "cudaMalloc (cudart.c:199)").
 func TestSiteStaticRuntime(t *testing.T) {
-	s := newStream()
-	s.recs = append(s.recs, &event.Stack{ID: 1, PID: 100, Frames: []event.Frame{
+	s := eventtest.NewStream()
+	s.Recs = append(s.Recs, &event.Stack{ID: 1, PID: 100, Frames: []event.Frame{
 		{Addr: 0x1100, Mapping: 1, Function: "cudaMalloc", File: "cudart.c", Line: 199},
 		{Addr: 0x1200, Mapping: 1, Function: "cudaError cudaMalloc<float>(float**, unsigned long)", File: "/usr/include/cuda_runtime.h", Line: 550},
 		{Addr: 0x1300, Mapping: 1, Function: "alloc_template", File: "static.cpp", Line: 20},
@@ -59,8 +60,8 @@ func TestSiteStaticRuntime(t *testing.T) {
 		{Addr: 0x1100, Mapping: 1, Function: "cudaMalloc"},
 		{Addr: 0x1600, Mapping: 1, Function: "alloc_plain", File: "static.cpp", Line: 12},
 	}})
-	s.alloc(10, 0x7f2000000000, 1<<20, 1).alloc(20, 0x7f2000100000, 1<<20, 2)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.Alloc(10, 0x7f2000000000, 1<<20, 1).Alloc(20, 0x7f2000100000, 1<<20, 2)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, "alloc_template (static.cpp:20)", r.Site(1))
 	assert.Equal(t, "alloc_plain (static.cpp:12)", r.Site(2))
 	assert.Equal(t, []bool{true, true, false, false}, r.Stacks[1].Runtime)

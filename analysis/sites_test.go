@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 // siteMappings are the files of the site tests' process (pid 100): the
@@ -145,7 +146,7 @@ func TestSites(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs := append([]event.Record{}, newStream().recs[:2]...)
+			recs := append([]event.Record{}, eventtest.NewStream().Recs[:2]...)
 			recs = append(recs, siteMappings...)
 			for i, frames := range tt.stacks {
 				recs = append(recs, &event.Stack{ID: event.StackID(i + 1), PID: 100, Frames: frames})
@@ -167,7 +168,7 @@ func TestSites(t *testing.T) {
 // TestSitesPerProcess: stacks of another process do not make a helper
 // shared: each process is compared with itself only.
 func TestSitesPerProcess(t *testing.T) {
-	recs := append([]event.Record{}, newStream().recs[:2]...)
+	recs := append([]event.Record{}, eventtest.NewStream().Recs[:2]...)
 	recs = append(recs, siteMappings...)
 	recs = append(recs,
 		&event.Stack{ID: 1, PID: 100, Frames: []event.Frame{rt("cudaMalloc"), cframe("dev_alloc", 10), cframe("load_weights", 20)}},

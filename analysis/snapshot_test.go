@@ -5,29 +5,31 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 // TestSnapshotLeavesTheStreamOpen: snapshots taken along the way give the
 // figures so far, and the final Result equals one from an Analyzer that took
 // none.
 func TestSnapshotLeavesTheStreamOpen(t *testing.T) {
-	s := newStream().stack(1, "step", 10).stack(2, "keep", 20)
+	s := eventtest.NewStream().Stack(1, "step", 10).Stack(2, "keep", 20)
 	for i := uint64(0); i < 40; i++ {
-		s.alloc(i*sec, 0x1000_0000+i*0x10_0000, 4*MiB, 1)
-		s.alloc(i*sec+1, 0x8000_0000+i*0x10_0000, 64*KiB, 2) // kept: a leak
-		s.free(i*sec+2, 0x1000_0000+i*0x10_0000)
+		s.Alloc(i*sec, 0x1000_0000+i*0x10_0000, 4*MiB, 1)
+		s.Alloc(i*sec+1, 0x8000_0000+i*0x10_0000, 64*KiB, 2) // kept: a leak
+		s.Free(i*sec+2, 0x1000_0000+i*0x10_0000)
 	}
-	s.fail(41*sec, 80*GiB, 1, 2)
-	half := len(s.recs) / 2
+	s.Fail(41*sec, 80*GiB, 1, 2)
+	half := len(s.Recs) / 2
 
 	plain := New(Options{})
-	for _, r := range s.recs {
+	for _, r := range s.Recs {
 		require.NoError(t, plain.Add(r))
 	}
 	want := plain.Finish()
 
 	a := New(Options{})
-	for i, r := range s.recs {
+	for i, r := range s.Recs {
 		require.NoError(t, a.Add(r))
 		if i%7 == 0 || i == half {
 			snap := a.Snapshot()
@@ -39,21 +41,21 @@ func TestSnapshotLeavesTheStreamOpen(t *testing.T) {
 	assert.Equal(t, want, got)
 	assert.Equal(t, 40*64*KiB, got.Totals.LiveBytesAtEnd)
 	assert.Same(t, got, a.Snapshot(), "after Finish, Finish's Result")
-	assert.ErrorIs(t, a.Add(s.recs[5]), ErrFinished)
+	assert.ErrorIs(t, a.Add(s.Recs[5]), ErrFinished)
 }
 
 // TestSnapshotSoFar: a snapshot in the middle counts what came before it.
 func TestSnapshotSoFar(t *testing.T) {
-	s := newStream().stack(1, "step", 10)
-	s.alloc(1*sec, 0x1000, 4*MiB, 1).alloc(2*sec, 0x2000_0000, 2*MiB, 1)
+	s := eventtest.NewStream().Stack(1, "step", 10)
+	s.Alloc(1*sec, 0x1000, 4*MiB, 1).Alloc(2*sec, 0x2000_0000, 2*MiB, 1)
 	a := New(Options{})
-	for _, r := range s.recs {
+	for _, r := range s.Recs {
 		require.NoError(t, a.Add(r))
 	}
 	snap := a.Snapshot()
 	assert.Equal(t, uint64(2), snap.Totals.Allocations)
 	assert.Equal(t, 6*MiB, snap.Totals.LiveBytesAtEnd)
-	require.NoError(t, a.Add(s.free(3*sec, 0x1000).recs[len(s.recs)-1]))
+	require.NoError(t, a.Add(s.Free(3*sec, 0x1000).Recs[len(s.Recs)-1]))
 	snap = a.Snapshot()
 	assert.Equal(t, uint64(1), snap.Totals.Frees)
 	assert.Equal(t, 2*MiB, snap.Totals.LiveBytesAtEnd)

@@ -6,19 +6,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
-
-// call is one traced call as the probes emit it: the runtime call, then the
-// driver call made inside it (FlagNested) when nested is set.
-func (s *stream) call(e event.Event, nested event.API) *stream {
-	s.ev(e)
-	if nested != event.APIUnknown {
-		n := e
-		n.API, n.Flags, n.Time = nested, event.FlagNested, e.Time+1
-		s.ev(n)
-	}
-	return s
-}
 
 func cudaMalloc(t, addr, size uint64, ret int32) event.Event {
 	return event.Event{Time: t, Addr: addr, Size: size, Ret: ret, Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc}
@@ -32,13 +21,13 @@ func TestNestedCallsCountOnceInTotalsAndOnceInEachBook(t *testing.T) {
 	// cudaMalloc 1 MiB at 0xa, cudaMalloc 2 MiB at 0xb (3 MiB: the peak),
 	// cudaFree 0xa, a 4 GiB cudaMalloc failing with 2, a cudaFree of 0xb
 	// failing with 1: each with its cuMemAlloc_v2/cuMemFree_v2 nested.
-	s := newStream().stack(1, "f", 1)
-	s.call(cudaMalloc(10, 0xa, MiB, 0), event.APICuMemAlloc).
-		call(cudaMalloc(20, 0xb, 2*MiB, 0), event.APICuMemAlloc).
-		call(cudaFree(30, 0xa, 0), event.APICuMemFree).
-		call(cudaMalloc(40, 0, 4*GiB, 2), event.APICuMemAlloc).
-		call(cudaFree(50, 0xb, 1), event.APICuMemFree).end(60)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Call(cudaMalloc(10, 0xa, MiB, 0), event.APICuMemAlloc).
+		Call(cudaMalloc(20, 0xb, 2*MiB, 0), event.APICuMemAlloc).
+		Call(cudaFree(30, 0xa, 0), event.APICuMemFree).
+		Call(cudaMalloc(40, 0, 4*GiB, 2), event.APICuMemAlloc).
+		Call(cudaFree(50, 0xb, 1), event.APICuMemFree).End(60)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	want := Totals{Allocations: 2, Frees: 1, FailedAllocations: 1, FailedFrees: 1,
 		AllocatedBytes: 3 * MiB, FreedBytes: MiB, FailedBytes: 4 * GiB,
@@ -63,13 +52,13 @@ func TestDriverOnlyCallsAreTheTotals(t *testing.T) {
 	// The runtime linked statically with hidden symbols: only driver calls
 	// arrive, un-nested. 1 MiB and 2 MiB allocated, the 1 MiB freed; a free
 	// returning 1 frees nothing.
-	s := newStream().stack(1, "f", 1)
+	s := eventtest.NewStream().Stack(1, "f", 1)
 	drv := func(e event.Event, api event.API) event.Event { e.API = api; return e }
-	s.ev(drv(cudaMalloc(1, 0xa, MiB, 0), event.APICuMemAlloc)).
-		ev(drv(cudaMalloc(2, 0xb, 2*MiB, 0), event.APICuMemAllocPitch)).
-		ev(drv(cudaFree(3, 0xa, 0), event.APICuMemFree)).
-		ev(drv(cudaFree(4, 0xb, 1), event.APICuMemFree)).end(5)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.Ev(drv(cudaMalloc(1, 0xa, MiB, 0), event.APICuMemAlloc)).
+		Ev(drv(cudaMalloc(2, 0xb, 2*MiB, 0), event.APICuMemAllocPitch)).
+		Ev(drv(cudaFree(3, 0xa, 0), event.APICuMemFree)).
+		Ev(drv(cudaFree(4, 0xb, 1), event.APICuMemFree)).End(5)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, Totals{Allocations: 2, Frees: 1, FailedFrees: 1, AllocatedBytes: 3 * MiB, FreedBytes: MiB,
 		PeakBytes: 3 * MiB, PeakTime: 2, LiveBytesAtEnd: 2 * MiB, LiveAllocationsAtEnd: 1}, r.Totals)
 	assert.Equal(t, Books{Driver: Book{Allocations: 2, Frees: 1, FailedFrees: 1, AllocatedBytes: 3 * MiB,
@@ -81,19 +70,19 @@ func TestHostMemoryIsItsOwnSpace(t *testing.T) {
 	// cudaMallocHost 4 MiB (its cuMemHostAlloc nested), cudaMalloc 1 MiB,
 	// cudaMallocHost 8 MiB (12 MiB host: its peak), cudaFreeHost the 4 MiB,
 	// a cudaFreeHost of an unknown pointer. Device figures: 1 MiB only.
-	s := newStream().stack(1, "f", 1)
+	s := eventtest.NewStream().Stack(1, "f", 1)
 	host := func(t, addr, size uint64) event.Event {
 		return event.Event{Time: t, Addr: addr, Size: size, Stack: 1, Kind: event.KindHostAlloc, API: event.APICudaMallocHost}
 	}
 	hostFree := func(t, addr uint64) event.Event {
 		return event.Event{Time: t, Addr: addr, Kind: event.KindHostFree, API: event.APICudaFreeHost}
 	}
-	s.call(host(1, 0x100, 4*MiB), event.APICuMemHostAlloc).
-		call(cudaMalloc(3, 0xa, MiB, 0), event.APICuMemAlloc).
-		call(host(5, 0x200, 8*MiB), event.APICuMemHostAlloc).
-		call(hostFree(7, 0x100), event.APICuMemFreeHost).
-		call(hostFree(9, 0x999), event.APIUnknown).end(10)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.Call(host(1, 0x100, 4*MiB), event.APICuMemHostAlloc).
+		Call(cudaMalloc(3, 0xa, MiB, 0), event.APICuMemAlloc).
+		Call(host(5, 0x200, 8*MiB), event.APICuMemHostAlloc).
+		Call(hostFree(7, 0x100), event.APICuMemFreeHost).
+		Call(hostFree(9, 0x999), event.APIUnknown).End(10)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	assert.Equal(t, MiB, r.Totals.AllocatedBytes)
 	assert.Equal(t, MiB, r.Totals.PeakBytes)
@@ -198,12 +187,12 @@ func TestVMM(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newStream().stack(1, "f", 1)
+			s := eventtest.NewStream().Stack(1, "f", 1)
 			for _, e := range vmmSequence()[:tt.n] {
-				s.ev(e)
+				s.Ev(e)
 			}
-			s.end(10)
-			r := mustAnalyze(t, Options{}, s.recs)
+			s.End(10)
+			r := mustAnalyze(t, Options{}, s.Recs)
 			require.NotNil(t, r.VMM)
 			want := tt.vmm
 			want.Devices = tt.devices
@@ -228,11 +217,11 @@ func TestVMM(t *testing.T) {
 		})
 	}
 	t.Run("deferred release frees at the unmap", func(t *testing.T) {
-		s := newStream().stack(1, "f", 1)
+		s := eventtest.NewStream().Stack(1, "f", 1)
 		for _, e := range vmmSequence()[:7] {
-			s.ev(e)
+			s.Ev(e)
 		}
-		r := mustAnalyze(t, Options{}, s.recs)
+		r := mustAnalyze(t, Options{}, s.Recs)
 		// After t6 both handles were live (the table above); the unmap at
 		// t7 freed 0x77, released at t6, and left 0x78, never released.
 		assert.Equal(t, uint64(1), r.Totals.Frees)
@@ -241,20 +230,20 @@ func TestVMM(t *testing.T) {
 		assert.Zero(t, r.VMM.MappedBytesAtEnd)
 	})
 	t.Run("a handle never collides with an address", func(t *testing.T) {
-		s := newStream().stack(1, "f", 1)
-		s.ev(cudaMalloc(1, 0x77, MiB, 0)).ev(vmmSequence()[1]).ev(cudaFree(3, 0x77, 0))
-		r := mustAnalyze(t, Options{}, s.recs)
+		s := eventtest.NewStream().Stack(1, "f", 1)
+		s.Ev(cudaMalloc(1, 0x77, MiB, 0)).Ev(vmmSequence()[1]).Ev(cudaFree(3, 0x77, 0))
+		r := mustAnalyze(t, Options{}, s.Recs)
 		assert.Zero(t, r.Totals.ReplacedAllocations)
 		assert.Equal(t, 3*MiB, r.Totals.PeakBytes)
 		assert.Equal(t, 2*MiB, r.Totals.LiveBytesAtEnd, "cudaFree(0x77) freed the pointer, not the handle")
 	})
 	t.Run("unknown handles and failed calls", func(t *testing.T) {
-		s := newStream()
-		s.ev(event.Event{Time: 1, Kind: event.KindRelease, API: event.APICuMemRelease, Addr: 0x5})
-		s.ev(event.Event{Time: 2, Kind: event.KindUnmap, API: event.APICuMemUnmap, Addr: 0x1000, Size: MiB})
-		s.ev(event.Event{Time: 3, Kind: event.KindReserve, API: event.APICuMemAddressReserve, Size: MiB, Ret: 2})
-		s.ev(event.Event{Time: 4, Kind: event.KindCreate, API: event.APICuMemCreate, Size: MiB, Ret: 2})
-		r := mustAnalyze(t, Options{}, s.recs)
+		s := eventtest.NewStream()
+		s.Ev(event.Event{Time: 1, Kind: event.KindRelease, API: event.APICuMemRelease, Addr: 0x5})
+		s.Ev(event.Event{Time: 2, Kind: event.KindUnmap, API: event.APICuMemUnmap, Addr: 0x1000, Size: MiB})
+		s.Ev(event.Event{Time: 3, Kind: event.KindReserve, API: event.APICuMemAddressReserve, Size: MiB, Ret: 2})
+		s.Ev(event.Event{Time: 4, Kind: event.KindCreate, API: event.APICuMemCreate, Size: MiB, Ret: 2})
+		r := mustAnalyze(t, Options{}, s.Recs)
 		require.NotNil(t, r.VMM)
 		assert.Equal(t, uint64(2), r.VMM.UnknownCalls)
 		assert.Equal(t, uint64(2), r.VMM.FailedCalls)
@@ -266,19 +255,19 @@ func TestVMM(t *testing.T) {
 func TestFreeUsesTheAllocationsDevice(t *testing.T) {
 	// Thread 5 sets device 1, allocates 1 MiB, sets device 0, frees it; a
 	// thread whose device is not known yet frees an unknown pointer.
-	s := newStream().stack(1, "f", 1)
-	s.ev(event.Event{Time: 1, TID: 5, Device: 1, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Ev(event.Event{Time: 1, TID: 5, Device: 1, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
 	a := cudaMalloc(2, 0xa, MiB, 0)
 	a.TID, a.Device = 5, 1
-	s.ev(a)
-	s.ev(event.Event{Time: 3, TID: 5, Device: 0, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
+	s.Ev(a)
+	s.Ev(event.Event{Time: 3, TID: 5, Device: 0, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
 	f := cudaFree(4, 0xa, 0)
 	f.TID, f.Device = 5, 0
-	s.ev(f)
+	s.Ev(f)
 	u := cudaFree(5, 0xdead, 0)
 	u.TID, u.Device = 6, event.DeviceUnknown
-	s.ev(u)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.Ev(u)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, []Device{
 		{Index: event.DeviceUnknown},
 		{Index: 0},
@@ -294,15 +283,15 @@ func TestTwoProcesses(t *testing.T) {
 	// pid 100 forks 101. Both allocate at the same address 0xa: separate
 	// address spaces. pid 100: 1 MiB device, 2 MiB host. pid 101: 4 MiB
 	// device (nested driver call), freed; then 1 MiB live at the end.
-	s := newStream().stack(1, "f", 1)
-	s.recs = append(s.recs, &event.Process{PID: 101, PPID: 100, Command: []string{"python", "worker"}})
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Recs = append(s.Recs, &event.Process{PID: 101, PPID: 100, Command: []string{"python", "worker"}})
 	in := func(e event.Event, pid uint32) event.Event { e.PID = pid; return e }
-	s.call(in(cudaMalloc(1, 0xa, MiB, 0), 100), event.APIUnknown).
-		ev(event.Event{Time: 2, Addr: 0x100, Size: 2 * MiB, Kind: event.KindHostAlloc, API: event.APICudaMallocHost}).
-		call(in(cudaMalloc(3, 0xa, 4*MiB, 0), 101), event.APICuMemAlloc).
-		call(in(cudaFree(5, 0xa, 0), 101), event.APICuMemFree).
-		call(in(cudaMalloc(7, 0xb, MiB, 0), 101), event.APICuMemAlloc).end(10)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s.Call(in(cudaMalloc(1, 0xa, MiB, 0), 100), event.APIUnknown).
+		Ev(event.Event{Time: 2, Addr: 0x100, Size: 2 * MiB, Kind: event.KindHostAlloc, API: event.APICudaMallocHost}).
+		Call(in(cudaMalloc(3, 0xa, 4*MiB, 0), 101), event.APICuMemAlloc).
+		Call(in(cudaFree(5, 0xa, 0), 101), event.APICuMemFree).
+		Call(in(cudaMalloc(7, 0xb, MiB, 0), 101), event.APICuMemAlloc).End(10)
+	r := mustAnalyze(t, Options{}, s.Recs)
 
 	p, q := process(t, r, 100), process(t, r, 101)
 	assert.Equal(t, uint32(100), q.PPID)
@@ -332,11 +321,11 @@ func TestTwoProcesses(t *testing.T) {
 func TestHostAndReservedMemoryListNoDevice(t *testing.T) {
 	// The probes mark pinned host memory and reserved address space
 	// DeviceUnknown: they are on no device, so "unknown" is not listed.
-	s := newStream().stack(1, "f", 1)
-	s.ev(event.Event{Time: 1, Addr: 0x100, Size: MiB, Device: event.DeviceUnknown, Kind: event.KindHostAlloc, API: event.APICudaMallocHost}).
-		ev(event.Event{Time: 2, Addr: 0x7000, Size: GiB, Device: event.DeviceUnknown, Kind: event.KindReserve, API: event.APICuMemAddressReserve}).
-		alloc(3, 0xa, MiB, 1).end(4)
-	r := mustAnalyze(t, Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Ev(event.Event{Time: 1, Addr: 0x100, Size: MiB, Device: event.DeviceUnknown, Kind: event.KindHostAlloc, API: event.APICudaMallocHost}).
+		Ev(event.Event{Time: 2, Addr: 0x7000, Size: GiB, Device: event.DeviceUnknown, Kind: event.KindReserve, API: event.APICuMemAddressReserve}).
+		Alloc(3, 0xa, MiB, 1).End(4)
+	r := mustAnalyze(t, Options{}, s.Recs)
 	assert.Equal(t, []Device{{Index: 0, PeakBytes: MiB, PeakTime: 3, LiveBytesAtEnd: MiB}}, noPeakStacks(r.Devices))
 	assert.Equal(t, MiB, r.Host.LiveBytesAtEnd)
 }
@@ -345,14 +334,14 @@ func TestHostAndReservedMemoryListNoDevice(t *testing.T) {
 // seen (the thread chose it before an attach) takes the device whose
 // address range holds it; between two devices' ranges it stays unknown.
 func TestDeviceInferredFromAddressRange(t *testing.T) {
-	s := newStream().stack(1, "f", 1)
+	s := eventtest.NewStream().Stack(1, "f", 1)
 	const MiB = 1 << 20
-	s.allocOn(1, 0x10_0000_0000, MiB, 1, 100, 0) // device 0: [0x10_0000_0000, +3 MiB)
-	s.allocOn(2, 0x10_0020_0000, MiB, 1, 100, 0)
-	s.allocOn(3, 0x20_0000_0000, MiB, 1, 100, 1) // device 1: [0x20_0000_0000, +1 MiB)
-	s.allocOn(4, 0x10_0010_0000, 2*MiB, 1, 100, event.DeviceUnknown)
-	s.allocOn(5, 0x18_0000_0000, 4*MiB, 1, 100, event.DeviceUnknown)
-	r := mustAnalyze(t, Options{}, s.end(10).recs)
+	s.AllocOn(1, 0x10_0000_0000, MiB, 1, 100, 0) // device 0: [0x10_0000_0000, +3 MiB)
+	s.AllocOn(2, 0x10_0020_0000, MiB, 1, 100, 0)
+	s.AllocOn(3, 0x20_0000_0000, MiB, 1, 100, 1) // device 1: [0x20_0000_0000, +1 MiB)
+	s.AllocOn(4, 0x10_0010_0000, 2*MiB, 1, 100, event.DeviceUnknown)
+	s.AllocOn(5, 0x18_0000_0000, 4*MiB, 1, 100, event.DeviceUnknown)
+	r := mustAnalyze(t, Options{}, s.End(10).Recs)
 
 	assert.Equal(t, uint64(1), r.Run.DevicesInferred)
 	live := map[int32]uint64{}

@@ -5,24 +5,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 // TestSpikeFinding: a rare, brief allocation that sets the peak is a spike;
 // the training loop's activations (brief but every step) and the weights
 // (live all run) are not.
 func TestSpikeFinding(t *testing.T) {
-	const ms = uint64(1_000_000)
-	s := newStream().stack(1, "load_weights", 10).stack(2, "forward", 20).stack(3, "save_checkpoint", 30)
-	s.alloc(0, 0xf000_0000, 100*MiB, 1) // weights, never freed
-	for i := range uint64(100) {
-		s.alloc(i*ms+1, 0x1000, 10*MiB, 2) // activations: 0.5 ms each step
-		if i == 50 {
-			// A checkpoint copy during step 50's activations, freed 10 us later.
-			s.alloc(50*ms+100_000, 0xa000_0000, 80*MiB, 3).free(50*ms+110_000, 0xa000_0000)
-		}
-		s.free(i*ms+500_000, 0x1000)
-	}
-	r := mustAnalyze(t, Options{}, s.end(100*ms).recs)
+	r := mustAnalyze(t, Options{}, eventtest.SpikeStream().Recs)
 
 	spikes := findings(r, KindSpike)
 	require.Len(t, spikes, 1)

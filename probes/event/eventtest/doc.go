@@ -1,0 +1,12 @@
+// Package eventtest builds record streams by hand, for tests only: the
+// scenarios that analysis's tests check the figures of and report's tests
+// check the words of. It imports only the standard library and
+// probes/event, so that any package's tests can use it.
+//
+// A [Stream] starts as the header, process and mappings of a python run
+// (pid 100) and takes events through chained methods; its Recs are what an
+// analyzer is fed. [PoolStream] drives a caching allocator on top of it.
+// The scenario builders ([LeakStream], [PinnedStream], [RanksStream],
+// [ScatteredPool], [FragmentationOOMPool], [SpikeStream]) describe their
+// truths in their doc comments; tests assert the values derived from them.
+package eventtest

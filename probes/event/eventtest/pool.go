@@ -1,0 +1,112 @@
+package eventtest
+
+import "github.com/vramprof/vramprof/probes/event"
+
+// SegBase is the address of the first segment the pool scenarios map.
+const SegBase = uint64(0x7f20_0000_0000)
+
+// PoolStream drives a caching allocator by hand: segments through
+// cudaMalloc/cudaFree (thread 1, stack 1 alloc_block), blocks through
+// pytorch:malloc/free (stack 2 train). The clock advances 1 ms per event;
+// each CUDA call lasts 10 µs.
+type PoolStream struct {
+	*Stream
+	t uint64
+}
+
+// NewPoolStream starts a pool stream at time 0 with stacks 1 and 2.
+func NewPoolStream() *PoolStream {
+	return &PoolStream{Stream: NewStream().Stack(1, "alloc_block", 1).Stack(2, "train", 2)}
+}
+
+// Next advances the clock by 1 ms and returns it.
+func (s *PoolStream) Next() uint64 { s.t += 1e6; return s.t }
+
+// Seg maps a segment of size bytes at addr.
+func (s *PoolStream) Seg(addr, size uint64) {
+	s.Ev(event.Event{Time: s.Next(), Duration: 10e3, Addr: addr, Size: size, Stack: 1, TID: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})
+}
+
+// SegFail adds a segment allocation of size bytes that failed
+// (cudaErrorMemoryAllocation).
+func (s *PoolStream) SegFail(size uint64) {
+	s.Ev(event.Event{Time: s.Next(), Duration: 10e3, Size: size, Stack: 1, TID: 1, Ret: 2, Kind: event.KindAlloc, API: event.APICudaMalloc})
+}
+
+// SegFree releases the segment at addr.
+func (s *PoolStream) SegFree(addr uint64) {
+	s.Ev(event.Event{Time: s.Next(), Duration: 10e3, Addr: addr, TID: 1, Kind: event.KindFree, API: event.APICudaFree})
+}
+
+// Block hands out a block of size bytes at addr.
+func (s *PoolStream) Block(addr, size uint64) {
+	s.Ev(event.Event{Time: s.Next(), Addr: addr, Size: size, Stack: 2, TID: 1, Layer: event.LayerBlock, Kind: event.KindAlloc, API: event.APIPyTorchMalloc})
+}
+
+// BlockFree returns the block at addr to the cache.
+func (s *PoolStream) BlockFree(addr uint64) {
+	s.Ev(event.Event{Time: s.Next(), Addr: addr, TID: 1, Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
+}
+
+// Finish ends the stream on the next tick and returns its records.
+func (s *PoolStream) Finish() []event.Record {
+	s.End(s.Next())
+	return s.Recs
+}
+
+// ScatteredPool: 4 segments of 20 MiB, each with five 4 MiB blocks, the
+// second and fourth freed: 83886080 reserved, 50331648 allocated, 33554432
+// cached free in 8 ranges of 4194304, no failure.
+func ScatteredPool() *PoolStream {
+	s := NewPoolStream()
+	var freed []uint64
+	for k := range uint64(4) {
+		seg := SegBase + k*20*miB
+		s.Seg(seg, 20*miB)
+		for i := range uint64(5) {
+			s.Block(seg+i*4*miB, 4*miB)
+		}
+		freed = append(freed, seg+4*miB, seg+12*miB)
+	}
+	for _, b := range freed {
+		s.BlockFree(b)
+	}
+	return s
+}
+
+// FragmentationOOMPool replays pool_frag_oom's allocator (testdata
+// README): a free 2 MiB small segment, 4 x 20 MiB segments of 5 x 4 MiB
+// blocks with every other block freed, then a 24 MiB segment that fails,
+// the free-all releasing the 2 MiB segment, the retry failing, and the
+// remaining blocks freed. The truth's fragmentation record: reserved
+// 85983232, allocated 41943040, cached free 44040192, largest free range
+// 4194304, oom_kind fragmentation.
+func FragmentationOOMPool() *PoolStream {
+	s := NewPoolStream()
+	s.Seg(SegBase, 2*miB)
+	for i := range uint64(3) {
+		s.Block(SegBase+i*256*kiB, 256*kiB)
+	}
+	for i := range uint64(3) {
+		s.BlockFree(SegBase + i*256*kiB)
+	}
+	var blocks []uint64
+	for k := range uint64(4) {
+		seg := SegBase + 2*miB + k*20*miB
+		s.Seg(seg, 20*miB)
+		for i := range uint64(5) {
+			s.Block(seg+i*4*miB, 4*miB)
+			blocks = append(blocks, seg+i*4*miB)
+		}
+	}
+	for i := 1; i < len(blocks); i += 2 {
+		s.BlockFree(blocks[i])
+	}
+	s.SegFail(24 * miB)
+	s.SegFree(SegBase)
+	s.SegFail(24 * miB)
+	for i := 0; i < len(blocks); i += 2 {
+		s.BlockFree(blocks[i])
+	}
+	return s
+}

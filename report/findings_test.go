@@ -9,17 +9,18 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
 // The words of the findings, on the scenarios of analysis's finding tests
-// (scenarios_test.go); those tests check the facts, these the sentences.
+// (probes/event/eventtest); those tests check the facts, these the sentences.
 
 func TestWordsOOM(t *testing.T) {
 	// 3 GiB live at stack 1, then a 2 GiB request at stack 2 fails with
 	// cudaErrorMemoryAllocation, then a 1 GiB one at stack 2 fails too.
-	s := newStream().stack(1, "load_model", 5).stack(2, "forward", 42)
-	s.alloc(1*sec, 0xa, 3*GiB, 1).fail(2*sec, 2*GiB, 2, 2).fail(3*sec, GiB, 2, 2).end(4 * sec)
-	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "load_model", 5).Stack(2, "forward", 42)
+	s.Alloc(1*sec, 0xa, 3*GiB, 1).Fail(2*sec, 2*GiB, 2, 2).Fail(3*sec, GiB, 2, 2).End(4 * sec)
+	r := mustAnalyze(t, analysis.Options{}, s.Recs)
 
 	oom := worded(r, analysis.KindOOM)
 	require.Len(t, oom, 1)
@@ -34,11 +35,11 @@ func TestWordsFailedCall(t *testing.T) {
 	// Stack 1: three cudaMalloc calls fail with 35 (cudaErrorInsufficientDriver);
 	// stack 2: one cuMemAlloc_v2 fails with 3 (CUDA_ERROR_NOT_INITIALIZED,
 	// which would be cudaErrorInitializationError from the runtime).
-	s := newStream().stack(1, "load_model", 5).stack(2, "init_pool", 9)
-	s.fail(1*sec, GiB, 1, 35).fail(2*sec, GiB, 1, 35).fail(3*sec, MiB, 1, 35)
-	s.ev(event.Event{Time: 4 * sec, Size: 4 * MiB, Stack: 2, Ret: 3, Kind: event.KindAlloc, API: event.APICuMemAlloc})
-	s.end(5 * sec)
-	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "load_model", 5).Stack(2, "init_pool", 9)
+	s.Fail(1*sec, GiB, 1, 35).Fail(2*sec, GiB, 1, 35).Fail(3*sec, MiB, 1, 35)
+	s.Ev(event.Event{Time: 4 * sec, Size: 4 * MiB, Stack: 2, Ret: 3, Kind: event.KindAlloc, API: event.APICuMemAlloc})
+	s.End(5 * sec)
+	r := mustAnalyze(t, analysis.Options{}, s.Recs)
 
 	fc := worded(r, analysis.KindFailedCall)
 	require.Len(t, fc, 2)
@@ -66,11 +67,11 @@ func TestWordsPeak(t *testing.T) {
 	// t1 s1 +1 MiB (1), t2 s2 +2 MiB (3, peak), t3 free s1 (2),
 	// t4 s3 +1 MiB (3 = peak: not new), t5 s3 +512 KiB (3.5 MiB: new peak,
 	// crossed by s3's 512 KiB), then everything freed and s1 allocs 1 MiB.
-	s := newStream().stack(1, "f", 1).stack(2, "g", 2).stack(3, "h", 3)
-	s.alloc(1, 0xa, MiB, 1).alloc(2, 0xb, 2*MiB, 2).free(3, 0xa).
-		alloc(4, 0xc, MiB, 3).alloc(5, 0xd, 512*KiB, 3).
-		free(6, 0xb).free(7, 0xc).free(8, 0xd).alloc(9, 0xe, MiB, 1).end(10)
-	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1).Stack(2, "g", 2).Stack(3, "h", 3)
+	s.Alloc(1, 0xa, MiB, 1).Alloc(2, 0xb, 2*MiB, 2).Free(3, 0xa).
+		Alloc(4, 0xc, MiB, 3).Alloc(5, 0xd, 512*KiB, 3).
+		Free(6, 0xb).Free(7, 0xc).Free(8, 0xd).Alloc(9, 0xe, MiB, 1).End(10)
+	r := mustAnalyze(t, analysis.Options{}, s.Recs)
 	peak := worded(r, analysis.KindPeak)
 	require.Len(t, peak, 1)
 	// 3670016 bytes, crossed by h's 524288 at +5 ns.
@@ -83,16 +84,16 @@ func TestWordsPeak(t *testing.T) {
 
 func TestWordsLeak(t *testing.T) {
 	// 64 ticks, 4 windows ending at ticks 16, 32, 48 and the end.
-	s := newStream().stack(1, "leaky", 10).stack(2, "steady", 20).stack(3, "weights", 30)
-	s.alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
+	s := eventtest.NewStream().Stack(1, "leaky", 10).Stack(2, "steady", 20).Stack(3, "weights", 30)
+	s.Alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
 	for i := range uint64(64) {
-		s.alloc(i*gridTick+1, 0x1000+i, MiB, 1) // leaks
-		s.alloc(i*gridTick+2, 0xa, MiB, 2)      // steady: freed each tick
-		s.free(i*gridTick+3, 0xa)
+		s.Alloc(i*gridTick+1, 0x1000+i, MiB, 1) // leaks
+		s.Alloc(i*gridTick+2, 0xa, MiB, 2)      // steady: freed each tick
+		s.Free(i*gridTick+3, 0xa)
 	}
-	s.alloc(64*gridTick-2, 0xb, MiB, 2).free(64*gridTick-1, 0xb)
-	s.end(64*gridTick - 1)
-	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.recs)
+	s.Alloc(64*gridTick-2, 0xb, MiB, 2).Free(64*gridTick-1, 0xb)
+	s.End(64*gridTick - 1)
+	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.Recs)
 	leaks := worded(r, analysis.KindLeak)
 	require.Len(t, leaks, 1)
 	f := leaks[0]
@@ -106,12 +107,12 @@ func TestWordsLeakDefaultWindows(t *testing.T) {
 	// A 60 s run; 1 MiB leaked every second from the first: a loop of 60
 	// iterations of 1 s, 60 s observed, so the rate is quoted per minute,
 	// never per hour, and without a capacity there is no projection.
-	s := newStream().stack(1, "leaky", 10)
+	s := eventtest.NewStream().Stack(1, "leaky", 10)
 	for i := range uint64(60) {
-		s.alloc(i*sec+1, 0x1000+i, MiB, 1)
+		s.Alloc(i*sec+1, 0x1000+i, MiB, 1)
 	}
-	s.end(60 * sec)
-	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	s.End(60 * sec)
+	r := mustAnalyze(t, analysis.Options{}, s.Recs)
 	leaks := worded(r, analysis.KindLeak)
 	require.Len(t, leaks, 1)
 	assert.Contains(t, leaks[0].Summary, "grew by 62914560 bytes (60.00 MiB) over the run (+0 s to +59.0 s, 59.0 s)")
@@ -121,7 +122,7 @@ func TestWordsLeakDefaultWindows(t *testing.T) {
 }
 
 func TestWordsLeakRate(t *testing.T) {
-	r := mustAnalyze(t, analysis.Options{}, leakStream(true).recs)
+	r := mustAnalyze(t, analysis.Options{}, eventtest.LeakStream(true).Recs)
 	leaks := worded(r, analysis.KindLeak)
 	require.Len(t, leaks, 1)
 	// The truth: sum over i<100 of 1 MiB + 4096 i = 125132800 bytes kept
@@ -138,17 +139,17 @@ func TestWordsLeakRate(t *testing.T) {
 
 	// With 1 GiB, (1073741824 - 125132800) / (1251328 bytes per ~10 ms) =
 	// ~7.6 s, within 10 x the ~1 s observed: projected.
-	r = mustAnalyze(t, analysis.Options{Capacity: GiB}, leakStream(true).recs)
+	r = mustAnalyze(t, analysis.Options{Capacity: GiB}, eventtest.LeakStream(true).Recs)
 	leaks = worded(r, analysis.KindLeak)
 	assert.Contains(t, leaks[0].Summary, "; at that rate device 0 (1073741824 bytes, 1.00 GiB) runs out in 7.")
 	assert.Contains(t, leaks[0].Remediation[1], "run out in 7.")
 	// Without a capacity there is no time to OOM.
-	r = mustAnalyze(t, analysis.Options{}, leakStream(false).recs)
+	r = mustAnalyze(t, analysis.Options{}, eventtest.LeakStream(false).Recs)
 	assert.NotContains(t, worded(r, analysis.KindLeak)[0].Remediation[1], "run out")
 }
 
 func TestWordsPinnedHostGrowth(t *testing.T) {
-	r := mustAnalyze(t, analysis.Options{}, pinnedStream().recs)
+	r := mustAnalyze(t, analysis.Options{}, eventtest.PinnedStream().Recs)
 	fs := worded(r, analysis.KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	f := fs[0]
@@ -171,15 +172,15 @@ func TestWordsPinnedHostGrowthWindows(t *testing.T) {
 	// the end of the first window (+12.9 s) to the end (+68.7 s), 55.8 s:
 	// under a minute, so per second, 53 MiB / 55.8 s = 972 KiB. The
 	// DataLoader advice needs the pin_memory frame.
-	s := newStream()
-	s.recs = append(s.recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
+	s := eventtest.NewStream()
+	s.Recs = append(s.Recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
 		{Addr: 0x7f0100, Mapping: 2, Function: "cudaHostAlloc"},
 		{Addr: 0x1100, Mapping: 1, Function: "pin_memory", File: "torch/utils/data/_utils/pin_memory.py", Line: 58},
 	}})
 	for i := range uint64(64) {
-		s.hostAlloc((i+1)*gridTick, 0x6000_0000+i<<24, MiB, 7)
+		s.HostAlloc((i+1)*gridTick, 0x6000_0000+i<<24, MiB, 7)
 	}
-	r := mustAnalyze(t, analysis.Options{}, s.end(65*gridTick).recs)
+	r := mustAnalyze(t, analysis.Options{}, s.End(65*gridTick).Recs)
 	fs := worded(r, analysis.KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	assert.Contains(t, fs[0].Summary, "; 972.01 KiB per second over 55.8 s;")
@@ -190,18 +191,7 @@ func TestWordsPinnedHostGrowthWindows(t *testing.T) {
 }
 
 func TestWordsSpike(t *testing.T) {
-	const ms = uint64(1_000_000)
-	s := newStream().stack(1, "load_weights", 10).stack(2, "forward", 20).stack(3, "save_checkpoint", 30)
-	s.alloc(0, 0xf000_0000, 100*MiB, 1) // weights, never freed
-	for i := range uint64(100) {
-		s.alloc(i*ms+1, 0x1000, 10*MiB, 2) // activations: 0.5 ms each step
-		if i == 50 {
-			// A checkpoint copy during step 50's activations, freed 10 us later.
-			s.alloc(50*ms+100_000, 0xa000_0000, 80*MiB, 3).free(50*ms+110_000, 0xa000_0000)
-		}
-		s.free(i*ms+500_000, 0x1000)
-	}
-	r := mustAnalyze(t, analysis.Options{}, s.end(100*ms).recs)
+	r := mustAnalyze(t, analysis.Options{}, eventtest.SpikeStream().Recs)
 	spikes := worded(r, analysis.KindSpike)
 	require.Len(t, spikes, 1)
 	// Peak: weights 100 + activations 10 + checkpoint 80 MiB; 110 MiB
@@ -214,7 +204,7 @@ func TestWordsSpike(t *testing.T) {
 
 func TestWordsDeviceImbalance(t *testing.T) {
 	const gather = 768*MiB + 123
-	r := mustAnalyze(t, analysis.Options{}, ranksStream(gather).recs)
+	r := mustAnalyze(t, analysis.Options{}, eventtest.RanksStream(gather).Recs)
 	fs := worded(r, analysis.KindDeviceImbalance)
 	require.Len(t, fs, 1)
 	f := fs[0]
@@ -226,33 +216,7 @@ func TestWordsDeviceImbalance(t *testing.T) {
 
 func TestWordsFragmentationOOM(t *testing.T) {
 	// pool_frag_oom's allocator, as analysis's TestFragmentationOOM.
-	s := newPoolStream()
-	s.seg(segBase, 2*MiB)
-	for i := range uint64(3) {
-		s.block(segBase+i*256*KiB, 256*KiB)
-	}
-	for i := range uint64(3) {
-		s.blockFree(segBase + i*256*KiB)
-	}
-	var blocks []uint64
-	for k := range uint64(4) {
-		seg := segBase + 2*MiB + k*20*MiB
-		s.seg(seg, 20*MiB)
-		for i := range uint64(5) {
-			s.block(seg+i*4*MiB, 4*MiB)
-			blocks = append(blocks, seg+i*4*MiB)
-		}
-	}
-	for i := 1; i < len(blocks); i += 2 {
-		s.blockFree(blocks[i])
-	}
-	s.segFail(24 * MiB)
-	s.segFree(segBase)
-	s.segFail(24 * MiB)
-	for i := 0; i < len(blocks); i += 2 {
-		s.blockFree(blocks[i])
-	}
-	r := s.result(t)
+	r := poolResult(t, eventtest.FragmentationOOMPool())
 
 	ooms := worded(r, analysis.KindOOM)
 	require.Len(t, ooms, 1)
@@ -273,19 +237,19 @@ func TestWordsFragmentationOOM(t *testing.T) {
 }
 
 func TestWordsCapacityOOM(t *testing.T) {
-	s := newPoolStream()
+	s := eventtest.NewPoolStream()
 	for i := range uint64(3) {
-		s.seg(segBase+i*12*MiB, 12*MiB)
-		s.block(segBase+i*12*MiB, 12*MiB)
+		s.Seg(eventtest.SegBase+i*12*MiB, 12*MiB)
+		s.Block(eventtest.SegBase+i*12*MiB, 12*MiB)
 	}
-	act := segBase + 36*MiB
-	s.seg(act, 20*MiB)
-	s.block(act, 4*MiB)
-	s.block(act+4*MiB, 4*MiB)
-	s.blockFree(act + 4*MiB)
-	s.segFail(32 * MiB)
-	s.segFail(32 * MiB)
-	r := s.result(t)
+	act := eventtest.SegBase + 36*MiB
+	s.Seg(act, 20*MiB)
+	s.Block(act, 4*MiB)
+	s.Block(act+4*MiB, 4*MiB)
+	s.BlockFree(act + 4*MiB)
+	s.SegFail(32 * MiB)
+	s.SegFail(32 * MiB)
+	r := poolResult(t, s)
 
 	ooms := worded(r, analysis.KindOOM)
 	require.Len(t, ooms, 1)
@@ -300,24 +264,24 @@ func TestWordsCapacityOOM(t *testing.T) {
 }
 
 func TestWordsRetrySucceeded(t *testing.T) {
-	s := newPoolStream()
-	s.seg(segBase, 20*MiB)
-	s.block(segBase, 8*MiB)
-	s.block(segBase+8*MiB, 8*MiB)
-	s.seg(segBase+20*MiB, 12*MiB)
-	s.block(segBase+20*MiB, 12*MiB)
-	s.seg(segBase+32*MiB, 14*MiB)
-	s.block(segBase+32*MiB, 14*MiB)
-	s.blockFree(segBase + 20*MiB)
-	s.blockFree(segBase + 32*MiB)
-	s.blockFree(segBase + 8*MiB)
-	s.segFail(28 * MiB)
-	s.segFree(segBase + 20*MiB)
-	s.segFree(segBase + 32*MiB)
-	s.seg(segBase+20*MiB, 28*MiB)
-	s.block(segBase+20*MiB, 28*MiB)
-	s.blockFree(segBase + 20*MiB)
-	r := s.result(t)
+	s := eventtest.NewPoolStream()
+	s.Seg(eventtest.SegBase, 20*MiB)
+	s.Block(eventtest.SegBase, 8*MiB)
+	s.Block(eventtest.SegBase+8*MiB, 8*MiB)
+	s.Seg(eventtest.SegBase+20*MiB, 12*MiB)
+	s.Block(eventtest.SegBase+20*MiB, 12*MiB)
+	s.Seg(eventtest.SegBase+32*MiB, 14*MiB)
+	s.Block(eventtest.SegBase+32*MiB, 14*MiB)
+	s.BlockFree(eventtest.SegBase + 20*MiB)
+	s.BlockFree(eventtest.SegBase + 32*MiB)
+	s.BlockFree(eventtest.SegBase + 8*MiB)
+	s.SegFail(28 * MiB)
+	s.SegFree(eventtest.SegBase + 20*MiB)
+	s.SegFree(eventtest.SegBase + 32*MiB)
+	s.Seg(eventtest.SegBase+20*MiB, 28*MiB)
+	s.Block(eventtest.SegBase+20*MiB, 28*MiB)
+	s.BlockFree(eventtest.SegBase + 20*MiB)
+	r := poolResult(t, s)
 
 	ooms := worded(r, analysis.KindOOM)
 	require.Len(t, ooms, 1)
@@ -337,7 +301,7 @@ func TestWordsRetrySucceeded(t *testing.T) {
 
 	// With the capacity known (64 MiB): T = floor(100 * (67108864 -
 	// 29360128) / 67108864) / 100 = floor(56.25) / 100 = 0.56.
-	r = mustAnalyze(t, analysis.Options{Capacity: 64 * MiB}, s.recs)
+	r = mustAnalyze(t, analysis.Options{Capacity: 64 * MiB}, s.Recs)
 	frag = worded(r, analysis.KindFragmentation)
 	require.Len(t, frag, 1)
 	assert.Contains(t, frag[0].Remediation[0], "garbage_collection_threshold:0.56 ")
@@ -345,28 +309,28 @@ func TestWordsRetrySucceeded(t *testing.T) {
 }
 
 func TestWordsChurn(t *testing.T) {
-	s := newPoolStream()
-	w := segBase
-	s.seg(w, 40*MiB)
-	s.block(w, 40*MiB)
+	s := eventtest.NewPoolStream()
+	w := eventtest.SegBase
+	s.Seg(w, 40*MiB)
+	s.Block(w, 40*MiB)
 	sizes := []uint64{20 * MiB, 2 * MiB, 12 * MiB}
 	for range 20 {
-		addr := segBase + 40*MiB
+		addr := eventtest.SegBase + 40*MiB
 		var segs []uint64
 		for _, sz := range sizes {
-			s.seg(addr, sz)
-			s.block(addr, sz/2)
-			s.blockFree(addr)
+			s.Seg(addr, sz)
+			s.Block(addr, sz/2)
+			s.BlockFree(addr)
 			segs = append(segs, addr)
 			addr += sz
 		}
 		for _, a := range segs {
-			s.segFree(a)
+			s.SegFree(a)
 		}
 	}
-	s.blockFree(w)
-	s.segFree(w)
-	r := s.result(t)
+	s.BlockFree(w)
+	s.SegFree(w)
+	r := poolResult(t, s)
 
 	fs := worded(r, analysis.KindChurn)
 	require.Len(t, fs, 1)
@@ -378,27 +342,27 @@ func TestWordsChurn(t *testing.T) {
 }
 
 func TestWordsNoPool(t *testing.T) {
-	s := newStream().stack(1, "f", 1)
-	s.alloc(1, segBase, MiB, 1).fail(2, GiB, 1, 2).end(3)
-	r := mustAnalyze(t, analysis.Options{}, s.recs)
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Alloc(1, eventtest.SegBase, MiB, 1).Fail(2, GiB, 1, 2).End(3)
+	r := mustAnalyze(t, analysis.Options{}, s.Recs)
 	require.Len(t, worded(r, analysis.KindOOM), 1)
 	assert.Contains(t, worded(r, analysis.KindOOM)[0].Summary, "a request for")
 }
 
 func TestWordsChurnFreeStacks(t *testing.T) {
 	build := func(withStacks bool) *analysis.Result {
-		s := newPoolStream()
-		s.stack(3, "release_cache", 3)
+		s := eventtest.NewPoolStream()
+		s.Stack(3, "release_cache", 3)
 		for range 5 {
-			s.seg(segBase, 20*MiB)
-			s.block(segBase, MiB)
-			s.blockFree(segBase)
-			s.segFree(segBase)
+			s.Seg(eventtest.SegBase, 20*MiB)
+			s.Block(eventtest.SegBase, MiB)
+			s.BlockFree(eventtest.SegBase)
+			s.SegFree(eventtest.SegBase)
 			if withStacks {
-				s.recs[len(s.recs)-1].(*event.Event).Stack = 3
+				s.Recs[len(s.Recs)-1].(*event.Event).Stack = 3
 			}
 		}
-		return s.result(t)
+		return poolResult(t, s)
 	}
 	fs := worded(build(false), analysis.KindChurn)
 	require.Len(t, fs, 1)
@@ -416,12 +380,12 @@ func TestWordsOrder(t *testing.T) {
 	// b_leaky and at a_leaky. Same bytes, severity, kind and process: the
 	// summaries ("live bytes allocated at a_leaky..." before "...at
 	// b_leaky...") decide, whatever the stack IDs.
-	s := newStream().stack(1, "b_leaky", 10).stack(2, "a_leaky", 20)
+	s := eventtest.NewStream().Stack(1, "b_leaky", 10).Stack(2, "a_leaky", 20)
 	for i := range uint64(64) {
-		s.alloc(i*gridTick+1, 0x1000+i, MiB, 1)
-		s.alloc(i*gridTick+2, 0x9000+i, MiB, 2)
+		s.Alloc(i*gridTick+1, 0x1000+i, MiB, 1)
+		s.Alloc(i*gridTick+2, 0x9000+i, MiB, 2)
 	}
-	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.end(64*gridTick-1).recs)
+	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.End(64*gridTick-1).Recs)
 	leaks := worded(r, analysis.KindLeak)
 	require.Len(t, leaks, 2)
 	assert.Equal(t, "a_leaky (train.py:20)", leaks[0].Stacks[0].Site)
@@ -456,7 +420,7 @@ func TestWordsEveryFinding(t *testing.T) {
 }
 
 func TestWordsFragmentationWorst(t *testing.T) {
-	r := scatteredPool().result(t)
+	r := poolResult(t, eventtest.ScatteredPool())
 	fs := worded(r, analysis.KindFragmentation)
 	require.Len(t, fs, 1)
 	// 33554432 of 83886080 reserved is 40.0%; the last of 32 events 1 ms

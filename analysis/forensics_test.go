@@ -71,25 +71,11 @@ func TestFragmentationOOM(t *testing.T) {
 	assert.Equal(t, o.Live, r.AtOOM(&o).Classes)
 }
 
-// TestCapacityOOM replays pool_capacity_oom: 3 x 12 MiB segments (one
-// block each) and a 20 MiB segment with two 4 MiB blocks, the second
-// freed; a 32 MiB segment fails twice (nothing to release). Truth:
-// reserved 58720256, allocated 41943040, cached free 16777216, largest
-// free range 16777216, oom_kind capacity.
+// TestCapacityOOM replays pool_capacity_oom (eventtest.CapacityOOMPool).
+// Truth: reserved 58720256, allocated 41943040, cached free 16777216,
+// largest free range 16777216, oom_kind capacity.
 func TestCapacityOOM(t *testing.T) {
-	s := eventtest.NewPoolStream()
-	for i := range uint64(3) {
-		s.Seg(eventtest.SegBase+i*12*MiB, 12*MiB)
-		s.Block(eventtest.SegBase+i*12*MiB, 12*MiB)
-	}
-	act := eventtest.SegBase + 36*MiB
-	s.Seg(act, 20*MiB)
-	s.Block(act, 4*MiB)
-	s.Block(act+4*MiB, 4*MiB)
-	s.BlockFree(act + 4*MiB)
-	s.SegFail(32 * MiB)
-	s.SegFail(32 * MiB)
-	r := poolResult(t, s)
+	r := poolResult(t, eventtest.CapacityOOMPool())
 
 	require.Len(t, r.Pools, 1)
 	require.Len(t, r.Pools[0].OOMs, 1)
@@ -111,28 +97,13 @@ func TestCapacityOOM(t *testing.T) {
 	assert.Empty(t, findings(r, KindFragmentation))
 }
 
-// TestRetrySucceeded replays pool_retry: the 28 MiB segment fails, the
-// allocator frees the 12 and 14 MiB segments (27262976 bytes) and the
-// retry succeeds. State before the free-all (truth's retries[]): reserved
-// 48234496, allocated 8388608, cached free 39845888, largest 14680064.
+// TestRetrySucceeded replays pool_retry (eventtest.RetryPool): the 28 MiB
+// segment fails, the allocator frees the 12 and 14 MiB segments (27262976
+// bytes) and the retry succeeds. State before the free-all (truth's
+// retries[]): reserved 48234496, allocated 8388608, cached free 39845888,
+// largest 14680064.
 func TestRetrySucceeded(t *testing.T) {
-	s := eventtest.NewPoolStream()
-	s.Seg(eventtest.SegBase, 20*MiB)
-	s.Block(eventtest.SegBase, 8*MiB)
-	s.Block(eventtest.SegBase+8*MiB, 8*MiB)
-	s.Seg(eventtest.SegBase+20*MiB, 12*MiB)
-	s.Block(eventtest.SegBase+20*MiB, 12*MiB)
-	s.Seg(eventtest.SegBase+32*MiB, 14*MiB)
-	s.Block(eventtest.SegBase+32*MiB, 14*MiB)
-	s.BlockFree(eventtest.SegBase + 20*MiB)
-	s.BlockFree(eventtest.SegBase + 32*MiB)
-	s.BlockFree(eventtest.SegBase + 8*MiB)
-	s.SegFail(28 * MiB)
-	s.SegFree(eventtest.SegBase + 20*MiB)
-	s.SegFree(eventtest.SegBase + 32*MiB)
-	s.Seg(eventtest.SegBase+20*MiB, 28*MiB)
-	s.Block(eventtest.SegBase+20*MiB, 28*MiB)
-	s.BlockFree(eventtest.SegBase + 20*MiB)
+	s := eventtest.RetryPool()
 	r := poolResult(t, s)
 
 	require.Len(t, r.Pools, 1)
@@ -188,33 +159,11 @@ func TestRetrySucceeded(t *testing.T) {
 	assert.Empty(t, findings(r, KindFragmentation))
 }
 
-// TestChurn replays pool_empty_cache: a 40 MiB weight, then 20 steps that
-// each get a 20 MiB, a 2 MiB and a 12 MiB segment and release them with
-// empty_cache, then teardown. 61 cudaMalloc and 61 cudaFree; steps 2..20
-// take back what the step before released: 19 x 3 = 57 cycles, 19 x 34 MiB
-// = 677380096 bytes.
+// TestChurn replays pool_empty_cache (eventtest.EmptyCachePool): 61
+// cudaMalloc and 61 cudaFree; steps 2..20 take back what the step before
+// released: 19 x 3 = 57 cycles, 19 x 34 MiB = 677380096 bytes.
 func TestChurn(t *testing.T) {
-	s := eventtest.NewPoolStream()
-	w := eventtest.SegBase
-	s.Seg(w, 40*MiB)
-	s.Block(w, 40*MiB)
-	sizes := []uint64{20 * MiB, 2 * MiB, 12 * MiB}
-	for range 20 {
-		addr := eventtest.SegBase + 40*MiB
-		var segs []uint64
-		for _, sz := range sizes {
-			s.Seg(addr, sz)
-			s.Block(addr, sz/2)
-			s.BlockFree(addr)
-			segs = append(segs, addr)
-			addr += sz
-		}
-		for _, a := range segs {
-			s.SegFree(a)
-		}
-	}
-	s.BlockFree(w)
-	s.SegFree(w)
+	s := eventtest.EmptyCachePool()
 	r := poolResult(t, s)
 
 	c := process(t, r, 100).Churn
@@ -285,18 +234,7 @@ func TestPoolGeometry(t *testing.T) {
 // stacks, the churn finding names the release site first.
 func TestChurnFreeStacks(t *testing.T) {
 	build := func(withStacks bool) *Result {
-		s := eventtest.NewPoolStream()
-		s.Stack(3, "release_cache", 3)
-		for range 5 {
-			s.Seg(eventtest.SegBase, 20*MiB)
-			s.Block(eventtest.SegBase, MiB)
-			s.BlockFree(eventtest.SegBase)
-			s.SegFree(eventtest.SegBase)
-			if withStacks {
-				s.Recs[len(s.Recs)-1].(*event.Event).Stack = 3
-			}
-		}
-		return poolResult(t, s)
+		return poolResult(t, eventtest.ReleaseCyclePool(withStacks))
 	}
 	fs := findings(build(false), KindChurn)
 	require.Len(t, fs, 1)

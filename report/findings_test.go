@@ -237,19 +237,7 @@ func TestWordsFragmentationOOM(t *testing.T) {
 }
 
 func TestWordsCapacityOOM(t *testing.T) {
-	s := eventtest.NewPoolStream()
-	for i := range uint64(3) {
-		s.Seg(eventtest.SegBase+i*12*MiB, 12*MiB)
-		s.Block(eventtest.SegBase+i*12*MiB, 12*MiB)
-	}
-	act := eventtest.SegBase + 36*MiB
-	s.Seg(act, 20*MiB)
-	s.Block(act, 4*MiB)
-	s.Block(act+4*MiB, 4*MiB)
-	s.BlockFree(act + 4*MiB)
-	s.SegFail(32 * MiB)
-	s.SegFail(32 * MiB)
-	r := poolResult(t, s)
+	r := poolResult(t, eventtest.CapacityOOMPool())
 
 	ooms := worded(r, analysis.KindOOM)
 	require.Len(t, ooms, 1)
@@ -264,23 +252,7 @@ func TestWordsCapacityOOM(t *testing.T) {
 }
 
 func TestWordsRetrySucceeded(t *testing.T) {
-	s := eventtest.NewPoolStream()
-	s.Seg(eventtest.SegBase, 20*MiB)
-	s.Block(eventtest.SegBase, 8*MiB)
-	s.Block(eventtest.SegBase+8*MiB, 8*MiB)
-	s.Seg(eventtest.SegBase+20*MiB, 12*MiB)
-	s.Block(eventtest.SegBase+20*MiB, 12*MiB)
-	s.Seg(eventtest.SegBase+32*MiB, 14*MiB)
-	s.Block(eventtest.SegBase+32*MiB, 14*MiB)
-	s.BlockFree(eventtest.SegBase + 20*MiB)
-	s.BlockFree(eventtest.SegBase + 32*MiB)
-	s.BlockFree(eventtest.SegBase + 8*MiB)
-	s.SegFail(28 * MiB)
-	s.SegFree(eventtest.SegBase + 20*MiB)
-	s.SegFree(eventtest.SegBase + 32*MiB)
-	s.Seg(eventtest.SegBase+20*MiB, 28*MiB)
-	s.Block(eventtest.SegBase+20*MiB, 28*MiB)
-	s.BlockFree(eventtest.SegBase + 20*MiB)
+	s := eventtest.RetryPool()
 	r := poolResult(t, s)
 
 	ooms := worded(r, analysis.KindOOM)
@@ -309,28 +281,7 @@ func TestWordsRetrySucceeded(t *testing.T) {
 }
 
 func TestWordsChurn(t *testing.T) {
-	s := eventtest.NewPoolStream()
-	w := eventtest.SegBase
-	s.Seg(w, 40*MiB)
-	s.Block(w, 40*MiB)
-	sizes := []uint64{20 * MiB, 2 * MiB, 12 * MiB}
-	for range 20 {
-		addr := eventtest.SegBase + 40*MiB
-		var segs []uint64
-		for _, sz := range sizes {
-			s.Seg(addr, sz)
-			s.Block(addr, sz/2)
-			s.BlockFree(addr)
-			segs = append(segs, addr)
-			addr += sz
-		}
-		for _, a := range segs {
-			s.SegFree(a)
-		}
-	}
-	s.BlockFree(w)
-	s.SegFree(w)
-	r := poolResult(t, s)
+	r := poolResult(t, eventtest.EmptyCachePool())
 
 	fs := worded(r, analysis.KindChurn)
 	require.Len(t, fs, 1)
@@ -351,18 +302,7 @@ func TestWordsNoPool(t *testing.T) {
 
 func TestWordsChurnFreeStacks(t *testing.T) {
 	build := func(withStacks bool) *analysis.Result {
-		s := eventtest.NewPoolStream()
-		s.Stack(3, "release_cache", 3)
-		for range 5 {
-			s.Seg(eventtest.SegBase, 20*MiB)
-			s.Block(eventtest.SegBase, MiB)
-			s.BlockFree(eventtest.SegBase)
-			s.SegFree(eventtest.SegBase)
-			if withStacks {
-				s.Recs[len(s.Recs)-1].(*event.Event).Stack = 3
-			}
-		}
-		return poolResult(t, s)
+		return poolResult(t, eventtest.ReleaseCyclePool(withStacks))
 	}
 	fs := worded(build(false), analysis.KindChurn)
 	require.Len(t, fs, 1)

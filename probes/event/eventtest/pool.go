@@ -110,3 +110,99 @@ func FragmentationOOMPool() *PoolStream {
 	}
 	return s
 }
+
+// CapacityOOMPool replays pool_capacity_oom: 3 x 12 MiB segments (one
+// block each) and a 20 MiB segment with two 4 MiB blocks, the second
+// freed; a 32 MiB segment fails twice (nothing to release). Truth:
+// reserved 58720256, allocated 41943040, cached free 16777216, largest
+// free range 16777216, oom_kind capacity.
+func CapacityOOMPool() *PoolStream {
+	s := NewPoolStream()
+	for i := range uint64(3) {
+		s.Seg(SegBase+i*12*miB, 12*miB)
+		s.Block(SegBase+i*12*miB, 12*miB)
+	}
+	act := SegBase + 36*miB
+	s.Seg(act, 20*miB)
+	s.Block(act, 4*miB)
+	s.Block(act+4*miB, 4*miB)
+	s.BlockFree(act + 4*miB)
+	s.SegFail(32 * miB)
+	s.SegFail(32 * miB)
+	return s
+}
+
+// RetryPool replays pool_retry: the 28 MiB segment fails, the allocator
+// frees the 12 and 14 MiB segments (27262976 bytes) and the retry
+// succeeds. State before the free-all (truth's retries[]): reserved
+// 48234496, allocated 8388608, cached free 39845888, largest 14680064.
+func RetryPool() *PoolStream {
+	s := NewPoolStream()
+	s.Seg(SegBase, 20*miB)
+	s.Block(SegBase, 8*miB)
+	s.Block(SegBase+8*miB, 8*miB)
+	s.Seg(SegBase+20*miB, 12*miB)
+	s.Block(SegBase+20*miB, 12*miB)
+	s.Seg(SegBase+32*miB, 14*miB)
+	s.Block(SegBase+32*miB, 14*miB)
+	s.BlockFree(SegBase + 20*miB)
+	s.BlockFree(SegBase + 32*miB)
+	s.BlockFree(SegBase + 8*miB)
+	s.SegFail(28 * miB)
+	s.SegFree(SegBase + 20*miB)
+	s.SegFree(SegBase + 32*miB)
+	s.Seg(SegBase+20*miB, 28*miB)
+	s.Block(SegBase+20*miB, 28*miB)
+	s.BlockFree(SegBase + 20*miB)
+	return s
+}
+
+// EmptyCachePool replays pool_empty_cache: a 40 MiB weight, then 20 steps
+// that each get a 20 MiB, a 2 MiB and a 12 MiB segment and release them
+// with empty_cache, then teardown. 61 cudaMalloc and 61 cudaFree; steps
+// 2..20 take back what the step before released: 19 x 3 = 57 cycles,
+// 19 x 34 MiB = 677380096 bytes.
+func EmptyCachePool() *PoolStream {
+	s := NewPoolStream()
+	w := SegBase
+	s.Seg(w, 40*miB)
+	s.Block(w, 40*miB)
+	sizes := []uint64{20 * miB, 2 * miB, 12 * miB}
+	for range 20 {
+		addr := SegBase + 40*miB
+		var segs []uint64
+		for _, sz := range sizes {
+			s.Seg(addr, sz)
+			s.Block(addr, sz/2)
+			s.BlockFree(addr)
+			segs = append(segs, addr)
+			addr += sz
+		}
+		for _, a := range segs {
+			s.SegFree(a)
+		}
+	}
+	s.BlockFree(w)
+	s.SegFree(w)
+	return s
+}
+
+// ReleaseCyclePool maps a 20 MiB segment, hands out and returns a 1 MiB
+// block, and releases the segment, 5 times over: 4 release-and-take-back
+// cycles. With freeStacks, each release carries stack 3 (release_cache,
+// train.py:3), as an imported snapshot's segment_free does; the live
+// probes record none at a free.
+func ReleaseCyclePool(freeStacks bool) *PoolStream {
+	s := NewPoolStream()
+	s.Stack(3, "release_cache", 3)
+	for range 5 {
+		s.Seg(SegBase, 20*miB)
+		s.Block(SegBase, miB)
+		s.BlockFree(SegBase)
+		s.SegFree(SegBase)
+		if freeStacks {
+			s.Recs[len(s.Recs)-1].(*event.Event).Stack = 3
+		}
+	}
+	return s
+}

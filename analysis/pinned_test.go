@@ -42,17 +42,10 @@ func TestPinnedHostGrowth(t *testing.T) {
 }
 
 func TestPinnedHostGrowthWindows(t *testing.T) {
-	// No device allocation, so no loop: the windows' growth, as a leak's.
+	// eventtest.PinMemoryStream: no device allocation, so no loop: the
+	// windows' growth, as a leak's.
 	// The DataLoader advice needs a pin_memory frame.
-	s := eventtest.NewStream()
-	s.Recs = append(s.Recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
-		{Addr: 0x7f0100, Mapping: 2, Function: "cudaHostAlloc"},
-		{Addr: 0x1100, Mapping: 1, Function: "pin_memory", File: "torch/utils/data/_utils/pin_memory.py", Line: 58},
-	}})
-	for i := range uint64(64) {
-		s.HostAlloc((i+1)*tick, 0x6000_0000+i<<24, MiB, 7)
-	}
-	r := mustAnalyze(t, Options{}, s.End(65*tick).Recs)
+	r := mustAnalyze(t, Options{}, eventtest.PinMemoryStream().Recs)
 	fs := findings(r, KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	l := fs[0].Leak
@@ -72,7 +65,7 @@ func TestPinnedHostGrowthWindows(t *testing.T) {
 	assert.Equal(t, "pin_memory (torch/utils/data/_utils/pin_memory.py:58)", fs[0].Pinned.PinMemoryFrame)
 
 	// Pinned once and freed later: no growth.
-	s = eventtest.NewStream().Stack(1, "f", 1)
+	s := eventtest.NewStream().Stack(1, "f", 1)
 	s.HostAlloc(tick, 0x6000_0000, 64*MiB, 1).HostFree(60*tick, 0x6000_0000)
 	r = mustAnalyze(t, Options{}, s.End(64*tick).Recs)
 	assert.Empty(t, findings(r, KindPinnedHostGrowth))

@@ -172,15 +172,7 @@ func TestWordsPinnedHostGrowthWindows(t *testing.T) {
 	// the end of the first window (+12.9 s) to the end (+68.7 s), 55.8 s:
 	// under a minute, so per second, 53 MiB / 55.8 s = 972 KiB. The
 	// DataLoader advice needs the pin_memory frame.
-	s := eventtest.NewStream()
-	s.Recs = append(s.Recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
-		{Addr: 0x7f0100, Mapping: 2, Function: "cudaHostAlloc"},
-		{Addr: 0x1100, Mapping: 1, Function: "pin_memory", File: "torch/utils/data/_utils/pin_memory.py", Line: 58},
-	}})
-	for i := range uint64(64) {
-		s.HostAlloc((i+1)*gridTick, 0x6000_0000+i<<24, MiB, 7)
-	}
-	r := mustAnalyze(t, analysis.Options{}, s.End(65*gridTick).Recs)
+	r := mustAnalyze(t, analysis.Options{}, eventtest.PinMemoryStream().Recs)
 	fs := worded(r, analysis.KindPinnedHostGrowth)
 	require.Len(t, fs, 1)
 	assert.Contains(t, fs[0].Summary, "; 972.01 KiB per second over 55.8 s;")

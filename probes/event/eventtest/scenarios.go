@@ -123,3 +123,20 @@ func SpikeStream() *Stream {
 	}
 	return s.End(100 * ms)
 }
+
+// PinMemoryStream pins 64 buffers of 1 MiB, one per 1<<30 ns (a leak-grid
+// bucket of a 64-bucket run), from stack 7 whose caller is DataLoader's
+// pin_memory (torch/utils/data/_utils/pin_memory.py:58), and frees none;
+// the run ends at 65 x 1<<30 ns. No device allocation, so no loop.
+func PinMemoryStream() *Stream {
+	const tick = uint64(1) << 30
+	s := NewStream()
+	s.Recs = append(s.Recs, &event.Stack{ID: 7, PID: 100, Frames: []event.Frame{
+		{Addr: 0x7f0100, Mapping: 2, Function: "cudaHostAlloc"},
+		{Addr: 0x1100, Mapping: 1, Function: "pin_memory", File: "torch/utils/data/_utils/pin_memory.py", Line: 58},
+	}})
+	for i := range uint64(64) {
+		s.HostAlloc((i+1)*tick, 0x6000_0000+i<<24, miB, 7)
+	}
+	return s.End(65 * tick)
+}

@@ -414,16 +414,8 @@ func TestLeakRule(t *testing.T) {
 		return mustAnalyze(t, Options{LeakWindows: 4}, s.Recs)
 	}
 	t.Run("1 MiB every tick never freed", func(t *testing.T) {
-		r := build(func(s *eventtest.Stream) {
-			// Leak windows span first event to last: 0 to 64 ticks - 1.
-			s.Alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
-			for i := range uint64(64) {
-				s.Alloc(i*tick+1, 0x1000+i, MiB, 1) // leaks
-				s.Alloc(i*tick+2, 0xa, MiB, 2)      // steady: freed each tick
-				s.Free(i*tick+3, 0xa)
-			}
-			s.Alloc(64*tick-2, 0xb, MiB, 2).Free(64*tick-1, 0xb)
-		})
+		// Leak windows span first event to last: 0 to 64 ticks - 1.
+		r := mustAnalyze(t, Options{LeakWindows: 4}, eventtest.LeakWindowsStream().Recs)
 		leaks := findings(r, KindLeak)
 		require.Len(t, leaks, 1)
 		f := leaks[0]

@@ -84,16 +84,7 @@ func TestWordsPeak(t *testing.T) {
 
 func TestWordsLeak(t *testing.T) {
 	// 64 ticks, 4 windows ending at ticks 16, 32, 48 and the end.
-	s := eventtest.NewStream().Stack(1, "leaky", 10).Stack(2, "steady", 20).Stack(3, "weights", 30)
-	s.Alloc(0, 0xf000, 100*MiB, 3) // loaded once: flat
-	for i := range uint64(64) {
-		s.Alloc(i*gridTick+1, 0x1000+i, MiB, 1) // leaks
-		s.Alloc(i*gridTick+2, 0xa, MiB, 2)      // steady: freed each tick
-		s.Free(i*gridTick+3, 0xa)
-	}
-	s.Alloc(64*gridTick-2, 0xb, MiB, 2).Free(64*gridTick-1, 0xb)
-	s.End(64*gridTick - 1)
-	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, s.Recs)
+	r := mustAnalyze(t, analysis.Options{LeakWindows: 4}, eventtest.LeakWindowsStream().Recs)
 	leaks := worded(r, analysis.KindLeak)
 	require.Len(t, leaks, 1)
 	f := leaks[0]

@@ -6,9 +6,9 @@
 // A [Stream] starts as the header, process and mappings of a python run
 // (pid 100) and takes events through chained methods; its Recs are what an
 // analyzer is fed. [PoolStream] drives a caching allocator on top of it.
-// The scenario builders ([LeakStream], [PinnedStream], [PinMemoryStream],
-// [RanksStream], [SpikeStream], and the pools [ScatteredPool],
-// [FragmentationOOMPool], [CapacityOOMPool], [RetryPool], [EmptyCachePool],
-// [ReleaseCyclePool]) describe their truths in their doc comments; tests
-// assert the values derived from them.
+// The scenario builders ([LeakStream], [LeakWindowsStream],
+// [PinnedStream], [PinMemoryStream], [RanksStream], [SpikeStream], and the
+// pools [ScatteredPool], [FragmentationOOMPool], [CapacityOOMPool],
+// [RetryPool], [EmptyCachePool], [ReleaseCyclePool]) describe their truths
+// in their doc comments; tests assert the values derived from them.
 package eventtest

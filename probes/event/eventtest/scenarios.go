@@ -140,3 +140,21 @@ func PinMemoryStream() *Stream {
 	}
 	return s.End(65 * tick)
 }
+
+// LeakWindowsStream runs 64 ticks of 1<<30 ns, less 1 ns: weights (stack
+// 3) load 100 MiB once at 0; each tick leaky (stack 1) allocates 1 MiB
+// never freed and steady (stack 2) allocates 1 MiB and frees it, once more
+// just before the end. With LeakWindows 4 the windows end at ticks 16, 32,
+// 48 and the end.
+func LeakWindowsStream() *Stream {
+	const tick = uint64(1) << 30
+	s := NewStream().Stack(1, "leaky", 10).Stack(2, "steady", 20).Stack(3, "weights", 30)
+	s.Alloc(0, 0xf000, 100*miB, 3) // loaded once: flat
+	for i := range uint64(64) {
+		s.Alloc(i*tick+1, 0x1000+i, miB, 1) // leaks
+		s.Alloc(i*tick+2, 0xa, miB, 2)      // steady: freed each tick
+		s.Free(i*tick+3, 0xa)
+	}
+	s.Alloc(64*tick-2, 0xb, miB, 2).Free(64*tick-1, 0xb)
+	return s.End(64*tick - 1)
+}

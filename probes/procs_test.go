@@ -315,6 +315,15 @@ func TestProcReaders(t *testing.T) {
 	require.NoError(t, child.Start())
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 	pid := child.Process.Pid
+	// Start returns once the exec is past its point of no return, which is
+	// before the kernel has set up the new image's arguments: until then
+	// /proc/PID/cmdline reads empty. Wait for the image, not for a time.
+	for i := 0; i < 400; i++ {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); len(b) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 
 	info := procInfo(uint32(pid))
 	assert.Equal(t, &event.Process{PID: uint32(pid), Command: []string{odd, "30"}, PPID: uint32(os.Getpid()), Exe: exe}, info)

@@ -62,27 +62,9 @@ func lateRuntime(t *testing.T, under ...string) *probetest.Truth {
 func startAll(t *testing.T, env ...string) (stop func() map[uint32]allProcess, stderr *syncBuffer) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "out")
-	stderr = &syncBuffer{}
-	cmd := exec.Command(binPath, "attach", "--all", "-o", dir)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(stderr.String(), "tracing every CUDA process") {
-		require.True(t, time.Now().Before(deadline), "not live; stderr:\n%s", stderr.String())
-		time.Sleep(20 * time.Millisecond)
-	}
+	stderr, stopAll := startDaemon(t, env, "tracing every CUDA process", "attach", "--all", "-o", dir)
 	return func() map[uint32]allProcess {
-		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-		select {
-		case err := <-done:
-			require.NoError(t, err, "stderr:\n%s", stderr.String())
-		case <-time.After(20 * time.Second):
-			t.Fatal("vramprof attach --all did not stop on SIGTERM")
-		}
+		stopAll()
 		data, err := os.ReadFile(filepath.Join(dir, "report.json"))
 		require.NoError(t, err)
 		var rep struct {
@@ -178,23 +160,7 @@ func TestAttachAllNewExecutable(t *testing.T) {
 func TestServeLateRuntime(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	addr := freeLoopback(t)
-	stderr := &syncBuffer{}
-	cmd := exec.Command(binPath, "serve", "--listen", addr)
-	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("vramprof serve's stderr:\n%s", stderr.String())
-		}
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
-		require.True(t, time.Now().Before(deadline), "not serving; stderr:\n%s", stderr.String())
-		time.Sleep(20 * time.Millisecond)
-	}
+	_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr)
 
 	truth := lateRuntime(t)
 	want := truth.Totals
@@ -202,7 +168,7 @@ func TestServeLateRuntime(t *testing.T) {
 	pid := strconv.Itoa(int(truth.PID))
 	// The last events reach serve up to a reorder window after the exit,
 	// which serve may notice first: wait for both.
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		fams := scrapeMetrics(t, base)
 		exited, _ := metricValue(fams, exporter.MetricProcessExited, pid)
@@ -229,13 +195,7 @@ func TestServeLateRuntime(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		require.NoError(t, err, "stderr:\n%s", stderr.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("vramprof serve did not stop on SIGTERM")
-	}
+	stop()
 }
 
 // TestAttachAllLateRuntimeHeld: `vramprof run` traces dlopen_late (copies

@@ -41,6 +41,42 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// startDaemon starts a long-running vramprof (attach --all, serve) with
+// args and env added to this process's, and waits until its stderr holds
+// ready. stop sends SIGTERM and requires a clean exit within 20 s. The
+// stderr is logged when the test fails.
+func startDaemon(t *testing.T, env []string, ready string, args ...string) (stderr *syncBuffer, stop func()) {
+	t.Helper()
+	stderr = &syncBuffer{}
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("vramprof %s's stderr:\n%s", args[0], stderr.String())
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), ready) {
+		require.True(t, time.Now().Before(deadline), "vramprof %s not ready; stderr:\n%s", args[0], stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	return stderr, func() {
+		t.Helper()
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-done:
+			require.NoError(t, err, "stderr:\n%s", stderr.String())
+		case <-time.After(20 * time.Second):
+			t.Fatalf("vramprof %s did not stop on SIGTERM", args[0])
+		}
+	}
+}
+
 // longrun is a running testdata/build/bin/longrun.
 type longrun struct {
 	cmd   *exec.Cmd

@@ -43,23 +43,7 @@ func TestServe(t *testing.T) {
 	lr := startLongrunCmd(t, lrCmd)
 
 	addr := freeLoopback(t)
-	stderr := &syncBuffer{}
-	cmd := exec.Command(binPath, "serve", "--listen", addr)
-	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("vramprof serve's stderr:\n%s", stderr.String())
-		}
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
-		require.True(t, time.Now().Before(deadline), "not serving; stderr:\n%s", stderr.String())
-		time.Sleep(20 * time.Millisecond)
-	}
+	stderr, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr)
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
 	lr.expect(t, "done")
 	truth := probetest.MustReadTruth(t, lr.truth)
@@ -69,7 +53,7 @@ func TestServe(t *testing.T) {
 
 	// The last events reach serve up to a reorder window after "done".
 	var fams map[string]*dto.MetricFamily
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		fams = scrapeMetrics(t, base)
 		if v, _ := metricValue(fams, exporter.MetricFrees, pid); v == float64(want.Frees) {
@@ -152,13 +136,7 @@ func TestServe(t *testing.T) {
 		}
 	})
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		require.NoError(t, err, "stderr:\n%s", stderr.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("vramprof serve did not stop on SIGTERM")
-	}
+	stop()
 }
 
 // freeLoopback returns a 127.0.0.1 address with a port free a moment ago.

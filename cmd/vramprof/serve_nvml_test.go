@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -166,19 +165,8 @@ func TestServeNVMLUnavailable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := freeLoopback(t)
-			stderr := &syncBuffer{}
-			cmd := exec.Command(binPath, append([]string{"serve", "--listen", addr}, tc.args...)...)
-			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+tc.libPath)
-			cmd.Stderr = stderr
-			require.NoError(t, cmd.Start())
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			deadline := time.Now().Add(15 * time.Second)
-			for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
-				require.True(t, time.Now().Before(deadline), "not serving; stderr:\n%s", stderr.String())
-				time.Sleep(20 * time.Millisecond)
-			}
+			_, stop := startDaemon(t, []string{"LD_LIBRARY_PATH=" + tc.libPath}, "vramprof: serving http://"+addr,
+				append([]string{"serve", "--listen", addr}, tc.args...)...)
 			fams := scrapeMetrics(t, "http://"+addr)
 			v, reason, ok := nvmlReason(fams)
 			if tc.reason == "" {
@@ -191,13 +179,7 @@ func TestServeNVMLUnavailable(t *testing.T) {
 				exporter.MetricDeviceFreeBytes, exporter.MetricNVMLProcessUsedBytes} {
 				assert.Nil(t, fams[name], "%s without NVML", name)
 			}
-			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-			select {
-			case err := <-done:
-				require.NoError(t, err, "stderr:\n%s", stderr.String())
-			case <-time.After(20 * time.Second):
-				t.Fatal("vramprof serve did not stop on SIGTERM")
-			}
+			stop()
 		})
 	}
 }

@@ -942,8 +942,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
-	a.change.restored = a.inTimelines(e)
-	a.notify(true, false, e.Time, e.Time, e.Size, e.Device, layer, mem, g, sp, live.Bytes, pd.live)
+	a.notify(true, false, a.inTimelines(e), e.Time, e.Time, e.Size, e.Device, layer, mem, g, sp, live.Bytes, pd.live)
 	return true
 }
 
@@ -951,10 +950,10 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 // the liveObservers. The fields are stored one by one: a composite
 // literal is built on the stack and copied, and the copy's wide loads of
 // what narrow stores just wrote stalled on every event.
-func (a *Analyzer) notify(alloc, replaced bool, t, born, size uint64, device int32, layer event.Layer,
+func (a *Analyzer) notify(alloc, replaced, restored bool, t, born, size uint64, device int32, layer event.Layer,
 	mem MemorySpace, g *groupState, sp *space, live, deviceLive uint64) {
 	c := &a.change
-	c.alloc, c.replaced = alloc, replaced
+	c.alloc, c.replaced, c.restored = alloc, replaced, restored
 	c.seq, c.time, c.born = a.run.Events, t, born
 	c.size, c.device = size, device
 	c.layer, c.mem, c.sc = layer, mem, g.key.sc
@@ -1025,8 +1024,7 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	a.change.restored = false
-	a.notify(false, replaced, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live.Bytes, pd.live)
+	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live.Bytes, pd.live)
 }
 
 // failure copies a failed allocation with what was live at that moment. It

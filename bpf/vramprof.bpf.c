@@ -105,13 +105,16 @@
  *   pending  LRU hash tgid -> u8 (trace_all): a process that is no target
  *            faulted on a mapping of an unexamined file since its loader's
  *            last rendezvous; that rendezvous then stops it (loader_state).
+ *   resolve_key  hash tid -> file_key (trace_all): the key of the file a
+ *            thread of vramprof's own faulted on (overlayfs, late.go).
  *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
  *            function's arguments are (cookie bits 32-63).
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
  * Set from Go before load: wakeup_bytes, trace_all (every process is a
- * target: attach --all). BPF's own: stop_seq (numbers the stops).
+ * target: attach --all), self_tgid (vramprof's own process). BPF's own:
+ * stop_seq (numbers the stops).
  *
  * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf).
  * Uretprobes on 6.11+ return through the uretprobe syscall.
@@ -439,24 +442,32 @@ struct address_space {
 /*
  * file_faulted makes the calling process pending when mapping's file is
  * not in known_files (trace_all; a process that is not a target: targets
- * are stopped at every rendezvous anyway).
+ * are stopped at every rendezvous anyway). A fault of vramprof's own only
+ * answers resolve_key.
  */
 static __always_inline void file_faulted(struct address_space *mapping)
 {
 	if (!trace_all || !mapping)
 		return;
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (bpf_map_lookup_elem(&targets, &tgid))
-		return;
 	struct inode *in = mapping->host;
 	if (!in)
 		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
 	__u32 kdev = in->i_sb->s_dev;
 	__u32 major = kdev >> 20, minor = kdev & 0xfffff;
 	struct file_key key = {
 		.dev = (minor & 0xff) | (major << 8) | ((__u64)(minor & ~0xffu) << 12),
 		.ino = in->i_ino,
 	};
+	if (tgid == self_tgid) {
+		struct file_key *slot = bpf_map_lookup_elem(&resolve_key, &tid);
+		if (slot)
+			*slot = key;
+		return;
+	}
+	if (bpf_map_lookup_elem(&targets, &tgid))
+		return;
 	if (bpf_map_lookup_elem(&known_files, &key))
 		return;
 	__u8 one = 1;

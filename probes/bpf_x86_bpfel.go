@@ -246,6 +246,7 @@ const (
 	bpfMapPyScratch         = "py_scratch"
 	bpfMapPySeen            = "py_seen"
 	bpfMapPyThreads         = "py_threads"
+	bpfMapResolveKey        = "resolve_key"
 	bpfMapScratch           = "scratch"
 	bpfMapSlots             = "slots"
 	bpfMapSpecCalls         = "spec_calls"
@@ -269,6 +270,7 @@ const (
 	bpfProgUsdtBlock        = "usdt_block"
 	bpfVarContractTypes     = "contract_types"
 	bpfVarLost              = "lost"
+	bpfVarSelfTgid          = "self_tgid"
 	bpfVarSpecContractTypes = "spec_contract_types"
 	bpfVarStopSeq           = "stop_seq"
 	bpfVarTraceAll          = "trace_all"
@@ -347,6 +349,7 @@ type bpfMapSpecs struct {
 	PyScratch    *ebpf.MapSpec `ebpf:"py_scratch"`
 	PySeen       *ebpf.MapSpec `ebpf:"py_seen"`
 	PyThreads    *ebpf.MapSpec `ebpf:"py_threads"`
+	ResolveKey   *ebpf.MapSpec `ebpf:"resolve_key"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Slots        *ebpf.MapSpec `ebpf:"slots"`
 	SpecCalls    *ebpf.MapSpec `ebpf:"spec_calls"`
@@ -363,6 +366,7 @@ type bpfMapSpecs struct {
 type bpfVariableSpecs struct {
 	ContractTypes     *ebpf.VariableSpec `ebpf:"contract_types"`
 	Lost              *ebpf.VariableSpec `ebpf:"lost"`
+	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	SpecContractTypes *ebpf.VariableSpec `ebpf:"spec_contract_types"`
 	StopSeq           *ebpf.VariableSpec `ebpf:"stop_seq"`
 	TraceAll          *ebpf.VariableSpec `ebpf:"trace_all"`
@@ -400,6 +404,7 @@ type bpfMaps struct {
 	PyScratch    *ebpf.Map `ebpf:"py_scratch"`
 	PySeen       *ebpf.Map `ebpf:"py_seen"`
 	PyThreads    *ebpf.Map `ebpf:"py_threads"`
+	ResolveKey   *ebpf.Map `ebpf:"resolve_key"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Slots        *ebpf.Map `ebpf:"slots"`
 	SpecCalls    *ebpf.Map `ebpf:"spec_calls"`
@@ -422,6 +427,7 @@ func (m *bpfMaps) Close() error {
 		m.PyScratch,
 		m.PySeen,
 		m.PyThreads,
+		m.ResolveKey,
 		m.Scratch,
 		m.Slots,
 		m.SpecCalls,
@@ -439,6 +445,7 @@ func (m *bpfMaps) Close() error {
 type bpfVariables struct {
 	ContractTypes     *ebpf.Variable `ebpf:"contract_types"`
 	Lost              *ebpf.Variable `ebpf:"lost"`
+	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	SpecContractTypes *ebpf.Variable `ebpf:"spec_contract_types"`
 	StopSeq           *ebpf.Variable `ebpf:"stop_seq"`
 	TraceAll          *ebpf.Variable `ebpf:"trace_all"`

@@ -24,6 +24,13 @@ package probes
 // debugger is never stopped (may_stop_other): a shell's job control or the
 // debugger would see the stop.
 //
+// A file is known by the key the faults carry: the device and inode of the
+// page cache's file. On overlayfs (a container's root) that is the file in
+// the layer underneath, while stat(2) and /proc/PID/maps give the overlay's
+// device: examined puts both keys in known_files, the second found by
+// faulting on the file from vramprof itself (realKey). Without it, every
+// dlopen of a containerised process would stop it again.
+//
 // Page faults rather than mmap(2): a raw syscall tracepoint puts every
 // system call of every process on the slow path (getppid went from ~170
 // to ~270 ns here with one attached), and fentry/LSM programs need the
@@ -40,10 +47,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
@@ -86,7 +96,7 @@ func (s *Session) knowData(pid uint32) {
 			continue
 		}
 		if !isELF(p) {
-			s.examined(k)
+			s.examined(k, p)
 		}
 	}
 }
@@ -106,12 +116,12 @@ func isELF(path string) bool {
 	return string(magic[:]) == elf.ELFMAG
 }
 
-// examined tells the kernel that the file k has been looked at (probed, or
-// found to hold nothing to probe, or data): mapping it stops nobody from
-// now on. Only under Options.All, where map_fault and map_pages run. An
-// error is ignored: the worst outcome is one more stop of a process that
-// maps the file.
-func (s *Session) examined(k fileKey) {
+// examined tells the kernel that the file k, opened at path, has been
+// looked at (probed, or found to hold nothing to probe, or data): mapping
+// it stops nobody from now on. Only under Options.All, where map_fault and
+// map_pages run. An error is ignored: the worst outcome is one more stop
+// of a process that maps the file.
+func (s *Session) examined(k fileKey, path string) {
 	if !s.opts.All || s.late.known[k] {
 		return
 	}
@@ -120,6 +130,72 @@ func (s *Session) examined(k fileKey) {
 	}
 	s.late.known[k] = true
 	_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, uint8(1), ebpf.UpdateAny)
+	if rk, ok := s.realKey(path); ok && rk != k {
+		_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: rk.Dev, Ino: rk.Inode}, uint8(1), ebpf.UpdateAny)
+	}
+}
+
+// overlayMagic is overlayfs's file system type (statfs(2) f_type).
+const overlayMagic = 0x794c7630
+
+// realKey returns the key a page fault on the file at path carries, when
+// path is on overlayfs (the file underneath, see the top of this file): it
+// maps the file's first page and reads it on a thread that resolve_key
+// watches. Any other file fault of that thread in between (a first run of
+// one of vramprof's own code pages) would answer instead: a warm-up run of
+// the same calls first makes that unlikely, and a wrong answer costs one
+// more stop only, as without this.
+func (s *Session) realKey(path string) (fileKey, bool) {
+	var fs unix.Statfs_t
+	if unix.Statfs(path, &fs) != nil || fs.Type != overlayMagic {
+		return fileKey{}, false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fileKey{}, false
+	}
+	defer f.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := uint32(unix.Gettid())
+	if !touchFirstPage(f) { // the warm-up: empty or unmappable files end here
+		return fileKey{}, false
+	}
+	if s.objs.ResolveKey.Update(tid, bpfFileKey{}, ebpf.UpdateAny) != nil {
+		return fileKey{}, false
+	}
+	defer func() { _ = s.objs.ResolveKey.Delete(tid) }()
+	touchFirstPage(f)
+	var key bpfFileKey
+	if s.objs.ResolveKey.Lookup(tid, &key) != nil || key == (bpfFileKey{}) {
+		return fileKey{}, false
+	}
+	return fileKey{Dev: key.Dev, Inode: key.Ino}, true
+}
+
+// touched keeps touchFirstPage's read from being optimised away.
+var touched byte
+
+// touchFirstPage maps f's first page and reads it: a page fault on f in a
+// fresh mapping. It reports whether f could be mapped and read: an empty
+// file cannot, and one truncated meanwhile faults (SIGBUS, recovered).
+func touchFirstPage(f *os.File) (ok bool) {
+	if st, err := f.Stat(); err != nil || st.Size() == 0 {
+		return false
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, 1, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	defer func() { ok = unix.Munmap(b) == nil && ok }()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	touched = b[0]
+	return true
 }
 
 // adoptLate adopts the process of r, a record of a process not tracked yet

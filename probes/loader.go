@@ -5,6 +5,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -57,6 +58,9 @@ func newLoader(opts *Options) (*loader, error) {
 	if opts.All {
 		if err := spec.Variables[bpfVarTraceAll].Set(uint8(1)); err != nil {
 			return nil, fmt.Errorf("set trace_all: %w", err)
+		}
+		if err := spec.Variables[bpfVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
+			return nil, fmt.Errorf("set self_tgid: %w", err)
 		}
 	}
 	l := &loader{}

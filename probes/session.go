@@ -286,7 +286,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				// Nothing to probe there, or unreadable (then it cannot be
 				// probed either): one file must not stop the others.
 				s.notCUDA[c.Key] = true
-				s.examined(c.Key)
+				s.examined(c.Key, c.OpenPath)
 				continue
 			}
 			if err := s.att.attach(pf); err != nil {
@@ -295,7 +295,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				}
 				return nil, err
 			}
-			s.examined(c.Key)
+			s.examined(c.Key, c.OpenPath)
 		}
 		mapped := *pf
 		mapped.candidate = c // this process's path to it

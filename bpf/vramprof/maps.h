@@ -30,6 +30,8 @@ struct ctx_key {
 /* Set from Go before load. */
 volatile const __u64 wakeup_bytes = 256 * 1024;
 volatile const __u8 trace_all = 0;
+/* vramprof's own process (trace_all): its faults only answer resolve_key. */
+volatile const __u32 self_tgid = 0;
 
 /* Read from Go. */
 __u64 lost = 0;
@@ -82,6 +84,21 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } pending SEC(".maps");
+
+/*
+ * resolve_key (trace_all): a thread of vramprof's own (self_tgid) that
+ * user space put here gets the key of the next file it faults on. On a
+ * stacked file system (overlayfs: every container's root) stat(2) gives
+ * the overlay's device, while a fault's mapping is the file underneath:
+ * user space maps and touches a file it has examined, so as to put the
+ * key the faults carry into known_files too (probes/late.go, realKey).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct file_key);
+} resolve_key SEC(".maps");
 
 /* Stops so far: numbers each one (the stopped map's key). */
 __u64 stop_seq = 0;

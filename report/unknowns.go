@@ -109,6 +109,6 @@ func flightLine(res *analysis.Result) string {
 		covers = "totals, books, peaks and the stacks live at them cover the whole run; timelines before the window do not"
 	}
 	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+
-		"(%d allocations live at the cut restored exactly; %s)",
+		"(%d allocations live at the cut restored exactly; %s; churn, spikes and iterations are found in the kept events only)",
 		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored, covers)
 }

@@ -30,15 +30,27 @@ import (
 // argument of that command (vramprof run ... --).
 func lateRuntime(t *testing.T, under ...string) *probetest.Truth {
 	t.Helper()
-	libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
 	tmp := t.TempDir()
-	// The runtime loads the driver from its own folder: a fresh copy too.
+	copyRuntime(t, tmp)
+	return runLate(t, filepath.Join(tmp, "libcudart.so.12"), under...)
+}
+
+// copyRuntime copies the fake runtime and driver into dir (the runtime
+// loads the driver from its own folder).
+func copyRuntime(t *testing.T, dir string) {
+	t.Helper()
+	libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
 	for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
 		data, err := os.ReadFile(filepath.Join(libs, name))
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(tmp, name), data, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o755))
 	}
-	lib := filepath.Join(tmp, "libcudart.so.12")
+}
+
+// runLate runs dlopen_late on the runtime lib (see lateRuntime) and returns
+// its truth.
+func runLate(t *testing.T, lib string, under ...string) *probetest.Truth {
+	t.Helper()
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
 	// Bounded: a process left stopped would never end.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -117,6 +129,31 @@ func TestAttachAllLateRuntime(t *testing.T) {
 	stop, stderr := startAll(t)
 	truth := lateRuntime(t)
 	assertTruth(t, stop(), truth, stderr)
+}
+
+// TestAttachAllLateRuntimeOverlay is TestAttachAllLateRuntime in a
+// container's root: the runtime's copy is on overlayfs, where stat(2) gives
+// the overlay's device and the kernel's faults and probes the layer's file
+// underneath. Two processes load it one after the other: both are traced
+// exactly (the second after the file is known, probes/late.go).
+func TestAttachAllLateRuntimeOverlay(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	dir := t.TempDir()
+	lower, upper, work, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
+	for _, d := range []string{lower, upper, work, merged} {
+		require.NoError(t, os.Mkdir(d, 0o755))
+	}
+	copyRuntime(t, lower)
+	require.NoError(t, syscall.Mount("overlay", merged, "overlay", 0,
+		"lowerdir="+lower+",upperdir="+upper+",workdir="+work), "mount overlayfs")
+	t.Cleanup(func() { _ = syscall.Unmount(merged, syscall.MNT_DETACH) })
+
+	stop, stderr := startAll(t)
+	first := runLate(t, filepath.Join(merged, "libcudart.so.12"))
+	second := runLate(t, filepath.Join(merged, "libcudart.so.12"))
+	procs := stop()
+	assertTruth(t, procs, first, stderr)
+	assertTruth(t, procs, second, stderr)
 }
 
 // TestAttachAllNewExecutable: an executable with the runtime linked in

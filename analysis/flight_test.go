@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/analysis/checkpoint"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
@@ -108,7 +109,7 @@ func checkCheckpointRestore(t *testing.T, opts Options) {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
-		tr := event.NewTracker()
+		tr := checkpoint.NewTracker()
 		tr.SetStart(recs[0].(*event.Header).Start)
 		var desc, after []event.Record
 		for i, r := range recs {
@@ -250,7 +251,7 @@ func TestCheckpointRestoreExec(t *testing.T) {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
-		tr := event.NewTracker()
+		tr := checkpoint.NewTracker()
 		var desc, after []event.Record
 		for i, r := range recs {
 			switch x := r.(type) {

@@ -1,30 +1,51 @@
-package event
+package checkpoint
 
 import (
 	"cmp"
 	"slices"
+
+	"github.com/vramprof/vramprof/analysis/ledger"
+	"github.com/vramprof/vramprof/probes/event"
 )
 
 // Tracker follows an event stream for a flight recorder: the allocations
-// still live, each as the event that made it, and the figures a Checkpoint
-// summarises. Its memory is proportional to what is live, never to the
-// length of the stream. It is not safe for concurrent use.
+// still live, each as the event that made it, and the figures a
+// Checkpoint summarises. Its memory is proportional to what is live, never
+// to the length of the stream. It is not safe for concurrent use. The
+// zero value is not ready: use NewTracker.
 //
-// It pairs frees with allocations as the analysis does: by process, layer,
-// memory space and address, a nested (driver) call apart from the runtime
-// call around it, physical handles, reservations and mappings each apart.
-// It does not follow PID reuse: a process that reuses a dead process's PID
-// inherits what the dead one left live, as a missed free.
+// What is live is the ledger's (analysis/ledger): process instances,
+// allocations per instance, layer and memory space, physical handles and
+// mappings, by the rules the analysis follows. Beside it the Tracker keeps,
+// as the analysis keeps its aggregates, what a checkpoint needs and the
+// ledger does not hold: each live allocation's event (to restore it), the
+// per-API books with the nested calls the ledger leaves out, reserved
+// ranges and the calls of layers no report counts (restored as they came),
+// the scopes' counts and peaks, the live sets at the peaks and the
+// timelines.
+//
+// A checkpoint names processes by PID: when a PID's instance is
+// superseded (ledger.Ledger.Process), what the old one left live leaves
+// the all-process figures and is forgotten, not restored; the PID's own
+// counts and peaks carry on, so a report from a later checkpoint shows the
+// instances as one process.
 type Tracker struct {
-	live map[trackKey]trackedEvent
-	// handles are the VMM's physical handles live: physical memory goes
-	// when its handle is both released and unmapped.
-	handles map[handleKey]*handleState
-	// active are the PIDs with an event since their last Process record.
-	active map[uint32]bool
-	// books are the per-API books' live allocations, keyed as the
-	// analysis keys them (by API, not by nesting).
-	books  map[bookKey]uint64
+	l *ledger.Ledger
+	// recs are the events of the live allocations (and mappings, reserved
+	// ranges, nested calls, kept releases) to restore; free are the
+	// indexes of recs not in use. A ledger entry's Tag (a mapping's tag) is
+	// its index here; the side tables and books hold index+1.
+	recs []tracked
+	free []int32
+	live int
+	// side are the calls the ledger does not keep, by key space: nested
+	// calls (the books count them), reserved ranges and other layers.
+	side     map[sideKey]*ledger.Table[int32]
+	lastSide *ledger.Table[int32]
+	lastKey  sideKey
+	// books are the per-API books' live allocations (their sizes), keyed
+	// as the analysis keys them (by API, not by nesting).
+	books  map[bookSpace]*ledger.Table[uint64]
 	seq    uint64
 	events uint64
 	first  uint64
@@ -37,101 +58,70 @@ type Tracker struct {
 	tl timelines
 }
 
-// peakSet is one scope's live allocations by class and what was live at
-// its peak, kept as the analysis keeps a process's (classState.peak): at a
-// new peak only the classes changed since the last one are copied, so the
-// cost is O(events) however often the peak moves. A class neither live nor
-// at the peak (idle) is forgotten once idle ones are as many as the others
-// and minIdle: memory follows what is live and the peak, and a class
-// allocated and freed over and over stays put in between.
-type peakSet struct {
-	classes map[PeakClass]*peakCount
-	// dirty are the classes changed since the last peak, each once.
-	dirty []*peakCount
-	// idle counts the classes neither live nor at the peak, at most.
-	idle int
-	// at is the allocation that reached the peak.
-	at Event
-}
-
-// minIdle is how many idle classes a peakSet may keep whatever its size:
-// a sweep costs the whole set, so it waits for as many idle ones.
-const minIdle = 1024
-
-// peakCount is one class's count live now and at the peak.
-type peakCount struct {
-	live, peak uint64
-	dirty      bool
-}
-
-type trackKey struct {
-	addr   uint64
-	pid    uint32
-	layer  Layer
-	space  uint8
-	nested bool
-}
-
-type handleKey struct {
-	pid    uint32
-	handle uint64
-}
-
-type handleState struct {
-	maps     int
-	released bool
-}
-
-type trackedEvent struct {
+// tracked is one restorable event; seq 0 marks a free one.
+type tracked struct {
 	seq uint64
-	ev  Event
+	ev  event.Event
 	// own and dev are its class in its process's and its device's live
 	// sets (peakSet) when it is counted there: a live class is never
 	// forgotten, so a free finds it without a lookup.
 	own, dev *peakCount
+	// release is the index+1 of the release of physical memory still
+	// mapped (ledger.Kept), restored after it.
+	release int32
 }
 
-type totalsKey struct {
-	pid    uint32
-	all    bool
-	layer  Layer
-	host   bool
-	book   uint8
-	perDev bool
-	device int32
+// sideKey is a key space of calls the ledger does not keep: an instance's
+// calls at one layer in one address space, nested or not.
+type sideKey struct {
+	inst   uint32
+	layer  event.Layer
+	space  uint8
+	nested bool
 }
 
-type bookKey struct {
-	addr     uint64
-	pid      uint32
-	driver   bool
-	physical bool
-}
-
-type trackTotals struct {
-	CheckpointTotals
-	live uint64
-	// ps is the scope's live set by class, for the scopes whose peak a
-	// report shows stacks of; nil until the first allocation.
-	ps *peakSet
-}
-
-// Address spaces of the tracker's keys.
+// Address spaces of the side keys.
 const (
 	spaceDevice uint8 = iota
 	spaceHost
 	spaceHandle
 	spaceReserve
 	spaceMap
-	// spaceReleased holds the release of a handle still mapped.
-	spaceReleased
 )
+
+// bookSpace is one instance's live allocations in one book, physical
+// memory (by handle) apart from allocations.
+type bookSpace struct {
+	inst     uint32
+	driver   bool
+	physical bool
+}
+
+type totalsKey struct {
+	pid    uint32
+	all    bool
+	layer  event.Layer
+	host   bool
+	book   uint8
+	perDev bool
+	device int32
+}
+
+type trackTotals struct {
+	event.CheckpointTotals
+	// live is a book's or a device's live bytes; a scope's are the
+	// ledger's.
+	live uint64
+	// ps is the scope's live set by class, for the scopes whose peak a
+	// report shows stacks of; nil until the first allocation.
+	ps *peakSet
+}
 
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
-	return &Tracker{live: make(map[trackKey]trackedEvent), books: make(map[bookKey]uint64),
-		handles: make(map[handleKey]*handleState), active: make(map[uint32]bool),
-		totals: make(map[totalsKey]*trackTotals), peaks: make(map[totalsKey]*peakSet), tl: newTimelines()}
+	return &Tracker{l: ledger.New(), side: make(map[sideKey]*ledger.Table[int32]),
+		books: make(map[bookSpace]*ledger.Table[uint64]), totals: make(map[totalsKey]*trackTotals),
+		peaks: make(map[totalsKey]*peakSet), tl: newTimelines()}
 }
 
 // SetStart sets the origin of the timelines' grid: the stream's
@@ -141,280 +131,308 @@ func (t *Tracker) SetStart(start uint64) { t.tl.origin = start }
 // Observe follows one event, in stream order. Restored events are
 // followed like any other: a tracker fed a segment that starts from a
 // checkpoint ends with the same live set as the one that wrote it.
-func (t *Tracker) Observe(e *Event) {
+func (t *Tracker) Observe(e *event.Event) {
 	t.seq++
-	t.active[e.PID] = true
 	if t.events == 0 {
 		t.first = e.Time
 	}
 	t.events++
 	t.last = e.Time
+	id := t.l.Active(e.PID, e.Time)
 	layer := e.Layer
-	if layer == LayerUnknown {
-		layer = LayerSegment
+	if layer == event.LayerUnknown {
+		layer = event.LayerSegment
 	}
-	if layer == LayerSegment {
-		t.book(e)
-		if e.Flags&FlagNested == 0 {
-			switch e.Kind {
-			case KindRelease:
-				t.release(e)
-				return
-			case KindMap:
-				t.mapRange(e)
-				return
-			case KindUnmap:
-				t.unmapRange(e)
-				return
-			}
+	switch layer {
+	case event.LayerBlock:
+		k := ledger.Key{Inst: id, Layer: layer, Space: ledger.Device}
+		switch e.Kind {
+		case event.KindAlloc:
+			ch := t.l.Alloc(k, e)
+			t.allocated(k, &ch, e)
+		case event.KindFree:
+			ch := t.l.Free(k, e)
+			t.freed(k, &ch, e)
+		default:
+			t.sideCall(id, layer, e, false)
+		}
+		return
+	case event.LayerSegment:
+	default:
+		t.sideCall(id, layer, e, false)
+		return
+	}
+	t.book(id, e)
+	if e.Flags&event.FlagNested != 0 {
+		// The outer call counts the memory; the books count this one.
+		t.sideCall(id, layer, e, true)
+		return
+	}
+	k := ledger.Key{Inst: id, Layer: layer, Space: ledger.Device}
+	switch e.Kind {
+	case event.KindAlloc:
+		ch := t.l.Alloc(k, e)
+		t.allocated(k, &ch, e)
+	case event.KindFree:
+		ch := t.l.Free(k, e)
+		t.freed(k, &ch, e)
+	case event.KindHostAlloc:
+		k.Space = ledger.Host
+		ch := t.l.Alloc(k, e)
+		t.allocated(k, &ch, e)
+	case event.KindHostFree:
+		k.Space = ledger.Host
+		ch := t.l.Free(k, e)
+		t.freed(k, &ch, e)
+	case event.KindCreate:
+		k.Space = ledger.Physical
+		ch := t.l.Create(id, e)
+		t.allocated(k, &ch, e)
+	case event.KindRelease:
+		t.release(id, e)
+	case event.KindMap:
+		ch := t.l.Map(id, e)
+		t.unmapped(ch.Unmapped, e.Time)
+		if ch.Verdict == ledger.Mapped {
+			t.l.TagMapping(id, e.Addr, t.store(e))
+		}
+	case event.KindUnmap:
+		t.unmapped(t.l.Unmap(id, e).Unmapped, e.Time)
+	case event.KindReserve, event.KindUnreserve:
+		t.sideCall(id, layer, e, false)
+	}
+}
+
+// store keeps e to restore and returns its index in recs.
+func (t *Tracker) store(e *event.Event) int32 {
+	var i int32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		i = int32(len(t.recs))
+		t.recs = append(t.recs, tracked{})
+	}
+	r := &t.recs[i]
+	*r = tracked{seq: t.seq, ev: *e}
+	r.ev.Flags &^= event.FlagRestored
+	t.live++
+	return i
+}
+
+// drop lets record i go, with the release kept with it.
+func (t *Tracker) drop(i int32) {
+	r := &t.recs[i]
+	if r.seq == 0 {
+		return
+	}
+	rel := r.release
+	*r = tracked{}
+	t.free = append(t.free, i)
+	t.live--
+	if rel != 0 {
+		t.drop(rel - 1)
+	}
+}
+
+// scopeTotals are the figures of the scope of key space k: pid's and every
+// process's.
+func (t *Tracker) scopeTotals(pid uint32, k ledger.Key) (tt, all *trackTotals) {
+	host := k.Space == ledger.Host
+	return t.total(totalsKey{pid: pid, layer: k.Layer, host: host}), t.total(totalsKey{all: true, layer: k.Layer, host: host})
+}
+
+// allocated counts what the ledger made of an allocation call in key
+// space k and keeps the allocation's event.
+func (t *Tracker) allocated(k ledger.Key, ch *ledger.Change, e *event.Event) {
+	tt, all := t.scopeTotals(e.PID, k)
+	switch ch.Verdict {
+	case ledger.Failed:
+		for _, x := range [...]*trackTotals{tt, all} {
+			x.Failed++
+			x.FailedBytes += e.Size
+		}
+		return
+	case ledger.Added:
+	case ledger.Replaced:
+		// A missed free: the analysis drops the old one uncounted.
+		t.gone(tt, ch.Old.Tag, e.Time)
+	default:
+		return
+	}
+	i := t.store(e)
+	ch.New.Tag = i
+	peak := false
+	tt.Allocations++
+	tt.AllocatedBytes += e.Size
+	if ch.Inst.Bytes > tt.PeakBytes {
+		tt.PeakBytes, tt.PeakTime = ch.Inst.Bytes, e.Time
+		peak = true
+	}
+	all.Allocations++
+	all.AllocatedBytes += e.Size
+	if lv := t.l.ScopeLevel(k.Scope()).Bytes; lv > all.PeakBytes {
+		all.PeakBytes, all.PeakTime = lv, e.Time
+	}
+	r := &t.recs[i]
+	r.own = t.peakSet(tt).add(e, peak)
+	t.deviceLevel(r, true)
+	t.tl.follow(e, true, e.Time)
+}
+
+// gone takes live record i, counted in scope tt, out of the live sets,
+// the device levels and the timelines at time at, and lets it go.
+func (t *Tracker) gone(tt *trackTotals, i int32, at uint64) {
+	r := &t.recs[i]
+	tt.ps.drop(r.own)
+	t.deviceLevel(r, false)
+	t.tl.follow(&r.ev, false, at)
+	t.drop(i)
+}
+
+// freed counts what the ledger made of a free call in key space k.
+func (t *Tracker) freed(k ledger.Key, ch *ledger.Change, e *event.Event) {
+	tt, all := t.scopeTotals(e.PID, k)
+	switch ch.Verdict {
+	case ledger.Failed:
+		tt.FailedFrees++
+		all.FailedFrees++
+	case ledger.Unknown:
+		tt.UnknownFrees++
+		all.UnknownFrees++
+	case ledger.Freed:
+		t.dropped(tt, all, ch.Old, e.Time)
+	}
+}
+
+// dropped counts live allocation old, of scope tt, as freed at time at.
+func (t *Tracker) dropped(tt, all *trackTotals, old ledger.Entry, at uint64) {
+	for _, x := range [...]*trackTotals{tt, all} {
+		x.Frees++
+		x.FreedBytes += old.Size
+	}
+	t.gone(tt, old.Tag, at)
+}
+
+// release follows cuMemRelease (not nested): the physical memory goes now
+// if no range maps it, else at its last unmap (the release is kept until
+// then, to be restored after the handle).
+func (t *Tracker) release(id uint32, e *event.Event) {
+	ch := t.l.Release(id, e)
+	k := ledger.Key{Inst: id, Layer: event.LayerSegment, Space: ledger.Physical}
+	tt, all := t.scopeTotals(e.PID, k)
+	switch ch.Verdict {
+	case ledger.Failed:
+		tt.FailedFrees++
+		all.FailedFrees++
+	case ledger.Unknown:
+		tt.UnknownFrees++
+		all.UnknownFrees++
+	case ledger.Kept:
+		if h, ok := t.l.Get(k, e.Addr); ok {
+			i := t.store(e)
+			t.recs[h.Tag].release = i + 1
+		}
+	case ledger.Freed:
+		t.dropped(tt, all, ch.Old, e.Time)
+	}
+}
+
+// unmapped lets the mappings a Map or Unmap removed go at time at, and
+// counts the physical memory that went with them as freed.
+func (t *Tracker) unmapped(us []ledger.Unmapping, at uint64) {
+	for _, u := range us {
+		pid := t.recs[u.Tag].ev.PID
+		t.drop(u.Tag)
+		if u.Freed {
+			tt, all := t.scopeTotals(pid, ledger.Key{Layer: event.LayerSegment, Space: ledger.Physical})
+			t.dropped(tt, all, u.Old, at)
 		}
 	}
+}
+
+// sideCall follows a call the ledger does not keep: a nested call, a
+// reserved range, a call of another layer. An allocation (or reservation,
+// mapping) replaces what its address held; a free removes it.
+func (t *Tracker) sideCall(id uint32, layer event.Layer, e *event.Event, nested bool) {
 	var space uint8
 	alloc := true
 	switch e.Kind {
-	case KindAlloc:
-	case KindFree:
+	case event.KindAlloc:
+	case event.KindFree:
 		alloc = false
-	case KindHostAlloc:
+	case event.KindHostAlloc:
 		space = spaceHost
-	case KindHostFree:
+	case event.KindHostFree:
 		space, alloc = spaceHost, false
-	case KindCreate:
+	case event.KindCreate:
 		space = spaceHandle
-	case KindRelease:
+	case event.KindRelease:
 		space, alloc = spaceHandle, false
-	case KindReserve:
+	case event.KindReserve:
 		space = spaceReserve
-	case KindUnreserve:
+	case event.KindUnreserve:
 		space, alloc = spaceReserve, false
-	case KindMap:
+	case event.KindMap:
 		space = spaceMap
-	case KindUnmap:
+	case event.KindUnmap:
 		space, alloc = spaceMap, false
 	default:
 		return
 	}
-	nested := e.Flags&FlagNested != 0
-	k := trackKey{e.Addr, e.PID, layer, space, nested}
-	counted := !nested && (space == spaceDevice || space == spaceHost && layer == LayerSegment ||
-		space == spaceHandle && layer == LayerSegment) && (layer == LayerSegment || layer == LayerBlock)
-	var tt, all *trackTotals
-	if counted {
-		tt = t.total(totalsKey{pid: e.PID, layer: layer, host: space == spaceHost})
-		all = t.total(totalsKey{all: true, layer: layer, host: space == spaceHost})
-	}
-	if alloc {
-		switch {
-		case e.Ret != 0:
-			if counted {
-				for _, x := range [...]*trackTotals{tt, all} {
-					x.Failed++
-					x.FailedBytes += e.Size
-				}
-			}
-			return
-		case e.Addr == 0 || e.Size == 0:
-			return
-		}
-		if old, ok := t.live[k]; ok && counted {
-			// A missed free: the analysis drops the old one uncounted.
-			tt.live -= old.ev.Size
-			all.live -= old.ev.Size
-			tt.ps.drop(old.own)
-			t.deviceLevel(&old, false)
-			t.tl.follow(&old.ev, false, e.Time)
-		}
-		if space == spaceHandle && !nested {
-			delete(t.live, trackKey{e.Addr, e.PID, layer, spaceReleased, false})
-			t.handles[handleKey{e.PID, e.Addr}] = &handleState{}
-		}
-		te := trackedEvent{seq: t.seq, ev: *e}
-		te.ev.Flags &^= FlagRestored
-		if counted {
-			peak := false
-			for _, x := range [...]*trackTotals{tt, all} {
-				x.Allocations++
-				x.AllocatedBytes += e.Size
-				x.live += e.Size
-				if x.live > x.PeakBytes {
-					x.PeakBytes, x.PeakTime = x.live, e.Time
-					peak = peak || x == tt
-				}
-			}
-			te.own = t.peakSet(tt).add(e, peak)
-			t.deviceLevel(&te, true)
-			t.tl.follow(e, true, e.Time)
-		}
-		t.live[k] = te
+	if e.Ret != 0 || e.Addr == 0 || alloc && e.Size == 0 {
 		return
 	}
-	if e.Ret != 0 || e.Addr == 0 {
-		if counted && e.Ret != 0 {
-			tt.FailedFrees++
-			all.FailedFrees++
+	k := sideKey{id, layer, space, nested}
+	tb := t.lastSide
+	if tb == nil || t.lastKey != k {
+		tb = t.side[k]
+		if tb == nil {
+			tb = &ledger.Table[int32]{}
+			t.side[k] = tb
+		}
+		t.lastSide, t.lastKey = tb, k
+	}
+	if !alloc {
+		if i, ok := tb.Take(e.Addr); ok {
+			t.drop(i - 1)
 		}
 		return
 	}
-	old, ok := t.live[k]
-	if !ok {
-		if counted {
-			tt.UnknownFrees++
-			all.UnknownFrees++
-		}
-		return
+	i := t.store(e) // before Ref: the slot is valid until the next Put
+	slot := tb.Ref(e.Addr)
+	if old := *slot; old != 0 {
+		t.drop(old - 1)
 	}
-	delete(t.live, k)
-	if counted {
-		for _, x := range [...]*trackTotals{tt, all} {
-			x.Frees++
-			x.FreedBytes += old.ev.Size
-			x.live -= old.ev.Size
-		}
-		tt.ps.drop(old.own)
-		t.deviceLevel(&old, false)
-		t.tl.follow(&old.ev, false, e.Time)
-	}
+	*slot = i + 1
 }
 
 // peakSet returns the live set of scope x, made on first use.
 func (t *Tracker) peakSet(x *trackTotals) *peakSet {
 	ps := x.ps
 	if ps == nil {
-		ps = &peakSet{classes: make(map[PeakClass]*peakCount)}
+		ps = &peakSet{classes: make(map[event.PeakClass]*peakCount)}
 		x.ps = ps
 		t.peaks[totalsKey{pid: x.PID, all: x.All, layer: x.Layer, host: x.Host, perDev: x.PerDevice, device: x.Device}] = ps
 	}
 	return ps
 }
 
-// classOf is the class of allocation e.
-func classOf(e *Event) PeakClass {
-	return PeakClass{PID: e.PID, Stack: e.Stack, Device: e.Device, Kind: e.Kind, API: e.API, Size: e.Size}
-}
-
-// add adds allocation e to the live set and returns its class there; at
-// a new peak (peak set), what is live becomes the set at the peak.
-func (ps *peakSet) add(e *Event, peak bool) *peakCount {
-	k := classOf(e)
-	c := ps.classes[k]
-	if c == nil {
-		c = &peakCount{}
-		ps.classes[k] = c
-	}
-	c.live++
-	ps.touch(c)
-	if peak {
-		ps.snapshot(e)
-	}
-	return c
-}
-
-// drop takes an allocation of class c out of the live set (a nil c: one
-// the set never counted).
-func (ps *peakSet) drop(c *peakCount) {
-	if c == nil || c.live == 0 {
-		return
-	}
-	c.live--
-	if c.live == 0 && c.peak == 0 {
-		ps.idle++
-	}
-	ps.touch(c)
-	if ps.idle >= minIdle && ps.idle >= len(ps.classes)/2 {
-		ps.sweep()
-	}
-}
-
-// touch marks c changed since the peak.
-func (ps *peakSet) touch(c *peakCount) {
-	if !c.dirty {
-		c.dirty = true
-		ps.dirty = append(ps.dirty, c)
-	}
-}
-
-// sweep forgets the idle classes.
-func (ps *peakSet) sweep() {
-	for k, c := range ps.classes {
-		if c.live == 0 && c.peak == 0 {
-			delete(ps.classes, k)
-		}
-	}
-	ps.dirty = slices.DeleteFunc(ps.dirty, func(c *peakCount) bool {
-		if c.live == 0 && c.peak == 0 {
-			c.dirty = false
-			return true
-		}
-		return false
-	})
-	ps.idle = 0
-}
-
-// snapshot makes what is live the set at the peak, which e reached.
-func (ps *peakSet) snapshot(e *Event) {
-	for _, c := range ps.dirty {
-		if c.live == 0 && c.peak > 0 {
-			ps.idle++
-		}
-		c.peak, c.dirty = c.live, false
-	}
-	clear(ps.dirty) // no pointers held past the length
-	ps.dirty = ps.dirty[:0]
-	ps.at = *e
-	ps.at.Flags = 0
-}
-
-// clearPID takes every allocation of pid out of the live set, as gone
-// with its process image.
-func (ps *peakSet) clearPID(pid uint32) {
-	for k, c := range ps.classes {
-		if k.PID != pid || c.live == 0 {
-			continue
-		}
-		c.live = 0
-		if c.peak == 0 {
-			ps.idle++
-		}
-		ps.touch(c)
-	}
-}
-
-// checkpoint returns the set at the peak of the scope whose figures are x.
-func (ps *peakSet) checkpoint(x *CheckpointTotals) CheckpointPeak {
-	p := CheckpointPeak{PID: x.PID, All: x.All, Layer: x.Layer, Host: x.Host, PerDevice: x.PerDevice, Device: x.Device}
-	if !x.All {
-		p.At = Event{Time: x.PeakTime, Addr: ps.at.Addr, Size: ps.at.Size, Device: ps.at.Device, API: ps.at.API,
-			Layer: ps.at.Layer, Stack: ps.at.Stack}
-	}
-	for k, c := range ps.classes {
-		if c.peak > 0 {
-			l := k
-			l.Count = c.peak
-			p.Live = append(p.Live, l)
-		}
-	}
-	slices.SortFunc(p.Live, func(a, b PeakClass) int {
-		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Stack, b.Stack), cmp.Compare(a.Device, b.Device),
-			cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.API, b.API), cmp.Compare(a.Size, b.Size))
-	})
-	return p
-}
-
-// deviceLevel follows the device memory te (an allocation) holds on its
+// deviceLevel follows the device memory r (an allocation) holds on its
 // device, per process and over all of them, when it is added or released;
-// an added one notes its class in the device's live set (te.dev).
-func (t *Tracker) deviceLevel(te *trackedEvent, add bool) {
-	e := &te.ev
-	if e.Kind != KindAlloc && e.Kind != KindCreate || e.Layer != LayerSegment && e.Layer != LayerUnknown {
+// an added one notes its class in the device's live set (r.dev).
+func (t *Tracker) deviceLevel(r *tracked, add bool) {
+	e := &r.ev
+	if e.Kind != event.KindAlloc && e.Kind != event.KindCreate || e.Layer != event.LayerSegment && e.Layer != event.LayerUnknown {
 		return
 	}
-	for _, k := range [...]totalsKey{{pid: e.PID, layer: LayerSegment, perDev: true, device: e.Device},
-		{all: true, layer: LayerSegment, perDev: true, device: e.Device}} {
+	for _, k := range [...]totalsKey{{pid: e.PID, layer: event.LayerSegment, perDev: true, device: e.Device},
+		{all: true, layer: event.LayerSegment, perDev: true, device: e.Device}} {
 		x := t.total(k)
 		if !add {
 			x.live -= e.Size
 			if k.all {
-				x.ps.drop(te.dev)
+				x.ps.drop(r.dev)
 			}
 			continue
 		}
@@ -426,35 +444,36 @@ func (t *Tracker) deviceLevel(te *trackedEvent, add bool) {
 		if k.all {
 			// Only the device's peak over every process has its stacks
 			// in a report.
-			te.dev = t.peakSet(x).add(e, peak)
+			r.dev = t.peakSet(x).add(e, peak)
 		}
 	}
 }
 
-// book follows a segment-layer call in its API's book, as the analysis
-// does (analysis/books.go).
-func (t *Tracker) book(e *Event) {
+// book follows a segment-layer call of instance id in its API's book, as
+// the analysis does (analysis/books.go).
+func (t *Tracker) book(id uint32, e *event.Event) {
 	var physical bool
 	switch e.Kind {
-	case KindAlloc, KindFree:
-	case KindCreate, KindRelease:
+	case event.KindAlloc, event.KindFree:
+	case event.KindCreate, event.KindRelease:
 		physical = true
 	default:
 		return
 	}
-	if e.API == APIUnknown {
+	if e.API == event.APIUnknown {
 		return
 	}
 	driver := e.API.Driver()
-	b := BookRuntime
+	b := event.BookRuntime
 	if driver {
-		b = BookDriver
+		b = event.BookDriver
 	}
-	per := t.total(totalsKey{pid: e.PID, layer: LayerSegment, book: b})
-	all := t.total(totalsKey{all: true, layer: LayerSegment, book: b})
-	k := bookKey{e.Addr, e.PID, driver, physical}
+	per := t.total(totalsKey{pid: e.PID, layer: event.LayerSegment, book: b})
+	all := t.total(totalsKey{all: true, layer: event.LayerSegment, book: b})
+	bs := bookSpace{id, driver, physical}
+	tb := t.books[bs] // nil: nothing live (a free's lookup is fine)
 	switch e.Kind {
-	case KindAlloc, KindCreate:
+	case event.KindAlloc, event.KindCreate:
 		switch {
 		case e.Ret != 0:
 			per.Failed++
@@ -463,11 +482,16 @@ func (t *Tracker) book(e *Event) {
 		case e.Size == 0 || e.Addr == 0:
 			return
 		}
-		if old, ok := t.books[k]; ok {
+		if tb == nil {
+			tb = &ledger.Table[uint64]{}
+			t.books[bs] = tb
+		}
+		slot := tb.Ref(e.Addr)
+		if old := *slot; old != 0 {
 			per.live -= old
 			all.live -= old
 		}
-		t.books[k] = e.Size
+		*slot = e.Size
 		for _, x := range [...]*trackTotals{per, all} {
 			x.Allocations++
 			x.AllocatedBytes += e.Size
@@ -485,13 +509,12 @@ func (t *Tracker) book(e *Event) {
 		case e.Addr == 0:
 			return
 		}
-		size, ok := t.books[k]
+		size, ok := tb.Take(e.Addr)
 		if !ok {
 			per.UnknownFrees++
 			all.UnknownFrees++
 			return
 		}
-		delete(t.books, k)
 		for _, x := range [...]*trackTotals{per, all} {
 			x.Frees++
 			x.FreedBytes += size
@@ -503,8 +526,8 @@ func (t *Tracker) book(e *Event) {
 func (t *Tracker) total(k totalsKey) *trackTotals {
 	x := t.totals[k]
 	if x == nil {
-		x = &trackTotals{CheckpointTotals: CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host, Book: k.book,
-			PerDevice: k.perDev, Device: k.device}}
+		x = &trackTotals{CheckpointTotals: event.CheckpointTotals{PID: k.pid, All: k.all, Layer: k.layer, Host: k.host,
+			Book: k.book, PerDevice: k.perDev, Device: k.device}}
 		t.totals[k] = x
 	}
 	return x
@@ -513,26 +536,29 @@ func (t *Tracker) total(k totalsKey) *trackTotals {
 // Events returns how many events the tracker followed.
 func (t *Tracker) Events() uint64 { return t.events }
 
-// Live returns how many allocations (handles, reservations and mappings
-// included) are live.
-func (t *Tracker) Live() int { return len(t.live) }
+// Live returns how many events the tracker keeps to restore: the
+// allocations live (physical memory included), mappings, reservations,
+// nested allocations and releases of memory still mapped.
+func (t *Tracker) Live() int { return t.live }
 
 // Checkpoint summarises everything followed so far as the checkpoint of
 // segment seg, and returns with it the live allocations' events in stream
 // order, flagged FlagRestored: write the Checkpoint, then the events.
-func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
-	live := make([]trackedEvent, 0, len(t.live))
-	for _, te := range t.live {
-		live = append(live, te)
+func (t *Tracker) Checkpoint(seg uint64) (*event.Checkpoint, []event.Event) {
+	live := make([]*tracked, 0, t.live)
+	for i := range t.recs {
+		if t.recs[i].seq != 0 {
+			live = append(live, &t.recs[i])
+		}
 	}
-	slices.SortFunc(live, func(x, y trackedEvent) int { return cmp.Compare(x.seq, y.seq) })
-	evs := make([]Event, len(live))
-	restored := make(map[totalsKey]*CheckpointTotals)
-	c := &Checkpoint{Time: t.last, Segment: seg, Events: t.events, FirstTime: t.first, Live: uint64(len(live))}
+	slices.SortFunc(live, func(x, y *tracked) int { return cmp.Compare(x.seq, y.seq) })
+	evs := make([]event.Event, len(live))
+	restored := make(map[totalsKey]*event.CheckpointTotals)
+	c := &event.Checkpoint{Time: t.last, Segment: seg, Events: t.events, FirstTime: t.first, Live: uint64(len(live))}
 	for _, x := range t.totals {
 		c.Totals = append(c.Totals, x.CheckpointTotals)
 	}
-	slices.SortFunc(c.Totals, func(x, y CheckpointTotals) int {
+	slices.SortFunc(c.Totals, func(x, y event.CheckpointTotals) int {
 		return cmp.Or(boolCmp(x.All, y.All), cmp.Compare(x.PID, y.PID), boolCmp(x.PerDevice, y.PerDevice),
 			cmp.Compare(x.Device, y.Device), cmp.Compare(x.Book, y.Book), cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host))
 	})
@@ -544,37 +570,37 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 			c.Peaks = append(c.Peaks, ps.checkpoint(x))
 		}
 	}
-	for i, te := range live {
-		evs[i] = te.ev
-		evs[i].Flags |= FlagRestored
-		e := &te.ev
+	for i, r := range live {
+		evs[i] = r.ev
+		evs[i].Flags |= event.FlagRestored
+		e := &r.ev
 		layer := e.Layer
-		if layer == LayerUnknown {
-			layer = LayerSegment
+		if layer == event.LayerUnknown {
+			layer = event.LayerSegment
 		}
-		if layer == LayerSegment && e.API != APIUnknown {
-			b := BookRuntime
+		if layer == event.LayerSegment && e.API != event.APIUnknown {
+			b := event.BookRuntime
 			if e.API.Driver() {
-				b = BookDriver
+				b = event.BookDriver
 			}
 			for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, book: b}, {all: true, layer: layer, book: b}} {
 				x := restored[k]
 				switch {
 				case x == nil:
-				case (e.Kind == KindAlloc || e.Kind == KindCreate) && e.Size != 0:
+				case (e.Kind == event.KindAlloc || e.Kind == event.KindCreate) && e.Size != 0:
 					x.Allocations--
 					x.AllocatedBytes -= e.Size
-				case e.Kind == KindRelease:
+				case e.Kind == event.KindRelease:
 					// A handle released while mapped: the book counted
 					// its release, and counts it again when restored.
 					x.Frees--
 				}
 			}
 		}
-		if e.Flags&FlagNested != 0 || e.Kind != KindAlloc && e.Kind != KindHostAlloc && e.Kind != KindCreate {
+		if !counted(e, layer) {
 			continue
 		}
-		host := e.Kind == KindHostAlloc
+		host := e.Kind == event.KindHostAlloc
 		// The reader counts the restored allocations again.
 		for _, k := range [...]totalsKey{{pid: e.PID, layer: layer, host: host}, {all: true, layer: layer, host: host}} {
 			if x := restored[k]; x != nil {
@@ -587,6 +613,20 @@ func (t *Tracker) Checkpoint(seg uint64) (*Checkpoint, []Event) {
 	return c, evs
 }
 
+// counted reports whether live event e, at layer (e's, unset read as the
+// segment layer), is an allocation a scope's figures count: one the
+// ledger holds.
+func counted(e *event.Event, layer event.Layer) bool {
+	switch layer {
+	case event.LayerBlock:
+		return e.Kind == event.KindAlloc
+	case event.LayerSegment:
+		return e.Flags&event.FlagNested == 0 &&
+			(e.Kind == event.KindAlloc || e.Kind == event.KindHostAlloc || e.Kind == event.KindCreate)
+	}
+	return false
+}
+
 func boolCmp(a, b bool) int {
 	switch {
 	case a == b:
@@ -597,162 +637,51 @@ func boolCmp(a, b bool) int {
 	return 1
 }
 
-// release follows cuMemRelease (not nested): the physical memory goes now
-// if no range maps it, else at its last unmap (the release is kept live
-// until then, to be restored with the handle).
-func (t *Tracker) release(e *Event) {
-	hk := handleKey{e.PID, e.Addr}
-	hs := t.handles[hk]
-	tt := t.total(totalsKey{pid: e.PID, layer: LayerSegment})
-	all := t.total(totalsKey{all: true, layer: LayerSegment})
-	switch {
-	case e.Ret != 0:
-		tt.FailedFrees++
-		all.FailedFrees++
-		return
-	case e.Addr == 0:
-		return
-	case hs == nil || hs.released:
-		tt.UnknownFrees++
-		all.UnknownFrees++
+// Process follows a Process record. When it supersedes the PID's instance
+// (ledger.Ledger.Process: the PID made calls since a record described it,
+// so the process exec'd or another got the PID), the driver freed what the
+// old instance had live: it leaves the all-process figures without frees
+// counted, as in the analysis (analysis/instances.go), and the tracker
+// forgets it (a checkpoint cannot name a superseded instance). The PID's
+// own counts and peaks carry on, its levels from nothing.
+func (t *Tracker) Process(p *event.Process) {
+	_, old := t.l.Process(p)
+	if old == nil {
 		return
 	}
-	hs.released = true
-	if hs.maps == 0 {
-		t.dropHandle(hk, e.Time)
-		return
-	}
-	ev := *e
-	ev.Flags &^= FlagRestored
-	t.live[trackKey{e.Addr, e.PID, LayerSegment, spaceReleased, false}] = trackedEvent{seq: t.seq, ev: ev}
-}
-
-// dropHandle frees a handle's physical memory, released and unmapped, at
-// time at.
-func (t *Tracker) dropHandle(hk handleKey, at uint64) {
-	delete(t.handles, hk)
-	delete(t.live, trackKey{hk.handle, hk.pid, LayerSegment, spaceReleased, false})
-	k := trackKey{hk.handle, hk.pid, LayerSegment, spaceHandle, false}
-	old, ok := t.live[k]
-	if !ok {
-		return
-	}
-	delete(t.live, k)
-	tt := t.total(totalsKey{pid: hk.pid, layer: LayerSegment})
-	for _, x := range [...]*trackTotals{tt, t.total(totalsKey{all: true, layer: LayerSegment})} {
-		x.Frees++
-		x.FreedBytes += old.ev.Size
-		x.live -= old.ev.Size
-	}
-	tt.ps.drop(old.own)
-	t.deviceLevel(&old, false)
-	t.tl.follow(&old.ev, false, at)
-}
-
-// mapRange follows cuMemMap: the handle is in Stream.
-func (t *Tracker) mapRange(e *Event) {
-	if e.Ret != 0 || e.Addr == 0 || e.Size == 0 {
-		return
-	}
-	k := trackKey{e.Addr, e.PID, LayerSegment, spaceMap, false}
-	if _, ok := t.live[k]; ok {
-		t.unmapOne(k, e.Time)
-	}
-	if hs := t.handles[handleKey{e.PID, e.Stream}]; hs != nil {
-		hs.maps++
-	}
-	ev := *e
-	ev.Flags &^= FlagRestored
-	t.live[k] = trackedEvent{seq: t.seq, ev: ev}
-}
-
-// unmapRange follows cuMemUnmap, which may span several mappings.
-func (t *Tracker) unmapRange(e *Event) {
-	if e.Ret != 0 {
-		return
-	}
-	addr, end := e.Addr, e.Addr+e.Size
-	for {
-		k := trackKey{addr, e.PID, LayerSegment, spaceMap, false}
-		m, ok := t.live[k]
-		if !ok {
-			return
-		}
-		t.unmapOne(k, e.Time)
-		addr += m.ev.Size
-		if addr >= end {
-			return
-		}
-	}
-}
-
-// unmapOne unmaps one mapping at time at.
-func (t *Tracker) unmapOne(k trackKey, at uint64) {
-	m := t.live[k]
-	delete(t.live, k)
-	hk := handleKey{k.pid, m.ev.Stream}
-	if hs := t.handles[hk]; hs != nil {
-		hs.maps--
-		if hs.maps == 0 && hs.released {
-			t.dropHandle(hk, at)
-		}
-	}
-}
-
-// Process follows a Process record. One for a PID that made calls since
-// its last one is an exec or a new process that got the PID: the driver
-// freed what the PID had live, and the analysis takes it out of the
-// all-process figures without counting frees (analysis/instances.go). The
-// tracker forgets it likewise; the PID's own figures carry on, so a
-// report from a later checkpoint shows the images as one process.
-func (t *Tracker) Process(p *Process) {
-	if !t.active[p.PID] {
-		return
-	}
-	delete(t.active, p.PID)
 	pid := p.PID
-	for k, te := range t.live {
-		if k.pid != pid {
+	for i := range t.recs {
+		if r := &t.recs[i]; r.seq != 0 && r.ev.PID == pid {
+			t.drop(int32(i))
+		}
+	}
+	// The ledger took the old instance out of the scopes' levels; the
+	// books' and devices' levels are the tracker's.
+	for k, x := range t.totals {
+		if k.pid != pid || k.all {
 			continue
 		}
-		delete(t.live, k)
-		e := &te.ev
-		if k.nested || !(k.space == spaceDevice || k.space == spaceHandle || k.space == spaceHost && k.layer == LayerSegment) {
-			continue
-		}
-		if x := t.totals[totalsKey{all: true, layer: k.layer, host: k.space == spaceHost}]; x != nil {
-			x.live -= e.Size
-		}
-		if k.space != spaceHost && k.layer == LayerSegment {
-			if x := t.totals[totalsKey{all: true, layer: LayerSegment, perDev: true, device: e.Device}]; x != nil {
-				x.live -= e.Size
+		if k.book != event.BookNone || k.perDev {
+			a := k
+			a.pid, a.all = 0, true
+			if y := t.totals[a]; y != nil {
+				y.live -= x.live
 			}
 		}
+		x.live = 0
 	}
-	for k := range t.handles {
-		if k.pid == pid {
-			delete(t.handles, k)
-		}
-	}
-	for k, size := range t.books {
-		if k.pid != pid {
-			continue
-		}
-		delete(t.books, k)
-		b := BookRuntime
-		if k.driver {
-			b = BookDriver
-		}
-		if x := t.totals[totalsKey{all: true, layer: LayerSegment, book: b}]; x != nil {
-			x.live -= size
+	for k := range t.side {
+		if k.inst == old.ID {
+			delete(t.side, k)
 		}
 	}
-	// The PID's own levels start again from nothing.
-	for k, x := range t.totals {
-		if k.pid == pid && !k.all {
-			x.live = 0
+	t.lastSide = nil
+	for k := range t.books {
+		if k.inst == old.ID {
+			delete(t.books, k)
 		}
 	}
+	t.l.Forget(old.ID)
 	for k, ps := range t.peaks {
 		if k.all || k.pid == pid {
 			ps.clearPID(pid)

@@ -132,3 +132,28 @@ func TestPeakSetBounded(t *testing.T) {
 			{PID: 7, Stack: 2, Kind: event.KindAlloc, API: event.APICudaMalloc, Size: 4096, Count: 1}}, p.Live)
 	}
 }
+
+// TestReleaseAfterStaleUnmap: a handle created, mapped, created again (its
+// release missed), its old range unmapped, then released. Nothing maps
+// the handle's new life, so the release frees it, as in the ledger and
+// the analysis: nothing is left to restore. (The tracker once compared
+// its mapping count, below zero here, with zero and kept both events.)
+func TestReleaseAfterStaleUnmap(t *testing.T) {
+	tr := NewTracker()
+	vmm := func(at uint64, k event.Kind, api event.API, addr, size, handle uint64) {
+		tr.Observe(&event.Event{Time: at, Addr: addr, Size: size, Stream: handle, PID: 7, Kind: k, API: api})
+	}
+	vmm(100, event.KindCreate, event.APICuMemCreate, 0xc0de, 2<<20, 0)
+	vmm(110, event.KindMap, event.APICuMemMap, 0x7e0000000000, 2<<20, 0xc0de)
+	vmm(120, event.KindCreate, event.APICuMemCreate, 0xc0de, 4<<20, 0)
+	vmm(130, event.KindUnmap, event.APICuMemUnmap, 0x7e0000000000, 2<<20, 0)
+	vmm(140, event.KindRelease, event.APICuMemRelease, 0xc0de, 0, 0)
+	assert.Zero(t, tr.Live())
+	c, live := tr.Checkpoint(2)
+	assert.Empty(t, live)
+	require.NotEmpty(t, c.Totals)
+	dev := c.Totals[0] // pid 7, device memory
+	assert.Equal(t, event.CheckpointTotals{PID: 7, Layer: event.LayerSegment, Allocations: 2, Frees: 1,
+		AllocatedBytes: 6 << 20, FreedBytes: 4 << 20, PeakBytes: 4 << 20, PeakTime: 120}, dev,
+		"the first 2 MiB went uncounted when the handle was created again")
+}

@@ -145,55 +145,57 @@ func (t *Tracker) Observe(e *event.Event) {
 	}
 	switch layer {
 	case event.LayerBlock:
-		k := ledger.Key{Inst: id, Layer: layer, Space: ledger.Device}
-		switch e.Kind {
-		case event.KindAlloc:
-			ch := t.l.Alloc(k, e)
-			t.allocated(k, &ch, e)
-		case event.KindFree:
-			ch := t.l.Free(k, e)
-			t.freed(k, &ch, e)
-		default:
+		// Blocks are allocated and freed; nesting is the CUDA API's.
+		if e.Kind != event.KindAlloc && e.Kind != event.KindFree {
 			t.sideCall(id, layer, e, false)
+			return
 		}
-		return
 	case event.LayerSegment:
+		t.book(id, e)
+		if e.Flags&event.FlagNested != 0 {
+			// The outer call counts the memory; the books count this one.
+			t.sideCall(id, layer, e, true)
+			return
+		}
 	default:
 		t.sideCall(id, layer, e, false)
 		return
 	}
-	t.book(id, e)
-	if e.Flags&event.FlagNested != 0 {
-		// The outer call counts the memory; the books count this one.
-		t.sideCall(id, layer, e, true)
-		return
-	}
 	k := ledger.Key{Inst: id, Layer: layer, Space: ledger.Device}
+	var ch ledger.Change
 	switch e.Kind {
 	case event.KindAlloc:
-		ch := t.l.Alloc(k, e)
+		ch = t.l.Alloc(k, e)
 		t.allocated(k, &ch, e)
 	case event.KindFree:
-		ch := t.l.Free(k, e)
+		ch = t.l.Free(k, e)
 		t.freed(k, &ch, e)
 	case event.KindHostAlloc:
 		k.Space = ledger.Host
-		ch := t.l.Alloc(k, e)
+		ch = t.l.Alloc(k, e)
 		t.allocated(k, &ch, e)
 	case event.KindHostFree:
 		k.Space = ledger.Host
-		ch := t.l.Free(k, e)
+		ch = t.l.Free(k, e)
 		t.freed(k, &ch, e)
 	case event.KindCreate:
 		k.Space = ledger.Physical
-		ch := t.l.Create(id, e)
+		ch = t.l.Create(id, e)
 		t.allocated(k, &ch, e)
 	case event.KindRelease:
-		t.release(id, e)
+		// Physical memory still mapped goes at its last unmap: its
+		// release is kept until then, to be restored after its handle.
+		k.Space = ledger.Physical
+		if ch = t.l.Release(id, e); ch.Verdict != ledger.Kept {
+			t.freed(k, &ch, e)
+		} else if h, ok := t.l.Get(k, e.Addr); ok {
+			i := t.store(e) // may move recs: before indexing them
+			t.recs[h.Tag].release = i + 1
+		}
 	case event.KindMap:
-		ch := t.l.Map(id, e)
-		t.unmapped(ch.Unmapped, e.Time)
-		if ch.Verdict == ledger.Mapped {
+		m := t.l.Map(id, e)
+		t.unmapped(m.Unmapped, e.Time)
+		if m.Verdict == ledger.Mapped {
 			t.l.TagMapping(id, e.Addr, t.store(e))
 		}
 	case event.KindUnmap:
@@ -312,30 +314,6 @@ func (t *Tracker) dropped(tt, all *trackTotals, old ledger.Entry, at uint64) {
 		x.FreedBytes += old.Size
 	}
 	t.gone(tt, old.Tag, at)
-}
-
-// release follows cuMemRelease (not nested): the physical memory goes now
-// if no range maps it, else at its last unmap (the release is kept until
-// then, to be restored after the handle).
-func (t *Tracker) release(id uint32, e *event.Event) {
-	ch := t.l.Release(id, e)
-	k := ledger.Key{Inst: id, Layer: event.LayerSegment, Space: ledger.Physical}
-	tt, all := t.scopeTotals(e.PID, k)
-	switch ch.Verdict {
-	case ledger.Failed:
-		tt.FailedFrees++
-		all.FailedFrees++
-	case ledger.Unknown:
-		tt.UnknownFrees++
-		all.UnknownFrees++
-	case ledger.Kept:
-		if h, ok := t.l.Get(k, e.Addr); ok {
-			i := t.store(e)
-			t.recs[h.Tag].release = i + 1
-		}
-	case ledger.Freed:
-		t.dropped(tt, all, ch.Old, e.Time)
-	}
 }
 
 // unmapped lets the mappings a Map or Unmap removed go at time at, and

@@ -34,7 +34,7 @@ type Tracker struct {
 	// recs are the events of the live allocations (and mappings, reserved
 	// ranges, nested calls, kept releases) to restore; free are the
 	// indexes of recs not in use. A ledger entry's Tag (a mapping's tag) is
-	// its index here; the side tables and books hold index+1.
+	// its index here; a side table holds index+1.
 	recs []tracked
 	free []int32
 	live int

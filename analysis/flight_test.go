@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/analysis/checkpoint"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
@@ -108,7 +109,7 @@ func checkCheckpointRestore(t *testing.T, opts Options) {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
-		tr := event.NewTracker()
+		tr := checkpoint.NewTracker()
 		tr.SetStart(recs[0].(*event.Header).Start)
 		var desc, after []event.Record
 		for i, r := range recs {
@@ -250,7 +251,7 @@ func TestCheckpointRestoreExec(t *testing.T) {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
-		tr := event.NewTracker()
+		tr := checkpoint.NewTracker()
 		var desc, after []event.Record
 		for i, r := range recs {
 			switch x := r.(type) {
@@ -295,4 +296,140 @@ func TestCheckpointRestoreExec(t *testing.T) {
 		assert.Equal(t, whole.Books.Runtime.LiveBytesAtEnd, got.Books.Runtime.LiveBytesAtEnd, "cut %d: book live", cut)
 		assert.Equal(t, whole.Books.Runtime.Allocations, got.Books.Runtime.Allocations, "cut %d: book allocations", cut)
 	}
+}
+
+// checkpointWindow is what a flight recorder cut at record cut (an event)
+// holds: the header, the descriptive records before the cut, a tracker's
+// checkpoint of the events before it with the allocations it restores,
+// then the records from the cut on.
+func checkpointWindow(recs []event.Record, cut int) []event.Record {
+	tr := checkpoint.NewTracker()
+	tr.SetStart(recs[0].(*event.Header).Start)
+	var desc, after []event.Record
+	for i, r := range recs[1:] {
+		switch x := r.(type) {
+		case *event.Event:
+			if i+1 < cut {
+				tr.Observe(x)
+			} else {
+				after = append(after, r)
+			}
+		default:
+			if i+1 >= cut {
+				after = append(after, r)
+				continue
+			}
+			if p, ok := r.(*event.Process); ok {
+				tr.Process(p)
+			}
+			desc = append(desc, r)
+		}
+	}
+	c, live := tr.Checkpoint(2)
+	window := append([]event.Record{recs[0]}, desc...)
+	window = append(window, c)
+	for i := range live {
+		window = append(window, &live[i])
+	}
+	return append(window, after...)
+}
+
+// TestCheckpointRestoreAgrees cuts streams on which the tracker once had
+// rules of its own, at every event: a report from the checkpoint now
+// agrees with the whole stream's, since both follow the ledger.
+func TestCheckpointRestoreAgrees(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(s *eventtest.Stream)
+	}{{
+		// Events of pid 400 come before its Process record (an imported
+		// stream; an attach that read the process late): the record
+		// describes the process the events implied, it does not end it.
+		// The tracker used to forget the 1 MiB then: its free after the
+		// cut was unknown, and the 2 MiB left out of the peak at 160.
+		name: "process record after its events",
+		build: func(s *eventtest.Stream) {
+			s.AllocOn(100, 0x1000, 1<<20, 1, 400, 0)
+			s.AllocOn(110, 0x2000, 1<<10, 1, 400, 0)
+			s.Add(&event.Process{PID: 400, Command: []string{"late"}, Time: 90})
+			s.AllocOn(150, 0x3000, 1<<21, 1, 400, 0)
+			s.FreeOn(160, 0x1000, 400)
+			s.FreeOn(170, 0x3000, 400)
+		},
+	}, {
+		// A block-layer event flagged nested: the analysis counts every
+		// block call (nesting is the CUDA API's notion); the tracker used
+		// to keep it apart, so its free was unknown and the block left
+		// live.
+		name: "nested block",
+		build: func(s *eventtest.Stream) {
+			s.Ev(event.Event{Time: 100, Addr: 0x1a000, Size: 512, Stack: 1, Kind: event.KindAlloc, Layer: event.LayerBlock,
+				API: event.APIPyTorchMalloc, Flags: event.FlagNested})
+			s.Ev(event.Event{Time: 110, Addr: 0x1b000, Size: 1024, Stack: 1, Kind: event.KindAlloc, Layer: event.LayerBlock,
+				API: event.APIPyTorchMalloc})
+			s.Ev(event.Event{Time: 120, Addr: 0x1a000, Stack: 1, Kind: event.KindFree, Layer: event.LayerBlock,
+				API: event.APIPyTorchFree})
+			s.Ev(event.Event{Time: 130, Addr: 0x1c000, Size: 256, Stack: 1, Kind: event.KindAlloc, Layer: event.LayerBlock,
+				API: event.APIPyTorchMalloc})
+		},
+	}, {
+		// Handle 0xc0de created, mapped at one range, created again (its
+		// release missed), then that range unmapped: the mapping count
+		// of the handle's new life went below zero. The ledger frees its
+		// physical memory at the release (nothing maps it); the tracker
+		// used to keep it and its release live until a mapping count of
+		// zero that never came, restoring both at every checkpoint (a
+		// reader freed it at once: the figures agreed, the tracker's
+		// memory grew).
+		name: "release after a stale unmap",
+		build: func(s *eventtest.Stream) {
+			vmm := func(at uint64, k event.Kind, api event.API, addr, size, handle uint64) {
+				s.Ev(event.Event{Time: at, Addr: addr, Size: size, Stream: handle, Kind: k, API: api, Stack: 1})
+			}
+			vmm(100, event.KindCreate, event.APICuMemCreate, 0xc0de, 2<<20, 0)
+			vmm(110, event.KindMap, event.APICuMemMap, 0x7e0000000000, 2<<20, 0xc0de)
+			vmm(120, event.KindCreate, event.APICuMemCreate, 0xc0de, 4<<20, 0)
+			vmm(130, event.KindUnmap, event.APICuMemUnmap, 0x7e0000000000, 2<<20, 0)
+			vmm(140, event.KindRelease, event.APICuMemRelease, 0xc0de, 0, 0)
+			s.Alloc(150, 0x1000, 1<<20, 1)
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := eventtest.NewStream().Stack(1, "forward", 10)
+			tc.build(s)
+			recs := s.End(200).Recs
+			whole := mustAnalyze(t, Options{}, recs)
+			for cut := range recs {
+				if _, ok := recs[cut].(*event.Event); !ok {
+					continue
+				}
+				got := mustAnalyze(t, Options{}, checkpointWindow(recs, cut))
+				for _, pair := range []struct {
+					name       string
+					got, whole Totals
+				}{{"device", got.Totals, whole.Totals}, {"block", blockTotals(got), blockTotals(whole)}} {
+					g, w := pair.got, pair.whole
+					assert.Equal(t, w.Allocations, g.Allocations, "cut %d %s: allocations", cut, pair.name)
+					assert.Equal(t, w.Frees, g.Frees, "cut %d %s: frees", cut, pair.name)
+					assert.Equal(t, w.UnknownFrees, g.UnknownFrees, "cut %d %s: unknown frees", cut, pair.name)
+					assert.Equal(t, w.PeakBytes, g.PeakBytes, "cut %d %s: peak", cut, pair.name)
+					assert.Equal(t, w.PeakTime, g.PeakTime, "cut %d %s: peak time", cut, pair.name)
+					assert.Equal(t, w.LiveBytesAtEnd, g.LiveBytesAtEnd, "cut %d %s: live", cut, pair.name)
+					assert.Equal(t, w.LiveAllocationsAtEnd, g.LiveAllocationsAtEnd, "cut %d %s: live allocations", cut, pair.name)
+				}
+				assert.Equal(t, whole.Books, got.Books, "cut %d: books", cut)
+				if whole.VMM != nil && got.VMM != nil { // the VMM's call counts are not checkpointed
+					assert.Equal(t, whole.VMM.PhysicalBytesAtEnd, got.VMM.PhysicalBytesAtEnd, "cut %d: physical", cut)
+				}
+			}
+		})
+	}
+}
+
+// blockTotals returns r's block-layer totals; zero when it has none.
+func blockTotals(r *Result) Totals {
+	if r.Blocks == nil {
+		return Totals{}
+	}
+	return *r.Blocks
 }

@@ -13,6 +13,9 @@
 // The analysis drives the ledger call by call (Alloc, Free, Create,
 // Release, Map, Unmap, Process, Active) and keeps its aggregates beside it;
 // the PyTorch snapshot exporter keeps its per-segment detail beside it; the
-// live status line only reads levels after Apply. The package imports the
+// flight recorder's tracker (analysis/checkpoint) drives it as the
+// analysis does, keeping the events it restores beside it (Entry.Tag,
+// TagMapping) and forgetting superseded instances (Forget); the live
+// status line only reads levels after Apply. The package imports the
 // event model only: no report, no cmd.
 package ledger

@@ -136,3 +136,43 @@ func (l *Ledger) Process(r *event.Process) (in, old *Instance) {
 	in.Info = &p
 	return in, old
 }
+
+// Forget drops what superseded instance id still holds: its live
+// allocations, levels, physical handles and mappings (its Instance stays).
+// The analysis keeps them (what an instance had live at its end is what it
+// leaked); a reader that cannot show a superseded instance (a flight
+// recorder's checkpoint, which names processes by PID) forgets them, so
+// that its memory follows what is live. The instance's memory left the
+// all-process levels when it was superseded; Forget of a current instance
+// does nothing.
+func (l *Ledger) Forget(id uint32) {
+	in := l.insts[id]
+	if in == nil || l.current[in.PID] == id {
+		return
+	}
+	for k := range l.spaces {
+		if k.Inst == id {
+			delete(l.spaces, k)
+		}
+	}
+	for i, ks := range l.recent {
+		if ks != nil && ks.key.Inst == id {
+			l.recent[i] = nil
+		}
+	}
+	for k := range l.instLevels {
+		if k.inst == id {
+			delete(l.instLevels, k)
+		}
+	}
+	for k := range l.handles {
+		if k.inst == id {
+			delete(l.handles, k)
+		}
+	}
+	for k := range l.mapped {
+		if k.inst == id {
+			delete(l.mapped, k)
+		}
+	}
+}

@@ -281,3 +281,58 @@ func TestChangeReused(t *testing.T) {
 	l.FreeTo(&ch, k, ev(event.KindFree, 1, 0x1000, 0, 5))
 	assert.Equal(t, Change{Verdict: Unknown}, ch, "freed twice")
 }
+
+// TestTagMapping: a mapping's tag comes back with the Unmapping that
+// removes it, whether an unmap or a map over it removed it.
+func TestTagMapping(t *testing.T) {
+	l := New()
+	mapOf := func(addr, size, t uint64) *event.Event {
+		e := ev(event.KindMap, 1, addr, size, t)
+		e.Stream = 0xa1
+		return e
+	}
+	assert.False(t, l.TagMapping(1, 0x7000000, 5), "nothing mapped yet")
+	l.Map(1, mapOf(0x7000000, mib, 1))
+	l.Map(1, mapOf(0x7000000+mib, mib, 2))
+	require.True(t, l.TagMapping(1, 0x7000000, 5))
+	require.True(t, l.TagMapping(1, 0x7000000+mib, 6))
+	m := l.Map(1, mapOf(0x7000000+mib, mib, 3)) // its unmap was missed
+	require.Len(t, m.Unmapped, 1)
+	assert.Equal(t, int32(6), m.Unmapped[0].Tag)
+	u := l.Unmap(1, ev(event.KindUnmap, 1, 0x7000000, 2*mib, 4))
+	require.Len(t, u.Unmapped, 2)
+	assert.Equal(t, []int32{5, 0}, []int32{u.Unmapped[0].Tag, u.Unmapped[1].Tag}, "the second mapping was not tagged")
+}
+
+// TestForget: a superseded instance's allocations, handles and mappings
+// go; the current instance's stay, and Forget of it does nothing.
+func TestForget(t *testing.T) {
+	l := New()
+	l.Process(&event.Process{PID: 9, Time: 1})
+	old := l.Active(9, 2)
+	k := Key{Inst: old, Layer: event.LayerSegment, Space: Device}
+	l.Alloc(k, ev(event.KindAlloc, 9, 0x1000, mib, 3))
+	l.Create(old, ev(event.KindCreate, 9, 0xa1, 2*mib, 4))
+	m := ev(event.KindMap, 9, 0x7000000, 2*mib, 5)
+	m.Stream = 0xa1
+	l.Map(old, m)
+	l.Forget(old)
+	_, ok := l.Get(k, 0x1000)
+	assert.True(t, ok, "current: not forgotten")
+
+	in, sup := l.Process(&event.Process{PID: 9, Time: 6})
+	require.NotNil(t, sup)
+	l.Forget(old)
+	_, ok = l.Get(k, 0x1000)
+	assert.False(t, ok, "superseded: forgotten")
+	assert.Zero(t, l.Level(k))
+	assert.Zero(t, l.InstanceLevel(old, DeviceScope))
+	assert.Equal(t, Unknown, l.Release(old, ev(event.KindRelease, 9, 0xa1, 0, 7)).Verdict, "its handle went")
+	assert.Equal(t, Unknown, l.Unmap(old, ev(event.KindUnmap, 9, 0x7000000, 2*mib, 8)).Verdict, "its mapping went")
+	assert.Zero(t, l.ScopeLevel(DeviceScope).Bytes)
+
+	// The new instance keeps its own.
+	nk := Key{Inst: in.ID, Layer: event.LayerSegment, Space: Device}
+	l.Alloc(nk, ev(event.KindAlloc, 9, 0x1000, mib, 9))
+	assert.Equal(t, uint64(mib), l.ScopeLevel(DeviceScope).Bytes)
+}

@@ -32,6 +32,7 @@ type mapping struct {
 	size   uint64
 	handle uint64
 	device int32
+	tag    int32
 }
 
 // Unmapping is one mapping a Map or Unmap call removed.
@@ -45,6 +46,8 @@ type Unmapping struct {
 	Freed bool
 	Old   Entry
 	Inst  Level
+	// Tag is the mapping's tag (see TagMapping).
+	Tag int32
 }
 
 // MapChange is what a Map or Unmap call did.
@@ -127,6 +130,20 @@ func (l *Ledger) Map(inst uint32, e *event.Event) MapChange {
 	return MapChange{Verdict: Mapped, Device: device, Unmapped: l.unmapped}
 }
 
+// TagMapping sets the caller's tag of the range mapped at addr in instance
+// inst, as Entry.Tag is an allocation's: the Unmapping that removes the
+// mapping returns it (the flight recorder's tracker stores there the Map
+// event it restores). It reports whether a range is mapped there.
+func (l *Ledger) TagMapping(inst uint32, addr uint64, tag int32) bool {
+	rk := rangeKey{inst, addr}
+	m, ok := l.mapped[rk]
+	if ok {
+		m.tag = tag
+		l.mapped[rk] = m
+	}
+	return ok
+}
+
 // Unmap applies cuMemUnmap: every mapping that starts in [e.Addr,
 // e.Addr+e.Size), contiguous from e.Addr, goes; Unknown when none does.
 func (l *Ledger) Unmap(inst uint32, e *event.Event) MapChange {
@@ -158,7 +175,7 @@ func (l *Ledger) Unmap(inst uint32, e *event.Event) MapChange {
 func (l *Ledger) unmapOne(rk rangeKey) {
 	m := l.mapped[rk]
 	delete(l.mapped, rk)
-	u := Unmapping{Size: m.size, Device: m.device}
+	u := Unmapping{Size: m.size, Device: m.device, Tag: m.tag}
 	hk := handleKey{rk.inst, m.handle}
 	if hs := l.handles[hk]; hs != nil {
 		hs.maps--

@@ -17,11 +17,12 @@
 // to the one computed live.
 //
 // A flight recorder (vramprof run --max-trace) keeps a stream as rotating
-// segments, each a stream of its own: a [Tracker] follows the events and
-// opens each new segment with a [Checkpoint] of everything before it
-// (totals, the live set at each peak, timelines) and the allocations still
-// live then, flagged [FlagRestored], so that a reader may start at any
-// segment.
+// segments, each a stream of its own: it opens each new segment with a
+// [Checkpoint] of everything before it (totals, the live set at each peak,
+// timelines) and the allocations still live then, flagged [FlagRestored],
+// so that a reader may start at any segment. The record and its encoding
+// are here; the tracker that follows a stream to write one is
+// analysis/checkpoint's, on the model of live memory (analysis/ledger).
 //
 // The package imports the standard library only, so that analysis, profile
 // and report can depend on it without pulling in BPF or NVML.

@@ -12,7 +12,7 @@ package recorder
 // count), the stacks the checkpoint refers to (those of the allocations
 // live and live at its peaks) with their mappings, a Checkpoint record
 // summarising every event before it, and the events of the allocations
-// still live then, flagged FlagRestored (event.Tracker follows them). Then
+// still live then, flagged FlagRestored (checkpoint.Tracker follows them). Then
 // the oldest segments are deleted while the ones kept exceed SIZE; the
 // newest always stays. A reader (Analyze, moments) starts at the oldest
 // segment kept, restores from its checkpoint, and reads the later
@@ -35,6 +35,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/vramprof/vramprof/analysis/checkpoint"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -65,7 +66,7 @@ type flight struct {
 	// written: its events' budget begins there.
 	start   uint64
 	written *countWriter
-	tracker *event.Tracker
+	tracker *checkpoint.Tracker
 	// desc are the descriptive records but stacks and mappings, in
 	// stream order, lost the last lost count: written again at the top of
 	// each segment.
@@ -93,7 +94,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 // newFlight prepares a flight recorder of size bytes (--max-trace).
 func newFlight(size uint64) *flight {
-	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: event.NewTracker(),
+	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: checkpoint.NewTracker(),
 		stacks: make(map[event.StackID]*event.Stack), mappings: make(map[event.MappingID]*event.Mapping),
 		sent: make(map[event.StackID]struct{}), sentMaps: make(map[event.MappingID]struct{})}
 }

@@ -1,18 +1,21 @@
-package event
+package checkpoint
 
 import (
 	"cmp"
 	"slices"
+
+	"github.com/vramprof/vramprof/probes/event"
 )
 
-// A Tracker's timelines (Checkpoint.Timelines): each process's live bytes
-// per layer, memory and device, downsampled exactly as the analysis
-// downsamples its own (analysis/grid.go), so that a report made from a
-// checkpoint shows the timeline of the stretch it summarised as the whole
-// stream's report does. The grid is the analysis's: buckets from the
+// A Tracker's timelines (event.Checkpoint's Timelines): each process's
+// live bytes per layer, memory and device, downsampled exactly as the
+// analysis downsamples its own (analysis/grid.go), so that a report made
+// from a checkpoint shows the timeline of the stretch it summarised as the
+// whole stream's report does. The grid is the analysis's: buckets from the
 // header's start, 1024 ns wide at first, doubling in width (a level up,
 // each bucket the union of two) whenever a time falls past the last of
-// TimelineBuckets. Memory: TimelineBuckets buckets per timeline.
+// event.TimelineBuckets. Memory: event.TimelineBuckets buckets per
+// timeline.
 
 // firstBucketWidth is the analysis's initial bucket width
 // (analysis.initialBucketWidth): the grids must agree for the buckets to
@@ -23,7 +26,7 @@ const firstBucketWidth = 1024
 // host memory, else device and physical) on one device.
 type lineKey struct {
 	pid    uint32
-	layer  Layer
+	layer  event.Layer
 	host   bool
 	device int32
 }
@@ -33,7 +36,7 @@ type lineKey struct {
 type line struct {
 	live    uint64
 	level   uint64
-	buckets []TimelineBucket
+	buckets []event.TimelineBucket
 	ok      []bool
 }
 
@@ -58,7 +61,7 @@ func (g *timelines) index(t uint64) int {
 		return 0
 	}
 	d := t - g.origin
-	for d/g.width >= TimelineBuckets {
+	for d/g.width >= event.TimelineBuckets {
 		g.width *= 2
 		g.level++
 	}
@@ -76,7 +79,7 @@ func (l *line) sync(level uint64) {
 		return
 	}
 	n := (len(l.buckets)-1)>>d + 1
-	merged, ok := make([]TimelineBucket, n), make([]bool, n)
+	merged, ok := make([]event.TimelineBucket, n), make([]bool, n)
 	for i, b := range l.buckets {
 		if l.ok[i] {
 			merge(&merged[i>>d], &ok[i>>d], b)
@@ -87,7 +90,7 @@ func (l *line) sync(level uint64) {
 
 // merge folds b (a later bucket or sample) into m; ties keep the earlier
 // time, as the analysis's minMax.merge does.
-func merge(m *TimelineBucket, ok *bool, b TimelineBucket) {
+func merge(m *event.TimelineBucket, ok *bool, b event.TimelineBucket) {
 	if !*ok {
 		*m, *ok = b, true
 		return
@@ -102,12 +105,12 @@ func merge(m *TimelineBucket, ok *bool, b TimelineBucket) {
 
 // follow follows allocation e into (add) or out of its process's timeline
 // at time at.
-func (g *timelines) follow(e *Event, add bool, at uint64) {
+func (g *timelines) follow(e *event.Event, add bool, at uint64) {
 	layer := e.Layer
-	if layer == LayerUnknown {
-		layer = LayerSegment
+	if layer == event.LayerUnknown {
+		layer = event.LayerSegment
 	}
-	k := lineKey{e.PID, layer, e.Kind == KindHostAlloc, e.Device}
+	k := lineKey{e.PID, layer, e.Kind == event.KindHostAlloc, e.Device}
 	l := g.last
 	if l == nil || k != g.lastKey {
 		l = g.lines[k]
@@ -125,10 +128,10 @@ func (g *timelines) follow(e *Event, add bool, at uint64) {
 	i := g.index(at)
 	l.sync(g.level)
 	for len(l.buckets) <= i {
-		l.buckets = append(l.buckets, TimelineBucket{})
+		l.buckets = append(l.buckets, event.TimelineBucket{})
 		l.ok = append(l.ok, false)
 	}
-	merge(&l.buckets[i], &l.ok[i], TimelineBucket{MinTime: at, MinBytes: l.live, MaxTime: at, MaxBytes: l.live})
+	merge(&l.buckets[i], &l.ok[i], event.TimelineBucket{MinTime: at, MinBytes: l.live, MaxTime: at, MaxBytes: l.live})
 }
 
 // forget sets pid's levels to nothing, as gone with its process image,
@@ -142,11 +145,11 @@ func (g *timelines) forget(pid uint32) {
 }
 
 // checkpoint returns the timelines, in key order, at the grid's level.
-func (g *timelines) checkpoint(c *Checkpoint) {
+func (g *timelines) checkpoint(c *event.Checkpoint) {
 	c.TimelineLevel = g.level
 	for k, l := range g.lines {
 		l.sync(g.level)
-		tl := CheckpointTimeline{PID: k.pid, Layer: k.layer, Host: k.host, Device: k.device}
+		tl := event.CheckpointTimeline{PID: k.pid, Layer: k.layer, Host: k.host, Device: k.device}
 		for i, b := range l.buckets {
 			if l.ok[i] {
 				b.Index = uint64(i)
@@ -157,7 +160,7 @@ func (g *timelines) checkpoint(c *Checkpoint) {
 			c.Timelines = append(c.Timelines, tl)
 		}
 	}
-	slices.SortFunc(c.Timelines, func(x, y CheckpointTimeline) int {
+	slices.SortFunc(c.Timelines, func(x, y event.CheckpointTimeline) int {
 		return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Layer, y.Layer), boolCmp(x.Host, y.Host),
 			cmp.Compare(x.Device, y.Device))
 	})

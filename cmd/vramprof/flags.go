@@ -22,8 +22,8 @@ import (
 // fields are the flags and the help, and the command runs with it. Parsing
 // stops at kong; what a flag means (sizes, auto|off, files) is checked
 // after, by each command's parse function, into the struct's unexported
-// fields, with the error texts the flag package gave. (attach copies its
-// flags into attachOptions, which attach.go reads.)
+// fields, with the error texts the flag package gave; the command reads the
+// struct.
 
 // cli is the whole command line: kong prints its help.
 type cli struct {
@@ -157,24 +157,15 @@ func flagSyntax(k *kong.Kong, cmd string, args []string) []string {
 	return out
 }
 
-// printHelp prints the help of `vramprof args... --help` to w.
+// printHelp prints what kong prints for `vramprof args...` to w: the help
+// when args end in --help, the version for --version.
 func printHelp(w io.Writer, args ...string) {
 	k, _, err := newParser(w)
 	if err != nil {
 		return
 	}
 	defer func() { _ = recover() }()
-	_, _ = k.Parse(append(args, "--help"))
-}
-
-// printVersion handles `vramprof --version`.
-func printVersion() {
-	k, _, err := newParser(nil)
-	if err != nil {
-		return
-	}
-	defer func() { _ = recover() }()
-	_, _ = k.Parse([]string{"--version"})
+	_, _ = k.Parse(args)
 }
 
 // flagValueError is the error of a flag whose value is wrong, in the words
@@ -188,27 +179,25 @@ type probeFlags struct {
 	Pool       string      `default:"auto" placeholder:"auto|off" help:"trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off"`
 	Allocators []string    `sep:"none" placeholder:"FILE" help:"allocator specs for the block layer beside the built-in ones (XLA BFC, RMM): see README, \"Allocator specs\""`
 	Python     pythonFlags `embed:""`
+
+	allocs []allocspec.Allocator // --allocators' specs, set by check
 }
 
-// options checks the flags and reads the allocator specs: a bad file is a
-// usage error (exit 2) on one line, file:line, what is wrong and what to
-// write instead.
-func (p *probeFlags) options(cmd string) ([]allocspec.Allocator, error) {
-	var allocs []allocspec.Allocator
+// check checks the flags and reads the allocator specs into allocs: a bad
+// file is a usage error (exit 2) on one line, file:line, what is wrong and
+// what to write instead.
+func (p *probeFlags) check(cmd string) error {
 	for _, file := range p.Allocators {
 		specs, err := allocspec.ReadFile(file)
 		if err != nil {
-			return nil, flagValueError(cmd, "allocators", file, err)
+			return flagValueError(cmd, "allocators", file, err)
 		}
-		allocs = append(allocs, specs...)
+		p.allocs = append(p.allocs, specs...)
 	}
 	if err := checkAutoOff(cmd, "pool", p.Pool); err != nil {
-		return nil, err
+		return err
 	}
-	if err := p.Python.check(cmd); err != nil {
-		return nil, err
-	}
-	return allocs, nil
+	return p.Python.check(cmd)
 }
 
 // recordFlags are the flags of every command that records: run, attach,
@@ -219,11 +208,10 @@ type recordFlags struct {
 	probeFlags
 	Quiet bool `short:"q" help:"no live status and no summary (outputs are still written, errors still printed)"`
 
-	capacity uint64                // --capacity in bytes, set by check
-	allocs   []allocspec.Allocator // --allocators' specs, set by check
+	capacity uint64 // --capacity in bytes, set by check
 }
 
-// check checks the flags and sets capacity and allocs.
+// check checks the flags and sets capacity (and probeFlags' allocs).
 func (f *recordFlags) check(cmd string) error {
 	if f.Capacity != nil {
 		var err error
@@ -231,8 +219,7 @@ func (f *recordFlags) check(cmd string) error {
 			return flagValueError(cmd, "capacity", *f.Capacity, err)
 		}
 	}
-	var err error
-	if f.allocs, err = f.probeFlags.options(cmd); err != nil {
+	if err := f.probeFlags.check(cmd); err != nil {
 		return err
 	}
 	return checkAutoOff(cmd, "nvml", f.NVML)
@@ -312,22 +299,6 @@ func parseRun(args []string) (*runFlags, error) {
 	return f, nil
 }
 
-// attachOptions are the flags of `vramprof attach`, checked: attach.go
-// reads them (the flags' help says what each means).
-type attachOptions struct {
-	pid            int
-	out            string
-	duration       time.Duration
-	wait, all      bool
-	nvml, pool     string
-	python         pythonFlags
-	quiet, force   bool
-	capacity       uint64
-	allocs         []allocspec.Allocator
-	momentInterval time.Duration
-	maxTrace       uint64
-}
-
 // attachFlags are the flags of `vramprof attach`.
 type attachFlags struct {
 	PID      int           `name:"pid" short:"p" placeholder:"PID" help:"PID of the process to trace (required, or --all)"`
@@ -339,34 +310,28 @@ type attachFlags struct {
 	Extra []string `arg:"" optional:"" hidden:""`
 }
 
-func parseAttach(args []string) (*attachOptions, error) {
+func parseAttach(args []string) (*attachFlags, error) {
 	c, err := parseCommand("attach", args)
 	if err != nil {
 		return nil, err
 	}
-	return c.Attach.options()
-}
-
-func (f *attachFlags) options() (*attachOptions, error) {
+	f := &c.Attach
 	if err := f.liveFlags.check("attach", &f.recordFlags); err != nil {
 		return nil, err
 	}
-	o := &attachOptions{pid: f.PID, out: f.Output, duration: f.Duration, wait: f.Wait, all: f.All,
-		pool: f.Pool, python: f.Python, quiet: f.Quiet, force: f.Force, momentInterval: f.MomentInterval,
-		nvml: f.NVML, capacity: f.capacity, allocs: f.allocs, maxTrace: f.maxTrace}
 	if len(f.Extra) > 0 {
 		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", f.Extra[0]))
 	}
 	switch {
-	case o.all && o.pid != 0:
+	case f.All && f.PID != 0:
 		return nil, usageError(errors.New("attach: give either -p PID or --all, not both"))
-	case !o.all && o.pid <= 0:
+	case !f.All && f.PID <= 0:
 		return nil, usageError(errors.New("attach: -p PID is required (a positive process ID), or --all"))
 	}
-	if o.duration < 0 {
-		return nil, usageError(fmt.Errorf("attach: --duration %s is negative", o.duration))
+	if f.Duration < 0 {
+		return nil, usageError(fmt.Errorf("attach: --duration %s is negative", f.Duration))
 	}
-	return o, nil
+	return f, nil
 }
 
 // maxPythonDepth is the most Python frames a stack can hold

@@ -33,16 +33,16 @@ func main() {
 func mainCode(args []string) int {
 	switch {
 	case len(args) == 0:
-		printHelp(os.Stderr) // a mistake: the help goes with the error
+		printHelp(os.Stderr, "--help") // a mistake: the help goes with the error
 		return exitToolError
 	case args[0] == "-h" || args[0] == "--help":
-		printHelp(os.Stdout)
+		printHelp(os.Stdout, "--help")
 		return 0
 	case args[0] == "help": // help [COMMAND]
-		printHelp(os.Stdout, args[1:]...)
+		printHelp(os.Stdout, append(args[1:], "--help")...)
 		return 0
 	case args[0] == "--version":
-		printVersion()
+		printHelp(os.Stdout, "--version")
 		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

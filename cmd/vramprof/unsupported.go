@@ -13,6 +13,6 @@ var errLinuxOnly = errors.New("tracing needs Linux (eBPF uprobes); `vramprof rep
 
 func run(context.Context, *runFlags) (int, error) { return 0, errLinuxOnly }
 
-func attach(context.Context, *attachOptions) error { return errLinuxOnly }
+func attach(context.Context, *attachFlags) error { return errLinuxOnly }
 
-func serve(context.Context, *serveOptions) error { return errLinuxOnly }
+func serve(context.Context, *serveFlags) error { return errLinuxOnly }

@@ -14,21 +14,21 @@ import (
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// attach traces a running process until ctx is done (Ctrl-C, SIGTERM), the
+// exec traces a running process until ctx is done (Ctrl-C, SIGTERM), the
 // duration passes or the process exits, and always writes its outputs.
-func attach(ctx context.Context, f *attachFlags) error {
+func (f *attachFlags) exec(ctx context.Context) (int, error) {
 	dir := f.Output
 	if dir == "" {
 		dir = recorder.DefaultDir(f.PID) // vramprof-0-<time> for --all
 	}
 	if !f.All {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", f.PID)); err != nil {
-			return fmt.Errorf("%w: %d", probes.ErrNoProcess, f.PID)
+			return 0, fmt.Errorf("%w: %d", probes.ErrNoProcess, f.PID)
 		}
 		// Before the output directory: the other session's may be the
 		// same one (the default name changes once a second).
 		if err := probes.CheckTraced(f.PID); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	h := &event.Header{Mode: "attach", PID: uint32(f.PID)}
@@ -37,7 +37,7 @@ func attach(ctx context.Context, f *attachFlags) error {
 	}
 	rec, err := startRecording(dir, h, &f.liveFlags, &f.recordFlags, f.probeFlags.options(f.All, printNote(f.Quiet)))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch {
 	case f.All:
@@ -47,7 +47,7 @@ func attach(ctx context.Context, f *attachFlags) error {
 	}
 	if err != nil {
 		rec.abort()
-		return err
+		return 0, err
 	}
 	switch {
 	case f.All:
@@ -77,9 +77,9 @@ func attach(ctx context.Context, f *attachFlags) error {
 		}
 	}
 	if err := rec.finish(end); err != nil {
-		return err
+		return 0, err
 	}
-	return runErr
+	return 0, runErr
 }
 
 // targetEnd says how the attached process ended, and its exit code as a

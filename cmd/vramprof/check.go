@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,11 +59,11 @@ func parseCheck(args []string) (*checkFlags, error) {
 	return o, nil
 }
 
-// checkCmd records `-- CMD` (as `vramprof run` does) or reads INPUT, judges
+// exec records `-- CMD` (as `vramprof run` does) or reads INPUT, judges
 // it against the limits (package compare), prints the verdict to stdout and
 // writes the requested files. It returns the exit code, or an error for
 // exit 2.
-func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error) {
+func (o *checkFlags) exec(ctx context.Context) (int, error) {
 	var base *compare.Snapshot
 	if o.Baseline != "" {
 		// Before the run: a bad baseline should not cost an hour of training.
@@ -96,8 +95,8 @@ func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error)
 		}
 		rf := o.recordFlags
 		rf.Quiet = true // the verdict is check's output
-		code, err := run(ctx, &runFlags{liveFlags: liveFlags{Output: dir, Force: o.Force, MomentInterval: defaultMomentInterval},
-			recordFlags: rf, Command: o.argv})
+		code, err := (&runFlags{liveFlags: liveFlags{Output: dir, Force: o.Force, MomentInterval: defaultMomentInterval},
+			recordFlags: rf, Command: o.argv}).exec(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -119,7 +118,7 @@ func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error)
 	v := compare.Judge(snap, base, o.limits, exitCode)
 	v.Recording = recording
 
-	regression, err := v.Publish(stdout, compare.Outputs{Annotations: os.Getenv("GITHUB_ACTIONS") == "true",
+	regression, err := v.Publish(os.Stdout, compare.Outputs{Annotations: os.Getenv("GITHUB_ACTIONS") == "true",
 		JUnit: o.JUnit, StepSummary: os.Getenv("GITHUB_STEP_SUMMARY"), Baseline: o.WriteBaseline,
 		Tool: "vramprof " + version, WriteFile: recorder.WriteFileAtomic})
 	switch {

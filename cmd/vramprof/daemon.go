@@ -21,18 +21,18 @@ import (
 // ones whose time is up: a fraction of the default grace period.
 const sweepEvery = 2 * time.Second
 
-// serve traces every CUDA process on the host (as attach --all) and serves
+// exec traces every CUDA process on the host (as attach --all) and serves
 // their figures over HTTP (exporter.Serve) until ctx is done. Nothing is
 // written to disk.
-func serve(ctx context.Context, f *serveFlags) error {
+func (f *serveFlags) exec(ctx context.Context) (int, error) {
 	if err := probes.CheckPrivileges(); err != nil {
-		return err
+		return 0, err
 	}
 	// Bind before loading anything: a taken port is the likelier error,
 	// and cheaper to report.
 	ln, err := net.Listen("tcp", f.Listen)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return 0, fmt.Errorf("serve: %w", err)
 	}
 	defer ln.Close()
 
@@ -49,11 +49,11 @@ func serve(ctx context.Context, f *serveFlags) error {
 	opts.Sink = x
 	s, err := probes.NewSession(opts)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer s.Close()
 	if err := s.AttachAll(); err != nil {
-		return err
+		return 0, err
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -71,5 +71,5 @@ func serve(ctx context.Context, f *serveFlags) error {
 	if serr := <-srvErr; serr != nil && err == nil {
 		err = fmt.Errorf("serve: %w", serr)
 	}
-	return errors.Join(err, s.Close())
+	return 0, errors.Join(err, s.Close())
 }

@@ -1,21 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"io"
+	"os"
 
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// reportCmd re-analyses a recorded trace (report/recorder). It needs no
+// exec re-analyses a recorded trace (report/recorder). It needs no
 // privileges. Notes (which process a snapshot holds) go to stderr.
-func reportCmd(o *reportFlags, stdout, stderr io.Writer) error {
-	if o.Format == "snapshot" && o.Output == "" && isTerminalWriter(stdout) {
-		return usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + recorder.SnapshotFile + "), or redirect stdout to a file (> " + recorder.SnapshotFile + ")"))
+func (o *reportFlags) exec(context.Context) (int, error) {
+	if o.Format == "snapshot" && o.Output == "" && isTerminalWriter(os.Stdout) {
+		return 0, usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + recorder.SnapshotFile + "), or redirect stdout to a file (> " + recorder.SnapshotFile + ")"))
 	}
-	err := recorder.Report(o.opts, stdout, stderr)
+	err := recorder.Report(o.opts, os.Stdout, os.Stderr)
 	if errors.Is(err, recorder.ErrUsage) {
-		return usageError(err)
+		return 0, usageError(err)
 	}
-	return err
+	return 0, err
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// run launches the command under the probes and returns its exit code.
-func run(ctx context.Context, o *runFlags) (int, error) {
+// exec launches the command under the probes and returns its exit code.
+func (o *runFlags) exec(ctx context.Context) (int, error) {
 	dir := o.Output
 	pending := dir == ""
 	if pending {

@@ -10,19 +10,14 @@ import (
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-func parseDiff(args []string) (*diffFlags, error) {
-	c, err := parseCommand("diff", args)
-	if err != nil {
-		return nil, err
-	}
-	o := &c.Diff
+func (o *diffFlags) check() error {
 	if len(o.Paths) != 2 {
-		return nil, usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))
+		return usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))
 	}
 	if o.Format != "text" && o.Format != "json" {
-		return nil, usageError(fmt.Errorf("diff: unknown --format %q; use text or json", o.Format))
+		return usageError(fmt.Errorf("diff: unknown --format %q; use text or json", o.Format))
 	}
-	return o, nil
+	return nil
 }
 
 // exec compares two recordings (package compare). It needs no

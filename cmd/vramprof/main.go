@@ -59,31 +59,10 @@ func mainCode(args []string) int {
 	return code
 }
 
-// command is a subcommand's flags, parsed and checked: exec runs it and
-// returns the exit code, or an error for exit 2.
-type command interface {
-	exec(ctx context.Context) (int, error)
-}
-
-// parsers parse each subcommand's arguments into its command.
-var parsers = map[string]func(args []string) (command, error){
-	"run": parser(parseRun), "attach": parser(parseAttach), "report": parser(parseReport),
-	"check": parser(parseCheck), "diff": parser(parseDiff), "serve": parser(parseServe),
-}
-
-// parser makes parse, which returns one subcommand's flags, a parsers entry.
-func parser[F command](parse func([]string) (F, error)) func([]string) (command, error) {
-	return func(args []string) (command, error) { return parse(args) }
-}
-
-func dispatch(ctx context.Context, cmd string, args []string) (int, error) {
-	parse := parsers[cmd]
-	if parse == nil {
-		return 0, usageError(fmt.Errorf("unknown command %q; run 'vramprof help'", cmd))
-	}
-	c, err := parse(args)
+func dispatch(ctx context.Context, name string, args []string) (int, error) {
+	cmd, err := parseCommand(name, args)
 	if err != nil {
 		return 0, err
 	}
-	return c.exec(ctx)
+	return cmd.exec(ctx)
 }

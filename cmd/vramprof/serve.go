@@ -7,24 +7,19 @@ import "fmt"
 // --listen on the pod IP behind a NetworkPolicy).
 const defaultListen = "127.0.0.1:9400"
 
-func parseServe(args []string) (*serveFlags, error) {
+func (f *serveFlags) check() error {
 	const usage = "usage: vramprof serve [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
-	c, err := parseCommand("serve", args)
-	if err != nil {
-		return nil, err
-	}
-	f := &c.Serve
 	if err := f.probeFlags.check("serve"); err != nil {
-		return nil, err
+		return err
 	}
 	if err := checkAutoOff("serve", "nvml", f.NVML); err != nil {
-		return nil, err
+		return err
 	}
 	if len(f.Extra) > 0 {
-		return nil, usageError(fmt.Errorf("serve: unexpected argument %q; %s", f.Extra[0], usage))
+		return usageError(fmt.Errorf("serve: unexpected argument %q; %s", f.Extra[0], usage))
 	}
 	if f.Grace <= 0 || f.TTL < f.Grace {
-		return nil, usageError(fmt.Errorf("serve: need 0 < --grace (%s) <= --ttl (%s)", f.Grace, f.TTL))
+		return usageError(fmt.Errorf("serve: need 0 < --grace (%s) <= --ttl (%s)", f.Grace, f.TTL))
 	}
-	return f, nil
+	return nil
 }

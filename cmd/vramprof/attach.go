@@ -76,10 +76,7 @@ func (f *attachFlags) exec(ctx context.Context) (int, error) {
 			end.Reason, end.ExitCode = targetEnd(rec.session, f.PID)
 		}
 	}
-	if err := rec.finish(end); err != nil {
-		return 0, err
-	}
-	return 0, runErr
+	return 0, rec.finish(end, runErr)
 }
 
 // targetEnd says how the attached process ended, and its exit code as a

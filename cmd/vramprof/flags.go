@@ -69,16 +69,15 @@ func newParser(w io.Writer) (*kong.Kong, error) {
 		kong.Writers(w, os.Stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
 		kong.Vars{
-			"version":         "vramprof " + version,
-			"momentInterval":  defaultMomentInterval.String(),
-			"pythonDepth":     strconv.Itoa(maxPythonDepth),
-			"listen":          defaultListen,
-			"grace":           exporter.DefaultGrace.String(),
-			"ttl":             exporter.DefaultTTL.String(),
-			"snapshotFile":    recorder.SnapshotFile,
-			"baselineSchema":  compare.BaselineSchema,
-			"segmentPattern":  recorder.SegmentPattern,
-			"maxTraceMinimum": "64KiB",
+			"version":        "vramprof " + version,
+			"momentInterval": defaultMomentInterval.String(),
+			"pythonDepth":    strconv.Itoa(maxPythonDepth),
+			"listen":         defaultListen,
+			"grace":          exporter.DefaultGrace.String(),
+			"ttl":            exporter.DefaultTTL.String(),
+			"snapshotFile":   recorder.SnapshotFile,
+			"baselineSchema": compare.BaselineSchema,
+			"segmentPattern": recorder.SegmentPattern,
 		},
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)
@@ -127,12 +126,12 @@ func parseCommand(name string, args []string) (cmd command, err error) {
 // with one dash (-force), a short flag with two (--o DIR) or with an equals
 // sign (-o=DIR). It stops at "--" and, for run, at the command.
 func flagSyntax(node *kong.Node, args []string) []string {
-	long, short := map[string]*kong.Flag{}, map[string]*kong.Flag{}
+	flags := map[string]*kong.Flag{} // by long and short name
 	for n := node; n != nil; n = n.Parent {
 		for _, f := range n.Flags {
-			long[f.Name] = f
+			flags[f.Name] = f
 			if f.Short != 0 {
-				short[string(f.Short)] = f
+				flags[string(f.Short)] = f
 			}
 		}
 	}
@@ -148,10 +147,7 @@ func flagSyntax(node *kong.Node, args []string) []string {
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		f := long[name]
-		if f == nil {
-			f = short[name]
-		}
+		f := flags[name]
 		if f == nil {
 			out = append(out, a) // kong's error names it
 			continue

@@ -3,11 +3,12 @@
 // profiles and reports that say what happened.
 //
 // The command line is read by kong (flags.go), into a flags struct per
-// subcommand; one function does the work and returns an error, and main
+// subcommand; its exec method does the work and returns an error, and main
 // turns that error into one line that says what to do. The work itself
-// lives in library packages: report/recorder records, replays and loads
-// recordings, report/compare judges and compares them, report/status draws
-// the live status line.
+// lives in library packages: probes traces, report/recorder records,
+// replays and loads recordings, report/compare judges and compares them,
+// report/status draws the live status line, report/exporter serves
+// metrics and profiles.
 package main
 
 import (
@@ -35,14 +36,11 @@ func mainCode(args []string) int {
 	case len(args) == 0:
 		printHelp(os.Stderr, "--help") // a mistake: the help goes with the error
 		return exitToolError
-	case args[0] == "-h" || args[0] == "--help":
-		printHelp(os.Stdout, "--help")
-		return 0
 	case args[0] == "help": // help [COMMAND]
 		printHelp(os.Stdout, append(args[1:], "--help")...)
 		return 0
-	case args[0] == "--version":
-		printHelp(os.Stdout, "--version")
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "--version":
+		printHelp(os.Stdout, args[0])
 		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -59,6 +57,7 @@ func mainCode(args []string) int {
 	return code
 }
 
+// dispatch parses the command's flags and runs it.
 func dispatch(ctx context.Context, name string, args []string) (int, error) {
 	cmd, err := parseCommand(name, args)
 	if err != nil {

@@ -130,7 +130,11 @@ func (r *recording) run(ctx context.Context, shared bool) error {
 }
 
 // finish closes the session, ends the trace, replays it into the outputs
-// and prints the summary (none with -q).
-func (r *recording) finish(end *event.End) error {
-	return r.rec.Finish(end, r.out, errors.Join(r.stopNVML(), r.session.Close()))
+// and prints the summary (none with -q). It returns its error, else
+// runErr, what run returned.
+func (r *recording) finish(end *event.End, runErr error) error {
+	if err := r.rec.Finish(end, r.out, errors.Join(r.stopNVML(), r.session.Close())); err != nil {
+		return err
+	}
+	return runErr
 }

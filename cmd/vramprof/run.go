@@ -69,30 +69,22 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 	// redrawn after it.
 	go func() { runErr <- rec.run(runCtx, true) }()
 
-	waitErr := cmd.Wait()
+	_ = cmd.Wait() // its error is in ProcessState
 	stop()
 	sessionErr := <-runErr
 
-	end := &event.End{Reason: "exited"}
-	code := exitCode(cmd.ProcessState, waitErr)
-	end.ExitCode = code
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		end.Reason = "signal: " + ws.Signal().String()
-	}
-	if err := rec.finish(end); err != nil {
-		return code, err
-	}
-	return code, sessionErr
+	end := runEnd(cmd.ProcessState)
+	return end.ExitCode, rec.finish(end, sessionErr)
 }
 
-// exitCode is the shell's view of how a command ended: its status, or
-// 128+N when signal N killed it.
-func exitCode(ps *os.ProcessState, waitErr error) int {
+// runEnd is how the command ended, its exit code as a shell gives it: its
+// status, or 128+N when signal N killed it.
+func runEnd(ps *os.ProcessState) *event.End {
 	if ps == nil {
-		return 1
+		return &event.End{Reason: "exited", ExitCode: 1}
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+		return &event.End{Reason: "signal: " + ws.Signal().String(), ExitCode: 128 + int(ws.Signal())}
 	}
-	return ps.ExitCode()
+	return &event.End{Reason: "exited", ExitCode: ps.ExitCode()}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"time"
@@ -36,10 +35,6 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 	}
 	defer ln.Close()
 
-	var out io.Writer = os.Stderr
-	if f.Quiet {
-		out = io.Discard
-	}
 	x := exporter.New(exporter.Options{Grace: f.Grace, TTL: f.TTL})
 	x.SetHeader(&event.Header{Tool: "vramprof " + version, Mode: "serve", Start: probes.MonotonicNow(),
 		WallTime: time.Now().UnixNano()})
@@ -63,8 +58,10 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 		srvErr <- x.Serve(runCtx, ln, sweepEvery)
 		cancel() // a server that failed ends the session
 	}()
-	fmt.Fprintf(out, "vramprof: serving http://%s/metrics and /debug/pprof/{inuse,peak,alloc}?pid=N; tracing every CUDA process (%d now); Ctrl-C to stop\n",
-		ln.Addr(), s.Stats().Targets.Load())
+	if !f.Quiet {
+		fmt.Fprintf(os.Stderr, "vramprof: serving http://%s/metrics and /debug/pprof/{inuse,peak,alloc}?pid=N; tracing every CUDA process (%d now); Ctrl-C to stop\n",
+			ln.Addr(), s.Stats().Targets.Load())
+	}
 
 	err = s.Run(runCtx)
 	cancel()

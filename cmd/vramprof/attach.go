@@ -5,81 +5,66 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// attach traces a running process until ctx is done (Ctrl-C, SIGTERM), the
+// exec traces a running process until ctx is done (Ctrl-C, SIGTERM), the
 // duration passes or the process exits, and always writes its outputs.
-func attach(ctx context.Context, o *attachOptions) error {
-	dir := o.out
+func (f *attachFlags) exec(ctx context.Context) (int, error) {
+	dir := f.Output
 	if dir == "" {
-		dir = recorder.DefaultDir(o.pid) // vramprof-0-<time> for --all
+		dir = recorder.DefaultDir(f.PID) // vramprof-0-<time> for --all
 	}
-	if !o.all {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", o.pid)); err != nil {
-			return fmt.Errorf("%w: %d", probes.ErrNoProcess, o.pid)
+	if !f.All {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", f.PID)); err != nil {
+			return 0, fmt.Errorf("%w: %d", probes.ErrNoProcess, f.PID)
 		}
 		// Before the output directory: the other session's may be the
 		// same one (the default name changes once a second).
-		if err := probes.CheckTraced(o.pid); err != nil {
-			return err
+		if err := probes.CheckTraced(f.PID); err != nil {
+			return 0, err
 		}
 	}
-	h := &event.Header{Mode: "attach", PID: uint32(o.pid)}
-	if o.all {
+	h := &event.Header{Mode: "attach", PID: uint32(f.PID)}
+	if f.All {
 		h.Command = []string{"--all"}
 	}
-	opts := probes.Options{All: o.all, NoPool: o.pool == "off", Allocators: o.allocs}
-	if !o.quiet {
-		opts.Note = func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
-	}
-	rec, err := startRecording(recordOptions{dir: dir, force: o.force, header: h, probes: o.python.options(opts),
-		nvmlMode: o.nvml, quiet: o.quiet, maxTrace: o.maxTrace, moments: o.momentInterval,
-		analysis: analysis.Options{Capacity: o.capacity}})
+	rec, err := startRecording(dir, h, &f.liveFlags, &f.recordFlags, f.probeFlags.options(f.All, printNote(f.Quiet)))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch {
-	case o.all:
+	case f.All:
 		err = rec.session.AttachAll()
 	default:
-		err = rec.session.Attach(o.pid, o.wait)
+		err = rec.session.Attach(f.PID, f.Wait)
 	}
 	if err != nil {
 		rec.abort()
-		return err
-	}
-	var out io.Writer = os.Stderr // the banner and the summary
-	if o.quiet {
-		out = io.Discard
+		return 0, err
 	}
 	switch {
-	case o.all:
-		fmt.Fprintf(out, "vramprof: tracing every CUDA process (%d now); Ctrl-C to stop\n", rec.session.Stats().Targets.Load())
-	case o.wait:
-		fmt.Fprintf(out, "vramprof: watching pid %d for CUDA; Ctrl-C to stop\n", o.pid)
+	case f.All:
+		fmt.Fprintf(rec.out, "vramprof: tracing every CUDA process (%d now); Ctrl-C to stop\n", rec.session.Stats().Targets.Load())
+	case f.Wait:
+		fmt.Fprintf(rec.out, "vramprof: watching pid %d for CUDA; Ctrl-C to stop\n", f.PID)
 	default:
-		fmt.Fprintf(out, "vramprof: tracing pid %d; Ctrl-C to stop\n", o.pid)
+		fmt.Fprintf(rec.out, "vramprof: tracing pid %d; Ctrl-C to stop\n", f.PID)
 	}
 	end := &event.End{Reason: "interrupted"}
 	runCtx := ctx
-	if o.duration > 0 {
+	if f.Duration > 0 {
 		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, o.duration)
+		runCtx, cancel = context.WithTimeout(ctx, f.Duration)
 		defer cancel()
 	}
-	st := startStatus(rec, o.quiet, false)
-	defer st.stop()
-	runErr := rec.run(runCtx)
-	st.stop() // before the summary: clear the line
+	runErr := rec.run(runCtx, false)
 	switch {
 	case ctx.Err() != nil:
 		end.Reason = "interrupted"
@@ -87,14 +72,11 @@ func attach(ctx context.Context, o *attachOptions) error {
 		end.Reason = "duration"
 	default:
 		end.Reason = "target exited"
-		if !o.all {
-			end.Reason, end.ExitCode = targetEnd(rec.session, o.pid)
+		if !f.All {
+			end.Reason, end.ExitCode = targetEnd(rec.session, f.PID)
 		}
 	}
-	if err := rec.finish(end, out); err != nil {
-		return err
-	}
-	return runErr
+	return 0, rec.finish(end, runErr)
 }
 
 // targetEnd says how the attached process ended, and its exit code as a

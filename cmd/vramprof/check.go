@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,49 +21,50 @@ const (
 	exitCheckRegression = 1
 )
 
-func parseCheck(args []string) (*checkFlags, error) {
+// split splits check's arguments at the first "--": after it, the command
+// (argv), given to kong as nothing; before it, flags and at most one INPUT
+// in any order, which it returns.
+func (o *checkFlags) split(args []string) []string {
+	i := slices.Index(args, "--")
+	if i < 0 {
+		return args
+	}
+	o.argv, o.hasCmd = args[i+1:], true
+	return args[:i]
+}
+
+func (o *checkFlags) check() error {
 	const usage = "usage: vramprof check [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT] " +
 		"[--allow-lost PCT] [--write-baseline FILE] [--junit FILE] [-o DIR] [--force] (-- CMD [ARGS...] | INPUT)"
-	// Everything after the first "--" is the command; before it, flags and
-	// at most one INPUT in any order.
-	flagArgs, argv, hasCmd := args, []string(nil), false
-	if i := slices.Index(args, "--"); i >= 0 {
-		flagArgs, argv, hasCmd = args[:i], args[i+1:], true
-	}
-	c, err := parseCommand("check", flagArgs)
-	if err != nil {
-		return nil, err
-	}
-	o := &c.Check
-	o.argv = argv
 	if err := o.recordFlags.check("check"); err != nil {
-		return nil, err
+		return err
 	}
-	switch positional := o.Input; {
+	switch positional, hasCmd := o.Input, o.hasCmd; {
 	case hasCmd && len(positional) > 0:
-		return nil, usageError(fmt.Errorf("check: give either -- CMD or INPUT, not both (unexpected %q)", positional[0]))
+		return usageError(fmt.Errorf("check: give either -- CMD or INPUT, not both (unexpected %q)", positional[0]))
 	case hasCmd && len(o.argv) == 0:
-		return nil, usageError(errors.New("check: no command after --; " + usage))
+		return usageError(errors.New("check: no command after --; " + usage))
 	case !hasCmd && len(positional) == 0:
-		return nil, usageError(errors.New("check: give a command (-- CMD [ARGS...]) or an INPUT (an output directory, .vpt trace or report.json)"))
+		return usageError(errors.New("check: give a command (-- CMD [ARGS...]) or an INPUT (an output directory, .vpt trace or report.json)"))
 	case len(positional) > 1:
-		return nil, usageError(fmt.Errorf("check: give one INPUT, not %d", len(positional)))
+		return usageError(fmt.Errorf("check: give one INPUT, not %d", len(positional)))
 	case !hasCmd && o.Output != nil:
-		return nil, usageError(errors.New("check: -o keeps the recording of -- CMD; an INPUT is already a recording"))
+		return usageError(errors.New("check: -o keeps the recording of -- CMD; an INPUT is already a recording"))
 	}
+	var err error
 	o.limits, err = compare.ParseLimits(compare.LimitFlags{MaxPeak: o.MaxPeak, MaxLeak: o.MaxLeak, AllowLost: o.AllowLost,
 		MaxIncrease: o.MaxIncrease, Baseline: o.Baseline != "", WriteBaseline: o.WriteBaseline != ""})
 	if err != nil {
-		return nil, usageError(fmt.Errorf("check: %w", err))
+		return usageError(fmt.Errorf("check: %w", err))
 	}
-	return o, nil
+	return nil
 }
 
-// checkCmd records `-- CMD` (as `vramprof run` does) or reads INPUT, judges
+// exec records `-- CMD` (as `vramprof run` does) or reads INPUT, judges
 // it against the limits (package compare), prints the verdict to stdout and
 // writes the requested files. It returns the exit code, or an error for
 // exit 2.
-func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error) {
+func (o *checkFlags) exec(ctx context.Context) (int, error) {
 	var base *compare.Snapshot
 	if o.Baseline != "" {
 		// Before the run: a bad baseline should not cost an hour of training.
@@ -78,7 +78,7 @@ func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error)
 		recording string
 		exitCode  *int
 	)
-	if o.argv != nil {
+	if o.hasCmd {
 		dir := ""
 		if o.Output != nil {
 			dir = *o.Output
@@ -96,8 +96,8 @@ func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error)
 		}
 		rf := o.recordFlags
 		rf.Quiet = true // the verdict is check's output
-		code, err := run(ctx, &runFlags{liveFlags: liveFlags{Output: dir, Force: o.Force, MomentInterval: defaultMomentInterval},
-			recordFlags: rf, Command: o.argv})
+		code, err := (&runFlags{liveFlags: liveFlags{Output: dir, Force: o.Force, MomentInterval: defaultMomentInterval},
+			recordFlags: rf, Command: o.argv}).exec(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -119,7 +119,7 @@ func checkCmd(ctx context.Context, o *checkFlags, stdout io.Writer) (int, error)
 	v := compare.Judge(snap, base, o.limits, exitCode)
 	v.Recording = recording
 
-	regression, err := v.Publish(stdout, compare.Outputs{Annotations: os.Getenv("GITHUB_ACTIONS") == "true",
+	regression, err := v.Publish(os.Stdout, compare.Outputs{Annotations: os.Getenv("GITHUB_ACTIONS") == "true",
 		JUnit: o.JUnit, StepSummary: os.Getenv("GITHUB_STEP_SUMMARY"), Baseline: o.WriteBaseline,
 		Tool: "vramprof " + version, WriteFile: recorder.WriteFileAtomic})
 	switch {

@@ -81,7 +81,7 @@ func TestUsageErrorsOneLine(t *testing.T) {
 // TestCheckRecordingFlags: check takes run's recording flags, and checks
 // them as run does.
 func TestCheckRecordingFlags(t *testing.T) {
-	o, err := parseCheck([]string{"--max-peak", "1GiB", "-q", "--pool", "off", "--python", "off", "--python-depth", "8",
+	o, err := parse[*checkFlags]("check", []string{"--max-peak", "1GiB", "-q", "--pool", "off", "--python", "off", "--python-depth", "8",
 		"--nvml", "off", "--capacity", "80GiB", "--", "train", "--epochs", "2"})
 	require.NoError(t, err)
 	assert.True(t, o.Quiet)
@@ -93,7 +93,7 @@ func TestCheckRecordingFlags(t *testing.T) {
 	require.NotNil(t, o.limits.MaxPeak)
 	assert.Equal(t, uint64(1<<30), *o.limits.MaxPeak)
 
-	o, err = parseCheck([]string{"in.vpt", "--max-leak", "1MiB"})
+	o, err = parse[*checkFlags]("check", []string{"in.vpt", "--max-leak", "1MiB"})
 	require.NoError(t, err)
 	assert.Equal(t, "auto", o.Pool, "the defaults are run's")
 	assert.Equal(t, "auto", o.NVML)
@@ -109,7 +109,7 @@ func TestCheckRecordingFlags(t *testing.T) {
 		{[]string{"--max-peak", "1GiB", "--capacity", "big", "--", "true"}, `check: invalid value "big" for flag -capacity`},
 		{[]string{"--max-peak", "1GiB", "--python-depth", "0", "--", "true"}, "check: --python-depth 0 is out of range"},
 	} {
-		_, err := parseCheck(tc.args)
+		_, err := parse[*checkFlags]("check", tc.args)
 		require.Error(t, err, "%v", tc.args)
 		assert.Contains(t, err.Error(), tc.want)
 	}
@@ -118,7 +118,7 @@ func TestCheckRecordingFlags(t *testing.T) {
 // TestRunFlags: run's command is everything after --, or from the first
 // argument that is not a flag; flags and their defaults as before kong.
 func TestRunFlags(t *testing.T) {
-	o, err := parseRun([]string{"-o", "out", "-q", "--force", "--", "python", "-u", "train.py"})
+	o, err := parse[*runFlags]("run", []string{"-o", "out", "-q", "--force", "--", "python", "-u", "train.py"})
 	require.NoError(t, err)
 	assert.Equal(t, "out", o.Output)
 	assert.True(t, o.Quiet)
@@ -127,12 +127,12 @@ func TestRunFlags(t *testing.T) {
 	assert.Equal(t, defaultMomentInterval, o.MomentInterval)
 	assert.Equal(t, pythonFlags{Mode: "auto", Depth: maxPythonDepth}, o.Python)
 
-	o, err = parseRun([]string{"--quiet", "python", "-u", "train.py"})
+	o, err = parse[*runFlags]("run", []string{"--quiet", "python", "-u", "train.py"})
 	require.NoError(t, err)
 	assert.True(t, o.Quiet)
 	assert.Equal(t, []string{"python", "-u", "train.py"}, o.Command, "flags after the command are its own")
 
-	o, err = parseRun([]string{"--", "--", "x"})
+	o, err = parse[*runFlags]("run", []string{"--", "--", "x"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"--", "x"}, o.Command, "only the first -- ends the flags")
 }
@@ -153,7 +153,7 @@ func TestFlagsGoSyntax(t *testing.T) {
 		{"command's flags", []string{"-q", "true", "-o=x", "--force"}, runFlags{recordFlags: recordFlags{Quiet: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseRun(tc.args)
+			o, err := parse[*runFlags]("run", tc.args)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want.Output, o.Output)
 			assert.Equal(t, tc.want.Force, o.Force)
@@ -164,7 +164,15 @@ func TestFlagsGoSyntax(t *testing.T) {
 			assert.Equal(t, "true", o.Command[0])
 		})
 	}
-	_, err := parseRun([]string{"--moment-interval", "-1s", "--", "true"})
+	_, err := parse[*runFlags]("run", []string{"--moment-interval", "-1s", "--", "true"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "run: --moment-interval -1s is negative")
+}
+
+// parse parses `vramprof name args...` (parseCommand) into F, the command's
+// flags.
+func parse[F command](name string, args []string) (F, error) {
+	c, err := parseCommand(name, args)
+	f, _ := c.(F)
+	return f, err
 }

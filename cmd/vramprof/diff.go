@@ -1,52 +1,38 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"io"
+	"os"
 
 	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-func parseDiff(args []string) (*diffFlags, error) {
-	c, err := parseCommand("diff", args)
-	if err != nil {
-		return nil, err
-	}
-	o := &c.Diff
+func (o *diffFlags) check() error {
 	if len(o.Paths) != 2 {
-		return nil, usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))
+		return usageError(errors.New("diff: give BASE and NEW (output directories, .vpt traces or report.json files)"))
 	}
 	if o.Format != "text" && o.Format != "json" {
-		return nil, usageError(fmt.Errorf("diff: unknown --format %q; use text or json", o.Format))
+		return usageError(fmt.Errorf("diff: unknown --format %q; use text or json", o.Format))
 	}
-	return o, nil
+	return nil
 }
 
-// diffCmd compares two recordings (package compare). It needs no
+// exec compares two recordings (package compare). It needs no
 // privileges.
-func diffCmd(o *diffFlags, stdout io.Writer) error {
+func (o *diffFlags) exec(context.Context) (int, error) {
 	base, err := recorder.LoadSnapshot(o.Paths[0])
 	if err != nil {
-		return fmt.Errorf("diff: BASE %s: %w", o.Paths[0], err)
+		return 0, fmt.Errorf("diff: BASE %s: %w", o.Paths[0], err)
 	}
 	nw, err := recorder.LoadSnapshot(o.Paths[1])
 	if err != nil {
-		return fmt.Errorf("diff: NEW %s: %w", o.Paths[1], err)
+		return 0, fmt.Errorf("diff: NEW %s: %w", o.Paths[1], err)
 	}
-	d := compare.NewDiff(base, nw)
-	var buf bytes.Buffer
-	if o.Format == "json" {
-		if err := d.WriteJSON(&buf); err != nil {
-			return fmt.Errorf("diff: encode: %w", err)
-		}
-	} else {
-		d.WriteText(&buf)
+	if err := compare.NewDiff(base, nw).Write(os.Stdout, o.Format); err != nil {
+		return 0, fmt.Errorf("diff: %w", err)
 	}
-	if _, err := stdout.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("diff: write: %w", err)
-	}
-	return nil
+	return 0, nil
 }

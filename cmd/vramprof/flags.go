@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +22,16 @@ import (
 // The command line, as kong reads it: one struct per subcommand, whose
 // fields are the flags and the help, and the command runs with it. Parsing
 // stops at kong; what a flag means (sizes, auto|off, files) is checked
-// after, by each command's parse function, into the struct's unexported
-// fields, with the error texts the flag package gave. (attach copies its
-// flags into attachOptions, which attach.go reads.)
+// after, by the struct's check method, into its unexported fields, with the
+// error texts the flag package gave; its exec method runs the command.
+
+// command is a subcommand's flags: check checks what kong cannot (values,
+// combinations) once kong has filled them, and exec runs the command and
+// returns the exit code, or an error for exit 2.
+type command interface {
+	check() error
+	exec(ctx context.Context) (int, error)
+}
 
 // cli is the whole command line: kong prints its help.
 type cli struct {
@@ -51,53 +59,65 @@ type kongExit int
 
 // newParser builds the command line's parser; help goes to stdout (or to
 // w when not nil).
-func newParser(w io.Writer) (*kong.Kong, *cli, error) {
-	c := &cli{}
+func newParser(w io.Writer) (*kong.Kong, error) {
 	if w == nil {
 		w = os.Stdout
 	}
-	k, err := kong.New(c,
+	return kong.New(&cli{},
 		kong.Name("vramprof"),
 		kong.Description(description),
 		kong.Writers(w, os.Stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
 		kong.Vars{
-			"version":         "vramprof " + version,
-			"momentInterval":  defaultMomentInterval.String(),
-			"pythonDepth":     strconv.Itoa(maxPythonDepth),
-			"listen":          defaultListen,
-			"grace":           exporter.DefaultGrace.String(),
-			"ttl":             exporter.DefaultTTL.String(),
-			"snapshotFile":    recorder.SnapshotFile,
-			"baselineSchema":  compare.BaselineSchema,
-			"segmentPattern":  recorder.SegmentPattern,
-			"maxTraceMinimum": "64KiB",
+			"version":        "vramprof " + version,
+			"momentInterval": defaultMomentInterval.String(),
+			"pythonDepth":    strconv.Itoa(maxPythonDepth),
+			"listen":         defaultListen,
+			"grace":          exporter.DefaultGrace.String(),
+			"ttl":            exporter.DefaultTTL.String(),
+			"snapshotFile":   recorder.SnapshotFile,
+			"baselineSchema": compare.BaselineSchema,
+			"segmentPattern": recorder.SegmentPattern,
 		},
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)
-	return k, c, err
 }
 
-// parseCommand parses `vramprof name args...`. -h prints the command's
-// help on stdout and returns errHelp; a parse error is a usage error of
-// one line naming the command.
-func parseCommand(name string, args []string) (c *cli, err error) {
-	k, c, err := newParser(nil)
+// parseCommand parses `vramprof name args...` into the command's flags and
+// checks them. -h prints the command's help on stdout and returns errHelp;
+// a parse error is a usage error of one line naming the command.
+func parseCommand(name string, args []string) (cmd command, err error) {
+	k, err := newParser(nil)
 	if err != nil {
 		return nil, fmt.Errorf("build command line: %w", err)
 	}
+	var node *kong.Node
+	for _, n := range k.Model.Children {
+		if n.Name == name {
+			node, cmd = n, n.Target.Addr().Interface().(command)
+		}
+	}
+	if node == nil {
+		return nil, usageError(fmt.Errorf("unknown command %q; run 'vramprof help'", name))
+	}
+	if c, ok := cmd.(*checkFlags); ok {
+		args = c.split(args)
+	}
 	defer func() {
 		if code, ok := recover().(kongExit); ok {
-			c, err = nil, errHelp
+			cmd, err = nil, errHelp
 			if code != 0 {
 				err = usageError(fmt.Errorf("%s: exit %d", name, code))
 			}
 		}
 	}()
-	if _, err := k.Parse(append([]string{name}, flagSyntax(k, name, args)...)); err != nil {
+	if _, err := k.Parse(append([]string{name}, flagSyntax(node, args)...)); err != nil {
 		return nil, usageError(fmt.Errorf("%s: %w; see 'vramprof %s -h'", name, err, name))
 	}
-	return c, nil
+	if err := cmd.check(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
 }
 
 // flagSyntax rewrites the flag forms Go's flag package took and kong does
@@ -105,22 +125,13 @@ func parseCommand(name string, args []string) (c *cli, err error) {
 // --max-leak -3, given to be refused with their own message), a long flag
 // with one dash (-force), a short flag with two (--o DIR) or with an equals
 // sign (-o=DIR). It stops at "--" and, for run, at the command.
-func flagSyntax(k *kong.Kong, cmd string, args []string) []string {
-	var node *kong.Node
-	for _, n := range k.Model.Children {
-		if n.Name == cmd {
-			node = n
-		}
-	}
-	if node == nil {
-		return args
-	}
-	long, short := map[string]*kong.Flag{}, map[string]*kong.Flag{}
+func flagSyntax(node *kong.Node, args []string) []string {
+	flags := map[string]*kong.Flag{} // by long and short name
 	for n := node; n != nil; n = n.Parent {
 		for _, f := range n.Flags {
-			long[f.Name] = f
+			flags[f.Name] = f
 			if f.Short != 0 {
-				short[string(f.Short)] = f
+				flags[string(f.Short)] = f
 			}
 		}
 	}
@@ -136,10 +147,7 @@ func flagSyntax(k *kong.Kong, cmd string, args []string) []string {
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		f := long[name]
-		if f == nil {
-			f = short[name]
-		}
+		f := flags[name]
 		if f == nil {
 			out = append(out, a) // kong's error names it
 			continue
@@ -157,24 +165,15 @@ func flagSyntax(k *kong.Kong, cmd string, args []string) []string {
 	return out
 }
 
-// printHelp prints the help of `vramprof args... --help` to w.
+// printHelp prints what kong prints for `vramprof args...` to w: the help
+// when args end in --help, the version for --version.
 func printHelp(w io.Writer, args ...string) {
-	k, _, err := newParser(w)
+	k, err := newParser(w)
 	if err != nil {
 		return
 	}
 	defer func() { _ = recover() }()
-	_, _ = k.Parse(append(args, "--help"))
-}
-
-// printVersion handles `vramprof --version`.
-func printVersion() {
-	k, _, err := newParser(nil)
-	if err != nil {
-		return
-	}
-	defer func() { _ = recover() }()
-	_, _ = k.Parse([]string{"--version"})
+	_, _ = k.Parse(args)
 }
 
 // flagValueError is the error of a flag whose value is wrong, in the words
@@ -188,27 +187,25 @@ type probeFlags struct {
 	Pool       string      `default:"auto" placeholder:"auto|off" help:"trace framework allocators' blocks (PyTorch's USDT probes, allocator specs): auto or off"`
 	Allocators []string    `sep:"none" placeholder:"FILE" help:"allocator specs for the block layer beside the built-in ones (XLA BFC, RMM): see README, \"Allocator specs\""`
 	Python     pythonFlags `embed:""`
+
+	allocs []allocspec.Allocator // --allocators' specs, set by check
 }
 
-// options checks the flags and reads the allocator specs: a bad file is a
-// usage error (exit 2) on one line, file:line, what is wrong and what to
-// write instead.
-func (p *probeFlags) options(cmd string) ([]allocspec.Allocator, error) {
-	var allocs []allocspec.Allocator
+// check checks the flags and reads the allocator specs into allocs: a bad
+// file is a usage error (exit 2) on one line, file:line, what is wrong and
+// what to write instead.
+func (p *probeFlags) check(cmd string) error {
 	for _, file := range p.Allocators {
 		specs, err := allocspec.ReadFile(file)
 		if err != nil {
-			return nil, flagValueError(cmd, "allocators", file, err)
+			return flagValueError(cmd, "allocators", file, err)
 		}
-		allocs = append(allocs, specs...)
+		p.allocs = append(p.allocs, specs...)
 	}
 	if err := checkAutoOff(cmd, "pool", p.Pool); err != nil {
-		return nil, err
+		return err
 	}
-	if err := p.Python.check(cmd); err != nil {
-		return nil, err
-	}
-	return allocs, nil
+	return p.Python.check(cmd)
 }
 
 // recordFlags are the flags of every command that records: run, attach,
@@ -219,11 +216,10 @@ type recordFlags struct {
 	probeFlags
 	Quiet bool `short:"q" help:"no live status and no summary (outputs are still written, errors still printed)"`
 
-	capacity uint64                // --capacity in bytes, set by check
-	allocs   []allocspec.Allocator // --allocators' specs, set by check
+	capacity uint64 // --capacity in bytes, set by check
 }
 
-// check checks the flags and sets capacity and allocs.
+// check checks the flags and sets capacity (and probeFlags' allocs).
 func (f *recordFlags) check(cmd string) error {
 	if f.Capacity != nil {
 		var err error
@@ -231,8 +227,7 @@ func (f *recordFlags) check(cmd string) error {
 			return flagValueError(cmd, "capacity", *f.Capacity, err)
 		}
 	}
-	var err error
-	if f.allocs, err = f.probeFlags.options(cmd); err != nil {
+	if err := f.probeFlags.check(cmd); err != nil {
 		return err
 	}
 	return checkAutoOff(cmd, "nvml", f.NVML)
@@ -294,38 +289,17 @@ type runFlags struct {
 	Command []string `arg:"" optional:"" passthrough:"partial" name:"CMD" help:"the command to trace and its arguments, after --"`
 }
 
-func parseRun(args []string) (*runFlags, error) {
-	c, err := parseCommand("run", args)
-	if err != nil {
-		return nil, err
-	}
-	f := &c.Run
+func (f *runFlags) check() error {
 	if err := f.liveFlags.check("run", &f.recordFlags); err != nil {
-		return nil, err
+		return err
 	}
 	if len(f.Command) > 0 && f.Command[0] == "--" {
 		f.Command = f.Command[1:] // kong keeps the -- before a passthrough argument
 	}
 	if len(f.Command) == 0 {
-		return nil, usageError(errors.New("run: no command given; usage: vramprof run [-o DIR] -- CMD [ARGS...]"))
+		return usageError(errors.New("run: no command given; usage: vramprof run [-o DIR] -- CMD [ARGS...]"))
 	}
-	return f, nil
-}
-
-// attachOptions are the flags of `vramprof attach`, checked: attach.go
-// reads them (the flags' help says what each means).
-type attachOptions struct {
-	pid            int
-	out            string
-	duration       time.Duration
-	wait, all      bool
-	nvml, pool     string
-	python         pythonFlags
-	quiet, force   bool
-	capacity       uint64
-	allocs         []allocspec.Allocator
-	momentInterval time.Duration
-	maxTrace       uint64
+	return nil
 }
 
 // attachFlags are the flags of `vramprof attach`.
@@ -339,34 +313,23 @@ type attachFlags struct {
 	Extra []string `arg:"" optional:"" hidden:""`
 }
 
-func parseAttach(args []string) (*attachOptions, error) {
-	c, err := parseCommand("attach", args)
-	if err != nil {
-		return nil, err
-	}
-	return c.Attach.options()
-}
-
-func (f *attachFlags) options() (*attachOptions, error) {
+func (f *attachFlags) check() error {
 	if err := f.liveFlags.check("attach", &f.recordFlags); err != nil {
-		return nil, err
+		return err
 	}
-	o := &attachOptions{pid: f.PID, out: f.Output, duration: f.Duration, wait: f.Wait, all: f.All,
-		pool: f.Pool, python: f.Python, quiet: f.Quiet, force: f.Force, momentInterval: f.MomentInterval,
-		nvml: f.NVML, capacity: f.capacity, allocs: f.allocs, maxTrace: f.maxTrace}
 	if len(f.Extra) > 0 {
-		return nil, usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", f.Extra[0]))
+		return usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", f.Extra[0]))
 	}
 	switch {
-	case o.all && o.pid != 0:
-		return nil, usageError(errors.New("attach: give either -p PID or --all, not both"))
-	case !o.all && o.pid <= 0:
-		return nil, usageError(errors.New("attach: -p PID is required (a positive process ID), or --all"))
+	case f.All && f.PID != 0:
+		return usageError(errors.New("attach: give either -p PID or --all, not both"))
+	case !f.All && f.PID <= 0:
+		return usageError(errors.New("attach: -p PID is required (a positive process ID), or --all"))
 	}
-	if o.duration < 0 {
-		return nil, usageError(fmt.Errorf("attach: --duration %s is negative", o.duration))
+	if f.Duration < 0 {
+		return usageError(fmt.Errorf("attach: --duration %s is negative", f.Duration))
 	}
-	return o, nil
+	return nil
 }
 
 // maxPythonDepth is the most Python frames a stack can hold
@@ -402,18 +365,6 @@ type reportFlags struct {
 	opts recorder.ReportOptions // the flags checked, set by check
 }
 
-// parseReport parses the flags of `vramprof report`.
-func parseReport(args []string) (*reportFlags, error) {
-	c, err := parseCommand("report", args)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Report.check(); err != nil {
-		return nil, err
-	}
-	return &c.Report, nil
-}
-
 func (f *reportFlags) check() error {
 	o := recorder.ReportOptions{Out: f.Output, Force: f.Force, Format: f.Format}
 	if f.Capacity != nil {
@@ -447,7 +398,7 @@ func (f *reportFlags) check() error {
 }
 
 // checkFlags are the flags of `vramprof check`. The command after -- is
-// split off before kong reads the rest (parseCheck).
+// split off before kong reads the rest (split).
 type checkFlags struct {
 	MaxPeak       *string `placeholder:"SIZE" help:"fail when the peak (device memory, all devices and processes) exceeds SIZE"`
 	MaxLeak       *string `placeholder:"SIZE" help:"fail when the bytes still live at the end exceed SIZE"`
@@ -461,8 +412,9 @@ type checkFlags struct {
 	recordFlags
 	Input []string `arg:"" optional:"" name:"INPUT" help:"an output directory, .vpt trace or report.json to check, or -- CMD [ARGS...] to record and check"`
 
-	limits compare.Limits // the limits parsed, set by parseCheck
+	limits compare.Limits // the limits parsed, set by check
 	argv   []string       // the command after --; nil: check Input[0]
+	hasCmd bool           // a -- was given, with or without a command after it
 }
 
 // diffFlags are the flags of `vramprof diff`.

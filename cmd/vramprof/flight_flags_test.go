@@ -25,7 +25,7 @@ func TestMaxTraceFlag(t *testing.T) {
 		{name: "not a size", args: []string{"--max-trace", "big", "--", "true"}, err: "not a size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseRun(tc.args)
+			o, err := parse[*runFlags]("run", tc.args)
 			if tc.err != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.err)
@@ -35,7 +35,7 @@ func TestMaxTraceFlag(t *testing.T) {
 			assert.Equal(t, tc.want, o.maxTrace)
 		})
 	}
-	a, err := parseAttach([]string{"-p", "1", "--max-trace", "1GiB"})
+	a, err := parse[*attachFlags]("attach", []string{"-p", "1", "--max-trace", "1GiB"})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1<<30), a.maxTrace)
 }

@@ -3,11 +3,12 @@
 // profiles and reports that say what happened.
 //
 // The command line is read by kong (flags.go), into a flags struct per
-// subcommand; one function does the work and returns an error, and main
+// subcommand; its exec method does the work and returns an error, and main
 // turns that error into one line that says what to do. The work itself
-// lives in library packages: report/recorder records, replays and loads
-// recordings, report/compare judges and compares them, report/status draws
-// the live status line.
+// lives in library packages: probes traces, report/recorder records,
+// replays and loads recordings, report/compare judges and compares them,
+// report/status draws the live status line, report/exporter serves
+// metrics and profiles.
 package main
 
 import (
@@ -33,16 +34,13 @@ func main() {
 func mainCode(args []string) int {
 	switch {
 	case len(args) == 0:
-		printHelp(os.Stderr) // a mistake: the help goes with the error
+		printHelp(os.Stderr, "--help") // a mistake: the help goes with the error
 		return exitToolError
-	case args[0] == "-h" || args[0] == "--help":
-		printHelp(os.Stdout)
-		return 0
 	case args[0] == "help": // help [COMMAND]
-		printHelp(os.Stdout, args[1:]...)
+		printHelp(os.Stdout, append(args[1:], "--help")...)
 		return 0
-	case args[0] == "--version":
-		printVersion()
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "--version":
+		printHelp(os.Stdout, args[0])
 		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -59,45 +57,11 @@ func mainCode(args []string) int {
 	return code
 }
 
-func dispatch(ctx context.Context, cmd string, args []string) (int, error) {
-	switch cmd {
-	case "run":
-		o, err := parseRun(args)
-		if err != nil {
-			return 0, err
-		}
-		return run(ctx, o)
-	case "attach":
-		o, err := parseAttach(args)
-		if err != nil {
-			return 0, err
-		}
-		return 0, attach(ctx, o)
-	case "report":
-		o, err := parseReport(args)
-		if err != nil {
-			return 0, err
-		}
-		return 0, reportCmd(o, os.Stdout, os.Stderr)
-	case "check":
-		o, err := parseCheck(args)
-		if err != nil {
-			return 0, err
-		}
-		return checkCmd(ctx, o, os.Stdout)
-	case "diff":
-		o, err := parseDiff(args)
-		if err != nil {
-			return 0, err
-		}
-		return 0, diffCmd(o, os.Stdout)
-	case "serve":
-		o, err := parseServe(args)
-		if err != nil {
-			return 0, err
-		}
-		return 0, serve(ctx, o)
-	default:
-		return 0, usageError(fmt.Errorf("unknown command %q; run 'vramprof help'", cmd))
+// dispatch parses the command's flags and runs it.
+func dispatch(ctx context.Context, name string, args []string) (int, error) {
+	cmd, err := parseCommand(name, args)
+	if err != nil {
+		return 0, err
 	}
+	return cmd.exec(ctx)
 }

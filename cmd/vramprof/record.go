@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -23,113 +24,117 @@ import (
 type recording struct {
 	rec     *recorder.Recorder
 	session *probes.Session
-	// nvml samples device memory beside the probes; nil when off or
-	// unavailable. nvmlDone is closed when its goroutine has returned.
-	nvml     *nvml.Sampler
-	stopNVML context.CancelFunc
-	nvmlDone chan struct{}
+	// stopNVML stops the NVML sampler (startNVML); nil until started.
+	stopNVML func() error
 	// started is when recording began, for the status line's clock.
 	started time.Time
 	// live follows live device bytes for the status line (report/status); nil
-	// when no status is shown.
+	// with -q, when no status is shown.
 	live *status.Live
+	// out receives the banner and the summary: stderr, or nothing with -q.
+	out io.Writer
 }
 
-// recordOptions are the flags run and attach share.
-type recordOptions struct {
-	dir      string
-	force    bool
-	header   *event.Header
-	probes   probes.Options
-	nvmlMode string // --nvml: "auto" samples device memory when NVML works, "off" never
-	quiet    bool   // no status line, no notes
-	maxTrace uint64
-	moments  time.Duration
-	analysis analysis.Options
+// The depth flag's bound is the probes' limit.
+var _ = [1]struct{}{}[maxPythonDepth-probes.DefaultPythonDepth]
+
+// options returns the probes' options of the flags (check sets allocs);
+// note, when not nil, receives the probes' notes.
+func (p *probeFlags) options(all bool, note func(string)) probes.Options {
+	return probes.Options{All: all, NoPool: p.Pool == "off", Allocators: p.allocs,
+		NoPython: p.Python.Mode == "off", PythonDepth: p.Python.Depth, Note: note}
 }
 
-// startRecording checks privileges, creates the recorder (output
-// directory, trace) and loads the probes into a session writing to it.
-func startRecording(o recordOptions) (*recording, error) {
+// printNote prints a note as "vramprof: <note>" on stderr; it is nil with
+// -q, and drops the note.
+func printNote(quiet bool) func(string) {
+	if quiet {
+		return nil
+	}
+	return func(msg string) { fmt.Fprintf(os.Stderr, "vramprof: %s\n", msg) }
+}
+
+// startRecording checks privileges, creates the recorder (output directory
+// dir, trace starting with h) with l's and r's settings, and loads the
+// probes (opts) into a session writing to it, NVML sampling beside them.
+func startRecording(dir string, h *event.Header, l *liveFlags, r *recordFlags, opts probes.Options) (*recording, error) {
 	// Privilege first: without it, nothing else matters, and it is the
 	// error worth reading.
 	if err := probes.CheckPrivileges(); err != nil {
 		return nil, err
 	}
-	r := &recording{started: time.Now()}
-	ro := recorder.Options{Dir: o.dir, Force: o.force, Header: o.header, Clock: probes.MonotonicNow,
-		MaxTrace: o.maxTrace, MomentInterval: o.moments, Note: noteFunc(o.quiet), Analysis: o.analysis}
-	if !o.quiet {
-		r.live = status.NewLive()
-		ro.Observe = r.live.Observe
+	rec := &recording{started: time.Now(), out: os.Stderr}
+	ro := recorder.Options{Dir: dir, Force: l.Force, Header: h, Clock: probes.MonotonicNow, MaxTrace: l.maxTrace,
+		MomentInterval: l.MomentInterval, Analysis: analysis.Options{Capacity: r.capacity}}
+	if r.Quiet {
+		rec.out = io.Discard
+	} else {
+		ro.Note = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "vramprof: "+format+"\n", args...) }
+		rec.live = status.NewLive()
+		ro.Observe = rec.live.Observe
 	}
-	o.header.Tool = "vramprof " + version
+	h.Tool = "vramprof " + version
 	var err error
-	if r.rec, err = recorder.Create(ro); err != nil {
+	if rec.rec, err = recorder.Create(ro); err != nil {
 		return nil, err
 	}
-	o.probes.Sink = r.rec
-	r.session, err = probes.NewSession(o.probes)
-	if err != nil {
-		r.abort()
+	opts.Sink = rec.rec
+	if rec.session, err = probes.NewSession(opts); err != nil {
+		rec.abort()
 		return nil, err
 	}
-	if err := r.startNVML(o.nvmlMode); err != nil {
-		r.abort()
+	if rec.stopNVML, err = startNVML(r.NVML, nvml.Options{}, rec.rec.Write); err != nil {
+		rec.abort()
 		return nil, fmt.Errorf("write trace: %w", err)
 	}
-	return r, nil
+	return rec, nil
 }
 
-// startNVML starts sampling device memory into the trace (--nvml auto). No
-// library, no driver or no device is not an error: the trace records why
-// NVML is unavailable, the report says so in one line, and everything else
-// works.
-func (r *recording) startNVML(mode string) error {
+// startNVML samples device memory into write (nvml.Start) until stop is
+// called, unless mode (--nvml) is off. No library, no driver or no device
+// is not an error: write gets the record that says why NVML is
+// unavailable, the report (or /metrics) says so in one line, and
+// everything else works.
+func startNVML(mode string, opts nvml.Options, write func(event.Record) error) (stop func() error, err error) {
 	if mode == "off" {
-		return nil
+		return func() error { return nil }, nil
 	}
-	s, err := nvml.Open(nvml.Options{})
-	if err != nil {
-		return r.rec.Write(nvml.Status(probes.MonotonicNow(), err))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r.nvml, r.stopNVML, r.nvmlDone = s, cancel, make(chan struct{})
-	go func() {
-		defer close(r.nvmlDone)
-		s.Run(ctx, nvml.DefaultInterval, func(rec event.Record) { _ = r.rec.Write(rec) })
-	}()
-	return nil
-}
-
-// closeNVML stops the sampler and waits for its last record.
-func (r *recording) closeNVML() error {
-	if r.nvml == nil {
-		return nil
-	}
-	r.stopNVML()
-	<-r.nvmlDone
-	err := r.nvml.Close()
-	r.nvml = nil
-	return err
+	return nvml.Start(opts, write)
 }
 
 // abort releases everything and removes what was created.
 func (r *recording) abort() {
-	_ = r.closeNVML()
+	if r.stopNVML != nil {
+		_ = r.stopNVML()
+	}
 	if r.session != nil {
 		_ = r.session.Close()
 	}
 	r.rec.Abort()
 }
 
-// finish closes the session, ends the trace, replays it into the outputs and
-// prints the summary to out.
-func (r *recording) finish(end *event.End, out io.Writer) error {
-	return r.rec.Finish(end, out, errors.Join(r.closeNVML(), r.session.Close()))
+// run runs the session until ctx is done or every target exited, with
+// the live status line on stderr meanwhile (none with -q), cleared before
+// it returns. shared says the traced command writes to the same terminal
+// (run): the line is redrawn after its output.
+func (r *recording) run(ctx context.Context, shared bool) error {
+	if r.live != nil {
+		stats := r.session.Stats()
+		line := status.Start(status.Options{Out: os.Stderr, Shared: shared, Start: r.started, Live: r.live,
+			Counts: func() status.Counts {
+				return status.Counts{Events: stats.Events.Load(), Lost: stats.Lost.Load(), Procs: stats.Targets.Load()}
+			}})
+		defer line.Stop()
+	}
+	return r.session.Run(ctx)
 }
 
-// run runs the session until ctx is done or every target exited.
-func (r *recording) run(ctx context.Context) error {
-	return r.session.Run(ctx)
+// finish closes the session, ends the trace, replays it into the outputs
+// and prints the summary (none with -q). It returns its error, else
+// runErr, what run returned.
+func (r *recording) finish(end *event.End, runErr error) error {
+	if err := r.rec.Finish(end, r.out, errors.Join(r.stopNVML(), r.session.Close())); err != nil {
+		return err
+	}
+	return runErr
 }

@@ -1,21 +1,24 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"io"
+	"os"
+
+	"golang.org/x/term"
 
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// reportCmd re-analyses a recorded trace (report/recorder). It needs no
+// exec re-analyses a recorded trace (report/recorder). It needs no
 // privileges. Notes (which process a snapshot holds) go to stderr.
-func reportCmd(o *reportFlags, stdout, stderr io.Writer) error {
-	if o.Format == "snapshot" && o.Output == "" && isTerminalWriter(stdout) {
-		return usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + recorder.SnapshotFile + "), or redirect stdout to a file (> " + recorder.SnapshotFile + ")"))
+func (o *reportFlags) exec(context.Context) (int, error) {
+	if o.Format == "snapshot" && o.Output == "" && term.IsTerminal(int(os.Stdout.Fd())) {
+		return 0, usageError(errors.New("report: --format snapshot writes a binary pickle, not for a terminal: give -o DIR (writes DIR/" + recorder.SnapshotFile + "), or redirect stdout to a file (> " + recorder.SnapshotFile + ")"))
 	}
-	err := recorder.Report(o.opts, stdout, stderr)
+	err := recorder.Report(o.opts, os.Stdout, os.Stderr)
 	if errors.Is(err, recorder.ErrUsage) {
-		return usageError(err)
+		return 0, usageError(err)
 	}
-	return err
+	return 0, err
 }

@@ -5,20 +5,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
 
-	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
-// run launches the command under the probes and returns its exit code.
-func run(ctx context.Context, o *runFlags) (int, error) {
+// exec launches the command under the probes and returns its exit code.
+func (o *runFlags) exec(ctx context.Context) (int, error) {
 	dir := o.Output
 	pending := dir == ""
 	if pending {
@@ -28,9 +26,8 @@ func run(ctx context.Context, o *runFlags) (int, error) {
 	if _, err := exec.LookPath(o.Command[0]); err != nil {
 		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.Command[0])
 	}
-	rec, err := startRecording(recordOptions{dir: dir, force: o.Force, header: &event.Header{Mode: "run", Command: o.Command},
-		probes: o.Python.options(probes.Options{NoPool: o.Pool == "off", Allocators: o.allocs}), nvmlMode: o.NVML,
-		quiet: o.Quiet, maxTrace: o.maxTrace, moments: o.MomentInterval, analysis: analysis.Options{Capacity: o.capacity}})
+	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.Command}, &o.liveFlags, &o.recordFlags,
+		o.probeFlags.options(false, nil))
 	if err != nil {
 		return 0, err
 	}
@@ -68,59 +65,26 @@ func run(ctx context.Context, o *runFlags) (int, error) {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	runErr := make(chan error, 1)
-	go func() { runErr <- rec.run(runCtx) }()
 	// The command's own output shares the terminal: the status line is
 	// redrawn after it.
-	st := startStatus(rec, o.Quiet, true)
-	defer st.stop()
+	go func() { runErr <- rec.run(runCtx, true) }()
 
-	waitErr := cmd.Wait()
+	_ = cmd.Wait() // its error is in ProcessState
 	stop()
 	sessionErr := <-runErr
-	st.stop() // before the summary: clear the line
 
-	end := &event.End{Reason: "exited"}
-	code := exitCode(cmd.ProcessState, waitErr)
-	end.ExitCode = code
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		end.Reason = "signal: " + ws.Signal().String()
-	}
-	var summary io.Writer = os.Stderr
-	if o.Quiet {
-		summary = io.Discard
-	}
-	if err := rec.finish(end, summary); err != nil {
-		return code, err
-	}
-	return code, sessionErr
+	end := runEnd(cmd.ProcessState)
+	return end.ExitCode, rec.finish(end, sessionErr)
 }
 
-// exitCode is the shell's view of how a command ended: its status, or
-// 128+N when signal N killed it.
-func exitCode(ps *os.ProcessState, waitErr error) int {
+// runEnd is how the command ended, its exit code as a shell gives it: its
+// status, or 128+N when signal N killed it.
+func runEnd(ps *os.ProcessState) *event.End {
 	if ps == nil {
-		return 1
+		return &event.End{Reason: "exited", ExitCode: 1}
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+		return &event.End{Reason: "signal: " + ws.Signal().String(), ExitCode: 128 + int(ws.Signal())}
 	}
-	return ps.ExitCode()
-}
-
-// The depth flag's bound is the probes' limit.
-var _ = [1]struct{}{}[maxPythonDepth-probes.DefaultPythonDepth]
-
-// options returns opts with the Python flags applied.
-func (p *pythonFlags) options(opts probes.Options) probes.Options {
-	opts.NoPython = p.Mode == "off"
-	opts.PythonDepth = p.Depth
-	return opts
-}
-
-// noteFunc prints "vramprof: <line>" on stderr, or nothing with -q.
-func noteFunc(quiet bool) func(format string, args ...any) {
-	if quiet {
-		return func(string, ...any) {}
-	}
-	return func(format string, args ...any) { fmt.Fprintf(os.Stderr, "vramprof: "+format+"\n", args...) }
+	return &event.End{Reason: "exited", ExitCode: ps.ExitCode()}
 }

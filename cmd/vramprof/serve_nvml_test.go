@@ -76,7 +76,7 @@ func nvmlReason(fams map[string]*dto.MetricFamily) (v float64, reason string, ok
 	return f.Metric[0].GetGauge().GetValue(), reason, true
 }
 
-// TestServeNVMLSampler: serve's NVML sampler (serveNVML) over a fake
+// TestServeNVMLSampler: serve's NVML sampler (startNVML) over a fake
 // library of two devices fills the exporter's device gauges with the
 // library's figures, and a traced process's NVML use with its own.
 func TestServeNVMLSampler(t *testing.T) {
@@ -89,7 +89,8 @@ func TestServeNVMLSampler(t *testing.T) {
 	x := exporter.New(exporter.Options{Alive: func(uint32, uint64) bool { return true }})
 	x.SetHeader(&event.Header{Mode: "serve"})
 	require.NoError(t, x.Write(&event.Process{PID: 4242, Command: []string{"/usr/bin/trainer"}}))
-	stop := serveNVML("auto", nvml.Options{Library: lib}, x)
+	stop, err := startNVML("auto", nvml.Options{Library: lib}, x.Write)
+	require.NoError(t, err)
 	srv := httptest.NewServer(x.Handler())
 	defer srv.Close()
 
@@ -117,7 +118,9 @@ func TestServeNVMLSampler(t *testing.T) {
 	assert.Equal(t, float64(2*gib), used)
 
 	off := exporter.New(exporter.Options{})
-	require.NoError(t, serveNVML("off", nvml.Options{Library: lib}, off)())
+	stopOff, err := startNVML("off", nvml.Options{Library: lib}, off.Write)
+	require.NoError(t, err)
+	require.NoError(t, stopOff())
 	srvOff := httptest.NewServer(off.Handler())
 	defer srvOff.Close()
 	_, _, ok = nvmlReason(scrapeMetrics(t, srvOff.URL))

@@ -11,21 +11,21 @@ import (
 )
 
 func TestParseServe(t *testing.T) {
-	o, err := parseServe(nil)
+	o, err := parse[*serveFlags]("serve", nil)
 	require.NoError(t, err)
-	assert.Equal(t, "127.0.0.1:9400", o.listen, "loopback by default (DESIGN.md's CLI contract)")
-	assert.Equal(t, exporter.DefaultGrace, o.grace)
-	assert.Equal(t, exporter.DefaultTTL, o.ttl)
-	assert.Equal(t, "auto", o.pool)
-	assert.Equal(t, "auto", o.nvml)
+	assert.Equal(t, "127.0.0.1:9400", o.Listen, "loopback by default (DESIGN.md's CLI contract)")
+	assert.Equal(t, exporter.DefaultGrace, o.Grace)
+	assert.Equal(t, exporter.DefaultTTL, o.TTL)
+	assert.Equal(t, "auto", o.Pool)
+	assert.Equal(t, "auto", o.NVML)
 
-	o, err = parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "5s", "--ttl", "1m", "--pool", "off", "--nvml", "off", "-q"})
+	o, err = parse[*serveFlags]("serve", []string{"--listen", "127.0.0.1:0", "--grace", "5s", "--ttl", "1m", "--pool", "off", "--nvml", "off", "-q"})
 	require.NoError(t, err)
-	assert.Equal(t, "127.0.0.1:0", o.listen)
-	assert.Equal(t, 5*time.Second, o.grace)
-	assert.Equal(t, time.Minute, o.ttl)
-	assert.True(t, o.quiet)
-	assert.Equal(t, "off", o.nvml)
+	assert.Equal(t, "127.0.0.1:0", o.Listen)
+	assert.Equal(t, 5*time.Second, o.Grace)
+	assert.Equal(t, time.Minute, o.TTL)
+	assert.True(t, o.Quiet)
+	assert.Equal(t, "off", o.NVML)
 
 	for _, tc := range []struct {
 		name string
@@ -38,7 +38,7 @@ func TestParseServe(t *testing.T) {
 		{"zero grace", []string{"--grace", "0s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseServe(tc.args)
+			_, err := parse[*serveFlags]("serve", tc.args)
 			assert.Error(t, err)
 		})
 	}

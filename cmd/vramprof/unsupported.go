@@ -11,8 +11,8 @@ import (
 // works anywhere.
 var errLinuxOnly = errors.New("tracing needs Linux (eBPF uprobes); `vramprof report` works on this system")
 
-func run(context.Context, *runFlags) (int, error) { return 0, errLinuxOnly }
+func (*runFlags) exec(context.Context) (int, error) { return 0, errLinuxOnly }
 
-func attach(context.Context, *attachOptions) error { return errLinuxOnly }
+func (*attachFlags) exec(context.Context) (int, error) { return 0, errLinuxOnly }
 
-func serve(context.Context, *serveOptions) error { return errLinuxOnly }
+func (*serveFlags) exec(context.Context) (int, error) { return 0, errLinuxOnly }

@@ -387,6 +387,36 @@ func (s *Sampler) Run(ctx context.Context, every time.Duration, emit func(event.
 	}
 }
 
+// Start opens NVML with opts and samples it into write (Run, every
+// DefaultInterval) in a goroutine of its own until stop is called; stop
+// waits for the last record and closes the Sampler. write's errors are
+// dropped there: a full disk shows in the caller's other writes.
+//
+// When Open fails (no library, no driver, no device) that is not an error:
+// Start writes the Status record that says why, and stop does nothing. err
+// is only write's error for that record.
+func Start(opts Options, write func(event.Record) error) (stop func() error, err error) {
+	s, err := Open(opts)
+	if err != nil {
+		clock := opts.Clock
+		if clock == nil {
+			clock = monotonicNow
+		}
+		return func() error { return nil }, write(Status(clock(), err))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, DefaultInterval, func(rec event.Record) { _ = write(rec) })
+	}()
+	return func() error {
+		cancel()
+		<-done
+		return s.Close()
+	}, nil
+}
+
 // Close shuts NVML down. It waits for a sample in progress; later calls to
 // Sample return ErrClosed and Run returns. Closing twice is a no-op.
 func (s *Sampler) Close() error {

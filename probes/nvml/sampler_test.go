@@ -5,6 +5,7 @@ package nvml
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -285,4 +286,46 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, &event.NVMLStatus{Time: 1, Available: true}, Status(1, nil))
 	err := unavailable(errors.Join(errors.New("a"), errors.New("b")))
 	assert.Equal(t, &event.NVMLStatus{Time: 2, Reason: "NVML unavailable: a; b"}, Status(2, err), "one line")
+}
+
+// TestStart: Start samples into write until stop, whose return is after
+// the last record (Close shuts NVML down once); when NVML is unavailable
+// it writes the Status that says why, and write's error is Start's.
+func TestStart(t *testing.T) {
+	m := newMockNVML(true, nvml.SUCCESS, twoGPUs()...)
+	var (
+		mu  sync.Mutex
+		got []event.Record
+	)
+	write := func(r event.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r)
+		return nil
+	}
+	stop, err := Start(Options{Library: fromInterface(m), Clock: testClock()}, write)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= 5 // status, two DeviceInfo, the first tick's two samples
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, stop())
+	mu.Lock()
+	n := len(got)
+	mu.Unlock()
+	assert.Len(t, m.ShutdownCalls(), 1)
+	assert.Equal(t, &event.NVMLStatus{Time: 3000, Available: true}, got[0])
+	assert.IsType(t, &event.DeviceInfo{}, got[1])
+	assert.IsType(t, &event.Sample{}, got[3])
+	time.Sleep(3 * DefaultInterval)
+	assert.Len(t, got, n, "no record after stop")
+
+	got = nil
+	writeErr := errors.New("disk full")
+	stop, err = Start(Options{Library: fromInterface(newMockNVML(true, nvml.ERROR_DRIVER_NOT_LOADED)), Clock: testClock()},
+		func(r event.Record) error { got = append(got, r); return writeErr })
+	require.ErrorIs(t, err, writeErr)
+	assert.Equal(t, []event.Record{&event.NVMLStatus{Time: 1000, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}}, got)
+	require.NoError(t, stop())
 }

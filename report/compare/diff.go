@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -231,6 +232,23 @@ func (c Change) Text() string {
 		s += ", " + p
 	}
 	return fmt.Sprintf("%s: %d -> %d bytes (%s -> %s)", s, c.Base, c.New, units.Bytes(c.Base), units.Bytes(c.New))
+}
+
+// Write writes d to w in format "json" (WriteJSON) or "text" (WriteText),
+// in one write: a failure leaves no half of it.
+func (d *Diff) Write(w io.Writer, format string) error {
+	var buf bytes.Buffer
+	if format == "json" {
+		if err := d.WriteJSON(&buf); err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+	} else {
+		d.WriteText(&buf)
+	}
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
 }
 
 // WriteJSON writes d as indented JSON, schema vramprof/diff/v1.

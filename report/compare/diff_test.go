@@ -3,6 +3,7 @@ package compare
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -183,4 +184,29 @@ func TestDiffTextLimit(t *testing.T) {
 	// Largest first: f12 (12 bytes) shown, f01 and f02 not.
 	assert.Contains(t, out, "at f12\n")
 	assert.NotContains(t, out, "at f02\n")
+}
+
+// failWriter fails every write.
+type failWriter struct{ err error }
+
+func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
+
+// TestDiffWrite: Write gives WriteJSON's or WriteText's bytes, whole, and
+// says which step failed.
+func TestDiffWrite(t *testing.T) {
+	d := NewDiff(mustLoad(t, "base"), mustLoad(t, "new"))
+	for _, format := range []string{"json", "text"} {
+		var want, got bytes.Buffer
+		if format == "json" {
+			require.NoError(t, d.WriteJSON(&want))
+		} else {
+			d.WriteText(&want)
+		}
+		require.NoError(t, d.Write(&got, format))
+		assert.Equal(t, want.String(), got.String(), format)
+	}
+	full := errors.New("disk full")
+	err := d.Write(failWriter{full}, "text")
+	require.ErrorIs(t, err, full)
+	assert.Equal(t, "write: disk full", err.Error())
 }

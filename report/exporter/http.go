@@ -1,11 +1,14 @@
 package exporter
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	gprofile "github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +49,40 @@ func (x *Exporter) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /{$}", x.serveIndex)
 	return mux
+}
+
+// shutdownWait is how long Serve waits for requests in flight once its
+// context is done: a profile of a big process takes a moment to build, a
+// scrape does not.
+const shutdownWait = 5 * time.Second
+
+// Serve serves Handler on ln, and calls Sweep every sweep, until ctx is
+// done or the server fails; then it shuts the server down, waiting up to
+// 5 s for requests in flight, and closes ln. It returns the server's
+// error: nil after ctx is done and a clean shutdown.
+func (x *Exporter) Serve(ctx context.Context, ln net.Listener, sweep time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{Handler: x.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+	t := time.NewTicker(sweep)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		select {
+		case err := <-srvErr:
+			return err
+		case <-t.C:
+			x.Sweep()
+		case <-ctx.Done():
+		}
+	}
+	shutCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), shutdownWait)
+	defer stop()
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 func (x *Exporter) serveProfile(name string) http.HandlerFunc {

@@ -177,18 +177,21 @@ type Analyzer struct {
 	// pools are the segment/block geometry per process and device (see
 	// fragmentation.go); churn the segment traffic per process instance.
 	// Both are observers: they see each device-memory allocation and free
-	// after the ledger applied it (observe).
+	// after the ledger applied it (observe). deviceCall calls them
+	// directly, not through a slice of observers: a call through an
+	// interface cannot be inlined, and most events need only a test of
+	// each. ch is the change they are fed: one buffer, passed by pointer,
+	// not a copy per call.
 	pools *poolModel
 	churn *churnModel
-	// observers are the models fed by deviceCall, ch the change they are
-	// fed: one buffer, passed by pointer, not a copy per call.
-	observers []observer
-	ch        ledger.Change
+	ch    ledger.Change
 
 	// spikes are the short-lived device allocations per site (spikes.go),
 	// timelines each process's live bytes over time (timelines.go), iters
 	// the logs iteration detection reads (iterations.go): liveObservers,
-	// fed every allocation made live or let go (live).
+	// fed every allocation made live or let go (notify calls them
+	// directly, as deviceCall its observers); live are any others (a
+	// test's).
 	spikes    *spikeModel
 	timelines *timelineModel
 	iters     *iterationModel
@@ -453,11 +456,9 @@ func New(opts Options) *Analyzer {
 	a.classIx.classes = &a.classes
 	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
-	a.observers = []observer{a.pools, a.churn}
 	a.spikes = &spikeModel{window: a.opts.SpikeWindow}
 	a.timelines = newTimelineModel(a.opts.TimelinePoints)
 	a.iters = newIterationModel(a.opts.IterationLog)
-	a.live = []liveObserver{a.spikes, a.timelines, a.iters}
 	return a
 }
 
@@ -840,9 +841,8 @@ func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
 		a.ledger.FreeTo(ch, k, e)
 		a.freed(e, layer, SpaceDevice, ch)
 	}
-	for _, o := range a.observers {
-		o.observe(e, layer, ch)
-	}
+	a.pools.observe(e, layer, ch)
+	a.churn.observe(e, layer, ch)
 }
 
 // liveKey is the ledger's key space of a process instance's allocations
@@ -960,6 +960,9 @@ func (a *Analyzer) notify(alloc, replaced, restored bool, t, born, size uint64, 
 	c.group, c.groupLive = g.ix, g.live.Bytes
 	c.space, c.allocated = sp.ix, sp.totals.AllocatedBytes
 	c.live, c.deviceLive = live, deviceLive
+	a.spikes.changed(c)
+	a.timelines.changed(c)
+	a.iters.changed(c)
 	for _, o := range a.live {
 		o.changed(c)
 	}

@@ -136,9 +136,10 @@ type Analyzer struct {
 	nspaces int32
 	// last caches the latest spaces: consecutive events mostly come from
 	// one process, alternating between its layers, and the lookup is on
-	// the hot path. layerAt and lastDevs do the same for layers and
+	// the hot path. Their keys are kept beside them: the scan reads this
+	// array only. layerAt and lastDevs do the same for layers and
 	// devices.
-	last     [2]*space
+	last     [2]lastSpace
 	layerAt  [8]*layerState // by scope index (scopeIndex)
 	lastDevs [2]*devState
 	// layers and devices hold the all-process figures.
@@ -592,20 +593,26 @@ func (a *Analyzer) layer(sc scope) *layerState {
 	return ls
 }
 
+// lastSpace is an entry of Analyzer.last: a space and its key.
+type lastSpace struct {
+	key spaceKey
+	s   *space
+}
+
 func (a *Analyzer) space(pid uint32, sc scope) *space {
-	for _, s := range a.last {
-		if s != nil && s.key.pid == pid && s.key.sc == sc {
-			return s
+	k := spaceKey{pid, sc}
+	for i := range a.last {
+		if l := &a.last[i]; l.s != nil && l.key == k {
+			return l.s
 		}
 	}
-	k := spaceKey{pid, sc}
 	s := a.spaces[k]
 	if s == nil {
 		s = &space{key: k, ix: a.nspaces, devices: make(map[int32]*procDevice)}
 		a.spaces[k] = s
 		a.nspaces++
 	}
-	a.last[0], a.last[1] = s, a.last[0]
+	a.last[0], a.last[1] = lastSpace{k, s}, a.last[0]
 	return s
 }
 
@@ -894,7 +901,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		// A free was missed: the old allocation went as if freed now,
 		// just before the new one came.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(ch.Old, e.Time, ls, sp, true, Usage{Count: live.Count - 1, Bytes: live.Bytes - e.Size})
+		a.release(ch.Old, e.Time, ls, sp, true, live.Bytes-e.Size)
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
@@ -995,24 +1002,29 @@ func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch 
 	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 	case ledger.Freed:
-		a.dropped(e.PID, sc, ch.Old, e.Time, *ch.Inst)
+		a.droppedIn(ls, sp, ch.Old, e.Time, ch.Inst.Bytes)
 	}
 }
 
 // dropped counts as a free at time t a live allocation of pid in scope sc
 // that the ledger let go; inst is the process's level just after.
 func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64, inst ledger.Level) {
-	ls := a.layer(sc)
-	sp := a.space(pid, sc)
+	a.droppedIn(a.layer(sc), a.space(pid, sc), old, t, inst.Bytes)
+}
+
+// droppedIn is dropped given the scope's totals and the process's space
+// (freed has them: not looked up twice per free); live is the process's
+// live bytes just after.
+func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, t, live uint64) {
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	a.release(old, t, ls, sp, false, Usage{Count: inst.Count, Bytes: inst.Bytes})
+	a.release(old, t, ls, sp, false, live)
 }
 
 // release takes a live allocation out of every aggregate at time t;
 // replaced says another allocation took its address (its free was
-// missed), and live is what the process had live just after.
-func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live Usage) {
+// missed), and live is the bytes the process had live just after.
+func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live uint64) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.sub(size)
@@ -1027,7 +1039,7 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live.Bytes, pd.live)
+	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live, pd.live)
 }
 
 // failure copies a failed allocation with what was live at that moment. It

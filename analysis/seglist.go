@@ -24,6 +24,11 @@ type segList struct {
 	chunks []segRun
 	firsts []uint64
 	n      int
+	// spare are the arrays of chunks that emptied, for the next split to
+	// reuse: segments come and go all along in a training loop, and a
+	// pair of arrays per split was most of the pools' garbage. They are
+	// at most as many as chunks were ever live at once.
+	spare []segRun
 	// hot is the segment at last found, when no later segment starts
 	// inside it (at gives it for any address it holds, without a
 	// search: consecutive blocks mostly lie in one segment); nil when
@@ -129,14 +134,25 @@ func (l *segList) insert(s *poolSegment) {
 	half := len(c.segs) / 2
 	// The new chunk gets room to fill up to the next split: a clone of
 	// its half would grow at its first insert.
-	rest := segRun{addrs: make([]uint64, len(c.addrs)-half, segChunk+1),
-		segs: make([]*poolSegment, len(c.segs)-half, segChunk+1)}
+	rest := l.newRun(len(c.addrs) - half)
 	copy(rest.addrs, c.addrs[half:])
 	copy(rest.segs, c.segs[half:])
 	clear(c.segs[half:])
 	c.addrs, c.segs = c.addrs[:half], c.segs[:half]
 	l.chunks = slices.Insert(l.chunks, ci+1, rest)
 	l.firsts = slices.Insert(l.firsts, ci+1, rest.addrs[0])
+}
+
+// newRun returns a chunk of n segments (to be filled) with room to fill
+// up to the next split, a spare one when there is.
+func (l *segList) newRun(n int) segRun {
+	if k := len(l.spare); k > 0 {
+		r := l.spare[k-1]
+		l.spare[k-1] = segRun{}
+		l.spare = l.spare[:k-1]
+		return segRun{addrs: r.addrs[:n], segs: r.segs[:n]}
+	}
+	return segRun{addrs: make([]uint64, n, segChunk+1), segs: make([]*poolSegment, n, segChunk+1)}
 }
 
 // remove deletes and returns the segment holding addr when it starts
@@ -160,6 +176,9 @@ func (l *segList) removeAt(ci, j int) *poolSegment {
 	c.addrs = slices.Delete(c.addrs, j, j+1)
 	c.segs = slices.Delete(c.segs, j, j+1)
 	if len(c.segs) == 0 {
+		if cap(c.addrs) > segChunk && cap(c.segs) > segChunk {
+			l.spare = append(l.spare, *c)
+		}
 		l.chunks = slices.Delete(l.chunks, ci, ci+1)
 		l.firsts = slices.Delete(l.firsts, ci, ci+1)
 	} else {

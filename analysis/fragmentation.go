@@ -65,7 +65,40 @@ type poolSegment struct {
 type segBlocks struct {
 	allocated uint64
 	blocks    []poolBlock
+	// store is blocks' array from its start (blocks may start past it,
+	// see remove), for blocks to take whole again once empty.
+	store []poolBlock
 }
+
+// insert puts b at index j of the blocks.
+func (s *segBlocks) insert(j int, b poolBlock) {
+	c := cap(s.blocks)
+	s.blocks = slices.Insert(s.blocks, j, b)
+	if cap(s.blocks) != c {
+		s.store = s.blocks[:0] // a new array: it starts at blocks
+	}
+}
+
+// remove deletes the block at index j. It shifts the shorter side of the
+// list, the front by slicing it off: the allocator hands out and takes
+// back a segment's blocks in address order as often as not, and shifting
+// the rest of the list at each free was most of the pools' copying. Once
+// the list is empty, it has its array whole again.
+func (s *segBlocks) remove(j int) {
+	b := s.blocks
+	switch {
+	case len(b) == 1:
+		s.blocks = s.store[:0]
+	case j < len(b)/2:
+		copy(b[1:j+1], b[:j])
+		s.blocks = b[1:]
+	default:
+		s.blocks = slices.Delete(b, j, j+1)
+	}
+}
+
+// reset empties the list, keeping its array.
+func (s *segBlocks) reset() { s.blocks, s.allocated = s.store[:0], 0 }
 
 // blocks returns the segment's live blocks, sorted by address.
 func (s *poolSegment) blocks() []poolBlock {
@@ -196,7 +229,7 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 		p.unplaced += b.size
 	}
 	if s.in != nil {
-		s.in.blocks, s.in.allocated = s.in.blocks[:0], 0
+		s.in.reset()
 	}
 	p.spare = append(p.spare, s)
 	if o := p.open; o != nil && o.Outcome == OOMPending {
@@ -230,7 +263,7 @@ func (p *pool) blockAlloc(e *event.Event) {
 		p.allocated -= s.blocks[j].size
 		s.blocks[j] = b
 	} else {
-		s.blocks = slices.Insert(s.blocks, j, b)
+		s.insert(j, b)
 	}
 	s.allocated += e.Size
 	p.allocated += e.Size
@@ -261,7 +294,7 @@ func (p *pool) blockFree(t, addr uint64) {
 	}
 	s.allocated -= s.blocks[j].size
 	p.allocated -= s.blocks[j].size
-	s.blocks = slices.Delete(s.blocks, j, j+1)
+	s.remove(j)
 	p.noteWorst(t)
 }
 

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -67,4 +68,46 @@ func segListMatchesSlice(t *testing.T, maxSize int, near bool) {
 	b.build(slices.Clone(want))
 	require.Equal(t, want, slices.Collect(b.all()))
 	require.Equal(t, len(want), b.len())
+}
+
+// TestSegBlocksMatchesSlice inserts and removes a segment's blocks at
+// random, in address order and at the front (the allocator's orders),
+// emptying the list now and then, against a plain sorted slice.
+func TestSegBlocksMatchesSlice(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var s segBlocks
+	var want []poolBlock
+	empties := 0
+	for step := range 20_000 {
+		draining := step/500%4 == 3 // a quarter of the time, until empty
+		switch {
+		case draining && len(want) == 0:
+			continue
+		case len(want) > 0 && (draining || r.IntN(3) == 0 || len(want) > 100):
+			j := r.IntN(len(want))
+			if r.IntN(2) == 0 {
+				j = 0 // the front: the oldest block goes first
+			}
+			want = slices.Delete(want, j, j+1)
+			s.remove(j)
+			if len(want) == 0 {
+				empties++
+			}
+		default:
+			b := poolBlock{addr: uint64(r.IntN(1000)+1) << 9, size: uint64(step + 1)}
+			j, found := slices.BinarySearchFunc(want, b.addr, func(x poolBlock, a uint64) int {
+				return cmp.Compare(x.addr, a)
+			})
+			if found {
+				continue
+			}
+			want = slices.Insert(want, j, b)
+			s.insert(j, b)
+		}
+		require.Equal(t, len(want), len(s.blocks), "step %d", step)
+		if len(want) > 0 {
+			require.Equal(t, want, s.blocks, "step %d", step)
+		}
+	}
+	require.Greater(t, empties, 5)
 }

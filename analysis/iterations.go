@@ -90,9 +90,12 @@ type liveLog struct {
 // allocated bytes after each change. Each log keeps at most limit entries.
 type iterationModel struct {
 	limit int
-	// sites and logs are by group index; nil while a stack has none.
-	sites []*siteTimes
-	logs  []*liveLog
+	// sites and logs are by group index, held by value: every change
+	// appends to one of each, and a pointer per entry would be one more
+	// cache miss to reach its tail. A stack has no site while its count
+	// is 0, no log while it is empty and not full (see log).
+	sites []siteTimes
+	logs  []liveLog
 	// procs are by space index (device-scope spaces only).
 	procs []*procLog
 }
@@ -100,11 +103,11 @@ type iterationModel struct {
 func newIterationModel(limit int) *iterationModel { return &iterationModel{limit: limit} }
 
 // grow extends s to hold index i.
-func grow[T any](s []*T, i int32) []*T {
+func grow[T any](s []T, i int32) []T {
 	if int(i) < len(s) {
 		return s
 	}
-	return append(s, make([]*T, int(i)+1-len(s))...)
+	return append(s, make([]T, int(i)+1-len(s))...)
 }
 
 // changed logs a change: a successful non-nested device allocation at the
@@ -114,11 +117,7 @@ func (m *iterationModel) changed(c *liveChange) {
 	gi, si := c.group, c.space
 	if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
 		m.sites = grow(m.sites, gi)
-		s := m.sites[gi]
-		if s == nil {
-			s = &siteTimes{}
-			m.sites[gi] = s
-		}
+		s := &m.sites[gi]
 		s.count++
 		if s.st.len() < m.limit {
 			s.st.add(c.seq, c.time, struct{}{})
@@ -126,11 +125,7 @@ func (m *iterationModel) changed(c *liveChange) {
 	}
 	if c.sc == deviceScope || c.sc == hostScope {
 		m.logs = grow(m.logs, gi)
-		l := m.logs[gi]
-		if l == nil {
-			l = &liveLog{}
-			m.logs[gi] = l
-		}
+		l := &m.logs[gi]
 		switch {
 		case l.full:
 		case l.st.len() == m.limit:
@@ -162,7 +157,7 @@ func (m *iterationModel) log(g *groupState) *liveLog {
 	if int(g.ix) >= len(m.logs) {
 		return nil
 	}
-	if l := m.logs[g.ix]; l != nil && !l.full {
+	if l := &m.logs[g.ix]; l.st.len() > 0 && !l.full {
 		return l
 	}
 	return nil
@@ -287,8 +282,8 @@ func regular(starts []uint64) (uint64, bool) {
 func (a *Analyzer) iterations() map[uint32]*loop {
 	out := make(map[uint32]*loop)
 	var sites []int32 // group indexes
-	for gi, s := range a.iters.sites {
-		if s != nil {
+	for gi := range a.iters.sites {
+		if a.iters.sites[gi].count > 0 {
 			sites = append(sites, int32(gi))
 		}
 	}
@@ -297,7 +292,7 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(x.stack, y.stack))
 	})
 	for _, gi := range sites {
-		k, site := a.groups[gi].key, a.iters.sites[gi]
+		k, site := a.groups[gi].key, &a.iters.sites[gi]
 		if site.st.len() < minIterations {
 			continue
 		}

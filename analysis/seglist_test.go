@@ -68,6 +68,32 @@ func segListMatchesSlice(t *testing.T, maxSize int, near bool) {
 	b.build(slices.Clone(want))
 	require.Equal(t, want, slices.Collect(b.all()))
 	require.Equal(t, len(want), b.len())
+
+	// A training loop's order: segments allocated at rising addresses,
+	// then freed oldest first, the list emptied (its chunks' arrays
+	// spare) and filled again; on the built list too.
+	for _, l := range []*segList{&l, &b} {
+		for round := range 3 {
+			for len(want) > 0 {
+				// Of equal addresses the last inserted goes first.
+				i := 0
+				for i+1 < len(want) && want[i+1].addr == want[0].addr {
+					i++
+				}
+				require.Same(t, want[i], l.remove(want[i].addr), "round %d", round)
+				want = slices.Delete(want, i, i+1)
+			}
+			require.Equal(t, 0, l.len())
+			for i := range 500 {
+				s := &poolSegment{addr: uint64(5000+i) << 12, size: 1 << 12}
+				l.insert(s)
+				want = append(want, s)
+			}
+			require.Equal(t, want, slices.Collect(l.all()), "round %d", round)
+			require.Same(t, want[250], l.at(want[250].addr), "round %d", round)
+		}
+		want = slices.Collect(b.all())
+	}
 }
 
 // TestSegBlocksMatchesSlice inserts and removes a segment's blocks at

@@ -130,9 +130,9 @@ func TestSegBlocksMatchesSlice(t *testing.T) {
 			want = slices.Insert(want, j, b)
 			s.insert(j, b)
 		}
-		require.Equal(t, len(want), len(s.blocks), "step %d", step)
+		require.Equal(t, len(want), len(s.list()), "step %d", step)
 		if len(want) > 0 {
-			require.Equal(t, want, s.blocks, "step %d", step)
+			require.Equal(t, want, s.list(), "step %d", step)
 		}
 	}
 	require.Greater(t, empties, 5)

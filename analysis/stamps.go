@@ -22,8 +22,8 @@ type stamps[P any] struct {
 	// doubling up to stampChunk, then joins full and a new one starts:
 	// growing one slice copied every pair about once more and cleared
 	// twice its length on each doubling (the logs grow by one entry per
-	// event, and that traffic was a tenth of the analyser's time), and
-	// its slack was up to its length.
+	// event: a few percent of the analyser's time, and garbage), and its
+	// slack was up to its length.
 	full [][]stampOff[P]
 	tail []stampOff[P]
 }

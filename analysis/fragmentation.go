@@ -280,10 +280,12 @@ func (p *pool) blockFree(t, addr uint64) {
 	p.touch()
 	p.closeOpen()
 	p.blocks = true
-	if b, ok := p.unplacedBlocks[addr]; ok {
-		delete(p.unplacedBlocks, addr)
-		p.unplaced -= b.size
-		return
+	if len(p.unplacedBlocks) > 0 { // mostly none: no lookup
+		if b, ok := p.unplacedBlocks[addr]; ok {
+			delete(p.unplacedBlocks, addr)
+			p.unplaced -= b.size
+			return
+		}
 	}
 	seg := p.segs.at(addr)
 	if seg == nil {

@@ -172,14 +172,22 @@ func (l *segList) insert(s *poolSegment) {
 		l.hot = nil // s starts inside it: s comes first for what follows
 	}
 	l.n++
-	ci := l.chunkFor(s.addr)
+	// Segments mostly come at rising addresses: past the last chunk's
+	// first, it is the one, without a search.
+	ci := len(l.chunks) - 1
+	if ci > 0 && s.addr < l.firsts[ci] {
+		ci = l.chunkFor(s.addr)
+	}
 	if ci < 0 {
 		l.chunks = append(l.chunks, newSegRun([]uint64{s.addr}, []*poolSegment{s}))
 		l.firsts = append(l.firsts, s.addr)
 		return
 	}
 	c := &l.chunks[ci]
-	j := searchAbove(c.addrs, s.addr)
+	j := len(c.addrs)
+	if s.addr < c.addrs[j-1] {
+		j = searchAbove(c.addrs, s.addr)
+	}
 	c.insertAt(j, s)
 	l.firsts[ci] = c.addrs[0]
 	if len(c.segs) <= segChunk {

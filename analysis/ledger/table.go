@@ -5,8 +5,9 @@ import "math/bits"
 // Table is a hash table keyed by a non-zero address (or handle): open
 // addressing, linear probing, each key beside its value in one slot, no
 // per-entry pointer. Key and value share a slot, not two parallel slices:
-// a lookup then touches one cache line, not two (a lookup misses the
-// cache at every event: the table was the analyser's largest wait). It
+// a lookup then touches one cache line, not two (the analysis looks up an
+// address at every event, mostly missing the cache: the key's then the
+// value's miss were its second-largest wait). It
 // holds one entry per live allocation, so it is kept denser than a Go
 // map: it grows by half when 7/8 full (Go's maps double, and a million
 // entries can find every table just split, half empty). Key 0 marks a

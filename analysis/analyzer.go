@@ -136,9 +136,10 @@ type Analyzer struct {
 	nspaces int32
 	// last caches the latest spaces: consecutive events mostly come from
 	// one process, alternating between its layers, and the lookup is on
-	// the hot path. layerAt and lastDevs do the same for layers and
+	// the hot path. Their keys are kept beside them: the scan reads this
+	// array only. layerAt and lastDevs do the same for layers and
 	// devices.
-	last     [2]*space
+	last     [2]lastSpace
 	layerAt  [8]*layerState // by scope index (scopeIndex)
 	lastDevs [2]*devState
 	// layers and devices hold the all-process figures.
@@ -177,18 +178,21 @@ type Analyzer struct {
 	// pools are the segment/block geometry per process and device (see
 	// fragmentation.go); churn the segment traffic per process instance.
 	// Both are observers: they see each device-memory allocation and free
-	// after the ledger applied it (observe).
+	// after the ledger applied it (observe). deviceCall calls them
+	// directly, not through a slice of observers: a call through an
+	// interface cannot be inlined, and most events need only a test of
+	// each. ch is the change they are fed: one buffer, passed by pointer,
+	// not a copy per call.
 	pools *poolModel
 	churn *churnModel
-	// observers are the models fed by deviceCall, ch the change they are
-	// fed: one buffer, passed by pointer, not a copy per call.
-	observers []observer
-	ch        ledger.Change
+	ch    ledger.Change
 
 	// spikes are the short-lived device allocations per site (spikes.go),
 	// timelines each process's live bytes over time (timelines.go), iters
 	// the logs iteration detection reads (iterations.go): liveObservers,
-	// fed every allocation made live or let go (live).
+	// fed every allocation made live or let go (notify calls them
+	// directly, as deviceCall its observers); live are any others (a
+	// test's).
 	spikes    *spikeModel
 	timelines *timelineModel
 	iters     *iterationModel
@@ -453,11 +457,9 @@ func New(opts Options) *Analyzer {
 	a.classIx.classes = &a.classes
 	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
-	a.observers = []observer{a.pools, a.churn}
 	a.spikes = &spikeModel{window: a.opts.SpikeWindow}
 	a.timelines = newTimelineModel(a.opts.TimelinePoints)
 	a.iters = newIterationModel(a.opts.IterationLog)
-	a.live = []liveObserver{a.spikes, a.timelines, a.iters}
 	return a
 }
 
@@ -591,20 +593,26 @@ func (a *Analyzer) layer(sc scope) *layerState {
 	return ls
 }
 
+// lastSpace is an entry of Analyzer.last: a space and its key.
+type lastSpace struct {
+	key spaceKey
+	s   *space
+}
+
 func (a *Analyzer) space(pid uint32, sc scope) *space {
-	for _, s := range a.last {
-		if s != nil && s.key.pid == pid && s.key.sc == sc {
-			return s
+	k := spaceKey{pid, sc}
+	for i := range a.last {
+		if l := &a.last[i]; l.s != nil && l.key == k {
+			return l.s
 		}
 	}
-	k := spaceKey{pid, sc}
 	s := a.spaces[k]
 	if s == nil {
 		s = &space{key: k, ix: a.nspaces, devices: make(map[int32]*procDevice)}
 		a.spaces[k] = s
 		a.nspaces++
 	}
-	a.last[0], a.last[1] = s, a.last[0]
+	a.last[0], a.last[1] = lastSpace{k, s}, a.last[0]
 	return s
 }
 
@@ -840,9 +848,8 @@ func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
 		a.ledger.FreeTo(ch, k, e)
 		a.freed(e, layer, SpaceDevice, ch)
 	}
-	for _, o := range a.observers {
-		o.observe(e, layer, ch)
-	}
+	a.pools.observe(e, layer, ch)
+	a.churn.observe(e, layer, ch)
 }
 
 // liveKey is the ledger's key space of a process instance's allocations
@@ -894,7 +901,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		// A free was missed: the old allocation went as if freed now,
 		// just before the new one came.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(ch.Old, e.Time, ls, sp, true, Usage{Count: live.Count - 1, Bytes: live.Bytes - e.Size})
+		a.release(ch.Old, e.Time, ls, sp, true, live.Bytes-e.Size)
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
@@ -960,6 +967,9 @@ func (a *Analyzer) notify(alloc, replaced, restored bool, t, born, size uint64, 
 	c.group, c.groupLive = g.ix, g.live.Bytes
 	c.space, c.allocated = sp.ix, sp.totals.AllocatedBytes
 	c.live, c.deviceLive = live, deviceLive
+	a.spikes.changed(c)
+	a.timelines.changed(c)
+	a.iters.changed(c)
 	for _, o := range a.live {
 		o.changed(c)
 	}
@@ -992,24 +1002,29 @@ func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch 
 	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 	case ledger.Freed:
-		a.dropped(e.PID, sc, ch.Old, e.Time, *ch.Inst)
+		a.droppedIn(ls, sp, ch.Old, e.Time, ch.Inst.Bytes)
 	}
 }
 
 // dropped counts as a free at time t a live allocation of pid in scope sc
 // that the ledger let go; inst is the process's level just after.
 func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64, inst ledger.Level) {
-	ls := a.layer(sc)
-	sp := a.space(pid, sc)
+	a.droppedIn(a.layer(sc), a.space(pid, sc), old, t, inst.Bytes)
+}
+
+// droppedIn is dropped given the scope's totals and the process's space
+// (freed has them: not looked up twice per free); live is the process's
+// live bytes just after.
+func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, t, live uint64) {
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	a.release(old, t, ls, sp, false, Usage{Count: inst.Count, Bytes: inst.Bytes})
+	a.release(old, t, ls, sp, false, live)
 }
 
 // release takes a live allocation out of every aggregate at time t;
 // replaced says another allocation took its address (its free was
-// missed), and live is what the process had live just after.
-func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live Usage) {
+// missed), and live is the bytes the process had live just after.
+func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live uint64) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.sub(size)
@@ -1024,7 +1039,7 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live.Bytes, pd.live)
+	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live, pd.live)
 }
 
 // failure copies a failed allocation with what was live at that moment. It

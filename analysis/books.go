@@ -41,8 +41,7 @@ func (m *bookModel) observe(e *event.Event) {
 	driver := e.API.Driver()
 	// The process's book and the all-process one change together; written
 	// out, not through a closure per field: this runs for every call.
-	per := m.state(bookKey{pid: e.PID, driver: driver})
-	all := m.state(bookKey{all: true, driver: driver})
+	per, all := m.pair(e.PID, driver)
 	bs := bookSpace{pid: e.PID, driver: driver, physical: physical}
 	switch e.Kind {
 	case event.KindAlloc, event.KindCreate:
@@ -87,6 +86,25 @@ func (m *bookModel) observe(e *event.Event) {
 		per.level.sub(size)
 		all.level.sub(size)
 	}
+}
+
+// pair returns a process's book and the all-process one of an API,
+// creating them: the cached ones without a call of state each (this runs
+// for every call).
+func (m *bookModel) pair(pid uint32, driver bool) (per, all *bookState) {
+	d := 0
+	if driver {
+		d = 1
+	}
+	if per, all = m.last[d], m.all[d]; per != nil && all != nil && m.lastPID[d] == pid {
+		return per, all
+	}
+	return m.states(pid, driver)
+}
+
+// states is pair past the cache.
+func (m *bookModel) states(pid uint32, driver bool) (per, all *bookState) {
+	return m.state(bookKey{pid: pid, driver: driver}), m.state(bookKey{all: true, driver: driver})
 }
 
 // state returns a book, creating it.

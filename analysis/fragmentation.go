@@ -61,10 +61,51 @@ type poolSegment struct {
 	in         *segBlocks // nil until a block lies in it
 }
 
-// segBlocks are a segment's live blocks, sorted by address, and their sum.
+// segBlocks are a segment's live blocks, sorted by address:
+// store[head:head+n]. A block freed in the front half of the list is
+// sliced off (head moves up), the few before it shifted, not the rest of
+// the list: the allocator hands out and takes back a segment's blocks in
+// address order as often as not, and shifting the rest at each free was
+// most of the pools' copying. An insert with no room after the list moves
+// it back to the start of store. Kept to 32 bytes, as the slice and sum it
+// replaced: the sum of the sizes is taken when the segment goes.
 type segBlocks struct {
-	allocated uint64
-	blocks    []poolBlock
+	store   []poolBlock // its whole length is room
+	head, n uint32
+}
+
+// list returns the blocks.
+func (s *segBlocks) list() []poolBlock { return s.store[s.head : s.head+s.n] }
+
+// insert puts b at index j of the blocks.
+func (s *segBlocks) insert(j int, b poolBlock) {
+	if int(s.head+s.n) == len(s.store) {
+		if s.head == 0 {
+			s.store = slices.Grow(s.store, 1) // as append grows it
+			s.store = s.store[:cap(s.store)]
+		} else {
+			copy(s.store, s.list())
+			s.head = 0
+		}
+	}
+	l := s.store[s.head : s.head+s.n+1]
+	copy(l[j+1:], l[j:])
+	l[j] = b
+	s.n++
+}
+
+// remove deletes the block at index j, shifting the shorter side.
+func (s *segBlocks) remove(j int) {
+	l := s.list()
+	if j < len(l)/2 {
+		copy(l[1:j+1], l[:j])
+		s.head++
+	} else {
+		copy(l[j:], l[j+1:])
+	}
+	if s.n--; s.n == 0 {
+		s.head = 0
+	}
 }
 
 // blocks returns the segment's live blocks, sorted by address.
@@ -72,7 +113,7 @@ func (s *poolSegment) blocks() []poolBlock {
 	if s.in == nil {
 		return nil
 	}
-	return s.in.blocks
+	return s.in.list()
 }
 
 // searchBlocks is slices.BinarySearchFunc on the blocks' addresses,
@@ -188,15 +229,13 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 	p.touch()
 	s := p.segs.removeAt(ci, j)
 	p.reserved -= s.size
-	if s.in != nil {
-		p.allocated -= s.in.allocated
-	}
 	for _, b := range s.blocks() {
+		p.allocated -= b.size
 		p.unplacedBlocks[b.addr] = b
 		p.unplaced += b.size
 	}
 	if s.in != nil {
-		s.in.blocks, s.in.allocated = s.in.blocks[:0], 0
+		s.in.head, s.in.n = 0, 0
 	}
 	p.spare = append(p.spare, s)
 	if o := p.open; o != nil && o.Outcome == OOMPending {
@@ -223,16 +262,15 @@ func (p *pool) blockAlloc(e *event.Event) {
 		seg.in = &segBlocks{}
 	}
 	s := seg.in
-	j, found := searchBlocks(s.blocks, e.Addr)
+	blocks := s.list()
+	j, found := searchBlocks(blocks, e.Addr)
 	if found {
 		// A free was missed: the new block replaces the old.
-		s.allocated -= s.blocks[j].size
-		p.allocated -= s.blocks[j].size
-		s.blocks[j] = b
+		p.allocated -= blocks[j].size
+		blocks[j] = b
 	} else {
-		s.blocks = slices.Insert(s.blocks, j, b)
+		s.insert(j, b)
 	}
-	s.allocated += e.Size
 	p.allocated += e.Size
 	p.noteWorst(e.Time)
 }
@@ -242,10 +280,12 @@ func (p *pool) blockFree(t, addr uint64) {
 	p.touch()
 	p.closeOpen()
 	p.blocks = true
-	if b, ok := p.unplacedBlocks[addr]; ok {
-		delete(p.unplacedBlocks, addr)
-		p.unplaced -= b.size
-		return
+	if len(p.unplacedBlocks) > 0 { // mostly none: no lookup
+		if b, ok := p.unplacedBlocks[addr]; ok {
+			delete(p.unplacedBlocks, addr)
+			p.unplaced -= b.size
+			return
+		}
 	}
 	seg := p.segs.at(addr)
 	if seg == nil {
@@ -255,13 +295,13 @@ func (p *pool) blockFree(t, addr uint64) {
 	if s == nil {
 		return
 	}
-	j, found := searchBlocks(s.blocks, addr)
+	blocks := s.list()
+	j, found := searchBlocks(blocks, addr)
 	if !found {
 		return
 	}
-	s.allocated -= s.blocks[j].size
-	p.allocated -= s.blocks[j].size
-	s.blocks = slices.Delete(s.blocks, j, j+1)
+	p.allocated -= blocks[j].size
+	s.remove(j)
 	p.noteWorst(t)
 }
 

@@ -90,21 +90,30 @@ type liveLog struct {
 // allocated bytes after each change. Each log keeps at most limit entries.
 type iterationModel struct {
 	limit int
-	// sites and logs are by group index; nil while a stack has none.
-	sites []*siteTimes
-	logs  []*liveLog
+	// stacks are by group index, held by value: every change appends to
+	// a stack's logs, and a pointer per stack would be one more cache miss
+	// to reach their tails.
+	stacks []stackLogs
 	// procs are by space index (device-scope spaces only).
 	procs []*procLog
+}
+
+// stackLogs are a stack's site and live-bytes logs, side by side: an
+// allocation appends to both. A stack has no site while its count is 0,
+// no log while it is empty and not full (see log).
+type stackLogs struct {
+	site siteTimes
+	live liveLog
 }
 
 func newIterationModel(limit int) *iterationModel { return &iterationModel{limit: limit} }
 
 // grow extends s to hold index i.
-func grow[T any](s []*T, i int32) []*T {
+func grow[T any](s []T, i int32) []T {
 	if int(i) < len(s) {
 		return s
 	}
-	return append(s, make([]*T, int(i)+1-len(s))...)
+	return append(s, make([]T, int(i)+1-len(s))...)
 }
 
 // changed logs a change: a successful non-nested device allocation at the
@@ -112,25 +121,19 @@ func grow[T any](s []*T, i int32) []*T {
 // pinned host) and the process's (device scope).
 func (m *iterationModel) changed(c *liveChange) {
 	gi, si := c.group, c.space
-	if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
-		m.sites = grow(m.sites, gi)
-		s := m.sites[gi]
-		if s == nil {
-			s = &siteTimes{}
-			m.sites[gi] = s
-		}
-		s.count++
-		if s.st.len() < m.limit {
-			s.st.add(c.seq, c.time, struct{}{})
-		}
-	}
+	// Both logs are of the device scope (a site's allocations are at the
+	// segment layer in device memory) or of pinned host memory.
 	if c.sc == deviceScope || c.sc == hostScope {
-		m.logs = grow(m.logs, gi)
-		l := m.logs[gi]
-		if l == nil {
-			l = &liveLog{}
-			m.logs[gi] = l
+		m.stacks = grow(m.stacks, gi)
+		sl := &m.stacks[gi]
+		if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
+			s := &sl.site
+			s.count++
+			if s.st.len() < m.limit {
+				s.st.add(c.seq, c.time, struct{}{})
+			}
 		}
+		l := &sl.live
 		switch {
 		case l.full:
 		case l.st.len() == m.limit:
@@ -159,10 +162,10 @@ func (m *iterationModel) changed(c *liveChange) {
 // log returns a stack's live-bytes log when it is complete; nil when it
 // has none or it overflowed.
 func (m *iterationModel) log(g *groupState) *liveLog {
-	if int(g.ix) >= len(m.logs) {
+	if int(g.ix) >= len(m.stacks) {
 		return nil
 	}
-	if l := m.logs[g.ix]; l != nil && !l.full {
+	if l := &m.stacks[g.ix].live; l.st.len() > 0 && !l.full {
 		return l
 	}
 	return nil
@@ -287,8 +290,8 @@ func regular(starts []uint64) (uint64, bool) {
 func (a *Analyzer) iterations() map[uint32]*loop {
 	out := make(map[uint32]*loop)
 	var sites []int32 // group indexes
-	for gi, s := range a.iters.sites {
-		if s != nil {
+	for gi := range a.iters.stacks {
+		if a.iters.stacks[gi].site.count > 0 {
 			sites = append(sites, int32(gi))
 		}
 	}
@@ -297,7 +300,7 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(x.stack, y.stack))
 	})
 	for _, gi := range sites {
-		k, site := a.groups[gi].key, a.iters.sites[gi]
+		k, site := a.groups[gi].key, &a.iters.stacks[gi].site
 		if site.st.len() < minIterations {
 			continue
 		}

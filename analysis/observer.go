@@ -29,6 +29,16 @@ type observer interface {
 	observe(e *event.Event, layer event.Layer, ch *ledger.Change)
 }
 
+// The Analyzer calls its models directly (see Analyzer.pools and
+// Analyzer.spikes); these keep them to the contracts above.
+var (
+	_ observer     = (*poolModel)(nil)
+	_ observer     = (*churnModel)(nil)
+	_ liveObserver = (*spikeModel)(nil)
+	_ liveObserver = (*timelineModel)(nil)
+	_ liveObserver = (*iterationModel)(nil)
+)
+
 // liveChange is one allocation made live or let go, in any layer and
 // memory space (device, physical and pinned host memory), as the
 // aggregates counted it: the values it carries are those after the change.

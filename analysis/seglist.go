@@ -24,6 +24,11 @@ type segList struct {
 	chunks []segRun
 	firsts []uint64
 	n      int
+	// spare are the arrays of chunks that emptied, for the next split to
+	// reuse: segments come and go all along in a training loop, and a
+	// pair of arrays per split was most of the pools' garbage. They are
+	// at most as many as chunks were ever live at once.
+	spare []segRun
 	// hot is the segment at last found, when no later segment starts
 	// inside it (at gives it for any address it holds, without a
 	// search: consecutive blocks mostly lie in one segment); nil when
@@ -33,9 +38,64 @@ type segList struct {
 
 // segRun is one chunk: its segments and, apart, their addresses (the
 // search within the chunk reads them without touching the segments).
+// addrs and segs are windows of the arrays abuf and segBuf hold from their
+// start: a segment removed in the front half of a chunk is sliced off,
+// the few before it shifted up, and an insert with no room after the
+// window moves it back to the start. Segments are freed in address order
+// as often as not, and shifting the rest of the chunk at each was a
+// fifth of the pools' time.
 type segRun struct {
 	addrs []uint64
 	segs  []*poolSegment
+	// abuf and sbuf are addrs' and segs' arrays, from their start (length
+	// 0).
+	abuf []uint64
+	sbuf []*poolSegment
+}
+
+// newSegRun returns a chunk over the given arrays, their whole length.
+func newSegRun(addrs []uint64, segs []*poolSegment) segRun {
+	return segRun{addrs: addrs, segs: segs, abuf: addrs[:0], sbuf: segs[:0]}
+}
+
+// insertAt puts s at index j of the chunk.
+func (c *segRun) insertAt(j int, s *poolSegment) {
+	if n := len(c.addrs); n == cap(c.addrs) && cap(c.abuf) > n {
+		// No room after the window, some before it: move it back to
+		// the start.
+		copy(c.abuf[:n], c.addrs)
+		copy(c.sbuf[:n], c.segs)
+		clear(c.sbuf[n:cap(c.sbuf)])
+		c.addrs, c.segs = c.abuf[:n], c.sbuf[:n]
+	}
+	ca, cs := cap(c.addrs), cap(c.segs)
+	// Written out, not slices.Insert: it appends a one-element slice,
+	// and most inserts are at the end (rising addresses).
+	c.addrs = append(c.addrs, 0)
+	copy(c.addrs[j+1:], c.addrs[j:])
+	c.addrs[j] = s.addr
+	c.segs = append(c.segs, nil)
+	copy(c.segs[j+1:], c.segs[j:])
+	c.segs[j] = s
+	if cap(c.addrs) != ca {
+		c.abuf = c.addrs[:0] // a new array: it starts at the window
+	}
+	if cap(c.segs) != cs {
+		c.sbuf = c.segs[:0]
+	}
+}
+
+// removeAt deletes index j of the chunk, shifting its shorter side.
+func (c *segRun) removeAt(j int) {
+	if j < len(c.addrs)/2 {
+		copy(c.addrs[1:j+1], c.addrs[:j])
+		copy(c.segs[1:j+1], c.segs[:j])
+		c.segs[0] = nil
+		c.addrs, c.segs = c.addrs[1:], c.segs[1:]
+		return
+	}
+	c.addrs = slices.Delete(c.addrs, j, j+1)
+	c.segs = slices.Delete(c.segs, j, j+1)
 }
 
 // len is the number of segments.
@@ -112,16 +172,23 @@ func (l *segList) insert(s *poolSegment) {
 		l.hot = nil // s starts inside it: s comes first for what follows
 	}
 	l.n++
-	ci := l.chunkFor(s.addr)
+	// Segments mostly come at rising addresses: past the last chunk's
+	// first, it is the one, without a search.
+	ci := len(l.chunks) - 1
+	if ci > 0 && s.addr < l.firsts[ci] {
+		ci = l.chunkFor(s.addr)
+	}
 	if ci < 0 {
-		l.chunks = append(l.chunks, segRun{addrs: []uint64{s.addr}, segs: []*poolSegment{s}})
+		l.chunks = append(l.chunks, newSegRun([]uint64{s.addr}, []*poolSegment{s}))
 		l.firsts = append(l.firsts, s.addr)
 		return
 	}
 	c := &l.chunks[ci]
-	j := searchAbove(c.addrs, s.addr)
-	c.addrs = slices.Insert(c.addrs, j, s.addr)
-	c.segs = slices.Insert(c.segs, j, s)
+	j := len(c.addrs)
+	if s.addr < c.addrs[j-1] {
+		j = searchAbove(c.addrs, s.addr)
+	}
+	c.insertAt(j, s)
 	l.firsts[ci] = c.addrs[0]
 	if len(c.segs) <= segChunk {
 		return
@@ -129,14 +196,25 @@ func (l *segList) insert(s *poolSegment) {
 	half := len(c.segs) / 2
 	// The new chunk gets room to fill up to the next split: a clone of
 	// its half would grow at its first insert.
-	rest := segRun{addrs: make([]uint64, len(c.addrs)-half, segChunk+1),
-		segs: make([]*poolSegment, len(c.segs)-half, segChunk+1)}
+	rest := l.newRun(len(c.addrs) - half)
 	copy(rest.addrs, c.addrs[half:])
 	copy(rest.segs, c.segs[half:])
 	clear(c.segs[half:])
 	c.addrs, c.segs = c.addrs[:half], c.segs[:half]
 	l.chunks = slices.Insert(l.chunks, ci+1, rest)
 	l.firsts = slices.Insert(l.firsts, ci+1, rest.addrs[0])
+}
+
+// newRun returns a chunk of n segments (to be filled) with room to fill
+// up to the next split, a spare one when there is.
+func (l *segList) newRun(n int) segRun {
+	if k := len(l.spare); k > 0 {
+		r := l.spare[k-1]
+		l.spare[k-1] = segRun{}
+		l.spare = l.spare[:k-1]
+		return segRun{addrs: r.abuf[:n], segs: r.sbuf[:n], abuf: r.abuf, sbuf: r.sbuf}
+	}
+	return newSegRun(make([]uint64, n, segChunk+1), make([]*poolSegment, n, segChunk+1))
 }
 
 // remove deletes and returns the segment holding addr when it starts
@@ -157,9 +235,11 @@ func (l *segList) removeAt(ci, j int) *poolSegment {
 	if s == l.hot {
 		l.hot = nil
 	}
-	c.addrs = slices.Delete(c.addrs, j, j+1)
-	c.segs = slices.Delete(c.segs, j, j+1)
+	c.removeAt(j)
 	if len(c.segs) == 0 {
+		if cap(c.abuf) > segChunk && cap(c.sbuf) > segChunk {
+			l.spare = append(l.spare, *c)
+		}
 		l.chunks = slices.Delete(l.chunks, ci, ci+1)
 		l.firsts = slices.Delete(l.firsts, ci, ci+1)
 	} else {
@@ -197,7 +277,7 @@ func (l *segList) build(segs []*poolSegment) {
 	l.chunks, l.firsts, l.n, l.hot = nil, nil, len(segs), nil
 	for len(segs) > 0 {
 		n := min(len(segs), segChunk/2)
-		run := segRun{addrs: make([]uint64, n), segs: segs[:n:n]}
+		run := newSegRun(make([]uint64, n), segs[:n:n])
 		for i, s := range run.segs {
 			run.addrs[i] = s.addr
 		}

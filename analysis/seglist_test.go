@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -67,4 +68,72 @@ func segListMatchesSlice(t *testing.T, maxSize int, near bool) {
 	b.build(slices.Clone(want))
 	require.Equal(t, want, slices.Collect(b.all()))
 	require.Equal(t, len(want), b.len())
+
+	// A training loop's order: segments allocated at rising addresses,
+	// then freed oldest first, the list emptied (its chunks' arrays
+	// spare) and filled again; on the built list too.
+	for _, l := range []*segList{&l, &b} {
+		for round := range 3 {
+			for len(want) > 0 {
+				// Of equal addresses the last inserted goes first.
+				i := 0
+				for i+1 < len(want) && want[i+1].addr == want[0].addr {
+					i++
+				}
+				require.Same(t, want[i], l.remove(want[i].addr), "round %d", round)
+				want = slices.Delete(want, i, i+1)
+			}
+			require.Equal(t, 0, l.len())
+			for i := range 500 {
+				s := &poolSegment{addr: uint64(5000+i) << 12, size: 1 << 12}
+				l.insert(s)
+				want = append(want, s)
+			}
+			require.Equal(t, want, slices.Collect(l.all()), "round %d", round)
+			require.Same(t, want[250], l.at(want[250].addr), "round %d", round)
+		}
+		want = slices.Collect(b.all())
+	}
+}
+
+// TestSegBlocksMatchesSlice inserts and removes a segment's blocks at
+// random, in address order and at the front (the allocator's orders),
+// emptying the list now and then, against a plain sorted slice.
+func TestSegBlocksMatchesSlice(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var s segBlocks
+	var want []poolBlock
+	empties := 0
+	for step := range 20_000 {
+		draining := step/500%4 == 3 // a quarter of the time, until empty
+		switch {
+		case draining && len(want) == 0:
+			continue
+		case len(want) > 0 && (draining || r.IntN(3) == 0 || len(want) > 100):
+			j := r.IntN(len(want))
+			if r.IntN(2) == 0 {
+				j = 0 // the front: the oldest block goes first
+			}
+			want = slices.Delete(want, j, j+1)
+			s.remove(j)
+			if len(want) == 0 {
+				empties++
+			}
+		default:
+			b := poolBlock{addr: uint64(r.IntN(1000)+1) << 9, size: uint64(step + 1)}
+			j, found := slices.BinarySearchFunc(want, b.addr, func(x poolBlock, a uint64) int {
+				return cmp.Compare(x.addr, a)
+			})
+			if found {
+				continue
+			}
+			want = slices.Insert(want, j, b)
+			s.insert(j, b)
+		}
+		require.Equal(t, len(want), len(s.list()), "step %d", step)
+		if len(want) > 0 {
+			require.Equal(t, want, s.list(), "step %d", step)
+		}
+	}
+	require.Greater(t, empties, 5)
 }

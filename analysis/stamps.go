@@ -17,8 +17,25 @@ import (
 // array's tail is a cache miss).
 type stamps[P any] struct {
 	runs []stampRun
-	off  []stampOff[P]
+	// The pairs are kept in chunks, not one slice: full are chunks of
+	// stampChunk pairs, tail the pairs after them. The tail grows by
+	// doubling up to stampChunk, then joins full and a new one starts:
+	// growing one slice copied every pair about once more and cleared
+	// twice its length on each doubling (the logs grow by one entry per
+	// event: a few percent of the analyser's time, and garbage), and its
+	// slack was up to its length.
+	full [][]stampOff[P]
+	tail []stampOff[P]
 }
+
+// stampChunk is the pairs in a full chunk (stampShift its log2): 8 to 16
+// KiB, allocated whole, so that a long log pays one allocation per
+// thousand events and a short one never pays more than it had with one
+// slice.
+const (
+	stampShift = 10
+	stampChunk = 1 << stampShift
+)
 
 // stampRun is the base of the pairs from index first on.
 type stampRun struct {
@@ -34,23 +51,50 @@ type stampOff[P any] struct {
 	seq, tm uint32
 }
 
-func (s *stamps[P]) len() int { return len(s.off) }
+func (s *stamps[P]) len() int { return len(s.full)<<stampShift + len(s.tail) }
+
+// off returns pair i.
+func (s *stamps[P]) off(i int) *stampOff[P] {
+	if c := i >> stampShift; c < len(s.full) {
+		return &s.full[c][i&(stampChunk-1)]
+	}
+	return &s.tail[i&(stampChunk-1)]
+}
 
 // add appends a pair with its payload.
 func (s *stamps[P]) add(seq, t uint64, p P) {
 	if n := len(s.runs); n > 0 {
 		r := &s.runs[n-1]
 		if seq >= r.seq && seq-r.seq <= math.MaxUint32 && t >= r.tm && t-r.tm <= math.MaxUint32 {
-			s.off = appendDoubling(s.off, stampOff[P]{p, uint32(seq - r.seq), uint32(t - r.tm)})
+			s.push(stampOff[P]{p, uint32(seq - r.seq), uint32(t - r.tm)})
 			return
 		}
 	}
-	s.runs = append(s.runs, stampRun{first: len(s.off), seq: seq, tm: t})
-	s.off = appendDoubling(s.off, stampOff[P]{p: p})
+	s.runs = append(s.runs, stampRun{first: s.len(), seq: seq, tm: t})
+	s.push(stampOff[P]{p: p})
+}
+
+// push appends an entry to the tail.
+func (s *stamps[P]) push(o stampOff[P]) {
+	if len(s.tail) == cap(s.tail) {
+		s.grow()
+	}
+	s.tail = append(s.tail, o)
+}
+
+// grow makes room in the tail: doubles it while it is shorter than a
+// chunk; else it joins the full chunks and a new tail starts.
+func (s *stamps[P]) grow() {
+	if len(s.tail) < stampChunk {
+		s.tail = doubled(s.tail, stampChunk)
+		return
+	}
+	s.full = append(s.full, s.tail)
+	s.tail = make([]stampOff[P], 0, stampChunk)
 }
 
 // payload returns pair i's payload.
-func (s *stamps[P]) payload(i int) P { return s.off[i].p }
+func (s *stamps[P]) payload(i int) P { return s.off(i).p }
 
 // appendDoubling is append for the logs that grow by one entry per event
 // to tens of thousands: it doubles the capacity where append grows a large
@@ -59,15 +103,15 @@ func (s *stamps[P]) payload(i int) P { return s.off[i].p }
 // the log's length, a quarter on average.
 func appendDoubling[T any](s []T, v T) []T {
 	if len(s) == cap(s) {
-		s = doubled(s)
+		s = doubled(s, math.MaxInt)
 	}
 	return append(s, v)
 }
 
-// doubled returns s with twice the capacity (at least 16); apart from
-// appendDoubling so that the common case inlines.
-func doubled[T any](s []T) []T {
-	g := make([]T, len(s), max(16, 2*cap(s)))
+// doubled returns s with twice the capacity (at least 16, at most limit);
+// apart from appendDoubling so that the common case inlines.
+func doubled[T any](s []T, limit int) []T {
+	g := make([]T, len(s), min(max(16, 2*cap(s)), limit))
 	copy(g, s)
 	return g
 }
@@ -75,14 +119,14 @@ func doubled[T any](s []T) []T {
 // at returns pair i.
 func (s *stamps[P]) at(i int) (seq, t uint64) {
 	j := sort.Search(len(s.runs), func(j int) bool { return s.runs[j].first > i }) - 1
-	r, o := &s.runs[j], s.off[i]
+	r, o := &s.runs[j], s.off(i)
 	return r.seq + uint64(o.seq), r.tm + uint64(o.tm)
 }
 
 // search returns the index of the first pair whose seq is at least seq
 // (len when none): seqs increase along the list.
 func (s *stamps[P]) search(seq uint64) int {
-	return sort.Search(len(s.off), func(i int) bool {
+	return sort.Search(s.len(), func(i int) bool {
 		q, _ := s.at(i)
 		return q >= seq
 	})
@@ -91,11 +135,11 @@ func (s *stamps[P]) search(seq uint64) int {
 // lastAtOrBefore returns the index of the latest pair in stream order
 // stamped at or before t, or -1.
 func (s *stamps[P]) lastAtOrBefore(t uint64) int {
-	end := len(s.off)
+	end := s.len()
 	for j := len(s.runs) - 1; j >= 0; j-- {
 		r := &s.runs[j]
 		for i := end - 1; i >= r.first; i-- {
-			if r.tm+uint64(s.off[i].tm) <= t {
+			if r.tm+uint64(s.off(i).tm) <= t {
 				return i
 			}
 		}
@@ -106,14 +150,16 @@ func (s *stamps[P]) lastAtOrBefore(t uint64) int {
 
 // unpack returns the seqs and times.
 func (s *stamps[P]) unpack() (seqs, times []uint64) {
-	seqs, times = make([]uint64, len(s.off)), make([]uint64, len(s.off))
+	n := s.len()
+	seqs, times = make([]uint64, n), make([]uint64, n)
 	for j, r := range s.runs {
-		end := len(s.off)
+		end := n
 		if j+1 < len(s.runs) {
 			end = s.runs[j+1].first
 		}
 		for i := r.first; i < end; i++ {
-			seqs[i], times[i] = r.seq+uint64(s.off[i].seq), r.tm+uint64(s.off[i].tm)
+			o := s.off(i)
+			seqs[i], times[i] = r.seq+uint64(o.seq), r.tm+uint64(o.tm)
 		}
 	}
 	return seqs, times

@@ -150,8 +150,9 @@ type Change struct {
 type Ledger struct {
 	spaces map[Key]*keySpace
 	// recent caches the latest key spaces: consecutive events mostly come
-	// from one process, alternating between a few layers.
-	recent [4]*keySpace
+	// from one process, alternating between a few layers. Their keys are
+	// kept beside them: the scan reads this array only.
+	recent [4]recentSpace
 	next   int
 	// scopes are the all-process levels; scopeAt caches them by
 	// scopeIndex.
@@ -181,10 +182,16 @@ func New() *Ledger {
 	}
 }
 
+// recentSpace is an entry of Ledger.recent: a key space and its key.
+type recentSpace struct {
+	key Key
+	ks  *keySpace
+}
+
 func (l *Ledger) space(k Key, create bool) *keySpace {
-	for _, ks := range l.recent {
-		if ks != nil && ks.key == k {
-			return ks
+	for i := range l.recent {
+		if r := &l.recent[i]; r.ks != nil && r.key == k {
+			return r.ks
 		}
 	}
 	ks := l.spaces[k]
@@ -195,7 +202,7 @@ func (l *Ledger) space(k Key, create bool) *keySpace {
 		ks = &keySpace{key: k, inst: l.instLevel(instScope{k.Inst, k.Scope()})}
 		l.spaces[k] = ks
 	}
-	l.recent[l.next] = ks
+	l.recent[l.next] = recentSpace{k, ks}
 	l.next = (l.next + 1) % len(l.recent)
 	return ks
 }

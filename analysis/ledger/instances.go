@@ -155,9 +155,9 @@ func (l *Ledger) Forget(id uint32) {
 			delete(l.spaces, k)
 		}
 	}
-	for i, ks := range l.recent {
-		if ks != nil && ks.key.Inst == id {
-			l.recent[i] = nil
+	for i, r := range l.recent {
+		if r.ks != nil && r.key.Inst == id {
+			l.recent[i] = recentSpace{}
 		}
 	}
 	for k := range l.instLevels {

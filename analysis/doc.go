@@ -150,6 +150,18 @@
 //   - it rises in at least half of the W-1 steps (2*rises >= W-1), and
 //   - vW > v1 (so the stack is still live at the end).
 //
+// Time windows judge when the process ran as much as what it did: a loop
+// that a loaded machine descheduled for a window or two, or one that began
+// after a long wait (an attach), leaves windows without an iteration, flat,
+// however steadily the stack grows. So a stack they do not flag gets a
+// second look when its process has a loop (see "Iterations") of at least W
+// iterations and the stack's change log is complete: the same rule on its
+// live bytes at the ends of W windows equal in iterations. Window k < W
+// ends where iteration ceil(k*count/W) starts (the sample the rate per
+// iteration takes there), window W at Run.End; a stack flagged so has
+// these windows as its evidence (their ends in Leak.WindowEnds, not
+// equally spaced in time).
+//
 // The finding's bytes are the stack's growth over the run: its live bytes
 // at the end minus its live bytes at the start of tracing, which are 0
 // (tracing knows no stack of memory allocated before it began), so what the

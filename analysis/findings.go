@@ -185,8 +185,16 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		for k, e := range ends {
 			live[k] = vals[e]
 		}
+		wtimes := times
 		if !isLeak(live) {
-			continue
+			// Time windows judge when the process ran as much as what it
+			// did: a loop descheduled for a window or two (a loaded
+			// machine) leaves them flat. Its iterations do not.
+			var ok bool
+			live, wtimes, ok = a.iterationWindows(g, a.loops[g.key.pid], w)
+			if !ok || !isLeak(live) {
+				continue
+			}
 		}
 		// The bytes at stake are the growth over the run: live at the end
 		// minus live at the start of tracing, which is 0 for every stack
@@ -195,7 +203,7 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		// first iteration grew before the first window ended too.
 		growth := g.live.Bytes
 		windowGrowth := live[w-1] - live[0]
-		secs := float64(times[w-1]-times[0]) / 1e9
+		secs := float64(wtimes[w-1]-wtimes[0]) / 1e9
 		rate := 0.0
 		if secs > 0 {
 			rate = float64(windowGrowth) / secs
@@ -206,14 +214,14 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		}
 		in := a.inst(g.key.pid)
 		from := max(r.Run.Start, in.start)
-		lk := &Leak{GrowthBytes: growth, From: from, To: times[w-1],
-			WindowEnds: slices.Clone(times), Live: live, WindowStart: times[0], WindowEnd: times[w-1],
+		lk := &Leak{GrowthBytes: growth, From: from, To: wtimes[w-1],
+			WindowEnds: slices.Clone(wtimes), Live: live, WindowStart: wtimes[0], WindowEnd: wtimes[w-1],
 			WindowGrowthBytes: windowGrowth, BytesPerSecond: rate, Seconds: secs}
 		a.leakRate(lk, g, a.loops[g.key.pid])
 		a.timeToOOM(r, lk, g)
 		// The stack's live bytes at the end are its growth (see above).
 		f := Finding{
-			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: times[0],
+			Kind: KindLeak, Severity: sev, PID: in.pid, ProcessStart: in.start, Bytes: growth, Time: wtimes[0],
 			Stacks: []FindingStack{{Stack: g.key.stack, Frames: r.Lines(g.key.stack), Site: r.Site(g.key.stack),
 				Count: g.live.Count, Bytes: g.live.Bytes}},
 			Leak: lk,
@@ -251,6 +259,31 @@ func (a *Analyzer) leakWindows() (n int, ends []int, times []uint64) {
 	}
 	times[w-1] = a.lastEvent
 	return n, ends, times
+}
+
+// iterationWindows is the leak rule's second look (see doc.go, "The leak
+// rule"), for a stack the time windows did not flag: its live bytes at the
+// ends of w windows of its process's loop, equal in iterations, and the
+// windows' end times. Window k < w ends where iteration ceil(k*count/w)
+// starts (the sample the rate per iteration takes there), window w at the
+// last event, as the time rule's last window does. ok is false without a
+// loop of at least w iterations or without the stack's complete change log.
+func (a *Analyzer) iterationWindows(g *groupState, lp *loop, w int) (live, times []uint64, ok bool) {
+	if lp == nil || len(lp.seq) < w {
+		return nil, nil, false
+	}
+	log := a.iters.log(g)
+	if log == nil {
+		return nil, nil, false
+	}
+	n := len(lp.seq)
+	live, times = make([]uint64, w), make([]uint64, w)
+	for k := 1; k < w; k++ {
+		j := (k*n + w - 1) / w // < n, as n >= w
+		live[k-1], times[k-1] = log.before(lp.seq[j]), lp.starts[j]
+	}
+	live[w-1], times[w-1] = g.live.Bytes, a.lastEvent
+	return live, times, true
 }
 
 // isLeak is the leak rule on a stack's live bytes at the window ends: never

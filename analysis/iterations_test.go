@@ -105,3 +105,40 @@ func TestBursts(t *testing.T) {
 	assert.Equal(t, 4, burstSize(idx, len(times)))
 	assert.InDelta(t, 2.0, slope([]float64{0, 2, 4, 6}), 1e-12)
 }
+
+func TestLeakDescheduled(t *testing.T) {
+	// LeakStream's loop, descheduled for 1.5 s before iteration 38 and 2 s
+	// before iteration 71: over time, windows 2, 4 and 5 of the 4.5 s run
+	// see no iteration, so the stack rises in 2 steps of 5, which the time
+	// windows do not take for a leak. By iterations it is the same leak as
+	// undisturbed, found the same.
+	r := mustAnalyze(t, Options{}, eventtest.StalledLeakStream().Recs)
+	it := process(t, r, 100).Iterations
+	require.NotNil(t, it, "the loop is found through the stalls")
+	require.Equal(t, uint64(100), it.Count)
+	leaks := findings(r, KindLeak)
+	require.Len(t, leaks, 1)
+	f := leaks[0]
+	assert.Equal(t, event.StackID(3), f.Stacks[0].Stack, "cache_activations")
+	// What the cache kept: sum over i<100 of 1 MiB + 4096 i.
+	assert.Equal(t, uint64(125132800), f.Bytes)
+	l := f.Leak
+	assert.Equal(t, uint64(125132800), l.GrowthBytes)
+	// Six windows of 100 iterations: window k < 6 ends where iteration
+	// ceil(100 k / 6) = 17, 34, 50, 67, 84 starts, holding the cache of the
+	// iterations before it (k iterations: 1 MiB k + 4096 k(k-1)/2); the
+	// last ends at the last event, holding all of it.
+	kept := func(k uint64) uint64 { return k*MiB + 4096*k*(k-1)/2 }
+	assert.Equal(t, []uint64{kept(17), kept(34), kept(50), kept(67), kept(84), kept(100)}, l.Live)
+	assert.Equal(t, []uint64{it.Starts[17], it.Starts[34], it.Starts[50], it.Starts[67], it.Starts[84]}, l.WindowEnds[:5])
+	assert.Equal(t, l.To, l.WindowEnds[5])
+	assert.Equal(t, kept(100)-kept(17), l.WindowGrowthBytes)
+	assert.Equal(t, []uint64{it.Starts[17], l.To}, []uint64{l.WindowStart, l.WindowEnd})
+	assert.InEpsilon(t, 125132800.0/100, l.BytesPerIteration, 0.01)
+	// The stalls moved nothing else: no other stack leaks, undisturbed or
+	// not, and LeakStream's time windows find the leak as before.
+	r = mustAnalyze(t, Options{}, eventtest.LeakStream(false).Recs)
+	leaks = findings(r, KindLeak)
+	require.Len(t, leaks, 1)
+	assert.Equal(t, event.StackID(3), leaks[0].Stacks[0].Stack)
+}

@@ -9,6 +9,7 @@
 #include "truth.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,34 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* exit_gate holds the process at its end, its truth written, while
+ * $VRAMPROF_TRUTH_EXIT_GATE names a FIFO: it opens it for reading and reads
+ * to end of file, so it exits only once a writer has opened the FIFO and
+ * closed it again. A parent that must see the process alive at its end
+ * (wait(2) forgets that a child was stopped and continued once it exits)
+ * opens the FIFO: when that open returns, the process is at its end. */
+static void exit_gate(void)
+{
+	const char *gate = getenv("VRAMPROF_TRUTH_EXIT_GATE");
+	char buf[64];
+	int fd;
+
+	if (gate == NULL || *gate == '\0')
+		return;
+	while ((fd = open(gate, O_RDONLY)) < 0 && errno == EINTR)
+		;
+	if (fd < 0) {
+		fprintf(stderr, "truth: open exit gate %s: %s\n", gate, strerror(errno));
+		return;
+	}
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n == 0 || (n < 0 && errno != EINTR))
+			break;
+	}
+	close(fd);
+}
+
 static void at_exit(void)
 {
 	pthread_mutex_lock(&mu);
@@ -152,6 +181,7 @@ static void at_exit(void)
 	pthread_mutex_unlock(&mu);
 	if (again)
 		truth_write();
+	exit_gate();
 }
 
 static void fork_prepare(void)

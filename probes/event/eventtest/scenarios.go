@@ -29,6 +29,30 @@ func PinnedStream() *Stream {
 // few µs apart with some jitter, an iteration about 10 ms. withCapacity
 // adds device 0's DeviceInfo: 40 GiB.
 func LeakStream(withCapacity bool) *Stream {
+	return leakStream(withCapacity, func(uint64) uint64 { return 0 })
+}
+
+// StalledLeakStream is LeakStream (without DeviceInfo) run by a process
+// that a loaded machine descheduled twice in the loop: for 1.5 s before
+// iteration 38 and for 2 s before iteration 71 (the leak scenario under a
+// load average of 15 paused 8 and 10 ms in a loop of 14 ms). Each
+// iteration still does the same work in the same ~10 ms: the 100 iterations
+// and what they allocate are LeakStream's, only later.
+func StalledLeakStream() *Stream {
+	return leakStream(false, func(i uint64) uint64 {
+		switch {
+		case i >= 71:
+			return 3500e6
+		case i >= 38:
+			return 1500e6
+		}
+		return 0
+	})
+}
+
+// leakStream is LeakStream with iteration i (and what follows it) delayed
+// by stall(i) ns.
+func leakStream(withCapacity bool, stall func(i uint64) uint64) *Stream {
 	s := NewStream().Stack(1, "load_model", 10).Stack(2, "forward", 20).Stack(3, "cache_activations", 30).
 		Stack(4, "backward", 40)
 	if withCapacity {
@@ -43,7 +67,7 @@ func LeakStream(withCapacity bool) *Stream {
 		t += 50_000
 	}
 	for i := uint64(0); i < 100; i++ {
-		t = 10e6 + i*10e6 + (i*7919)%300_000 // jitter within 3% of the period
+		t = 10e6 + i*10e6 + (i*7919)%300_000 + stall(i) // jitter within 3% of the period
 		for k, a := range acts {
 			s.Alloc(t, 0x20000000+uint64(k)<<32, a, 2)
 			t += 20_000

@@ -143,7 +143,7 @@ func NewSession(opts Options) (*Session, error) {
 		stackTable: newStackTable(opts.Sink),
 		rd:         newReader(l),
 		notCUDA:    make(map[fileKey]bool),
-		order:      newReorder(uint64(opts.ReorderWindow)),
+		order:      newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
 	}
 	s.procTable = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
 	s.startPrefetch()

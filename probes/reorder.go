@@ -40,11 +40,13 @@ import (
 // ring buffer. The session reads the clock (T0), then every thread's since,
 // and once the ring buffer has next been found empty, every event that
 // took effect before min(T0, every since) has been read: none can arrive
-// behind it. That bound (the mark) releases held events, exactly; it is
-// applied about once per poll. Block-layer records (USDT probes, allocator
-// specs) have no since: they are sent from the probe that reads their time,
-// so only a preemption inside that probe can delay them, and then the
-// window and the late count below still hold.
+// behind it (so also once the reader has read up to the ring position the
+// producer had reached after the since values were read: see the bound).
+// That bound (the mark) releases held events, exactly; it is applied about
+// once per poll. Block-layer records (USDT probes, allocator specs) have
+// no since: they are sent from the probe that reads their time, so only a
+// preemption inside that probe can delay them, and then the window and the
+// late count below still hold.
 //
 // The window is the fallback: an event is released anyway once the clock
 // (the newest return time seen, or a reading taken before the ring buffer
@@ -63,18 +65,21 @@ import (
 // only while such a call is in flight.
 const DefaultReorderWindow = 2_000_000_000 // ns
 
-// The bound. The mark is applied only when the ring buffer is found empty;
-// while the reader is behind (a loaded machine, a burst beyond the rate it
-// keeps up with) it never is, and then only the window releases events: it
-// holds the window's worth of them, 376k at 188k events/s, and more at
-// higher rates. So the buffer also holds at most a limit of events (see
+// The bound. A reader that is behind (a loaded machine, a burst beyond the
+// rate it keeps up with) never finds the ring buffer empty. So the session
+// also notes, as it reads the mark, the ring position the producer has
+// reached (Session.takeMark): once the reader has read up to there, every
+// record in the ring when the mark was read has been read, as when the ring
+// is found empty, and the mark holds. Behind, the buffer then holds about
+// the records of one ring. Before that (issue 12) only the window released
+// events there: a window's worth of them, 376k at 188k events/s, in an
+// array that grew to the 1Mi cap (~90 MB) and was kept after the burst.
+// The buffer also holds at most a limit of events, a ring's worth (see
 // heldLimit): past it the oldest go out early, and a release that arrives
 // behind them is written where it arrives and counted late, as any late
-// event. Memory is bounded by that limit, not by rate times window: its
-// array never has more than limit+1 slots (heldEvent, 72 bytes), and it
-// shrinks again once it is mostly empty, so that a burst does not keep the
-// memory it took. Measured (issue 12): with the limit at 1Mi events the
-// buffer alone could take ~90 MB, kept for good after the burst.
+// event. Memory is bounded by that limit, not by rate times window: the
+// held array never has more than limit+1 slots (heldEvent, 72 bytes), and
+// it shrinks again once it is mostly empty.
 
 // heldPerRecord is the fewest ring buffer bytes a record takes: the ring's
 // 8-byte record header and the record header of the BPF contract (a record

@@ -31,12 +31,18 @@ type reader struct {
 	lostVar, unpairedVar variable
 	short                atomic.Uint64
 	unknown              atomic.Uint64
+	// consumed counts the ring buffer bytes of the records read: their
+	// ring header and padded sample. Records the BPF side discarded, which
+	// the ring reader skips, are not counted: a position reached through
+	// this count is then reached late, never early (see Session.markAt).
+	consumed uint64
 }
 
 // ring is the part of *ringbuf.Reader the reader uses; tests give it a fake.
 type ring interface {
 	ReadInto(rec *ringbuf.Record) error
 	SetDeadline(t time.Time)
+	AvailableBytes() int
 }
 
 // variable is the part of *ebpf.Variable the reader uses (a BPF global
@@ -61,12 +67,22 @@ func (rd *reader) read() (*rawRecord, error) {
 	if err := rd.ring.ReadInto(&rd.rec); err != nil {
 		return nil, err
 	}
+	rd.consumed += ringRecordBytes(len(rd.rec.RawSample))
 	if err := decodeRecord(rd.rec.RawSample, &rd.raw); err != nil {
 		rd.short.Add(1)
 		return nil, nil
 	}
 	return &rd.raw, nil
 }
+
+// ringRecordBytes is the ring buffer space of a record of n bytes: the
+// ring's 8-byte header, and the sample padded to 8 bytes.
+func ringRecordBytes(n int) uint64 { return 8 + uint64(n+7)&^7 }
+
+// position returns the ring buffer position, in consumed's terms, that
+// the producer has reached: every record reserved before the call lies
+// before it.
+func (rd *reader) position() uint64 { return rd.consumed + uint64(rd.ring.AvailableBytes()) }
 
 // countUnknown counts a record of a kind user space does not know.
 func (rd *reader) countUnknown() { rd.unknown.Add(1) }
@@ -100,11 +116,19 @@ func (s *Session) Run(ctx context.Context) error {
 		r, err := s.rd.read()
 		switch {
 		case err == nil:
-			if r == nil {
-				break // short: counted
+			if r != nil { // nil: short, counted
+				if err := s.handle(r); err != nil {
+					return err
+				}
 			}
-			if err := s.handle(r); err != nil {
-				return err
+			if s.mark != 0 && s.rd.consumed >= s.markAt {
+				// Behind, the ring never empty: every record in the ring
+				// when the mark was read has been read now, so it holds.
+				s.order.setMark(s.mark)
+				s.mark = 0
+				if err := s.release(false); err != nil {
+					return err
+				}
 			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// The ring was empty: every record of a process already known
@@ -115,7 +139,7 @@ func (s *Session) Run(ctx context.Context) error {
 				// Read before the ring was emptied: it holds.
 				s.order.setMark(s.mark)
 			}
-			s.mark = s.watermark()
+			s.takeMark()
 			s.order.advance(before)
 			if err := s.release(false); err != nil {
 				return err
@@ -129,6 +153,9 @@ func (s *Session) Run(ctx context.Context) error {
 			lastTick = now
 			if err := s.tick(); err != nil {
 				return err
+			}
+			if s.mark == 0 {
+				s.takeMark() // see takeMark: the ring may not be empty for long
 			}
 			if now.Sub(lastFlush) >= s.opts.FlushEvery {
 				lastFlush = now

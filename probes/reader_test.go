@@ -33,6 +33,14 @@ func (r *fakeRing) ReadInto(rec *ringbuf.Record) error {
 
 func (r *fakeRing) SetDeadline(t time.Time) { r.deadline = t }
 
+func (r *fakeRing) AvailableBytes() int {
+	n := 0
+	for _, s := range r.samples {
+		n += int(ringRecordBytes(len(s)))
+	}
+	return n
+}
+
 // fakeVar is a BPF global counter.
 type fakeVar struct {
 	v   uint64
@@ -97,4 +105,30 @@ func TestReaderCounts(t *testing.T) {
 	rd.unpairedVar = fakeVar{err: errors.New("bad fd")}
 	_, err = rd.lost()
 	require.ErrorContains(t, err, "read unpaired counter: bad fd")
+}
+
+// TestReaderPosition: the reader counts the ring buffer bytes of what it
+// read (the ring's 8-byte header and the sample padded to 8 bytes, as the
+// kernel lays them out), so that the producer's position, taken as a mark
+// is read, is reached exactly once every record before it has been read,
+// short ones included.
+func TestReaderPosition(t *testing.T) {
+	assert.Equal(t, uint64(8+72), ringRecordBytes(72))
+	assert.Equal(t, uint64(8+72), ringRecordBytes(71))
+	assert.Equal(t, uint64(8+80), ringRecordBytes(73))
+	ring := &fakeRing{samples: [][]byte{
+		sample(uint8(event.KindAlloc), 1),
+		sample(uint8(event.KindFree), 2)[:recordHeaderSize-3], // short: 69 bytes, 72 in the ring
+		append(sample(uint8(event.KindAlloc), 3), make([]byte, 8*3)...),
+	}}
+	rd := &reader{ring: ring}
+	at := rd.position()
+	assert.Equal(t, uint64(80+80+104), at, "nothing read: all of it ahead")
+	for i := range 3 {
+		assert.Less(t, rd.consumed, at, "record %d still ahead", i)
+		_, err := rd.read()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, at, rd.consumed, "reached once all are read")
+	assert.Equal(t, at, rd.position(), "the ring is empty")
 }

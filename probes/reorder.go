@@ -40,11 +40,13 @@ import (
 // ring buffer. The session reads the clock (T0), then every thread's since,
 // and once the ring buffer has next been found empty, every event that
 // took effect before min(T0, every since) has been read: none can arrive
-// behind it. That bound (the mark) releases held events, exactly; it is
-// applied about once per poll. Block-layer records (USDT probes, allocator
-// specs) have no since: they are sent from the probe that reads their time,
-// so only a preemption inside that probe can delay them, and then the
-// window and the late count below still hold.
+// behind it (so also once the reader has read up to the ring position the
+// producer had reached after the since values were read: see the bound).
+// That bound (the mark) releases held events, exactly; it is applied about
+// once per poll. Block-layer records (USDT probes, allocator specs) have
+// no since: they are sent from the probe that reads their time, so only a
+// preemption inside that probe can delay them, and then the window and the
+// late count below still hold.
 //
 // The window is the fallback: an event is released anyway once the clock
 // (the newest return time seen, or a reading taken before the ring buffer
@@ -59,14 +61,42 @@ import (
 
 // DefaultReorderWindow is the longest a call in flight holds events back:
 // two seconds covers a cudaFree that waits for the device to finish long
-// kernels. Held events cost ~90 bytes each (capped by maxHeld), and the
-// window delays the live status line and the trace on disk only while such
-// a call is in flight.
+// kernels. The window delays the live status line and the trace on disk
+// only while such a call is in flight.
 const DefaultReorderWindow = 2_000_000_000 // ns
 
-// maxHeld caps the events held, whatever the window: past it the oldest go
-// out early (and a release that arrives behind them is counted late).
-const maxHeld = 1 << 20
+// The bound. A reader that is behind (a loaded machine, a burst beyond the
+// rate it keeps up with) never finds the ring buffer empty. So the session
+// also notes, as it reads the mark, the ring position the producer has
+// reached (Session.takeMark): once the reader has read up to there, every
+// record in the ring when the mark was read has been read, as when the ring
+// is found empty, and the mark holds. Behind, the buffer then holds about
+// the records of one ring. Before that (issue 12) only the window released
+// events there: a window's worth of them, 376k at 188k events/s, in an
+// array that grew to the 1Mi cap (~90 MB) and was kept after the burst.
+// The buffer also holds at most a limit of events, a ring's worth (see
+// heldLimit): past it the oldest go out early, and a release that arrives
+// behind them is written where it arrives and counted late, as any late
+// event. Memory is bounded by that limit, not by rate times window: the
+// held array never has more than limit+1 slots (heldEvent, 72 bytes), and
+// it shrinks again once it is mostly empty.
+
+// heldPerRecord is the fewest ring buffer bytes a record takes: the ring's
+// 8-byte record header and the record header of the BPF contract (a record
+// with no frames).
+const heldPerRecord = 8 + recordHeaderSize
+
+// heldLimit is the most events the reorder buffer holds for a ring buffer
+// of ringBytes: as many as the ring buffer itself holds records at most,
+// 209,715 for the default 16 MiB (14.4 MiB of heldEvents). Events that
+// could be reordered against each other were in the ring at the same time,
+// unless the reader is behind by more than a ring, when records are lost
+// anyway.
+func heldLimit(ringBytes int) int { return max(ringBytes/heldPerRecord, minHeldCap) }
+
+// minHeldCap is the capacity the held array starts at and never shrinks
+// below: 4096 events (288 KiB) cover a poll's worth at a high rate.
+const minHeldCap = 4096
 
 // releases reports whether k is a release kind: it takes effect at entry.
 func releases(k event.Kind) bool {
@@ -98,8 +128,11 @@ type heldEvent struct {
 // allocates only when it grows. Not safe for concurrent use.
 type reorder struct {
 	window uint64
-	held   []heldEvent
-	seq    uint64
+	// limit is the most events held (see heldLimit): pop releases the
+	// oldest once more are.
+	limit int
+	held  []heldEvent
+	seq   uint64
 	// now is the clock the window runs on: the newest return time seen, or
 	// a clock reading taken before the ring buffer was found empty.
 	now uint64
@@ -111,13 +144,13 @@ type reorder struct {
 	written uint64
 	// late counts events that arrived too late, written out of order.
 	late uint64
-	out  event.Event   // the event pop returns, valid until the next call
-	pid  []event.Event // flushPID's scratch
-	keep []heldEvent   // flushPID's scratch
+	out  event.Event // the event pop returns, valid until the next call
 }
 
-func newReorder(window uint64) *reorder {
-	return &reorder{window: window}
+// newReorder returns a reorder buffer that holds events for up to window
+// ns and at most limit events (heldLimit).
+func newReorder(window uint64, limit int) *reorder {
+	return &reorder{window: window, limit: limit}
 }
 
 // add takes an event as it arrives, its Time being its return time, and
@@ -131,6 +164,9 @@ func (r *reorder) add(e *event.Event) bool {
 	if e.Time < r.written {
 		r.late++
 		return true
+	}
+	if len(r.held) == cap(r.held) {
+		r.resize(min(max(2*cap(r.held), minHeldCap), r.limit+1))
 	}
 	r.held = append(r.held, heldEvent{ev: *e, seq: r.seq})
 	r.seq++
@@ -147,15 +183,23 @@ func (r *reorder) setMark(m uint64) { r.mark = max(r.mark, m) }
 // read).
 func (r *reorder) advance(t uint64) { r.now = max(r.now, t) }
 
+// resize moves the held events to an array of capacity n (at least as many
+// as are held): append would grow it past the limit, and never shrink it.
+func (r *reorder) resize(n int) {
+	held := make([]heldEvent, len(r.held), max(n, len(r.held)))
+	copy(held, r.held)
+	r.held = held
+}
+
 // pop returns the next event due, in effect order, or nil when none is:
 // due once it is before the mark or the clock is a window past it, or at
-// once when too many are held or all is true (the stream ends).
+// once when more than the limit are held or all is true (the stream ends).
 func (r *reorder) pop(all bool) *event.Event {
 	if len(r.held) == 0 {
 		return nil
 	}
 	top := &r.held[0]
-	if !all && len(r.held) <= maxHeld && top.ev.Time >= r.mark && top.ev.Time+r.window > r.now {
+	if !all && len(r.held) <= r.limit && top.ev.Time >= r.mark && top.ev.Time+r.window > r.now {
 		return nil
 	}
 	r.out = top.ev
@@ -166,6 +210,9 @@ func (r *reorder) pop(all bool) *event.Event {
 	if last > 0 {
 		r.down(0)
 	}
+	if c := cap(r.held); c > minHeldCap && last < c/4 {
+		r.resize(max(c/2, minHeldCap)) // halving at a quarter: amortised O(1) per event
+	}
 	return &r.out
 }
 
@@ -175,8 +222,8 @@ func (r *reorder) pop(all bool) *event.Event {
 // The high-water mark is left alone, so that other processes' events held
 // meanwhile are not taken for late ones.
 func (r *reorder) flushPID(pid uint32) []event.Event {
-	keep, out := r.keep[:0], r.pid[:0]
 	var sel []heldEvent
+	keep := r.held[:0] // filtered in place: no second array of the held events
 	for _, h := range r.held {
 		if h.ev.PID == pid {
 			sel = append(sel, h)
@@ -187,20 +234,21 @@ func (r *reorder) flushPID(pid uint32) []event.Event {
 	if len(sel) == 0 {
 		return nil
 	}
+	clear(r.held[len(keep):])
+	r.held = keep
+	for i := len(r.held)/2 - 1; i >= 0; i-- {
+		r.down(i)
+	}
 	slices.SortFunc(sel, func(a, b heldEvent) int {
 		if less(&a, &b) {
 			return -1
 		}
 		return 1
 	})
-	for _, h := range sel {
-		out = append(out, h.ev)
+	out := make([]event.Event, len(sel))
+	for i, h := range sel {
+		out[i] = h.ev
 	}
-	r.keep, r.held = r.held[:0], keep
-	for i := len(r.held)/2 - 1; i >= 0; i-- {
-		r.down(i)
-	}
-	r.pid = out
 	return out
 }
 

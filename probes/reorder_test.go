@@ -98,7 +98,7 @@ func TestReorderEffectOrder(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newReorder(1000)
+			r := newReorder(1000, heldLimit(16<<20))
 			out, late := feed(r, 1_000_000, tc.in...)
 			assert.Empty(t, late, "late")
 			assert.Equal(t, tc.want, steps(out))
@@ -111,7 +111,7 @@ func TestReorderEffectOrder(t *testing.T) {
 // TestReorderWindow: nothing goes out before the clock is a window past it,
 // and the clock moves with arrivals (return times) and with advance.
 func TestReorderWindow(t *testing.T) {
-	r := newReorder(100)
+	r := newReorder(100, heldLimit(16<<20))
 	e := record(event.KindAlloc, 1, 0, 1000, 0x1000)
 	require.False(t, r.add(&e))
 	assert.Nil(t, r.pop(false), "held: the clock is at 1000")
@@ -143,7 +143,7 @@ func TestReorderWindow(t *testing.T) {
 // it to be written at once, and it is counted.
 func TestReorderLate(t *testing.T) {
 	const P = 0x7f2000000000
-	r := newReorder(100)
+	r := newReorder(100, heldLimit(16<<20))
 	realloc := record(event.KindAlloc, 2, 1500, 2000, P)
 	other := record(event.KindAlloc, 3, 4000, 5000, P+1<<20)
 	slowFree := record(event.KindFree, 1, 1000, 5200, P) // 4.2 us inside, window 100 ns
@@ -155,7 +155,7 @@ func TestReorderLate(t *testing.T) {
 		"written where it arrived")
 
 	// Within the window the same arrivals come out in effect order.
-	r = newReorder(10_000)
+	r = newReorder(10_000, heldLimit(16<<20))
 	out, late = feed(r, 100_000, realloc, other, slowFree)
 	assert.Empty(t, late)
 	assert.Equal(t, []step{{event.KindFree, 1, 1000}, {event.KindAlloc, 2, 2000}, {event.KindAlloc, 3, 5000}}, steps(out))
@@ -165,7 +165,7 @@ func TestReorderLate(t *testing.T) {
 // before a record that ends its instance; other processes' stay held and
 // are not taken for late afterwards.
 func TestReorderFlushPID(t *testing.T) {
-	r := newReorder(1 << 40)
+	r := newReorder(1<<40, heldLimit(16<<20))
 	a := record(event.KindAlloc, 1, 0, 300, 0x1)
 	b := record(event.KindFree, 1, 100, 400, 0x2) // effect 100
 	c := record(event.KindAlloc, 2, 0, 200, 0x3)
@@ -212,7 +212,7 @@ func TestReorderRepairsChurn(t *testing.T) {
 	assert.NotZero(t, raw.ReplacedAllocations, "in return order, allocations replace live ones")
 	assert.Zero(t, raw.LiveBytesAtEnd, "in return order, the last allocation is freed by the free before it")
 
-	out, late := feed(newReorder(100), 1<<40, in...)
+	out, late := feed(newReorder(100, heldLimit(16<<20)), 1<<40, in...)
 	require.Empty(t, late)
 	tt := analyse(out)
 	assert.Equal(t, uint64(1001), tt.Allocations)
@@ -225,7 +225,7 @@ func TestReorderRepairsChurn(t *testing.T) {
 // TestReorderMark: the watermark releases what took effect before it, long
 // before the window would, and nothing at or after it.
 func TestReorderMark(t *testing.T) {
-	r := newReorder(1 << 40)
+	r := newReorder(1<<40, heldLimit(16<<20))
 	free := record(event.KindFree, 1, 100, 900, 0x1) // effect 100
 	alloc := record(event.KindAlloc, 2, 150, 200, 0x1)
 	for _, e := range []event.Event{alloc, free} {
@@ -242,4 +242,63 @@ func TestReorderMark(t *testing.T) {
 	got = r.pop(false)
 	require.NotNil(t, got)
 	assert.Equal(t, uint64(200), got.Time)
+}
+
+// TestReorderBound drives the buffer past its limit, as a reader that is
+// behind does (the clock never a window past the held events, no mark): it
+// never holds more than the limit, its array never has more slots than the
+// limit and one, every event comes out once and in order, a release that
+// arrives behind the events pushed out is written at once and counted
+// late, and once drained the array is back to its smallest.
+func TestReorderBound(t *testing.T) {
+	const limit = 3 * minHeldCap
+	const n = 4 * limit
+	r := newReorder(1<<62, limit)
+	var out []event.Event
+	pop := func() {
+		for ev := r.pop(false); ev != nil; ev = r.pop(false) {
+			out = append(out, *ev)
+		}
+	}
+	for i := uint64(1); i <= n; i++ {
+		e := record(event.KindAlloc, 1, 10*i-1, 10*i, i)
+		require.False(t, r.add(&e), "in order: never late")
+		pop()
+		require.LessOrEqual(t, len(r.held), limit, "after %d events", i)
+		require.LessOrEqual(t, cap(r.held), limit+1, "after %d events", i)
+	}
+	assert.Len(t, out, n-limit, "the oldest went out, one per event past the limit")
+	assert.Zero(t, r.late)
+
+	// A free that entered before everything written so far returns now:
+	// too late for its place, written where it arrives, and counted.
+	free := record(event.KindFree, 2, 5, 10*n+1, 0xdead)
+	require.True(t, r.add(&free), "late: returned to be written at once")
+	out = append(out, free)
+	assert.Equal(t, uint64(1), r.late)
+
+	for ev := r.pop(true); ev != nil; ev = r.pop(true) {
+		out = append(out, *ev)
+	}
+	require.Len(t, out, n+1, "nothing dropped")
+	var allocs []uint64
+	for i, e := range out {
+		if e.Kind == event.KindAlloc {
+			allocs = append(allocs, e.Addr)
+		} else {
+			assert.Equal(t, n-limit, i, "the late free where it arrived")
+		}
+	}
+	for i, a := range allocs {
+		require.Equal(t, uint64(i+1), a, "effect order")
+	}
+	assert.Empty(t, r.held)
+	assert.Equal(t, minHeldCap, cap(r.held), "shrunk once drained")
+}
+
+// TestHeldLimit: the default ring holds at most 16 MiB / 80 B records, and
+// so many events at most are held.
+func TestHeldLimit(t *testing.T) {
+	assert.Equal(t, (16<<20)/(8+72), heldLimit(16<<20))
+	assert.Equal(t, minHeldCap, heldLimit(4096), "never below the array's smallest")
 }

@@ -101,9 +101,11 @@ type Session struct {
 	lastLate uint64
 	order    *reorder // events wait here to go out in effect order
 	// mark is the last effect-order watermark read from the threads map
-	// (see reorder.go), applied once the ring buffer is next found empty;
-	// 0 when none. noMark: the kernel cannot batch-read the map.
+	// (see reorder.go), applied once the ring buffer is next found empty
+	// or the reader has reached markAt, whichever comes first; 0 when
+	// none. noMark: the kernel cannot batch-read the map.
 	mark        uint64
+	markAt      uint64
 	noMark      bool
 	markKeys    []uint64
 	markThreads []bpfThread
@@ -143,7 +145,7 @@ func NewSession(opts Options) (*Session, error) {
 		stackTable: newStackTable(opts.Sink),
 		rd:         newReader(l),
 		notCUDA:    make(map[fileKey]bool),
-		order:      newReorder(uint64(opts.ReorderWindow)),
+		order:      newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
 	}
 	s.procTable = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
 	s.startPrefetch()
@@ -410,6 +412,18 @@ func (s *Session) watermark() uint64 {
 			return 0
 		}
 	}
+}
+
+// takeMark reads the watermark and the ring buffer position the producer
+// has reached, in that order: once the reader has read up to that
+// position, every record already in the ring buffer when the threads map
+// was read has been read, as when the ring is found empty (see
+// reorder.go). A reader that is behind never finds the ring empty; the
+// position lets the mark release events exactly then too, instead of the
+// window or the reorder buffer's limit.
+func (s *Session) takeMark() {
+	s.mark = s.watermark()
+	s.markAt = s.rd.position()
 }
 
 // release writes the held events that are due, in effect order; all of

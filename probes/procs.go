@@ -28,8 +28,10 @@ type proc struct {
 	info      event.Process // the last Process record written for it
 	exited    bool
 	// forget: exited, but records of it may still wait in the ring buffer,
-	// and they need its maps to symbolize. Dropped once the ring is empty.
+	// and they need its maps to symbolize. Dropped once the ring is empty,
+	// or once due and every record in the ring when it became due is read.
 	forget  bool
+	due     bool
 	py      *pyProc // its CPython, once found
 	pyNoted bool    // a CPython was found that cannot be read: said once
 	lock    *procLock
@@ -136,12 +138,14 @@ func (t *procTable) untrack(p *proc) {
 }
 
 // reap calls drop for each process that exited since the last reap, once
-// the ring buffer was found empty: none of their records remain. With all,
-// the table then forgets them.
-func (t *procTable) reap(drop func(p *proc)) {
+// the ring buffer was found empty: none of their records remain; with
+// dueOnly, only those markDue marked, once the reader has read every record
+// the ring held then (a reader that is behind never finds it empty). With
+// all, the table then forgets them.
+func (t *procTable) reap(drop func(p *proc), dueOnly bool) {
 	for _, p := range t.procs {
-		if p.forget {
-			p.forget = false
+		if p.forget && (p.due || !dueOnly) {
+			p.forget, p.due = false, false
 			drop(p)
 			if t.all {
 				// A session that adopts every process (serve runs for
@@ -152,6 +156,15 @@ func (t *procTable) reap(drop func(p *proc)) {
 				delete(t.exits, p.pid)
 			}
 		}
+	}
+}
+
+// markDue marks the processes known to have exited now: all their records
+// are in the ring buffer already, so reap(drop, true) may drop them once
+// the reader has read what the ring holds now.
+func (t *procTable) markDue() {
+	for _, p := range t.procs {
+		p.due = p.forget
 	}
 }
 

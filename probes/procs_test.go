@@ -258,8 +258,8 @@ func TestProcTableReap(t *testing.T) {
 			f.untrack(p)
 			var dropped []uint32
 			drop := func(p *proc) { dropped = append(dropped, p.pid) }
-			f.reap(drop)
-			f.reap(drop)
+			f.reap(drop, false)
+			f.reap(drop, false)
 			assert.Equal(t, []uint32{10}, dropped)
 			if tc.all {
 				assert.NotContains(t, f.procs, uint32(10))
@@ -271,6 +271,30 @@ func TestProcTableReap(t *testing.T) {
 			assert.Equal(t, 3, f.exits[10].ExitStatus())
 		})
 	}
+}
+
+// TestProcTableReapDue: a reader that is behind never finds the ring
+// empty; the processes known to have exited when the mark was taken are
+// dropped once it is reached (reap with dueOnly), the ones that exited
+// after wait for the next mark.
+func TestProcTableReapDue(t *testing.T) {
+	f := mustProcTable(t, true, map[uint32]uint64{10: 100, 20: 200, 30: 300})
+	p10, p20 := mustAdd(t, f, 10), mustAdd(t, f, 20)
+	mustAdd(t, f, 30)
+	var dropped []uint32
+	drop := func(p *proc) { dropped = append(dropped, p.pid) }
+	f.untrack(p10)
+	f.markDue()
+	f.untrack(p20) // after the mark: its records may follow the mark's position
+	f.reap(drop, true)
+	assert.Equal(t, []uint32{10}, dropped, "the mark reached: only what exited before it")
+	assert.NotContains(t, f.procs, uint32(10))
+	f.reap(drop, true)
+	assert.Equal(t, []uint32{10}, dropped, "20 is not due until the next mark")
+	f.markDue()
+	f.reap(drop, true)
+	assert.Equal(t, []uint32{10, 20}, dropped)
+	assert.Contains(t, f.procs, uint32(30), "running: kept")
 }
 
 // TestProcTableAllExited: a single-process session ends when its targets

@@ -126,6 +126,7 @@ func (s *Session) Run(ctx context.Context) error {
 				// when the mark was read has been read now, so it holds.
 				s.order.setMark(s.mark)
 				s.mark = 0
+				s.forgetExited(true)
 				if err := s.release(false); err != nil {
 					return err
 				}
@@ -134,7 +135,7 @@ func (s *Session) Run(ctx context.Context) error {
 			// The ring was empty: every record of a process already known
 			// to have exited has been read, and so has every call that
 			// returned before the read began.
-			s.forgetExited()
+			s.forgetExited(false)
 			if s.mark != 0 {
 				// Read before the ring was emptied: it holds.
 				s.order.setMark(s.mark)

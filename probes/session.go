@@ -214,13 +214,14 @@ func (s *Session) describe(p *proc, info *event.Process) error {
 }
 
 // forgetExited drops the symbolizer's view of processes that exited before
-// the ring buffer was last found empty: none of their records remain.
-func (s *Session) forgetExited() {
+// the ring buffer was last found empty (or, with dueOnly, before the mark
+// the reader has now reached was taken): none of their records remain.
+func (s *Session) forgetExited(dueOnly bool) {
 	s.reap(func(p *proc) {
 		s.sym.Forget(p.pid)
 		s.dropPython(p)
 		s.forgetStacks(p.pid)
-	})
+	}, dueOnly)
 }
 
 // scan examines the files p maps and probes the ones that define the CUDA
@@ -420,8 +421,10 @@ func (s *Session) watermark() uint64 {
 // was read has been read, as when the ring is found empty (see
 // reorder.go). A reader that is behind never finds the ring empty; the
 // position lets the mark release events exactly then too, instead of the
-// window or the reorder buffer's limit.
+// window or the reorder buffer's limit; and processes known to have exited
+// now are forgotten then (forgetExited), not only when the ring is empty.
 func (s *Session) takeMark() {
+	s.markDue()
 	s.mark = s.watermark()
 	s.markAt = s.rd.position()
 }

@@ -101,6 +101,7 @@ type Analyzer struct {
 	// lost is the last Lost record's running total; late its count of
 	// events written out of effect order.
 	lost, late uint64
+	lostCauses event.LostCauses
 	// latest is the latest time seen in any record: the end of a stream cut
 	// short.
 	latest uint64
@@ -523,7 +524,7 @@ func (a *Analyzer) Add(rec event.Record) error {
 		}
 	case *event.Lost:
 		if r != nil {
-			a.lost, a.late = r.Total, r.Late
+			a.lost, a.late, a.lostCauses = r.Total, r.Late, r.Causes
 			a.see(r.Time)
 		}
 	case *event.End:

@@ -20,6 +20,7 @@ func (a *Analyzer) Finish() *Result {
 	r := &Result{
 		Run:        a.run,
 		LostEvents: a.lost,
+		LostCauses: a.lostCauses,
 		LateEvents: a.late,
 		Stacks:     make(map[event.StackID]*Stack, len(a.stacks)+1),
 	}

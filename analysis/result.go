@@ -38,6 +38,9 @@ type Result struct {
 	// LostEvents is the last running total of records the kernel could not
 	// deliver. Every output carries it.
 	LostEvents uint64
+	// LostCauses splits LostEvents by cause (all zero when the trace did
+	// not record them: see event.LostCauses.Known).
+	LostCauses event.LostCauses
 	// LateEvents is the last running total of events that reached the
 	// recorder too late to be placed in effect order (event.Lost.Late):
 	// they are counted, where they arrived, and may be misordered against

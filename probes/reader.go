@@ -90,15 +90,16 @@ func (rd *reader) countUnknown() { rd.unknown.Add(1) }
 // lost returns how many records are lost so far: the BPF side's lost and
 // unpaired records, and the short and unknown ones read. Their sum is the
 // lost_events figure of every output.
-func (rd *reader) lost() (uint64, error) {
-	var lost, unpaired uint64
-	if err := rd.lostVar.Get(&lost); err != nil {
-		return 0, fmt.Errorf("read lost counter: %w", err)
+func (rd *reader) lost() (event.LostCauses, error) {
+	var c event.LostCauses
+	if err := rd.lostVar.Get(&c.RingFull); err != nil {
+		return c, fmt.Errorf("read lost counter: %w", err)
 	}
-	if err := rd.unpairedVar.Get(&unpaired); err != nil {
-		return 0, fmt.Errorf("read unpaired counter: %w", err)
+	if err := rd.unpairedVar.Get(&c.Unpaired); err != nil {
+		return c, fmt.Errorf("read unpaired counter: %w", err)
 	}
-	return lost + unpaired + rd.short.Load() + rd.unknown.Load(), nil
+	c.Malformed = rd.short.Load() + rd.unknown.Load()
+	return c, nil
 }
 
 // Run reads records until ctx is done or every traced process has exited,
@@ -200,10 +201,11 @@ func (s *Session) drain() error {
 // writeLost writes a Lost record when the total changed (or always, when
 // final), so every output carries the count, even when it is zero.
 func (s *Session) writeLost(final bool) error {
-	total, err := s.rd.lost()
+	causes, err := s.rd.lost()
 	if err != nil {
 		return err
 	}
+	total := causes.RingFull + causes.Unpaired + causes.Malformed
 	late := s.order.late
 	s.stats.Lost.Store(total)
 	s.stats.Late.Store(late)
@@ -211,7 +213,7 @@ func (s *Session) writeLost(final bool) error {
 		return nil
 	}
 	s.lastLost, s.lastLate = total, late
-	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total, Late: late}); err != nil {
+	if err := s.opts.Sink.Write(&event.Lost{Time: MonotonicNow(), Total: total, Late: late, Causes: causes}); err != nil {
 		return fmt.Errorf("write lost record: %w", err)
 	}
 	return nil

@@ -279,7 +279,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	lost := htmlFact{Label: "lost events", Value: template.HTML(strconv.FormatUint(res.LostEvents, 10)),
 		Note: "every record delivered"}
 	if res.LostEvents > 0 {
-		lost.Note, lost.Warn = "ring buffer full: the figures may be wrong either way (a missed free reads high, a missed allocation low)", true
+		lost.Note, lost.Warn = lostCause(res)+": the figures may be wrong either way (a missed free reads high, a missed allocation low)", true
 	}
 	if res.LateEvents > 0 {
 		lost.Note += fmt.Sprintf("; %d events late (after the reorder window): may be misordered against calls on the same address", res.LateEvents)

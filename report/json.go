@@ -80,6 +80,9 @@ type JSONTotals struct {
 	// the reorder window): counted where they arrived, they may be
 	// misordered against other calls on the same address.
 	LateEvents uint64 `json:"late_events"`
+	// LostCauses splits LostEvents by cause; absent when none were lost
+	// or the trace did not record why (older traces).
+	LostCauses *JSONLostCauses `json:"lost_causes,omitempty"`
 	// PeakTimeNs is when PeakBytes was first reached.
 	PeakTimeNs uint64 `json:"peak_time_ns"`
 	// LiveAllocationsAtEnd counts the allocations behind LiveBytesAtEnd.
@@ -573,6 +576,18 @@ type JSONTimeline struct {
 	Points         [][2]uint64 `json:"points"`
 }
 
+// JSONLostCauses is report.json's "lost_causes" (event.LostCauses).
+type JSONLostCauses struct {
+	// RingFull counts records the BPF ring buffer refused (read too slowly).
+	RingFull uint64 `json:"ring_full"`
+	// Unpaired counts returns without their call's entry (a call in
+	// flight at attach, or an in-flight slot evicted).
+	Unpaired uint64 `json:"unpaired"`
+	// Malformed counts records too short for their kind or of an unknown
+	// kind.
+	Malformed uint64 `json:"malformed"`
+}
+
 // NewJSON builds report.json's content from res.
 func NewJSON(res *analysis.Result) *JSON {
 	t := res.Totals
@@ -597,6 +612,9 @@ func NewJSON(res *analysis.Result) *JSON {
 		Libraries:  []JSONLibrary{},
 		Timelines:  []JSONTimeline{},
 		Iterations: []JSONIterations{},
+	}
+	if c := res.LostCauses; c.Known(res.LostEvents) {
+		j.Totals.LostCauses = &JSONLostCauses{RingFull: c.RingFull, Unpaired: c.Unpaired, Malformed: c.Malformed}
 	}
 	if b := res.Blocks; b != nil {
 		j.Blocks = &JSONBlocks{Allocations: b.Allocations, Frees: b.Frees, PeakAllocatedBytes: b.PeakBytes,

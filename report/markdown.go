@@ -236,7 +236,7 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if res.LostEvents == 0 {
 		p("0 records lost.\n\n")
 	} else {
-		p("%d records lost (ring buffer full): the figures above may be wrong either way (a missed free reads high, a missed allocation low).\n\n", res.LostEvents)
+		p("%d records lost (%s): the figures above may be wrong either way (a missed free reads high, a missed allocation low).\n\n", res.LostEvents, lostCause(res))
 	}
 	if res.LateEvents == 0 {
 		p("0 events late: every event is in the order it took effect.\n\n")

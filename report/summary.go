@@ -129,7 +129,7 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	}
 	lost := fmt.Sprint(res.LostEvents)
 	if res.LostEvents > 0 {
-		lost += " (ring buffer full: the figures may be wrong either way: a missed free reads high, a missed allocation low)"
+		lost += " (" + lostCause(res) + ": the figures may be wrong either way: a missed free reads high, a missed allocation low)"
 	}
 	if res.LateEvents > 0 {
 		// On the lost line: the summary is held to 20 lines.

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -111,4 +112,28 @@ func flightLine(res *analysis.Result) string {
 	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+
 		"(%d allocations live at the cut restored exactly; %s; churn, spikes and iterations are found in the kept events only)",
 		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored, covers)
+}
+
+// lostCause says why res's records were lost: each cause with its count
+// when the trace recorded them (event.LostCauses), else "ring buffer
+// full", the cause traces recorded before the split mostly had.
+func lostCause(res *analysis.Result) string {
+	c := res.LostCauses
+	if !c.Known(res.LostEvents) {
+		return "ring buffer full"
+	}
+	var parts []string
+	for _, x := range []struct {
+		n    uint64
+		what string
+	}{
+		{c.RingFull, "refused by the full ring buffer"},
+		{c.Unpaired, "returns without their call (a call in flight at attach)"},
+		{c.Malformed, "malformed records"},
+	} {
+		if x.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", x.n, x.what))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

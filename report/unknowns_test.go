@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -128,5 +129,52 @@ func TestFlightLine(t *testing.T) {
 		// 700 kept of 700+300; the cut 2,000,000 ns after the start.
 		assert.Equal(t, "flight recorder: kept the last 700 / 1000 events (from 2ms after the start); 300 earlier events summarised in a checkpoint "+
 			"(4 allocations live at the cut restored exactly; "+tc.covers+"; churn, spikes and iterations are found in the kept events only)", flightLine(res))
+	}
+}
+
+// TestLostCause: lost records are explained by their causes, counted, in
+// the summary, report.md, report.html and report.json; a trace that did
+// not record them (older) keeps the one cause they mostly had.
+func TestLostCause(t *testing.T) {
+	recs := func(l *event.Lost) []event.Record {
+		return []event.Record{
+			&event.Header{Version: 2, Tool: "vramprof test", Mode: "attach", Start: 1000},
+			&event.Process{PID: 7, Command: []string{"train"}, Time: 1000},
+			&event.Event{Time: 2000, PID: 7, Kind: event.KindAlloc, Addr: 0x1000, Size: MiB, API: event.APICudaMalloc},
+			l,
+			&event.End{Time: 3000, Reason: "exited"},
+		}
+	}
+	// 3 + 2 + 1 = 6: each cause named with its count, the empty one left out.
+	known := mustResult(t, recs(&event.Lost{Time: 2500, Total: 6, Causes: event.LostCauses{RingFull: 3, Unpaired: 2, Malformed: 1}}))
+	cause := "3 refused by the full ring buffer, 2 returns without their call (a call in flight at attach), 1 malformed records"
+	assert.Equal(t, cause, lostCause(known))
+	partial := mustResult(t, recs(&event.Lost{Time: 2500, Total: 2, Causes: event.LostCauses{Unpaired: 2}}))
+	assert.Equal(t, "2 returns without their call (a call in flight at attach)", lostCause(partial))
+	old := mustResult(t, recs(&event.Lost{Time: 2500, Total: 6}))
+	assert.Equal(t, "ring buffer full", lostCause(old))
+
+	for name, write := range map[string]func(io.Writer, *analysis.Result) error{
+		"summary": WriteSummary, "markdown": WriteMarkdown, "html": WriteHTML} {
+		var b bytes.Buffer
+		require.NoError(t, write(&b, known), name)
+		assert.Contains(t, b.String(), cause, name)
+	}
+	var j struct {
+		Totals struct {
+			LostEvents uint64          `json:"lost_events"`
+			LostCauses *JSONLostCauses `json:"lost_causes"`
+		} `json:"totals"`
+	}
+	for _, tc := range []struct {
+		res  *analysis.Result
+		want *JSONLostCauses
+	}{{known, &JSONLostCauses{RingFull: 3, Unpaired: 2, Malformed: 1}}, {old, nil}} {
+		data, err := json.Marshal(NewJSON(tc.res))
+		require.NoError(t, err)
+		j.Totals.LostCauses = nil
+		require.NoError(t, json.Unmarshal(data, &j))
+		assert.Equal(t, tc.res.LostEvents, j.Totals.LostEvents)
+		assert.Equal(t, tc.want, j.Totals.LostCauses)
 	}
 }

@@ -257,8 +257,9 @@ type Library struct {
 	StrippedRuntime bool
 }
 
-// Lost carries the running total of records the kernel could not deliver
-// (ring buffer full). The last Lost record of a stream is the total.
+// Lost carries the running total of records lost: refused by the full
+// ring buffer, returns without their call, or malformed (Causes). The last
+// Lost record of a stream is the total.
 type Lost struct {
 	Time  uint64
 	Total uint64
@@ -268,6 +269,29 @@ type Lost struct {
 	// where they arrived, and may be misordered against other calls on the
 	// same address. Appended to the format: older traces read with 0.
 	Late uint64
+	// Causes splits Total by why the records were lost, as running
+	// totals too. Appended to the format: older traces read all zero, and
+	// then the causes are not known.
+	Causes LostCauses
+}
+
+// LostCauses are the reasons records are lost: their sum is Lost.Total.
+type LostCauses struct {
+	// RingFull counts records the BPF ring buffer refused (it was full:
+	// user space read too slowly for the rate of calls).
+	RingFull uint64
+	// Unpaired counts returns seen without their call's entry: a call in
+	// flight at attach, or an in-flight slot evicted.
+	Unpaired uint64
+	// Malformed counts records user space could not decode: shorter than
+	// their kind's size, or of a kind it does not know.
+	Malformed uint64
+}
+
+// Known reports whether the causes were recorded (a trace from before
+// they were has none) and add up to total.
+func (c LostCauses) Known(total uint64) bool {
+	return total > 0 && c.RingFull+c.Unpaired+c.Malformed == total
 }
 
 // End closes a stream that stopped cleanly. A stream without End was cut

@@ -1177,6 +1177,9 @@ func (e *encoder) lost(l *Lost) {
 	e.uint(l.Time)
 	e.uint(l.Total)
 	e.uint(l.Late)
+	e.uint(l.Causes.RingFull)
+	e.uint(l.Causes.Unpaired)
+	e.uint(l.Causes.Malformed)
 }
 
 func (e *encoder) end(x *End) {
@@ -1412,6 +1415,9 @@ func (d *decoder) lost(l *Lost) {
 	l.Total = d.uint()
 	if len(d.b) > 0 { // appended field: absent from older traces
 		l.Late = d.uint()
+	}
+	if len(d.b) > 0 { // appended fields: absent from older traces
+		l.Causes = LostCauses{RingFull: d.uint(), Unpaired: d.uint(), Malformed: d.uint()}
 	}
 }
 

@@ -132,6 +132,7 @@ func TestRoundTrip(t *testing.T) {
 		{"process empty", &Process{PID: 7}},
 		{"library", testRecords()[2]},
 		{"lost", &Lost{Time: 1, Total: 1 << 50, Late: 1 << 40}},
+		{"lost causes", &Lost{Time: 1, Total: 1<<40 + 8, Causes: LostCauses{RingFull: 1 << 40, Unpaired: 7, Malformed: 1}}},
 		{"end", &End{Time: 9, Reason: "signal", ExitCode: -9}},
 		{"end empty", &End{}},
 		{"device info", testRecords()[5]},
@@ -387,6 +388,25 @@ func TestLostWithoutLate(t *testing.T) {
 	_, got, err := readAll(t, data)
 	require.NoError(t, err)
 	assert.Equal(t, []Record{&Lost{Time: 5, Total: 6}}, got)
+}
+
+// TestLostWithoutCauses reads a Lost written before Causes was appended
+// (Time, Total, Late): the causes read as zero, not known.
+func TestLostWithoutCauses(t *testing.T) {
+	data := appendFrameV1(traceV1(), recLost, []byte{5, 6, 1}) // uvarints: Time 5, Total 6, Late 1
+	_, got, err := readAll(t, data)
+	require.NoError(t, err)
+	require.Equal(t, []Record{&Lost{Time: 5, Total: 6, Late: 1}}, got)
+	assert.False(t, got[0].(*Lost).Causes.Known(6))
+}
+
+// TestLostCausesKnown: the causes are known when the trace recorded them
+// and they add up to the total.
+func TestLostCausesKnown(t *testing.T) {
+	c := LostCauses{RingFull: 3, Unpaired: 2, Malformed: 1}
+	assert.True(t, c.Known(6))
+	assert.False(t, c.Known(7), "not the total: another count")
+	assert.False(t, LostCauses{}.Known(0), "nothing lost: nothing to explain")
 }
 
 // TestEventWithoutFlags reads an Event written before Flags was appended

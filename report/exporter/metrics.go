@@ -58,7 +58,7 @@ var (
 		"1 when the process has exited: its figures are final and go away after the next scrapes.",
 		procLabels, nil)
 	descLost = prometheus.NewDesc(MetricLostEvents,
-		"Records the kernel could not deliver (ring buffer full), all processes: figures may be short by these.",
+		"Records lost (ring buffer full, returns without their call, malformed), all processes: figures may be off by these.",
 		nil, nil)
 	descLate = prometheus.NewDesc(MetricLateEvents,
 		"Events that arrived too late to be placed in effect order, all processes.", nil, nil)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report/units"
 )
 
@@ -114,12 +115,14 @@ func flightLine(res *analysis.Result) string {
 		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored, covers)
 }
 
-// lostCause says why res's records were lost: each cause with its count
+// lostCause says why res's records were lost (LostCause).
+func lostCause(res *analysis.Result) string { return LostCause(res.LostEvents, res.LostCauses) }
+
+// LostCause says why total records were lost: each cause with its count
 // when the trace recorded them (event.LostCauses), else "ring buffer
 // full", the cause traces recorded before the split mostly had.
-func lostCause(res *analysis.Result) string {
-	c := res.LostCauses
-	if !c.Known(res.LostEvents) {
+func LostCause(total uint64, c event.LostCauses) string {
+	if !c.Known(total) {
 		return "ring buffer full"
 	}
 	var parts []string

@@ -20,7 +20,7 @@ func (v *Verdict) WriteAnnotations(w io.Writer) {
 	}
 	if v.Snapshot.Lost > 0 && !v.Unknown() {
 		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: lost events"),
-			ghData(fmt.Sprintf("%d events lost (ring buffer full): %s", v.Snapshot.Lost, lostText)))
+			ghData(fmt.Sprintf("%d events lost (%s): %s", v.Snapshot.Lost, v.Snapshot.lostCause(), lostText)))
 	}
 	if v.Snapshot.Late > 0 {
 		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: late events"), ghData(lateWarning(v.Snapshot.Late)))
@@ -54,7 +54,7 @@ func (v *Verdict) WriteMarkdown(w io.Writer) error {
 	}
 	p("Peak %s, live at end %s.\n\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd))
 	if s.Lost > 0 {
-		p("> **Warning:** %d events lost (ring buffer full): %s.\n\n", s.Lost, lostText)
+		p("> **Warning:** %d events lost (%s): %s.\n\n", s.Lost, s.lostCause(), lostText)
 	}
 	if s.Late > 0 {
 		p("> **Warning:** %s.\n\n", lateWarning(s.Late))

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report"
 )
 
@@ -38,6 +39,8 @@ type Snapshot struct {
 	Peak        uint64
 	LiveEnd     uint64
 	Lost        uint64
+	// LostCause says why Lost were lost (report.LostCause).
+	LostCause string
 	// Events is how many events were recorded (report.json run.events):
 	// Lost/(Lost+Events) is the share --allow-lost judges.
 	Events     uint64
@@ -166,6 +169,15 @@ func parseReport(source, path string, data []byte) (*Snapshot, error) {
 	return FromReport(&j, source), nil
 }
 
+// lostCause is s.LostCause, or what a snapshot without one (a baseline)
+// says: the cause traces had before the causes were recorded.
+func (s *Snapshot) lostCause() string {
+	if s.LostCause == "" {
+		return report.LostCause(s.Lost, event.LostCauses{})
+	}
+	return s.LostCause
+}
+
 // FromReport keys a report's figures for comparison, as a Snapshot named
 // source.
 func FromReport(j *report.JSON, source string) *Snapshot {
@@ -174,6 +186,11 @@ func FromReport(j *report.JSON, source string) *Snapshot {
 		Allocations: j.Totals.Allocations, Peak: j.Totals.PeakBytes, LiveEnd: j.Totals.LiveBytesAtEnd,
 		Lost: j.Totals.LostEvents, Events: j.Run.Events, Late: j.Totals.LateEvents, StacksComplete: true,
 	}
+	var causes event.LostCauses
+	if c := j.Totals.LostCauses; c != nil {
+		causes = event.LostCauses{RingFull: c.RingFull, Unpaired: c.Unpaired, Malformed: c.Malformed}
+	}
+	s.LostCause = report.LostCause(s.Lost, causes)
 	for _, d := range j.Devices {
 		name := d.Name
 		if name == "" {

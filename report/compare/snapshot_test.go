@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -137,4 +138,26 @@ func TestLoadErrors(t *testing.T) {
 			assert.NotContains(t, err.Error(), "\n")
 		})
 	}
+}
+
+// TestLostCauseOfReport: the check's lost-events warning names the causes
+// report.json recorded (totals.lost_causes), else the one cause older
+// reports and baselines imply.
+func TestLostCauseOfReport(t *testing.T) {
+	j := &report.JSON{}
+	j.Totals.LostEvents = 3
+	j.Totals.LostCauses = &report.JSONLostCauses{RingFull: 1, Unpaired: 2}
+	j.Run.Events = 997
+	// 3 of 1000 lost, allowed: a verdict, with the warning beside it.
+	v := Judge(FromReport(j, "src"), nil, Limits{AllowLost: rat(t, "1"), AllowLostText: "1"}, nil)
+	assert.Contains(t, textOf(v), "WARNING: 3 events lost (1 refused by the full ring buffer, 2 returns without their call (a call in flight at attach)): ")
+	var ann bytes.Buffer
+	v.WriteAnnotations(&ann)
+	assert.Contains(t, ann.String(), "3 events lost (1 refused by the full ring buffer, 2 returns without their call (a call in flight at attach)): ")
+
+	j.Totals.LostCauses = nil
+	assert.Contains(t, textOf(Judge(FromReport(j, "src"), nil, Limits{}, nil)), "WARNING: 3 events lost (ring buffer full): ")
+	b := mustLoadBaseline(t)
+	b.Lost = 2
+	assert.Equal(t, "ring buffer full", b.lostCause(), "a baseline keeps no causes")
 }

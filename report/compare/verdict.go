@@ -338,7 +338,7 @@ func (v *Verdict) WriteText(w io.Writer) {
 	p("%s\n", v.Recording)
 	p("peak %s, live at end %s, %d allocations\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd), s.Allocations)
 	if s.Lost > 0 {
-		p("WARNING: %d events lost (ring buffer full): %s\n", s.Lost, lostText)
+		p("WARNING: %d events lost (%s): %s\n", s.Lost, s.lostCause(), lostText)
 	}
 	if s.Late > 0 {
 		p("WARNING: %s\n", lateWarning(s.Late))

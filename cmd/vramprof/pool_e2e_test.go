@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/report"
 )
 
 // poolReport is the part of report.json the block-layer tests read.
@@ -21,6 +22,8 @@ type poolReport struct {
 		PeakBytes         uint64 `json:"peak_bytes"`
 		LiveBytesAtEnd    uint64 `json:"live_bytes_at_end"`
 		LostEvents        uint64 `json:"lost_events"`
+		// LostCauses says why, in a failure's message.
+		LostCauses *report.JSONLostCauses `json:"lost_causes"`
 	} `json:"totals"`
 	Blocks *struct {
 		Allocations        uint64 `json:"allocations"`

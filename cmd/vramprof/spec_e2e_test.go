@@ -76,7 +76,7 @@ func TestRunAllocatorSpecs(t *testing.T) {
 			assert.Equal(t, truth.Totals.Frees, rep.Totals.Frees, "segment frees")
 			assert.Equal(t, truth.Totals.PeakBytes, rep.Totals.PeakBytes, "segment peak")
 			assert.Equal(t, truth.Totals.LiveBytesAtEnd, rep.Totals.LiveBytesAtEnd, "segment live at end")
-			assert.Zero(t, rep.Totals.LostEvents, "lost (and unpaired) records")
+			assert.Zero(t, rep.Totals.LostEvents, "lost records, by cause: %+v", rep.Totals.LostCauses)
 
 			var found bool
 			for _, l := range rep.Libraries {

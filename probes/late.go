@@ -49,6 +49,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cilium/ebpf"
@@ -173,8 +174,9 @@ func (s *Session) realKey(path string) (fileKey, bool) {
 	return fileKey{Dev: key.Dev, Inode: key.Ino}, true
 }
 
-// touched keeps touchFirstPage's read from being optimised away.
-var touched byte
+// touched keeps touchFirstPage's read from being optimised away: an
+// atomic store of what was read.
+var touched atomic.Uint32
 
 // touchFirstPage maps f's first page and reads it: a page fault on f in a
 // fresh mapping. It reports whether f could be mapped and read: an empty
@@ -194,7 +196,7 @@ func touchFirstPage(f *os.File) (ok bool) {
 			ok = false
 		}
 	}()
-	touched = b[0]
+	touched.Store(uint32(b[0]))
 	return true
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/probetest"
 	"github.com/vramprof/vramprof/probes/symbolize"
@@ -90,15 +89,8 @@ func TestDeferredStop(t *testing.T) {
 // makes the process pending.
 func TestOverlayFileKnown(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	dir := t.TempDir()
-	lower, upper, work, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
-	for _, d := range []string{lower, upper, work, merged} {
-		require.NoError(t, os.Mkdir(d, 0o755))
-	}
+	lower, merged := probetest.Overlay(t)
 	require.NoError(t, os.WriteFile(filepath.Join(lower, "lib.so"), make([]byte, 3*4096), 0o644))
-	require.NoError(t, unix.Mount("overlay", merged, "overlay", 0,
-		"lowerdir="+lower+",upperdir="+upper+",workdir="+work), "mount overlayfs")
-	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
 	path := filepath.Join(merged, "lib.so")
 	over, under := statKey(t, path), statKey(t, filepath.Join(lower, "lib.so"))
 	require.NotEqual(t, over, under, "the premise: stat through the overlay gives another device")

@@ -138,15 +138,8 @@ func TestAttachAllLateRuntime(t *testing.T) {
 // exactly (the second after the file is known, probes/late.go).
 func TestAttachAllLateRuntimeOverlay(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	dir := t.TempDir()
-	lower, upper, work, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
-	for _, d := range []string{lower, upper, work, merged} {
-		require.NoError(t, os.Mkdir(d, 0o755))
-	}
+	lower, merged := probetest.Overlay(t)
 	copyRuntime(t, lower)
-	require.NoError(t, syscall.Mount("overlay", merged, "overlay", 0,
-		"lowerdir="+lower+",upperdir="+upper+",workdir="+work), "mount overlayfs")
-	t.Cleanup(func() { _ = syscall.Unmount(merged, syscall.MNT_DETACH) })
 
 	stop, stderr := startAll(t)
 	first := runLate(t, filepath.Join(merged, "libcudart.so.12"))

@@ -202,17 +202,7 @@ func (a *Analyzer) create(e *event.Event) {
 func (a *Analyzer) releaseHandle(e *event.Event) {
 	ch := a.ledger.Release(e.PID, e)
 	a.vmm.released(e, ch)
-	ls, sp := a.layer(deviceScope), a.space(e.PID, deviceScope)
-	switch ch.Verdict {
-	case ledger.Failed:
-		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
-	case ledger.NoAddr:
-		both(ls, sp, func(t *Totals) { t.NullFrees++ })
-	case ledger.Unknown:
-		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
-	case ledger.Freed:
-		a.dropped(e.PID, deviceScope, ch.Old, e.Time, *ch.Inst)
-	}
+	a.freed(e, event.LayerSegment, SpaceDevice, &ch) // kept while mapped: nothing yet
 }
 
 // mapRange is cuMemMap: Addr and Size the range, Stream the handle. The

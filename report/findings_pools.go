@@ -48,7 +48,7 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 	inside := "cudaMalloc/cudaFree"
 	if o.Expandable {
 		what = fmt.Sprintf("creating %d bytes (%s) of pages for an expandable segment", o.RequestBytes, units.Bytes(o.RequestBytes))
-		freed = fmt.Sprintf("unmapped %d wholly free pages (%d bytes)", o.ReleasedSegments, o.ReleasedBytes)
+		freed = fmt.Sprintf("unmapped %d wholly free %s (%d bytes)", o.ReleasedSegments, plural(uint64(o.ReleasedSegments), "page", "pages"), o.ReleasedBytes)
 		inside = "cuMemCreate/cuMemUnmap"
 	}
 	var summary string
@@ -68,8 +68,9 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 	if ev.Expandable && !retried {
 		// The verdict under expandable segments: what was reserved but
 		// unallocated, what the flush gave back, what was live.
-		summary += fmt.Sprintf("; expandable segments were on: %d bytes were reserved but unallocated, the allocator unmapped %d of them (%d wholly free pages) before it gave up, and tensors held %d bytes (the largest: %s)",
-			st.CachedFreeBytes, o.ReleasedBytes, o.ReleasedSegments, st.AllocatedBytes, stackSites(res, o.LiveStacks, 3))
+		summary += fmt.Sprintf("; expandable segments were on: %d bytes were reserved but unallocated, the allocator unmapped %d of them (%d wholly free %s) before it gave up, and tensors held %d bytes (the largest: %s)",
+			st.CachedFreeBytes, o.ReleasedBytes, o.ReleasedSegments, plural(uint64(o.ReleasedSegments), "page", "pages"),
+			st.AllocatedBytes, stackSites(res, o.LiveStacks, 3))
 	}
 	var rem []string
 	switch ev.Advice {

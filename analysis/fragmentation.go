@@ -474,7 +474,9 @@ func (p *pool) snapshot(st *PoolState) {
 			end = max(end, b.addr+b.size)
 		}
 		gap(s.addr + s.size)
-		if len(blocks) == 1 && blocks[0].size*pinnedShare < s.size {
+		// A mapped range is not pinned: the allocator unmaps the free
+		// pages around a block.
+		if len(blocks) == 1 && blocks[0].size*pinnedShare < s.size && !s.mapped() {
 			st.PinnedSegments++
 			st.PinnedBytes += s.size - blocks[0].size
 		}

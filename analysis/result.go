@@ -817,7 +817,9 @@ type PoolState struct {
 	// Segments counts the live segments.
 	Segments int
 	// PinnedSegments counts the segments held by one live block smaller
-	// than a quarter of the segment: empty_cache cannot release them.
+	// than a quarter of the segment: empty_cache cannot release them. Not
+	// mapped ranges (expandable segments): empty_cache unmaps the free
+	// pages around a block.
 	// PinnedBytes is the free part of those segments.
 	PinnedSegments int
 	PinnedBytes    uint64

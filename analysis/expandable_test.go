@@ -1,0 +1,314 @@
+package analysis
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
+)
+
+// vmmPool drives an allocator with expandable segments by hand, on a pool
+// stream (thread 1, stack 1 for the driver calls, stack 2 for the blocks):
+// ranges reserved, pages created and mapped one by one, as PyTorch's
+// ExpandableSegment does.
+type vmmPool struct {
+	*eventtest.PoolStream
+	handle uint64
+	// handles are the live pages' handles by address.
+	handles map[uint64]uint64
+}
+
+func newVMMPool() *vmmPool {
+	return &vmmPool{PoolStream: eventtest.NewPoolStream(), handle: 0xc0de00000000, handles: make(map[uint64]uint64)}
+}
+
+func (s *vmmPool) vmm(k event.Kind, api event.API, addr, size, handle uint64, ret int32) {
+	s.Ev(event.Event{Time: s.Next(), Duration: 10e3, Addr: addr, Size: size, Stream: handle, Stack: 1, TID: 1, Ret: ret,
+		Kind: k, API: api})
+}
+
+// reserve reserves [addr, addr+size).
+func (s *vmmPool) reserve(addr, size uint64) {
+	s.vmm(event.KindReserve, event.APICuMemAddressReserve, addr, size, 0, 0)
+}
+
+// grow creates and maps one page of size bytes at addr.
+func (s *vmmPool) grow(addr, size uint64) {
+	s.handle++
+	s.vmm(event.KindCreate, event.APICuMemCreate, s.handle, size, 0, 0)
+	s.vmm(event.KindMap, event.APICuMemMap, addr, size, s.handle, 0)
+	s.handles[addr] = s.handle
+}
+
+// shrink unmaps and releases the page at addr.
+func (s *vmmPool) shrink(addr, size uint64) {
+	s.vmm(event.KindUnmap, event.APICuMemUnmap, addr, size, 0, 0)
+	s.vmm(event.KindRelease, event.APICuMemRelease, s.handles[addr], 0, 0, 0)
+	delete(s.handles, addr)
+}
+
+// created creates a page that is not mapped yet; failCreate one that
+// fails for want of memory (CUDA_ERROR_OUT_OF_MEMORY).
+func (s *vmmPool) created(size uint64) uint64 {
+	s.handle++
+	s.vmm(event.KindCreate, event.APICuMemCreate, s.handle, size, 0, 0)
+	return s.handle
+}
+
+func (s *vmmPool) failCreate(size uint64) {
+	s.vmm(event.KindCreate, event.APICuMemCreate, 0, size, 0, 2)
+}
+
+func (s *vmmPool) release(handle uint64) {
+	s.vmm(event.KindRelease, event.APICuMemRelease, handle, 0, 0, 0)
+}
+
+// vmmBase is where the fake driver puts reservations.
+const vmmBase = uint64(0x7e00_0000_0000)
+
+// TestExpandableGeometry: mapped pages are segments, merged while they touch
+// inside one reservation, split where a page is unmapped; blocks spanning
+// pages are placed, none unplaced.
+func TestExpandableGeometry(t *testing.T) {
+	s := newVMMPool()
+	large, small := vmmBase, vmmBase+100*MiB
+	// Two reservations back to back: a 100 MiB one for 20 MiB pages and,
+	// right after it, a 10 MiB one for 2 MiB pages.
+	s.reserve(large, 100*MiB)
+	s.reserve(small, 10*MiB)
+	// Pages 0 and 1 come before the first block (the pool takes them from
+	// the ledger), the rest after it (mapped one by one). The large
+	// range's last page (80..100) and the small range's page touch, in
+	// different reservations: they must stay two segments.
+	s.grow(large, 20*MiB)
+	s.grow(large+20*MiB, 20*MiB)
+	s.Block(large, 30*MiB) // across pages 0 and 1
+	s.grow(large+40*MiB, 20*MiB)
+	s.grow(large+60*MiB, 20*MiB)
+	s.Block(large+30*MiB, 12*MiB) // across pages 1 and 2
+	s.Block(large+42*MiB, 26*MiB) // across pages 2 and 3
+	s.Block(large+72*MiB, 4*MiB)
+	s.grow(small, 2*MiB)
+	s.Block(small, MiB)
+	s.grow(large+80*MiB, 20*MiB)
+	r := mustAnalyze(t, Options{}, s.Recs)
+	require.Len(t, r.Pools, 1)
+	pl := r.Pools[0]
+	assert.True(t, pl.Expandable)
+	// Reserved = mapped: 5 x 20 + 2 MiB; allocated 30 + 12 + 26 + 4 + 1 =
+	// 73 MiB; cached free 29 MiB: 4 MiB between the 26 and the 4 MiB
+	// blocks (68..72), 4 + 20 MiB after the 4 MiB block (76..100: one
+	// range, pages 3 and 4 touch) and 1 MiB in the small page.
+	assert.Equal(t, PoolState{Time: pl.AtEnd.Time, ReservedBytes: 102 * MiB, AllocatedBytes: 73 * MiB, CachedFreeBytes: 29 * MiB,
+		LargestFreeRange: 24 * MiB, FreeRanges: 3, Segments: 2}, pl.AtEnd)
+
+	// Unmap page 4 (80..100): the large run shrinks at its top. Free
+	// the 30, 12 and 26 MiB blocks (0..68 free) and unmap pages 0 and 1,
+	// wholly free: the run starts at 40 now.
+	s.shrink(large+80*MiB, 20*MiB)
+	s.BlockFree(large + 30*MiB)
+	s.BlockFree(large + 42*MiB)
+	s.BlockFree(large)
+	s.shrink(large, 20*MiB)
+	s.shrink(large+20*MiB, 20*MiB)
+	r = mustAnalyze(t, Options{}, s.Recs)
+	end := r.Pools[0].AtEnd
+	// Mapped: pages 2 and 3 (40..80) and the small page: 42 MiB. Live:
+	// the 4 MiB block at 72 and the 1 MiB one: 5 MiB. Free: 40..72 (32
+	// MiB), 76..80 (4 MiB) and 1 MiB in the small page.
+	assert.Equal(t, PoolState{Time: end.Time, ReservedBytes: 42 * MiB, AllocatedBytes: 5 * MiB, CachedFreeBytes: 37 * MiB,
+		LargestFreeRange: 32 * MiB, FreeRanges: 3, Segments: 2}, end)
+
+	// Unmapping a page in the middle splits the run in two: map pages 0
+	// and 1 again, then unmap page 2 (40..60).
+	s.grow(large, 20*MiB)
+	s.grow(large+20*MiB, 20*MiB)
+	s.shrink(large+40*MiB, 20*MiB)
+	r = mustAnalyze(t, Options{}, s.Recs)
+	end = r.Pools[0].AtEnd
+	// Runs 0..40, 60..80 and the small page: 3 segments, 62 MiB; the
+	// free ranges 0..40 (40 MiB), 60..72, 76..80 and the small page's.
+	assert.Equal(t, PoolState{Time: end.Time, ReservedBytes: 62 * MiB, AllocatedBytes: 5 * MiB, CachedFreeBytes: 57 * MiB,
+		LargestFreeRange: 40 * MiB, FreeRanges: 4, Segments: 3}, end)
+}
+
+// TestExpandableLateBlocks: pages mapped before the first block event are
+// taken from the ledger, merged as they would have been live.
+func TestExpandableLateBlocks(t *testing.T) {
+	s := newVMMPool()
+	s.reserve(vmmBase, 100*MiB)
+	for i := range uint64(3) {
+		s.grow(vmmBase+i*20*MiB, 20*MiB)
+	}
+	s.Block(vmmBase+10*MiB, 20*MiB) // spans pages 0 and 1
+	r := mustAnalyze(t, Options{}, s.Recs)
+	end := r.Pools[0].AtEnd
+	// One run of 60 MiB; free 0..10 and 30..60.
+	assert.Equal(t, PoolState{Time: end.Time, ReservedBytes: 60 * MiB, AllocatedBytes: 20 * MiB, CachedFreeBytes: 40 * MiB,
+		LargestFreeRange: 30 * MiB, FreeRanges: 2, Segments: 1}, end)
+}
+
+// expandableOOMStream: one reservation with pages 0..2 mapped (60 MiB), a
+// 20 MiB block at 0 and a 15 MiB block at 45 MiB: free 20..45 (25 MiB) and
+// 60 is the top. A request then needs pages: two created, the third
+// fails; they are released; the flush unmaps page 1 (20..40, wholly
+// free); the retry asks again.
+func expandableOOMStream(retryWorks bool) *vmmPool {
+	s := newVMMPool()
+	s.reserve(vmmBase, 200*MiB)
+	for i := range uint64(3) {
+		s.grow(vmmBase+i*20*MiB, 20*MiB)
+	}
+	s.Block(vmmBase, 20*MiB)
+	s.Block(vmmBase+45*MiB, 15*MiB)
+	a, b := s.created(20*MiB), s.created(20*MiB)
+	s.failCreate(20 * MiB)
+	s.release(a)
+	s.release(b)
+	s.shrink(vmmBase+20*MiB, 20*MiB)
+	a, b = s.created(20*MiB), s.created(20*MiB)
+	if retryWorks {
+		c := s.created(20 * MiB)
+		for i, h := range []uint64{a, b, c} {
+			s.vmm(event.KindMap, event.APICuMemMap, vmmBase+(3+uint64(i))*20*MiB, 20*MiB, h, 0)
+		}
+		s.Block(vmmBase+60*MiB, 60*MiB)
+		return s
+	}
+	s.failCreate(20 * MiB)
+	s.release(a)
+	s.release(b)
+	return s
+}
+
+// TestExpandableOOM: a failing cuMemCreate under expandable segments is
+// an OOM of the pool. Its request is what the allocator asked the driver
+// for: the two pages created for it and the one that failed, 60 MiB; the
+// geometry is before the flush: 60 MiB mapped, 35 allocated, 25 cached free
+// (reserved but unallocated), the largest range 25 MiB. The flush unmaps
+// one page (20 MiB). 25 < 60: a capacity OOM, and no advice may propose
+// expandable segments.
+func TestExpandableOOM(t *testing.T) {
+	r := mustAnalyze(t, Options{}, expandableOOMStream(false).Finish())
+	require.Len(t, r.Pools, 1)
+	require.Len(t, r.Pools[0].OOMs, 1, "the failed retry closes the first failure")
+	o := r.Pools[0].OOMs[0]
+	assert.True(t, o.Expandable)
+	assert.Equal(t, uint64(60*MiB), o.RequestBytes)
+	assert.Equal(t, PoolState{Time: o.Time, ReservedBytes: 60 * MiB, AllocatedBytes: 35 * MiB, CachedFreeBytes: 25 * MiB,
+		LargestFreeRange: 25 * MiB, FreeRanges: 1, Segments: 1}, o.State)
+	assert.Equal(t, OOMCapacity, o.Kind)
+	assert.Equal(t, OOMFinal, o.Outcome)
+	assert.Equal(t, uint64(20*MiB), o.ReleasedBytes)
+	assert.Equal(t, 1, o.ReleasedSegments)
+
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Equal(t, SeverityCritical, ooms[0].Severity)
+	assert.Equal(t, AdviceReduceBatch, ooms[0].Pool.Advice)
+	assert.True(t, ooms[0].Pool.Expandable)
+	assert.Empty(t, findings(r, KindFragmentation), "a capacity OOM")
+}
+
+// TestExpandableFragmentationOOM: the same pool with the request only two
+// pages (the first create succeeds, the second fails: 40 MiB asked) and
+// 45 MiB cached free: fragmentation, but expandable segments are on, so
+// the advice is about the live blocks between the free ranges.
+func TestExpandableFragmentationOOM(t *testing.T) {
+	s := newVMMPool()
+	s.reserve(vmmBase, 200*MiB)
+	for i := range uint64(3) {
+		s.grow(vmmBase+i*20*MiB, 20*MiB)
+	}
+	s.Block(vmmBase+10*MiB, 5*MiB)
+	s.Block(vmmBase+50*MiB, 10*MiB)
+	a := s.created(20 * MiB)
+	s.failCreate(20 * MiB)
+	s.release(a)
+	a = s.created(20 * MiB)
+	s.failCreate(20 * MiB)
+	s.release(a)
+	r := mustAnalyze(t, Options{}, s.Finish())
+	o := r.Pools[0].OOMs[0]
+	// 60 mapped - 15 allocated = 45 free >= 40 asked.
+	assert.Equal(t, uint64(40*MiB), o.RequestBytes)
+	assert.Equal(t, uint64(45*MiB), o.State.CachedFreeBytes)
+	assert.Equal(t, OOMFragmentation, o.Kind)
+	assert.Equal(t, OOMFinal, o.Outcome)
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Equal(t, AdviceInterleaved, ooms[0].Pool.Advice, "not expandable segments: already on")
+	frag := findings(r, KindFragmentation)
+	require.Len(t, frag, 1)
+	assert.True(t, frag[0].Pool.Expandable)
+	assert.Equal(t, uint64(45*MiB), frag[0].Bytes)
+	assert.Nil(t, frag[0].Pool.GC, "no garbage collection advice for pages")
+}
+
+// TestExpandableRetried: the retry's pages are all created and mapped:
+// the failure was survived (medium), and the advice is to lower the peak.
+func TestExpandableRetried(t *testing.T) {
+	r := mustAnalyze(t, Options{}, expandableOOMStream(true).Finish())
+	o := r.Pools[0].OOMs[0]
+	assert.Equal(t, OOMRetried, o.Outcome)
+	assert.Equal(t, uint64(20*MiB), o.ReleasedBytes)
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Equal(t, SeverityMedium, ooms[0].Severity)
+	assert.Equal(t, AdviceLowerPeak, ooms[0].Pool.Advice)
+	// 35 MiB live before, 60 MiB more mapped at 60..120 and handed out:
+	// reserved 40 (0..20, 40..60) + 60 MiB, allocated 95.
+	end := r.Pools[0].AtEnd
+	assert.Equal(t, uint64(100*MiB), end.ReservedBytes)
+	assert.Equal(t, uint64(95*MiB), end.AllocatedBytes)
+	assert.Zero(t, end.UnplacedBytes)
+}
+
+// TestFragmentationWorstOfFailures replays pool_frag_worst's allocator: 10
+// segments of 20 MiB with three 6 MiB blocks each (200 MiB reserved, 180
+// allocated); a 20 MiB segment fails (and its retry) with 20 MiB cached
+// free, 10 ranges of 2 MiB; two blocks of three freed (140 MiB free in
+// ranges of 6 + 6 + 2 = 14 MiB); a 16 MiB segment fails (and its retry).
+// Both are fragmentation OOMs (20 >= 20, 140 >= 16); the finding quotes the
+// second: 140 MiB > 20 MiB cached free (and 70% > 10% of 200 MiB).
+func TestFragmentationWorstOfFailures(t *testing.T) {
+	s := eventtest.NewPoolStream()
+	var blocks []uint64
+	for k := range uint64(10) {
+		seg := eventtest.SegBase + k*20*MiB
+		s.Seg(seg, 20*MiB)
+		for i := range uint64(3) {
+			s.Block(seg+i*6*MiB, 6*MiB)
+			blocks = append(blocks, seg+i*6*MiB)
+		}
+	}
+	s.SegFail(20 * MiB)
+	s.SegFail(20 * MiB)
+	for i, b := range blocks {
+		if i%3 != 0 {
+			s.BlockFree(b)
+		}
+	}
+	s.SegFail(16 * MiB)
+	s.SegFail(16 * MiB)
+	r := poolResult(t, s)
+	require.Len(t, r.Pools[0].OOMs, 2)
+	first := r.Pools[0].OOMs[0]
+	assert.Equal(t, uint64(20*MiB), first.State.CachedFreeBytes)
+	assert.Equal(t, OOMFragmentation, first.Kind)
+
+	frag := findings(r, KindFragmentation)
+	require.Len(t, frag, 1)
+	f := frag[0]
+	assert.Equal(t, SeverityHigh, f.Severity)
+	assert.Equal(t, uint64(140*MiB), f.Bytes)
+	require.NotNil(t, f.OOM)
+	assert.Equal(t, uint64(16*MiB), f.OOM.RequestBytes)
+	assert.Equal(t, PoolState{Time: f.OOM.Time, ReservedBytes: 200 * MiB, AllocatedBytes: 60 * MiB, CachedFreeBytes: 140 * MiB,
+		LargestFreeRange: 14 * MiB, FreeRanges: 10, Segments: 10}, f.OOM.State)
+	assert.Equal(t, 2, f.Pool.Failures)
+	assert.Len(t, findings(r, KindOOM), 2, "one oom finding per failure")
+}

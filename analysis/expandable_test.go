@@ -6,94 +6,36 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
-// vmmPool drives an allocator with expandable segments by hand, on a pool
-// stream (thread 1, stack 1 for the driver calls, stack 2 for the blocks):
-// ranges reserved, pages created and mapped one by one, as PyTorch's
-// ExpandableSegment does.
-type vmmPool struct {
-	*eventtest.PoolStream
-	handle uint64
-	// handles are the live pages' handles by address.
-	handles map[uint64]uint64
-}
-
-func newVMMPool() *vmmPool {
-	return &vmmPool{PoolStream: eventtest.NewPoolStream(), handle: 0xc0de00000000, handles: make(map[uint64]uint64)}
-}
-
-func (s *vmmPool) vmm(k event.Kind, api event.API, addr, size, handle uint64, ret int32) {
-	s.Ev(event.Event{Time: s.Next(), Duration: 10e3, Addr: addr, Size: size, Stream: handle, Stack: 1, TID: 1, Ret: ret,
-		Kind: k, API: api})
-}
-
-// reserve reserves [addr, addr+size).
-func (s *vmmPool) reserve(addr, size uint64) {
-	s.vmm(event.KindReserve, event.APICuMemAddressReserve, addr, size, 0, 0)
-}
-
-// grow creates and maps one page of size bytes at addr.
-func (s *vmmPool) grow(addr, size uint64) {
-	s.handle++
-	s.vmm(event.KindCreate, event.APICuMemCreate, s.handle, size, 0, 0)
-	s.vmm(event.KindMap, event.APICuMemMap, addr, size, s.handle, 0)
-	s.handles[addr] = s.handle
-}
-
-// shrink unmaps and releases the page at addr.
-func (s *vmmPool) shrink(addr, size uint64) {
-	s.vmm(event.KindUnmap, event.APICuMemUnmap, addr, size, 0, 0)
-	s.vmm(event.KindRelease, event.APICuMemRelease, s.handles[addr], 0, 0, 0)
-	delete(s.handles, addr)
-}
-
-// created creates a page that is not mapped yet; failCreate one that
-// fails for want of memory (CUDA_ERROR_OUT_OF_MEMORY).
-func (s *vmmPool) created(size uint64) uint64 {
-	s.handle++
-	s.vmm(event.KindCreate, event.APICuMemCreate, s.handle, size, 0, 0)
-	return s.handle
-}
-
-func (s *vmmPool) failCreate(size uint64) {
-	s.vmm(event.KindCreate, event.APICuMemCreate, 0, size, 0, 2)
-}
-
-func (s *vmmPool) release(handle uint64) {
-	s.vmm(event.KindRelease, event.APICuMemRelease, handle, 0, 0, 0)
-}
-
-// vmmBase is where the fake driver puts reservations.
-const vmmBase = uint64(0x7e00_0000_0000)
+const vmmBase = eventtest.VMMBase
 
 // TestExpandableGeometry: mapped pages are segments, merged while they touch
 // inside one reservation, split where a page is unmapped; blocks spanning
 // pages are placed, none unplaced.
 func TestExpandableGeometry(t *testing.T) {
-	s := newVMMPool()
+	s := eventtest.NewVMMPool()
 	large, small := vmmBase, vmmBase+100*MiB
 	// Two reservations back to back: a 100 MiB one for 20 MiB pages and,
 	// right after it, a 10 MiB one for 2 MiB pages.
-	s.reserve(large, 100*MiB)
-	s.reserve(small, 10*MiB)
+	s.Reserve(large, 100*MiB)
+	s.Reserve(small, 10*MiB)
 	// Pages 0 and 1 come before the first block (the pool takes them from
 	// the ledger), the rest after it (mapped one by one). The large
 	// range's last page (80..100) and the small range's page touch, in
 	// different reservations: they must stay two segments.
-	s.grow(large, 20*MiB)
-	s.grow(large+20*MiB, 20*MiB)
+	s.Grow(large, 20*MiB)
+	s.Grow(large+20*MiB, 20*MiB)
 	s.Block(large, 30*MiB) // across pages 0 and 1
-	s.grow(large+40*MiB, 20*MiB)
-	s.grow(large+60*MiB, 20*MiB)
+	s.Grow(large+40*MiB, 20*MiB)
+	s.Grow(large+60*MiB, 20*MiB)
 	s.Block(large+30*MiB, 12*MiB) // across pages 1 and 2
 	s.Block(large+42*MiB, 26*MiB) // across pages 2 and 3
 	s.Block(large+72*MiB, 4*MiB)
-	s.grow(small, 2*MiB)
+	s.Grow(small, 2*MiB)
 	s.Block(small, MiB)
-	s.grow(large+80*MiB, 20*MiB)
+	s.Grow(large+80*MiB, 20*MiB)
 	r := mustAnalyze(t, Options{}, s.Recs)
 	require.Len(t, r.Pools, 1)
 	pl := r.Pools[0]
@@ -108,12 +50,12 @@ func TestExpandableGeometry(t *testing.T) {
 	// Unmap page 4 (80..100): the large run shrinks at its top. Free
 	// the 30, 12 and 26 MiB blocks (0..68 free) and unmap pages 0 and 1,
 	// wholly free: the run starts at 40 now.
-	s.shrink(large+80*MiB, 20*MiB)
+	s.Shrink(large+80*MiB, 20*MiB)
 	s.BlockFree(large + 30*MiB)
 	s.BlockFree(large + 42*MiB)
 	s.BlockFree(large)
-	s.shrink(large, 20*MiB)
-	s.shrink(large+20*MiB, 20*MiB)
+	s.Shrink(large, 20*MiB)
+	s.Shrink(large+20*MiB, 20*MiB)
 	r = mustAnalyze(t, Options{}, s.Recs)
 	end := r.Pools[0].AtEnd
 	// Mapped: pages 2 and 3 (40..80) and the small page: 42 MiB. Live:
@@ -124,9 +66,9 @@ func TestExpandableGeometry(t *testing.T) {
 
 	// Unmapping a page in the middle splits the run in two: map pages 0
 	// and 1 again, then unmap page 2 (40..60).
-	s.grow(large, 20*MiB)
-	s.grow(large+20*MiB, 20*MiB)
-	s.shrink(large+40*MiB, 20*MiB)
+	s.Grow(large, 20*MiB)
+	s.Grow(large+20*MiB, 20*MiB)
+	s.Shrink(large+40*MiB, 20*MiB)
 	r = mustAnalyze(t, Options{}, s.Recs)
 	end = r.Pools[0].AtEnd
 	// Runs 0..40, 60..80 and the small page: 3 segments, 62 MiB; the
@@ -138,10 +80,10 @@ func TestExpandableGeometry(t *testing.T) {
 // TestExpandableLateBlocks: pages mapped before the first block event are
 // taken from the ledger, merged as they would have been live.
 func TestExpandableLateBlocks(t *testing.T) {
-	s := newVMMPool()
-	s.reserve(vmmBase, 100*MiB)
+	s := eventtest.NewVMMPool()
+	s.Reserve(vmmBase, 100*MiB)
 	for i := range uint64(3) {
-		s.grow(vmmBase+i*20*MiB, 20*MiB)
+		s.Grow(vmmBase+i*20*MiB, 20*MiB)
 	}
 	s.Block(vmmBase+10*MiB, 20*MiB) // spans pages 0 and 1
 	r := mustAnalyze(t, Options{}, s.Recs)
@@ -151,48 +93,15 @@ func TestExpandableLateBlocks(t *testing.T) {
 		LargestFreeRange: 30 * MiB, FreeRanges: 2, Segments: 1}, end)
 }
 
-// expandableOOMStream: one reservation with pages 0..2 mapped (60 MiB), a
-// 20 MiB block at 0 and a 15 MiB block at 45 MiB: free 20..45 (25 MiB) and
-// 60 is the top. A request then needs pages: two created, the third
-// fails; they are released; the flush unmaps page 1 (20..40, wholly
-// free); the retry asks again.
-func expandableOOMStream(retryWorks bool) *vmmPool {
-	s := newVMMPool()
-	s.reserve(vmmBase, 200*MiB)
-	for i := range uint64(3) {
-		s.grow(vmmBase+i*20*MiB, 20*MiB)
-	}
-	s.Block(vmmBase, 20*MiB)
-	s.Block(vmmBase+45*MiB, 15*MiB)
-	a, b := s.created(20*MiB), s.created(20*MiB)
-	s.failCreate(20 * MiB)
-	s.release(a)
-	s.release(b)
-	s.shrink(vmmBase+20*MiB, 20*MiB)
-	a, b = s.created(20*MiB), s.created(20*MiB)
-	if retryWorks {
-		c := s.created(20 * MiB)
-		for i, h := range []uint64{a, b, c} {
-			s.vmm(event.KindMap, event.APICuMemMap, vmmBase+(3+uint64(i))*20*MiB, 20*MiB, h, 0)
-		}
-		s.Block(vmmBase+60*MiB, 60*MiB)
-		return s
-	}
-	s.failCreate(20 * MiB)
-	s.release(a)
-	s.release(b)
-	return s
-}
-
-// TestExpandableOOM: a failing cuMemCreate under expandable segments is
-// an OOM of the pool. Its request is what the allocator asked the driver
-// for: the two pages created for it and the one that failed, 60 MiB; the
+// TestExpandableOOM (eventtest.ExpandableOOMPool): a failing cuMemCreate
+// under expandable segments is an OOM of the pool. Its request is what the
+// allocator asked the driver for: the two pages created for it and the one that failed, 60 MiB; the
 // geometry is before the flush: 60 MiB mapped, 35 allocated, 25 cached free
 // (reserved but unallocated), the largest range 25 MiB. The flush unmaps
 // one page (20 MiB). 25 < 60: a capacity OOM, and no advice may propose
 // expandable segments.
 func TestExpandableOOM(t *testing.T) {
-	r := mustAnalyze(t, Options{}, expandableOOMStream(false).Finish())
+	r := mustAnalyze(t, Options{}, eventtest.ExpandableOOMPool(false).Finish())
 	require.Len(t, r.Pools, 1)
 	require.Len(t, r.Pools[0].OOMs, 1, "the failed retry closes the first failure")
 	o := r.Pools[0].OOMs[0]
@@ -218,19 +127,19 @@ func TestExpandableOOM(t *testing.T) {
 // 45 MiB cached free: fragmentation, but expandable segments are on, so
 // the advice is about the live blocks between the free ranges.
 func TestExpandableFragmentationOOM(t *testing.T) {
-	s := newVMMPool()
-	s.reserve(vmmBase, 200*MiB)
+	s := eventtest.NewVMMPool()
+	s.Reserve(vmmBase, 200*MiB)
 	for i := range uint64(3) {
-		s.grow(vmmBase+i*20*MiB, 20*MiB)
+		s.Grow(vmmBase+i*20*MiB, 20*MiB)
 	}
 	s.Block(vmmBase+10*MiB, 5*MiB)
 	s.Block(vmmBase+50*MiB, 10*MiB)
-	a := s.created(20 * MiB)
-	s.failCreate(20 * MiB)
-	s.release(a)
-	a = s.created(20 * MiB)
-	s.failCreate(20 * MiB)
-	s.release(a)
+	a := s.Create(20 * MiB)
+	s.CreateFail(20 * MiB)
+	s.Release(a)
+	a = s.Create(20 * MiB)
+	s.CreateFail(20 * MiB)
+	s.Release(a)
 	r := mustAnalyze(t, Options{}, s.Finish())
 	o := r.Pools[0].OOMs[0]
 	// 60 mapped - 15 allocated = 45 free >= 40 asked.
@@ -251,7 +160,7 @@ func TestExpandableFragmentationOOM(t *testing.T) {
 // TestExpandableRetried: the retry's pages are all created and mapped:
 // the failure was survived (medium), and the advice is to lower the peak.
 func TestExpandableRetried(t *testing.T) {
-	r := mustAnalyze(t, Options{}, expandableOOMStream(true).Finish())
+	r := mustAnalyze(t, Options{}, eventtest.ExpandableOOMPool(true).Finish())
 	o := r.Pools[0].OOMs[0]
 	assert.Equal(t, OOMRetried, o.Outcome)
 	assert.Equal(t, uint64(20*MiB), o.ReleasedBytes)

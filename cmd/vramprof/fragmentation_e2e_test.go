@@ -191,6 +191,7 @@ func TestExpandableSegments(t *testing.T) {
 			assert.NotContains(t, rem, "expandable_segments:True", "%s finding: already on", f.Kind)
 		}
 	}
+	checkReplay(t, dir)
 }
 
 // TestExpandableOOM: pool_expandable_oom asks for 80 MiB under expandable

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
 
@@ -220,4 +221,36 @@ func TestFragmentationWorstOfFailures(t *testing.T) {
 		LargestFreeRange: 14 * MiB, FreeRanges: 10, Segments: 10}, f.OOM.State)
 	assert.Equal(t, 2, f.Pool.Failures)
 	assert.Len(t, findings(r, KindOOM), 2, "one oom finding per failure")
+}
+
+// TestExpandableImported: a PyTorch snapshot's expandable segment comes in
+// as segment-layer allocations of API cuMemMap (segment_map) and frees of
+// cuMemUnmap (profile/snapshot): they are merged and cut as traced mappings
+// are (no reservations recorded: touching ranges merge).
+func TestExpandableImported(t *testing.T) {
+	s := eventtest.NewPoolStream()
+	seg := func(k event.Kind, api event.API, addr, size uint64) {
+		s.Ev(event.Event{Time: s.Next(), Addr: addr, Size: size, Stack: 1, TID: 1, Kind: k, API: api})
+	}
+	seg(event.KindAlloc, event.APICuMemMap, vmmBase, 20*MiB)
+	s.Block(vmmBase, 4*MiB)
+	seg(event.KindAlloc, event.APICuMemMap, vmmBase+20*MiB, 40*MiB)
+	s.Block(vmmBase+16*MiB, 8*MiB) // across the two maps
+	s.Block(vmmBase+50*MiB, 2*MiB)
+	r := mustAnalyze(t, Options{}, s.Recs)
+	pl := r.Pools[0]
+	assert.True(t, pl.Expandable)
+	// One 60 MiB run: free 4..16 and 24..50 and 52..60.
+	assert.Equal(t, PoolState{Time: pl.AtEnd.Time, ReservedBytes: 60 * MiB, AllocatedBytes: 14 * MiB, CachedFreeBytes: 46 * MiB,
+		LargestFreeRange: 26 * MiB, FreeRanges: 3, Segments: 1}, pl.AtEnd)
+
+	// The importer unmaps the 40 MiB map and maps again its parts outside
+	// 24..44: the run is cut in two (0..24, 44..60).
+	seg(event.KindFree, event.APICuMemUnmap, vmmBase+20*MiB, 0)
+	seg(event.KindAlloc, event.APICuMemMap, vmmBase+20*MiB, 4*MiB)
+	seg(event.KindAlloc, event.APICuMemMap, vmmBase+44*MiB, 16*MiB)
+	r = mustAnalyze(t, Options{}, s.Recs)
+	end := r.Pools[0].AtEnd
+	assert.Equal(t, PoolState{Time: end.Time, ReservedBytes: 40 * MiB, AllocatedBytes: 14 * MiB, CachedFreeBytes: 26 * MiB,
+		LargestFreeRange: 12 * MiB, FreeRanges: 3, Segments: 2}, end)
 }

@@ -294,6 +294,24 @@ func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
 			p.recycle(r)
 		}
 	}
+	// Blocks an unmap left in no segment lie in one again: an importer
+	// unmaps a whole range and maps its parts again (profile/snapshot).
+	if len(p.unplacedBlocks) > 0 {
+		for addr, b := range p.unplacedBlocks {
+			if addr < s.addr || addr >= s.addr+s.size {
+				continue
+			}
+			if s.in == nil {
+				s.in = &segBlocks{}
+			}
+			if j, found := searchBlocks(s.in.list(), addr); !found {
+				s.in.insert(j, b)
+				p.allocated += b.size
+			}
+			delete(p.unplacedBlocks, addr)
+			p.unplaced -= b.size
+		}
+	}
 	p.noteWorst(e.Time)
 }
 
@@ -637,16 +655,33 @@ func (m *poolModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change
 		case ledger.Failed:
 			m.failed(p, e, e.Size, false)
 		case ledger.Replaced:
-			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, 0)
+			if e.API == event.APICuMemMap {
+				m.pool(e.PID, ch.Old.Device).mapRemove(e.Time, e.Addr, ch.Old.Size, 0)
+			} else {
+				m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, 0)
+			}
 			fallthrough
 		case ledger.Added:
 			p.segmentRetried(e)
+			if e.API == event.APICuMemMap {
+				// An importer's mapped range (a snapshot's
+				// segment_map): merged as a traced cuMemMap is,
+				// without the reservations, which snapshots do
+				// not record.
+				p.mapAdd(e, func(uint64) bool { return false })
+				break
+			}
 			p.segmentAlloc(e)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindFree:
-		if ch.Verdict == ledger.Freed {
-			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
+		if ch.Verdict != ledger.Freed {
+			break
 		}
+		if e.API == event.APICuMemUnmap {
+			m.pool(e.PID, ch.Old.Device).mapRemove(e.Time, e.Addr, ch.Old.Size, e.Duration)
+			break
+		}
+		m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
 	}
 }
 
@@ -668,27 +703,30 @@ func (m *poolModel) blocks(p *pool) *pool {
 		}
 		return true
 	})
-	// The mapped ranges, merged where they touch inside a reservation
-	// (as mapAdd merges them). The mapping's stack is not kept: the
-	// segment has none.
-	var maps []*poolSegment
+	// The mapped ranges (the mapping's stack is not kept: the segment has
+	// none), and with the segments an importer gave as mapped, merged where
+	// they touch inside a reservation, as mapAdd merges them.
 	m.ledger.Mappings(p.key.pid, func(addr, size uint64, device int32) bool {
 		if device == p.key.device {
-			maps = append(maps, &poolSegment{addr: addr, size: size, api: event.APICuMemMap})
+			segs = append(segs, &poolSegment{addr: addr, size: size, api: event.APICuMemMap})
 			p.reserved += size
 		}
 		return true
 	})
-	slices.SortFunc(maps, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
-	for i, s := range maps {
-		if n := len(segs); i > 0 && segs[n-1].mapped() && segs[n-1].addr+segs[n-1].size == s.addr &&
+	slices.SortStableFunc(segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+	merged := segs[:0]
+	for _, s := range segs {
+		if s.mapped() {
+			p.expandable = true
+		}
+		if n := len(merged); n > 0 && s.mapped() && merged[n-1].mapped() && merged[n-1].addr+merged[n-1].size == s.addr &&
 			!m.reservationStart(p.key.pid, s.addr) {
-			segs[n-1].size += s.size
+			merged[n-1].size += s.size
 			continue
 		}
-		segs = append(segs, s)
+		merged = append(merged, s)
 	}
-	p.segs.build(segs)
+	p.segs.build(merged)
 	return p
 }
 

@@ -318,14 +318,14 @@ func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
 // mapRemove takes the range [addr, addr+size) a cuMemUnmap removed out of
 // the mapped segment that holds it: what is left on either side stays, as
 // one segment or two. Blocks inside the range (a missed block free)
-// become unplaced.
-func (p *pool) mapRemove(t, addr, size, duration uint64) {
+// become unplaced. It reports whether a mapped segment held addr.
+func (p *pool) mapRemove(t, addr, size, duration uint64) bool {
 	if !p.blocks {
-		return
+		return false
 	}
 	ci, j, ok := p.segs.locate(addr)
 	if !ok || !p.segs.chunks[ci].segs[j].mapped() {
-		return
+		return false
 	}
 	p.touch()
 	s := p.segs.removeAt(ci, j)
@@ -362,6 +362,7 @@ func (p *pool) mapRemove(t, addr, size, duration uint64) {
 		o.CostNs += duration
 	}
 	p.noteWorst(t)
+	return true
 }
 
 // created notes a cuMemCreate that made physical memory: one more page
@@ -655,10 +656,10 @@ func (m *poolModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change
 		case ledger.Failed:
 			m.failed(p, e, e.Size, false)
 		case ledger.Replaced:
-			if e.API == event.APICuMemMap {
-				m.pool(e.PID, ch.Old.Device).mapRemove(e.Time, e.Addr, ch.Old.Size, 0)
-			} else {
-				m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, 0)
+			// The allocation its free was missed for: a mapped range or
+			// a segment.
+			if old := m.pool(e.PID, ch.Old.Device); !old.mapRemove(e.Time, e.Addr, ch.Old.Size, 0) {
+				old.segmentFree(e.Time, e.Addr, 0)
 			}
 			fallthrough
 		case ledger.Added:
@@ -681,6 +682,7 @@ func (m *poolModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change
 			m.pool(e.PID, ch.Old.Device).mapRemove(e.Time, e.Addr, ch.Old.Size, e.Duration)
 			break
 		}
+		// segmentFree finds the segment by its exact address.
 		m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
 	}
 }

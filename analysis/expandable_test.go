@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/analysis/checkpoint"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/event/eventtest"
 )
@@ -253,4 +254,76 @@ func TestExpandableImported(t *testing.T) {
 	end := r.Pools[0].AtEnd
 	assert.Equal(t, PoolState{Time: end.Time, ReservedBytes: 40 * MiB, AllocatedBytes: 14 * MiB, CachedFreeBytes: 26 * MiB,
 		LargestFreeRange: 12 * MiB, FreeRanges: 3, Segments: 2}, end)
+}
+
+// TestExpandableCheckpoint cuts an expandable pool's stream at every event,
+// as the flight recorder does: the live pages, mappings and blocks the
+// checkpoint restores give the pool the geometry at the end that the whole
+// stream gives.
+func TestExpandableCheckpoint(t *testing.T) {
+	s := eventtest.NewVMMPool()
+	large, small := vmmBase, vmmBase+100*MiB
+	s.Reserve(large, 100*MiB)
+	s.Reserve(small, 10*MiB)
+	s.Grow(large, 20*MiB)
+	s.Grow(large+20*MiB, 20*MiB)
+	s.Block(large, 30*MiB)
+	s.Grow(large+40*MiB, 20*MiB)
+	s.Block(large+30*MiB, 12*MiB)
+	s.Block(large+42*MiB, 10*MiB)
+	s.Grow(small, 2*MiB)
+	s.Block(small, MiB)
+	s.Grow(large+60*MiB, 20*MiB)
+	s.Grow(large+80*MiB, 20*MiB)
+	s.BlockFree(large)
+	s.Shrink(large, 20*MiB)
+	recs := s.Finish()
+	whole := mustAnalyze(t, Options{}, recs)
+	require.Len(t, whole.Pools, 1)
+	want := whole.Pools[0].AtEnd
+	// Mapped 20..100 and the small page (82 MiB); blocks 30..42, 42..52
+	// and 1 MiB: 23 MiB; free 20..30, 52..100 and 1 MiB.
+	require.Equal(t, PoolState{Time: want.Time, ReservedBytes: 82 * MiB, AllocatedBytes: 23 * MiB, CachedFreeBytes: 59 * MiB,
+		LargestFreeRange: 48 * MiB, FreeRanges: 3, Segments: 2}, want)
+	for cut := range recs {
+		if _, ok := recs[cut].(*event.Event); !ok {
+			continue
+		}
+		got := mustAnalyze(t, Options{}, cutAt(recs, cut))
+		if !assert.Len(t, got.Pools, 1, "cut %d", cut) {
+			continue
+		}
+		assert.Equal(t, want, got.Pools[0].AtEnd, "cut %d", cut)
+		assert.True(t, got.Pools[0].Expandable, "cut %d", cut)
+	}
+}
+
+// cutAt is recs as a flight recorder keeps them when it cuts before
+// record cut: the descriptions, a checkpoint of the events before, the
+// live allocations it restores, then the rest.
+func cutAt(recs []event.Record, cut int) []event.Record {
+	tr := checkpoint.NewTracker()
+	tr.SetStart(recs[0].(*event.Header).Start)
+	var desc, after []event.Record
+	for i, r := range recs {
+		e, isEvent := r.(*event.Event)
+		switch {
+		case isEvent && i < cut:
+			tr.Observe(e)
+		case isEvent:
+			after = append(after, r)
+		case i == 0:
+		case i < cut:
+			desc = append(desc, r)
+		default:
+			after = append(after, r)
+		}
+	}
+	c, live := tr.Checkpoint(2)
+	window := append([]event.Record{recs[0]}, desc...)
+	window = append(window, c)
+	for i := range live {
+		window = append(window, &live[i])
+	}
+	return append(window, after...)
 }

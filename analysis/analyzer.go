@@ -456,7 +456,8 @@ func New(opts Options) *Analyzer {
 		libraries:   make(map[libKey]bool),
 	}
 	a.classIx.classes = &a.classes
-	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed}
+	a.pools = &poolModel{pools: make(map[poolKey]*pool), ledger: a.ledger, classes: &a.classes, failed: a.segmentFailed,
+		reservationStart: a.vmm.reservationStart}
 	a.churn = newChurnModel(a.opts.ChurnWindow)
 	a.spikes = &spikeModel{window: a.opts.SpikeWindow}
 	a.timelines = newTimelineModel(a.opts.TimelinePoints)

@@ -356,14 +356,44 @@
 // blocks are allocated), whose snapshot is completed lazily before the
 // next change, so only local maxima pay for it.
 //
+// Expandable segments (PyTorch's expandable_segments:True): the allocator
+// reserves a range (cuMemAddressReserve) and maps pages into it
+// (cuMemCreate + cuMemMap) as it grows. A mapped range is a segment of the
+// geometry, merged with the mapped segments it touches inside one
+// reservation (a block may span pages; two reservations that touch stay
+// apart), cut where a page is unmapped (the blocks on either side go with
+// their part). Reserved is then mapped memory, as PyTorch's reserved_bytes;
+// a mapped segment is never "pinned" (the allocator unmaps the free pages
+// around a block). Pages mapped before the pool's first block event are
+// taken from the ledger's mappings. Pool.Expandable marks such a pool.
+//
 // OOM forensics: a failed non-nested segment allocation while the block
-// layer is traced records the geometry before the allocator reacts. Kind:
+// layer is traced records the geometry before the allocator reacts; under
+// expandable segments, a failed cuMemCreate, whose request is the physical
+// memory the thread created since its last mapping plus the failing size
+// (the pages the allocator asked for that request; PyTorch creates every
+// page before it maps any). Kind:
 // "fragmentation" when cached free >= the failing cudaMalloc's size (the
 // segment asked for: PyTorch's USDT fires only for blocks handed out, so
 // the tensor's request is not observable), else "capacity". Segment frees
 // that follow are the cache flush; a successful allocation of the same
 // size on the same thread is a retry that worked (retry_succeeded); a
-// failed one, or a block event or the end first, makes it final.
+// failed one, or a block event or the end first, makes it final. Under
+// expandable segments the flush is the pages unmapped, the retry worked
+// when the thread maps a page again, and any failed cuMemCreate of the
+// thread makes it final.
+//
+// The fragmentation finding is judged at every final fragmentation OOM and
+// quotes the worst: the most cached free bytes that could not serve the
+// request (ties: the larger share of reserved memory, then the earlier);
+// PoolEvidence.Failures counts them. Without a failing request, the worst
+// moment (a quarter of reserved memory cached free, tensors holding a
+// quarter, no free range half of the free bytes) is reported as info only:
+// nothing failed and nothing measurable was lost. Under expandable
+// segments no advice proposes them: a fragmentation OOM there is advised
+// AdviceInterleaved (free ranges between live blocks), a capacity OOM
+// AdviceReduceBatch worded with the pages the flush already unmapped, and
+// garbage_collection_threshold is not advised.
 //
 // Garbage collection: PyTorch's garbage_collection_threshold:T (honoured
 // only with torch.cuda.set_per_process_memory_fraction set) makes the

@@ -63,6 +63,14 @@ type PoolEvidence struct {
 	// GC is the evidence for garbage_collection_threshold on a
 	// fragmentation finding; nil when none fits.
 	GC *GCThreshold
+	// Expandable says the pool's allocator maps its segments page by page
+	// (expandable_segments:True is already on): no advice proposes it.
+	Expandable bool
+	// Failures counts, on a fragmentation finding for a final OOM, the
+	// pool's final failing requests at which the cache held at least the
+	// request free; Finding.OOM is the worst of them (the most cached free
+	// bytes).
+	Failures int
 	// Advice is what an oom finding of the block layer advises first;
 	// "" on a fragmentation finding.
 	Advice PoolAdvice
@@ -84,6 +92,12 @@ const (
 	// AdviceReduceBatch: a capacity OOM: tensors need less memory; no
 	// allocator setting would avoid it.
 	AdviceReduceBatch PoolAdvice = "reduce_batch"
+	// AdviceInterleaved: a fragmentation OOM under expandable segments
+	// (PoolEvidence.Expandable): the allocator had unmapped every wholly
+	// free page before it gave up, and the free bytes that remained lie
+	// between live blocks, in pages they share: the live blocks around
+	// them must go sooner, or be allocated apart (long-lived first).
+	AdviceInterleaved PoolAdvice = "interleaved_lifetimes"
 )
 
 // GCThreshold is the evidence that PyTorch's garbage collection would have

@@ -11,7 +11,7 @@ const minChurnCycles = 3
 // fragmentationShare: at the worst moment, the cache must hold at least
 // this fraction (1/n) of reserved memory free, tensors at least as much,
 // and no free range may reach half of the free bytes, for a fragmentation
-// finding without an OOM.
+// finding without an OOM (severity info: nothing failed).
 const fragmentationShare = 4
 
 // fragmentationMin: below this many cached free bytes fragmentation is
@@ -26,6 +26,7 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 	for i := range r.Pools {
 		pl := &r.Pools[i]
 		var fragOOM *OOM
+		failures := 0
 		for j := range pl.OOMs {
 			o := &pl.OOMs[j]
 			if !IsOutOfMemory(o.Ret) {
@@ -38,11 +39,17 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 			if j < maxPoolOOMFindings {
 				out = append(out, a.poolOOMFinding(r, pl, o))
 			}
-			if fragOOM == nil && o.Kind == OOMFragmentation && o.Outcome == OOMFinal {
-				fragOOM = o
+			if o.Kind == OOMFragmentation && o.Outcome == OOMFinal {
+				failures++
+				if worseFailure(o, fragOOM) {
+					fragOOM = o
+				}
 			}
 		}
 		f := a.fragmentationFinding(r, pl, fragOOM)
+		if f != nil && fragOOM != nil {
+			f.Pool.Failures = failures
+		}
 		if gc := a.gcThreshold(pl); gc != nil {
 			if f == nil {
 				f = a.retryFragmentationFinding(r, pl, gc.o)
@@ -62,6 +69,27 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 		}
 	}
 	return out, explained
+}
+
+// worseFailure reports whether failing request o stranded more than w (nil:
+// none yet): fragmentation is judged at every failing request, and the
+// finding quotes the worst, the one with the most cached free bytes that
+// could not serve it. Bytes, not the share of reserved memory, decide:
+// they are what a person gets back by fixing it, and the finding's bytes
+// (DESIGN.md). Ties go to the larger share (the smaller reservation), then
+// to a final failure over one a retry survived, then to the earlier.
+func worseFailure(o, w *OOM) bool {
+	if w == nil {
+		return true
+	}
+	if o.State.CachedFreeBytes != w.State.CachedFreeBytes {
+		return o.State.CachedFreeBytes > w.State.CachedFreeBytes
+	}
+	// Equal free bytes: the smaller reservation is the larger share.
+	if o.State.ReservedBytes != w.State.ReservedBytes {
+		return o.State.ReservedBytes < w.State.ReservedBytes
+	}
+	return o.Outcome == OOMFinal && w.Outcome != OOMFinal
 }
 
 // smallSegment is PyTorch's small-pool segment (kSmallBuffer, 2 MiB):
@@ -95,6 +123,11 @@ type gcEvidence struct {
 // had a final fragmentation OOM (reclaiming did not save the run) or no
 // failure fits.
 func (a *Analyzer) gcThreshold(pl *Pool) *gcEvidence {
+	if pl.Expandable {
+		// Its segments are pages: a failure already unmapped every
+		// wholly free one before the retry.
+		return nil
+	}
 	for i := range pl.OOMs {
 		if o := &pl.OOMs[i]; o.Kind == OOMFragmentation && o.Outcome == OOMFinal {
 			return nil
@@ -156,13 +189,18 @@ func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 	oc := *o
 	oc.Live = nil
 	f.OOM = &oc
+	// Under expandable segments that advice is already taken: never give
+	// it again.
+	expandable := pl.Expandable || o.Expandable
 	switch {
 	case o.Outcome == OOMRetried:
 		f.Severity = SeverityMedium
 		f.Pool.Advice = AdviceLowerPeak
-		if o.Kind == OOMFragmentation && o.State.LargestFreeRange < o.RequestBytes {
+		if o.Kind == OOMFragmentation && o.State.LargestFreeRange < o.RequestBytes && !expandable {
 			f.Pool.Advice = AdviceExpandable
 		}
+	case o.Kind == OOMFragmentation && expandable:
+		f.Severity, f.Pool.Advice = SeverityCritical, AdviceInterleaved
 	case o.Kind == OOMFragmentation:
 		f.Severity, f.Pool.Advice = SeverityCritical, AdviceExpandable
 	default:
@@ -173,16 +211,19 @@ func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 
 // poolEvidence is the evidence of pool pl's failure o (nil: none).
 func poolEvidence(pl *Pool, o *OOM) *PoolEvidence {
-	ev := &PoolEvidence{Device: pl.Device}
+	ev := &PoolEvidence{Device: pl.Device, Expandable: pl.Expandable || (o != nil && o.Expandable)}
 	if o != nil {
 		ev.IdleLargeBytes, ev.MaxSharedSegment, ev.SplitSizeMiB = o.idleLarge, o.maxSharedSegment, splitSizeMiB(o)
 	}
 	return ev
 }
 
-// fragmentationFinding reports the bytes reserved but unallocated at a
-// fragmentation OOM, or else at the worst moment when they were a large
-// share of reserved memory scattered in small ranges.
+// fragmentationFinding reports the bytes reserved but unallocated at the
+// worst final fragmentation OOM (see worseFailure; a failure the retry
+// survived is reported through the garbage collection evidence, see
+// gcThreshold). Without one, the worst moment when those bytes were a large
+// share of reserved memory scattered in small ranges is reported as info
+// only: nothing failed and nothing measurable was lost.
 func (a *Analyzer) fragmentationFinding(r *Result, pl *Pool, o *OOM) *Finding {
 	f := &Finding{Kind: KindFragmentation, PID: pl.PID, ProcessStart: pl.ProcessStart, Pool: poolEvidence(pl, o)}
 	if o != nil {
@@ -202,7 +243,7 @@ func (a *Analyzer) fragmentationFinding(r *Result, pl *Pool, o *OOM) *Finding {
 		w.AllocatedBytes*fragmentationShare < w.ReservedBytes || 2*w.LargestFreeRange >= w.CachedFreeBytes {
 		return nil
 	}
-	f.Severity, f.Bytes, f.Time = SeverityMedium, w.CachedFreeBytes, w.Time
+	f.Severity, f.Bytes, f.Time = SeverityInfo, w.CachedFreeBytes, w.Time
 	worst := *w
 	f.Pool.Worst = &worst
 	return f

@@ -250,13 +250,14 @@ func TestChurnFreeStacks(t *testing.T) {
 
 // TestFragmentationWorst: without a failure, the worst moment is a
 // fragmentation finding when the cache holds a quarter of reserved memory
-// free, tensors a quarter, and no free range reaches half of the free bytes.
+// free, tensors a quarter, and no free range reaches half of the free bytes;
+// info only, since nothing failed and nothing measurable was lost.
 func TestFragmentationWorst(t *testing.T) {
 	r := poolResult(t, eventtest.ScatteredPool())
 	fs := findings(r, KindFragmentation)
 	require.Len(t, fs, 1)
 	f := fs[0]
-	assert.Equal(t, SeverityMedium, f.Severity)
+	assert.Equal(t, SeverityInfo, f.Severity)
 	assert.Equal(t, uint64(32*MiB), f.Bytes)
 	assert.Nil(t, f.OOM)
 	require.NotNil(t, f.Pool)

@@ -26,7 +26,8 @@ type pool struct {
 	segs segList
 	// reserved sums the live segments; allocated the live blocks placed in
 	// them; unplaced the live blocks in no traced segment (a segment from
-	// before attach), outside reserved and allocated both.
+	// before attach, or a segment record lost), outside reserved and
+	// allocated both.
 	reserved, allocated, unplaced uint64
 	// unplacedBlocks are those blocks, by address.
 	unplacedBlocks map[uint64]poolBlock
@@ -44,6 +45,14 @@ type pool struct {
 	// open is the last one while a retry may still follow.
 	ooms []*OOM
 	open *OOM
+	// expandable is set once a mapped range (cuMemMap) came for the pool:
+	// the allocator grows its segments by mapping pages (PyTorch's
+	// expandable_segments:True). vmmRun sums the physical memory thread
+	// vmmTID created since its last mapping: what one request asked of
+	// the driver so far (a failing cuMemCreate adds its own size).
+	expandable bool
+	vmmRun     uint64
+	vmmTID     uint32
 	// spare are freed segments for the next ones to reuse (with their
 	// block slices, emptied): a training loop frees and allocates
 	// segments all along, and a new one each time is garbage. They are at
@@ -150,8 +159,14 @@ type poolModel struct {
 	ledger  *ledger.Ledger
 	classes *[]*classState
 	// failed is called with a failed segment allocation (it opens an OOM
-	// record, which names the process instance).
-	failed func(p *pool, e *event.Event)
+	// record, which names the process instance): request is the bytes the
+	// allocator asked for, vmm set when they were pages of an expandable
+	// segment (cuMemCreate).
+	failed func(p *pool, e *event.Event, request uint64, vmm bool)
+	// reservationStart reports whether a range the process reserved
+	// (cuMemAddressReserve) starts at addr: mapped ranges on either side
+	// of it lie in different reservations and are different segments.
+	reservationStart func(pid uint32, addr uint64) bool
 }
 
 func (m *poolModel) pool(pid uint32, device int32) *pool {
@@ -198,19 +213,165 @@ func (p *pool) segmentAlloc(e *event.Event) {
 		return
 	}
 	p.touch()
-	var s *poolSegment
-	if n := len(p.spare); n > 0 {
-		s, p.spare = p.spare[n-1], p.spare[:n-1]
-		s.addr, s.size, s.stack, s.api = e.Addr, e.Size, e.Stack, e.API
-	} else {
-		s = &poolSegment{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
-	}
-	p.segs.insert(s)
+	p.segs.insert(p.newSegment(e.Addr, e.Size, e.Stack, e.API))
 	p.reserved += e.Size
 	// Blocks seen before their segment (a segment from before attach that
 	// was freed and reallocated is not possible; but a missed segment
 	// record is) stay unplaced: they are not moved in.
 	p.noteWorst(e.Time)
+}
+
+// newSegment returns a segment, a spare one when there is one.
+func (p *pool) newSegment(addr, size uint64, stack event.StackID, api event.API) *poolSegment {
+	if n := len(p.spare); n > 0 {
+		s := p.spare[n-1]
+		p.spare = p.spare[:n-1]
+		s.addr, s.size, s.stack, s.api = addr, size, stack, api
+		return s
+	}
+	return &poolSegment{addr: addr, size: size, stack: stack, api: api}
+}
+
+// recycle keeps a segment removed from the list for newSegment, its
+// blocks emptied.
+func (p *pool) recycle(s *poolSegment) {
+	if s.in != nil {
+		s.in.head, s.in.n = 0, 0
+	}
+	p.spare = append(p.spare, s)
+}
+
+// appendBlock adds b after the segment's blocks (b lies above them all).
+func (s *poolSegment) appendBlock(b poolBlock) {
+	if s.in == nil {
+		s.in = &segBlocks{}
+	}
+	s.in.insert(int(s.in.n), b)
+}
+
+// mapped reports whether the segment is a mapped range (the VMM API), not
+// a cudaMalloc.
+func (s *poolSegment) mapped() bool { return s.api == event.APICuMemMap }
+
+// mapAdd adds a range a cuMemMap backed, [e.Addr, e.Addr+e.Size): a
+// segment of the geometry, merged with the mapped segments it touches
+// inside one reservation (an expandable segment grows page by page, and a
+// block may span pages). reserved is the pool's reservations: a mapped
+// range never merges across the start of one.
+func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
+	p.expandable = true
+	p.vmmRun = 0
+	if o := p.open; o != nil && o.Outcome == OOMPending && o.Expandable && o.TID == e.TID {
+		// The pages the retry asked for were all created: it worked.
+		o.Outcome = OOMRetried
+		o.RetryTime = e.Time
+		o.CostNs += e.Duration
+		p.open = nil
+	}
+	if !p.blocks {
+		return
+	}
+	p.touch()
+	p.reserved += e.Size
+	var s *poolSegment
+	if e.Addr > 0 && !reserved(e.Addr) {
+		if l := p.segs.at(e.Addr - 1); l != nil && l.mapped() && l.addr+l.size == e.Addr {
+			l.size += e.Size
+			s = l
+		}
+	}
+	if s == nil {
+		s = p.newSegment(e.Addr, e.Size, e.Stack, e.API)
+		p.segs.insert(s)
+	}
+	if end := s.addr + s.size; !reserved(end) {
+		if ci, j, ok := p.segs.locate(end); ok && p.segs.chunks[ci].addrs[j] == end && p.segs.chunks[ci].segs[j].mapped() {
+			r := p.segs.removeAt(ci, j)
+			s.size += r.size
+			for _, b := range r.blocks() {
+				s.appendBlock(b)
+			}
+			p.recycle(r)
+		}
+	}
+	// Blocks an unmap left in no segment lie in one again: an importer
+	// unmaps a whole range and maps its parts again (profile/snapshot).
+	if len(p.unplacedBlocks) > 0 {
+		for addr, b := range p.unplacedBlocks {
+			if addr < s.addr || addr >= s.addr+s.size {
+				continue
+			}
+			if s.in == nil {
+				s.in = &segBlocks{}
+			}
+			if j, found := searchBlocks(s.in.list(), addr); !found {
+				s.in.insert(j, b)
+				p.allocated += b.size
+			}
+			delete(p.unplacedBlocks, addr)
+			p.unplaced -= b.size
+		}
+	}
+	p.noteWorst(e.Time)
+}
+
+// mapRemove takes the range [addr, addr+size) a cuMemUnmap removed out of
+// the mapped segment that holds it: what is left on either side stays, as
+// one segment or two. Blocks inside the range (a missed block free)
+// become unplaced. It reports whether a mapped segment held addr.
+func (p *pool) mapRemove(t, addr, size, duration uint64) bool {
+	if !p.blocks {
+		return false
+	}
+	ci, j, ok := p.segs.locate(addr)
+	if !ok || !p.segs.chunks[ci].segs[j].mapped() {
+		return false
+	}
+	p.touch()
+	s := p.segs.removeAt(ci, j)
+	end := min(addr+size, s.addr+s.size)
+	p.reserved -= end - addr
+	var left, right *poolSegment
+	if addr > s.addr {
+		left = p.newSegment(s.addr, addr-s.addr, s.stack, s.api)
+	}
+	if end < s.addr+s.size {
+		right = p.newSegment(end, s.addr+s.size-end, s.stack, s.api)
+	}
+	for _, b := range s.blocks() {
+		switch {
+		case b.addr < addr:
+			left.appendBlock(b)
+		case b.addr >= end:
+			right.appendBlock(b)
+		default:
+			p.allocated -= b.size
+			p.unplacedBlocks[b.addr] = b
+			p.unplaced += b.size
+		}
+	}
+	p.recycle(s)
+	for _, n := range []*poolSegment{left, right} {
+		if n != nil {
+			p.segs.insert(n)
+		}
+	}
+	if o := p.open; o != nil && o.Outcome == OOMPending {
+		o.ReleasedBytes += end - addr
+		o.ReleasedSegments++
+		o.CostNs += duration
+	}
+	p.noteWorst(t)
+	return true
+}
+
+// created notes a cuMemCreate that made physical memory: one more page
+// the current request of thread tid asks for.
+func (p *pool) created(tid uint32, size uint64) {
+	if p.vmmTID != tid {
+		p.vmmRun, p.vmmTID = 0, tid
+	}
+	p.vmmRun += size
 }
 
 // segmentFree drops a segment. Blocks still live in it (a missed block
@@ -234,10 +395,7 @@ func (p *pool) segmentFree(t, addr, duration uint64) {
 		p.unplacedBlocks[b.addr] = b
 		p.unplaced += b.size
 	}
-	if s.in != nil {
-		s.in.head, s.in.n = 0, 0
-	}
-	p.spare = append(p.spare, s)
+	p.recycle(s)
 	if o := p.open; o != nil && o.Outcome == OOMPending {
 		o.ReleasedBytes += s.size
 		o.ReleasedSegments++
@@ -251,6 +409,7 @@ func (p *pool) blockAlloc(e *event.Event) {
 	p.touch()
 	p.closeOpen()
 	p.blocks = true
+	p.vmmRun = 0
 	b := poolBlock{addr: e.Addr, size: e.Size, stack: e.Stack, api: e.API}
 	seg := p.segs.at(e.Addr)
 	if seg == nil {
@@ -280,6 +439,7 @@ func (p *pool) blockFree(t, addr uint64) {
 	p.touch()
 	p.closeOpen()
 	p.blocks = true
+	p.vmmRun = 0
 	if len(p.unplacedBlocks) > 0 { // mostly none: no lookup
 		if b, ok := p.unplacedBlocks[addr]; ok {
 			delete(p.unplacedBlocks, addr)
@@ -333,7 +493,9 @@ func (p *pool) snapshot(st *PoolState) {
 			end = max(end, b.addr+b.size)
 		}
 		gap(s.addr + s.size)
-		if len(blocks) == 1 && blocks[0].size*pinnedShare < s.size {
+		// A mapped range is not pinned: the allocator unmaps the free
+		// pages around a block.
+		if len(blocks) == 1 && blocks[0].size*pinnedShare < s.size && !s.mapped() {
 			st.PinnedSegments++
 			st.PinnedBytes += s.size - blocks[0].size
 		}
@@ -402,13 +564,19 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 }
 
 // segmentFailed opens an OOM record for a failed segment allocation while
-// the block layer is traced, or closes the open one when this is its retry.
-func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
+// the block layer is traced, or closes the open one when this is its retry:
+// the same size on the same thread (cudaMalloc), or any failed cuMemCreate
+// of the thread (an expandable segment's retry asks for what the flush left
+// it to map). request is the bytes the allocator asked for: the cudaMalloc's
+// size, or the pages created for the request and the one that failed
+// (vmm).
+func (a *Analyzer) segmentFailed(p *pool, e *event.Event, request uint64, vmm bool) {
 	if !p.blocks {
 		return
 	}
 	p.touch()
-	if o := p.open; o != nil && o.Outcome == OOMPending && o.TID == e.TID && o.RequestBytes == e.Size {
+	if o := p.open; o != nil && o.Outcome == OOMPending && o.TID == e.TID && o.Expandable == vmm &&
+		(vmm || o.RequestBytes == request) {
 		o.Outcome = OOMFinal
 		o.RetryTime = e.Time
 		o.CostNs += e.Duration
@@ -416,12 +584,12 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event) {
 		return
 	}
 	p.closeOpen()
-	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, API: e.API, Ret: e.Ret, RequestBytes: e.Size,
-		Outcome: OOMPending, CostNs: e.Duration}
+	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, API: e.API, Ret: e.Ret, RequestBytes: request,
+		Outcome: OOMPending, CostNs: e.Duration, Expandable: vmm}
 	p.snapshot(&o.State)
 	o.State.Time = e.Time
 	o.Kind = OOMCapacity
-	if o.State.CachedFreeBytes >= e.Size {
+	if o.State.CachedFreeBytes >= request {
 		o.Kind = OOMFragmentation
 	}
 	o.blockStacks = p.liveBlocksByStack()
@@ -486,18 +654,36 @@ func (m *poolModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change
 		p := m.pool(e.PID, e.Device)
 		switch ch.Verdict {
 		case ledger.Failed:
-			m.failed(p, e)
+			m.failed(p, e, e.Size, false)
 		case ledger.Replaced:
-			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, 0)
+			// The allocation its free was missed for: a mapped range or
+			// a segment.
+			if old := m.pool(e.PID, ch.Old.Device); !old.mapRemove(e.Time, e.Addr, ch.Old.Size, 0) {
+				old.segmentFree(e.Time, e.Addr, 0)
+			}
 			fallthrough
 		case ledger.Added:
 			p.segmentRetried(e)
+			if e.API == event.APICuMemMap {
+				// An importer's mapped range (a snapshot's
+				// segment_map): merged as a traced cuMemMap is,
+				// without the reservations, which snapshots do
+				// not record.
+				p.mapAdd(e, func(uint64) bool { return false })
+				break
+			}
 			p.segmentAlloc(e)
 		}
 	case layer == event.LayerSegment && e.Kind == event.KindFree:
-		if ch.Verdict == ledger.Freed {
-			m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
+		if ch.Verdict != ledger.Freed {
+			break
 		}
+		if e.API == event.APICuMemUnmap {
+			m.pool(e.PID, ch.Old.Device).mapRemove(e.Time, e.Addr, ch.Old.Size, e.Duration)
+			break
+		}
+		// segmentFree finds the segment by its exact address.
+		m.pool(e.PID, ch.Old.Device).segmentFree(e.Time, e.Addr, e.Duration)
 	}
 }
 
@@ -519,8 +705,66 @@ func (m *poolModel) blocks(p *pool) *pool {
 		}
 		return true
 	})
-	p.segs.build(segs)
+	// The mapped ranges (the mapping's stack is not kept: the segment has
+	// none), and with the segments an importer gave as mapped, merged where
+	// they touch inside a reservation, as mapAdd merges them.
+	m.ledger.Mappings(p.key.pid, func(addr, size uint64, device int32) bool {
+		if device == p.key.device {
+			segs = append(segs, &poolSegment{addr: addr, size: size, api: event.APICuMemMap})
+			p.reserved += size
+		}
+		return true
+	})
+	slices.SortStableFunc(segs, func(x, y *poolSegment) int { return cmp.Compare(x.addr, y.addr) })
+	merged := segs[:0]
+	for _, s := range segs {
+		if s.mapped() {
+			p.expandable = true
+		}
+		if n := len(merged); n > 0 && s.mapped() && merged[n-1].mapped() && merged[n-1].addr+merged[n-1].size == s.addr &&
+			!m.reservationStart(p.key.pid, s.addr) {
+			merged[n-1].size += s.size
+			continue
+		}
+		merged = append(merged, s)
+	}
+	p.segs.build(merged)
 	return p
+}
+
+// mapped applies a cuMemMap (unmap clear) or a cuMemUnmap to the pools:
+// ch is what the ledger made of it. The ranges a call unmapped are
+// contiguous from e.Addr (Unmap), or the one at e.Addr a Map replaced.
+func (m *poolModel) mapped(e *event.Event, ch *ledger.MapChange, unmap bool) {
+	if ch.Verdict != ledger.Mapped {
+		return
+	}
+	addr := e.Addr
+	for _, u := range ch.Unmapped {
+		m.pool(e.PID, u.Device).mapRemove(e.Time, addr, u.Size, e.Duration)
+		addr += u.Size
+	}
+	if !unmap {
+		m.pool(e.PID, ch.Device).mapAdd(e, func(a uint64) bool { return m.reservationStart(e.PID, a) })
+	}
+}
+
+// created applies a cuMemCreate to the pools: a success is one more page
+// of the thread's current request; a failure opens or closes an OOM record
+// (see Analyzer.segmentFailed).
+func (m *poolModel) created(e *event.Event, ch *ledger.Change) {
+	p := m.pool(e.PID, e.Device)
+	switch ch.Verdict {
+	case ledger.Added, ledger.Replaced:
+		p.created(e.TID, e.Size)
+	case ledger.Failed:
+		request := e.Size
+		if p.vmmTID == e.TID {
+			request += p.vmmRun
+		}
+		p.vmmRun = 0
+		m.failed(p, e, request, true)
+	}
 }
 
 // finishPools completes the pools with block events into Result.Pools.
@@ -532,7 +776,7 @@ func (a *Analyzer) finishPools(r *Result) {
 		p.touch()
 		p.closeOpen()
 		in := a.inst(p.key.pid)
-		fp := Pool{PID: in.pid, ProcessStart: in.start, Device: p.key.device}
+		fp := Pool{PID: in.pid, ProcessStart: in.start, Device: p.key.device, Expandable: p.expandable}
 		if p.worst != nil {
 			w := *p.worst
 			fp.Worst = &w

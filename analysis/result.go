@@ -793,6 +793,10 @@ type Pool struct {
 	// OOMs are the failed segment allocations (cudaMalloc returning an
 	// error) made while the block layer was traced, in order.
 	OOMs []OOM
+	// Expandable says the allocator mapped its segments page by page
+	// (cuMemMap: PyTorch's expandable_segments:True); its segments are
+	// then the runs of mapped pages inside each reserved range.
+	Expandable bool
 }
 
 // PoolState is a caching allocator's geometry at one moment.
@@ -813,12 +817,15 @@ type PoolState struct {
 	// Segments counts the live segments.
 	Segments int
 	// PinnedSegments counts the segments held by one live block smaller
-	// than a quarter of the segment: empty_cache cannot release them.
+	// than a quarter of the segment: empty_cache cannot release them. Not
+	// mapped ranges (expandable segments): empty_cache unmaps the free
+	// pages around a block.
 	// PinnedBytes is the free part of those segments.
 	PinnedSegments int
 	PinnedBytes    uint64
-	// UnplacedBytes are live blocks in no traced segment (segments from
-	// before attach): in neither reserved nor allocated.
+	// UnplacedBytes are live blocks in no traced segment: a segment from
+	// before attach, or one whose record was lost. In neither reserved
+	// nor allocated.
 	UnplacedBytes uint64
 }
 
@@ -867,8 +874,14 @@ type OOM struct {
 	Ret int32
 	// RequestBytes is the failing cudaMalloc's size: the segment the
 	// allocator asked for, at least the tensor's request (which the block
-	// layer does not report for a failed request).
+	// layer does not report for a failed request). Under expandable
+	// segments (Expandable), the failing cuMemCreate's size plus the
+	// physical memory the thread created for the same request since its
+	// last mapping: the pages it asked the driver for.
 	RequestBytes uint64
+	// Expandable says the failing call was a cuMemCreate of an
+	// expandable segment's pages, not a cudaMalloc.
+	Expandable bool
 	// State is the geometry at the failure.
 	State PoolState
 	Kind  OOMKind

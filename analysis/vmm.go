@@ -130,6 +130,13 @@ func (m *vmmModel) reserve(e *event.Event) {
 	m.gauge(e.PID, e.Device, func(v *vmmState) { v.reserved.add(e.Size, e.Time) })
 }
 
+// reservationStart reports whether process pid reserved a range that
+// starts at addr.
+func (m *vmmModel) reservationStart(pid uint32, addr uint64) bool {
+	_, ok := m.reservations[rangeKey{pid, addr}]
+	return ok
+}
+
 // unreserve is cuMemAddressFree: the whole reservation at Addr goes.
 func (m *vmmModel) unreserve(e *event.Event) {
 	rk := rangeKey{e.PID, e.Addr}
@@ -195,6 +202,7 @@ func (a *Analyzer) create(e *event.Event) {
 	ch := a.ledger.Create(e.PID, e)
 	a.vmm.created(e, ch)
 	a.allocated(e, event.LayerSegment, SpacePhysical, &ch)
+	a.pools.created(e, &ch)
 }
 
 // releaseHandle is cuMemRelease. The memory goes now when nothing maps it,
@@ -212,6 +220,7 @@ func (a *Analyzer) releaseHandle(e *event.Event) {
 func (a *Analyzer) mapRange(e *event.Event) {
 	ch := a.ledger.Map(e.PID, e)
 	a.vmm.mapped(e, ch, false)
+	a.pools.mapped(e, &ch, false)
 	a.unmapped(e.PID, ch.Unmapped, e.Time)
 }
 
@@ -220,6 +229,7 @@ func (a *Analyzer) mapRange(e *event.Event) {
 func (a *Analyzer) unmapRange(e *event.Event) {
 	ch := a.ledger.Unmap(e.PID, e)
 	a.vmm.mapped(e, ch, true)
+	a.pools.mapped(e, &ch, true)
 	a.unmapped(e.PID, ch.Unmapped, e.Time)
 }
 

@@ -41,20 +41,36 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 	site := res.Site(o.Stack)
 	geometry := geometryWords(st)
 	retried := o.Outcome == analysis.OOMRetried
+	// Under expandable segments the allocator asks the driver for pages
+	// (cuMemCreate), and its flush unmaps wholly free pages.
+	what := fmt.Sprintf("a segment allocation of %d bytes (%s)", o.RequestBytes, units.Bytes(o.RequestBytes))
+	freed := fmt.Sprintf("freed %d cached segments (%d bytes)", o.ReleasedSegments, o.ReleasedBytes)
+	inside := "cudaMalloc/cudaFree"
+	if o.Expandable {
+		what = fmt.Sprintf("creating %d bytes (%s) of pages for an expandable segment", o.RequestBytes, units.Bytes(o.RequestBytes))
+		freed = fmt.Sprintf("unmapped %d wholly free %s (%d bytes)", o.ReleasedSegments, plural(uint64(o.ReleasedSegments), "page", "pages"), o.ReleasedBytes)
+		inside = "cuMemCreate/cuMemUnmap"
+	}
 	var summary string
 	switch {
 	case retried:
-		summary = fmt.Sprintf("a segment allocation of %d bytes (%s) at %s failed on device %s at %s (%s); the allocator freed %d cached segments (%d bytes) and the retry succeeded, costing %s inside cudaMalloc/cudaFree, and the freed segments must be allocated again when needed",
-			o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time), geometry,
-			o.ReleasedSegments, o.ReleasedBytes, units.Duration(o.CostNs))
+		summary = fmt.Sprintf("%s at %s failed on device %s at %s (%s); the allocator %s and the retry succeeded, costing %s inside %s, and the freed memory must be allocated again when needed",
+			what, site, analysis.DeviceName(o.Device), secs(res, o.Time), geometry, freed, units.Duration(o.CostNs), inside)
 	case o.Kind == analysis.OOMFragmentation:
-		summary = fmt.Sprintf("fragmentation OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, more than requested, in %d ranges of which the largest was %d (%s); %s",
-			o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time),
+		summary = fmt.Sprintf("fragmentation OOM: %s at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, more than requested, in %d ranges of which the largest was %d (%s); %s",
+			what, site, analysis.DeviceName(o.Device), secs(res, o.Time),
 			st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), st.FreeRanges, st.LargestFreeRange, units.Bytes(st.LargestFreeRange), geometry)
 	default:
-		summary = fmt.Sprintf("capacity OOM: a segment allocation of %d bytes (%s) at %s failed on device %s at %s and no retry succeeded; the cache held only %d bytes (%s) free, less than requested even as one range (%s)",
-			o.RequestBytes, units.Bytes(o.RequestBytes), site, analysis.DeviceName(o.Device), secs(res, o.Time),
+		summary = fmt.Sprintf("capacity OOM: %s at %s failed on device %s at %s and no retry succeeded; the cache held only %d bytes (%s) free, less than requested even as one range (%s)",
+			what, site, analysis.DeviceName(o.Device), secs(res, o.Time),
 			st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), geometry)
+	}
+	if ev.Expandable && !retried {
+		// The verdict under expandable segments: what was reserved but
+		// unallocated, what the flush gave back, what was live.
+		summary += fmt.Sprintf("; expandable segments were on: %d bytes were reserved but unallocated, the allocator unmapped %d of them (%d wholly free %s) before it gave up, and tensors held %d bytes (the largest: %s)",
+			st.CachedFreeBytes, o.ReleasedBytes, o.ReleasedSegments, plural(uint64(o.ReleasedSegments), "page", "pages"),
+			st.AllocatedBytes, stackSites(res, o.LiveStacks, 3))
 	}
 	var rem []string
 	switch ev.Advice {
@@ -80,9 +96,21 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 	case analysis.AdviceReduceBatch:
 		rem = append(rem,
 			fmt.Sprintf("reduce the batch size or the activation memory: tensors held %d bytes when %d more were needed; the largest live blocks then: %s",
-				st.AllocatedBytes, o.RequestBytes, stackSites(res, o.LiveStacks, 3)),
+				st.AllocatedBytes, o.RequestBytes, stackSites(res, o.LiveStacks, 3)))
+		if ev.Expandable {
+			rem = append(rem, fmt.Sprintf(
+				"expandable segments are already on, and the allocator unmapped every wholly free page (%d bytes) before it raised: empty_cache() or another allocator setting would not avoid it; even defragmented, the %d bytes reserved but unallocated are short of the %d requested by %d",
+				o.ReleasedBytes, st.CachedFreeBytes, o.RequestBytes, o.RequestBytes-st.CachedFreeBytes))
+			break
+		}
+		rem = append(rem,
 			fmt.Sprintf("expandable_segments:True or empty_cache() would not avoid it: even defragmented, the %d cached free bytes are short of the %d requested by %d",
 				st.CachedFreeBytes, o.RequestBytes, o.RequestBytes-st.CachedFreeBytes))
+	case analysis.AdviceInterleaved:
+		rem = append(rem,
+			fmt.Sprintf("expandable segments are already on, and the allocator unmapped every wholly free page (%d bytes) before it raised: the %d bytes still reserved but unallocated lie in ranges between live blocks (the largest %d), in pages those blocks share; free the live blocks around them sooner, or allocate long-lived tensors before the short-lived ones so they do not interleave: the live blocks then: %s",
+				o.ReleasedBytes, st.CachedFreeBytes-min(o.ReleasedBytes, st.CachedFreeBytes), st.LargestFreeRange, stackSites(res, o.LiveStacks, 3)),
+			fmt.Sprintf("or reduce the batch size or the activation memory: tensors held %d bytes when %d more were needed", st.AllocatedBytes, o.RequestBytes))
 	}
 	return summary, rem
 }
@@ -104,9 +132,17 @@ func fragmentationWords(res *analysis.Result, f *analysis.Finding) (string, []st
 			st.ReservedBytes, st.FreeRanges, st.LargestFreeRange, ev.IdleLargeBytes, o.ReleasedSegments, o.ReleasedBytes)
 	case o != nil:
 		st := o.State
-		summary = fmt.Sprintf("at the failing request of %d bytes on device %s (%s), %d bytes (%.1f%% of the %d reserved) were cached free in %d ranges, the largest %d: fragmentation, not capacity, ended the run",
+		summary = fmt.Sprintf("at the failing request of %d bytes on device %s (%s), %d bytes (%.1f%% of the %d reserved) were cached free in %d ranges, the largest %d: fragmentation, not capacity, ended the run; tensors held %d bytes",
 			o.RequestBytes, dev, secs(res, o.Time), st.CachedFreeBytes, pct(st.CachedFreeBytes, st.ReservedBytes),
-			st.ReservedBytes, st.FreeRanges, st.LargestFreeRange)
+			st.ReservedBytes, st.FreeRanges, st.LargestFreeRange, st.AllocatedBytes)
+		if ev.Failures > 1 {
+			summary += fmt.Sprintf(" (the worst of %d failing requests, by the bytes cached free)", ev.Failures)
+		}
+		if ev.Expandable {
+			rem = append(rem, fmt.Sprintf(
+				"expandable segments are already on: free or move the live blocks between the free ranges (see the oom finding at %s)", secs(res, o.Time)))
+			break
+		}
 		rem = append(rem, fmt.Sprintf(
 			"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (see the oom finding at %s)", secs(res, o.Time)))
 	case ev.Worst != nil:
@@ -114,6 +150,12 @@ func fragmentationWords(res *analysis.Result, f *analysis.Finding) (string, []st
 		summary = fmt.Sprintf("at %s, %d bytes (%.1f%% of the %d reserved on device %s) were cached free but scattered in %d ranges, the largest %d; %d segments were pinned by one small block",
 			secs(res, w.Time), w.CachedFreeBytes, pct(w.CachedFreeBytes, w.ReservedBytes), w.ReservedBytes,
 			dev, w.FreeRanges, w.LargestFreeRange, w.PinnedSegments)
+		if ev.Expandable {
+			rem = append(rem, fmt.Sprintf(
+				"nothing failed: expandable segments are already on, and no request above %d bytes could use the %d free bytes without mapping more; act only if memory runs short",
+				w.LargestFreeRange, w.CachedFreeBytes))
+			break
+		}
 		rem = append(rem, fmt.Sprintf(
 			"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no request above %d bytes could use the %d free bytes without a new segment",
 			w.LargestFreeRange, w.CachedFreeBytes))

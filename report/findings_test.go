@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -352,4 +353,52 @@ func TestWordsFragmentationWorst(t *testing.T) {
 		fs[0].Summary)
 	assert.Equal(t, []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no request above 4194304 bytes could use the 33554432 free bytes without a new segment"},
 		fs[0].Remediation)
+}
+
+// TestWordsExpandableOOM: eventtest.ExpandableOOMPool's capacity OOM under
+// expandable segments (analysis's TestExpandableOOM: 60 MiB of pages asked,
+// 25 MiB reserved but unallocated, 20 MiB unmapped by the flush, 35 MiB
+// live). The verdict gives those figures, and no remediation proposes
+// expandable segments, which are on.
+func TestWordsExpandableOOM(t *testing.T) {
+	r := mustAnalyze(t, analysis.Options{}, eventtest.ExpandableOOMPool(false).Finish())
+	ooms := worded(r, analysis.KindOOM)
+	require.Len(t, ooms, 1)
+	f := ooms[0]
+	assert.Contains(t, f.Summary, "capacity OOM: creating 62914560 bytes (60.00 MiB) of pages for an expandable segment")
+	assert.Contains(t, f.Summary, "expandable segments were on: 26214400 bytes were reserved but unallocated, the allocator unmapped 20971520 of them (1 wholly free page) before it gave up, and tensors held 36700160 bytes")
+	require.Len(t, f.Remediation, 2)
+	assert.Contains(t, f.Remediation[0], "reduce the batch size")
+	// 62914560 - 26214400 = 36700160 short.
+	assert.Contains(t, f.Remediation[1], "expandable segments are already on, and the allocator unmapped every wholly free page (20971520 bytes) before it raised")
+	assert.Contains(t, f.Remediation[1], "short of the 62914560 requested by 36700160")
+	ooms = append(ooms, worded(r, analysis.KindFragmentation)...)
+	for _, w := range ooms {
+		for _, rem := range w.Remediation {
+			assert.NotContains(t, rem, "expandable_segments:True")
+		}
+	}
+
+	// The retry that maps its pages: lower the peak, no setting.
+	r = mustAnalyze(t, analysis.Options{}, eventtest.ExpandableOOMPool(true).Finish())
+	ooms = worded(r, analysis.KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Contains(t, ooms[0].Summary, "the allocator unmapped 1 wholly free page (20971520 bytes) and the retry succeeded")
+	for _, rem := range ooms[0].Remediation {
+		assert.NotContains(t, rem, "expandable_segments:True")
+	}
+}
+
+// TestMarkdownUnplaced: a block in no traced segment, in a process traced
+// from its start (mode run), is said to come from a lost segment record,
+// not from before attach.
+func TestMarkdownUnplaced(t *testing.T) {
+	s := eventtest.NewPoolStream()
+	s.Seg(eventtest.SegBase, 20*MiB)
+	s.Block(0x1000, 512) // in no segment
+	s.Block(eventtest.SegBase, MiB)
+	var md bytes.Buffer
+	require.NoError(t, WriteMarkdown(&md, poolResult(t, s)))
+	assert.Contains(t, md.String(), "512 bytes of live blocks lie in no traced segment (a segment record was lost)")
+	assert.NotContains(t, md.String(), "before attach")
 }

@@ -15,6 +15,9 @@ type JSONPool struct {
 	AtEnd JSONPoolState  `json:"at_end"`
 	// OOMs are the failed segment allocations while blocks were traced.
 	OOMs []JSONOOM `json:"ooms"`
+	// Expandable says the allocator maps its segments page by page
+	// (expandable_segments:True): segments are runs of mapped pages.
+	Expandable bool `json:"expandable_segments"`
 }
 
 // JSONPoolState is an allocator's geometry at one moment (see
@@ -44,6 +47,10 @@ type JSONOOM struct {
 	Error        string `json:"error"`
 	// Kind is "fragmentation" (cached free >= request) or "capacity".
 	Kind string `json:"oom_kind"`
+	// Expandable says the failing call was a cuMemCreate of an expandable
+	// segment's pages: RequestBytes is then the pages the allocator asked
+	// the driver for, the failing one included.
+	Expandable bool `json:"expandable_segments"`
 	// Outcome is "retry_succeeded" or "final".
 	Outcome          string        `json:"outcome"`
 	RetryTimeNs      *uint64       `json:"retry_time_ns"`
@@ -87,7 +94,8 @@ func jsonPoolState(res *analysis.Result, s analysis.PoolState) JSONPoolState {
 
 func jsonOOM(res *analysis.Result, o *analysis.OOM) JSONOOM {
 	j := JSONOOM{Index: o.Index, TimeNs: res.Rel(o.Time), Device: analysis.DeviceName(o.Device),
-		RequestBytes: o.RequestBytes, Error: analysis.ErrorName(o.API, o.Ret), Kind: string(o.Kind), Outcome: string(o.Outcome),
+		RequestBytes: o.RequestBytes, Error: analysis.ErrorName(o.API, o.Ret), Kind: string(o.Kind), Expandable: o.Expandable,
+		Outcome:       string(o.Outcome),
 		ReleasedBytes: o.ReleasedBytes, ReleasedSegments: o.ReleasedSegments, CostNs: o.CostNs,
 		Site: res.Site(o.Stack), Frames: nonNil(res.Lines(o.Stack)), State: jsonPoolState(res, o.State),
 		LiveStacks: jsonStacks(res, o.LiveStacks), Profile: analysis.OOMProfileName(o)}
@@ -105,7 +113,7 @@ func jsonPools(res *analysis.Result) []JSONPool {
 	for i := range res.Pools {
 		p := &res.Pools[i]
 		jp := JSONPool{PID: p.PID, ProcessStartNs: res.Rel(p.ProcessStart), Device: analysis.DeviceName(p.Device),
-			AtEnd: jsonPoolState(res, p.AtEnd), OOMs: []JSONOOM{}}
+			AtEnd: jsonPoolState(res, p.AtEnd), OOMs: []JSONOOM{}, Expandable: p.Expandable}
 		if p.Worst != nil {
 			w := jsonPoolState(res, *p.Worst)
 			jp.Worst = &w

@@ -16,10 +16,20 @@ func writePoolsMarkdown(p func(string, ...any), res *analysis.Result) {
 		return
 	}
 	p("## Fragmentation\n\n")
-	p("Blocks (tensors) placed inside segments (cudaMalloc) by address. Cached free = reserved - allocated; the largest free range is the largest request the cache could serve without a new segment. An OOM is \"fragmentation\" when the cache held at least the failing request in free bytes, else \"capacity\"; the request is the failing cudaMalloc's size (the segment the allocator asked for).\n\n")
+	p("Blocks (tensors) placed inside segments (cudaMalloc, or under expandable segments the runs of mapped pages of each reserved range) by address. Cached free = reserved - allocated; the largest free range is the largest request the cache could serve without a new segment. An OOM is \"fragmentation\" when the cache held at least the failing request in free bytes, else \"capacity\"; the request is the failing cudaMalloc's size (the segment the allocator asked for), or under expandable segments the pages it asked the driver for.\n\n")
 	for i := range res.Pools {
 		pl := &res.Pools[i]
 		p("### Process %s, device %s\n\n", res.Run.PIDText(pl.PID), analysis.DeviceName(pl.Device))
+		if pl.Expandable {
+			p("Expandable segments: the allocator maps its segments page by page; reserved is mapped memory.\n\n")
+		}
+		if u := pl.AtEnd.UnplacedBytes; u > 0 {
+			why := "a segment record was lost"
+			if res.Run.Mode == "attach" {
+				why = "segments allocated before attach, or a segment record lost"
+			}
+			p("%d bytes of live blocks lie in no traced segment (%s); they are in neither reserved nor allocated.\n\n", u, why)
+		}
 		p("| moment | reserved | allocated | cached free | largest free range | free ranges | segments | pinned segments |\n")
 		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		row := func(name string, s analysis.PoolState) {

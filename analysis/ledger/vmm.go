@@ -189,3 +189,13 @@ func (l *Ledger) unmapOne(rk rangeKey) {
 	}
 	l.unmapped = append(l.unmapped, u)
 }
+
+// Mappings calls f with every range instance inst has mapped (its start,
+// size and device), in no particular order, until f returns false.
+func (l *Ledger) Mappings(inst uint32, f func(addr, size uint64, device int32) bool) {
+	for rk, m := range l.mapped {
+		if rk.inst == inst && !f(rk.addr, m.size, m.device) {
+			return
+		}
+	}
+}

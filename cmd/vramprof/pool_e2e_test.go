@@ -55,10 +55,12 @@ func TestRunBlockLayer(t *testing.T) {
 		name string
 		exit int
 	}{
-		{"pool_retry", 0},        // a cudaMalloc fails, the cache is freed, the retry works
-		{"pool_empty_cache", 0},  // empty_cache every step: segment churn
-		{"pool_frag_oom", 1},     // the final request fails: fragmentation
-		{"pool_capacity_oom", 1}, // the final request fails: capacity
+		{"pool_retry", 0},          // a cudaMalloc fails, the cache is freed, the retry works
+		{"pool_empty_cache", 0},    // empty_cache every step: segment churn
+		{"pool_frag_oom", 1},       // the final request fails: fragmentation
+		{"pool_capacity_oom", 1},   // the final request fails: capacity
+		{"pool_frag_worst", 1},     // two requests fail, the second with more cached free
+		{"pool_expandable_oom", 1}, // expandable segments: pages (cuMemCreate) fail
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, truth, r := runScenario(t, tc.name)

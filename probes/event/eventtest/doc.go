@@ -5,7 +5,8 @@
 //
 // A [Stream] starts as the header, process and mappings of a python run
 // (pid 100) and takes events through chained methods; its Recs are what an
-// analyzer is fed. [PoolStream] drives a caching allocator on top of it.
+// analyzer is fed. [PoolStream] drives a caching allocator on top of it,
+// [VMMPool] one with expandable segments ([ExpandableOOMPool]).
 // The scenario builders ([LeakStream], [LeakWindowsStream],
 // [PinnedStream], [PinMemoryStream], [RanksStream], [SpikeStream], and the
 // pools [ScatteredPool], [FragmentationOOMPool], [CapacityOOMPool],

@@ -55,8 +55,9 @@ func checkUnknown(t *testing.T, reason string, args ...string) result {
 	return r
 }
 
-// TestCheckCutTrace: spike recorded whole, then its trace cut at half its
-// length (as a vramprof killed mid-run, or a full disk, leaves it). The
+// TestCheckCutTrace: spike recorded whole, then its trace cut after 2 KiB
+// and at half its length (as a vramprof killed mid-run, or a full disk,
+// leaves it). The
 // whole recording fails a limit one byte below the truth's peak; the cut
 // one, whose figures stop before the end, gets no verdict at that limit
 // nor at 1 GiB over the truth, and neither does the report.json made from
@@ -69,20 +70,23 @@ func TestCheckCutTrace(t *testing.T) {
 	above := strconv.FormatUint(truth.Totals.PeakBytes+1<<30, 10)
 	whole := vramprof(t, execOpts{}, "check", "--max-peak", below, dir)
 	require.Equal(t, 1, whole.code, "the whole recording fails; stdout:\n%s", whole.stdout)
-	rep := mustReadJSON[completeReport](t, filepath.Join(dir, "report.json"))
-	require.NotNil(t, rep.Run.Complete, "report.json run.complete")
-	assert.True(t, *rep.Run.Complete)
-	assert.Empty(t, rep.Run.IncompleteReasons)
-
 	data, err := os.ReadFile(filepath.Join(dir, "trace.vpt"))
 	require.NoError(t, err)
-	cut := filepath.Join(t.TempDir(), "cut")
-	require.NoError(t, os.Mkdir(cut, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(cut, "trace.vpt"), data[:len(data)/2], 0o644))
 	const reason = "cut short: the trace ends without its End record"
-	for _, limit := range []string{below, above, "1GiB"} {
-		checkUnknown(t, reason, "--max-peak", limit, cut)
+	var cut string
+	// Early (2 KiB: the first calls only, before the peak) and at half.
+	for _, n := range []int{2048, len(data) / 2} {
+		cut = filepath.Join(t.TempDir(), "cut")
+		require.NoError(t, os.Mkdir(cut, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(cut, "trace.vpt"), data[:n], 0o644))
+		for _, limit := range []string{below, above, "1GiB"} {
+			checkUnknown(t, reason, "--max-peak", limit, cut)
+		}
 	}
+	rep := mustReadJSON[completeReport](t, filepath.Join(dir, "report.json"))
+	require.NotNil(t, rep.Run.Complete, "report.json run.complete")
+	assert.True(t, *rep.Run.Complete, "the whole recording is complete")
+	assert.Empty(t, rep.Run.IncompleteReasons)
 
 	// Its report.json, made by `vramprof report`, says so, and check reads it.
 	out := filepath.Join(t.TempDir(), "report")
@@ -124,12 +128,12 @@ func TestCheckMomentReport(t *testing.T) {
 	names := momentDirs(t, dir)
 	require.Len(t, names, 1, "one oom, one moment")
 	moment := filepath.Join(dir, "moments", names[0], "report.json")
-	rep := mustReadJSON[completeReport](t, moment)
-	require.NotNil(t, rep.Run.Complete)
-	assert.False(t, *rep.Run.Complete)
 	for _, limit := range []string{below, "80MiB", "1GiB"} {
 		checkUnknown(t, "a moment report (oom 1, ", "--max-peak", limit, moment)
 	}
+	rep := mustReadJSON[completeReport](t, moment)
+	require.NotNil(t, rep.Run.Complete, "report.json run.complete")
+	assert.False(t, *rep.Run.Complete)
 }
 
 // TestFlightSegmentsFollowEachOther: spike, 2300 iterations, under

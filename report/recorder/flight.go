@@ -18,6 +18,12 @@ package recorder
 // segment kept, restores from its checkpoint, and reads the later
 // segments' own records only (segments.go).
 //
+// Identity: each segment's header is followed by an event.Identity, the
+// recording's random ID, the segment's number and the record count and
+// chained checksum the previous segment ended with, so that a reader
+// refuses a gap, a cut, a foreign or a repeated segment (ErrSegments)
+// instead of reading wrong figures from it.
+//
 // Stacks: an event whose stack its segment has not described yet is
 // preceded by that stack (and its mappings) again (describe). A segment's
 // top grows with what is live and at the peaks, not with every stack ever

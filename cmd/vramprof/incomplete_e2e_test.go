@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -112,6 +113,23 @@ func TestCheckCutTrace(t *testing.T) {
 	r = vramprof(t, execOpts{}, "check", "--baseline", filepath.Join(out, "report.json"), "--max-increase", "10", dir)
 	assert.Equal(t, 2, r.code, "stdout:\n%s", r.stdout)
 	assert.Contains(t, r.stdout, "vramprof check: UNKNOWN: the baseline is incomplete ("+reason)
+}
+
+// TestCheckDiskFull: spike recorded into a 96 KiB tmpfs fills it: the
+// recording stops with the error, and the trace it leaves, cut where the
+// disk filled, gets no verdict.
+func TestCheckDiskFull(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	full := filepath.Join(t.TempDir(), "full")
+	require.NoError(t, os.Mkdir(full, 0o755))
+	require.NoError(t, syscall.Mount("tmpfs", full, "tmpfs", 0, "size=96k"), "mount a small tmpfs")
+	t.Cleanup(func() { _ = syscall.Unmount(full, syscall.MNT_DETACH) })
+	dir := filepath.Join(full, "out")
+	r := vramprof(t, execOpts{env: []string{"SPIKE_ITERATIONS=3000"}, dir: t.TempDir()},
+		"run", "-q", "-o", dir, "--", probetest.Bin(t, "spike"))
+	assert.Equal(t, 2, r.code, "stderr:\n%s", r.stderr)
+	assert.Contains(t, r.stderr, "no space left on device")
+	checkUnknown(t, "cut short: the trace ends without its End record", "--max-peak", "1GiB", dir)
 }
 
 // TestCheckMomentReport: oom's moment report (at the failed cudaMalloc)

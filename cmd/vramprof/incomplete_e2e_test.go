@@ -159,7 +159,9 @@ func TestCheckMomentReport(t *testing.T) {
 // the truth. Then a copy of the directory with the middle segment deleted,
 // the oldest cut short, one replaced by the same segment of another run
 // of the same program, or one duplicated: `report` refuses it with what is
-// wrong and what to do, in one line, and `check` gives no verdict.
+// wrong and what to do, in one line, and `check` gives no verdict. Where
+// the fix is to move the segments before the break away, doing so reads
+// back to the truth.
 func TestFlightSegmentsFollowEachOther(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	record := func() (string, *probetest.Truth) {
@@ -189,25 +191,28 @@ func TestFlightSegmentsFollowEachOther(t *testing.T) {
 		name   string
 		tamper func(t *testing.T, d string)
 		want   []string
+		// moveFirst: the fix the error gives is moving trace-000001.vpt away.
+		moveFirst bool
 	}{
 		{"middle deleted", func(t *testing.T, d string) { require.NoError(t, os.Remove(seg(d, 2))) },
 			[]string{"segment 2 is missing between trace-000001.vpt (segment 1) and trace-000003.vpt (segment 3): put it back, " +
-				"or move trace-000001.vpt and the segments before it out of"}},
+				"or move trace-000001.vpt and the segments before it out of"}, true},
 		{"oldest cut", func(t *testing.T, d string) {
 			st, err := os.Stat(seg(d, 1))
 			require.NoError(t, err)
 			require.NoError(t, os.Truncate(seg(d, 1), st.Size()/2))
-		}, []string{"trace-000001.vpt ends inside a record at byte", "yet trace-000002.vpt follows it: the segment was cut short"}},
+		}, []string{"trace-000001.vpt ends inside a record at byte", "yet trace-000002.vpt follows it: the segment was cut short",
+			"or move trace-000001.vpt and the segments before it out of"}, true},
 		{"foreign", func(t *testing.T, d string) {
 			data, err := os.ReadFile(seg(other, 3))
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(seg(d, 3), data, 0o644))
-		}, []string{"trace-000002.vpt and trace-000003.vpt belong to different recordings"}},
+		}, []string{"trace-000002.vpt and trace-000003.vpt belong to different recordings"}, false},
 		{"duplicated", func(t *testing.T, d string) {
 			data, err := os.ReadFile(seg(d, 2))
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(seg(d, 5), data, 0o644))
-		}, []string{"trace-000005.vpt repeats segment 2 of the recording (trace-000004.vpt is segment 4): remove the copy"}},
+		}, []string{"trace-000005.vpt repeats segment 2 of the recording (trace-000004.vpt is segment 4): remove the copy"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := filepath.Join(t.TempDir(), "rec")
@@ -228,6 +233,18 @@ func TestFlightSegmentsFollowEachOther(t *testing.T) {
 			assert.Contains(t, cr.stdout, "figures: none")
 			for _, w := range tc.want {
 				assert.Contains(t, cr.stdout, w)
+			}
+
+			if tc.moveFirst {
+				// The fix it gives: move the segments before the break
+				// away; the checkpoint after it restores the truth.
+				require.NoError(t, os.Rename(seg(d, 1), filepath.Join(t.TempDir(), "moved.vpt")))
+				fixed := filepath.Join(t.TempDir(), "fixed")
+				r := vramprof(t, execOpts{}, "report", d, "-o", fixed)
+				require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+				rep := mustReadReport(t, filepath.Join(fixed, "report.json"))
+				assert.Equal(t, truth.Totals.Allocations, val(t, "allocations", rep.Totals.Allocations))
+				assert.Equal(t, truth.Totals.PeakBytes, val(t, "peak_bytes", rep.Totals.PeakBytes))
 			}
 		})
 	}

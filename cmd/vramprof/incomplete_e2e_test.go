@@ -207,7 +207,8 @@ func TestFlightSegmentsFollowEachOther(t *testing.T) {
 			data, err := os.ReadFile(seg(other, 3))
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(seg(d, 3), data, 0o644))
-		}, []string{"trace-000002.vpt and trace-000003.vpt belong to different recordings"}, false},
+		}, []string{"trace-000003.vpt belongs to another recording (recording ", "the newest segment, trace-000004.vpt, is of recording ",
+			"remove it from"}, false},
 		{"duplicated", func(t *testing.T, d string) {
 			data, err := os.ReadFile(seg(d, 2))
 			require.NoError(t, err)

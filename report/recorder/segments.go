@@ -152,6 +152,38 @@ func followSegment(prev, r *event.Reader, names []string, i int) error {
 	return nil
 }
 
+// sameRecording checks, before any is read, that the segments at paths
+// belong to one recording: the newest one's, which holds the end of the
+// run. It names the segment that does not; followSegment, reading them,
+// checks the rest.
+func sameRecording(paths []string) error {
+	ids := make([]*event.Identity, len(paths))
+	for i, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("%w: open trace: %w", ErrInput, err)
+		}
+		r, err := event.NewReader(f)
+		if err == nil {
+			ids[i] = r.Identity()
+		}
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	newest := ids[len(ids)-1]
+	for i, id := range ids {
+		if (id == nil) == (newest == nil) && (id == nil || id.Recording == newest.Recording) {
+			continue
+		}
+		return fmt.Errorf("%w: %s belongs to another recording (%s; the newest segment, %s, is of %s): remove it from %s",
+			ErrSegments, filepath.Base(paths[i]), recordingText(id), filepath.Base(paths[len(paths)-1]), recordingText(newest),
+			filepath.Dir(paths[i]))
+	}
+	return nil
+}
+
 // recordingText names a segment's recording in errors.
 func recordingText(id *event.Identity) string {
 	if id == nil {
@@ -174,6 +206,9 @@ func replaySegmentFiles(paths []string, add func(event.Record) error) error {
 		segs = append(segs, f)
 	}
 	name := filepath.Join(filepath.Dir(paths[0]), SegmentPattern)
+	if err := sameRecording(paths); err != nil {
+		return fmt.Errorf("read trace %s: %w", name, err)
+	}
 	rr, err := replaySegmentsTo(add, name, segs, paths)
 	if err != nil {
 		return err

@@ -239,8 +239,20 @@ func TestSegmentsFollowEachOther(t *testing.T) {
 			data, err := os.ReadFile(otherSegs[2])
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000003.vpt"), data, 0o644))
-		}, want: []string{"trace-000002.vpt and trace-000003.vpt belong to different recordings",
-			"keep only the segments of one recording"}},
+		}, want: []string{"trace-000003.vpt belongs to another recording (recording ",
+			"the newest segment, trace-000004.vpt, is of recording ", "remove it from"}},
+		{name: "foreign oldest", tamper: func(t *testing.T, dir string) {
+			data, err := os.ReadFile(otherSegs[0])
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000001.vpt"), data, 0o644))
+		}, want: []string{"trace-000001.vpt belongs to another recording"}},
+		{name: "without identity", tamper: func(t *testing.T, dir string) {
+			// A segment from before identities among ones that have it.
+			seg := mustSegment(t, stack, alloc(10, 0x1000, 64))
+			data, err := io.ReadAll(seg)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000002.vpt"), data, 0o644))
+		}, want: []string{"trace-000002.vpt belongs to another recording (one without an identity"}},
 		{name: "duplicated", tamper: func(t *testing.T, dir string) {
 			data, err := os.ReadFile(filepath.Join(dir, "trace-000002.vpt"))
 			require.NoError(t, err)
@@ -259,4 +271,21 @@ func TestSegmentsFollowEachOther(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFollowSegmentForeign: read as streams (a moment report's segments),
+// segments of two recordings are refused where they meet.
+func TestFollowSegmentForeign(t *testing.T) {
+	_, a := mustFourSegments(t)
+	_, b := mustFourSegments(t)
+	var segs []io.Reader
+	for _, p := range []string{a[0], a[1], b[2]} {
+		f, err := os.Open(p)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		segs = append(segs, f)
+	}
+	_, err := replaySegmentsTo(func(event.Record) error { return nil }, "test", segs, []string{a[0], a[1], b[2]})
+	require.ErrorIs(t, err, ErrSegments)
+	assert.Contains(t, err.Error(), "trace-000002.vpt and trace-000003.vpt belong to different recordings")
 }

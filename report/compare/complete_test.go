@@ -127,6 +127,22 @@ func TestIncompleteBaseline(t *testing.T) {
 	whole := Judge(mustLoad(t, "new"), mustLoad(t, "base"), Limits{MaxIncrease: rat(t, "10"), MaxIncreaseText: "10"}, nil)
 	_, err = whole.Outcome()
 	require.NoError(t, err, "the same figures against a whole baseline pass")
+
+	// A baseline file keeps the reasons: written from base (whole) it has
+	// none; from the cut one, it reads back incomplete.
+	for _, tc := range []struct {
+		snap *Snapshot
+		want []string
+	}{{mustLoad(t, "base"), nil}, {base, base.Incomplete}} {
+		var buf bytes.Buffer
+		require.NoError(t, WriteBaseline(&buf, tc.snap, "vramprof 9.9"))
+		assert.Equal(t, tc.want != nil, strings.Contains(buf.String(), "incomplete_reasons"), "%s", buf.String())
+		path := filepath.Join(t.TempDir(), "baseline.json")
+		require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+		b, err := LoadBaseline(path)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, b.Incomplete)
+	}
 }
 
 // TestNoFigures: a recording that cannot be read into figures (segments

@@ -137,7 +137,10 @@ type htmlRun struct {
 	NoCalls   string   // noCallsLine
 	Stripped  []string // strippedRuntimeLines
 	Moment    string   // momentLine: a moment report's
-	Flight    string   // flightLine: a flight recorder's window
+	// Incomplete is incompleteLine: why the figures do not cover the
+	// whole recording.
+	Incomplete string
+	Flight     string // flightLine: a flight recorder's window
 }
 
 // htmlFinding is one finding with its evidence.
@@ -262,7 +265,8 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res), Flight: flightLine(res)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res), Flight: flightLine(res),
+		Incomplete: incompleteLine(res)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}

@@ -503,6 +503,11 @@ type JSONRun struct {
 	// Flight is set when the trace was kept by a flight recorder (run or
 	// attach --max-trace): the events before the window were summarised.
 	Flight *JSONFlight `json:"flight,omitempty"`
+	// Complete is false when the figures do not cover the whole recording
+	// (IncompleteReasons, one line each, say why): a trace cut short, or
+	// a moment report. `vramprof check` gives no verdict on such figures.
+	Complete          bool     `json:"complete"`
+	IncompleteReasons []string `json:"incomplete_reasons,omitempty"`
 }
 
 // JSONMoment says which moment a moment report is for.
@@ -696,7 +701,9 @@ func NewJSON(res *analysis.Result) *JSON {
 		Events: run.Events, NestedEvents: run.NestedEvents, DeviceSwitches: run.DeviceSwitches,
 		DevicesInferred: run.DevicesInferred, NoCallsSeen: run.NoCallsSeen(), Note: noCallsLine(&run),
 		StrippedRuntimes: strippedRuntimeLines(&run),
-		Unknown:          runUnknown(&run), Moment: jsonMoment(res), Flight: jsonFlight(res)}
+		Unknown:          runUnknown(&run), Moment: jsonMoment(res), Flight: jsonFlight(res),
+		IncompleteReasons: IncompleteReasons(res)}
+	j.Run.Complete = len(j.Run.IncompleteReasons) == 0
 	if run.WallTime != 0 {
 		j.Run.StartTime = time.Unix(0, run.WallTime).UTC().Format(time.RFC3339Nano)
 	}

@@ -33,6 +33,9 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	// Title and one line on the run: what, how, how long, how it ended.
 	p("# vramprof report\n\n")
 	p("%s\n\n", runLine(res))
+	if l := incompleteLine(res); l != "" {
+		p("**Incomplete recording:** %s.\n\n", l)
+	}
 	if l := momentLine(res); l != "" {
 		p("**Moment:** %s.\n\n", l)
 	}

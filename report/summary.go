@@ -30,6 +30,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	t := res.Totals
 
 	p("vramprof: %s\n", runLine(res))
+	for _, l := range IncompleteReasons(res) {
+		p("incomplete:         %s\n", l)
+	}
 	if l := noCallsLine(&res.Run); l != "" {
 		p("note:               %s\n", l)
 	}

@@ -78,6 +78,26 @@ func processUnknown(res *analysis.Result) []string {
 	return out
 }
 
+// IncompleteReasons says why res does not cover the whole recording, one
+// line per reason; nil when it does. A gate must not pass on such figures
+// (report.json's run.complete, read by `vramprof check`).
+func IncompleteReasons(res *analysis.Result) []string {
+	var out []string
+	if m := res.Run.Moment; m != nil {
+		out = append(out, fmt.Sprintf("a moment report (%s %d, %s after the start): the figures stop at the moment, while the recording went on",
+			m.Kind, m.Index, time.Duration(res.Rel(m.Time))))
+	} else if !res.Run.Ended {
+		out = append(out, "cut short: the trace ends without its End record (vramprof was killed or crashed, or the disk filled), "+
+			"so the figures cover only what was recorded before the cut")
+	}
+	return out
+}
+
+// incompleteLine is IncompleteReasons in one line; "" when complete.
+func incompleteLine(res *analysis.Result) string {
+	return strings.Join(IncompleteReasons(res), "; ")
+}
+
 // momentLine says, in a moment report, that the figures are the trace's up
 // to that moment and which request failed; "" in any other report.
 func momentLine(res *analysis.Result) string {

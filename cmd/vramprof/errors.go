@@ -49,6 +49,7 @@ var hints = []struct {
 	{event.ErrVersion, "this trace was written by a newer vramprof: upgrade to read it"},
 	{event.ErrCorrupt, "the trace is damaged at that point; re-record it"},
 	{event.ErrTruncated, "the trace was cut short before its first record; re-record it"},
+	{compare.ErrIncomplete, "check the recording of a whole run: the output directory or report.json of a run that ended, not a moment report or a trace cut short"},
 	{compare.ErrLostEvents, "re-run the check (a less loaded machine loses fewer events), or accept that share with --allow-lost PCT"},
 	{compare.ErrCommandFailed, "the command's own failure, not a memory regression: see its output above"},
 	{compare.ErrSchema, "give a vramprof report.json, or a baseline written by 'vramprof check --write-baseline'"},

@@ -69,4 +69,12 @@ func TestRecorderKilled(t *testing.T) {
 	// then one more free.
 	assert.Equal(t, uint64(63), val(t, "allocations", rep.Totals.Allocations))
 	assert.Equal(t, uint64(41), val(t, "frees", rep.Totals.Frees))
+
+	// No gate passes on it, far as its figures are below the limit: they
+	// stop at the kill. Nor on the report.json made from it.
+	for _, in := range []string{dir, filepath.Join(out, "report.json")} {
+		ck := vramprof(t, execOpts{dir: tmp}, "check", "--max-peak", "1GiB", in)
+		assert.Equal(t, 2, ck.code, "check %s: no verdict; stdout:\n%s", in, ck.stdout)
+		assert.Contains(t, ck.stdout, "vramprof check: UNKNOWN: the recording is incomplete (cut short: ")
+	}
 }

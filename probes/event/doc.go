@@ -20,7 +20,12 @@
 // segments, each a stream of its own: it opens each new segment with a
 // [Checkpoint] of everything before it (totals, the live set at each peak,
 // timelines) and the allocations still live then, flagged [FlagRestored],
-// so that a reader may start at any segment. The record and its encoding
+// so that a reader may start at any segment. Each segment's header is
+// followed by its [Identity] (the recording's random ID, the segment's
+// number, and the record count and chained checksum the segment before it
+// ended with: [Writer.Frames], [Writer.Sum]), so that a reader tells a
+// gap, a cut, a foreign or a repeated segment from the segments of one
+// recording. The record and its encoding
 // are here; the tracker that follows a stream to write one is
 // analysis/checkpoint's, on the model of live memory (analysis/ledger).
 //

@@ -314,6 +314,27 @@ type Header struct {
 	Host     string
 }
 
+// Identity names a flight recorder's segment (vramprof run --max-trace):
+// which recording it belongs to, where it stands in it, and what the
+// segment before it ended with, so that a reader can tell a gap, a segment
+// of another recording or a repeated one from the segments of one
+// recording, and a segment cut short from a whole one. It is written right
+// after the Header of a segment and read with it (Reader.Identity): it is
+// not a record of the stream, and Next never returns it. Segments written
+// before it was added have none.
+type Identity struct {
+	// Recording is random, the same in every segment of one recording
+	// (32 hex digits).
+	Recording string
+	// Segment numbers the recording's segments from 1.
+	Segment uint64
+	// PrevFrames and PrevSum are what the segment before this one ended
+	// with (Writer.Frames and Writer.Sum after its last record); zero in
+	// segment 1.
+	PrevFrames uint64
+	PrevSum    uint32
+}
+
 // DeviceInfo describes one GPU as NVML sees it (the device layer). The NVML
 // sampler writes one per device when it starts, before that device's first
 // Sample.

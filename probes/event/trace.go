@@ -17,8 +17,22 @@ package event
 //
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
-//	12 Interpreter   13 Checkpoint
+//	12 Interpreter   13 Checkpoint   14 Identity
 //	0 is never valid (zero-filled garbage)
+//
+// An Identity (a flight recorder's segment: Recording, Segment,
+// PrevFrames, PrevSum) is only ever the second record, right after the
+// Header; the Reader reads it with the header (Reader.Identity) and Next
+// does not return it. It was added within version 2: older readers skip
+// it as a record type they do not know.
+//
+// Frames and Sum. Both ends count the records of a trace, the Header and
+// Identity included (Frames), and chain their checksums: Sum is CRC-32C
+// over each record's crc (4 bytes, little-endian) in order. A segment's
+// Identity carries the previous segment's Frames and Sum, so a reader
+// tells a segment cut at a record boundary (its End or its rotation
+// never reached the disk), or swapped for another, from the one the next
+// segment followed.
 //
 // Every payload but an Event's is its struct's fields in declaration order,
 // each one as: unsigned integers as uvarint, signed integers as zig-zag
@@ -196,6 +210,7 @@ const (
 	recNVMLStatus
 	recInterpreter
 	recCheckpoint
+	recIdentity
 )
 
 const (
@@ -282,6 +297,9 @@ type Writer struct {
 	sizes   map[uint64]uint32
 	held    Event // an event not yet written, which may fold with the next
 	hasHeld bool
+
+	frames uint64 // records written, the header included
+	sum    uint32 // CRC-32C chained over their crcs
 }
 
 // NewWriter writes the preamble and h to w and flushes them, so that even a
@@ -289,6 +307,19 @@ type Writer struct {
 // trace is written in format Version. Close the Writer when done; it does
 // not close w.
 func NewWriter(w io.Writer, h *Header) (*Writer, error) {
+	return newWriter(w, h, nil)
+}
+
+// NewSegmentWriter is NewWriter for a flight recorder's segment: id, the
+// segment's Identity, follows the header.
+func NewSegmentWriter(w io.Writer, h *Header, id *Identity) (*Writer, error) {
+	if id == nil {
+		return nil, errors.New("new trace segment writer: nil identity")
+	}
+	return newWriter(w, h, id)
+}
+
+func newWriter(w io.Writer, h *Header, id *Identity) (*Writer, error) {
 	if h == nil {
 		return nil, errors.New("new trace writer: nil header")
 	}
@@ -302,6 +333,11 @@ func NewWriter(w io.Writer, h *Header) (*Writer, error) {
 	}
 	if err := tw.writeFrame(recHeader, func(e *encoder) { e.header(h) }); err != nil {
 		return nil, fmt.Errorf("write trace header: %w", err)
+	}
+	if id != nil {
+		if err := tw.writeFrame(recIdentity, func(e *encoder) { e.identity(id) }); err != nil {
+			return nil, fmt.Errorf("write trace identity: %w", err)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return nil, fmt.Errorf("write trace header: %w", err)
@@ -441,7 +477,7 @@ func fold(a, b *Event) (outer, nested *Event, nestedFirst, ok bool) {
 func (w *Writer) emitEvent(ev, nested *Event, nestedFirst bool) error {
 	b := w.ev[:maxHead]
 	b = w.appendEvent(b, ev, nested, nestedFirst)
-	if _, err := w.bw.Write(frame(b, recEvent)); err != nil {
+	if _, err := w.bw.Write(w.chain(frame(b, recEvent))); err != nil {
 		w.err = fmt.Errorf("write trace event: %w", err)
 		return w.err
 	}
@@ -575,12 +611,26 @@ func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
 		return fmt.Errorf("record of %d bytes exceeds the %d-byte limit", n, MaxRecordSize)
 	}
 	w.buf = e.b
-	if _, err := w.bw.Write(frame(e.b, typ)); err != nil {
+	if _, err := w.bw.Write(w.chain(frame(e.b, typ))); err != nil {
 		w.err = err
 		return err
 	}
 	return nil
 }
+
+// chain counts rec, a whole record, in Frames and Sum, and returns it.
+func (w *Writer) chain(rec []byte) []byte {
+	w.frames++
+	w.sum = crc32.Update(w.sum, castagnoli, rec[len(rec)-frameTail:])
+	return rec
+}
+
+// Frames returns how many records were written, the header included: once
+// flushed, what a Reader of the whole trace counts (Reader.Frames).
+func (w *Writer) Frames() uint64 { return w.frames }
+
+// Sum returns the records' chained checksum (see the top of the file).
+func (w *Writer) Sum() uint32 { return w.sum }
 
 // Buffered returns how many bytes of whole records wait in the buffer (a
 // held event not included): what the next Flush adds to the underlying
@@ -620,6 +670,9 @@ type Reader struct {
 	pending   int               // bytes of the current record still to discard
 	consumed  int               // bytes of the current record already read
 	records   int64
+	frames    uint64 // records read, the header and identity included
+	sum       uint32 // their chained checksum
+	id        *Identity
 	truncated bool
 	err       error // terminal: io.EOF or the first error
 
@@ -677,8 +730,43 @@ func NewReader(r io.Reader) (*Reader, error) {
 	}
 	tr.h.Version = v
 	tr.st.time = tr.h.Start
+	// A segment's Identity follows its header. Anything else is left for
+	// Next; a damaged or cut Identity is Next's error, like any record's.
+	// The header's bytes may still be in the buffer (pending).
+	if b, err := tr.br.Peek(tr.pending + 1); err == nil && b[tr.pending] == recIdentity {
+		tr.readIdentity()
+	}
 	return tr, nil
 }
+
+// readIdentity reads the Identity record after the header into r.id, or
+// the error Next then returns.
+func (r *Reader) readIdentity() {
+	_, payload, err := r.frame()
+	if err != nil {
+		r.err = err
+		return
+	}
+	d := decoder{b: payload}
+	id := new(Identity)
+	d.identity(id)
+	if d.err != nil {
+		r.err = r.corrupt("identity: %v", d.err)
+		return
+	}
+	r.id = id
+}
+
+// Identity returns the segment's Identity, nil for a trace that has none
+// (not a flight recorder's segment, or written before segments had one).
+func (r *Reader) Identity() *Identity { return r.id }
+
+// Frames returns how many whole records were read, the header (and
+// identity) included: after a clean end, all of them (Writer.Frames).
+func (r *Reader) Frames() uint64 { return r.frames }
+
+// Sum returns the chained checksum of the records read (Writer.Sum).
+func (r *Reader) Sum() uint32 { return r.sum }
 
 // Header returns the trace's header. Its Version is the file's format
 // version.
@@ -806,6 +894,8 @@ func (r *Reader) frame() (byte, []byte, error) {
 	if crc32.Checksum(b[:head+n], castagnoli) != binary.LittleEndian.Uint32(b[head+n:]) {
 		return 0, nil, r.corrupt("bad checksum on type %d record of %d bytes", typ, n)
 	}
+	r.frames++
+	r.sum = crc32.Update(r.sum, castagnoli, b[head+n:total])
 	if inPlace {
 		r.pending = total
 	} else {
@@ -846,6 +936,8 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 	switch typ {
 	case recHeader:
 		return nil, r.corrupt("a second header")
+	case recIdentity:
+		return nil, r.corrupt("an identity that does not follow the header")
 	case recStack:
 		s := new(Stack)
 		d.stack(s)
@@ -1130,6 +1222,20 @@ func (e *encoder) header(h *Header) {
 	e.uint(h.Start)
 	e.int(h.WallTime)
 	e.str(h.Host)
+}
+
+func (e *encoder) identity(id *Identity) {
+	e.str(id.Recording)
+	e.uint(id.Segment)
+	e.uint(id.PrevFrames)
+	e.uint(uint64(id.PrevSum))
+}
+
+func (d *decoder) identity(id *Identity) {
+	id.Recording = d.str()
+	id.Segment = d.uint()
+	id.PrevFrames = d.uint()
+	id.PrevSum = d.u32()
 }
 
 func (e *encoder) stack(s *Stack) {

@@ -35,6 +35,12 @@ type Baseline struct {
 	// PeakStacksTotal is how many stacks the recording held at its peaks;
 	// PeakStacks keeps the largest BaselineStacks of them.
 	PeakStacksTotal int `json:"peak_stacks_total"`
+	// IncompleteReasons say why the recording was no whole run (as
+	// report.json's run.incomplete_reasons); absent when it was, as it
+	// always is in a baseline check writes (it writes none when the
+	// verdict is unknown). A check against a baseline that has them gives
+	// no verdict.
+	IncompleteReasons []string `json:"incomplete_reasons,omitempty"`
 }
 
 // BaselineFigure is a device ("device": "0") or a command ("command", and
@@ -61,7 +67,7 @@ func NewBaseline(s *Snapshot, tool string) *Baseline {
 	b := &Baseline{Schema: BaselineSchema, Tool: tool, Command: s.Command,
 		PeakBytes: s.Peak, LiveBytesAtEnd: s.LiveEnd, LostEvents: s.Lost,
 		Devices: []BaselineFigure{}, Processes: []BaselineFigure{}, PeakStacks: []BaselineStack{},
-		PeakStacksTotal: len(s.PeakStacks)}
+		PeakStacksTotal: len(s.PeakStacks), IncompleteReasons: s.Incomplete}
 	if b.Command == nil {
 		b.Command = []string{}
 	}
@@ -93,7 +99,8 @@ func WriteBaseline(w io.Writer, s *Snapshot, tool string) error {
 // stacks than the baseline kept.
 func (b *Baseline) Snapshot(source string) *Snapshot {
 	s := &Snapshot{Source: source, Command: b.Command, Peak: b.PeakBytes, LiveEnd: b.LiveBytesAtEnd, Lost: b.LostEvents,
-		StacksComplete: b.PeakStacksTotal <= len(b.PeakStacks), EndedCleanly: true}
+		StacksComplete: b.PeakStacksTotal <= len(b.PeakStacks), EndedCleanly: len(b.IncompleteReasons) == 0,
+		Incomplete: b.IncompleteReasons}
 	for _, d := range b.Devices {
 		s.Devices = append(s.Devices, Figure{Name: d.Device, Count: 1, Peak: d.PeakBytes, End: d.LiveBytesAtEnd})
 	}

@@ -52,16 +52,27 @@ func (v *Verdict) WriteMarkdown(w io.Writer) error {
 	if len(s.Command) > 0 {
 		p("Command: `%s`. ", strings.ReplaceAll(CommandText(s.Command), "`", "'"))
 	}
-	p("Peak %s, live at end %s.\n\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd))
+	if s.NoFigures {
+		p("No figures: the recording could not be read into figures.\n\n")
+	} else {
+		p("Peak %s, live at end %s.\n\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd))
+	}
 	if s.Lost > 0 {
 		p("> **Warning:** %d events lost (%s): %s.\n\n", s.Lost, s.lostCause(), lostText)
 	}
 	if s.Late > 0 {
 		p("> **Warning:** %s.\n\n", lateWarning(s.Late))
 	}
+	for _, r := range s.Incomplete {
+		p("> **Warning:** incomplete recording: %s.\n\n", mdCell(r))
+	}
 	p("| check | result | measured | limit | margin |\n| --- | --- | --- | --- | --- |\n")
 	for _, c := range v.Checks {
-		p("| %s | **%s** | %s | %s | %s |\n", c.Name, passText(c.Pass), mdCell(c.Measured), mdCell(c.Limit), mdCell(c.Margin))
+		result := passText(c.Pass)
+		if c.Lost || c.Whole {
+			result = lostPassText(c.Pass)
+		}
+		p("| %s | **%s** | %s | %s | %s |\n", c.Name, result, mdCell(c.Measured), mdCell(c.Limit), mdCell(c.Margin))
 	}
 	if v.ShowPeak || v.ShowLeak {
 		p("\n<details><summary>Stacks</summary>\n\n```\n")

@@ -33,6 +33,8 @@ func (v *Verdict) JUnit() junit.Testsuites {
 			detail = fmt.Sprintf("%s; limit %s; %s", c.Measured, c.Limit, c.Margin)
 		}
 		switch {
+		case !c.Pass && c.Whole:
+			tc.Error = &junit.Result{Message: c.Message, Type: "incomplete recording", Data: detail}
 		case !c.Pass && c.Lost:
 			tc.Error = &junit.Result{Message: c.Message, Type: "lost events", Data: detail}
 		case !c.Pass && c.Tool:

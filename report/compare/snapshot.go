@@ -34,7 +34,15 @@ type Snapshot struct {
 	ExitCode     int
 	EndedCleanly bool
 	// Truncated: a trace cut short; the figures cover what came before.
-	Truncated   bool
+	Truncated bool
+	// Incomplete says why the figures do not cover the whole recording
+	// (report.json's run.incomplete_reasons, or what an older report says
+	// of its end): no verdict holds on them. Nil when complete.
+	Incomplete []string
+	// NoFigures: the recording could not be read into figures at all (its
+	// segments do not follow each other); Incomplete says why, and every
+	// figure is zero.
+	NoFigures   bool
 	Allocations uint64
 	Peak        uint64
 	LiveEnd     uint64
@@ -166,7 +174,36 @@ func parseReport(source, path string, data []byte) (*Snapshot, error) {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRecording, path, err)
 	}
-	return FromReport(&j, source), nil
+	s := FromReport(&j, source)
+	// run.complete false with no reason given (not as vramprof writes it):
+	// still incomplete. Absent (a report.json from before the field) is
+	// judged by what the report says of its end (FromReport).
+	var head struct {
+		Run struct {
+			Complete *bool `json:"complete"`
+		} `json:"run"`
+	}
+	if json.Unmarshal(data, &head) == nil && head.Run.Complete != nil && !*head.Run.Complete && len(s.Incomplete) == 0 {
+		s.Incomplete = []string{"report.json says the recording is incomplete (run.complete false)"}
+	}
+	return s, nil
+}
+
+// incompleteReasons is what j says of its completeness: run.incomplete_reasons,
+// or, in a report.json written before that field, what its end and
+// moment say.
+func incompleteReasons(j *report.JSON) []string {
+	if len(j.Run.IncompleteReasons) > 0 || j.Run.Complete {
+		return j.Run.IncompleteReasons
+	}
+	switch {
+	case j.Run.Moment != nil:
+		return []string{fmt.Sprintf("a moment report (%s %d): the figures stop at the moment, while the recording went on",
+			j.Run.Moment.Kind, j.Run.Moment.Index)}
+	case !j.Run.EndedCleanly:
+		return []string{"cut short: the trace ends without its End record (ended_cleanly false), so the figures cover only what was recorded before the cut"}
+	}
+	return nil
 }
 
 // lostCause is s.LostCause, or what a snapshot without one (a baseline)
@@ -185,6 +222,7 @@ func FromReport(j *report.JSON, source string) *Snapshot {
 		Source: source, Command: j.Run.Command, ExitCode: j.Run.ExitCode, EndedCleanly: j.Run.EndedCleanly,
 		Allocations: j.Totals.Allocations, Peak: j.Totals.PeakBytes, LiveEnd: j.Totals.LiveBytesAtEnd,
 		Lost: j.Totals.LostEvents, Events: j.Run.Events, Late: j.Totals.LateEvents, StacksComplete: true,
+		Incomplete: incompleteReasons(j),
 	}
 	var causes event.LostCauses
 	if c := j.Totals.LostCauses; c != nil {

@@ -148,6 +148,7 @@ func TestLostCauseOfReport(t *testing.T) {
 	j.Totals.LostEvents = 3
 	j.Totals.LostCauses = &report.JSONLostCauses{RingFull: 1, Unpaired: 2}
 	j.Run.Events = 997
+	j.Run.EndedCleanly, j.Run.Complete = true, true
 	// 3 of 1000 lost, allowed: a verdict, with the warning beside it.
 	v := Judge(FromReport(j, "src"), nil, Limits{AllowLost: rat(t, "1"), AllowLostText: "1"}, nil)
 	assert.Contains(t, textOf(v), "WARNING: 3 events lost (1 refused by the full ring buffer, 2 returns without their call (a call in flight at attach)): ")

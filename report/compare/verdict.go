@@ -21,6 +21,10 @@ var (
 	// ErrLostEvents: more events were lost than --allow-lost allows, so
 	// the figures may be wrong either way and the verdict is unknown.
 	ErrLostEvents = errors.New("verdict unknown")
+	// ErrIncomplete: the recording (or the baseline) does not cover a
+	// whole run (cut short, a moment report, segments that do not follow
+	// each other), so the verdict is unknown.
+	ErrIncomplete = errors.New("verdict unknown")
 )
 
 // Limits are what a recording is judged against; a nil limit is not
@@ -56,6 +60,10 @@ type Check struct {
 	// Lost marks the lost-events check: failing, it makes the verdict
 	// unknown, whatever the other checks say.
 	Lost bool
+	// Whole marks the checks that the recording and the baseline are
+	// whole runs ("complete", "baseline-complete"): failing, they make the
+	// verdict unknown, whatever the other checks say.
+	Whole bool
 }
 
 // Verdict is the outcome of a check run, rendered the same way each time
@@ -93,6 +101,15 @@ func Judge(snap, base *Snapshot, l Limits, exitCode *int) *Verdict {
 		}
 		v.Checks = append(v.Checks, c)
 	}
+	if len(snap.Incomplete) > 0 {
+		v.Checks = append(v.Checks, wholeCheck("complete", "the recording", snap.Incomplete))
+	}
+	if base != nil && len(base.Incomplete) > 0 {
+		v.Checks = append(v.Checks, wholeCheck("baseline-complete", "the baseline", base.Incomplete))
+	}
+	if snap.NoFigures {
+		return v // nothing to judge: the complete check says why
+	}
 	if snap.Lost > 0 {
 		v.Checks = append(v.Checks, lostCheck(snap.Lost, snap.Events, l.AllowLost, l.AllowLostText))
 	}
@@ -127,7 +144,7 @@ func Judge(snap, base *Snapshot, l Limits, exitCode *int) *Verdict {
 func (v *Verdict) Failed() (memory, command bool) {
 	for _, c := range v.Checks {
 		switch {
-		case c.Pass || c.Lost:
+		case c.Pass || c.Lost || c.Whole:
 		case c.Tool:
 			command = true
 		default:
@@ -137,11 +154,12 @@ func (v *Verdict) Failed() (memory, command bool) {
 	return memory, command
 }
 
-// Unknown reports whether more events were lost than --allow-lost allows:
-// the figures may then be wrong either way, and no verdict holds.
+// Unknown reports whether the recording or the baseline is no whole run,
+// or more events were lost than --allow-lost allows: the figures may then
+// be wrong either way, and no verdict holds.
 func (v *Verdict) Unknown() bool {
 	for _, c := range v.Checks {
-		if c.Lost && !c.Pass {
+		if (c.Lost || c.Whole) && !c.Pass {
 			return true
 		}
 	}
@@ -156,6 +174,11 @@ func (v *Verdict) Outcome() (regression bool, err error) {
 	memFailed, cmdFailed := v.Failed()
 	switch {
 	case v.Unknown():
+		for _, c := range v.Checks {
+			if c.Whole && !c.Pass {
+				return false, fmt.Errorf("%w: %s", ErrIncomplete, c.Message)
+			}
+		}
 		for _, c := range v.Checks {
 			if c.Lost {
 				return false, fmt.Errorf("%w: %s, limit %s: the figures may be wrong either way", ErrLostEvents, c.Measured, c.Limit)
@@ -191,6 +214,18 @@ func lostCheck(lost, recorded uint64, allow *big.Rat, allowText string) Check {
 	}
 	return c
 }
+
+// wholeCheck fails: what (the recording, the baseline) is no whole run,
+// for reasons.
+func wholeCheck(name, what string, reasons []string) Check {
+	return Check{Name: name, Whole: true, Tool: true, Measured: "incomplete: " + strings.Join(reasons, "; "),
+		Limit: "a whole recording",
+		Message: fmt.Sprintf("%s is incomplete (%s): its figures may be wrong either way, so the verdict is unknown",
+			what, strings.Join(reasons, "; "))}
+}
+
+// wholeHint is what to do about an incomplete recording.
+const wholeHint = "check a whole recording: the output directory (or report.json) of a run that ended, not a moment's or a cut one"
 
 // limitCheck is measured <= limit.
 func limitCheck(name, what string, measured, limit uint64) Check {
@@ -264,9 +299,14 @@ func (v *Verdict) Header() string {
 			}
 		}
 	}
-	exit, lost := "", ""
+	exit, lost, whole := "", "", ""
 	for _, c := range v.Checks {
 		switch {
+		case c.Whole && !c.Pass:
+			if whole == "" {
+				whole = c.Message
+			}
+		case c.Whole:
 		case c.Lost:
 			lost = c.Measured
 		case c.Tool:
@@ -274,6 +314,8 @@ func (v *Verdict) Header() string {
 		}
 	}
 	switch {
+	case whole != "":
+		return fmt.Sprintf("UNKNOWN: %s (%s)", whole, wholeHint)
 	case v.Unknown():
 		return fmt.Sprintf("UNKNOWN: %s; %s, so no verdict (accept up to PCT%% lost with --allow-lost PCT)", lost, lostText)
 	case memFailed && cmdFailed:
@@ -336,7 +378,19 @@ func (v *Verdict) WriteText(w io.Writer) {
 		p("command: %s\n", CommandText(s.Command))
 	}
 	p("%s\n", v.Recording)
-	p("peak %s, live at end %s, %d allocations\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd), s.Allocations)
+	if s.NoFigures {
+		p("figures: none (the recording could not be read into figures)\n")
+	} else {
+		p("peak %s, live at end %s, %d allocations\n", units.BytesExact(s.Peak), units.BytesExact(s.LiveEnd), s.Allocations)
+	}
+	for _, r := range s.Incomplete {
+		p("WARNING: incomplete recording: %s\n", r)
+	}
+	if b := v.Baseline; b != nil {
+		for _, r := range b.Incomplete {
+			p("WARNING: incomplete baseline %s: %s\n", b.Source, r)
+		}
+	}
 	if s.Lost > 0 {
 		p("WARNING: %d events lost (%s): %s\n", s.Lost, s.lostCause(), lostText)
 	}
@@ -347,7 +401,7 @@ func (v *Verdict) WriteText(w io.Writer) {
 		p("WARNING: the trace was cut short: the figures cover the records before the cut\n")
 	}
 	for _, c := range v.Checks {
-		if c.Lost {
+		if c.Lost || c.Whole {
 			p("%s  %-13s %s; limit %s\n", lostPassText(c.Pass), c.Name, c.Measured, c.Limit)
 			continue
 		}

@@ -18,6 +18,10 @@ var (
 	// record (the recorder was killed). What came before is valid and is
 	// analysed; the outputs say the run was cut short.
 	ErrTruncated = errors.New("trace cut short")
+	// ErrSegments: a flight recorder's segments do not follow each other
+	// (one is missing, cut short, repeated or of another recording): the
+	// figures would be wrong, so none are given.
+	ErrSegments = errors.New("trace segments do not follow each other")
 	// ErrUsage: the request contradicts its input (Report's --pid on a
 	// PyTorch snapshot, a PID without device events); the CLI shows it as
 	// a usage error.

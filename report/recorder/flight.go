@@ -18,6 +18,12 @@ package recorder
 // segment kept, restores from its checkpoint, and reads the later
 // segments' own records only (segments.go).
 //
+// Identity: each segment's header is followed by an event.Identity, the
+// recording's random ID, the segment's number and the record count and
+// chained checksum the previous segment ended with, so that a reader
+// refuses a gap, a cut, a foreign or a repeated segment (ErrSegments)
+// instead of reading wrong figures from it.
+//
 // Stacks: an event whose stack its segment has not described yet is
 // preceded by that stack (and its mappings) again (describe). A segment's
 // top grows with what is live and at the peaks, not with every stack ever
@@ -28,6 +34,8 @@ package recorder
 // stack and mapping seen among them); never the events themselves.
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +63,9 @@ type flight struct {
 	max     uint64 // --max-trace
 	segSize uint64 // a segment's budget
 	header  event.Header
+	// id is the recording's identity, the same in each segment's
+	// event.Identity: a reader refuses a segment of another recording.
+	id string
 	// seg is the current segment's number; kept the segments on disk, in
 	// order, the current one last.
 	seg  uint64
@@ -93,10 +104,14 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // newFlight prepares a flight recorder of size bytes (--max-trace).
-func newFlight(size uint64) *flight {
-	return &flight{max: size, segSize: max(size/flightSegments, minFlightSegment), tracker: checkpoint.NewTracker(),
+func newFlight(size uint64) (*flight, error) {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("recording identity: %w", err)
+	}
+	return &flight{max: size, id: hex.EncodeToString(id[:]), segSize: max(size/flightSegments, minFlightSegment), tracker: checkpoint.NewTracker(),
 		stacks: make(map[event.StackID]*event.Stack), mappings: make(map[event.MappingID]*event.Mapping),
-		sent: make(map[event.StackID]struct{}), sentMaps: make(map[event.MappingID]struct{})}
+		sent: make(map[event.StackID]struct{}), sentMaps: make(map[event.MappingID]struct{})}, nil
 }
 
 // createSegment creates segment n in d, as createTrace does the trace.
@@ -122,7 +137,7 @@ func (r *Recorder) startFlight(h *event.Header) error {
 	fl.kept = []string{segmentName(fl.seg)}
 	fl.sizes = []uint64{0}
 	fl.written = &countWriter{w: f}
-	r.w, err = event.NewWriter(fl.written, h)
+	r.w, err = event.NewSegmentWriter(fl.written, h, &event.Identity{Recording: fl.id, Segment: fl.seg})
 	if err != nil {
 		return fmt.Errorf("write trace header: %w", err)
 	}
@@ -278,6 +293,8 @@ func (r *Recorder) rotate() error {
 	if err := r.w.Close(); err != nil {
 		return err
 	}
+	// What the next segment says this one ended with.
+	id := event.Identity{Recording: fl.id, Segment: fl.seg + 1, PrevFrames: r.w.Frames(), PrevSum: r.w.Sum()}
 	prev := fl.written.n
 	if err := r.file.Close(); err != nil {
 		return fmt.Errorf("close trace segment: %w", err)
@@ -289,7 +306,7 @@ func (r *Recorder) rotate() error {
 	}
 	r.file = f
 	fl.written = &countWriter{w: f}
-	if r.w, err = event.NewWriter(fl.written, &fl.header); err != nil {
+	if r.w, err = event.NewSegmentWriter(fl.written, &fl.header, &id); err != nil {
 		return err
 	}
 	for _, rec := range fl.desc {

@@ -303,12 +303,13 @@ func (r *Recorder) finishMoment(a *analysis.Analyzer, req momentRequest) (*analy
 func (r *Recorder) analyzeFlightMoment(req momentRequest) (*analysis.Result, error) {
 	defer closeAll(req.segments)
 	segs := make([]io.Reader, len(req.segments))
+	names := make([]string, len(req.segments))
 	for i, f := range req.segments {
-		segs[i] = f
+		segs[i], names[i] = f, f.Name()
 	}
 	segs[len(segs)-1] = io.LimitReader(req.segments[len(segs)-1], req.traceBytes)
 	a := analysis.New(r.opts.Analysis)
-	rr, err := replaySegments(a, "trace segments", segs)
+	rr, err := replaySegments(a, "trace segments", segs, names)
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,10 @@ func Create(opts Options) (*Recorder, error) {
 	h.WallTime = time.Now().UnixNano()
 	h.Host, _ = os.Hostname()
 	if opts.MaxTrace > 0 {
-		r.flight = newFlight(opts.MaxTrace)
+		if r.flight, err = newFlight(opts.MaxTrace); err != nil {
+			r.Abort()
+			return nil, err
+		}
 		if err := r.startFlight(h); err != nil {
 			r.Abort()
 			return nil, err

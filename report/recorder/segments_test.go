@@ -60,7 +60,7 @@ func TestReplaySegments(t *testing.T) {
 			got = append(got, "end")
 		}
 		return nil
-	}, "test", segs)
+	}, "test", segs, []string{"trace-000001.vpt", "trace-000002.vpt"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"header", "stack a", "event new", "stack b", "event new", "end"}, got)
 }
@@ -172,4 +172,120 @@ func TestFlightPreambleBounded(t *testing.T) {
 	for _, u := range p.PeakStacks {
 		assert.NotEmpty(t, res.Stacks[u.Stack].Frames, "stack %d described", u.Stack)
 	}
+}
+
+// mustFourSegments records workload(n) under the least --max-trace and
+// returns the directory and its segments: n chosen so that the trace
+// rotates three times and no segment is dropped (1..4).
+func mustFourSegments(tb testing.TB) (string, []string) {
+	tb.Helper()
+	dir, _ := mustRecord(tb, Options{MaxTrace: MinMaxTrace}, workload(1600, 1<<20))
+	segs := SegmentsOf(filepath.Join(dir, TraceFile))
+	var names []string
+	for _, p := range segs {
+		names = append(names, filepath.Base(p))
+	}
+	require.Equal(tb, []string{"trace-000001.vpt", "trace-000002.vpt", "trace-000003.vpt", "trace-000004.vpt"}, names,
+		"workload(1600) fills four segments of MinMaxTrace/4")
+	return dir, segs
+}
+
+// TestSegmentsFollowEachOther: the segments of one recording read back to
+// the workload's truth (1600 allocations, 1200 frees, 400 MiB live); a
+// missing, cut, foreign or repeated segment is refused with what is wrong
+// and what to do, never folded into the figures.
+func TestSegmentsFollowEachOther(t *testing.T) {
+	const n, size = 1600, 1 << 20
+	dir, segs := mustFourSegments(t)
+	res, err := analyzeSegments(segs, analysis.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(n), res.Totals.Allocations)
+	assert.Equal(t, uint64(n-n/4), res.Totals.Frees)
+	assert.Equal(t, uint64(n/4*size), res.Totals.LiveBytesAtEnd)
+
+	_, otherSegs := mustFourSegments(t) // another recording of the same workload
+	for _, tc := range []struct {
+		name   string
+		tamper func(t *testing.T, dir string)
+		want   []string
+	}{
+		{name: "middle deleted", tamper: func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, "trace-000002.vpt")))
+		}, want: []string{"segment 2 is missing between trace-000001.vpt (segment 1) and trace-000003.vpt (segment 3)",
+			"move trace-000001.vpt and the segments before it out of"}},
+		{name: "oldest cut inside a record", tamper: func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "trace-000001.vpt")
+			st, err := os.Stat(p)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(p, st.Size()/2))
+		}, want: []string{"trace-000001.vpt ends inside a record at byte", "yet trace-000002.vpt follows it"}},
+		{name: "oldest cut at a record boundary", tamper: func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "trace-000001.vpt")
+			data, err := os.ReadFile(p)
+			require.NoError(t, err)
+			// The whole records of the first half: what a reader of the
+			// cut file reads, without the cut.
+			r, err := event.NewReader(bytes.NewReader(data[:len(data)/2]))
+			require.NoError(t, err)
+			for {
+				if _, err := r.Next(); err != nil {
+					break
+				}
+			}
+			require.True(t, r.Truncated())
+			require.NoError(t, os.WriteFile(p, data[:r.Offset()], 0o644))
+		}, want: []string{"trace-000001.vpt holds", "but trace-000002.vpt follows a segment 1 of", "was cut short or replaced"}},
+		{name: "foreign", tamper: func(t *testing.T, dir string) {
+			data, err := os.ReadFile(otherSegs[2])
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000003.vpt"), data, 0o644))
+		}, want: []string{"trace-000003.vpt belongs to another recording (recording ",
+			"the newest segment, trace-000004.vpt, is of recording ", "remove it from"}},
+		{name: "foreign oldest", tamper: func(t *testing.T, dir string) {
+			data, err := os.ReadFile(otherSegs[0])
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000001.vpt"), data, 0o644))
+		}, want: []string{"trace-000001.vpt belongs to another recording"}},
+		{name: "without identity", tamper: func(t *testing.T, dir string) {
+			// A segment from before identities among ones that have it.
+			seg := mustSegment(t, stack, alloc(10, 0x1000, 64))
+			data, err := io.ReadAll(seg)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000002.vpt"), data, 0o644))
+		}, want: []string{"trace-000002.vpt belongs to another recording (one without an identity"}},
+		{name: "duplicated", tamper: func(t *testing.T, dir string) {
+			data, err := os.ReadFile(filepath.Join(dir, "trace-000002.vpt"))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "trace-000005.vpt"), data, 0o644))
+		}, want: []string{"trace-000005.vpt repeats segment 2 of the recording (trace-000004.vpt is segment 4)", "remove the copy"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "copy")
+			require.NoError(t, os.CopyFS(d, os.DirFS(dir)))
+			tc.tamper(t, d)
+			_, err := Analyze(filepath.Join(d, TraceFile), analysis.Options{})
+			require.ErrorIs(t, err, ErrSegments)
+			assert.NotContains(t, err.Error(), "\n", "one line")
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// TestFollowSegmentForeign: read as streams (a moment report's segments),
+// segments of two recordings are refused where they meet.
+func TestFollowSegmentForeign(t *testing.T) {
+	_, a := mustFourSegments(t)
+	_, b := mustFourSegments(t)
+	var segs []io.Reader
+	for _, p := range []string{a[0], a[1], b[2]} {
+		f, err := os.Open(p)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Close() })
+		segs = append(segs, f)
+	}
+	_, err := replaySegmentsTo(func(event.Record) error { return nil }, "test", segs, []string{a[0], a[1], b[2]})
+	require.ErrorIs(t, err, ErrSegments)
+	assert.Contains(t, err.Error(), "trace-000002.vpt and trace-000003.vpt belong to different recordings")
 }

@@ -176,10 +176,11 @@ CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t valu
  * other allocation calls hand out; "physical" is cuMemCreate's, counted
  * until cuMemRelease. Peaks are the maxima after each call. */
 struct fakecuda_counters {
-	unsigned long long allocs, failed_allocs, frees, alloc_bytes, freed_bytes, live_bytes, peak_live_bytes;
+	unsigned long long allocs, failed_allocs, failed_alloc_bytes, frees, alloc_bytes, freed_bytes, live_bytes,
+		peak_live_bytes;
 	unsigned long long reserves, failed_reserves, address_frees, reserved_bytes, peak_reserved_bytes;
-	unsigned long long creates, failed_creates, releases, created_bytes, released_bytes, physical_bytes,
-		peak_physical_bytes;
+	unsigned long long creates, failed_creates, failed_create_bytes, releases, created_bytes, released_bytes,
+		physical_bytes, peak_physical_bytes;
 	unsigned long long maps, unmaps, mapped_bytes, peak_mapped_bytes;
 	/* live_bytes + physical_bytes, and its maximum. */
 	unsigned long long device_bytes, peak_device_bytes;

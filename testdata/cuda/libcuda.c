@@ -293,12 +293,14 @@ static CUresult dev_alloc(CUdeviceptr *dptr, size_t size, int dev)
 	lock();
 	if (size > capacity || used[dev] > capacity - size) {
 		books.failed_allocs++;
+		books.failed_alloc_bytes += size;
 		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	at = arena_alloc(&devs[dev], size, (size + ALIGN - 1) & ~(ALIGN - 1), ALIGN, 0);
 	if (at == 0) {
 		books.failed_allocs++;
+		books.failed_alloc_bytes += size;
 		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -745,6 +747,7 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	lock();
 	if (size > capacity || used[dev] > capacity - size) {
 		books.failed_creates++;
+		books.failed_create_bytes += size;
 		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}

@@ -59,12 +59,23 @@ struct Site {
 	uint64_t failed = 0;
 };
 
+// The allocator's segments at one moment (its snapshot), summed.
+struct Geometry {
+	uint64_t segments = 0, large_segments = 0, expandable_segments = 0, total_size = 0, allocated_size = 0,
+		 requested_size = 0, free_blocks = 0, largest_free_block = 0;
+};
+
 struct OOM {
 	std::string function;
 	uint64_t size = 0;
 	std::string message;
-	c10::CachingDeviceAllocator::DeviceStats stats; // just after it was caught
+	// Just after it was caught (the allocator freed what cache it could
+	// before it threw).
+	c10::CachingDeviceAllocator::DeviceStats stats;
+	Geometry geometry;
 };
+
+Geometry geometry();
 
 alloc::CUDAAllocator *A;
 std::map<std::string, Site> sites;
@@ -72,12 +83,12 @@ std::vector<OOM> ooms;
 uint64_t n_alloc, n_free, n_failed, bytes_alloc, bytes_freed, live_bytes, peak_bytes, live_count;
 uint64_t empty_cache_calls;
 
-// make allocates a tensor of n bytes charged to site (the calling function).
-// The allocate call is inline here so the site's function is c10's caller.
-inline __attribute__((always_inline)) Tensor make(const char *site, size_t n)
+// book charges a tensor the allocator just handed out to site (the calling
+// function).
+NOINLINE Tensor book(const char *site, DataPtr data, size_t n)
 {
 	Tensor t;
-	t.data = A->allocate(n);
+	t.data = std::move(data);
 	t.size = n;
 	t.site = site;
 	Site &s = sites[site];
@@ -93,6 +104,10 @@ inline __attribute__((always_inline)) Tensor make(const char *site, size_t n)
 		peak_bytes = live_bytes;
 	return t;
 }
+
+// MAKE(n) allocates a tensor of n bytes in the function it is written in: the
+// allocate call is that function's own (its line is the site's line).
+#define MAKE(n) book(__func__, A->allocate(n), (n))
 
 // drop frees a tensor (pytorch:free fires inside).
 void drop(Tensor &t)
@@ -128,6 +143,7 @@ void failed(const char *site, size_t n, const c10::OutOfMemoryError &e)
 	o.size = n;
 	o.message = e.what_without_backtrace();
 	o.stats = A->getDeviceStats(0);
+	o.geometry = geometry();
 	ooms.push_back(o);
 }
 
@@ -144,27 +160,27 @@ std::vector<Tensor> weights, activations, leaked;
 
 NOINLINE void load_model()
 {
-	weights.push_back(make(__func__, 64 * MiB));
-	weights.push_back(make(__func__, 32 * MiB));
-	weights.push_back(make(__func__, 16 * MiB + 1000));
-	weights.push_back(make(__func__, 600 * KiB));
+	weights.push_back(MAKE(64 * MiB));
+	weights.push_back(MAKE(32 * MiB));
+	weights.push_back(MAKE(16 * MiB + 1000));
+	weights.push_back(MAKE(600 * KiB));
 }
 
 NOINLINE void forward(size_t grow)
 {
-	activations.push_back(make(__func__, 8 * MiB + grow));
-	activations.push_back(make(__func__, 4 * MiB));
-	activations.push_back(make(__func__, 2 * MiB + 12345));
-	activations.push_back(make(__func__, 1 * MiB));
-	activations.push_back(make(__func__, 300 * KiB));
+	activations.push_back(MAKE(8 * MiB + grow));
+	activations.push_back(MAKE(4 * MiB));
+	activations.push_back(MAKE(2 * MiB + 12345));
+	activations.push_back(MAKE(1 * MiB));
+	activations.push_back(MAKE(300 * KiB));
 }
 
 NOINLINE void backward(size_t grow)
 {
-	activations.push_back(make(__func__, 16 * MiB + grow));
-	activations.push_back(make(__func__, 8 * MiB));
-	activations.push_back(make(__func__, 3000000));
-	activations.push_back(make(__func__, 777));
+	activations.push_back(MAKE(16 * MiB + grow));
+	activations.push_back(MAKE(8 * MiB));
+	activations.push_back(MAKE(3000000));
+	activations.push_back(MAKE(777));
 }
 
 NOINLINE void optimizer_step()
@@ -175,7 +191,7 @@ NOINLINE void optimizer_step()
 // leak_step keeps 1 MiB per step (a tensor of metrics kept on the GPU).
 NOINLINE void leak_step()
 {
-	leaked.push_back(make(__func__, 1 * MiB));
+	leaked.push_back(MAKE(1 * MiB));
 }
 
 NOINLINE void release_cache()
@@ -235,7 +251,7 @@ NOINLINE int fill_cache()
 {
 	for (;;) {
 		try {
-			cache.push_back(make(__func__, 6 * MiB));
+			cache.push_back(MAKE(6 * MiB));
 		} catch (const c10::OutOfMemoryError &e) {
 			failed(__func__, 6 * MiB, e);
 			return 0;
@@ -264,8 +280,7 @@ NOINLINE void free_two_of_three()
 NOINLINE int grow_activations(size_t n)
 {
 	try {
-		Tensor t = make(__func__, n);
-		cache.push_back(std::move(t));
+		cache.push_back(MAKE(n));
 		return -1;
 	} catch (const c10::OutOfMemoryError &e) {
 		failed(__func__, n, e);
@@ -285,13 +300,13 @@ std::vector<Tensor> batch;
 
 NOINLINE void hold_weights()
 {
-	weights.push_back(make(__func__, 64 * MiB));
+	weights.push_back(MAKE(64 * MiB));
 }
 
 NOINLINE void fill_batches()
 {
 	for (int i = 0; i < 20; i++)
-		batch.push_back(make(__func__, 6 * MiB));
+		batch.push_back(MAKE(6 * MiB));
 }
 
 NOINLINE void free_every_other()
@@ -309,8 +324,7 @@ NOINLINE void free_every_other()
 NOINLINE int big_batch(size_t n)
 {
 	try {
-		Tensor t = make(__func__, n);
-		batch.push_back(std::move(t));
+		batch.push_back(MAKE(n));
 		return -1;
 	} catch (const c10::OutOfMemoryError &e) {
 		failed(__func__, n, e);
@@ -404,30 +418,35 @@ void stats_json(std::ostream &o, const c10::CachingDeviceAllocator::DeviceStats 
 	  << ", \"max_split_size\": " << d.max_split_size << "}";
 }
 
-// snapshot_json summarizes the allocator's snapshot: its segments and the
+// geometry summarizes the allocator's snapshot: its segments and the
 // largest free block in any of them.
-void snapshot_json(std::ostream &o)
+Geometry geometry()
 {
 	alloc::SnapshotInfo s = A->snapshot();
-	uint64_t total = 0, allocated = 0, requested = 0, largest_free = 0, free_blocks = 0;
-	int expandable = 0, large = 0;
+	Geometry g;
 	for (const auto &seg : s.segments) {
-		total += seg.total_size;
-		allocated += seg.allocated_size;
-		requested += seg.requested_size;
-		expandable += seg.is_expandable;
-		large += seg.is_large;
+		g.segments++;
+		g.total_size += seg.total_size;
+		g.allocated_size += seg.allocated_size;
+		g.requested_size += seg.requested_size;
+		g.expandable_segments += seg.is_expandable;
+		g.large_segments += seg.is_large;
 		for (const auto &b : seg.blocks)
 			if (!b.allocated) {
-				free_blocks++;
-				if (b.size > largest_free)
-					largest_free = b.size;
+				g.free_blocks++;
+				if (b.size > g.largest_free_block)
+					g.largest_free_block = b.size;
 			}
 	}
-	o << "{\"segments\": " << s.segments.size() << ", \"large_segments\": " << large
-	  << ", \"expandable_segments\": " << expandable << ", \"total_size\": " << total
-	  << ", \"allocated_size\": " << allocated << ", \"requested_size\": " << requested
-	  << ", \"free_blocks\": " << free_blocks << ", \"largest_free_block\": " << largest_free << "}";
+	return g;
+}
+
+void geometry_json(std::ostream &o, const Geometry &g)
+{
+	o << "{\"segments\": " << g.segments << ", \"large_segments\": " << g.large_segments
+	  << ", \"expandable_segments\": " << g.expandable_segments << ", \"total_size\": " << g.total_size
+	  << ", \"allocated_size\": " << g.allocated_size << ", \"requested_size\": " << g.requested_size
+	  << ", \"free_blocks\": " << g.free_blocks << ", \"largest_free_block\": " << g.largest_free_block << "}";
 }
 
 struct Counters {
@@ -454,13 +473,15 @@ Counters driver_counters()
 
 void driver_json(std::ostream &o, const struct fakecuda_counters &c)
 {
-	o << "{\"allocs\": " << c.allocs << ", \"failed_allocs\": " << c.failed_allocs << ", \"frees\": " << c.frees
+	o << "{\"allocs\": " << c.allocs << ", \"failed_allocs\": " << c.failed_allocs
+	  << ", \"failed_alloc_bytes\": " << c.failed_alloc_bytes << ", \"frees\": " << c.frees
 	  << ", \"alloc_bytes\": " << c.alloc_bytes << ", \"freed_bytes\": " << c.freed_bytes
 	  << ", \"live_bytes\": " << c.live_bytes << ", \"peak_live_bytes\": " << c.peak_live_bytes
 	  << ", \"reserves\": " << c.reserves << ", \"failed_reserves\": " << c.failed_reserves
 	  << ", \"address_frees\": " << c.address_frees << ", \"reserved_bytes\": " << c.reserved_bytes
 	  << ", \"peak_reserved_bytes\": " << c.peak_reserved_bytes << ", \"creates\": " << c.creates
-	  << ", \"failed_creates\": " << c.failed_creates << ", \"releases\": " << c.releases
+	  << ", \"failed_creates\": " << c.failed_creates << ", \"failed_create_bytes\": " << c.failed_create_bytes
+	  << ", \"releases\": " << c.releases
 	  << ", \"created_bytes\": " << c.created_bytes << ", \"released_bytes\": " << c.released_bytes
 	  << ", \"physical_bytes\": " << c.physical_bytes << ", \"peak_physical_bytes\": " << c.peak_physical_bytes
 	  << ", \"maps\": " << c.maps << ", \"unmaps\": " << c.unmaps << ", \"mapped_bytes\": " << c.mapped_bytes
@@ -514,13 +535,15 @@ int write_truth(const char *scenario)
 	stats_json(o, A->getDeviceStats(0));
 	o << ",\n  \"cache_info\": {\"largest_cached_block\": " << (largest_cached == 1 ? 0 : largest_cached)
 	  << ", \"largest_block\": " << largest_guess << "},\n  \"snapshot\": ";
-	snapshot_json(o);
+	geometry_json(o, geometry());
 	o << ",\n  \"ooms\": [";
 	for (size_t i = 0; i < ooms.size(); i++) {
 		o << (i ? ",\n    " : "\n    ") << "{\"function\": " << quote(ooms[i].function)
 		  << ", \"size\": " << ooms[i].size << ", \"message\": " << quote(ooms[i].message)
 		  << ", \"stats\": ";
 		stats_json(o, ooms[i].stats);
+		o << ", \"snapshot\": ";
+		geometry_json(o, ooms[i].geometry);
 		o << "}";
 	}
 	o << (ooms.empty() ? "" : "\n  ") << "],\n  \"driver\": ";

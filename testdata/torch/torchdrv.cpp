@@ -225,14 +225,15 @@ void train(int empty_every)
 		release_cache();
 }
 
-// healthy: the weights once, then 100 steps of 2 ms whose activations grow
-// by 64 KiB a step until step 20 and repeat after (the cache warms up, then
-// stays flat); nothing is kept. The weights are freed at the end.
+// healthy: the weights once, then 400 steps of 2 ms whose activations grow
+// by 256 KiB a step until step 40 and repeat after (the cache warms up in the
+// first steps, then stays flat); nothing is kept. The weights are freed at
+// the end.
 void healthy()
 {
 	load_model();
-	for (int i = 0; i < 100; i++) {
-		size_t grow = (size_t)(i % 20) * 64 * KiB;
+	for (int i = 0; i < 400; i++) {
+		size_t grow = (size_t)(i % 40) * 256 * KiB;
 		forward(grow);
 		backward(grow);
 		optimizer_step();

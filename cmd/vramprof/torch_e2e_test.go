@@ -3,13 +3,16 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 
+	gprofile "github.com/google/pprof/profile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -81,6 +84,14 @@ type fakeDriverBooks struct {
 	PeakDeviceBytes   uint64 `json:"peak_device_bytes"`
 }
 
+// torchSite is what one function of torchdrv asked for (requested sizes).
+type torchSite struct {
+	Allocations    uint64 `json:"allocations"`
+	AllocatedBytes uint64 `json:"allocated_bytes"`
+	LiveAtEnd      uint64 `json:"live_at_end"`
+	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+}
+
 // torchTruth is what testdata/torch/build/bin/torchdrv writes: its own
 // count of the tensors it made (requested sizes), the allocator's figures
 // and the fake driver's books.
@@ -99,14 +110,14 @@ type torchTruth struct {
 		LiveBytesAtEnd    uint64 `json:"live_bytes_at_end"`
 		LiveAtEnd         uint64 `json:"live_at_end"`
 	} `json:"tensors"`
-	ByFunction map[string]struct {
-		Allocations    uint64 `json:"allocations"`
-		LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
-	} `json:"by_function"`
-	EmptyCacheCalls uint64        `json:"empty_cache_calls"`
-	Stats           torchStats    `json:"stats"`
-	Snapshot        torchGeometry `json:"snapshot"`
-	OOMs            []struct {
+	ByFunction      map[string]torchSite `json:"by_function"`
+	EmptyCacheCalls uint64               `json:"empty_cache_calls"`
+	Stats           torchStats           `json:"stats"`
+	CacheInfo       struct {
+		LargestCachedBlock uint64 `json:"largest_cached_block"`
+	} `json:"cache_info"`
+	Snapshot torchGeometry `json:"snapshot"`
+	OOMs     []struct {
 		Function string        `json:"function"`
 		Size     uint64        `json:"size"`
 		Message  string        `json:"message"`
@@ -227,6 +238,7 @@ func TestTorchRealAllocator(t *testing.T) {
 			assert.Equal(t, want.Allocations, b.Allocations, "block allocations = tensors made")
 			assert.Equal(t, want.Frees, b.Frees, "block frees = tensors dropped")
 			assert.Zero(t, b.FailedAllocations, "no note fires for a refused request")
+			assert.Zero(t, b.UnknownFrees, "every freed tensor was seen made")
 			assert.Equal(t, want.AllocatedBytes, b.AllocatedBytes, "block bytes allocated")
 			assert.Equal(t, want.PeakBytes, b.PeakAllocatedBytes, "block peak")
 			assert.Equal(t, want.LiveBytesAtEnd, b.LiveBytesAtEnd, "block bytes live at end")
@@ -270,10 +282,23 @@ func TestTorchRealAllocator(t *testing.T) {
 				assert.Equal(t, g.RequestedSize, end.AllocatedBytes, "allocated (requested sizes) at end")
 				assert.Equal(t, g.LargestFreeBlock, end.LargestFreeRange, "largest free range at end")
 				assert.Equal(t, g.FreeBlocks, end.FreeRanges, "free ranges at end")
+				assert.Equal(t, truth.CacheInfo.LargestCachedBlock, end.LargestFreeRange, "largest free range at end = cacheInfo")
 				assert.Zero(t, end.UnplacedBytes, "every block lies in a traced segment")
 			}
 			if tc.ooms > 0 && !tc.expandable {
 				checkTorchOOMs(t, truth, rep)
+			}
+			checkTorchProfile(t, filepath.Join(dir, "profile.pb.gz"), truth)
+			// The recorded trace gives the same report and profile.
+			replay := filepath.Join(tmp, "replay")
+			r = vramprof(t, execOpts{}, "report", filepath.Join(dir, "trace.vpt"), "-o", replay)
+			require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+			for _, name := range []string{"report.json", "profile.pb.gz"} {
+				live, err := os.ReadFile(filepath.Join(dir, name))
+				require.NoError(t, err)
+				again, err := os.ReadFile(filepath.Join(replay, name))
+				require.NoError(t, err)
+				assert.True(t, bytes.Equal(live, again), "%s differs between the live run and the replay", name)
 			}
 		})
 	}
@@ -380,6 +405,52 @@ func checkTorchOOMs(t *testing.T, truth *torchTruth, rep *torchReport) {
 		}
 		assert.Equal(t, kind, got.Kind, "OOM %d: cached free %d vs request %d", i, g.TotalSize-g.RequestedSize, seg)
 	}
+}
+
+// checkTorchProfile reads the block layer's samples in profile.pb.gz by the
+// function at the top of their stacks (the site: the function that called
+// allocate) and compares them with what each function of torchdrv made and
+// kept.
+func checkTorchProfile(t *testing.T, path string, truth *torchTruth) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	p, err := gprofile.Parse(f)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckValid())
+	index := map[string]int{}
+	for i, st := range p.SampleType {
+		index[st.Type] = i
+	}
+	for _, st := range []string{"alloc_objects", "alloc_space", "inuse_objects", "inuse_space"} {
+		require.Contains(t, index, st, "sample types")
+	}
+	got := map[string]torchSite{}
+	for _, s := range p.Sample {
+		if l := s.Label["layer"]; len(l) != 1 || l[0] != "block" {
+			continue
+		}
+		require.NotEmpty(t, s.Location, "a block sample has a stack")
+		require.NotEmpty(t, s.Location[0].Line, "its site is symbolized")
+		fn := s.Location[0].Line[0].Function.Name
+		if i := strings.LastIndex(fn, "::"); i >= 0 {
+			fn = fn[i+2:]
+		}
+		site := got[fn]
+		site.Allocations += uint64(s.Value[index["alloc_objects"]])
+		site.AllocatedBytes += uint64(s.Value[index["alloc_space"]])
+		site.LiveAtEnd += uint64(s.Value[index["inuse_objects"]])
+		site.LiveBytesAtEnd += uint64(s.Value[index["inuse_space"]])
+		got[fn] = site
+	}
+	want := map[string]torchSite{}
+	for fn, site := range truth.ByFunction {
+		if site.Allocations > 0 { // not a function whose only request was refused
+			want[fn] = site
+		}
+	}
+	assert.Equal(t, want, got, "block samples by site")
 }
 
 // logTorchFindings prints what vramprof advises on the real allocator (the

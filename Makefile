@@ -52,8 +52,9 @@ nvidia:
 # PyTorch's real caching allocator (libc10_cuda.so, PyTorch 2.6.0) from
 # Debian trixie's contrib section, the c10 headers and trixie's glibc and
 # libstdc++ it needs, then testdata/torch/build/bin/torchdrv built against
-# them: 481 MB downloaded once (libtorch-cuda-2.6, of which 1.4 MB are kept),
-# 10 MB kept under testdata/torch/build. A failure is left to the tests, as
+# them: about 500 MB downloaded once (481 MB of it libtorch-cuda-2.6, of
+# which 1.4 MB are kept; 10 MB of package indices), 10 MB kept under
+# testdata/torch/build besides the indices. A failure is left to the tests, as
 # for the Pythons.
 torch: testdata
 	-testdata/torch/fetch.sh >/dev/null && $(MAKE) -s -C testdata/torch

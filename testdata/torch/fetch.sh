@@ -10,7 +10,9 @@
 #                   glibc that a program may load, libstdc++.so.6,
 #                   libgcc_s.so.1, libnuma.so.1, libcpuinfo.so.0,
 #                   libc10.so.2.6, libc10_cuda.so.2.6 (and .so links to link)
-#   build/include/  c10/ (the headers only)
+#   build/include/  c10/{core,cuda,macros,util}: the headers that
+#                   c10/cuda/CUDACachingAllocator.h draws in (60 of their 195
+#                   files), not c10/xpu
 #
 # It never installs anything and never touches the system's apt
 # configuration: apt reads a private sources file naming trixie with contrib,
@@ -94,7 +96,8 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES
 
 # Private sources, lists and package cache: nothing under /etc/apt or
-# /var/lib/apt changes. The sandbox user is root because _apt cannot write
+# /var/lib/apt changes. Only the package indices (10 MB): no translations, no
+# AppStream metadata (another 8 MB where appstream is installed). The sandbox user is root because _apt cannot write
 # into a build directory owned by the user running the tests.
 set -- \
 	-o Dir::Etc::sourcelist="$apt/debian.sources" \
@@ -105,6 +108,10 @@ set -- \
 	-o APT::Sandbox::User=root \
 	-o Debug::NoLocking=true \
 	-o Acquire::Languages=none \
+	-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false \
+	-o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false \
+	-o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false \
+	-o Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled=false \
 	-q
 
 echo "fetch.sh: apt-get update (private $suite lists in $apt)" >&2
@@ -165,7 +172,8 @@ for p in libtorch-cuda-dev $runtime; do
 done
 
 # Keep the shared objects (links resolved) and the c10 headers; drop the rest
-# (libtorch-cuda-dev's own links to libraries not fetched, gconv, docs...).
+# (libtorch-cuda-dev's own links to libraries not fetched, the torch, ATen and
+# caffe2 headers, gconv, docs...).
 multi="$stage/usr/lib/x86_64-linux-gnu"
 for f in ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libmvec.so.1 libdl.so.2 libpthread.so.0 librt.so.1 \
 	libresolv.so.2 libutil.so.1 libanl.so.1 libnss_files.so.2 libnss_dns.so.2 \
@@ -176,7 +184,10 @@ cp "$multi/libc10.so.2.6.0" "$lib/libc10.so.2.6"
 cp "$multi/libc10_cuda.so.2.6.0" "$lib/libc10_cuda.so.2.6"
 ln -sfn libc10.so.2.6 "$lib/libc10.so"
 ln -sfn libc10_cuda.so.2.6 "$lib/libc10_cuda.so"
-cp -R "$stage/usr/include/c10" "$inc/c10"
+mkdir -p "$inc/c10"
+for d in core cuda macros util; do
+	cp -R "$stage/usr/include/c10/$d" "$inc/c10/$d"
+done
 rm -rf "$stage" "$debs"
 
 found || {

@@ -399,6 +399,14 @@ func checkTorchOOMs(t *testing.T, truth *torchTruth, rep *torchReport) {
 		assert.Equal(t, g.TotalSize-g.RequestedSize, got.State.CachedFreeBytes, "OOM %d: cached free", i)
 		assert.Equal(t, g.LargestFreeBlock, got.State.LargestFreeRange, "OOM %d: largest free range", i)
 		assert.Equal(t, g.Segments, got.State.Segments, "OOM %d: segments", i)
+		// PyTorch's own words for the same moment (format_size: MiB
+		// with two decimals in this range). Its "allocated" is rounded to
+		// 512 bytes; these tensors are 6 MiB, so requested = rounded.
+		mib := func(n uint64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+		assert.Contains(t, want.Message, "Of the allocated memory "+mib(got.State.AllocatedBytes)+" is allocated by PyTorch",
+			"OOM %d: allocated, in PyTorch's message", i)
+		assert.Contains(t, want.Message, "and "+mib(got.State.CachedFreeBytes)+" is reserved by PyTorch but unallocated",
+			"OOM %d: cached free, in PyTorch's message", i)
 		kind := "capacity"
 		if g.TotalSize-g.RequestedSize >= seg {
 			kind = "fragmentation"

@@ -88,3 +88,4 @@ lint:
 clean:
 	rm -rf bin $(DEMO_OUT)
 	$(MAKE) -s -C testdata clean
+	$(MAKE) -s -C testdata/torch clean

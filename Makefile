@@ -12,7 +12,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata pythons nvidia generate test bench demo lint clean
+.PHONY: all build testdata pythons nvidia torch generate test bench demo lint clean
 
 all: build
 
@@ -28,7 +28,7 @@ generate:
 # -p 1: packages one at a time. attach --all (cmd/vramprof) adopts every CUDA
 # process on the machine, other packages' test processes included, and two
 # sessions resuming the same stopped process race each other.
-test: testdata pythons nvidia
+test: testdata pythons nvidia torch
 	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 # The interpreters the Python stack tests run besides the machine's own:
@@ -48,6 +48,16 @@ pythons:
 nvidia:
 	-testdata/nvidia/fetch.sh >/dev/null
 	-testdata/nvidia/fetch.sh static >/dev/null
+
+# PyTorch's real caching allocator (libc10_cuda.so, PyTorch 2.6.0) from
+# Debian trixie's contrib section, the c10 headers and trixie's glibc and
+# libstdc++ it needs, then testdata/torch/build/bin/torchdrv built against
+# them: about 500 MB downloaded once (481 MB of it libtorch-cuda-2.6, of
+# which 1.4 MB are kept; 10 MB of package indices), 10 MB kept under
+# testdata/torch/build besides the indices. A failure is left to the tests, as
+# for the Pythons.
+torch: testdata
+	-testdata/torch/fetch.sh >/dev/null && $(MAKE) -s -C testdata/torch
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) for the CUDA API and for the block layer (--pool), and attach
@@ -78,3 +88,4 @@ lint:
 clean:
 	rm -rf bin $(DEMO_OUT)
 	$(MAKE) -s -C testdata clean
+	$(MAKE) -s -C testdata/torch clean

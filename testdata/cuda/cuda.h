@@ -21,6 +21,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_INVALID_DEVICE = 101,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
 } CUresult;
 
 typedef unsigned long long CUdeviceptr;
@@ -153,6 +154,38 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 		  unsigned long long flags);
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+
+/* What PyTorch's c10::cuda::DriverAPI looks up with dlsym (it asserts each
+ * is there): cuGetErrorString works, cuDeviceGetAttribute answers 0 for
+ * every attribute, the rest fail with CUDA_ERROR_NOT_SUPPORTED. */
+typedef int CUdevice_attribute;
+typedef int CUmemAllocationHandleType;
+typedef unsigned int cuuint32_t;
+CUresult cuGetErrorString(CUresult error, const char **pStr);
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+				      CUmemAllocationHandleType handleType, unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+					CUmemAllocationHandleType shHandleType);
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+
+/* Not CUDA: the fake driver's own books, for ground truth in programs whose
+ * CUDA calls are made by a library they cannot see into (testdata/torch).
+ * Bytes are requested sizes. "Device" memory is what cuMemAlloc_v2 and the
+ * other allocation calls hand out; "physical" is cuMemCreate's, counted
+ * until cuMemRelease. Peaks are the maxima after each call. */
+struct fakecuda_counters {
+	unsigned long long allocs, failed_allocs, failed_alloc_bytes, frees, alloc_bytes, freed_bytes, live_bytes,
+		peak_live_bytes;
+	unsigned long long reserves, failed_reserves, address_frees, reserved_bytes, peak_reserved_bytes;
+	unsigned long long creates, failed_creates, failed_create_bytes, releases, created_bytes, released_bytes,
+		physical_bytes, peak_physical_bytes;
+	unsigned long long maps, unmaps, mapped_bytes, peak_mapped_bytes;
+	/* live_bytes + physical_bytes, and its maximum. */
+	unsigned long long device_bytes, peak_device_bytes;
+};
+void fakecuda_counters(struct fakecuda_counters *out);
 
 #ifdef __cplusplus
 }

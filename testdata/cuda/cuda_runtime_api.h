@@ -20,12 +20,59 @@ typedef enum cudaError {
 	cudaErrorInsufficientDriver = 35,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
+	cudaErrorNotReady = 600,
+	cudaErrorNotSupported = 801,
 	cudaErrorUnknown = 999,
 } cudaError_t;
 
 /* The same opaque handles as the driver's CUstream and CUmemoryPool. */
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+typedef struct CUevent_st *cudaEvent_t;
+
+/* What PyTorch's c10 headers and libc10_cuda.so use besides allocation
+ * (testdata/torch): streams, events, graph capture, copies, IPC, pools. */
+enum cudaStreamCaptureStatus {
+	cudaStreamCaptureStatusNone = 0,
+	cudaStreamCaptureStatusActive = 1,
+	cudaStreamCaptureStatusInvalidated = 2,
+};
+
+enum cudaStreamCaptureMode {
+	cudaStreamCaptureModeGlobal = 0,
+	cudaStreamCaptureModeThreadLocal = 1,
+	cudaStreamCaptureModeRelaxed = 2,
+};
+
+enum cudaMemcpyKind {
+	cudaMemcpyHostToHost = 0,
+	cudaMemcpyHostToDevice = 1,
+	cudaMemcpyDeviceToHost = 2,
+	cudaMemcpyDeviceToDevice = 3,
+	cudaMemcpyDefault = 4,
+};
+
+/* An int-sized enum; the values are NVIDIA's. */
+enum cudaMemPoolAttr {
+	cudaMemPoolReuseFollowEventDependencies = 1,
+	cudaMemPoolReuseAllowOpportunistic = 2,
+	cudaMemPoolReuseAllowInternalDependencies = 3,
+	cudaMemPoolAttrReleaseThreshold = 4,
+	cudaMemPoolAttrReservedMemCurrent = 5,
+	cudaMemPoolAttrReservedMemHigh = 6,
+	cudaMemPoolAttrUsedMemCurrent = 7,
+	cudaMemPoolAttrUsedMemHigh = 8,
+};
+
+typedef struct cudaIpcMemHandle_st {
+	char reserved[64];
+} cudaIpcMemHandle_t;
+
+/* Opaque here: cudaGetDeviceProperties_v2 fills name, totalGlobalMem,
+ * major, minor and multiProcessorCount at NVIDIA's offsets (CUDA 12: 1032
+ * bytes) and leaves the rest as the caller set it. */
+struct cudaDeviceProp;
+struct cudaMemAccessDesc;
 
 struct cudaExtent {
 	size_t width, height, depth;
@@ -44,6 +91,11 @@ struct cudaPitchedPtr {
 #define cudaHostAllocWriteCombined 0x04
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaEventInterprocess 0x04
+#define cudaIpcMemLazyEnablePeerAccess 0x01
 
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);
@@ -74,6 +126,38 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaStreamCreate(cudaStream_t *pStream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
+
+cudaError_t cudaDriverGetVersion(int *driverVersion);
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
+cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority);
+cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus);
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+			    cudaStream_t stream);
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
+				cudaStream_t stream);
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr);
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags);
+cudaError_t cudaIpcCloseMemHandle(void *devPtr);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
+				 size_t count);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep);
 
 #ifdef __cplusplus
 }

@@ -415,9 +415,268 @@ API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 	return from_driver(drv.streamDestroy(stream));
 }
 
+/* Nothing runs on the fake device: every stream and event is complete. */
 API cudaError_t cudaDeviceSynchronize(void)
 {
 	return cudaSuccess;
+}
+
+API cudaError_t cudaDriverGetVersion(int *driverVersion)
+{
+	if (driverVersion == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	*driverVersion = 12040;
+	return cudaSuccess;
+}
+
+/* Offsets in NVIDIA's struct cudaDeviceProp (CUDA 12, 1032 bytes): name[256]
+ * at 0, uuid and luid up to 284, totalGlobalMem (size_t) at 288, major and
+ * minor at 360 and 364, multiProcessorCount at 388. Only these are written.
+ * totalGlobalMem is the driver's capacity (FAKECUDA_CAPACITY). */
+API cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device)
+{
+	char *p = (char *)prop;
+	size_t free, total;
+	int n, cc[2] = {8, 0}, sms = 108;
+	CUresult r;
+
+	if (prop == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	if ((r = drv.deviceGetCount(&n)) != CUDA_SUCCESS)
+		return from_driver(r);
+	if (device < 0 || device >= n)
+		return set_error(cudaErrorInvalidDevice);
+	if ((r = drv.memGetInfo(&free, &total)) != CUDA_SUCCESS)
+		return from_driver(r);
+	snprintf(p, 256, "Fake CUDA device %d", device);
+	memcpy(p + 288, &total, sizeof(total));
+	memcpy(p + 360, cc, sizeof(cc));
+	memcpy(p + 388, &sms, sizeof(sms));
+	return cudaSuccess;
+}
+
+API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+	return cudaGetDeviceProperties_v2(prop, device);
+}
+
+/* NVIDIA's range on current GPUs: 0 (least) to -5 (greatest). */
+API cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+	NEED_DRIVER();
+	if (leastPriority)
+		*leastPriority = 0;
+	if (greatestPriority)
+		*greatestPriority = -5;
+	return cudaSuccess;
+}
+
+/* No peer access, IPC, copies or stream-ordered pool attributes: each fails
+ * with cudaErrorNotSupported (801), which callers report as an error. */
+API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+	(void)peerDevice, (void)flags;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+{
+	(void)priority;
+	if (pStream == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	return from_driver(drv.streamCreate(pStream, flags));
+}
+
+API cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
+{
+	(void)hStream;
+	if (priority == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	*priority = 0;
+	return cudaSuccess;
+}
+
+API cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+	(void)stream;
+	NEED_DRIVER();
+	return cudaSuccess;
+}
+
+API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+	(void)stream;
+	NEED_DRIVER();
+	return cudaSuccess;
+}
+
+API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+	(void)stream, (void)flags;
+	if (event == NULL)
+		return set_error(cudaErrorInvalidResourceHandle);
+	NEED_DRIVER();
+	return cudaSuccess;
+}
+
+/* Nothing is ever captured into a graph. */
+API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+	(void)stream;
+	if (pCaptureStatus == NULL)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	*pCaptureStatus = cudaStreamCaptureStatusNone;
+	return cudaSuccess;
+}
+
+static __thread enum cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
+
+API cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+	enum cudaStreamCaptureMode old = capture_mode;
+
+	if (mode == NULL)
+		return set_error(cudaErrorInvalidValue);
+	capture_mode = *mode;
+	*mode = old;
+	return cudaSuccess;
+}
+
+/* Events: host objects, complete as soon as recorded. */
+struct CUevent_st {
+	unsigned flags;
+};
+
+API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+	if (event == NULL || flags > 0x0f)
+		return set_error(cudaErrorInvalidValue);
+	NEED_DRIVER();
+	if ((*event = malloc(sizeof(**event))) == NULL)
+		return set_error(cudaErrorMemoryAllocation);
+	(*event)->flags = flags;
+	return cudaSuccess;
+}
+
+API cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+	if (event == NULL)
+		return set_error(cudaErrorInvalidResourceHandle);
+	free(event);
+	return cudaSuccess;
+}
+
+API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+	(void)stream;
+	if (event == NULL)
+		return set_error(cudaErrorInvalidResourceHandle);
+	NEED_DRIVER();
+	return cudaSuccess;
+}
+
+API cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+	if (event == NULL)
+		return set_error(cudaErrorInvalidResourceHandle);
+	return cudaSuccess;
+}
+
+API cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+	if (event == NULL)
+		return set_error(cudaErrorInvalidResourceHandle);
+	return cudaSuccess;
+}
+
+API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+	if (ms == NULL)
+		return set_error(cudaErrorInvalidValue);
+	if (start == NULL || end == NULL)
+		return set_error(cudaErrorInvalidResourceHandle);
+	*ms = 0;
+	return cudaSuccess;
+}
+
+/* Device memory is never mapped in the process: no copies. */
+API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	(void)dst, (void)src, (void)count, (void)kind;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+				cudaStream_t stream)
+{
+	(void)dst, (void)src, (void)count, (void)kind, (void)stream;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
+				    cudaStream_t stream)
+{
+	(void)dst, (void)dstDevice, (void)src, (void)srcDevice, (void)count, (void)stream;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+	(void)handle, (void)devPtr;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+	(void)devPtr, (void)handle, (void)flags;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+	(void)devPtr;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+	(void)memPool, (void)attr, (void)value;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+	(void)memPool, (void)attr, (void)value;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
+				     size_t count)
+{
+	(void)memPool, (void)descList, (void)count;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
+}
+
+API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+	(void)memPool, (void)minBytesToKeep;
+	NEED_DRIVER();
+	return set_error(cudaErrorNotSupported);
 }
 
 API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
@@ -445,6 +704,10 @@ API const char *cudaGetErrorString(cudaError_t error)
 		return "invalid device ordinal";
 	case cudaErrorInvalidResourceHandle:
 		return "invalid resource handle";
+	case cudaErrorNotReady:
+		return "device not ready";
+	case cudaErrorNotSupported:
+		return "operation not supported";
 	case cudaErrorUnknown:
 		return "unknown error";
 	}
@@ -466,6 +729,10 @@ API const char *cudaGetErrorName(cudaError_t error)
 		return "cudaErrorInvalidDevice";
 	case cudaErrorInvalidResourceHandle:
 		return "cudaErrorInvalidResourceHandle";
+	case cudaErrorNotReady:
+		return "cudaErrorNotReady";
+	case cudaErrorNotSupported:
+		return "cudaErrorNotSupported";
 	case cudaErrorUnknown:
 		return "cudaErrorUnknown";
 	}

@@ -111,6 +111,7 @@ static struct CUstream_st **streams;
 static size_t nstreams, cstreams;
 
 static __thread CUcontext current;
+static struct fakecuda_counters books;
 
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
@@ -133,6 +134,7 @@ static void reset_memory(void)
 	}
 	vas.n = 0;
 	nphys = nmaps = nhosts = 0;
+	memset(&books, 0, sizeof(books));
 }
 
 static void fork_prepare(void)
@@ -196,6 +198,23 @@ static void unlock(void)
 static int current_device(void)
 {
 	return current ? current->dev : 0;
+}
+
+#define MAX_TO(peak, v)              \
+	do {                         \
+		if ((v) > (peak))    \
+			(peak) = (v); \
+	} while (0)
+
+/* count_device updates the device totals after a change; under the lock. */
+static void count_device(void)
+{
+	books.device_bytes = books.live_bytes + books.physical_bytes;
+	MAX_TO(books.peak_live_bytes, books.live_bytes);
+	MAX_TO(books.peak_physical_bytes, books.physical_bytes);
+	MAX_TO(books.peak_reserved_bytes, books.reserved_bytes);
+	MAX_TO(books.peak_mapped_bytes, books.mapped_bytes);
+	MAX_TO(books.peak_device_bytes, books.device_bytes);
 }
 
 /* arena_alloc places reserved bytes first-fit at an align-aligned address
@@ -273,15 +292,23 @@ static CUresult dev_alloc(CUdeviceptr *dptr, size_t size, int dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
 	if (size > capacity || used[dev] > capacity - size) {
+		books.failed_allocs++;
+		books.failed_alloc_bytes += size;
 		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	at = arena_alloc(&devs[dev], size, (size + ALIGN - 1) & ~(ALIGN - 1), ALIGN, 0);
 	if (at == 0) {
+		books.failed_allocs++;
+		books.failed_alloc_bytes += size;
 		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	used[dev] += size;
+	books.allocs++;
+	books.alloc_bytes += size;
+	books.live_bytes += size;
+	count_device();
 	unlock();
 	*dptr = (CUdeviceptr)at;
 	return CUDA_SUCCESS;
@@ -307,6 +334,10 @@ static CUresult dev_free(CUdeviceptr p)
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	used[dev] -= devs[dev].r[i].requested;
+	books.frees++;
+	books.freed_bytes += devs[dev].r[i].requested;
+	books.live_bytes -= devs[dev].r[i].requested;
+	count_device();
 	arena_remove(&devs[dev], (size_t)i);
 	unlock();
 	return CUDA_SUCCESS;
@@ -651,9 +682,15 @@ API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment
 		alignment = GRANULARITY;
 	lock();
 	at = arena_alloc(&vas, size, size, alignment, (uintptr_t)addr);
-	unlock();
-	if (at == 0)
+	if (at == 0) {
+		books.failed_reserves++;
+		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	books.reserves++;
+	books.reserved_bytes += size;
+	count_device();
+	unlock();
 	*ptr = (CUdeviceptr)at;
 	return CUDA_SUCCESS;
 }
@@ -675,6 +712,8 @@ API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 	arena_remove(&vas, (size_t)i);
+	books.address_frees++;
+	books.reserved_bytes -= size;
 	unlock();
 	return CUDA_SUCCESS;
 }
@@ -707,12 +746,18 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
 	if (size > capacity || used[dev] > capacity - size) {
+		books.failed_creates++;
+		books.failed_create_bytes += size;
 		unlock();
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	phys = grow(phys, &cphys, nphys, sizeof(*phys));
 	phys[nphys] = (struct phys){next_handle++, size, dev, 0, 0};
 	used[dev] += size;
+	books.creates++;
+	books.created_bytes += size;
+	books.physical_bytes += size;
+	count_device();
 	*handle = phys[nphys++].h;
 	unlock();
 	return CUDA_SUCCESS;
@@ -729,6 +774,10 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	phys[i].released = 1;
+	books.releases++;
+	books.released_bytes += phys[i].size;
+	books.physical_bytes -= phys[i].size;
+	count_device();
 	if (phys[i].maps == 0)
 		drop_phys_locked((size_t)i);
 	unlock();
@@ -758,6 +807,9 @@ API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
 	maps = grow(maps, &cmaps, nmaps, sizeof(*maps));
 	maps[nmaps++] = (struct mapping){(uintptr_t)ptr, size, handle};
 	phys[i].maps++;
+	books.maps++;
+	books.mapped_bytes += size;
+	count_device();
 	unlock();
 	return CUDA_SUCCESS;
 invalid:
@@ -791,6 +843,8 @@ API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 			long i = find_phys(maps[m].h);
 			if (i >= 0 && --phys[i].maps == 0 && phys[i].released)
 				drop_phys_locked((size_t)i);
+			books.unmaps++;
+			books.mapped_bytes -= maps[m].size;
 			maps[m] = maps[--nmaps];
 		} else {
 			m++;
@@ -806,6 +860,87 @@ API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
 	if (size == 0 || desc == NULL || count == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;
+}
+
+/* ---- what PyTorch's DriverAPI looks up besides the VMM calls ---- */
+
+API CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+	if (pStr == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (error) {
+	case CUDA_SUCCESS:
+		*pStr = "no error";
+		break;
+	case CUDA_ERROR_INVALID_VALUE:
+		*pStr = "invalid argument";
+		break;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		*pStr = "out of memory";
+		break;
+	case CUDA_ERROR_INVALID_DEVICE:
+		*pStr = "invalid device ordinal";
+		break;
+	case CUDA_ERROR_INVALID_HANDLE:
+		*pStr = "invalid resource handle";
+		break;
+	case CUDA_ERROR_NOT_FOUND:
+		*pStr = "named symbol not found";
+		break;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		*pStr = "operation not supported";
+		break;
+	default:
+		*pStr = NULL;
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	(void)attrib;
+	if (pi == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= NDEV)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*pi = 0;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+					  CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	(void)shareableHandle, (void)handle, (void)handleType, (void)flags;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+					    CUmemAllocationHandleType shHandleType)
+{
+	(void)handle, (void)osHandle, (void)shHandleType;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+API CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+	(void)dstDevice, (void)ui, (void)N, (void)hStream;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+API CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+	(void)stream, (void)addr, (void)value, (void)flags;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+API void fakecuda_counters(struct fakecuda_counters *out)
+{
+	if (out == NULL)
+		return;
+	lock();
+	*out = books;
+	unlock();
 }
 
 /* ---- cuGetProcAddress: how NVIDIA's runtime finds the driver ---- */

@@ -1,0 +1,692 @@
+// torchdrv drives PyTorch's real CUDA caching allocator (c10's
+// CUDACachingAllocator in Debian's libc10_cuda.so, PyTorch 2.6.0) over the
+// fake CUDA runtime and driver in testdata/cuda, and writes down what it did
+// as JSON: its own count of the tensors it made and freed, the allocator's
+// own statistics (getDeviceStats, cacheInfo, snapshot), the text of every
+// OutOfMemoryError it caught, and the fake driver's counters.
+//
+// Usage: torchdrv SCENARIO (see scenarios below); the truth goes to
+// $VRAMPROF_TRUTH (nothing when unset). Exit 0, or 1 after an
+// OutOfMemoryError (truth written first, as a trainer that dies of it), 2 on
+// bad usage, 3 when the allocator misbehaves (an OOM that should not happen,
+// a missing one).
+//
+// Tensors come from allocator->allocate(n), as at::empty does: that path
+// fires the pytorch:malloc USDT note (raw_alloc does not); freeing the
+// DataPtr fires pytorch:free. Each scenario function below calls allocate
+// itself and is noinline, so it is the caller of c10's frames in a stack.
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#define NOINLINE __attribute__((noinline))
+
+namespace {
+
+using c10::DataPtr;
+namespace alloc = c10::cuda::CUDACachingAllocator;
+using Stat = c10::CachingDeviceAllocator::Stat;
+using StatType = c10::CachingDeviceAllocator::StatType;
+
+constexpr size_t KiB = 1024, MiB = 1024 * KiB;
+
+// A tensor: the allocator's DataPtr and the requested size.
+struct Tensor {
+	DataPtr data;
+	size_t size = 0;
+	const char *site = nullptr;
+};
+
+// Per function that allocated: what the program asked for.
+struct Site {
+	uint64_t allocations = 0, frees = 0, allocated_bytes = 0, live = 0, live_bytes = 0;
+	uint64_t failed = 0;
+};
+
+// The allocator's segments at one moment (its snapshot), summed.
+struct Geometry {
+	uint64_t segments = 0, large_segments = 0, expandable_segments = 0, total_size = 0, allocated_size = 0,
+		 requested_size = 0, free_blocks = 0, largest_free_block = 0;
+};
+
+struct OOM {
+	std::string function;
+	uint64_t size = 0;
+	std::string message;
+	// Just after it was caught (the allocator freed what cache it could
+	// before it threw).
+	c10::CachingDeviceAllocator::DeviceStats stats;
+	Geometry geometry;
+};
+
+Geometry geometry();
+
+alloc::CUDAAllocator *A;
+std::map<std::string, Site> sites;
+std::vector<OOM> ooms;
+uint64_t n_alloc, n_free, n_failed, bytes_alloc, bytes_freed, live_bytes, peak_bytes, live_count;
+uint64_t empty_cache_calls;
+
+// book charges a tensor the allocator just handed out to site (the calling
+// function).
+NOINLINE Tensor book(const char *site, DataPtr data, size_t n)
+{
+	Tensor t;
+	t.data = std::move(data);
+	t.size = n;
+	t.site = site;
+	Site &s = sites[site];
+	s.allocations++;
+	s.allocated_bytes += n;
+	s.live++;
+	s.live_bytes += n;
+	n_alloc++;
+	bytes_alloc += n;
+	live_bytes += n;
+	live_count++;
+	if (live_bytes > peak_bytes)
+		peak_bytes = live_bytes;
+	return t;
+}
+
+// MAKE(n) allocates a tensor of n bytes in the function it is written in: the
+// allocate call is that function's own (its line is the site's line).
+#define MAKE(n) book(__func__, A->allocate(n), (n))
+
+// drop frees a tensor (pytorch:free fires inside).
+void drop(Tensor &t)
+{
+	if (!t.data)
+		return;
+	t.data.clear();
+	Site &s = sites[t.site];
+	s.frees++;
+	s.live--;
+	s.live_bytes -= t.size;
+	n_free++;
+	bytes_freed += t.size;
+	live_bytes -= t.size;
+	live_count--;
+	t.size = 0;
+}
+
+void drop_all(std::vector<Tensor> &v)
+{
+	for (auto &t : v)
+		drop(t);
+	v.clear();
+}
+
+// failed books a request the allocator refused with an OutOfMemoryError.
+void failed(const char *site, size_t n, const c10::OutOfMemoryError &e)
+{
+	sites[site].failed++;
+	n_failed++;
+	OOM o;
+	o.function = site;
+	o.size = n;
+	o.message = e.what_without_backtrace();
+	o.stats = A->getDeviceStats(0);
+	o.geometry = geometry();
+	ooms.push_back(o);
+}
+
+void pause_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+// ---- a trainer: weights once, activations per step, optionally a leak ----
+
+std::vector<Tensor> weights, activations, leaked;
+
+NOINLINE void load_model()
+{
+	weights.push_back(MAKE(64 * MiB));
+	weights.push_back(MAKE(32 * MiB));
+	weights.push_back(MAKE(16 * MiB + 1000));
+	weights.push_back(MAKE(600 * KiB));
+}
+
+NOINLINE void forward(size_t grow)
+{
+	activations.push_back(MAKE(8 * MiB + grow));
+	activations.push_back(MAKE(4 * MiB));
+	activations.push_back(MAKE(2 * MiB + 12345));
+	activations.push_back(MAKE(1 * MiB));
+	activations.push_back(MAKE(300 * KiB));
+}
+
+NOINLINE void backward(size_t grow)
+{
+	activations.push_back(MAKE(16 * MiB + grow));
+	activations.push_back(MAKE(8 * MiB));
+	activations.push_back(MAKE(3000000));
+	activations.push_back(MAKE(777));
+}
+
+NOINLINE void optimizer_step()
+{
+	drop_all(activations);
+}
+
+// leak_step keeps 1 MiB per step (a tensor of metrics kept on the GPU).
+NOINLINE void leak_step()
+{
+	leaked.push_back(MAKE(1 * MiB));
+}
+
+NOINLINE void release_cache()
+{
+	A->emptyCache();
+	empty_cache_calls++;
+}
+
+NOINLINE void teardown()
+{
+	drop_all(weights);
+}
+
+// train: 40 steps of 5 ms, each forward, backward, leak_step (1 MiB kept),
+// optimizer_step; every empty_every steps (0: never) and at the end,
+// empty_cache. The weights are freed at the end; the leak stays live.
+void train(int empty_every)
+{
+	load_model();
+	for (int i = 0; i < 40; i++) {
+		forward(0);
+		backward(0);
+		leak_step();
+		optimizer_step();
+		if (empty_every > 0 && (i + 1) % empty_every == 0)
+			release_cache();
+		pause_ms(5);
+	}
+	teardown();
+	if (empty_every > 0)
+		release_cache();
+}
+
+// healthy: the weights once, then 400 steps of 2 ms whose activations grow
+// by 256 KiB a step until step 40 and repeat after (the cache warms up in the
+// first steps, then stays flat); nothing is kept. The weights are freed at
+// the end.
+void healthy()
+{
+	load_model();
+	for (int i = 0; i < 400; i++) {
+		size_t grow = (size_t)(i % 40) * 256 * KiB;
+		forward(grow);
+		backward(grow);
+		optimizer_step();
+		pause_ms(2);
+	}
+	teardown();
+}
+
+// ---- a fragmentation OOM ----
+
+std::vector<Tensor> cache;
+
+// fill_cache: 6 MiB tensors (three to a 20 MiB large-pool segment) until the
+// allocator runs out; the refused request is booked as failed.
+NOINLINE int fill_cache()
+{
+	for (;;) {
+		try {
+			cache.push_back(MAKE(6 * MiB));
+		} catch (const c10::OutOfMemoryError &e) {
+			failed(__func__, 6 * MiB, e);
+			return 0;
+		}
+		if (cache.size() > 1000)
+			return -1;
+	}
+}
+
+// free_two_of_three frees the first two tensors of every three: each
+// segment keeps one 6 MiB tensor and a 12 MiB hole.
+NOINLINE void free_two_of_three()
+{
+	std::vector<Tensor> kept;
+	for (size_t i = 0; i < cache.size(); i++) {
+		if (i % 3 == 2)
+			kept.push_back(std::move(cache[i]));
+		else
+			drop(cache[i]);
+	}
+	cache = std::move(kept);
+}
+
+// grow_activations asks for 16 MiB: no cached block is that large, and no
+// segment can be had.
+NOINLINE int grow_activations(size_t n)
+{
+	try {
+		cache.push_back(MAKE(n));
+		return -1;
+	} catch (const c10::OutOfMemoryError &e) {
+		failed(__func__, n, e);
+		return 0;
+	}
+}
+
+NOINLINE void release_all()
+{
+	drop_all(cache);
+	drop_all(weights);
+}
+
+// ---- expandable segments ----
+
+std::vector<Tensor> batch;
+
+NOINLINE void hold_weights()
+{
+	weights.push_back(MAKE(64 * MiB));
+}
+
+NOINLINE void fill_batches()
+{
+	for (int i = 0; i < 20; i++)
+		batch.push_back(MAKE(6 * MiB));
+}
+
+NOINLINE void free_every_other()
+{
+	std::vector<Tensor> kept;
+	for (size_t i = 0; i < batch.size(); i++) {
+		if (i % 2 == 1)
+			kept.push_back(std::move(batch[i]));
+		else
+			drop(batch[i]);
+	}
+	batch = std::move(kept);
+}
+
+NOINLINE int big_batch(size_t n)
+{
+	try {
+		batch.push_back(MAKE(n));
+		return -1;
+	} catch (const c10::OutOfMemoryError &e) {
+		failed(__func__, n, e);
+		return 0;
+	}
+}
+
+NOINLINE void release_batches()
+{
+	drop_all(batch);
+	drop_all(weights);
+}
+
+// ---- truth ----
+
+std::string quote(const std::string &s)
+{
+	std::string o = "\"";
+	for (unsigned char c : s) {
+		switch (c) {
+		case '"':
+			o += "\\\"";
+			break;
+		case '\\':
+			o += "\\\\";
+			break;
+		case '\n':
+			o += "\\n";
+			break;
+		case '\t':
+			o += "\\t";
+			break;
+		default:
+			if (c < 0x20) {
+				char b[8];
+				snprintf(b, sizeof(b), "\\u%04x", c);
+				o += b;
+			} else {
+				o += (char)c;
+			}
+		}
+	}
+	return o + "\"";
+}
+
+void stat_json(std::ostream &o, const char *name, const Stat &s)
+{
+	o << quote(name) << ": {\"current\": " << s.current << ", \"peak\": " << s.peak
+	  << ", \"allocated\": " << s.allocated << ", \"freed\": " << s.freed << "}";
+}
+
+// stats_json writes getDeviceStats: every StatArray's aggregate figure, the
+// large and small pools' reserved and allocated bytes, and the counters.
+void stats_json(std::ostream &o, const c10::CachingDeviceAllocator::DeviceStats &d)
+{
+	const size_t agg = (size_t)StatType::AGGREGATE, small = (size_t)StatType::SMALL_POOL,
+		     large = (size_t)StatType::LARGE_POOL;
+	o << "{";
+	stat_json(o, "allocation", d.allocation[agg]);
+	o << ", ";
+	stat_json(o, "segment", d.segment[agg]);
+	o << ", ";
+	stat_json(o, "active", d.active[agg]);
+	o << ", ";
+	stat_json(o, "inactive_split", d.inactive_split[agg]);
+	o << ", ";
+	stat_json(o, "allocated_bytes", d.allocated_bytes[agg]);
+	o << ", ";
+	stat_json(o, "reserved_bytes", d.reserved_bytes[agg]);
+	o << ", ";
+	stat_json(o, "active_bytes", d.active_bytes[agg]);
+	o << ", ";
+	stat_json(o, "inactive_split_bytes", d.inactive_split_bytes[agg]);
+	o << ", ";
+	stat_json(o, "requested_bytes", d.requested_bytes[agg]);
+	o << ", ";
+	stat_json(o, "small_pool_reserved_bytes", d.reserved_bytes[small]);
+	o << ", ";
+	stat_json(o, "large_pool_reserved_bytes", d.reserved_bytes[large]);
+	o << ", ";
+	stat_json(o, "small_pool_allocated_bytes", d.allocated_bytes[small]);
+	o << ", ";
+	stat_json(o, "large_pool_allocated_bytes", d.allocated_bytes[large]);
+	o << ", ";
+	stat_json(o, "oversize_allocations", d.oversize_allocations);
+	o << ", ";
+	stat_json(o, "oversize_segments", d.oversize_segments);
+	o << ", \"num_alloc_retries\": " << d.num_alloc_retries << ", \"num_ooms\": " << d.num_ooms
+	  << ", \"num_sync_all_streams\": " << d.num_sync_all_streams
+	  << ", \"num_device_alloc\": " << d.num_device_alloc << ", \"num_device_free\": " << d.num_device_free
+	  << ", \"max_split_size\": " << d.max_split_size << "}";
+}
+
+// geometry summarizes the allocator's snapshot: its segments and the
+// largest free block in any of them.
+Geometry geometry()
+{
+	alloc::SnapshotInfo s = A->snapshot();
+	Geometry g;
+	for (const auto &seg : s.segments) {
+		g.segments++;
+		g.total_size += seg.total_size;
+		g.allocated_size += seg.allocated_size;
+		g.requested_size += seg.requested_size;
+		g.expandable_segments += seg.is_expandable;
+		g.large_segments += seg.is_large;
+		for (const auto &b : seg.blocks)
+			if (!b.allocated) {
+				g.free_blocks++;
+				if (b.size > g.largest_free_block)
+					g.largest_free_block = b.size;
+			}
+	}
+	return g;
+}
+
+void geometry_json(std::ostream &o, const Geometry &g)
+{
+	o << "{\"segments\": " << g.segments << ", \"large_segments\": " << g.large_segments
+	  << ", \"expandable_segments\": " << g.expandable_segments << ", \"total_size\": " << g.total_size
+	  << ", \"allocated_size\": " << g.allocated_size << ", \"requested_size\": " << g.requested_size
+	  << ", \"free_blocks\": " << g.free_blocks << ", \"largest_free_block\": " << g.largest_free_block << "}";
+}
+
+struct Counters {
+	bool ok = false;
+	struct fakecuda_counters c{};
+};
+
+// driver_counters reads the fake driver's books (libcuda.so.1, which the fake
+// runtime dlopen()ed).
+Counters driver_counters()
+{
+	Counters r;
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (h == nullptr)
+		return r;
+	auto fn = (void (*)(struct fakecuda_counters *))dlsym(h, "fakecuda_counters");
+	if (fn != nullptr) {
+		fn(&r.c);
+		r.ok = true;
+	}
+	dlclose(h);
+	return r;
+}
+
+void driver_json(std::ostream &o, const struct fakecuda_counters &c)
+{
+	o << "{\"allocs\": " << c.allocs << ", \"failed_allocs\": " << c.failed_allocs
+	  << ", \"failed_alloc_bytes\": " << c.failed_alloc_bytes << ", \"frees\": " << c.frees
+	  << ", \"alloc_bytes\": " << c.alloc_bytes << ", \"freed_bytes\": " << c.freed_bytes
+	  << ", \"live_bytes\": " << c.live_bytes << ", \"peak_live_bytes\": " << c.peak_live_bytes
+	  << ", \"reserves\": " << c.reserves << ", \"failed_reserves\": " << c.failed_reserves
+	  << ", \"address_frees\": " << c.address_frees << ", \"reserved_bytes\": " << c.reserved_bytes
+	  << ", \"peak_reserved_bytes\": " << c.peak_reserved_bytes << ", \"creates\": " << c.creates
+	  << ", \"failed_creates\": " << c.failed_creates << ", \"failed_create_bytes\": " << c.failed_create_bytes
+	  << ", \"releases\": " << c.releases
+	  << ", \"created_bytes\": " << c.created_bytes << ", \"released_bytes\": " << c.released_bytes
+	  << ", \"physical_bytes\": " << c.physical_bytes << ", \"peak_physical_bytes\": " << c.peak_physical_bytes
+	  << ", \"maps\": " << c.maps << ", \"unmaps\": " << c.unmaps << ", \"mapped_bytes\": " << c.mapped_bytes
+	  << ", \"peak_mapped_bytes\": " << c.peak_mapped_bytes << ", \"device_bytes\": " << c.device_bytes
+	  << ", \"peak_device_bytes\": " << c.peak_device_bytes << "}";
+}
+
+const char *env_or_empty(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? v : "";
+}
+
+int write_truth(const char *scenario)
+{
+	const char *path = getenv("VRAMPROF_TRUTH");
+	if (path == nullptr || *path == '\0')
+		return 0;
+	std::ostringstream o;
+	size_t largest_cached = 1, largest_guess = 0;
+	// cacheInfo raises *largestBlock to the largest cached block; from 0 it
+	// starts at cudaMemGetInfo's free bytes (its own initial guess).
+	A->cacheInfo(0, &largest_cached);
+	A->cacheInfo(0, &largest_guess);
+	Counters dc = driver_counters();
+	if (!dc.ok) {
+		fprintf(stderr, "torchdrv: the fake driver's fakecuda_counters is not there\n");
+		return -1;
+	}
+
+	o << "{\n  \"scenario\": " << quote(scenario) << ",\n  \"pid\": " << getpid()
+	  << ",\n  \"torch\": {\"allocator\": " << quote(A->name())
+	  << ", \"PYTORCH_CUDA_ALLOC_CONF\": " << quote(env_or_empty("PYTORCH_CUDA_ALLOC_CONF"))
+	  << ", \"PYTORCH_NO_CUDA_MEMORY_CACHING\": " << quote(env_or_empty("PYTORCH_NO_CUDA_MEMORY_CACHING"))
+	  << "},\n  \"capacity_bytes\": " << strtoull(env_or_empty("FAKECUDA_CAPACITY"), nullptr, 10)
+	  << ",\n  \"tensors\": {\"allocations\": " << n_alloc << ", \"frees\": " << n_free
+	  << ", \"failed_allocations\": " << n_failed << ", \"allocated_bytes\": " << bytes_alloc
+	  << ", \"freed_bytes\": " << bytes_freed << ", \"peak_bytes\": " << peak_bytes
+	  << ", \"live_bytes_at_end\": " << live_bytes << ", \"live_at_end\": " << live_count
+	  << "},\n  \"by_function\": {";
+	bool first = true;
+	for (const auto &kv : sites) {
+		const Site &s = kv.second;
+		o << (first ? "\n    " : ",\n    ") << quote(kv.first) << ": {\"allocations\": " << s.allocations
+		  << ", \"frees\": " << s.frees << ", \"failed_allocations\": " << s.failed
+		  << ", \"allocated_bytes\": " << s.allocated_bytes << ", \"live_at_end\": " << s.live
+		  << ", \"live_bytes_at_end\": " << s.live_bytes << "}";
+		first = false;
+	}
+	o << "\n  },\n  \"empty_cache_calls\": " << empty_cache_calls << ",\n  \"stats\": ";
+	stats_json(o, A->getDeviceStats(0));
+	o << ",\n  \"cache_info\": {\"largest_cached_block\": " << (largest_cached == 1 ? 0 : largest_cached)
+	  << ", \"largest_block\": " << largest_guess << "},\n  \"snapshot\": ";
+	geometry_json(o, geometry());
+	o << ",\n  \"ooms\": [";
+	for (size_t i = 0; i < ooms.size(); i++) {
+		o << (i ? ",\n    " : "\n    ") << "{\"function\": " << quote(ooms[i].function)
+		  << ", \"size\": " << ooms[i].size << ", \"message\": " << quote(ooms[i].message)
+		  << ", \"stats\": ";
+		stats_json(o, ooms[i].stats);
+		o << ", \"snapshot\": ";
+		geometry_json(o, ooms[i].geometry);
+		o << "}";
+	}
+	o << (ooms.empty() ? "" : "\n  ") << "],\n  \"driver\": ";
+	driver_json(o, dc.c);
+	o << "\n}\n";
+
+	std::ofstream f(path);
+	f << o.str();
+	f.close();
+	if (!f) {
+		fprintf(stderr, "torchdrv: write %s failed\n", path);
+		return -1;
+	}
+	return 0;
+}
+
+// A scenario: the environment it runs the allocator under (set unless the
+// caller set it already), and what it does. run returns 0 when the program
+// runs to its end, 1 when it ends on an OutOfMemoryError, 3 when the
+// allocator did not do what the scenario is built on.
+struct Scenario {
+	const char *name;
+	const char *capacity; // FAKECUDA_CAPACITY
+	const char *alloc_conf;
+	bool no_caching;
+	int (*run)();
+};
+
+int run_train()
+{
+	train(0);
+	return 0;
+}
+
+int run_train_empty_cache()
+{
+	train(10);
+	return 0;
+}
+
+int run_healthy()
+{
+	healthy();
+	return 0;
+}
+
+// frag_oom: 6 MiB tensors fill 20 MiB segments until a segment allocation
+// fails (200 MiB: ten segments, thirty tensors); two of every three are freed;
+// a 16 MiB request then fails with 140 MiB cached free (ten 12 MiB holes, ten
+// 2 MiB tails). Both OOMs are caught; the program then frees everything and
+// ends with exit 1, as a trainer dying of the second would.
+int run_frag_oom()
+{
+	if (fill_cache() != 0)
+		return 3;
+	free_two_of_three();
+	if (grow_activations(16 * MiB) != 0)
+		return 3;
+	release_all();
+	return 1;
+}
+
+// expandable: the trainer (leak included) under expandable segments, then
+// empty_cache: the mapped pages are unmapped and released.
+int run_expandable()
+{
+	train(0);
+	release_cache();
+	return 0;
+}
+
+// expandable_oom: 256 MiB. hold_weights 64 MiB; fill_batches 20 x 6 MiB;
+// free_every_other frees ten (60 MiB of holes no page can be unmapped
+// from); big_batch asks 96 MiB: the segment cannot grow enough, the OOM is
+// caught; release_batches frees the rest, empty_cache. Exit 1.
+int run_expandable_oom()
+{
+	hold_weights();
+	fill_batches();
+	free_every_other();
+	if (big_batch(96 * MiB) != 0)
+		return 3;
+	release_batches();
+	release_cache();
+	return 1;
+}
+
+const Scenario scenarios[] = {
+	{"train", "17179869184", nullptr, false, run_train},
+	{"train_nocache", "17179869184", nullptr, true, run_train},
+	{"train_empty_cache", "17179869184", nullptr, false, run_train_empty_cache},
+	{"healthy", "17179869184", nullptr, false, run_healthy},
+	{"frag_oom", "209715200", nullptr, false, run_frag_oom},
+	{"expandable", "17179869184", "expandable_segments:True", false, run_expandable},
+	{"expandable_oom", "268435456", "expandable_segments:True", false, run_expandable_oom},
+};
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	const Scenario *sc = nullptr;
+	for (const auto &s : scenarios)
+		if (argc == 2 && strcmp(argv[1], s.name) == 0)
+			sc = &s;
+	if (sc == nullptr) {
+		fprintf(stderr, "usage: torchdrv SCENARIO (one of:");
+		for (const auto &s : scenarios)
+			fprintf(stderr, " %s", s.name);
+		fprintf(stderr, ")\n");
+		return 2;
+	}
+	// Before the first CUDA call: the fake driver reads FAKECUDA_CAPACITY
+	// once, c10 reads its two variables at its first allocation.
+	setenv("FAKECUDA_CAPACITY", sc->capacity, 0);
+	if (sc->alloc_conf)
+		setenv("PYTORCH_CUDA_ALLOC_CONF", sc->alloc_conf, 0);
+	if (sc->no_caching)
+		setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1", 0);
+
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+		fprintf(stderr, "torchdrv: no CUDA device (is the fake driver beside libcudart.so.12?)\n");
+		return 3;
+	}
+	A = alloc::get();
+	A->init(n);
+	int rc;
+	try {
+		rc = sc->run();
+	} catch (const c10::Error &e) {
+		fprintf(stderr, "torchdrv: %s: %s\n", sc->name, e.what_without_backtrace());
+		return 3;
+	}
+	if (rc == 3) {
+		fprintf(stderr, "torchdrv: %s: the allocator did not do what the scenario is built on\n", sc->name);
+		return 3;
+	}
+	if (write_truth(sc->name) != 0)
+		return 3;
+	// What is live stays live: no static destructor frees a tensor (or runs
+	// after c10's own statics are gone).
+	fflush(nullptr);
+	_exit(rc);
+}

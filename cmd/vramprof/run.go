@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
@@ -45,6 +48,16 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 	}
 	defer signal.Stop(sigs)
 
+	if lost := sigstate.Lost(); len(lost) > 0 {
+		// Rare (a parent that ignores SIGSEGV or SIGPROF), and it changes
+		// what the command does: said even with -q.
+		names := make([]string, len(lost))
+		for i, s := range lost {
+			names[i] = unix.SignalName(s)
+		}
+		fmt.Fprintf(os.Stderr, "vramprof: the command gets the default action for %s, which vramprof's parent ignores: a Go program cannot ignore those signals\n",
+			strings.Join(names, ", "))
+	}
 	cmd, err := rec.session.Launch(probes.LaunchOptions{
 		Argv: o.Command, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})

@@ -27,20 +27,27 @@ import (
 // signal the process handles (or blocks and ignores) is sent again after
 // the SIGCONT, so that its handler still runs.
 //
-// What is left: a stop signal sent between the look and the SIGCONT is
-// still lost, and one sent while the BPF side's own SIGSTOP is pending
-// merges with it (one instance of a signal is queued at a time), as two
-// SIGSTOPs from two users would.
+// A SIGSTOP pending in a process that is not stopped yet is taken for the
+// BPF side's own, on its way (the stop record can be read before the
+// signal is delivered): a SIGCONT then discards it, as it always did.
+//
+// What is left: a stop signal sent between the look and the SIGCONT, or
+// before the process has stopped, is still lost; one sent while the BPF
+// side's own SIGSTOP is pending merges with it (one instance of a signal
+// is queued at a time), as two SIGSTOPs from two users would.
 
 // stopSignals are the signals a SIGCONT discards.
 var stopSignals = []syscall.Signal{syscall.SIGSTOP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
 
 // resume sends SIGCONT to pid, which the BPF side stopped, unless a stop
-// signal that stops it is pending (see above): then it returns that signal
-// and leaves pid stopped.
+// signal that stops it is pending while it is stopped (see above): then it
+// returns that signal and leaves pid stopped.
 func resume(pid int) (userStop syscall.Signal, err error) {
+	// Only once the process is stopped: until then the pending SIGSTOP
+	// may be the BPF side's own, not delivered yet (user space can read
+	// the stop record first), and the SIGCONT must discard it.
 	st, ok := pendingStops(pid)
-	if ok && st.stop != 0 {
+	if ok && st.stop != 0 && procState(pid) == 'T' {
 		return st.stop, nil
 	}
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {

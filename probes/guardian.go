@@ -256,7 +256,11 @@ func resumeStopped(m *ebpf.Map) []uint32 {
 		// an entry of its own, for the next look.
 		// A stop the user sent meanwhile stays (resume.go).
 		if sameStart(e.st.Tgid, e.st.Start) {
-			if user, err := resume(int(e.st.Tgid)); err == nil && user == 0 && !slices.Contains(resumed, e.st.Tgid) {
+			user, err := resume(int(e.st.Tgid))
+			if user != 0 {
+				fmt.Fprintf(os.Stderr, "vramprof: pid %d was sent %v while stopped at a library load or exec: left stopped\n", e.st.Tgid, user)
+			}
+			if err == nil && user == 0 && !slices.Contains(resumed, e.st.Tgid) {
 				resumed = append(resumed, e.st.Tgid)
 			}
 		}

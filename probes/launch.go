@@ -36,8 +36,8 @@ type LaunchOptions struct {
 // (sigstate.Wanted).
 //
 // The child starts with the signal dispositions and mask this process
-// started with (sigstate): what its parent ignored stays ignored (a `trap
-// ” PIPE`, nohup's SIGHUP, a background job's SIGINT and SIGQUIT), as it
+// started with (sigstate): what its parent ignored stays ignored (a shell's
+// trap "" PIPE, nohup's SIGHUP, a background job's SIGINT and SIGQUIT), as it
 // would without vramprof. This process ignores them again too (sigstate.Keep).
 //
 // The returned command is running; the caller must Wait for it.

@@ -140,8 +140,8 @@ func exitCode(t *testing.T, err error) int {
 	return ee.ExitCode()
 }
 
-// TestRunIgnoredSIGPIPE: with SIGPIPE ignored by the parent (`trap ”
-// PIPE`), a writer whose reader goes away gets EPIPE and exits with its
+// TestRunIgnoredSIGPIPE: with SIGPIPE ignored by the parent (a shell's
+// trap "" PIPE), a writer whose reader goes away gets EPIPE and exits with its
 // own code (yes: 1), natively and under vramprof; it used to be killed by
 // SIGPIPE under vramprof (141).
 func TestRunIgnoredSIGPIPE(t *testing.T) {

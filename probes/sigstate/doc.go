@@ -5,7 +5,7 @@
 // code runs, even one its parent had set to SIG_IGN (it keeps only an
 // ignored SIGHUP and SIGINT), and exec(2) resets a handled signal to its
 // default while it keeps an ignored one. So a command launched from Go would
-// lose what its parent ignored: a `trap ” PIPE`, nohup's SIGHUP, the
+// lose what its parent ignored: a shell's trap "" PIPE, nohup's SIGHUP, the
 // SIGINT and SIGQUIT a shell ignores for a background job. The kernel keeps
 // no record of what the dispositions were, so they are read before the
 // runtime starts: by a C constructor (cgo), which runs before Go's own

@@ -3,7 +3,6 @@
 package probes
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,7 +46,7 @@ func resume(pid int) (userStop syscall.Signal, err error) {
 	// may be the BPF side's own, not delivered yet (user space can read
 	// the stop record first), and the SIGCONT must discard it.
 	st, ok := pendingStops(pid)
-	if ok && st.stop != 0 && procState(pid) == 'T' {
+	if ok && st.stop != 0 && st.stopped {
 		return st.stop, nil
 	}
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
@@ -61,22 +60,30 @@ func resume(pid int) (userStop syscall.Signal, err error) {
 
 // pending is what pendingStops found.
 type pending struct {
-	stop  syscall.Signal   // a pending signal that stops the process; 0: none
-	again []syscall.Signal // pending stop signals it handles or ignores
+	// stopped: the process was stopped (state T) before the signals were
+	// read. Read in that order (the kernel writes State before the
+	// signal sets in /proc/PID/status): a stop signal pending after the
+	// process had stopped came after the one that stopped it. Read the
+	// other way round, the BPF side's own SIGSTOP, seen pending, could
+	// stop the process before its state was read.
+	stopped bool
+	stop    syscall.Signal   // a pending signal that stops the process; 0: none
+	again   []syscall.Signal // pending stop signals it handles or ignores
 }
 
 // pendingStops reads the stop signals pending in pid, in the process's
 // queue and in each thread's, from /proc. ok is false when pid cannot be
 // read (it exited).
 func pendingStops(pid int) (p pending, ok bool) {
-	f, err := procStatusFields(fmt.Sprintf("/proc/%d/status", pid), "ShdPnd", "SigPnd", "SigCgt", "SigIgn")
+	f, state, err := procStatusFields(fmt.Sprintf("/proc/%d/status", pid), "ShdPnd", "SigPnd", "SigCgt", "SigIgn")
 	if err != nil {
 		return p, false
 	}
+	p.stopped = state == 'T'
 	pnd := f["ShdPnd"] | f["SigPnd"]
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 	for _, t := range tasks {
-		if tf, err := procStatusFields(t, "SigPnd"); err == nil {
+		if tf, _, err := procStatusFields(t, "SigPnd"); err == nil {
 			pnd |= tf["SigPnd"]
 		}
 	}
@@ -94,35 +101,35 @@ func pendingStops(pid int) (p pending, ok bool) {
 }
 
 // procStatusFields reads the named hexadecimal fields (signal sets) of a
-// /proc status file.
-func procStatusFields(path string, names ...string) (map[string]uint64, error) {
-	fh, err := os.Open(path)
+// /proc status file, and the state letter of its State line, in one read.
+func procStatusFields(path string, names ...string) (map[string]uint64, byte, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	defer fh.Close()
+	var state byte
 	out := make(map[string]uint64, len(names))
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
 		if !ok {
 			continue
 		}
+		v = strings.TrimSpace(v)
+		if k == "State" && v != "" {
+			state = v[0]
+		}
 		for _, n := range names {
 			if k == n {
-				x, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				x, err := strconv.ParseUint(v, 16, 64)
 				if err != nil {
-					return nil, fmt.Errorf("%s: %s: %w", path, k, err)
+					return nil, 0, fmt.Errorf("%s: %s: %w", path, k, err)
 				}
 				out[k] = x
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
 	if len(out) != len(names) {
-		return nil, fmt.Errorf("%s: missing fields of %v", path, names)
+		return nil, 0, fmt.Errorf("%s: missing fields of %v", path, names)
 	}
-	return out, nil
+	return out, state, nil
 }

@@ -80,7 +80,7 @@ var forExec sync.Mutex
 // ForExec prepares a fork and exec: the child will start with the
 // dispositions and mask this process started with. It calls Keep, ignores
 // SIGCHLD and SIGURG too when they were inherited as ignored, and sets the
-// calling thread's mask to Blocked, until the returned function, called
+// calling thread's mask to Blocked (when Known), until the returned function, called
 // right after the child is started, undoes the last two. The caller must be
 // locked to its thread (runtime.LockOSThread) from ForExec to done, and
 // start the child from it. Meanwhile a child of this process that exits is
@@ -95,7 +95,10 @@ func ForExec() (done func(), err error) {
 			back = append(back, s)
 		}
 	}
-	restoreMask, err := setThreadMask(Blocked())
+	restoreMask := func() {}
+	if Known() { // else the runtime's own: what it started with, less what it needs
+		restoreMask, err = setThreadMask(Blocked())
+	}
 	done = func() {
 		restoreMask()
 		if len(back) > 0 {

@@ -80,9 +80,9 @@ var forExec sync.Mutex
 // ForExec prepares a fork and exec: the child will start with the
 // dispositions and mask this process started with. It calls Keep, ignores
 // SIGCHLD and SIGURG too when they were inherited as ignored, and sets the
-// calling thread's mask to Blocked (when Known), until the returned function, called
-// right after the child is started, undoes the last two. The caller must be
-// locked to its thread (runtime.LockOSThread) from ForExec to done, and
+// calling thread's mask to Blocked (when Known), until the returned
+// function, called right after the child is started, undoes the last two.
+// The caller must be locked to its thread (runtime.LockOSThread) from ForExec to done, and
 // start the child from it. Meanwhile a child of this process that exits is
 // reaped by the kernel (SIGCHLD ignored): start nothing else in between.
 func ForExec() (done func(), err error) {

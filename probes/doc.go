@@ -32,7 +32,9 @@
 // AttachAll) names targets; Run reads until its context ends or the targets
 // exit; Close releases everything in reverse order and resumes the targets
 // the loader probe left stopped (only those). A guardian process resumes
-// them instead when the session's process dies (guardian.go). A Session is
+// them instead when the session's process dies (guardian.go), and is
+// started again if it dies first. A stop of the user's sent while a target
+// is held stays (resume.go). A Session is
 // not safe for concurrent use, except Stats.
 //
 // Tracing needs Linux: elsewhere only the sentinel errors build, so that

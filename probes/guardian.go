@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +42,11 @@ import (
 // the kernel one descriptor at a time and may stop one more process after
 // the pipe closed. Then it exits.
 //
+// The guardian can die first (killed by a user, by the OOM killer): the
+// session waits on it and starts another at once, on the same map (see
+// guardian.watch), so that a vramprof killed next still leaves nothing
+// stopped.
+//
 // The guardian is entered from this package's init, before main, when
 // guardianEnv is set: any program that imports probes (vramprof, and the
 // package's own tests) can be its own guardian.
@@ -64,29 +70,55 @@ func init() {
 	os.Exit(guardianMain(os.Getenv(guardianEnv)))
 }
 
-// guardian is a session's running guardian process.
+// guardian is a session's guardian: the running guardian process, and a
+// goroutine that waits for it. A guardian that dies before the session ends
+// (killed, OOM-killed) would leave nobody to resume what the BPF side
+// stopped should vramprof die next: the goroutine notices at once (its
+// Wait returns) and starts another, on the same stopped map; if that
+// fails, it resumes what the map lists now (the session's probing of
+// those processes may then miss their first calls, but none is left
+// stopped) and says so.
 type guardian struct {
-	cmd  *exec.Cmd
-	pipe *os.File // the write end: vramprof's life, as the guardian sees it
+	m *ebpf.Map // the stopped map, for each guardian started
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd // the guardian running now; nil once none could start
+	pipe    *os.File  // its pipe's write end: vramprof's life, as it sees it
+	closing bool      // close was called: an exit is expected
+	waitErr error     // the last guardian's exit, once closing
+
+	done chan struct{} // closed when watch returns
 }
 
 // startGuardian starts the guardian of a session whose stopped map is m.
 func startGuardian(m *ebpf.Map) (*guardian, error) {
+	cmd, pipe, exited, err := spawnGuardian(m)
+	if err != nil {
+		return nil, err
+	}
+	g := &guardian{m: m, cmd: cmd, pipe: pipe, done: make(chan struct{})}
+	go g.watch(exited)
+	return g, nil
+}
+
+// spawnGuardian starts one guardian process; exited receives its Wait's
+// result when it ends.
+func spawnGuardian(m *ebpf.Map) (cmd *exec.Cmd, pipe *os.File, exited chan error, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("start guardian: %w", err)
+		return nil, nil, nil, fmt.Errorf("start guardian: %w", err)
 	}
 	defer r.Close()
 	fd, err := syscall.Dup(m.FD())
 	if err != nil {
 		_ = w.Close()
-		return nil, fmt.Errorf("start guardian: dup stopped map: %w", err)
+		return nil, nil, nil, fmt.Errorf("start guardian: dup stopped map: %w", err)
 	}
 	mf := os.NewFile(uintptr(fd), "stopped")
 	defer mf.Close()
 	// Not os.Executable's path: /proc/self/exe runs even when the file was
 	// replaced or removed since vramprof started (an upgrade mid-run).
-	cmd := exec.Command("/proc/self/exe")
+	cmd = exec.Command("/proc/self/exe")
 	cmd.Args = []string{"vramprof-guardian"}
 	cmd.Env = []string{fmt.Sprintf("%s=%d", guardianEnv, os.Getpid())}
 	// Its own messages go where vramprof's do; nothing else is inherited
@@ -96,18 +128,59 @@ func startGuardian(m *ebpf.Map) (*guardian, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		_ = w.Close()
-		return nil, fmt.Errorf("start guardian: %w", err)
+		return nil, nil, nil, fmt.Errorf("start guardian: %w", err)
 	}
-	return &guardian{cmd: cmd, pipe: w}, nil
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return cmd, w, exited, nil
+}
+
+// watch waits for each guardian to exit, and starts another while the
+// session is not closing.
+func (g *guardian) watch(exited chan error) {
+	defer close(g.done)
+	for {
+		err := <-exited
+		g.mu.Lock()
+		if g.closing {
+			g.waitErr = err
+			g.mu.Unlock()
+			return
+		}
+		old := g.cmd.Process.Pid
+		_ = g.pipe.Close()
+		cmd, pipe, next, serr := spawnGuardian(g.m)
+		if serr != nil {
+			g.cmd, g.pipe = nil, nil
+			g.mu.Unlock()
+			resumed := resumeStopped(g.m)
+			fmt.Fprintf(os.Stderr, "vramprof: the guardian (pid %d) died (%v) and no other could start (%v): "+
+				"resumed the %d processes stopped at a library load now; if vramprof dies at a later one, "+
+				"resume it with kill -CONT\n", old, err, serr, len(resumed))
+			return
+		}
+		g.cmd, g.pipe = cmd, pipe
+		g.mu.Unlock()
+		fmt.Fprintf(os.Stderr, "vramprof: the guardian (pid %d) died (%v): started another (pid %d)\n", old, err, cmd.Process.Pid)
+		exited = next
+	}
 }
 
 // close tells the guardian that vramprof is ending normally and waits for
 // it to exit.
 func (g *guardian) close() error {
-	_, _ = g.pipe.Write([]byte{guardianBye})
-	err := g.pipe.Close()
-	if werr := g.cmd.Wait(); werr != nil && err == nil {
-		err = fmt.Errorf("guardian: %w", werr)
+	g.mu.Lock()
+	g.closing = true
+	pipe := g.pipe
+	g.mu.Unlock()
+	var err error
+	if pipe != nil {
+		_, _ = pipe.Write([]byte{guardianBye})
+		err = pipe.Close()
+	}
+	<-g.done
+	if g.waitErr != nil && err == nil {
+		err = fmt.Errorf("guardian: %w", g.waitErr)
 	}
 	return err
 }
@@ -164,8 +237,8 @@ func guardianMain(owner string) int {
 }
 
 // resumeStopped sends SIGCONT to every process m (the stopped map) lists
-// that is still the process that was stopped, empties m, and returns the
-// PIDs it resumed.
+// that is still the process that was stopped and has no stop of the user's
+// pending (resume), empties m, and returns the PIDs it resumed.
 func resumeStopped(m *ebpf.Map) []uint32 {
 	type entry struct {
 		seq uint64
@@ -181,8 +254,13 @@ func resumeStopped(m *ebpf.Map) []uint32 {
 	for _, e := range all {
 		// By its own stop's key: a process stopped again meanwhile has
 		// an entry of its own, for the next look.
+		// A stop the user sent meanwhile stays (resume.go).
 		if sameStart(e.st.Tgid, e.st.Start) {
-			if err := syscall.Kill(int(e.st.Tgid), syscall.SIGCONT); err == nil && !slices.Contains(resumed, e.st.Tgid) {
+			user, err := resume(int(e.st.Tgid))
+			if user != 0 {
+				fmt.Fprintf(os.Stderr, "vramprof: pid %d was sent %v while stopped at a library load or exec: left stopped\n", e.st.Tgid, user)
+			}
+			if err == nil && user == 0 && !slices.Contains(resumed, e.st.Tgid) {
 				resumed = append(resumed, e.st.Tgid)
 			}
 		}

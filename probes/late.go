@@ -282,7 +282,7 @@ func (s *Session) resumeDeferred() error {
 		case procState(int(d.pid)) != 'T':
 			s.resumed(d.seq) // resumed by its session
 		case heldBy(d.pid, d.start) == 0:
-			if kerr := syscall.Kill(int(d.pid), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+			if _, kerr := resume(int(d.pid)); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
 				errs = append(errs, fmt.Errorf("resume pid %d: %w", d.pid, kerr))
 			}
 			s.resumed(d.seq)

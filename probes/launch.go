@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+
+	"github.com/vramprof/vramprof/probes/sigstate"
 )
 
 // LaunchOptions describes a command to run under the session.
@@ -30,7 +32,13 @@ type LaunchOptions struct {
 //
 // The child runs in a session of its own (setsid), so it has no controlling
 // terminal: the caller forwards the signals a terminal would send (Ctrl-C,
-// hang-up) to it.
+// hang-up) to it, except those this process started with ignored
+// (sigstate.Wanted).
+//
+// The child starts with the signal dispositions and mask this process
+// started with (sigstate): what its parent ignored stays ignored (a shell's
+// trap "" PIPE, nohup's SIGHUP, a background job's SIGINT and SIGQUIT), as it
+// would without vramprof. This process ignores them again too (sigstate.Keep).
 //
 // The returned command is running; the caller must Wait for it.
 func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
@@ -56,7 +64,13 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	// ptrace requests must come from the thread that became the tracer.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	inherited, err := sigstate.ForExec()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", o.Argv[0], err)
+	}
+	err = cmd.Start()
+	inherited()
+	if err != nil {
 		if errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrCommandNotFound, o.Argv[0], err)
 		}

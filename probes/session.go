@@ -5,7 +5,9 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -443,8 +445,12 @@ func (s *Session) release(all bool) error {
 // loaderChanged rescans a process whose link map changed, then resumes it
 // if the BPF side stopped it.
 func (s *Session) loaderChanged(r *rawRecord) error {
+	var held func()
 	if r.flags&recFlagStopped != 0 {
 		s.stops++
+		if s.stops == 1 && holdAtStop != "" {
+			held = holdForTest(holdAtStop, r.ev.PID)
+		}
 		if s.stops == dieAtStop {
 			// Test only: die as a crash would, the target stopped (the
 			// record can be read before the signal has stopped it).
@@ -471,10 +477,19 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		}
 	}
 	if r.flags&recFlagStopped != 0 {
-		if kerr := syscall.Kill(int(r.ev.PID), syscall.SIGCONT); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+		// Not a user's stop sent meanwhile (resume.go): that one is the
+		// user's to end, and the stop is no longer ours.
+		user, kerr := resume(int(r.ev.PID))
+		if kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
 			err = errors.Join(err, fmt.Errorf("resume pid %d: %w", r.ev.PID, kerr))
 		}
+		if user != 0 && s.opts.Note != nil {
+			s.opts.Note(fmt.Sprintf("pid %d was sent %v while stopped at a library load: left stopped", r.ev.PID, user))
+		}
 		s.resumed(r.ev.Addr)
+	}
+	if held != nil {
+		held()
 	}
 	if errors.Is(err, ErrNoProcess) {
 		return nil // it exited meanwhile: nothing left to probe
@@ -498,6 +513,33 @@ func (s *Session) resumed(seq uint64) {
 // resumes the process, so that tests can check that the guardian resumes
 // it. 0 (unset) is off. Never set it outside tests.
 var dieAtStop, _ = strconv.Atoi(os.Getenv("VRAMPROF_TEST_DIE_AT_STOP"))
+
+// holdAtStop is a test hook, from $VRAMPROF_TEST_HOLD_AT_STOP (a
+// directory): at its first stop record, the session waits for the process
+// to be stopped, writes its PID to DIR/held, and reads DIR/release (a FIFO
+// the test made) to its end before it goes on; once it has dealt with the
+// stop (resumed the process, or not), it creates DIR/handled. Tests act on
+// a process vramprof holds stopped meanwhile: stop it themselves, kill the
+// guardian, kill vramprof. Empty (unset) is off. Never set it outside
+// tests.
+var holdAtStop = os.Getenv("VRAMPROF_TEST_HOLD_AT_STOP")
+
+// holdForTest is holdAtStop's hold; it returns what marks the stop
+// handled.
+func holdForTest(dir string, pid uint32) (handled func()) {
+	for i := 0; i < 200 && procState(int(pid)) != 'T'; i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+	tmp := filepath.Join(dir, "held.tmp")
+	if os.WriteFile(tmp, []byte(strconv.Itoa(int(pid))), 0o644) == nil {
+		_ = os.Rename(tmp, filepath.Join(dir, "held"))
+	}
+	if f, err := os.Open(filepath.Join(dir, "release")); err == nil {
+		_, _ = io.Copy(io.Discard, f)
+		_ = f.Close()
+	}
+	return func() { _ = os.WriteFile(filepath.Join(dir, "handled"), nil, 0o644) }
+}
 
 // AttachAll traces every process on the host that maps a CUDA library now,
 // and every one that maps one later: the BPF filter passes all processes

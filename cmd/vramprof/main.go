@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/vramprof/vramprof/probes/sigstate"
 )
 
 // version is vramprof's version, recorded in every trace.
@@ -43,7 +45,14 @@ func mainCode(args []string) int {
 		printHelp(os.Stdout, args[0])
 		return 0
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// What vramprof's parent ignored, vramprof ignores too (as any C
+	// program would, and as the commands it runs will): the Go runtime
+	// replaced those dispositions with its own handler before main.
+	sigstate.Keep()
+	ctx, stop := context.WithCancel(context.Background())
+	if sigs := sigstate.Wanted(os.Interrupt, syscall.SIGTERM); len(sigs) > 0 {
+		ctx, stop = signal.NotifyContext(context.Background(), sigs...)
+	}
 	defer stop()
 
 	code, err := dispatch(ctx, args[0], args[1:])

@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/sigstate"
 	"github.com/vramprof/vramprof/report/recorder"
 )
 
@@ -34,11 +38,26 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 	// The child runs in a session of its own (see probes.Launch), so the
 	// terminal's signals reach vramprof alone: Ctrl-C, Ctrl-\, a hang-up
 	// and a SIGTERM are passed on, and vramprof keeps recording until the
-	// child is gone, whatever it does with them.
+	// child is gone, whatever it does with them. One that vramprof started
+	// with ignored is not: a shell would not deliver it to the command
+	// (nohup's SIGHUP, a background job's SIGINT and SIGQUIT), and the
+	// command ignores it too (probes.Launch).
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	if wanted := sigstate.Wanted(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT); len(wanted) > 0 {
+		signal.Notify(sigs, wanted...)
+	}
 	defer signal.Stop(sigs)
 
+	if lost := sigstate.Lost(); len(lost) > 0 {
+		// Rare (a parent that ignores SIGSEGV or SIGPROF), and it changes
+		// what the command does: said even with -q.
+		names := make([]string, len(lost))
+		for i, s := range lost {
+			names[i] = unix.SignalName(s)
+		}
+		fmt.Fprintf(os.Stderr, "vramprof: the command gets the default action for %s, which vramprof's parent ignores: a Go program cannot ignore those signals\n",
+			strings.Join(names, ", "))
+	}
 	cmd, err := rec.session.Launch(probes.LaunchOptions{
 		Argv: o.Command, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})

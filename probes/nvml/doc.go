@@ -4,7 +4,9 @@
 // clock. It turns them into [event.DeviceInfo], [event.Sample] and
 // [event.NVMLStatus] records, so the rest of vramprof never imports go-nvml.
 //
-// This is the only package that uses cgo. The production [Library] is
+// Besides probes/sigstate (a constructor that reads the signal state a
+// process starts with), this is the only package that uses cgo. The
+// production [Library] is
 // github.com/NVIDIA/go-nvml, which loads libnvidia-ml.so.1 with dlopen when
 // the sampler opens, not at program start: a vramprof binary runs on
 // machines without the NVIDIA driver, and [Open] then returns an error

@@ -64,6 +64,8 @@ type Exporter struct {
 	procs  map[uint32]*proc
 	lost   event.Lost
 	nvml   nvmlState // the device layer (nvml.go)
+	// limiter holds Serve's connections (conns.go); nil before Serve.
+	limiter *connLimiter
 }
 
 // proc is one traced process (PID) and its analysis.

@@ -60,10 +60,26 @@ const shutdownWait = 5 * time.Second
 // done or the server fails; then it shuts the server down, waiting up to
 // 5 s for requests in flight, and closes ln. It returns the server's
 // error: nil after ctx is done and a clean shutdown.
+//
+// At most MaxConns connections are held open, each within its timeouts
+// (conns.go): a flood of connections neither grows serve's memory nor
+// takes its descriptors, and scrapes go on being answered.
 func (x *Exporter) Serve(ctx context.Context, ln net.Listener, sweep time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: x.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := newConnLimiter(ln, MaxConns)
+	x.mu.Lock()
+	x.limiter = lim
+	x.mu.Unlock()
+	srv := &http.Server{
+		Handler:           x.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ConnState:         lim.track,
+	}
+	ln = lim
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	t := time.NewTicker(sweep)

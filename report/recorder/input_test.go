@@ -188,3 +188,16 @@ func TestReportReadsAStream(t *testing.T) {
 		assert.Equal(t, uint64(4096), s.Segments[0].TotalSize)
 	})
 }
+
+// TestLoadSnapshotReadsAStream: check and diff read a trace through a pipe
+// once, with the trace's figures: workload(8, 4096) allocates 8 blocks and
+// keeps 2 of 4096 bytes.
+func TestLoadSnapshotReadsAStream(t *testing.T) {
+	r, dir := startRecording(t, Options{})
+	require.NoError(t, r.Finish(&event.End{Reason: "exited"}, io.Discard, nil))
+	s, err := LoadSnapshot(pipeOf(t, filepath.Join(dir, TraceFile)))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(8), s.Allocations)
+	assert.Equal(t, uint64(2*4096), s.LiveEnd)
+	assert.False(t, s.Truncated)
+}

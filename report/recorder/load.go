@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -32,10 +33,36 @@ func LoadSnapshot(path string) (*compare.Snapshot, error) {
 		}
 		return nil, fmt.Errorf("%w: %s holds neither %s nor %s", compare.ErrRecording, path, TraceFile, JSONFile)
 	}
+	if !st.Mode().IsRegular() {
+		return snapshotFromStream(path)
+	}
 	if compare.IsJSONFile(path) {
 		return compare.LoadReport(path, path)
 	}
 	return snapshotFromTrace(path, path)
+}
+
+// snapshotFromStream reads a pipe or a FIFO (`check <(cat trace.vpt)`)
+// once, as a stream: a trace or a snapshot pickle. A report.json is read
+// from a file only.
+func snapshotFromStream(path string) (*compare.Snapshot, error) {
+	f, err := openInput(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	defer f.Close()
+	src := newSource(path, f)
+	if head, _ := src.br.Peek(1); len(head) == 1 && !src.snapshot && bytes.ContainsAny(head, "{ \t\r\n") {
+		return nil, fmt.Errorf("%w: %s is a pipe of JSON: give report.json as a file (a trace may come through a pipe)", compare.ErrRecording, path)
+	}
+	res, err := src.analyze(analysis.Options{}, nil)
+	truncated := errors.Is(err, ErrTruncated)
+	if err != nil && !truncated {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	s := compare.FromReport(report.NewJSON(res), path)
+	s.Truncated = truncated
+	return s, nil
 }
 
 func isRegular(path string) bool {

@@ -43,6 +43,15 @@
 // Importing takes about 8 times the file's size at its peak
 // (BenchmarkImportMemory).
 //
+// A pickle built to take more is refused before anything is built: scan
+// follows the stack by counts alone (bound.go) and refuses more than
+// maxMarks marks open or maxStack values on the stack at once, a STOP that
+// leaves more than the one value, and values that would take more than
+// valueBound times the file; the conversion refuses a segment, block or
+// trace entry dict used twice, which a reference repeated would otherwise
+// multiply. Such pickles are refused within about 2.5 times their size
+// (TestImportMemoryHostile); a 12 MB pickle of MARKs once took 2 GB.
+//
 // # Events
 //
 // Read turns a snapshot into the event stream every vramprof source

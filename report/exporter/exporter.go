@@ -73,7 +73,7 @@ type Exporter struct {
 	cur   map[uint32]*proc
 	seq   uint64
 	lost  event.Lost
-	nvml   nvmlState // the device layer (nvml.go)
+	nvml  nvmlState // the device layer (nvml.go)
 	// limiter holds Serve's connections (conns.go); nil before Serve.
 	limiter *connLimiter
 }

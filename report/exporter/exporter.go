@@ -236,11 +236,6 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	return p
 }
 
-func isProcess(rec event.Record) bool {
-	_, ok := rec.(*event.Process)
-	return ok
-}
-
 func (p *proc) exitedAt() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()

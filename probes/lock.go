@@ -107,10 +107,15 @@ func lockProc(pid uint32, start uint64) (*procLock, error) {
 	return nil, lockError(path, errors.New("removed and made again by others five times in a row"))
 }
 
-// lockError is ErrLock for path, saying what to do in one line.
+// lockError is ErrLock for path, saying what to do in one line. Denied
+// for want of privilege (not root), it matches ErrNotPermitted too: the
+// fix is then to run as root, as for the probes.
 func lockError(path string, err error) error {
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 		err = fmt.Errorf("%w (a symbolic link, or not a directory)", err)
+	}
+	if isPermission(err) {
+		return fmt.Errorf("%w: %s: %w (%w)", ErrLock, path, err, ErrNotPermitted)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrLock, path, err)
 }

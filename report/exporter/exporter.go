@@ -219,7 +219,12 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	}
 	x.seq++
 	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis)}
-	p.command, p.cgroup, p.container = describe(pid, rec)
+	if start != 0 {
+		p.command, p.cgroup, p.container = describe(pid, rec)
+	} else if r != nil && len(r.Command) > 0 {
+		// Gone: /proc/PID is another process's by now, if anyone's.
+		p.command = filepath.Base(r.Command[0])
+	}
 	if start == 0 && !x.opts.Alive(pid, 0) {
 		// Exited before it could be looked at: its records still count,
 		// and it goes as any exited process does.

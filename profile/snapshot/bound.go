@@ -51,12 +51,21 @@ const (
 
 // stackSim follows the pickle's stack by counts alone (no values), and
 // adds up valueCost: what decoding would build.
+//
+// It also counts the items each list and dict receives (sizes, in the
+// order their EMPTY_LIST and EMPTY_DICT opcodes come), so that the fast
+// decoder allocates each once at its final size: grown by append, a long
+// list would leave as much again in garbage arrays and slack.
 type stackSim struct {
 	depth int           // values on the stack
 	marks [maxMarks]int // depth at each open mark
 	nmark int
 	memo  uint64 // memo entries (the highest index put, plus one)
 	cost  uint64 // bytes the decoded values take, at most
+
+	slots   [maxStack + 1]int32 // the container (index in sizes) at each stack depth, -1 for other values
+	memoIDs []int32             // the container memoized at each memo index, -1 for other values
+	sizes   []uint32            // items each list or dict receives
 }
 
 // step applies one opcode at byte at, whose argument is arg.
@@ -85,6 +94,9 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 	push := func(cost uint64) error {
 		s.depth++
 		s.cost += cost
+		if s.depth <= maxStack {
+			s.slots[s.depth-1] = -1
+		}
 		if s.depth > maxStack {
 			return fmt.Errorf("%w: more than %d values on the stack at byte %d; a memory snapshot never holds so many (CPython writes containers in batches of 1000)",
 				ErrMalformed, maxStack, at)
@@ -109,27 +121,33 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 			return nil
 		}
 		return pop(1)
-	case opEmptyDict, opEmptyList, ')', 0x8f: // EMPTY_TUPLE, EMPTY_SET
+	case opEmptyDict, opEmptyList:
+		if err := push(costContainer); err != nil {
+			return err
+		}
+		s.slots[s.depth-1] = int32(len(s.sizes))
+		s.sizes = append(grow(s.sizes, 1), 0)
+	case ')', 0x8f: // EMPTY_TUPLE, EMPTY_SET
 		return push(costContainer)
 	case 'a': // APPEND
 		if err := pop(1); err != nil {
 			return err
 		}
 		s.cost += costItem
-		return s.below(op, at)
+		return s.added(op, at, 1)
 	case 's': // SETITEM
 		if err := pop(2); err != nil {
 			return err
 		}
 		s.cost += costPair
-		return s.below(op, at)
+		return s.added(op, at, 1)
 	case opAppends, 0x90: // ADDITEMS
 		n, err := toMark()
 		if err != nil {
 			return err
 		}
 		s.cost += uint64(n) * costItem
-		return s.below(op, at)
+		return s.added(op, at, n)
 	case opSetItems:
 		n, err := toMark()
 		if err != nil {
@@ -139,7 +157,7 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 			return fmt.Errorf("%w: SETITEMS at byte %d with an odd number of values", ErrMalformed, at)
 		}
 		s.cost += uint64(n/2) * costPair
-		return s.below(op, at)
+		return s.added(op, at, n/2)
 	case 't', 'l', 0x91: // TUPLE, LIST, FROZENSET
 		n, err := toMark()
 		if err != nil {
@@ -159,10 +177,22 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 		}
 		return push(costContainer + uint64(n)*costItem)
 	case '2', 'h', 'j', 'g': // DUP, BINGET, LONG_BINGET, GET: a reference
-		if op == '2' && s.depth == bottom {
-			return fmt.Errorf("%w: DUP at byte %d with nothing to duplicate", ErrMalformed, at)
+		id := int32(-1)
+		switch op {
+		case '2':
+			if s.depth == bottom {
+				return fmt.Errorf("%w: DUP at byte %d with nothing to duplicate", ErrMalformed, at)
+			}
+			id = s.slots[s.depth-1]
+		case 'h':
+			id = s.memoID(uint64(arg[0]))
+		case 'j':
+			id = s.memoID(uint64(binary.LittleEndian.Uint32(arg)))
 		}
-		return push(0)
+		if err := push(0); err != nil {
+			return err
+		}
+		s.slots[s.depth-1] = id
 	case 'q', 'r', 'p', 0x94: // BINPUT, LONG_BINPUT, PUT, MEMOIZE
 		if s.depth == bottom {
 			return fmt.Errorf("%w: %s at byte %d with nothing to memoize", ErrMalformed, opcodes[op].name, at)
@@ -186,6 +216,12 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 			s.cost += (i + 1 - s.memo) * costMemo
 			s.memo = i + 1
 		}
+		if op != 'p' && i < 1<<24 { // the fast decoder's (binary) memo, sequential
+			for uint64(len(s.memoIDs)) <= i {
+				s.memoIDs = append(grow(s.memoIDs, 1), -1) // doubling: little garbage
+			}
+			s.memoIDs[i] = s.slots[s.depth-1]
+		}
 	case opStop:
 		if s.depth != 1 || s.nmark != 0 {
 			return fmt.Errorf("%w: STOP at byte %d leaves %d values and %d marks on the stack, not one value",
@@ -200,9 +236,10 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 	return nil
 }
 
-// below checks that an opcode that added to a container had one under
-// its operands: the value now on top of the stack, above the open mark.
-func (s *stackSim) below(op byte, at int) error {
+// added counts n items added to the container under an opcode's operands
+// (the value now on top of the stack, above the open mark), checking
+// there is one.
+func (s *stackSim) added(op byte, at, n int) error {
 	bottom := 0
 	if s.nmark > 0 {
 		bottom = s.marks[s.nmark-1]
@@ -210,7 +247,18 @@ func (s *stackSim) below(op byte, at int) error {
 	if s.depth <= bottom {
 		return fmt.Errorf("%w: %s at byte %d has no container to add to", ErrMalformed, opcodes[op].name, at)
 	}
+	if id := s.slots[s.depth-1]; id >= 0 {
+		s.sizes[id] += uint32(n)
+	}
 	return nil
+}
+
+// memoID is the container memoized at index i, -1 when none.
+func (s *stackSim) memoID(i uint64) int32 {
+	if i < uint64(len(s.memoIDs)) {
+		return s.memoIDs[i]
+	}
+	return -1
 }
 
 // check refuses a pickle whose values would take more than valueBound

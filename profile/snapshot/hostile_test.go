@@ -39,6 +39,20 @@ func densePickles(size int) map[string][]byte {
 		"nested": rep(append(p2, opEmptyList), []byte{opEmptyList, 'a'}, []byte{opStop}),
 		// A dict of small ints: an entry every four bytes.
 		"dict": rep(append(p2, opEmptyDict, opMark), []byte{opBinInt1, 1, opBinInt1, 2}, []byte{opSetItems, opStop}),
+		// One list referred to 1000 times a batch, as CPython batches:
+		// five bytes a slot, within the values' bound, refused only by the
+		// conversion (no snapshot).
+		"refs": func() []byte {
+			b := []byte{opProto, 2, opEmptyList, 'r', 0, 0, 0, 0}
+			for len(b)+5002 <= size {
+				b = append(b, opMark)
+				for range 1000 {
+					b = append(b, 'j', 0, 0, 0, 0)
+				}
+				b = append(b, opAppends)
+			}
+			return append(b, opStop)
+		}(),
 		// Protocol 0 (gopickle's): marks, then a list.
 		"marks0": rep(nil, []byte{opMark}, []byte{opNone, opStop}),
 	}
@@ -91,7 +105,7 @@ func importPeak(data []byte) (float64, error) {
 	return peak / float64(len(data)), err
 }
 
-// TestImportMemoryHostile imports pickles (256 KiB) packed with values,
+// TestImportMemoryHostile imports pickles (1 MiB) packed with values,
 // containers, marks and references, and measures the peak heap: each is
 // refused before it is decoded, within importBound times its size (a
 // 12 MB pickle of MARKs took 2 GB). A snapshot that refers to one segment
@@ -99,7 +113,7 @@ func importPeak(data []byte) (float64, error) {
 // than the same snapshot with one (the conversion once took thousands of
 // times the file).
 func TestImportMemoryHostile(t *testing.T) {
-	for name, data := range densePickles(256 << 10) {
+	for name, data := range densePickles(1 << 20) {
 		t.Run(name, func(t *testing.T) {
 			ratio, err := importPeak(data)
 			t.Logf("%s: %d bytes, peak heap %.1f x the file, error: %v", name, len(data), ratio, err)

@@ -117,10 +117,13 @@ func Decode(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
 	}
-	if err := scan(data); err != nil {
+	sim, err := scanSim(data)
+	if err != nil {
 		return nil, err
 	}
-	if v, err := fastLoad(data); err == nil {
+	sizes := sim.sizes
+	sim = nil // the rest of it is garbage now
+	if v, err := fastLoad(data, sizes); err == nil {
 		return fromValue(v)
 	}
 	u := pickle.NewUnpickler(bufio.NewReader(bytes.NewReader(data)))

@@ -118,21 +118,31 @@ var opcodes = map[byte]opInfo{
 // past the end of data (ErrMalformed): gopickle allocates a length before
 // reading it, so a damaged length must never reach it.
 func scan(data []byte) error {
-	_, err := scanCost(data)
+	_, err := scanSim(data)
 	return err
 }
 
 // scanCost is scan, and returns what the decoded values would take at
 // most (stackSim.cost).
 func scanCost(data []byte) (uint64, error) {
-	var sim stackSim
+	sim, err := scanSim(data)
+	if err != nil {
+		return 0, err
+	}
+	return sim.cost, nil
+}
+
+// scanSim is scan, and returns its simulation of the stack: the cost and
+// the sizes of the containers.
+func scanSim(data []byte) (*stackSim, error) {
+	sim := new(stackSim)
 	for off := 0; off < len(data); {
 		at := off
 		op := data[off]
 		off++
 		info, ok := opcodes[op]
 		if !ok {
-			return 0, fmt.Errorf("%w: unknown opcode 0x%02x at byte %d", ErrMalformed, op, at)
+			return nil, fmt.Errorf("%w: unknown opcode 0x%02x at byte %d", ErrMalformed, op, at)
 		}
 		if info.unsafe {
 			what := info.name
@@ -141,7 +151,7 @@ func scanCost(data []byte) (uint64, error) {
 					what = fmt.Sprintf("%s %s.%s", info.name, mod, name)
 				}
 			}
-			return 0, fmt.Errorf("%w: %s at byte %d; a memory snapshot holds only dicts, lists, strings and numbers, so this is not one (loading it in Python would run code)",
+			return nil, fmt.Errorf("%w: %s at byte %d; a memory snapshot holds only dicts, lists, strings and numbers, so this is not one (loading it in Python would run code)",
 				ErrUnsafe, what, at)
 		}
 		rest := uint64(len(data) - off)
@@ -154,13 +164,13 @@ func scanCost(data []byte) (uint64, error) {
 				// The frame's contents are scanned as ordinary opcodes;
 				// only its declared size must fit.
 				if sz := binary.LittleEndian.Uint64(data[off:]); sz > rest-8 {
-					return 0, fmt.Errorf("%w: frame of %d bytes at byte %d runs past the end (%d bytes left)", ErrMalformed, sz, at, rest-8)
+					return nil, fmt.Errorf("%w: frame of %d bytes at byte %d runs past the end (%d bytes left)", ErrMalformed, sz, at, rest-8)
 				}
 			}
 		case argLen1, argLen4, argLen8:
 			w := map[argLayout]uint64{argLen1: 1, argLen4: 4, argLen8: 8}[info.layout]
 			if rest < w {
-				return 0, fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
+				return nil, fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
 			}
 			var l uint64
 			switch w {
@@ -172,7 +182,7 @@ func scanCost(data []byte) (uint64, error) {
 				l = binary.LittleEndian.Uint64(data[off:])
 			}
 			if l > rest-w {
-				return 0, fmt.Errorf("%w: %s of %d bytes at byte %d runs past the end", ErrMalformed, info.name, l, at)
+				return nil, fmt.Errorf("%w: %s of %d bytes at byte %d runs past the end", ErrMalformed, info.name, l, at)
 			}
 			n = w + l
 		case argLine, argTwoLine:
@@ -183,26 +193,26 @@ func scanCost(data []byte) (uint64, error) {
 			for range lines {
 				i := bytes.IndexByte(data[off+int(n):], '\n')
 				if i < 0 {
-					return 0, fmt.Errorf("%w: %s at byte %d has no end of line", ErrMalformed, info.name, at)
+					return nil, fmt.Errorf("%w: %s at byte %d has no end of line", ErrMalformed, info.name, at)
 				}
 				n += uint64(i) + 1
 			}
 		}
 		if n > rest {
-			return 0, fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
+			return nil, fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
 		}
 		if err := sim.step(op, at, data[off:off+int(n)]); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if err := sim.check(len(data)); err != nil {
-			return 0, err
+			return nil, err
 		}
 		off += int(n)
 		if op == opStop {
-			return sim.cost, nil
+			return sim, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: no STOP opcode (the file is cut short)", ErrMalformed)
+	return nil, fmt.Errorf("%w: no STOP opcode (the file is cut short)", ErrMalformed)
 }
 
 // twoLines returns GLOBAL's module and name, for the error message.

@@ -21,7 +21,20 @@ var errSlowPath = errors.New("snapshot: pickle left to gopickle")
 // times a snapshot's size; this stays near it. Any other opcode and any
 // inconsistency return errSlowPath: gopickle then decodes the pickle, and
 // says what is wrong with it.
-func fastLoad(data []byte) (any, error) {
+//
+// sizes, when not nil, are the item counts of the lists and dicts in the
+// order their EMPTY_LIST and EMPTY_DICT opcodes come (scanSim): each is
+// allocated once, at its final size.
+func fastLoad(data []byte, sizes []uint32) (any, error) {
+	made := 0 // lists and dicts made so far
+	size := func() int {
+		n := 0
+		if made < len(sizes) {
+			n = int(sizes[made])
+		}
+		made++
+		return n
+	}
 	var (
 		stack []any
 		marks []int
@@ -82,9 +95,11 @@ func fastLoad(data []byte) (any, error) {
 		case opMark:
 			marks = append(marks, len(stack))
 		case opEmptyDict:
-			stack = append(stack, &types.Dict{})
+			d := make(types.Dict, 0, size())
+			stack = append(stack, &d)
 		case opEmptyList:
-			stack = append(stack, &types.List{})
+			l := make(types.List, 0, size())
+			stack = append(stack, &l)
 		case ')': // EMPTY_TUPLE
 			stack = append(stack, &types.Tuple{})
 		case opSetItems, opAppends, 't': // SETITEMS, APPENDS, TUPLE

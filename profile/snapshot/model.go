@@ -117,7 +117,7 @@ func Decode(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
 	}
-	sim, err := scanSim(data)
+	sim, err := scan(data)
 	if err != nil {
 		return nil, err
 	}

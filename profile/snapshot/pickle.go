@@ -116,25 +116,10 @@ var opcodes = map[byte]opInfo{
 // scan walks the opcode stream of one pickle without building anything. It
 // refuses unsafe opcodes (ErrUnsafe) and any length or frame that reaches
 // past the end of data (ErrMalformed): gopickle allocates a length before
-// reading it, so a damaged length must never reach it.
-func scan(data []byte) error {
-	_, err := scanSim(data)
-	return err
-}
-
-// scanCost is scan, and returns what the decoded values would take at
-// most (stackSim.cost).
-func scanCost(data []byte) (uint64, error) {
-	sim, err := scanSim(data)
-	if err != nil {
-		return 0, err
-	}
-	return sim.cost, nil
-}
-
-// scanSim is scan, and returns its simulation of the stack: the cost and
-// the sizes of the containers.
-func scanSim(data []byte) (*stackSim, error) {
+// reading it, so a damaged length must never reach it. It follows the
+// stack (stackSim), refusing what would take memory out of proportion, and
+// returns its simulation: the containers' sizes for fastLoad.
+func scan(data []byte) (*stackSim, error) {
 	sim := new(stackSim)
 	for off := 0; off < len(data); {
 		at := off

@@ -256,7 +256,7 @@ func TestFastLoadMatchesGopickle(t *testing.T) {
 			assert.Equal(t, want, got)
 			// Sized by scan: the same values, each list and dict
 			// allocated at its final size.
-			sim, err := scanSim(data)
+			sim, err := scan(data)
 			require.NoError(t, err)
 			got, err = fastLoad(data, sim.sizes)
 			require.NoError(t, err)

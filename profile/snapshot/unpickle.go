@@ -23,7 +23,7 @@ var errSlowPath = errors.New("snapshot: pickle left to gopickle")
 // says what is wrong with it.
 //
 // sizes, when not nil, are the item counts of the lists and dicts in the
-// order their EMPTY_LIST and EMPTY_DICT opcodes come (scanSim): each is
+// order their EMPTY_LIST and EMPTY_DICT opcodes come (scan): each is
 // allocated once, at its final size.
 func fastLoad(data []byte, sizes []uint32) (any, error) {
 	made := 0 // lists and dicts made so far

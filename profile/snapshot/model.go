@@ -121,9 +121,9 @@ func Decode(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	sizes := sim.sizes
+	sizes, memoLen := sim.sizes, min(sim.memo, uint64(len(data)))
 	sim = nil // the rest of it is garbage now
-	if v, err := fastLoad(data, sizes); err == nil {
+	if v, err := fastLoad(data, sizes, int(memoLen)); err == nil {
 		return fromValue(v)
 	}
 	u := pickle.NewUnpickler(bufio.NewReader(bytes.NewReader(data)))

@@ -251,14 +251,14 @@ func TestFastLoadMatchesGopickle(t *testing.T) {
 			data := tt.data()
 			want, err := fromPickle(t, data)
 			require.NoError(t, err)
-			got, err := fastLoad(data, nil)
+			got, err := fastLoad(data, nil, 0)
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
 			// Sized by scan: the same values, each list and dict
 			// allocated at its final size.
 			sim, err := scan(data)
 			require.NoError(t, err)
-			got, err = fastLoad(data, sim.sizes)
+			got, err = fastLoad(data, sim.sizes, int(sim.memo))
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
 			assertExact(t, got)
@@ -266,7 +266,7 @@ func TestFastLoadMatchesGopickle(t *testing.T) {
 	}
 	// What it does not vouch for goes to gopickle.
 	for _, bad := range [][]byte{{opProto, 2, opStop}, {opProto, 2, opAppends, opStop}, {opProto, 2, 'I', '1', '\n', opStop}} {
-		_, err := fastLoad(bad, nil)
+		_, err := fastLoad(bad, nil, 0)
 		assert.ErrorIs(t, err, errSlowPath, "%q", bad)
 	}
 }

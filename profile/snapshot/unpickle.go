@@ -23,9 +23,10 @@ var errSlowPath = errors.New("snapshot: pickle left to gopickle")
 // says what is wrong with it.
 //
 // sizes, when not nil, are the item counts of the lists and dicts in the
-// order their EMPTY_LIST and EMPTY_DICT opcodes come (scan): each is
+// order their EMPTY_LIST and EMPTY_DICT opcodes come, and memoLen the
+// number of memo entries (scan): each list, dict and the memo is
 // allocated once, at its final size.
-func fastLoad(data []byte, sizes []uint32) (any, error) {
+func fastLoad(data []byte, sizes []uint32, memoLen int) (any, error) {
 	made := 0 // lists and dicts made so far
 	size := func() int {
 		n := 0
@@ -38,7 +39,7 @@ func fastLoad(data []byte, sizes []uint32) (any, error) {
 	var (
 		stack []any
 		marks []int
-		memo  []any
+		memo  = make([]any, 0, memoLen)
 	)
 	pop := func() (any, bool) {
 		if len(stack) == 0 || (len(marks) > 0 && len(stack) <= marks[len(marks)-1]) {

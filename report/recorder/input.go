@@ -212,6 +212,7 @@ func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Option
 		return src.analyze(opts, nil)
 	}
 	readers := make([]io.Reader, 0, len(segments))
+	names := make([]string, 0, len(segments))
 	for _, name := range segments {
 		f, err := d.openTrace(name)
 		if err != nil {
@@ -219,10 +220,12 @@ func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Option
 		}
 		defer f.Close()
 		readers = append(readers, f)
+		names = append(names, d.file(name))
 	}
 	a := analysis.New(opts)
-	last := d.file(segments[len(segments)-1])
-	rr, err := replaySegments(a, filepath.Join(d.path, SegmentPattern), readers)
+	last := names[len(names)-1]
+	// replaySegments checks each segment follows the one before it.
+	rr, err := replaySegments(a, filepath.Join(d.path, SegmentPattern), readers, names)
 	if err == nil && rr.truncated {
 		err = fmt.Errorf("%w: %s ends inside a record at byte %d", ErrTruncated, last, rr.offset)
 	}

@@ -189,15 +189,17 @@ func TestReportReadsAStream(t *testing.T) {
 	})
 }
 
-// TestLoadSnapshotReadsAStream: check and diff read a trace through a pipe
-// once, with the trace's figures: workload(8, 4096) allocates 8 blocks and
-// keeps 2 of 4096 bytes.
+// TestLoadSnapshotReadsAStream: check and diff read a trace, or a
+// report.json, through a pipe once, with the recording's figures:
+// workload(8, 4096) allocates 8 blocks and keeps 2 of 4096 bytes.
 func TestLoadSnapshotReadsAStream(t *testing.T) {
 	r, dir := startRecording(t, Options{})
 	require.NoError(t, r.Finish(&event.End{Reason: "exited"}, io.Discard, nil))
-	s, err := LoadSnapshot(pipeOf(t, filepath.Join(dir, TraceFile)))
-	require.NoError(t, err)
-	assert.Equal(t, uint64(8), s.Allocations)
-	assert.Equal(t, uint64(2*4096), s.LiveEnd)
-	assert.False(t, s.Truncated)
+	for _, name := range []string{TraceFile, JSONFile} {
+		s, err := LoadSnapshot(pipeOf(t, filepath.Join(dir, name)))
+		require.NoError(t, err, name)
+		assert.Equal(t, uint64(8), s.Allocations, name)
+		assert.Equal(t, uint64(2*4096), s.LiveEnd, name)
+		assert.False(t, s.Truncated, name)
+	}
 }

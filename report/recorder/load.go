@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -42,9 +43,13 @@ func LoadSnapshot(path string) (*compare.Snapshot, error) {
 	return snapshotFromTrace(path, path)
 }
 
+// maxStreamReport bounds a report.json read from a pipe (read whole to be
+// parsed): a recording's is a few megabytes.
+const maxStreamReport = 256 << 20
+
 // snapshotFromStream reads a pipe or a FIFO (`check <(cat trace.vpt)`)
-// once, as a stream: a trace or a snapshot pickle. A report.json is read
-// from a file only.
+// once, as a stream: a report.json (told by its first byte), a trace or a
+// snapshot pickle.
 func snapshotFromStream(path string) (*compare.Snapshot, error) {
 	f, err := openInput(path)
 	if err != nil {
@@ -53,7 +58,14 @@ func snapshotFromStream(path string) (*compare.Snapshot, error) {
 	defer f.Close()
 	src := newSource(path, f)
 	if head, _ := src.br.Peek(1); len(head) == 1 && !src.snapshot && bytes.ContainsAny(head, "{ \t\r\n") {
-		return nil, fmt.Errorf("%w: %s is a pipe of JSON: give report.json as a file (a trace may come through a pipe)", compare.ErrRecording, path)
+		data, err := io.ReadAll(io.LimitReader(src.br, maxStreamReport+1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: read %s: %w", compare.ErrRecording, path, err)
+		}
+		if len(data) > maxStreamReport {
+			return nil, fmt.Errorf("%w: %s holds more than %d MiB of JSON: not a report.json", compare.ErrRecording, path, maxStreamReport>>20)
+		}
+		return compare.ParseReport(path, path, data)
 	}
 	res, err := src.analyze(analysis.Options{}, nil)
 	truncated := errors.Is(err, ErrTruncated)

@@ -33,6 +33,11 @@ var (
 	// nothing to probe. The error is a *StrippedRuntimeError, which names
 	// the file.
 	ErrStrippedRuntime = errors.New("statically linked, stripped CUDA runtime")
+	// ErrLock: the per-process lock (LockDir) cannot be taken: the
+	// directory is read-only or cannot be made, or a lock file is a link or
+	// not a plain file. Tracing is refused: without the lock two sessions
+	// could trace one process unawares.
+	ErrLock = errors.New("cannot take the per-process lock")
 )
 
 // isPermission reports whether err is the kernel saying no for lack of

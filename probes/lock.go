@@ -42,39 +42,82 @@ type procLock struct {
 
 // lockProc takes the lock on the process pid that started at start (clock
 // ticks, procStartTime). It returns a *TracedError when another session
-// holds it, and (nil, nil) when locks cannot be kept here at all (no
-// writable LockDir): tracing goes on unguarded rather than not at all.
+// holds it, and an error matching ErrLock when the lock cannot be taken at
+// all (LockDir missing and not creatable, read-only, or a lock file that is
+// a link or not a plain file): two sessions could then trace one process
+// unawares, so tracing is refused rather than left unguarded.
+//
+// The file is opened in the directory opened (openat), never through a
+// link (O_NOFOLLOW): a link planted at its name, or as the directory, is
+// refused, its target untouched. O_NONBLOCK keeps a FIFO planted there
+// from blocking the open; anything but a plain file with one link is
+// refused before a byte of it is written.
 func lockProc(pid uint32, start uint64) (*procLock, error) {
 	if err := os.MkdirAll(LockDir, 0o755); err != nil {
-		return nil, nil
+		return nil, lockError(LockDir, err)
 	}
-	path := filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", pid, start))
+	dir, err := unix.Open(LockDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, lockError(LockDir, err)
+	}
+	defer unix.Close(dir)
+	name := fmt.Sprintf("%d-%d.lock", pid, start)
+	path := filepath.Join(LockDir, name)
 	for attempt := 0; attempt < 5; attempt++ {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		fd, err := unix.Openat(dir, name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
 		if err != nil {
-			return nil, nil
+			return nil, lockError(path, err)
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f := os.NewFile(uintptr(fd), path)
+		var fst unix.Stat_t
+		if err := unix.Fstat(fd, &fst); err != nil {
+			_ = f.Close()
+			return nil, lockError(path, err)
+		}
+		if fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Nlink != 1 {
+			_ = f.Close()
+			return nil, lockError(path, fmt.Errorf("not a plain file of its own (mode %#o, %d links)", fst.Mode, fst.Nlink))
+		}
+		if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			owner := readOwner(f)
 			_ = f.Close()
 			if errors.Is(err, syscall.EWOULDBLOCK) {
 				return nil, &TracedError{PID: pid, Owner: owner}
 			}
-			return nil, nil
+			return nil, lockError(path, err)
 		}
 		// The holder before us removes the file as it lets go: if it did
 		// between our open and our flock, we hold a lock on a file nobody
 		// else can find. Try again with the one at the path now.
-		var fst, pst syscall.Stat_t
-		if syscall.Fstat(int(f.Fd()), &fst) != nil || syscall.Stat(path, &pst) != nil || fst.Ino != pst.Ino || fst.Dev != pst.Dev {
+		var pst unix.Stat_t
+		if unix.Fstatat(dir, name, &pst, unix.AT_SYMLINK_NOFOLLOW) != nil || fst.Ino != pst.Ino || fst.Dev != pst.Dev {
 			_ = f.Close()
 			continue
 		}
-		_ = f.Truncate(0)
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		if err := f.Truncate(0); err != nil {
+			_ = f.Close()
+			return nil, lockError(path, err)
+		}
+		if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+			_ = f.Close()
+			return nil, lockError(path, err)
+		}
 		return &procLock{f: f, path: path}, nil
 	}
-	return nil, nil
+	return nil, lockError(path, errors.New("removed and made again by others five times in a row"))
+}
+
+// lockError is ErrLock for path, saying what to do in one line. Denied
+// for want of privilege (not root), it matches ErrNotPermitted too: the
+// fix is then to run as root, as for the probes.
+func lockError(path string, err error) error {
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		err = fmt.Errorf("%w (a symbolic link, or not a directory)", err)
+	}
+	if isPermission(err) {
+		return fmt.Errorf("%w: %s: %w (%w)", ErrLock, path, err, ErrNotPermitted)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrLock, path, err)
 }
 
 // heldBy returns the PID of the process holding the lock on pid (started at
@@ -83,7 +126,7 @@ func lockProc(pid uint32, start uint64) (*procLock, error) {
 // (hex device numbers), and so never takes the lock itself.
 func heldBy(pid uint32, start uint64) int {
 	var st syscall.Stat_t
-	if syscall.Stat(filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", pid, start)), &st) != nil {
+	if syscall.Lstat(filepath.Join(LockDir, fmt.Sprintf("%d-%d.lock", pid, start)), &st) != nil {
 		return 0
 	}
 	data, err := os.ReadFile("/proc/locks")
@@ -154,8 +197,13 @@ func CheckTraced(pid int) error {
 func removeLockFiles(owner string) {
 	paths, _ := filepath.Glob(filepath.Join(LockDir, "*.lock"))
 	for _, path := range paths {
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		// Never through a link, never blocking on a FIFO (see lockProc).
+		f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
+			continue
+		}
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+			_ = f.Close()
 			continue
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/probetest"
 )
@@ -110,4 +111,73 @@ func TestAllTakesNoLock(t *testing.T) {
 	assert.Contains(t, all.held, pid)
 	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(int(pid)) +
 		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes)
+}
+
+// useLockDir points LockDir at dir for the test.
+func useLockDir(t *testing.T, dir string) {
+	t.Helper()
+	old := LockDir
+	LockDir = dir
+	t.Cleanup(func() { LockDir = old })
+}
+
+// TestLockRefusesLinks: a link planted at a lock file's name (or as the
+// lock directory) is refused with ErrLock, and its target is left as it
+// was: the lock is never opened, truncated or written through a link.
+func TestLockRefusesLinks(t *testing.T) {
+	dir := t.TempDir()
+	useLockDir(t, dir)
+	target := filepath.Join(t.TempDir(), "precious")
+	require.NoError(t, os.WriteFile(target, []byte("keep me\n"), 0o600))
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, "42-1000.lock")))
+
+	l, err := lockProc(42, 1000)
+	assert.Nil(t, l)
+	require.ErrorIs(t, err, ErrLock)
+	assert.Contains(t, err.Error(), filepath.Join(dir, "42-1000.lock"))
+	got, rerr := os.ReadFile(target)
+	require.NoError(t, rerr)
+	assert.Equal(t, "keep me\n", string(got), "the link's target is untouched")
+
+	// A hard link to another file: writing the owner would change it.
+	require.NoError(t, os.Link(target, filepath.Join(dir, "43-1000.lock")))
+	_, err = lockProc(43, 1000)
+	require.ErrorIs(t, err, ErrLock)
+	got, _ = os.ReadFile(target)
+	assert.Equal(t, "keep me\n", string(got))
+
+	// The directory itself a link.
+	linkDir := filepath.Join(t.TempDir(), "vramprof")
+	require.NoError(t, os.Symlink(t.TempDir(), linkDir))
+	useLockDir(t, linkDir)
+	_, err = lockProc(42, 1000)
+	require.ErrorIs(t, err, ErrLock)
+}
+
+// TestLockUnavailableRefuses: when the lock cannot be kept (LockDir cannot
+// be made, or is read-only), taking it fails with ErrLock, in one line
+// naming the directory: a second session on the same process would
+// otherwise run unawares. CheckTraced, which attach -p calls first, says
+// so too.
+func TestLockUnavailableRefuses(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	useLockDir(t, filepath.Join(file, "vramprof")) // under a plain file
+	_, err := lockProc(42, 1000)
+	require.ErrorIs(t, err, ErrLock)
+	assert.NotContains(t, err.Error(), "\n")
+	assert.ErrorIs(t, CheckTraced(os.Getpid()), ErrLock)
+
+	t.Run("read-only", func(t *testing.T) {
+		probetest.RequirePrivilege(t) // root writes anywhere but on a read-only mount
+		dir := t.TempDir()
+		require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY, "size=64k"))
+		t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+		useLockDir(t, dir)
+		l, err := lockProc(uint32(os.Getpid()), 1000)
+		assert.Nil(t, l)
+		require.ErrorIs(t, err, ErrLock)
+		assert.ErrorIs(t, err, unix.EROFS)
+		assert.ErrorIs(t, CheckTraced(os.Getpid()), ErrLock, "attach -p refuses before it traces")
+	})
 }

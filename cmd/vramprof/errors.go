@@ -39,6 +39,7 @@ var hints = []struct {
 	{probes.ErrNoBPF, "this kernel lacks BPF features vramprof needs (uprobes, ring buffer, attach cookies): use Linux 5.15 or newer"},
 	{probes.ErrNoProcess, "check the PID (ps -ef); it may have exited"},
 	{probes.ErrTraced, "one vramprof session per process: stop that session first, or read its outputs"},
+	{probes.ErrLock, "make /run/vramprof a writable directory holding only vramprof's lock files (remove any link or other file there): vramprof locks each traced process in it so two sessions never trace one"},
 	{probes.ErrStrippedRuntime, "pass --wait to trace the driver's calls from the process's first CUDA call on (if it has a driver to load), or rebuild it unstripped or with nvcc --cudart shared to trace the runtime's"},
 	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
 	{probes.ErrCommandNotFound, "check the command name and PATH"},

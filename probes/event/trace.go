@@ -695,7 +695,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 	}
 	got := pre[:min(n, len(Magic))]
 	if string(got) != Magic[:len(got)] {
-		return nil, fmt.Errorf("%w (bad magic %q): give a .vpt file written by vramprof run or attach", ErrNotTrace, got)
+		// Nothing of the file is quoted: it may be anything readable by
+		// root (a link to /etc/shadow), and the message goes to a terminal
+		// or a CI log.
+		return nil, fmt.Errorf("%w (bad magic): give a .vpt file written by vramprof run or attach", ErrNotTrace)
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("%w: the trace is empty (the recording stopped before it began)", ErrTruncated)

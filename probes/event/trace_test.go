@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -302,6 +303,13 @@ func TestHeaderErrors(t *testing.T) {
 			_, err := NewReader(bytes.NewReader(tt.data))
 			require.ErrorIs(t, err, tt.want)
 			assert.Contains(t, err.Error(), tt.message)
+			if tt.want == ErrNotTrace {
+				// A file that is not a trace is never quoted (it may be a
+				// secret root can read).
+				head := string(tt.data[:2])
+				assert.NotContains(t, err.Error(), head)
+				assert.NotContains(t, err.Error(), strconv.Quote(head)[1:len(strconv.Quote(head))-1])
+			}
 		})
 	}
 }

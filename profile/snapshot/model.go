@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"strings"
 	"weak"
 
 	"github.com/nlpodyssey/gopickle/pickle"
@@ -116,10 +117,13 @@ func Decode(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
 	}
-	if err := scan(data); err != nil {
+	sim, err := scan(data)
+	if err != nil {
 		return nil, err
 	}
-	if v, err := fastLoad(data); err == nil {
+	sizes, memoLen := sim.sizes, min(sim.memo, uint64(len(data)))
+	sim = nil // the rest of it is garbage now
+	if v, err := fastLoad(data, sizes, int(memoLen)); err == nil {
 		return fromValue(v)
 	}
 	u := pickle.NewUnpickler(bufio.NewReader(bytes.NewReader(data)))
@@ -151,14 +155,58 @@ func refuseClass(module, name string) (any, error) {
 	return nil, fmt.Errorf("%w: class %s.%s", ErrUnsafe, module, name)
 }
 
-// path names where a value sits, for error messages.
-type path string
+// path names where a value sits, for error messages
+// ("snapshot.segments[3].blocks[5]"). It is a value, spelled out only for
+// an error: built as a string for every block and entry, paths were most
+// of the conversion's garbage, several times the file's size.
+type path struct {
+	parts [12]pathPart
+	n     int
+	more  bool // deeper than parts: the rest is left out
+}
 
-func (p path) key(k string) path { return path(string(p) + "." + k) }
-func (p path) idx(i int) path    { return path(fmt.Sprintf("%s[%d]", p, i)) }
+// pathPart is a dict key, or a list index when key is "".
+type pathPart struct {
+	key string
+	idx int
+}
+
+// rootPath is the snapshot's path.
+var rootPath = path{}.key("snapshot")
+
+func (p path) key(k string) path { return p.add(pathPart{key: k}) }
+func (p path) idx(i int) path    { return p.add(pathPart{idx: i}) }
+
+func (p path) add(part pathPart) path {
+	if p.n == len(p.parts) {
+		p.more = true
+		return p
+	}
+	p.parts[p.n] = part
+	p.n++
+	return p
+}
+
+func (p path) String() string {
+	var b strings.Builder
+	for i, part := range p.parts[:p.n] {
+		switch {
+		case part.key == "":
+			fmt.Fprintf(&b, "[%d]", part.idx)
+		case i > 0:
+			b.WriteString("." + part.key)
+		default:
+			b.WriteString(part.key)
+		}
+	}
+	if p.more {
+		b.WriteString("...")
+	}
+	return b.String()
+}
 
 func malformed(p path, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrMalformed, p, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s: %s", ErrMalformed, p.String(), fmt.Sprintf(format, args...))
 }
 
 // dict is a decoded Python dict keyed by strings. A snapshot's dicts have
@@ -304,12 +352,12 @@ func (e *errs) b(v bool, err error) bool {
 }
 
 func fromValue(v any) (*Snapshot, error) {
-	top, err := asDict("snapshot", v)
+	top, err := asDict(rootPath, v)
 	if err != nil {
 		return nil, err
 	}
 	if !top.has("segments") {
-		return nil, malformed("snapshot", "no \"segments\": not a torch.cuda.memory snapshot")
+		return nil, malformed(rootPath, "no \"segments\": not a torch.cuda.memory snapshot")
 	}
 	s := &Snapshot{}
 	fc := newFrameCache()
@@ -317,6 +365,7 @@ func fromValue(v any) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Segments = make([]Segment, 0, len(segs)) // grown by append, a long list leaves 4 times itself in garbage
 	for i, sv := range segs {
 		seg, err := segmentOf(fc, top.p.key("segments").idx(i), sv)
 		if err != nil {
@@ -353,7 +402,7 @@ func fromValue(v any) (*Snapshot, error) {
 }
 
 func segmentOf(fc *frameCache, p path, v any) (Segment, error) {
-	d, err := asDict(p, v)
+	d, err := fc.onceDict(p, v)
 	if err != nil {
 		return Segment{}, err
 	}
@@ -380,9 +429,12 @@ func segmentOf(fc *frameCache, p path, v any) (Segment, error) {
 		return Segment{}, err
 	}
 	addr := seg.Address
+	if len(blocks) > 0 {
+		seg.Blocks = make([]Block, 0, len(blocks))
+	}
 	for i, bv := range blocks {
 		bp := p.key("blocks").idx(i)
-		bd, err := asDict(bp, bv)
+		bd, err := fc.onceDict(bp, bv)
 		if err != nil {
 			return Segment{}, err
 		}
@@ -405,9 +457,12 @@ func segmentOf(fc *frameCache, p path, v any) (Segment, error) {
 		if err != nil {
 			return Segment{}, err
 		}
+		if len(hist) > 0 {
+			b.History = make([]HistoryEntry, 0, len(hist))
+		}
 		for j, hv := range hist {
 			hp := bp.key("history").idx(j)
-			hd, err := asDict(hp, hv)
+			hd, err := fc.onceDict(hp, hv)
 			if err != nil {
 				return Segment{}, err
 			}
@@ -427,7 +482,7 @@ func segmentOf(fc *frameCache, p path, v any) (Segment, error) {
 }
 
 func traceEntryOf(fc *frameCache, p path, v any) (TraceEntry, error) {
-	d, err := asDict(p, v)
+	d, err := fc.onceDict(p, v)
 	if err != nil {
 		return TraceEntry{}, err
 	}
@@ -460,6 +515,32 @@ type frameCache struct {
 	ids     map[Frame]uint32
 	content map[string][]Frame
 	key     []byte
+}
+
+// consumedKey marks a dict onceDict has converted: its only key.
+type consumedKey struct{}
+
+// consumed is what a dict converted by onceDict holds afterwards.
+var consumed = types.Dict{{Key: consumedKey{}}}
+
+// onceDict is asDict for a dict that becomes a Segment, Block,
+// HistoryEntry or TraceEntry. PyTorch never shares one between two places;
+// a pickle that does (a reference to one segment of a thousand blocks,
+// repeated: five bytes each) would make the conversion take thousands of
+// times the file's size, so a second use is refused. The dict is emptied
+// as it is taken (its entries stay with the dict returned): what it
+// referred to can be freed once converted.
+func (fc *frameCache) onceDict(p path, v any) (dict, error) {
+	dp, ok := v.(*types.Dict)
+	if ok && len(*dp) == 1 && (*dp)[0].Key == any(consumedKey{}) {
+		return dict{}, malformed(p, "the same dict as an earlier segment, block or trace entry (a snapshot shares none)")
+	}
+	d, err := asDict(p, v)
+	if err != nil {
+		return dict{}, err
+	}
+	*dp = consumed
+	return d, nil
 }
 
 func newFrameCache() *frameCache {

@@ -116,15 +116,18 @@ var opcodes = map[byte]opInfo{
 // scan walks the opcode stream of one pickle without building anything. It
 // refuses unsafe opcodes (ErrUnsafe) and any length or frame that reaches
 // past the end of data (ErrMalformed): gopickle allocates a length before
-// reading it, so a damaged length must never reach it.
-func scan(data []byte) error {
+// reading it, so a damaged length must never reach it. It follows the
+// stack (stackSim), refusing what would take memory out of proportion, and
+// returns its simulation: the containers' sizes for fastLoad.
+func scan(data []byte) (*stackSim, error) {
+	sim := new(stackSim)
 	for off := 0; off < len(data); {
 		at := off
 		op := data[off]
 		off++
 		info, ok := opcodes[op]
 		if !ok {
-			return fmt.Errorf("%w: unknown opcode 0x%02x at byte %d", ErrMalformed, op, at)
+			return nil, fmt.Errorf("%w: unknown opcode 0x%02x at byte %d", ErrMalformed, op, at)
 		}
 		if info.unsafe {
 			what := info.name
@@ -133,7 +136,7 @@ func scan(data []byte) error {
 					what = fmt.Sprintf("%s %s.%s", info.name, mod, name)
 				}
 			}
-			return fmt.Errorf("%w: %s at byte %d; a memory snapshot holds only dicts, lists, strings and numbers, so this is not one (loading it in Python would run code)",
+			return nil, fmt.Errorf("%w: %s at byte %d; a memory snapshot holds only dicts, lists, strings and numbers, so this is not one (loading it in Python would run code)",
 				ErrUnsafe, what, at)
 		}
 		rest := uint64(len(data) - off)
@@ -146,13 +149,13 @@ func scan(data []byte) error {
 				// The frame's contents are scanned as ordinary opcodes;
 				// only its declared size must fit.
 				if sz := binary.LittleEndian.Uint64(data[off:]); sz > rest-8 {
-					return fmt.Errorf("%w: frame of %d bytes at byte %d runs past the end (%d bytes left)", ErrMalformed, sz, at, rest-8)
+					return nil, fmt.Errorf("%w: frame of %d bytes at byte %d runs past the end (%d bytes left)", ErrMalformed, sz, at, rest-8)
 				}
 			}
 		case argLen1, argLen4, argLen8:
 			w := map[argLayout]uint64{argLen1: 1, argLen4: 4, argLen8: 8}[info.layout]
 			if rest < w {
-				return fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
+				return nil, fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
 			}
 			var l uint64
 			switch w {
@@ -164,7 +167,7 @@ func scan(data []byte) error {
 				l = binary.LittleEndian.Uint64(data[off:])
 			}
 			if l > rest-w {
-				return fmt.Errorf("%w: %s of %d bytes at byte %d runs past the end", ErrMalformed, info.name, l, at)
+				return nil, fmt.Errorf("%w: %s of %d bytes at byte %d runs past the end", ErrMalformed, info.name, l, at)
 			}
 			n = w + l
 		case argLine, argTwoLine:
@@ -175,20 +178,26 @@ func scan(data []byte) error {
 			for range lines {
 				i := bytes.IndexByte(data[off+int(n):], '\n')
 				if i < 0 {
-					return fmt.Errorf("%w: %s at byte %d has no end of line", ErrMalformed, info.name, at)
+					return nil, fmt.Errorf("%w: %s at byte %d has no end of line", ErrMalformed, info.name, at)
 				}
 				n += uint64(i) + 1
 			}
 		}
 		if n > rest {
-			return fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
+			return nil, fmt.Errorf("%w: %s at byte %d cut short", ErrMalformed, info.name, at)
+		}
+		if err := sim.step(op, at, data[off:off+int(n)]); err != nil {
+			return nil, err
+		}
+		if err := sim.check(len(data)); err != nil {
+			return nil, err
 		}
 		off += int(n)
 		if op == opStop {
-			return nil
+			return sim, nil
 		}
 	}
-	return fmt.Errorf("%w: no STOP opcode (the file is cut short)", ErrMalformed)
+	return nil, fmt.Errorf("%w: no STOP opcode (the file is cut short)", ErrMalformed)
 }
 
 // twoLines returns GLOBAL's module and name, for the error message.

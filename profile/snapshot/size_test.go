@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nlpodyssey/gopickle/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -250,16 +251,58 @@ func TestFastLoadMatchesGopickle(t *testing.T) {
 			data := tt.data()
 			want, err := fromPickle(t, data)
 			require.NoError(t, err)
-			got, err := fastLoad(data)
+			got, err := fastLoad(data, nil, 0)
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
+			// Sized by scan: the same values, each list and dict
+			// allocated at its final size.
+			sim, err := scan(data)
+			require.NoError(t, err)
+			got, err = fastLoad(data, sim.sizes, int(sim.memo))
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+			assertExact(t, got)
 		})
 	}
 	// What it does not vouch for goes to gopickle.
 	for _, bad := range [][]byte{{opProto, 2, opStop}, {opProto, 2, opAppends, opStop}, {opProto, 2, 'I', '1', '\n', opStop}} {
-		_, err := fastLoad(bad)
+		_, err := fastLoad(bad, nil, 0)
 		assert.ErrorIs(t, err, errSlowPath, "%q", bad)
 	}
+}
+
+// assertExact checks that every list and dict in v has no spare capacity.
+func assertExact(t *testing.T, v any) {
+	t.Helper()
+	seen := map[any]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch c := v.(type) {
+		case *types.List:
+			if seen[c] {
+				return
+			}
+			seen[c] = true
+			assert.Equal(t, len(*c), cap(*c), "a list's capacity")
+			for _, e := range *c {
+				walk(e)
+			}
+		case *types.Dict:
+			if seen[c] {
+				return
+			}
+			seen[c] = true
+			assert.Equal(t, len(*c), cap(*c), "a dict's capacity")
+			for _, e := range *c {
+				walk(e.Value)
+			}
+		case *types.Tuple:
+			for _, e := range *c {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
 }
 
 func mustReadFile(tb testing.TB, path string) []byte {

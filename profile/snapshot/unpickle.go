@@ -21,11 +21,25 @@ var errSlowPath = errors.New("snapshot: pickle left to gopickle")
 // times a snapshot's size; this stays near it. Any other opcode and any
 // inconsistency return errSlowPath: gopickle then decodes the pickle, and
 // says what is wrong with it.
-func fastLoad(data []byte) (any, error) {
+//
+// sizes, when not nil, are the item counts of the lists and dicts in the
+// order their EMPTY_LIST and EMPTY_DICT opcodes come, and memoLen the
+// number of memo entries (scan): each list, dict and the memo is
+// allocated once, at its final size.
+func fastLoad(data []byte, sizes []uint32, memoLen int) (any, error) {
+	made := 0 // lists and dicts made so far
+	size := func() int {
+		n := 0
+		if made < len(sizes) {
+			n = int(sizes[made])
+		}
+		made++
+		return n
+	}
 	var (
 		stack []any
 		marks []int
-		memo  []any
+		memo  = make([]any, 0, memoLen)
 	)
 	pop := func() (any, bool) {
 		if len(stack) == 0 || (len(marks) > 0 && len(stack) <= marks[len(marks)-1]) {
@@ -50,7 +64,7 @@ func fastLoad(data []byte) (any, error) {
 			return false
 		}
 		if i == uint64(len(memo)) {
-			memo = append(memo, stack[len(stack)-1])
+			memo = append(grow(memo, 1), stack[len(stack)-1])
 		} else {
 			memo[i] = stack[len(stack)-1]
 		}
@@ -82,9 +96,11 @@ func fastLoad(data []byte) (any, error) {
 		case opMark:
 			marks = append(marks, len(stack))
 		case opEmptyDict:
-			stack = append(stack, &types.Dict{})
+			d := make(types.Dict, 0, size())
+			stack = append(stack, &d)
 		case opEmptyList:
-			stack = append(stack, &types.List{})
+			l := make(types.List, 0, size())
+			stack = append(stack, &l)
 		case ')': // EMPTY_TUPLE
 			stack = append(stack, &types.Tuple{})
 		case opSetItems, opAppends, 't': // SETITEMS, APPENDS, TUPLE
@@ -106,19 +122,15 @@ func fastLoad(data []byte) (any, error) {
 			case *types.List:
 				if op != opAppends {
 					ok = false
-				} else if len(*c) == 0 {
-					*c = append(make(types.List, 0, len(items)), items...)
 				} else {
-					*c = append(*c, items...)
+					*c = append(grow(*c, len(items)), items...)
 				}
 			case *types.Dict:
 				if op != opSetItems || len(items)%2 != 0 {
 					ok = false
 					break
 				}
-				if len(*c) == 0 {
-					*c = make(types.Dict, 0, len(items)/2)
-				}
+				*c = grow(*c, len(items)/2)
 				for i := 0; i < len(items); i += 2 {
 					*c = append(*c, types.DictEntry{Key: items[i], Value: items[i+1]})
 				}
@@ -223,6 +235,24 @@ func fastLoad(data []byte) (any, error) {
 		}
 	}
 	return nil, errSlowPath
+}
+
+// grow makes room for n more items in s: exactly for the first batch
+// (CPython writes a container's items in batches of 1000), doubling for a
+// later one. append's growth of a quarter at a time would leave four times
+// a long list's size in garbage arrays behind it, which the heap carries
+// until the next collection: doubling leaves at most its size.
+func grow[S ~[]E, E any](s S, n int) S {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	c := len(s) + n
+	if len(s) > 0 {
+		c = max(c, 2*cap(s))
+	}
+	out := make(S, len(s), c)
+	copy(out, s)
+	return out
 }
 
 // long decodes LONG1's little-endian two's complement bytes: an int when

@@ -144,29 +144,45 @@ func readSchema(path string) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrRecording, err)
 	}
+	schema, err := schemaOf(path, data)
+	return data, schema, err
+}
+
+// schemaOf is the schema the JSON data (named name in errors) names.
+func schemaOf(name string, data []byte) (string, error) {
 	var head struct {
 		Schema *string `json:"schema"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, "", fmt.Errorf("%w: %s is not valid JSON: %w", ErrRecording, path, err)
+		return "", fmt.Errorf("%w: %s is not valid JSON: %w", ErrRecording, name, err)
 	}
 	if head.Schema == nil {
-		return nil, "", fmt.Errorf("%w: %s has no \"schema\" field", ErrSchema, path)
+		return "", fmt.Errorf("%w: %s has no \"schema\" field", ErrSchema, name)
 	}
-	return data, *head.Schema, nil
+	return *head.Schema, nil
 }
 
 // LoadReport reads the report.json at path (schema report.Schema) as a
 // Snapshot named source. Errors wrap ErrRecording or ErrSchema.
 func LoadReport(source, path string) (*Snapshot, error) {
-	data, schema, err := readSchema(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRecording, err)
+	}
+	return ParseReport(source, path, data)
+}
+
+// ParseReport is LoadReport of a report.json already read (data, named
+// name in errors): a pipe, read once.
+func ParseReport(source, name string, data []byte) (*Snapshot, error) {
+	schema, err := schemaOf(name, data)
 	if err != nil {
 		return nil, err
 	}
 	if schema != report.Schema {
-		return nil, fmt.Errorf("%w: %s has schema %q, not %s", ErrSchema, path, schema, report.Schema)
+		return nil, fmt.Errorf("%w: %s has schema %q, not %s", ErrSchema, name, schema, report.Schema)
 	}
-	return parseReport(source, path, data)
+	return parseReport(source, name, data)
 }
 
 func parseReport(source, path string, data []byte) (*Snapshot, error) {

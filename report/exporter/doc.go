@@ -33,6 +33,21 @@
 // which the session's ring buffer absorbs; other processes' records do not
 // wait.
 //
+// # Processes
+//
+// A process is its PID and its start time (/proc/PID/stat): a Process
+// record starts a new one unless it is an exec of the running process
+// (same start time). A PID reused while the exited process that had it is
+// still held has two, each with its own analysis and series (the start
+// label), the first marked exited.
+//
+// # Connections
+//
+// Serve holds at most MaxConns connections, closing the longest idle one
+// to make room, each within read, write and idle timeouts (conns.go): a
+// flood of connections costs a bounded amount of memory and descriptors
+// (TestConnectionFlood), and scrapes are still answered.
+//
 // # Concurrency
 //
 // An Exporter is safe for concurrent use: the session's reader writes

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -49,9 +50,12 @@ type Options struct {
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	// Alive says whether the process instance seen with start time start
-	// (clock ticks since boot, /proc/PID/stat field 22) still runs;
-	// default reads /proc (tests replace it).
+	// (clock ticks since boot, /proc/PID/stat field 22; 0: it was gone
+	// when first seen) still runs; default reads /proc (tests replace it).
 	Alive func(pid uint32, start uint64) bool
+	// Start reads a process's start time (default: /proc/PID/stat; tests
+	// replace it).
+	Start func(pid uint32) (uint64, error)
 }
 
 // Exporter folds a session's records into per-process analyses. It is a
@@ -61,17 +65,28 @@ type Exporter struct {
 
 	mu     sync.Mutex
 	header *event.Header
-	procs  map[uint32]*proc
-	lost   event.Lost
-	nvml   nvmlState // the device layer (nvml.go)
+	// procs holds every process instance: a process is its PID and its
+	// start time, and a PID reused while the exited process that had it is
+	// still held has two. cur is the instance each PID's records go to
+	// (the latest); seq numbers instances in the order they were seen.
+	procs map[*proc]struct{}
+	cur   map[uint32]*proc
+	seq   uint64
+	lost  event.Lost
+	nvml  nvmlState // the device layer (nvml.go)
+	// limiter holds Serve's connections (conns.go); nil before Serve.
+	limiter *connLimiter
 }
 
-// proc is one traced process (PID) and its analysis.
+// proc is one traced process instance (PID and start time) and its
+// analysis.
 type proc struct {
 	pid uint32
-	// start is the process's start time (/proc/PID/stat), to tell a
-	// reused PID from the process that had it.
+	// start is the process's start time (/proc/PID/stat, clock ticks
+	// since boot), read when its first record came: with the PID, it names
+	// the process. 0 when the process was gone by then.
 	start uint64
+	seq   uint64 // the order it was seen in
 	// Labels: command (argv0's base name, else comm; p.mu guards it, an
 	// exec changes it), cgroup path and the container ID found in it (""
 	// when none).
@@ -106,7 +121,10 @@ func New(opts Options) *Exporter {
 	if opts.Alive == nil {
 		opts.Alive = alive
 	}
-	return &Exporter{opts: opts, procs: make(map[uint32]*proc)}
+	if opts.Start == nil {
+		opts.Start = startTime
+	}
+	return &Exporter{opts: opts, procs: make(map[*proc]struct{}), cur: make(map[uint32]*proc)}
 }
 
 // SetHeader sets the header every process's analysis starts from (its
@@ -163,14 +181,26 @@ func (x *Exporter) Write(rec event.Record) error {
 // Flush does nothing: nothing is buffered.
 func (x *Exporter) Flush() error { return nil }
 
-// process returns pid's state, creating it (and replacing an exited
-// instance whose PID was reused) as needed.
+// process returns the instance pid's record rec belongs to. A Process
+// record starts a new instance unless it is an exec of the running one
+// (same start time): the session writes one for every process it begins
+// to trace, before any of its events, after every event of the process
+// that had the PID before. The instance it replaces has exited, whether a
+// sweep saw it or not (its PID is another process's now).
 func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	p := x.procs[pid]
-	if p != nil && (p.exitedAt().IsZero() || !isProcess(rec)) {
-		if r, ok := rec.(*event.Process); ok && len(r.Command) > 0 {
+	p := x.cur[pid]
+	r, isProc := rec.(*event.Process)
+	if p != nil && !isProc {
+		return p
+	}
+	start, err := x.opts.Start(pid)
+	if err != nil {
+		start = 0 // gone already
+	}
+	if p != nil && start == p.start && start != 0 && p.exitedAt().IsZero() {
+		if len(r.Command) > 0 {
 			// An exec: the process is what it now runs (a launcher that
 			// became python). Its series take the new name.
 			p.mu.Lock()
@@ -179,22 +209,36 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 		}
 		return p
 	}
-	p = &proc{pid: pid, an: analysis.New(x.opts.Analysis)}
-	p.start, _ = startTime(pid)
-	p.command, p.cgroup, p.container = describe(pid, rec)
+	now := x.opts.Now()
+	if p != nil {
+		p.mu.Lock()
+		if p.exited.IsZero() {
+			p.exited, p.reported = now, false
+		}
+		p.mu.Unlock()
+	}
+	x.seq++
+	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis)}
+	if start != 0 {
+		p.command, p.cgroup, p.container = describe(pid, rec)
+	} else if r != nil && len(r.Command) > 0 {
+		// Gone: /proc/PID is another process's by now, if anyone's.
+		p.command = filepath.Base(r.Command[0])
+	}
+	if start == 0 && !x.opts.Alive(pid, 0) {
+		// Exited before it could be looked at: its records still count,
+		// and it goes as any exited process does.
+		p.exited = now
+	}
 	h := event.Header{Mode: "serve", PID: pid}
 	if x.header != nil {
 		h = *x.header
 		h.PID = pid
 	}
 	_ = p.an.Add(&h)
-	x.procs[pid] = p
+	x.procs[p] = struct{}{}
+	x.cur[pid] = p
 	return p
-}
-
-func isProcess(rec event.Record) bool {
-	_, ok := rec.(*event.Process)
-	return ok
 }
 
 func (p *proc) exitedAt() time.Time {
@@ -221,16 +265,19 @@ func (x *Exporter) Sweep() int {
 	now := x.opts.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for pid, p := range x.procs {
+	for p := range x.procs {
 		p.mu.Lock()
-		if p.exited.IsZero() && !x.opts.Alive(pid, p.start) {
+		if p.exited.IsZero() && !x.opts.Alive(p.pid, p.start) {
 			p.exited = now
 			p.reported = false
 		}
 		if !p.exited.IsZero() {
 			age := now.Sub(p.exited)
 			if age >= x.opts.TTL || (p.reported && age >= x.opts.Grace) {
-				delete(x.procs, pid)
+				delete(x.procs, p)
+				if x.cur[p.pid] == p {
+					delete(x.cur, p.pid)
+				}
 			}
 		}
 		p.mu.Unlock()
@@ -245,23 +292,45 @@ func (x *Exporter) Lost() event.Lost {
 	return x.lost
 }
 
-// processes returns the processes held, by PID.
+// processes returns the process instances held, by PID, then in the
+// order they were seen.
 func (x *Exporter) processes() []*proc {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := make([]*proc, 0, len(x.procs))
-	for _, p := range x.procs {
+	for p := range x.procs {
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b *proc) int { return int(a.pid) - int(b.pid) })
+	slices.SortFunc(out, func(a, b *proc) int {
+		if a.pid != b.pid {
+			return cmp.Compare(a.pid, b.pid)
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
 	return out
 }
 
-// Result returns pid's figures so far, or ErrNoProcess.
-func (x *Exporter) Result(pid uint32) (*analysis.Result, error) {
+// instance returns the process pid that started at start, or pid's latest
+// instance when start is 0; nil when none is held.
+func (x *Exporter) instance(pid uint32, start uint64) *proc {
 	x.mu.Lock()
-	p := x.procs[pid]
-	x.mu.Unlock()
+	defer x.mu.Unlock()
+	if start == 0 {
+		return x.cur[pid]
+	}
+	var found *proc
+	for p := range x.procs {
+		if p.pid == pid && p.start == start && (found == nil || p.seq > found.seq) {
+			found = p
+		}
+	}
+	return found
+}
+
+// Result returns the figures so far of pid's latest instance, or
+// ErrNoProcess.
+func (x *Exporter) Result(pid uint32) (*analysis.Result, error) {
+	p := x.instance(pid, 0)
 	if p == nil {
 		return nil, fmt.Errorf("%w: %d", ErrNoProcess, pid)
 	}
@@ -333,8 +402,12 @@ func startTime(pid uint32) (uint64, error) {
 }
 
 // alive is Options.Alive's default: pid runs and is the instance that
-// started at start (a zombie counts as exited).
+// started at start (a zombie counts as exited). An instance of unknown
+// start (0: gone when first seen) is not alive, whatever has its PID now.
 func alive(pid uint32, start uint64) bool {
+	if start == 0 {
+		return false
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
@@ -343,5 +416,5 @@ func alive(pid uint32, start uint64) bool {
 		return false
 	}
 	st, err := startTime(pid)
-	return err == nil && (start == 0 || st == start)
+	return err == nil && st == start
 }

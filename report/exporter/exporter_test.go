@@ -231,7 +231,7 @@ func TestReusedPID(t *testing.T) {
 	res, err := x.Result(7)
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, len(res.Processes), 2, "an instance per image")
-	assert.Equal(t, "trainer", x.procs[7].command, "feed's Process record came last")
+	assert.Equal(t, "trainer", x.cur[7].command, "feed's Process record came last")
 	running = false
 	x.Sweep()
 	feed(t, x, 7, 0, 1)

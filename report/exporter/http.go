@@ -30,11 +30,13 @@ var Profiles = map[string]string{
 // Handler returns the HTTP handler of x's endpoints:
 //
 //	/metrics                                   Prometheus metrics (and serve's own go_*, process_*)
-//	/debug/pprof/{inuse,peak,alloc}[?pid=N]    pprof profiles (gzipped protobuf)
-//	/pprof/{inuse,peak,alloc}[?pid=N]          the same
-//	/                                          a plain-text index of processes
+//	/debug/pprof/{inuse,peak,alloc}[?pid=N[&start=S]]  pprof profiles (gzipped protobuf)
+//	/pprof/{inuse,peak,alloc}[?pid=N[&start=S]]        the same
+//	/                                                  a plain-text index of processes
 //
-// Without pid, a profile merges every process held.
+// Without pid, a profile merges every process held. A PID names its latest
+// process; start (the series' start label) names an earlier one that had
+// the PID, until it is dropped.
 func (x *Exporter) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	// serve's own memory and CPU (go_*, process_*) beside the figures: the
@@ -60,10 +62,26 @@ const shutdownWait = 5 * time.Second
 // done or the server fails; then it shuts the server down, waiting up to
 // 5 s for requests in flight, and closes ln. It returns the server's
 // error: nil after ctx is done and a clean shutdown.
+//
+// At most MaxConns connections are held open, each within its timeouts
+// (conns.go): a flood of connections neither grows serve's memory nor
+// takes its descriptors, and scrapes go on being answered.
 func (x *Exporter) Serve(ctx context.Context, ln net.Listener, sweep time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: x.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := newConnLimiter(ln, MaxConns)
+	x.mu.Lock()
+	x.limiter = lim
+	x.mu.Unlock()
+	srv := &http.Server{
+		Handler:           x.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ConnState:         lim.track,
+	}
+	ln = lim
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	t := time.NewTicker(sweep)
@@ -87,7 +105,7 @@ func (x *Exporter) Serve(ctx context.Context, ln net.Listener, sweep time.Durati
 
 func (x *Exporter) serveProfile(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := x.Profile(name, r.URL.Query().Get("pid"))
+		p, err := x.Profile(name, r.URL.Query().Get("pid"), r.URL.Query().Get("start"))
 		switch {
 		case errors.Is(err, ErrNoProcess):
 			http.Error(w, err.Error(), http.StatusNotFound)
@@ -104,9 +122,10 @@ func (x *Exporter) serveProfile(name string) http.HandlerFunc {
 	}
 }
 
-// Profile builds the named profile (see Profiles) of the process pid, or of
-// every process held when pid is "".
-func (x *Exporter) Profile(name, pid string) (*gprofile.Profile, error) {
+// Profile builds the named profile (see Profiles) of the process pid (its
+// instance that started at start, else its latest), or of every process
+// held when pid is "".
+func (x *Exporter) Profile(name, pid, start string) (*gprofile.Profile, error) {
 	def, ok := Profiles[name]
 	if !ok {
 		return nil, fmt.Errorf("exporter: unknown profile %q (inuse, peak, alloc)", name)
@@ -119,10 +138,17 @@ func (x *Exporter) Profile(name, pid string) (*gprofile.Profile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("exporter: pid %q is not a process ID", pid)
 		}
-		x.mu.Lock()
-		p := x.procs[uint32(n)]
-		x.mu.Unlock()
+		var st uint64
+		if start != "" {
+			if st, err = strconv.ParseUint(start, 10, 64); err != nil || st == 0 {
+				return nil, fmt.Errorf("exporter: start %q is not a process start time (the series' start label)", start)
+			}
+		}
+		p := x.instance(uint32(n), st)
 		if p == nil {
+			if st != 0 {
+				return nil, fmt.Errorf("%w: %d started at %d", ErrNoProcess, n, st)
+			}
 			return nil, fmt.Errorf("%w: %d", ErrNoProcess, n)
 		}
 		procs = []*proc{p}
@@ -161,7 +187,7 @@ func (x *Exporter) serveIndex(w http.ResponseWriter, _ *http.Request) {
 	var b strings.Builder
 	b.WriteString("vramprof serve\n\n/metrics\n/debug/pprof/{inuse,peak,alloc}?pid=N  (go tool pprof http://HOST:PORT/debug/pprof/peak?pid=N)\n\n")
 	lost := x.Lost()
-	fmt.Fprintf(&b, "lost events: %d\n\n%-8s %-16s %14s %14s %s\n", lost.Total, "PID", "COMMAND", "LIVE", "PEAK", "STATE")
+	fmt.Fprintf(&b, "lost events: %d\n\n%-8s %-12s %-16s %14s %14s %s\n", lost.Total, "PID", "START", "COMMAND", "LIVE", "PEAK", "STATE")
 	for _, p := range x.processes() {
 		res := p.snapshot()
 		p.mu.Lock()
@@ -176,7 +202,7 @@ func (x *Exporter) serveIndex(w http.ResponseWriter, _ *http.Request) {
 				live, peak = pr.Totals.LiveBytesAtEnd, pr.Totals.PeakBytes
 			}
 		}
-		fmt.Fprintf(&b, "%-8d %-16s %14d %14d %s\n", p.pid, command, live, peak, state)
+		fmt.Fprintf(&b, "%-8d %-12d %-16s %14d %14d %s\n", p.pid, p.start, command, live, peak, state)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte(b.String()))

@@ -1,7 +1,9 @@
 package exporter
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,9 +29,12 @@ const (
 	MetricProcessExited     = "vramprof_process_exited"
 )
 
-// procLabels label every per-process series. pid with command tells a
-// reused PID apart; cgroup and container place it on the node.
-var procLabels = []string{"pid", "command", "cgroup", "container"}
+// procLabels label every per-process series. A process is its pid and its
+// start (/proc/PID/stat's start time, clock ticks since boot; 0 when it was
+// gone before it could be read): a PID reused while the exited process
+// that had it is still held has a series of each. cgroup and container
+// place it on the node.
+var procLabels = []string{"pid", "start", "command", "cgroup", "container"}
 
 var (
 	descLive = prometheus.NewDesc(MetricLiveBytes,
@@ -89,17 +94,30 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	collectNVML(ch, nv)
 	procs := c.x.processes()
 	ch <- prometheus.MustNewConstMetric(descProcs, prometheus.GaugeValue, float64(len(procs)))
-	for _, p := range procs {
-		res := p.snapshot()
+	// Latest first: two instances that cannot be told apart (a PID reused
+	// by processes gone before their start could be read) give the latest's
+	// series only, as a registry refuses a label set twice.
+	seen := map[string]bool{}
+	for _, p := range slices.Backward(procs) {
 		p.mu.Lock()
-		lv := []string{strconv.FormatUint(uint64(p.pid), 10), p.command, p.cgroup, p.container}
+		lv := []string{strconv.FormatUint(uint64(p.pid), 10), strconv.FormatUint(p.start, 10), p.command, p.cgroup, p.container}
 		exited := !p.exited.IsZero()
+		key := strings.Join(lv, "\x00")
+		if seen[key] {
+			p.reported = exited
+			p.mu.Unlock()
+			continue
+		}
+		seen[key] = true
 		if exited {
 			p.reported = true
 		}
 		p.mu.Unlock()
-		collectProcess(ch, res, lv, exited)
-		collectProcessNVML(ch, nv, p.pid, lv)
+		collectProcess(ch, p.snapshot(), lv, exited)
+		if !exited {
+			// NVML counts by PID: its figure is the running process's.
+			collectProcessNVML(ch, nv, p.pid, lv)
+		}
 	}
 }
 

@@ -219,7 +219,8 @@ func (d *Dir) file(name string) string { return filepath.Join(d.path, name) }
 // included: it is written for the whole run, so it is never opened through
 // a link.
 func (d *Dir) createTrace() (*os.File, error) {
-	f, err := d.root.OpenFile(TraceFile, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	// Read and write: Finish reads it back through this descriptor.
+	f, err := d.root.OpenFile(TraceFile, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrOutputDir, d.path, err)
 	}

@@ -14,8 +14,12 @@
 //
 // The outputs always come from a replay of the trace (Analyze), never from
 // live state: that is what makes `vramprof report` byte-identical to the
-// live run. Analyze, Replay and Report read a trace, its segments, or a
-// PyTorch memory snapshot pickle, and need no privileges; LoadSnapshot
+// live run. Finish reads the trace back through the descriptor it wrote
+// it with (a flight recorder's segments through the directory opened),
+// never by path: a link put in the directory's place meanwhile leads
+// nowhere. Analyze, Replay and Report read a trace, its segments, or a
+// PyTorch memory snapshot pickle, once and from the start (input.go: a
+// pipe or FIFO reads as a file does), and need no privileges; LoadSnapshot
 // reads a recording into what `vramprof diff` and `check` compare
 // (report/compare).
 //

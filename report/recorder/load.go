@@ -1,8 +1,10 @@
 package recorder
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -32,10 +34,47 @@ func LoadSnapshot(path string) (*compare.Snapshot, error) {
 		}
 		return nil, fmt.Errorf("%w: %s holds neither %s nor %s", compare.ErrRecording, path, TraceFile, JSONFile)
 	}
+	if !st.Mode().IsRegular() {
+		return snapshotFromStream(path)
+	}
 	if compare.IsJSONFile(path) {
 		return compare.LoadReport(path, path)
 	}
 	return snapshotFromTrace(path, path)
+}
+
+// maxStreamReport bounds a report.json read from a pipe (read whole to be
+// parsed): a recording's is a few megabytes.
+const maxStreamReport = 256 << 20
+
+// snapshotFromStream reads a pipe or a FIFO (`check <(cat trace.vpt)`)
+// once, as a stream: a report.json (told by its first byte), a trace or a
+// snapshot pickle.
+func snapshotFromStream(path string) (*compare.Snapshot, error) {
+	f, err := openInput(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	defer f.Close()
+	src := newSource(path, f)
+	if head, _ := src.br.Peek(1); len(head) == 1 && !src.snapshot && bytes.ContainsAny(head, "{ \t\r\n") {
+		data, err := io.ReadAll(io.LimitReader(src.br, maxStreamReport+1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: read %s: %w", compare.ErrRecording, path, err)
+		}
+		if len(data) > maxStreamReport {
+			return nil, fmt.Errorf("%w: %s holds more than %d MiB of JSON: not a report.json", compare.ErrRecording, path, maxStreamReport>>20)
+		}
+		return compare.ParseReport(path, path, data)
+	}
+	res, err := src.analyze(analysis.Options{}, nil)
+	truncated := errors.Is(err, ErrTruncated)
+	if err != nil && !truncated {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	s := compare.FromReport(report.NewJSON(res), path)
+	s.Truncated = truncated
+	return s, nil
 }
 
 func isRegular(path string) bool {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -196,6 +197,19 @@ func (r *Recorder) Finish(end *event.End, summary io.Writer, stopped error) erro
 	if err := r.w.Close(); err != nil {
 		return fmt.Errorf("write trace: %w", err)
 	}
+	// The analysis reads back the very file written, through a duplicate
+	// of its descriptor: not whatever the directory's path, or the
+	// trace's name in it, leads to now (a link put there meanwhile).
+	var trace io.ReaderAt // nil: the flight recorder's segments
+	if r.flight == nil && stopped == nil {
+		fd, err := syscall.Dup(int(r.file.Fd()))
+		if err != nil {
+			return fmt.Errorf("read trace back: %w", err)
+		}
+		f := os.NewFile(uintptr(fd), r.file.Name())
+		defer f.Close()
+		trace = f
+	}
 	if err := r.file.Close(); err != nil {
 		return fmt.Errorf("write trace: %w", err)
 	}
@@ -204,7 +218,11 @@ func (r *Recorder) Finish(end *event.End, summary io.Writer, stopped error) erro
 		return stopped
 	}
 	r.out.path = r.dir // renamed once the command's PID was known (SetDir)
-	if err := Produce(r.out, filepath.Join(r.dir, TraceFile), summary, r.opts.Analysis); err != nil {
+	var segments []string
+	if r.flight != nil {
+		segments = r.flight.kept
+	}
+	if err := Produce(r.out, trace, segments, summary, r.opts.Analysis); err != nil {
 		return err
 	}
 	if line := r.moments.summary(); line != "" {
@@ -223,10 +241,14 @@ func (r *Recorder) SetDir(dir string) {
 	r.out.path = dir
 }
 
-// Produce analyses a trace, writes the outputs into od and the summary to
-// out.
-func Produce(od *Dir, tracePath string, out io.Writer, opts analysis.Options) error {
-	res, err := Analyze(tracePath, opts)
+// Produce analyses the recording in od, writes the outputs into od and the
+// summary to out. The recording is never read by its path: trace, when not
+// nil, is the trace file written (read from its start), else segments are
+// the flight recorder's segments in od (oldest first), read through od,
+// the directory opened when the recording began, so a link put in the
+// directory's place meanwhile leads nowhere (Dir).
+func Produce(od *Dir, trace io.ReaderAt, segments []string, out io.Writer, opts analysis.Options) error {
+	res, err := od.analyze(trace, segments, opts)
 	if err != nil {
 		return err // a trace we just closed cannot be cut short
 	}
@@ -237,11 +259,11 @@ func Produce(od *Dir, tracePath string, out io.Writer, opts analysis.Options) er
 	if err := report.WriteSummary(out, res); err != nil {
 		return fmt.Errorf("write summary: %w", err)
 	}
-	trace := TraceFile
-	if segs := SegmentsOf(tracePath); len(segs) > 0 {
-		trace = fmt.Sprintf("%s (%d segments kept)", SegmentPattern, len(segs))
+	traceName := TraceFile
+	if len(segments) > 0 {
+		traceName = fmt.Sprintf("%s (%d segments kept)", SegmentPattern, len(segments))
 	}
-	fmt.Fprintf(out, "\nwrote %s: %s, %s, %s, %s, %s\n", dir, trace, ProfileFile, JSONFile, MarkdownFile, HTMLFile)
+	fmt.Fprintf(out, "\nwrote %s: %s, %s, %s, %s, %s\n", dir, traceName, ProfileFile, JSONFile, MarkdownFile, HTMLFile)
 	fmt.Fprintf(out, "open the profile: go tool pprof -http=: %s\n", filepath.Join(dir, ProfileFile))
 	return nil
 }

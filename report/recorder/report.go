@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
 	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 	"github.com/vramprof/vramprof/report"
 )
@@ -44,23 +45,30 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 	} else if st.IsDir() {
 		tracePath = filepath.Join(tracePath, TraceFile)
 	}
-	// The snapshot first: a --pid without events fails before any output
-	// is written.
-	var snap *pysnapshot.Snapshot
+	// One read of the input (a pipe or a FIFO is read once: newSource),
+	// the snapshot exported from it too; a --pid without events fails
+	// before any output is written.
+	var x *pysnapshot.Exporter
+	var also func(event.Record) error
 	if o.Format == "snapshot" {
-		if o.PIDSet && IsSnapshot(tracePath) {
-			return usageError(fmt.Errorf("report: --pid chooses a process of a recording; %s is a PyTorch snapshot, which holds one", o.Input))
-		}
-		var err error
-		if snap, err = ExportSnapshot(tracePath, o.PID, o.PIDSet, stderr); err != nil && !errors.Is(err, ErrTruncated) {
-			return err
-		}
+		x = pysnapshot.NewExporter()
+		also = x.Add
 	}
-	res, err := Analyze(tracePath, o.Analysis)
+	res, isSnapshot, err := analyzePath(tracePath, o.Analysis, also)
 	var outDir *Dir // with Out
 	truncated := errors.Is(err, ErrTruncated)
 	if err != nil && !truncated {
 		return err
+	}
+	var snap *pysnapshot.Snapshot
+	if x != nil {
+		if o.PIDSet && isSnapshot {
+			return usageError(fmt.Errorf("report: --pid chooses a process of a recording; %s is a PyTorch snapshot, which holds one", o.Input))
+		}
+		var serr error
+		if snap, serr = exportOf(x, err, tracePath, o.PID, o.PIDSet, stderr); serr != nil && !errors.Is(serr, ErrTruncated) {
+			return serr
+		}
 	}
 	if o.Out != "" {
 		var serr error

@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
 )
@@ -21,11 +19,15 @@ const SnapshotFile = "snapshot.pickle"
 
 // IsSnapshot reports whether path is a PyTorch memory snapshot rather than a
 // .vpt trace: by its extension, or by a pickle protocol header (PROTO 2-5)
-// where a trace has its magic.
+// where a trace has its magic. Only a plain file is read: a pipe read here
+// would lose what it read (Report reads its input once, and tells then).
 func IsSnapshot(path string) bool {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".pickle", ".pkl":
 		return true
+	}
+	if !isRegular(path) {
+		return false
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -36,73 +38,23 @@ func IsSnapshot(path string) bool {
 	if _, err := io.ReadFull(f, head[:]); err != nil {
 		return false
 	}
-	return head[0] == 0x80 && head[1] >= 2 && head[1] <= 5
+	return isPickleHead(head[:])
 }
 
 // Replay feeds every record of path (a .vpt trace or a snapshot pickle) to
-// add, in order. A trace cut short inside a record gives its whole records,
-// then an error matching ErrTruncated.
+// add, in order, reading it once. A trace cut short inside a record gives
+// its whole records, then an error matching ErrTruncated.
 func Replay(path string, add func(event.Record) error) error {
 	if segs := SegmentsOf(path); len(segs) > 0 {
 		return replaySegmentFiles(segs, add) // a flight recorder's (--max-trace)
 	}
-	f, err := os.Open(path)
+	f, err := openInput(path)
 	if err != nil {
-		return fmt.Errorf("%w: open trace: %w", ErrInput, err)
-	}
-	defer f.Close()
-	if IsSnapshot(path) {
-		recs, err := pysnapshot.Read(bufio.NewReaderSize(f, 1<<20))
-		if err != nil {
-			return fmt.Errorf("%w: read snapshot %s: %w", ErrInput, path, err)
-		}
-		if h, ok := recs[0].(*event.Header); ok {
-			h.Command = []string{path}
-		}
-		for _, r := range recs {
-			if err := add(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	r, err := event.NewReader(bufio.NewReaderSize(f, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read trace %s: %w", path, err)
-	}
-	if err := add(r.Header()); err != nil {
 		return err
 	}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read trace %s: %w", path, err)
-		}
-		if err := add(rec); err != nil {
-			return err
-		}
-	}
-	if r.Truncated() {
-		return fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", ErrTruncated, path, r.Offset(), r.Records())
-	}
-	return nil
-}
-
-// analyzeSnapshot runs the analysis on an imported PyTorch snapshot.
-func analyzeSnapshot(path string, opts analysis.Options) (*analysis.Result, error) {
-	a := analysis.New(opts)
-	if err := Replay(path, func(r event.Record) error {
-		if err := a.Add(r); err != nil {
-			return fmt.Errorf("analyze %s: %w", path, err)
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return a.Finish(), nil
+	defer f.Close()
+	_, err = newSource(path, f).replay(add)
+	return err
 }
 
 // ExportSnapshot replays the trace or snapshot at path and returns the
@@ -115,7 +67,12 @@ func analyzeSnapshot(path string, opts analysis.Options) (*analysis.Result, erro
 // error matching ErrTruncated is returned with the snapshot.
 func ExportSnapshot(path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
 	x := pysnapshot.NewExporter()
-	err := Replay(path, x.Add)
+	return exportOf(x, Replay(path, x.Add), path, pid, pidSet, note)
+}
+
+// exportOf is ExportSnapshot once x has been fed path's records (err is
+// the replay's error).
+func exportOf(x *pysnapshot.Exporter, err error, path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
 	if err != nil && !errors.Is(err, ErrTruncated) {
 		return nil, err
 	}

@@ -222,6 +222,9 @@ var deviceScope = scope{layer: event.LayerSegment}
 // hostScope is pinned host memory.
 var hostScope = scope{layer: event.LayerSegment, host: true}
 
+// blockScope is the block layer: a caching allocator's blocks (tensors).
+var blockScope = scope{layer: event.LayerBlock}
+
 func scopeOf(layer event.Layer, mem MemorySpace) scope {
 	return scope{layer: layer, host: mem == SpaceHost}
 }

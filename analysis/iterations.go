@@ -3,6 +3,7 @@ package analysis
 import (
 	"cmp"
 	"slices"
+	"sort"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -122,11 +123,12 @@ func grow[T any](s []T, i int32) []T {
 func (m *iterationModel) changed(c *liveChange) {
 	gi, si := c.group, c.space
 	// Both logs are of the device scope (a site's allocations are at the
-	// segment layer in device memory) or of pinned host memory.
-	if c.sc == deviceScope || c.sc == hostScope {
+	// segment layer in device memory), of the block layer (a tensor's
+	// site) or of pinned host memory.
+	if c.sc == deviceScope || c.sc == hostScope || c.sc == blockScope {
 		m.stacks = grow(m.stacks, gi)
 		sl := &m.stacks[gi]
-		if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
+		if c.alloc && c.mem == SpaceDevice && (c.layer == event.LayerSegment || c.layer == event.LayerBlock) {
 			s := &sl.site
 			s.count++
 			if s.st.len() < m.limit {
@@ -142,7 +144,7 @@ func (m *iterationModel) changed(c *liveChange) {
 			l.st.add(c.seq, c.time, c.groupLive)
 		}
 	}
-	if c.sc == deviceScope {
+	if c.sc == deviceScope || c.sc == blockScope {
 		m.procs = grow(m.procs, si)
 		p := m.procs[si]
 		if p == nil {
@@ -204,7 +206,10 @@ func (l *liveLog) at(t uint64) uint64 {
 
 // loop is a candidate training loop: the burst starts at one site.
 type loop struct {
-	stack  event.StackID
+	stack event.StackID
+	// layer is the site's: the block layer when the process's blocks were
+	// traced (its tensors pace the loop), else the segment layer.
+	layer  event.Layer
 	seq    []uint64
 	starts []uint64
 	period uint64
@@ -212,8 +217,11 @@ type loop struct {
 }
 
 // bursts groups a site's allocations into bursts: a new burst starts at the
-// first allocation and after every gap longer than 4 times the lower
-// quartile of the gaps. It returns the burst starts' indexes.
+// first allocation and after every long gap. A gap is long above the
+// natural break in the sorted gaps, the largest jump between consecutive
+// ones by a factor of at least 4 that leaves at least minIterations-1 gaps
+// above it; without such a jump, above 4 times the lower quartile of the
+// gaps. It returns the burst starts' indexes.
 func bursts(times []uint64) []int {
 	gaps := make([]uint64, 0, len(times)-1)
 	for i := 1; i < len(times); i++ {
@@ -222,6 +230,17 @@ func bursts(times []uint64) []int {
 	sorted := slices.Clone(gaps)
 	slices.Sort(sorted)
 	limit := 4 * sorted[len(sorted)/4]
+	// The in-step gaps of a site that allocates several tensors per step
+	// vary (a cached block is quicker than a new segment), by more than 4
+	// times now and then; the gap between steps is orders of magnitude
+	// longer. The largest jump finds that break where a quartile does not.
+	best := 0.0
+	for i := 0; i+minIterations <= len(sorted); i++ {
+		r := float64(sorted[i+1]) / float64(max(sorted[i], 1))
+		if r >= 4 && r > best {
+			best, limit = r, sorted[i]
+		}
+	}
 	out := []int{0}
 	for i, g := range gaps {
 		if g > limit {
@@ -262,7 +281,10 @@ func burstSize(idx []int, n int) int {
 
 // regular reports the median spacing of starts and whether it is regular:
 // the median absolute deviation of the spacings is at most a quarter of
-// their median, which is positive.
+// their median, which is positive, and at most one spacing in 8 is longer
+// than 4 times the median (a stall now and then, not a pattern: a site
+// with several allocations per step taken one per iteration has a long
+// spacing at every step).
 func regular(starts []uint64) (uint64, bool) {
 	d := make([]uint64, 0, len(starts)-1)
 	for i := 1; i < len(starts); i++ {
@@ -282,16 +304,27 @@ func regular(starts []uint64) (uint64, bool) {
 		}
 	}
 	slices.Sort(dev)
-	return m, 4*dev[len(dev)/2] <= m
+	long := len(d) - sort.Search(len(d), func(i int) bool { return d[i] > 4*m })
+	return m, 4*dev[len(dev)/2] <= m && 8*long <= len(d)
 }
 
 // iterations finds each process's loop (see doc.go, "Iterations"), keyed by
 // instance id.
 func (a *Analyzer) iterations() map[uint32]*loop {
 	out := make(map[uint32]*loop)
+	// A process whose blocks were traced is paced by its tensors: the
+	// segments a caching allocator gets come in its warm-up and at new
+	// sizes, not once per step (see doc.go, "Iterations").
+	blocks := make(map[uint32]bool)
+	for gi := range a.iters.stacks {
+		if a.iters.stacks[gi].site.count > 0 && a.groups[gi].key.sc == blockScope {
+			blocks[a.groups[gi].key.pid] = true
+		}
+	}
 	var sites []int32 // group indexes
 	for gi := range a.iters.stacks {
-		if a.iters.stacks[gi].site.count > 0 {
+		k := a.groups[gi].key
+		if a.iters.stacks[gi].site.count > 0 && (k.sc == blockScope) == blocks[k.pid] {
 			sites = append(sites, int32(gi))
 		}
 	}
@@ -310,7 +343,7 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 			continue
 		}
 		per := burstSize(idx, len(times))
-		l := &loop{stack: k.stack}
+		l := &loop{stack: k.stack, layer: k.sc.layer}
 		for i := 0; i < len(times); i += per {
 			l.seq = append(l.seq, seqs[i])
 			l.starts = append(l.starts, times[i])
@@ -342,7 +375,13 @@ func (a *Analyzer) setIterations(r *Result) {
 		it := &Iterations{Count: l.count, PeriodNs: l.period,
 			Starts:    slices.Clone(l.starts[:min(len(l.starts), maxIterationStarts)]),
 			LastStart: l.starts[len(l.starts)-1], Stack: l.stack, Site: r.Site(l.stack)}
-		if log := a.iters.proc(a.spaces[spaceKey{id, deviceScope}]); log != nil {
+		// The figures per iteration are of the loop's layer: tensors when
+		// they pace it.
+		sc := deviceScope
+		if l.layer == event.LayerBlock {
+			sc = blockScope
+		}
+		if log := a.iters.proc(a.spaces[spaceKey{id, sc}]); log != nil {
 			first, last := procBefore(log, l.seq[0]), procBefore(log, l.seq[len(l.seq)-1])
 			it.AllocatedBytesPerIteration = float64(last.allocated-first.allocated) / float64(len(l.seq)-1)
 			ys := make([]float64, 0, len(l.seq))

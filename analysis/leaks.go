@@ -84,7 +84,7 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		}
 		in := a.inst(g.key.pid)
 		from := max(r.Run.Start, in.start)
-		if !a.persists(g, vals, from) {
+		if !a.persists(g, vals, in, from) {
 			// Grown in a warm-up, flat since: not a leak.
 			continue
 		}
@@ -137,20 +137,28 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 
 // persists is the leak rule's steadiness test (see doc.go, "The leak
 // rule"): the stack's live bytes at the end exceed those at the middle of
-// its process's traced span (from its first traced moment to the last
-// event), read on the leak grid (vals, the stack's live bytes at each
-// bucket end). Growth that stopped in the first half, a cache warming up
-// or sizes that stopped growing, is not a leak.
-func (a *Analyzer) persists(g *groupState, vals []uint64, from uint64) bool {
-	if a.lastEvent <= from {
+// its process's span, from its first traced moment (from) to the end of
+// the run (the latest record: a process idle after a warm-up is flat all
+// that time) or when a later instance took its PID, read on the leak grid
+// (vals, the stack's live bytes at each bucket end). Growth that stopped
+// in the first half, a cache warming up or sizes that stopped growing, is
+// not a leak.
+func (a *Analyzer) persists(g *groupState, vals []uint64, in *instance, from uint64) bool {
+	end := max(a.lastEvent, a.latest)
+	if in.supersededAt != 0 {
+		end = min(end, in.supersededAt)
+	}
+	if end <= from {
 		return false
 	}
-	mid := from + (a.lastEvent-from)/2
-	i := a.leak.index(mid)
-	if i >= len(vals)-1 {
+	mid := from + (end-from)/2
+	if mid >= a.lastEvent {
+		// Nothing changed after the middle.
 		return false
 	}
-	return g.live.Bytes > vals[i]
+	// mid is before the last event: within the grid, which index does
+	// not grow then.
+	return g.live.Bytes > vals[a.leak.index(mid)]
 }
 
 // leakSince is when the stack's growth began: the start of the loop's

@@ -1,0 +1,201 @@
+package analysis
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/event/eventtest"
+)
+
+// Stacks of cachedTrainer: the allocator's segments are charged to
+// backward (stack 1, the segment layer); tensors are made at forward
+// (stack 2) and leak_step (stack 3).
+const (
+	stSegments event.StackID = 1
+	stForward  event.StackID = 2
+	stLeak     event.StackID = 3
+)
+
+// cachedTrainer is a trainer over a caching allocator, 40 steps of 20 ms
+// (step i starts at 1 ms + i * 20 ms). At 0 one 64 MiB segment; forward
+// makes 3 activations of 512 KiB in it, 10 µs apart, freed 5 ms later;
+// with leak, leak_step then keeps one 1 MiB block, in a 2 MiB segment
+// made every other step (step i's block at offset (i%2) MiB of segment
+// i/2). Without leak the small segments still come every other step
+// until step 9 (a cache warming up; blocks of 256 KiB made and freed in
+// them), then never. blocks false drops the block layer (--pool off).
+func cachedTrainer(leak, blocks bool) *eventtest.Stream {
+	const (
+		big    = uint64(0x7f20_0000_0000)
+		small  = uint64(0x7f21_0000_0000)
+		period = 20_000_000
+	)
+	s := eventtest.NewStream().Stack(stSegments, "backward", 1).Stack(stForward, "forward", 2).Stack(stLeak, "leak_step", 3)
+	seg := func(t, addr, size uint64) {
+		s.Ev(event.Event{Time: t, Addr: addr, Size: size, Stack: stSegments, Kind: event.KindAlloc, API: event.APICudaMalloc})
+	}
+	block := func(t, addr, size uint64, st event.StackID) {
+		if blocks {
+			s.Ev(event.Event{Time: t, Addr: addr, Size: size, Stack: st, Layer: event.LayerBlock,
+				Kind: event.KindAlloc, API: event.APIPyTorchMalloc})
+		}
+	}
+	free := func(t, addr uint64) {
+		if blocks {
+			s.Ev(event.Event{Time: t, Addr: addr, Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
+		}
+	}
+	seg(0, big, 64*MiB)
+	for i := range uint64(40) {
+		t0 := 1_000_000 + i*period
+		makeSeg := i%2 == 0 && (leak || i < 10)
+		if makeSeg {
+			seg(t0, small+(i/2)*2*MiB, 2*MiB)
+		}
+		for k := range uint64(3) {
+			block(t0+10_000*(k+1), big+k*512*KiB, 512*KiB, stForward)
+		}
+		for k := range uint64(3) {
+			free(t0+5_000_000+k, big+k*512*KiB)
+		}
+		switch {
+		case leak:
+			block(t0+6_000_000, small+(i/2)*2*MiB+(i%2)*MiB, MiB, stLeak)
+		case makeSeg:
+			block(t0+6_000_000, small+(i/2)*2*MiB, 256*KiB, stLeak)
+			free(t0+7_000_000, small+(i/2)*2*MiB)
+		}
+	}
+	return s.End(40 * period)
+}
+
+// TestLeakHiddenInCache: with the block layer traced the tensors decide.
+// leak_step keeps 40 blocks of 1 MiB inside segments charged to backward,
+// which grow every other step: one leak, at leak_step, of the blocks'
+// bytes; none at backward, whose segments are the cache, said once.
+func TestLeakHiddenInCache(t *testing.T) {
+	r := mustAnalyze(t, Options{}, cachedTrainer(true, true).Recs)
+	leaks := findings(r, KindLeak)
+	require.Len(t, leaks, 1, "one leak: %+v", leaks)
+	f := leaks[0]
+	assert.Equal(t, stLeak, f.Stacks[0].Stack, "at leak_step, not at the segments' backward")
+	assert.Equal(t, 40*MiB, f.Bytes, "40 blocks of 1 MiB")
+	assert.Equal(t, uint64(40), f.Stacks[0].Count)
+	assert.Equal(t, event.LayerBlock, f.Leak.Layer)
+	// The tensors' peak: 39 leaked blocks and forward's 3 x 512 KiB, at
+	// step 39; 40 MiB is more than 10% of it.
+	assert.Equal(t, SeverityHigh, f.Severity)
+	// Live bytes at the iteration starts (forward's first block) are
+	// 0, 1, ..., 39 MiB, and 40 MiB at the last start plus the period:
+	// a slope of exactly 1 MiB per iteration, growing since the first.
+	assert.Equal(t, uint64(40), f.Leak.Iterations)
+	assert.Equal(t, uint64(20_000_000), f.Leak.PeriodNs)
+	assert.InDelta(t, float64(MiB), f.Leak.BytesPerIteration, 1e-6)
+	assert.Equal(t, uint64(1_010_000), f.Leak.Since, "step 0's first block")
+
+	it := process(t, r, 100).Iterations
+	require.NotNil(t, it)
+	assert.Equal(t, uint64(40), it.Count, "40 steps, from the blocks (the segments come every other step)")
+	assert.Equal(t, uint64(20_000_000), it.PeriodNs)
+	assert.Equal(t, stForward, it.Stack, "forward's blocks start each step")
+
+	caches := findings(r, KindCacheGrowth)
+	require.Len(t, caches, 1, "the cache, said once")
+	c := caches[0]
+	assert.Equal(t, SeverityInfo, c.Severity)
+	// Reserved: 64 MiB + 20 segments of 2 MiB, never freed; the tensors'
+	// peak: 39 MiB kept + 3 x 512 KiB at step 39's forward.
+	wantReserved, wantTensors := 64*MiB+20*2*MiB, 39*MiB+3*512*KiB
+	assert.Equal(t, &CacheEvidence{ReservedPeakBytes: wantReserved, ReservedPeakTime: 1_000_000 + 38*20_000_000,
+		AllocatedPeakBytes: wantTensors, AllocatedPeakTime: 1_000_000 + 39*20_000_000 + 30_000,
+		ReservedAtEnd: wantReserved, AllocatedAtEnd: 40 * MiB, End: 1_000_000 + 39*20_000_000 + 6_000_000}, c.Cache)
+	assert.Equal(t, wantReserved-wantTensors, c.Bytes)
+	assert.Equal(t, stSegments, c.Stacks[0].Stack)
+}
+
+// TestWarmUpIsNotALeak: a cache that warms up (2 MiB segments at steps
+// 0, 2, ..., 8 of 40, never freed) and then stays flat for 30 steps is no
+// leak, with the block layer (its tensors come and go) or without (the
+// segments' growth stopped in the first half of the run). The same
+// growth kept up to the end is one (the control).
+func TestWarmUpIsNotALeak(t *testing.T) {
+	for _, blocks := range []bool{true, false} {
+		r := mustAnalyze(t, Options{}, cachedTrainer(false, blocks).Recs)
+		assert.Empty(t, findings(r, KindLeak), "blocks %v", blocks)
+		for _, f := range r.Findings {
+			assert.Equal(t, SeverityInfo, f.Severity, "blocks %v: %s", blocks, f.Kind)
+		}
+		assert.Len(t, findings(r, KindCacheGrowth), map[bool]int{true: 1, false: 0}[blocks], "blocks %v", blocks)
+	}
+	// The old rule's false leak: the segments at backward paced a loop
+	// (the 64 MiB one at 0 and the 2 MiB ones at 1, 41, ..., 161 ms: 6
+	// allocations, one a burst, 40 ms apart but the first), over which
+	// they rose at every window.
+	r := mustAnalyze(t, Options{}, cachedTrainer(false, false).Recs)
+	it := process(t, r, 100).Iterations
+	require.NotNil(t, it, "the warm-up's segments make a loop")
+	assert.Equal(t, uint64(6), it.Count)
+	assert.Equal(t, uint64(40_000_000), it.PeriodNs)
+
+	// Control: the segments keep coming to the end (no block layer): 20
+	// segments of 2 MiB grow at backward through the last half, beside
+	// the 64 MiB one made at 0, all live at the end.
+	r = mustAnalyze(t, Options{}, cachedTrainer(true, false).Recs)
+	leaks := findings(r, KindLeak)
+	require.Len(t, leaks, 1)
+	assert.Equal(t, stSegments, leaks[0].Stacks[0].Stack)
+	assert.Equal(t, 64*MiB+20*2*MiB, leaks[0].Bytes)
+	assert.Equal(t, event.LayerSegment, leaks[0].Leak.Layer)
+}
+
+// TestPersists: the steadiness test reads the leak grid at the middle of
+// the process's span.
+func TestPersists(t *testing.T) {
+	// One stack: +1 MiB at 10%, 20%, ..., per the case, of a 1 s run.
+	for _, tc := range []struct {
+		name  string
+		at    []uint64 // ms
+		leaks bool
+	}{
+		{"grows to the end", []uint64{100, 200, 300, 400, 500, 600, 700, 800, 900}, true},
+		{"stops at 40%", []uint64{50, 100, 150, 200, 250, 300, 350, 400}, false},
+	} {
+		s := eventtest.NewStream().Stack(1, "grow", 1)
+		for i, ms := range tc.at {
+			s.Alloc(ms*1_000_000, 0x1000+uint64(i)<<20, MiB, 1)
+		}
+		r := mustAnalyze(t, Options{}, s.End(1_000_000_000).Recs)
+		assert.Equal(t, tc.leaks, len(findings(r, KindLeak)) == 1, tc.name)
+	}
+}
+
+// TestBurstsNaturalBreak: a site that allocates 4 tensors per step, its
+// in-step gaps 1, 9 and 2 µs (9 µs is more than 4 times the lower
+// quartile), its steps 20 ms apart. The largest jump in the sorted gaps
+// (9 µs to ~20 ms) is the break: 40 bursts of 4. Taken one allocation per
+// iteration, its spacings are long every 4th: not a loop.
+func TestBurstsNaturalBreak(t *testing.T) {
+	var times []uint64
+	for i := range uint64(40) {
+		t0 := i * 20_000_000
+		times = append(times, t0, t0+1_000, t0+10_000, t0+12_000)
+	}
+	idx := bursts(times)
+	require.Len(t, idx, 40)
+	assert.Equal(t, 4, burstSize(idx, len(times)))
+	for j, i := range idx {
+		assert.Equal(t, 4*j, i)
+	}
+	_, ok := regular(times)
+	assert.False(t, ok, "one allocation per iteration: a long spacing every 4th")
+	var starts []uint64
+	for _, i := range idx {
+		starts = append(starts, times[i])
+	}
+	p, ok := regular(starts)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(20_000_000), p)
+}

@@ -132,6 +132,10 @@ type SpikeEvidence struct {
 	SetPeak   bool
 	PeakBytes uint64
 	PeakTime  uint64
+	// Layer is the spike's: event.LayerBlock for tensors, whose peak
+	// (the most the process's tensors held at once) PeakBytes is then;
+	// else the segment layer and the process's peak.
+	Layer event.Layer
 }
 
 // ImbalanceEvidence is what a device_imbalance finding rests on: the

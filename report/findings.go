@@ -283,11 +283,15 @@ func spikeWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	ev, st := f.Spike, f.Stacks[0]
 	height := f.Bytes
 	site := res.Site(st.Stack)
-	summary := fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %s, each freed within %s",
-		st.Count, height, units.Bytes(height), site, res.Run.PIDText(f.PID), units.Duration(ev.LongestNs))
+	what, whose := "allocations", "the process's"
+	if ev.Layer == event.LayerBlock {
+		what, whose = "tensors", "the tensors'"
+	}
+	summary := fmt.Sprintf("%d short-lived %s of up to %d bytes (%s) at %s in process %s, each freed within %s",
+		st.Count, what, height, units.Bytes(height), site, res.Run.PIDText(f.PID), units.Duration(ev.LongestNs))
 	if ev.SetPeak {
-		summary += fmt.Sprintf("; the process's peak of %d bytes (%s) at %s fell inside one: without it the peak there was %d bytes",
-			ev.PeakBytes, units.Bytes(ev.PeakBytes), secs(res, ev.PeakTime), ev.PeakBytes-height)
+		summary += fmt.Sprintf("; %s peak of %d bytes (%s) at %s fell inside one: without it the peak there was %d bytes",
+			whose, ev.PeakBytes, units.Bytes(ev.PeakBytes), secs(res, ev.PeakTime), ev.PeakBytes-height)
 	}
 	return summary, []string{fmt.Sprintf(
 		"allocate the %s at %s where less is live, in smaller pieces, or on the host (e.g. copy tensors to CPU before saving a checkpoint): it adds %d bytes on top of what is live",

@@ -21,6 +21,13 @@ type PeakEvidence struct {
 	// Largest are the largest stacks at the peak, largest first, until
 	// they cover half of it (at most three): the buffers to reduce.
 	Largest []StackUsage
+	// With a block layer, tensors decide what to reduce: TensorPeakBytes
+	// is the most the process's tensors held at once (at TensorPeakTime),
+	// and Tensors the largest tensor stacks then, largest first, until
+	// they cover half of it (at most three). Empty without a block layer.
+	TensorPeakBytes uint64
+	TensorPeakTime  uint64
+	Tensors         []StackUsage
 }
 
 // OOMCalls is what an oom finding without the block layer rests on: the

@@ -80,15 +80,62 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, ProcessStart: p.Start, Bytes: peak, Time: p.PeakTime,
 		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks), Peak: ev,
 	}
+	ev.Largest = covering(p.PeakStacks, peak)
+	a.tensorsAtPeak(r, p, ev)
+	return f
+}
+
+// covering returns the largest of us (sorted, largest first) until they
+// cover half of total, at most three.
+func covering(us []StackUsage, total uint64) []StackUsage {
+	var out []StackUsage
 	var covered uint64
-	for _, s := range p.PeakStacks {
-		if len(ev.Largest) == 3 || 2*covered >= peak {
+	for _, s := range us {
+		if len(out) == 3 || 2*covered >= total {
 			break
 		}
 		covered += s.Bytes
-		ev.Largest = append(ev.Largest, s)
+		out = append(out, s)
 	}
-	return f
+	return out
+}
+
+// tensorsAtPeak fills the tensors' side of a peak finding when the
+// process's blocks were traced: the segments at the peak are the cache,
+// and the tensors live at the tensors' own peak are what to reduce. The
+// block classes' peak figures are at the block space's last peak (see
+// "Peak" in doc.go).
+func (a *Analyzer) tensorsAtPeak(r *Result, p *Process, ev *PeakEvidence) {
+	var id uint32
+	found := false
+	for i, j := range a.procIndex {
+		if &r.Processes[j] == p {
+			id, found = i, true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	sp := a.spaces[spaceKey{id, blockScope}]
+	if sp == nil || sp.peak == 0 {
+		return
+	}
+	byStack := make(map[event.StackID]*Usage)
+	for _, c := range a.classes {
+		if c.key.pid != id || c.key.layer != event.LayerBlock || c.peak.Count == 0 {
+			continue
+		}
+		u := byStack[c.key.stack]
+		if u == nil {
+			u = &Usage{}
+			byStack[c.key.stack] = u
+		}
+		u.Count += c.peak.Count
+		u.Bytes += c.peak.Bytes
+	}
+	ev.TensorPeakBytes, ev.TensorPeakTime = sp.peak, sp.peakTime
+	ev.Tensors = covering(topStacks(byStack, 0), sp.peak)
 }
 
 // oomFinding reports a process's allocations that failed for want of

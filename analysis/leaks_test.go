@@ -114,6 +114,14 @@ func TestLeakHiddenInCache(t *testing.T) {
 		ReservedAtEnd: wantReserved, AllocatedAtEnd: 40 * MiB, End: 1_000_000 + 39*20_000_000 + 6_000_000}, c.Cache)
 	assert.Equal(t, wantReserved-wantTensors, c.Bytes)
 	assert.Equal(t, stSegments, c.Stacks[0].Stack)
+
+	// The peak's advice names tensors, not the cache: at the tensors'
+	// peak leak_step's 39 MiB cover more than half of it.
+	peaks := findings(r, KindPeak)
+	require.Len(t, peaks, 1)
+	ev := peaks[0].Peak
+	assert.Equal(t, wantTensors, ev.TensorPeakBytes)
+	assert.Equal(t, []StackUsage{{Stack: stLeak, Usage: Usage{Count: 39, Bytes: 39 * MiB}}}, ev.Tensors)
 }
 
 // TestWarmUpIsNotALeak: a cache that warms up (2 MiB segments at steps

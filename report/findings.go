@@ -75,6 +75,18 @@ func peakWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 		res.Run.PIDText(f.PID), peak, units.Bytes(peak), secs(res, f.Time), ev.Crossing.Size, res.Site(ev.Crossing.Stack),
 		analysis.DeviceName(ev.Crossing.Device))
 	var rem []string
+	if len(ev.Tensors) > 0 {
+		// The segments at the peak are the allocator's cache: the tensors
+		// say what to reduce.
+		summary += fmt.Sprintf("; its tensors peaked at %d bytes (%s) at %s",
+			ev.TensorPeakBytes, units.Bytes(ev.TensorPeakBytes), secs(res, ev.TensorPeakTime))
+		for _, s := range ev.Tensors {
+			rem = append(rem, fmt.Sprintf(
+				"reduce, reuse or free earlier the tensors allocated at %s: %d bytes (%s, %.1f%% of the tensors' peak) in %d allocations were live at the tensors' peak",
+				res.Site(s.Stack), s.Bytes, units.Bytes(s.Bytes), pct(s.Bytes, ev.TensorPeakBytes), s.Count))
+		}
+		return summary, rem
+	}
 	for _, s := range ev.Largest {
 		rem = append(rem, fmt.Sprintf(
 			"reduce, reuse or free earlier the buffers allocated at %s: %d bytes (%s, %.1f%% of the peak) in %d allocations were live at the peak",

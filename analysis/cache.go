@@ -10,8 +10,10 @@ import (
 // layer) against its tensors (the block layer), at their peaks and at the
 // end.
 type CacheEvidence struct {
-	// ReservedPeakBytes is the process's segment peak and ReservedPeakTime
-	// when it was first reached: the reserve never grew past it after.
+	// ReservedPeakBytes is the process's segment peak (the allocator's
+	// segments and any other device memory it got from CUDA) and
+	// ReservedPeakTime when it was first reached: the reserve never grew
+	// past it after.
 	ReservedPeakBytes uint64
 	ReservedPeakTime  uint64
 	// AllocatedPeakBytes is the most its tensors held at once and

@@ -172,9 +172,14 @@
 //
 // Either way the growth must persist through the steady part of the run:
 // the stack's live bytes at the end must exceed those at the middle of its
-// process's span (from its first traced moment to the latest record of
-// the run, or to when a later instance took its PID), read on the grid
-// (the end of the bucket holding the middle). A cache warming up, sizes
+// process's activity in the stack's scope (from its first traced moment
+// to the last time memory became live or went there), read on the grid
+// (the end of the bucket holding the middle). The time after the last
+// change is not counted: an exit (results written, an interpreter shut
+// down) can outlast a loop that leaked to its last step. So a process
+// over a caching allocator traced without its block layer, whose
+// segments stop coming after a warm-up and which makes no other CUDA call
+// until it exits, still shows a leak: only its blocks can tell. A cache warming up, sizes
 // growing until a step and repeating after, optimizer state made lazily:
 // growth that stopped in the first half is not a leak, whatever loop the
 // warm-up's allocations made (a loop found in the warm-up rises at every
@@ -300,12 +305,14 @@
 // warm-up and at new sizes, not once per step). A site's allocations
 // are grouped into bursts: a burst starts at its first allocation and after
 // every long gap (so forward()'s four allocations in one iteration are one
-// burst). A gap is long above the natural break of the sorted gaps: the
-// largest jump between consecutive ones by a factor of at least 4 that
-// leaves at least 3 gaps above it (in-step gaps vary, a cached block being
-// quicker than a new segment; the gap between steps is far longer); with
-// no such jump, above 4 times the lower quartile of the gaps; with no
-// long gap every allocation is a burst. The most common burst size k (the
+// burst); with no long gap every allocation is a burst. Two limits of a
+// long gap are tried: 4 times the lower quartile of the site's gaps, and
+// the natural break of the sorted gaps, the largest jump between
+// consecutive ones by a factor of at least 4 that leaves at least 3 gaps
+// above it (in-step gaps vary, a cached block being quicker than a new
+// segment, and the quartile then splits steps; a few stalls make a break
+// of their own, where the quartile is right). The site's loop is the one
+// of the two, as below, with more iterations. The most common burst size k (the
 // smaller on a tie) is the site's allocations per iteration: a thread
 // stalled inside an iteration splits a burst now and then, and only the
 // mode is robust to it. The site's allocations are then cut into

@@ -217,34 +217,14 @@ type loop struct {
 }
 
 // bursts groups a site's allocations into bursts: a new burst starts at the
-// first allocation and after every long gap. A gap is long above the
-// natural break in the sorted gaps, the largest jump between consecutive
-// ones by a factor of at least 4 that leaves at least minIterations-1 gaps
-// above it; without such a jump, above 4 times the lower quartile of the
-// gaps. It returns the burst starts' indexes.
-func bursts(times []uint64) []int {
-	gaps := make([]uint64, 0, len(times)-1)
-	for i := 1; i < len(times); i++ {
-		gaps = append(gaps, times[i]-min(times[i], times[i-1]))
-	}
-	sorted := slices.Clone(gaps)
-	slices.Sort(sorted)
-	limit := 4 * sorted[len(sorted)/4]
-	// The in-step gaps of a site that allocates several tensors per step
-	// vary (a cached block is quicker than a new segment), by more than 4
-	// times now and then; the gap between steps is orders of magnitude
-	// longer. The largest jump finds that break where a quartile does not.
-	best := 0.0
-	for i := 0; i+minIterations <= len(sorted); i++ {
-		r := float64(sorted[i+1]) / float64(max(sorted[i], 1))
-		if r >= 4 && r > best {
-			best, limit = r, sorted[i]
-		}
-	}
+// first allocation and after every long gap, a gap longer than limit. It
+// returns the burst starts' indexes; with no long gap, every allocation
+// is its own burst.
+func bursts(times []uint64, limit uint64) []int {
 	out := []int{0}
-	for i, g := range gaps {
-		if g > limit {
-			out = append(out, i+1)
+	for i := 1; i < len(times); i++ {
+		if times[i]-min(times[i], times[i-1]) > limit {
+			out = append(out, i)
 		}
 	}
 	if len(out) == 1 {
@@ -253,6 +233,36 @@ func bursts(times []uint64) []int {
 		for i := range times {
 			out = append(out, i)
 		}
+	}
+	return out
+}
+
+// burstLimits are the candidate limits of a long gap between a site's
+// allocations (see doc.go, "Iterations"): 4 times the lower quartile of
+// its gaps, and, when there is one, the natural break of the sorted gaps,
+// the largest jump between consecutive ones by a factor of at least 4
+// that leaves at least minIterations-1 gaps above it. The in-step gaps
+// of a site that allocates several tensors per step vary (a cached block
+// is quicker than a new segment), by more than 4 times now and then, and
+// the step's gap is far longer: the quartile splits steps there, the
+// break does not. A few stalls make a break of their own: the quartile
+// is right there. The loop takes the one that makes more iterations.
+func burstLimits(times []uint64) []uint64 {
+	gaps := make([]uint64, 0, len(times)-1)
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i]-min(times[i], times[i-1]))
+	}
+	slices.Sort(gaps)
+	out := []uint64{4 * gaps[len(gaps)/4]}
+	best, limit := 0.0, uint64(0)
+	for i := 0; i+minIterations <= len(gaps); i++ {
+		r := float64(gaps[i+1]) / float64(max(gaps[i], 1))
+		if r >= 4 && r > best {
+			best, limit = r, gaps[i]
+		}
+	}
+	if best > 0 && limit != out[0] {
+		out = append(out, limit)
 	}
 	return out
 }
@@ -338,31 +348,49 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 			continue
 		}
 		seqs, times := site.st.unpack()
-		idx := bursts(times)
-		if len(idx) < minIterations {
+		var l *loop
+		for _, limit := range burstLimits(times) {
+			if c := siteLoop(seqs, times, limit); c != nil && (l == nil || c.count > l.count) {
+				l = c
+			}
+		}
+		if l == nil {
 			continue
 		}
-		per := burstSize(idx, len(times))
-		l := &loop{stack: k.stack, layer: k.sc.layer}
-		for i := 0; i < len(times); i += per {
-			l.seq = append(l.seq, seqs[i])
-			l.starts = append(l.starts, times[i])
-		}
-		l.count = uint64(len(l.starts))
-		if l.count < minIterations {
-			continue
-		}
-		p, ok := regular(l.starts)
-		if !ok {
-			continue
-		}
-		l.period = p
+		l.stack, l.layer = k.stack, k.sc.layer
 		best := out[k.pid]
 		if best == nil || l.count > best.count || l.count == best.count && l.starts[0] < best.starts[0] {
 			out[k.pid] = l
 		}
 	}
 	return out
+}
+
+// siteLoop is a site's loop with bursts split at gaps longer than limit
+// (see doc.go, "Iterations"): runs of the most common burst size from the
+// site's first allocation; nil when they are fewer than minIterations or
+// not regular.
+func siteLoop(seqs, times []uint64, limit uint64) *loop {
+	idx := bursts(times, limit)
+	if len(idx) < minIterations {
+		return nil
+	}
+	per := burstSize(idx, len(times))
+	l := &loop{}
+	for i := 0; i < len(times); i += per {
+		l.seq = append(l.seq, seqs[i])
+		l.starts = append(l.starts, times[i])
+	}
+	l.count = uint64(len(l.starts))
+	if l.count < minIterations {
+		return nil
+	}
+	p, ok := regular(l.starts)
+	if !ok {
+		return nil
+	}
+	l.period = p
+	return l
 }
 
 // setIterations sets Process.Iterations.

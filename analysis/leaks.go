@@ -84,7 +84,7 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		}
 		in := a.inst(g.key.pid)
 		from := max(r.Run.Start, in.start)
-		if !a.persists(g, vals, in, from) {
+		if !a.persists(g, vals, from) {
 			// Grown in a warm-up, flat since: not a leak.
 			continue
 		}
@@ -137,23 +137,21 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 
 // persists is the leak rule's steadiness test (see doc.go, "The leak
 // rule"): the stack's live bytes at the end exceed those at the middle of
-// its process's span, from its first traced moment (from) to the end of
-// the run (the latest record: a process idle after a warm-up is flat all
-// that time) or when a later instance took its PID, read on the leak grid
-// (vals, the stack's live bytes at each bucket end). Growth that stopped
-// in the first half, a cache warming up or sizes that stopped growing, is
-// not a leak.
-func (a *Analyzer) persists(g *groupState, vals []uint64, in *instance, from uint64) bool {
-	end := max(a.lastEvent, a.latest)
-	if in.supersededAt != 0 {
-		end = min(end, in.supersededAt)
-	}
-	if end <= from {
+// its process's activity in the stack's scope, from its first traced
+// moment (from) to the last time memory became live or went there, read
+// on the leak grid (vals, the stack's live bytes at each bucket end).
+// Growth that stopped in the first half, a cache warming up or sizes that
+// stopped growing, is not a leak. The time after the last change is not
+// counted: a process's exit (a trainer writing its results, an
+// interpreter shutting down) can outlast its loop, and a leak that grew
+// to its last step grew through its activity.
+func (a *Analyzer) persists(g *groupState, vals []uint64, from uint64) bool {
+	sp := a.spaces[spaceKey{g.key.pid, g.key.sc}]
+	if sp == nil || sp.last <= from {
 		return false
 	}
-	mid := from + (end-from)/2
+	mid := from + (sp.last-from)/2
 	if mid >= a.lastEvent {
-		// Nothing changed after the middle.
 		return false
 	}
 	// mid is before the last event: within the grid, which index does

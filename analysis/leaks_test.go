@@ -26,7 +26,10 @@ const (
 // made every other step (step i's block at offset (i%2) MiB of segment
 // i/2). Without leak the small segments still come every other step
 // until step 9 (a cache warming up; blocks of 256 KiB made and freed in
-// them), then never. blocks false drops the block layer (--pool off).
+// them), then never. At 799 ms save_results (stack 4) allocates and
+// frees 1 MiB: the process is active to the end (the steadiness test reads
+// its activity, not the exit after it). blocks false drops the block layer
+// (--pool off).
 func cachedTrainer(leak, blocks bool) *eventtest.Stream {
 	const (
 		big    = uint64(0x7f20_0000_0000)
@@ -69,6 +72,8 @@ func cachedTrainer(leak, blocks bool) *eventtest.Stream {
 			free(t0+7_000_000, small+(i/2)*2*MiB)
 		}
 	}
+	s.Stack(4, "save_results", 4)
+	s.Alloc(799_000_000, 0x7f40_0000_0000, MiB, 4).Free(799_500_000, 0x7f40_0000_0000)
 	return s.End(40 * period)
 }
 
@@ -106,13 +111,15 @@ func TestLeakHiddenInCache(t *testing.T) {
 	require.Len(t, caches, 1, "the cache, said once")
 	c := caches[0]
 	assert.Equal(t, SeverityInfo, c.Severity)
-	// Reserved: 64 MiB + 20 segments of 2 MiB, never freed; the tensors'
-	// peak: 39 MiB kept + 3 x 512 KiB at step 39's forward.
+	// Reserved: 64 MiB + 20 segments of 2 MiB, never freed, and at 799 ms
+	// save_results' 1 MiB (the process's segment peak counts all its
+	// device memory from CUDA); the tensors' peak: 39 MiB kept + 3 x
+	// 512 KiB at step 39's forward.
 	wantReserved, wantTensors := 64*MiB+20*2*MiB, 39*MiB+3*512*KiB
-	assert.Equal(t, &CacheEvidence{ReservedPeakBytes: wantReserved, ReservedPeakTime: 1_000_000 + 38*20_000_000,
+	assert.Equal(t, &CacheEvidence{ReservedPeakBytes: wantReserved + MiB, ReservedPeakTime: 799_000_000,
 		AllocatedPeakBytes: wantTensors, AllocatedPeakTime: 1_000_000 + 39*20_000_000 + 30_000,
-		ReservedAtEnd: wantReserved, AllocatedAtEnd: 40 * MiB, End: 1_000_000 + 39*20_000_000 + 6_000_000}, c.Cache)
-	assert.Equal(t, wantReserved-wantTensors, c.Bytes)
+		ReservedAtEnd: wantReserved, AllocatedAtEnd: 40 * MiB, End: 799_500_000}, c.Cache)
+	assert.Equal(t, wantReserved+MiB-wantTensors, c.Bytes)
 	assert.Equal(t, stSegments, c.Stacks[0].Stack)
 
 	// The peak's advice names tensors, not the cache: at the tensors'
@@ -162,7 +169,8 @@ func TestWarmUpIsNotALeak(t *testing.T) {
 // TestPersists: the steadiness test reads the leak grid at the middle of
 // the process's span.
 func TestPersists(t *testing.T) {
-	// One stack: +1 MiB at 10%, 20%, ..., per the case, of a 1 s run.
+	// One stack: +1 MiB at the case's times; another allocates and frees
+	// at 900 ms (the process is still at work); the run ends at 1 s.
 	for _, tc := range []struct {
 		name  string
 		at    []uint64 // ms
@@ -171,27 +179,36 @@ func TestPersists(t *testing.T) {
 		{"grows to the end", []uint64{100, 200, 300, 400, 500, 600, 700, 800, 900}, true},
 		{"stops at 40%", []uint64{50, 100, 150, 200, 250, 300, 350, 400}, false},
 	} {
-		s := eventtest.NewStream().Stack(1, "grow", 1)
+		s := eventtest.NewStream().Stack(1, "grow", 1).Stack(2, "work", 2)
 		for i, ms := range tc.at {
 			s.Alloc(ms*1_000_000, 0x1000+uint64(i)<<20, MiB, 1)
 		}
+		s.Alloc(900_000_000, 0x7f00_0000_0000, MiB, 2).Free(900_000_001, 0x7f00_0000_0000)
 		r := mustAnalyze(t, Options{}, s.End(1_000_000_000).Recs)
 		assert.Equal(t, tc.leaks, len(findings(r, KindLeak)) == 1, tc.name)
 	}
 }
 
 // TestBurstsNaturalBreak: a site that allocates 4 tensors per step, its
-// in-step gaps 1, 9 and 2 µs (9 µs is more than 4 times the lower
-// quartile), its steps 20 ms apart. The largest jump in the sorted gaps
-// (9 µs to ~20 ms) is the break: 40 bursts of 4. Taken one allocation per
+// in-step gaps 1, 9 and 2 µs, its steps 20 ms apart. The lower quartile
+// of the gaps is 1 µs, and 9 µs is more than 4 times it: that limit splits
+// every step in two (80 bursts of 2 or 2 of 1 and 3, a mode of 2). The
+// largest jump in the sorted gaps (9 µs to ~20 ms) is the break: 40
+// bursts of 4, the loop's 40 iterations of 20 ms. Taken one allocation per
 // iteration, its spacings are long every 4th: not a loop.
 func TestBurstsNaturalBreak(t *testing.T) {
-	var times []uint64
+	var times, seqs []uint64
 	for i := range uint64(40) {
 		t0 := i * 20_000_000
 		times = append(times, t0, t0+1_000, t0+10_000, t0+12_000)
 	}
-	idx := bursts(times)
+	for i := range times {
+		seqs = append(seqs, uint64(i))
+	}
+	limits := burstLimits(times)
+	require.Equal(t, []uint64{4_000, 9_000}, limits, "the quartile's, then the break's")
+	assert.Len(t, bursts(times, limits[0]), 80)
+	idx := bursts(times, limits[1])
 	require.Len(t, idx, 40)
 	assert.Equal(t, 4, burstSize(idx, len(times)))
 	for j, i := range idx {
@@ -199,11 +216,8 @@ func TestBurstsNaturalBreak(t *testing.T) {
 	}
 	_, ok := regular(times)
 	assert.False(t, ok, "one allocation per iteration: a long spacing every 4th")
-	var starts []uint64
-	for _, i := range idx {
-		starts = append(starts, times[i])
-	}
-	p, ok := regular(starts)
-	assert.True(t, ok)
-	assert.Equal(t, uint64(20_000_000), p)
+	l := siteLoop(seqs, times, limits[1])
+	require.NotNil(t, l)
+	assert.Equal(t, uint64(40), l.count)
+	assert.Equal(t, uint64(20_000_000), l.period)
 }

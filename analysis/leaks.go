@@ -13,12 +13,11 @@ import (
 // (Analyzer.loops) and the stacks of the segments a caching allocator
 // placed blocks in (pool.hosts).
 
-// leakView is what the leak rule reads of one process: whether its blocks
-// were traced (then its tensors decide), and the segment stacks that held
-// blocks (the allocator's cache, never a leak).
+// leakView is what the leak rule reads of a process whose blocks were
+// traced (its tensors decide): the segment stacks that held blocks (the
+// allocator's cache, never a leak).
 type leakView struct {
-	blocks bool
-	hosts  map[event.StackID]bool
+	hosts map[event.StackID]bool
 }
 
 // leakViews returns the leak rule's view of every process instance with a
@@ -27,7 +26,7 @@ func (a *Analyzer) leakViews() map[uint32]*leakView {
 	out := make(map[uint32]*leakView)
 	for _, g := range a.groups {
 		if g.key.sc == blockScope && g.alloc.Count > 0 && out[g.key.pid] == nil {
-			out[g.key.pid] = &leakView{blocks: true, hosts: make(map[event.StackID]bool)}
+			out[g.key.pid] = &leakView{hosts: make(map[event.StackID]bool)}
 		}
 	}
 	for _, p := range a.pools.pools {

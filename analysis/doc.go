@@ -172,14 +172,16 @@
 //
 // Either way the growth must persist through the steady part of the run:
 // the stack's live bytes at the end must exceed those at the middle of its
-// process's activity in the stack's scope (from its first traced moment
-// to the last time memory became live or went there), read on the grid
-// (the end of the bucket holding the middle). The time after the last
-// change is not counted: an exit (results written, an interpreter shut
-// down) can outlast a loop that leaked to its last step. So a process
-// over a caching allocator traced without its block layer, whose
-// segments stop coming after a warm-up and which makes no other CUDA call
-// until it exits, still shows a leak: only its blocks can tell. A cache warming up, sizes
+// process's span, read on the grid (the end of the bucket holding the
+// middle). The span runs from the process's first traced moment to the
+// end of the run for the run's own process (Run.End: its exit in run
+// mode, the end of the recording in attach mode; it ran on all that
+// time), else to the last time memory became live or went in the stack's
+// scope (a child's exit is not recorded, and its last change stands in).
+// So a process over a caching allocator traced without its block layer,
+// whose segments stop coming after a warm-up, is judged by the time it ran
+// on; a child process in the same state still shows a leak: only its
+// blocks can tell. A cache warming up, sizes
 // growing until a step and repeating after, optimizer state made lazily:
 // growth that stopped in the first half is not a leak, whatever loop the
 // warm-up's allocations made (a loop found in the warm-up rises at every

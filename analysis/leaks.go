@@ -83,7 +83,7 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 		}
 		in := a.inst(g.key.pid)
 		from := max(r.Run.Start, in.start)
-		if !a.persists(g, vals, from) {
+		if !a.persists(g, vals, in, from) {
 			// Grown in a warm-up, flat since: not a leak.
 			continue
 		}
@@ -136,21 +136,29 @@ func (a *Analyzer) leakFindings(r *Result) []Finding {
 
 // persists is the leak rule's steadiness test (see doc.go, "The leak
 // rule"): the stack's live bytes at the end exceed those at the middle of
-// its process's activity in the stack's scope, from its first traced
-// moment (from) to the last time memory became live or went there, read
-// on the leak grid (vals, the stack's live bytes at each bucket end).
-// Growth that stopped in the first half, a cache warming up or sizes that
-// stopped growing, is not a leak. The time after the last change is not
-// counted: a process's exit (a trainer writing its results, an
-// interpreter shutting down) can outlast its loop, and a leak that grew
-// to its last step grew through its activity.
-func (a *Analyzer) persists(g *groupState, vals []uint64, from uint64) bool {
+// its process's span, read on the leak grid (vals, the stack's live bytes
+// at each bucket end). The span runs from the process's first traced
+// moment (from) to the end of the run for the run's own process (its
+// exit in run mode, the end of the recording in attach mode: it ran on
+// all that time), else to the last time memory became live or went in
+// the stack's scope (a child's exit is not recorded). Growth that stopped
+// in the first half, a cache warming up or sizes that stopped growing, is
+// not a leak.
+func (a *Analyzer) persists(g *groupState, vals []uint64, in *instance, from uint64) bool {
 	sp := a.spaces[spaceKey{g.key.pid, g.key.sc}]
-	if sp == nil || sp.last <= from {
+	if sp == nil {
 		return false
 	}
-	mid := from + (sp.last-from)/2
+	end := sp.last
+	if a.run.Ended && in.pid == a.run.PID && in.supersededAt == 0 {
+		end = max(end, a.run.End)
+	}
+	if end <= from {
+		return false
+	}
+	mid := from + (end-from)/2
 	if mid >= a.lastEvent {
+		// Nothing changed after the middle.
 		return false
 	}
 	// mid is before the last event: within the grid, which index does

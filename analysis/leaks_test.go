@@ -189,6 +189,26 @@ func TestPersists(t *testing.T) {
 	}
 }
 
+// TestPersistsToExit: the run's own process (pid 100, the header's) grows
+// for its first 200 ms (+1 MiB every 20 ms) and then runs on, making no
+// CUDA call, until it exits at 1 s (the End record, stamped at the exit
+// in run mode): flat from 200 ms, through the middle (500 ms), not a
+// leak. The same growth in another process (pid 200, a child whose exit
+// is not recorded) is judged over its activity, through which it grew: a
+// leak, the limit of what segments alone can tell.
+func TestPersistsToExit(t *testing.T) {
+	for _, pid := range []uint32{100, 200} {
+		s := eventtest.NewStream().Stack(1, "warm", 1)
+		s.Add(&event.Header{Version: 2, Mode: "run", PID: 100})
+		s.AllocOn(1_000_000, 0x7f00_0000_0000, MiB, 1, 100, 0).FreeOn(2_000_000, 0x7f00_0000_0000, 100)
+		for i := range uint64(10) {
+			s.AllocOn((i+1)*20_000_000, 0x1000+i<<20, MiB, 1, pid, 0)
+		}
+		r := mustAnalyze(t, Options{}, s.End(1_000_000_000).Recs)
+		assert.Equal(t, pid == 200, len(findings(r, KindLeak)) == 1, "pid %d", pid)
+	}
+}
+
 // TestBurstsNaturalBreak: a site that allocates 4 tensors per step, its
 // in-step gaps 1, 9 and 2 µs, its steps 20 ms apart. The lower quartile
 // of the gaps is 1 µs, and 9 µs is more than 4 times it: that limit splits

@@ -23,6 +23,10 @@ type blockTruth struct {
 		Allocations    uint64 `json:"allocations"`
 		LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
 	} `json:"by_function_blocks"`
+	Calls []struct {
+		API    string `json:"api"`
+		TimeNs uint64 `json:"t_ns"`
+	} `json:"calls"`
 	BlockCalls []struct {
 		API     string `json:"api"`
 		Func    string `json:"func"`
@@ -145,11 +149,13 @@ func TestRunLeakInCache(t *testing.T) {
 
 // TestRunWarmHealthy: pool_warm_healthy makes its weights and optimizer
 // state once, then 400 steps whose activations come and go, sizes growing
-// until step 40 and repeating after; its cache grows in the first steps
-// and stays flat. Nothing leaks (truth: no block live at the end): no leak
-// and no finding above info, with the block layer and with --pool off.
-// With the block layer, the loop is the truth's 400 steps, at their
-// period; the cache is said once, as a cache_growth finding.
+// until step 40 and repeating after; its cache grows in the first 40
+// steps (the truth's last cudaMalloc) and stays flat for the other 360,
+// kept to the exit. Nothing leaks (truth: no block live at the end): no
+// leak and no finding above info, with the block layer and with --pool
+// off (the segments' growth stopped in the first tenth of the run). With
+// the block layer, the loop is the truth's 400 steps, at their period;
+// the cache is said once, as a cache_growth finding.
 func TestRunWarmHealthy(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	for _, tc := range []struct {
@@ -162,6 +168,15 @@ func TestRunWarmHealthy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, truth := runPoolScenario(t, "pool_warm_healthy", tc.flags)
 			require.Zero(t, truth.Blocks.LiveBytesAtEnd, "truth: every tensor freed")
+			starts := truth.steps("forward", 3)
+			require.Len(t, starts, 400, "truth: 3 activations per step")
+			var lastSegment uint64
+			for _, c := range truth.Calls {
+				if c.API == "cudaMalloc" {
+					lastSegment = c.TimeNs
+				}
+			}
+			require.Less(t, lastSegment, starts[40], "truth: the cache grows in the first 40 steps only")
 			cache := 0
 			for _, f := range rep.Findings {
 				assert.NotEqual(t, "leak", f.Kind, "no leak: %s", f.Summary)
@@ -175,8 +190,6 @@ func TestRunWarmHealthy(t *testing.T) {
 				return
 			}
 			assert.Equal(t, 1, cache, "the cache is said once")
-			starts := truth.steps("forward", 3)
-			require.Len(t, starts, 400, "truth: 3 activations per step")
 			require.Len(t, rep.Iterations, 1)
 			it := rep.Iterations[0]
 			assert.Equal(t, uint64(400), it.Count, "iterations")

@@ -314,18 +314,21 @@
 // above it (in-step gaps vary, a cached block being quicker than a new
 // segment, and the quartile then splits steps; a few stalls make a break
 // of their own, where the quartile is right). The site's loop is the one
-// of the two, as below, with more iterations. The most common burst size k (the
+// of the two, as below, that is not patterned, else with more iterations. The most common burst size k (the
 // smaller on a tie) is the site's allocations per iteration: a thread
 // stalled inside an iteration splits a burst now and then, and only the
 // mode is robust to it. The site's allocations are then cut into
 // consecutive runs of k from its first: each run is an iteration, started
 // by its first allocation (so n allocations make ceil(n/k) iterations, a
 // loop stopped mid-iteration counting its last). A site is periodic when it
-// has at least 4 iterations, the median absolute deviation of the
+// has at least 4 iterations and the median absolute deviation of the
 // spacings between iteration starts is at most a quarter of their median
-// (which must be > 0), and at most one spacing in 8 is longer than 4
-// times the median (a site with several allocations per step, taken one
-// per iteration, has a long spacing at every step). The loop is the periodic site with the most
+// (which must be > 0); it is patterned when more than one spacing in 8 is
+// longer than 4 times the median (a site with several allocations per
+// step, taken one per iteration, has a long spacing at every step; a
+// loaded machine's stalls can do it too), and a patterned loop is taken
+// only when no other is, at the site (of its two limits) and in the
+// process. The loop is the periodic site, not patterned before patterned, with the most
 // iterations, the earliest first start on a tie: Iterations.Count is its
 // iterations, PeriodNs their median spacing, Starts the starts (the first
 // 1000), LastStart the last. Per iteration, from the process's log of its

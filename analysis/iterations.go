@@ -209,11 +209,13 @@ type loop struct {
 	stack event.StackID
 	// layer is the site's: the block layer when the process's blocks were
 	// traced (its tensors pace the loop), else the segment layer.
-	layer  event.Layer
-	seq    []uint64
-	starts []uint64
-	period uint64
-	count  uint64
+	layer event.Layer
+	// patterned: long spacings recur (see regular).
+	patterned bool
+	seq       []uint64
+	starts    []uint64
+	period    uint64
+	count     uint64
 }
 
 // bursts groups a site's allocations into bursts: a new burst starts at the
@@ -289,13 +291,15 @@ func burstSize(idx []int, n int) int {
 	return best
 }
 
-// regular reports the median spacing of starts and whether it is regular:
-// the median absolute deviation of the spacings is at most a quarter of
-// their median, which is positive, and at most one spacing in 8 is longer
-// than 4 times the median (a stall now and then, not a pattern: a site
-// with several allocations per step taken one per iteration has a long
-// spacing at every step).
-func regular(starts []uint64) (uint64, bool) {
+// regular reports the median spacing of starts, whether it is regular
+// (the median absolute deviation of the spacings is at most a quarter of
+// their median, which is positive), and whether it is patterned: more
+// than one spacing in 8 is longer than 4 times the median. A stall now
+// and then is not a pattern; a site with several allocations per step
+// taken one per iteration has a long spacing at every step. A loaded
+// machine can stall a real loop that often too, so a patterned loop is
+// only taken when no other is found (see iterations).
+func regular(starts []uint64) (period uint64, ok, patterned bool) {
 	d := make([]uint64, 0, len(starts)-1)
 	for i := 1; i < len(starts); i++ {
 		d = append(d, starts[i]-min(starts[i], starts[i-1]))
@@ -303,7 +307,7 @@ func regular(starts []uint64) (uint64, bool) {
 	slices.Sort(d)
 	m := d[len(d)/2]
 	if m == 0 {
-		return 0, false
+		return 0, false, false
 	}
 	dev := make([]uint64, len(d))
 	for i, x := range d {
@@ -315,7 +319,22 @@ func regular(starts []uint64) (uint64, bool) {
 	}
 	slices.Sort(dev)
 	long := len(d) - sort.Search(len(d), func(i int) bool { return d[i] > 4*m })
-	return m, 4*dev[len(dev)/2] <= m && 8*long <= len(d)
+	return m, 4*dev[len(dev)/2] <= m, 8*long > len(d)
+}
+
+// better reports whether loop c is a better pick than l (nil: none yet):
+// not patterned before patterned, then more iterations, then the earlier
+// first start.
+func better(c, l *loop) bool {
+	switch {
+	case l == nil:
+		return true
+	case c.patterned != l.patterned:
+		return !c.patterned
+	case c.count != l.count:
+		return c.count > l.count
+	}
+	return c.starts[0] < l.starts[0]
 }
 
 // iterations finds each process's loop (see doc.go, "Iterations"), keyed by
@@ -350,7 +369,7 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 		seqs, times := site.st.unpack()
 		var l *loop
 		for _, limit := range burstLimits(times) {
-			if c := siteLoop(seqs, times, limit); c != nil && (l == nil || c.count > l.count) {
+			if c := siteLoop(seqs, times, limit); c != nil && better(c, l) {
 				l = c
 			}
 		}
@@ -358,8 +377,7 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 			continue
 		}
 		l.stack, l.layer = k.stack, k.sc.layer
-		best := out[k.pid]
-		if best == nil || l.count > best.count || l.count == best.count && l.starts[0] < best.starts[0] {
+		if better(l, out[k.pid]) {
 			out[k.pid] = l
 		}
 	}
@@ -385,11 +403,11 @@ func siteLoop(seqs, times []uint64, limit uint64) *loop {
 	if l.count < minIterations {
 		return nil
 	}
-	p, ok := regular(l.starts)
+	p, ok, patterned := regular(l.starts)
 	if !ok {
 		return nil
 	}
-	l.period = p
+	l.period, l.patterned = p, patterned
 	return l
 }
 

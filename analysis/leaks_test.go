@@ -215,7 +215,8 @@ func TestPersistsToExit(t *testing.T) {
 // every step in two (80 bursts of 2 or 2 of 1 and 3, a mode of 2). The
 // largest jump in the sorted gaps (9 µs to ~20 ms) is the break: 40
 // bursts of 4, the loop's 40 iterations of 20 ms. Taken one allocation per
-// iteration, its spacings are long every 4th: not a loop.
+// iteration, its spacings are long every 4th: patterned, taken only when
+// nothing else is.
 func TestBurstsNaturalBreak(t *testing.T) {
 	var times, seqs []uint64
 	for i := range uint64(40) {
@@ -234,10 +235,25 @@ func TestBurstsNaturalBreak(t *testing.T) {
 	for j, i := range idx {
 		assert.Equal(t, 4*j, i)
 	}
-	_, ok := regular(times)
-	assert.False(t, ok, "one allocation per iteration: a long spacing every 4th")
+	_, _, patterned := regular(times)
+	assert.True(t, patterned, "one allocation per iteration: a long spacing every 4th")
 	l := siteLoop(seqs, times, limits[1])
 	require.NotNil(t, l)
 	assert.Equal(t, uint64(40), l.count)
 	assert.Equal(t, uint64(20_000_000), l.period)
+}
+
+// TestBetterLoop: a patterned loop (long spacings recurring) loses to one
+// that is not, whatever their counts; then more iterations win, then the
+// earlier start.
+func TestBetterLoop(t *testing.T) {
+	bogus := &loop{count: 160, patterned: true, starts: []uint64{0}}
+	steps := &loop{count: 40, starts: []uint64{5}}
+	assert.True(t, better(steps, nil))
+	assert.True(t, better(steps, bogus))
+	assert.False(t, better(bogus, steps))
+	assert.True(t, better(bogus, nil), "taken when nothing else is")
+	assert.True(t, better(&loop{count: 41, starts: []uint64{9}}, steps))
+	assert.True(t, better(&loop{count: 40, starts: []uint64{1}}, steps))
+	assert.False(t, better(&loop{count: 40, starts: []uint64{7}}, steps))
 }

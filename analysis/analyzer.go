@@ -222,6 +222,9 @@ var deviceScope = scope{layer: event.LayerSegment}
 // hostScope is pinned host memory.
 var hostScope = scope{layer: event.LayerSegment, host: true}
 
+// blockScope is the block layer: a caching allocator's blocks (tensors).
+var blockScope = scope{layer: event.LayerBlock}
+
 func scopeOf(layer event.Layer, mem MemorySpace) scope {
 	return scope{layer: layer, host: mem == SpaceHost}
 }
@@ -318,6 +321,10 @@ type space struct {
 	peak      uint64
 	peakTime  uint64
 	peakEvent Allocation // valid when peak > 0
+	// last is the latest time memory became live or went in the space:
+	// the end of the process's activity there, which the leak rule's
+	// steadiness test reads.
+	last uint64
 	// dirty lists the classes touched since the last peak. At a new peak only
 	// they are copied into the peak snapshot (classState.peak): each event
 	// adds at most one entry and each entry is applied once, so tracking the
@@ -961,6 +968,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 // what narrow stores just wrote stalled on every event.
 func (a *Analyzer) notify(alloc, replaced, restored bool, t, born, size uint64, device int32, layer event.Layer,
 	mem MemorySpace, g *groupState, sp *space, live, deviceLive uint64) {
+	sp.last = max(sp.last, t)
 	c := &a.change
 	c.alloc, c.replaced, c.restored = alloc, replaced, restored
 	c.seq, c.time, c.born = a.run.Events, t, born

@@ -137,7 +137,15 @@
 //
 // # The leak rule
 //
-// Per stack of each process (segment layer). The run, from Run.Start to
+// Per stack of each process. When the process's blocks were traced (the
+// block layer: USDT pytorch:malloc/free or an allocator spec), tensors
+// decide: the rule reads its block-layer stacks, and its segment-layer
+// stacks but those whose segments a block was ever placed in (the
+// caching allocator's own, charged to whichever caller made the
+// allocator grow: a leak of blocks hidden in cached segments is found at
+// the blocks' site with the blocks' bytes, and the segments are the
+// cache, see "The cache"). Without a block layer it reads the segment
+// layer's stacks (device memory). Leak.Layer says which. The run, from Run.Start to
 // Run.End, is cut into a grid of at most 64 equal buckets (the width is the
 // smallest power-of-two multiple of 1024 ns that fits the run; with n buckets
 // used, n is 33..64 once the run is longer than 64 µs). W = min(LeakWindows,
@@ -162,6 +170,23 @@
 // these windows as its evidence (their ends in Leak.WindowEnds, not
 // equally spaced in time).
 //
+// Either way the growth must persist through the steady part of the run:
+// the stack's live bytes at the end must exceed those at the middle of its
+// process's span, read on the grid (the end of the bucket holding the
+// middle). The span runs from the process's first traced moment to the
+// end of the run for the run's own process (Run.End: its exit in run
+// mode, the end of the recording in attach mode; it ran on all that
+// time), else to the last time memory became live or went in the stack's
+// scope (a child's exit is not recorded, and its last change stands in).
+// So a process over a caching allocator traced without its block layer,
+// whose segments stop coming after a warm-up, is judged by the time it ran
+// on; a child process in the same state still shows a leak: only its
+// blocks can tell. A cache warming up, sizes
+// growing until a step and repeating after, optimizer state made lazily:
+// growth that stopped in the first half is not a leak, whatever loop the
+// warm-up's allocations made (a loop found in the warm-up rises at every
+// window of its own iterations).
+//
 // The finding's bytes are the stack's growth over the run: its live bytes
 // at the end minus its live bytes at the start of tracing, which are 0
 // (tracing knows no stack of memory allocated before it began), so what the
@@ -176,7 +201,14 @@
 // back between windows, or stay flat. A loop stopped mid-iteration rises in
 // one step only, a cache filled once likewise; neither is flagged. Severity
 // is high when the growth over the run is at least 10% of the process's
-// peak, else medium. Runs shorter than three buckets have no leak findings.
+// peak in the stack's layer (the tensors' peak for a block-layer stack),
+// else medium. Runs shorter than three buckets have no leak findings.
+//
+// Leak.Since is when the growth began: with a loop and the stack's change
+// log complete, the start of the first iteration from which the stack's
+// live bytes at the iteration starts never fell again (scanning back from
+// the end while they do not rise); 0 otherwise. The texts say what grew
+// (tensors or device memory), where, by how much since then, and how fast.
 //
 // When the process has a loop (see "Iterations"), a leak also gets its rate
 // per iteration: the least-squares slope of the stack's live bytes sampled
@@ -215,6 +247,19 @@
 // min, h; report/units). report.json keeps the exact figures whatever the
 // rule (bytes_per_second, bytes_per_minute, time_to_oom_s) and adds the
 // observed span, the time base and the horizon next to them.
+//
+// # The cache
+//
+// A caching allocator keeps the segments it got and reuses them: its
+// reserve grows while new sizes appear and then stays flat, whatever the
+// tensors do. For every process with a block layer in which a block was
+// placed in a traced segment, when its segment peak (the reserve) exceeds
+// its block peak (the most its tensors held at once), one cache_growth
+// finding (info) says so: the reserve's peak and when it was first
+// reached (it never grew past it after), the tensors' peak and when,
+// both at the end (CacheEvidence), the allocator's segment stacks by
+// bytes allocated; its bytes are the reserve's peak above the tensors'.
+// It is never a leak: the leak rule leaves those stacks to the blocks.
 //
 // # Pinned host growth
 //
@@ -257,11 +302,19 @@
 // # Iterations
 //
 // Per process instance, from its successful non-nested device allocations
-// at the segment layer, by allocation site (stack). A site's allocations
+// by allocation site (stack): its blocks (tensors) when its block layer
+// was traced, else its segments (a caching allocator makes segments in a
+// warm-up and at new sizes, not once per step). A site's allocations
 // are grouped into bursts: a burst starts at its first allocation and after
-// every gap longer than 4 times the lower quartile of the site's gaps (so
-// forward()'s four allocations in one iteration are one burst); with no
-// such gap every allocation is a burst. The most common burst size k (the
+// every long gap (so forward()'s four allocations in one iteration are one
+// burst); with no long gap every allocation is a burst. Two limits of a
+// long gap are tried: 4 times the lower quartile of the site's gaps, and
+// the natural break of the sorted gaps, the largest jump between
+// consecutive ones by a factor of at least 4 that leaves at least 3 gaps
+// above it (in-step gaps vary, a cached block being quicker than a new
+// segment, and the quartile then splits steps; a few stalls make a break
+// of their own, where the quartile is right). The site's loop is the one
+// of the two, as below, that is not patterned, else with more iterations. The most common burst size k (the
 // smaller on a tie) is the site's allocations per iteration: a thread
 // stalled inside an iteration splits a burst now and then, and only the
 // mode is robust to it. The site's allocations are then cut into
@@ -270,17 +323,24 @@
 // loop stopped mid-iteration counting its last). A site is periodic when it
 // has at least 4 iterations and the median absolute deviation of the
 // spacings between iteration starts is at most a quarter of their median
-// (which must be > 0). The loop is the periodic site with the most
+// (which must be > 0); it is patterned when more than one spacing in 8 is
+// longer than 4 times the median (a site with several allocations per
+// step, taken one per iteration, has a long spacing at every step; a
+// loaded machine's stalls can do it too), and a patterned loop is taken
+// only when no other is, at the site (of its two limits) and in the
+// process. The loop is the periodic site, not patterned before patterned, with the most
 // iterations, the earliest first start on a tie: Iterations.Count is its
 // iterations, PeriodNs their median spacing, Starts the starts (the first
 // 1000), LastStart the last. Per iteration, from the process's log of its
 // live and cumulative allocated device bytes (the first 65536 changes):
 // AllocatedBytesPerIteration, the bytes allocated from the first start to
 // the last over Count - 1, and LiveGrowthPerIteration, the least-squares
-// slope of live bytes just before each start. A lost event at the site
+// slope of live bytes just before each start, both in the loop's layer
+// (tensors when blocks pace it). A lost event at the site
 // shifts the runs after it. A site keeps at most
-// 65536 allocation times. A caching allocator (the block layer) makes few
-// segment calls in steady state, so such a process usually has no loop.
+// 65536 allocation times. Without its block layer, a process over a
+// caching allocator makes few segment calls in steady state, so it usually
+// has no loop, or one in its warm-up only.
 //
 // # Processes and PID reuse
 //
@@ -427,7 +487,10 @@
 //
 // peak (one per process: bytes = the peak, stacks = the largest stacks at
 // the peak), leak (one per leaking stack, at most 10 per process: bytes =
-// the stack's growth over the run), oom (one
+// the stack's growth over the run; severity high when it is at least 10%
+// of the process's peak in the stack's layer), cache_growth (info, one
+// per process with a block layer whose reserve outgrew its tensors, see
+// "The cache"), oom (one
 // per process whose allocations ran out of memory, return code 2 from
 // either library: bytes = the first such request, with what was live at
 // that moment), failed_call (one per process and error other than

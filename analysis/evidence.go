@@ -21,6 +21,13 @@ type PeakEvidence struct {
 	// Largest are the largest stacks at the peak, largest first, until
 	// they cover half of it (at most three): the buffers to reduce.
 	Largest []StackUsage
+	// With a block layer, tensors decide what to reduce: TensorPeakBytes
+	// is the most the process's tensors held at once (at TensorPeakTime),
+	// and Tensors the largest tensor stacks then, largest first, until
+	// they cover half of it (at most three). Empty without a block layer.
+	TensorPeakBytes uint64
+	TensorPeakTime  uint64
+	Tensors         []StackUsage
 }
 
 // OOMCalls is what an oom finding without the block layer rests on: the
@@ -146,6 +153,10 @@ type SpikeEvidence struct {
 	SetPeak   bool
 	PeakBytes uint64
 	PeakTime  uint64
+	// Layer is the spike's: event.LayerBlock for tensors, whose peak
+	// (the most the process's tensors held at once) PeakBytes is then;
+	// else the segment layer and the process's peak.
+	Layer event.Layer
 }
 
 // ImbalanceEvidence is what a device_imbalance finding rests on: the

@@ -34,6 +34,10 @@ type pool struct {
 	// blocks is set once a block event came for the pool: its
 	// fragmentation figures and OOM forensics are reported.
 	blocks bool
+	// hosts are the stacks of the segments a block was ever placed in:
+	// the allocator's own segments, which the leak rule leaves to the
+	// blocks (see doc.go, "The leak rule").
+	hosts map[event.StackID]bool
 	// worst is the state at the largest cached-free total seen while
 	// blocks were allocated. Its geometry (free ranges) is taken lazily:
 	// worstPending is set when a new maximum is reached, and the snapshot
@@ -421,6 +425,15 @@ func (p *pool) blockAlloc(e *event.Event) {
 		seg.in = &segBlocks{}
 	}
 	s := seg.in
+	if s.n == 0 {
+		// The segment's first block since it was empty (a spare segment
+		// reused for another stack keeps its emptied list): once per
+		// segment filled, not per block.
+		if p.hosts == nil {
+			p.hosts = make(map[event.StackID]bool)
+		}
+		p.hosts[seg.stack] = true
+	}
 	blocks := s.list()
 	j, found := searchBlocks(blocks, e.Addr)
 	if found {

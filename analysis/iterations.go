@@ -3,6 +3,7 @@ package analysis
 import (
 	"cmp"
 	"slices"
+	"sort"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -122,11 +123,12 @@ func grow[T any](s []T, i int32) []T {
 func (m *iterationModel) changed(c *liveChange) {
 	gi, si := c.group, c.space
 	// Both logs are of the device scope (a site's allocations are at the
-	// segment layer in device memory) or of pinned host memory.
-	if c.sc == deviceScope || c.sc == hostScope {
+	// segment layer in device memory), of the block layer (a tensor's
+	// site) or of pinned host memory.
+	if c.sc == deviceScope || c.sc == hostScope || c.sc == blockScope {
 		m.stacks = grow(m.stacks, gi)
 		sl := &m.stacks[gi]
-		if c.alloc && c.layer == event.LayerSegment && c.mem == SpaceDevice {
+		if c.alloc && c.mem == SpaceDevice && (c.layer == event.LayerSegment || c.layer == event.LayerBlock) {
 			s := &sl.site
 			s.count++
 			if s.st.len() < m.limit {
@@ -142,7 +144,7 @@ func (m *iterationModel) changed(c *liveChange) {
 			l.st.add(c.seq, c.time, c.groupLive)
 		}
 	}
-	if c.sc == deviceScope {
+	if c.sc == deviceScope || c.sc == blockScope {
 		m.procs = grow(m.procs, si)
 		p := m.procs[si]
 		if p == nil {
@@ -204,28 +206,27 @@ func (l *liveLog) at(t uint64) uint64 {
 
 // loop is a candidate training loop: the burst starts at one site.
 type loop struct {
-	stack  event.StackID
-	seq    []uint64
-	starts []uint64
-	period uint64
-	count  uint64
+	stack event.StackID
+	// layer is the site's: the block layer when the process's blocks were
+	// traced (its tensors pace the loop), else the segment layer.
+	layer event.Layer
+	// patterned: long spacings recur (see regular).
+	patterned bool
+	seq       []uint64
+	starts    []uint64
+	period    uint64
+	count     uint64
 }
 
 // bursts groups a site's allocations into bursts: a new burst starts at the
-// first allocation and after every gap longer than 4 times the lower
-// quartile of the gaps. It returns the burst starts' indexes.
-func bursts(times []uint64) []int {
-	gaps := make([]uint64, 0, len(times)-1)
-	for i := 1; i < len(times); i++ {
-		gaps = append(gaps, times[i]-min(times[i], times[i-1]))
-	}
-	sorted := slices.Clone(gaps)
-	slices.Sort(sorted)
-	limit := 4 * sorted[len(sorted)/4]
+// first allocation and after every long gap, a gap longer than limit. It
+// returns the burst starts' indexes; with no long gap, every allocation
+// is its own burst.
+func bursts(times []uint64, limit uint64) []int {
 	out := []int{0}
-	for i, g := range gaps {
-		if g > limit {
-			out = append(out, i+1)
+	for i := 1; i < len(times); i++ {
+		if times[i]-min(times[i], times[i-1]) > limit {
+			out = append(out, i)
 		}
 	}
 	if len(out) == 1 {
@@ -234,6 +235,36 @@ func bursts(times []uint64) []int {
 		for i := range times {
 			out = append(out, i)
 		}
+	}
+	return out
+}
+
+// burstLimits are the candidate limits of a long gap between a site's
+// allocations (see doc.go, "Iterations"): 4 times the lower quartile of
+// its gaps, and, when there is one, the natural break of the sorted gaps,
+// the largest jump between consecutive ones by a factor of at least 4
+// that leaves at least minIterations-1 gaps above it. The in-step gaps
+// of a site that allocates several tensors per step vary (a cached block
+// is quicker than a new segment), by more than 4 times now and then, and
+// the step's gap is far longer: the quartile splits steps there, the
+// break does not. A few stalls make a break of their own: the quartile
+// is right there. The loop takes the one that makes more iterations.
+func burstLimits(times []uint64) []uint64 {
+	gaps := make([]uint64, 0, len(times)-1)
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i]-min(times[i], times[i-1]))
+	}
+	slices.Sort(gaps)
+	out := []uint64{4 * gaps[len(gaps)/4]}
+	best, limit := 0.0, uint64(0)
+	for i := 0; i+minIterations <= len(gaps); i++ {
+		r := float64(gaps[i+1]) / float64(max(gaps[i], 1))
+		if r >= 4 && r > best {
+			best, limit = r, gaps[i]
+		}
+	}
+	if best > 0 && limit != out[0] {
+		out = append(out, limit)
 	}
 	return out
 }
@@ -260,10 +291,15 @@ func burstSize(idx []int, n int) int {
 	return best
 }
 
-// regular reports the median spacing of starts and whether it is regular:
-// the median absolute deviation of the spacings is at most a quarter of
-// their median, which is positive.
-func regular(starts []uint64) (uint64, bool) {
+// regular reports the median spacing of starts, whether it is regular
+// (the median absolute deviation of the spacings is at most a quarter of
+// their median, which is positive), and whether it is patterned: more
+// than one spacing in 8 is longer than 4 times the median. A stall now
+// and then is not a pattern; a site with several allocations per step
+// taken one per iteration has a long spacing at every step. A loaded
+// machine can stall a real loop that often too, so a patterned loop is
+// only taken when no other is found (see iterations).
+func regular(starts []uint64) (period uint64, ok, patterned bool) {
 	d := make([]uint64, 0, len(starts)-1)
 	for i := 1; i < len(starts); i++ {
 		d = append(d, starts[i]-min(starts[i], starts[i-1]))
@@ -271,7 +307,7 @@ func regular(starts []uint64) (uint64, bool) {
 	slices.Sort(d)
 	m := d[len(d)/2]
 	if m == 0 {
-		return 0, false
+		return 0, false, false
 	}
 	dev := make([]uint64, len(d))
 	for i, x := range d {
@@ -282,16 +318,42 @@ func regular(starts []uint64) (uint64, bool) {
 		}
 	}
 	slices.Sort(dev)
-	return m, 4*dev[len(dev)/2] <= m
+	long := len(d) - sort.Search(len(d), func(i int) bool { return d[i] > 4*m })
+	return m, 4*dev[len(dev)/2] <= m, 8*long > len(d)
+}
+
+// better reports whether loop c is a better pick than l (nil: none yet):
+// not patterned before patterned, then more iterations, then the earlier
+// first start.
+func better(c, l *loop) bool {
+	switch {
+	case l == nil:
+		return true
+	case c.patterned != l.patterned:
+		return !c.patterned
+	case c.count != l.count:
+		return c.count > l.count
+	}
+	return c.starts[0] < l.starts[0]
 }
 
 // iterations finds each process's loop (see doc.go, "Iterations"), keyed by
 // instance id.
 func (a *Analyzer) iterations() map[uint32]*loop {
 	out := make(map[uint32]*loop)
+	// A process whose blocks were traced is paced by its tensors: the
+	// segments a caching allocator gets come in its warm-up and at new
+	// sizes, not once per step (see doc.go, "Iterations").
+	blocks := make(map[uint32]bool)
+	for gi := range a.iters.stacks {
+		if a.iters.stacks[gi].site.count > 0 && a.groups[gi].key.sc == blockScope {
+			blocks[a.groups[gi].key.pid] = true
+		}
+	}
 	var sites []int32 // group indexes
 	for gi := range a.iters.stacks {
-		if a.iters.stacks[gi].site.count > 0 {
+		k := a.groups[gi].key
+		if a.iters.stacks[gi].site.count > 0 && (k.sc == blockScope) == blocks[k.pid] {
 			sites = append(sites, int32(gi))
 		}
 	}
@@ -305,31 +367,48 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 			continue
 		}
 		seqs, times := site.st.unpack()
-		idx := bursts(times)
-		if len(idx) < minIterations {
+		var l *loop
+		for _, limit := range burstLimits(times) {
+			if c := siteLoop(seqs, times, limit); c != nil && better(c, l) {
+				l = c
+			}
+		}
+		if l == nil {
 			continue
 		}
-		per := burstSize(idx, len(times))
-		l := &loop{stack: k.stack}
-		for i := 0; i < len(times); i += per {
-			l.seq = append(l.seq, seqs[i])
-			l.starts = append(l.starts, times[i])
-		}
-		l.count = uint64(len(l.starts))
-		if l.count < minIterations {
-			continue
-		}
-		p, ok := regular(l.starts)
-		if !ok {
-			continue
-		}
-		l.period = p
-		best := out[k.pid]
-		if best == nil || l.count > best.count || l.count == best.count && l.starts[0] < best.starts[0] {
+		l.stack, l.layer = k.stack, k.sc.layer
+		if better(l, out[k.pid]) {
 			out[k.pid] = l
 		}
 	}
 	return out
+}
+
+// siteLoop is a site's loop with bursts split at gaps longer than limit
+// (see doc.go, "Iterations"): runs of the most common burst size from the
+// site's first allocation; nil when they are fewer than minIterations or
+// not regular.
+func siteLoop(seqs, times []uint64, limit uint64) *loop {
+	idx := bursts(times, limit)
+	if len(idx) < minIterations {
+		return nil
+	}
+	per := burstSize(idx, len(times))
+	l := &loop{}
+	for i := 0; i < len(times); i += per {
+		l.seq = append(l.seq, seqs[i])
+		l.starts = append(l.starts, times[i])
+	}
+	l.count = uint64(len(l.starts))
+	if l.count < minIterations {
+		return nil
+	}
+	p, ok, patterned := regular(l.starts)
+	if !ok {
+		return nil
+	}
+	l.period, l.patterned = p, patterned
+	return l
 }
 
 // setIterations sets Process.Iterations.
@@ -342,7 +421,13 @@ func (a *Analyzer) setIterations(r *Result) {
 		it := &Iterations{Count: l.count, PeriodNs: l.period,
 			Starts:    slices.Clone(l.starts[:min(len(l.starts), maxIterationStarts)]),
 			LastStart: l.starts[len(l.starts)-1], Stack: l.stack, Site: r.Site(l.stack)}
-		if log := a.iters.proc(a.spaces[spaceKey{id, deviceScope}]); log != nil {
+		// The figures per iteration are of the loop's layer: tensors when
+		// they pace it.
+		sc := deviceScope
+		if l.layer == event.LayerBlock {
+			sc = blockScope
+		}
+		if log := a.iters.proc(a.spaces[spaceKey{id, sc}]); log != nil {
 			first, last := procBefore(log, l.seq[0]), procBefore(log, l.seq[len(l.seq)-1])
 			it.AllocatedBytesPerIteration = float64(last.allocated-first.allocated) / float64(len(l.seq)-1)
 			ys := make([]float64, 0, len(l.seq))

@@ -85,11 +85,15 @@ func TestIterationsNone(t *testing.T) {
 	assert.Nil(t, process(t, r, 100).Iterations)
 }
 
+// quartileBursts splits times at gaps longer than 4 times their lower
+// quartile (burstLimits' first limit).
+func quartileBursts(times []uint64) []int { return bursts(times, burstLimits(times)[0]) }
+
 func TestBursts(t *testing.T) {
 	// Two allocations per iteration: the short gaps join them.
-	assert.Equal(t, []int{0, 2, 4, 6}, bursts([]uint64{0, 1, 100, 101, 200, 202, 300, 301}))
+	assert.Equal(t, []int{0, 2, 4, 6}, quartileBursts([]uint64{0, 1, 100, 101, 200, 202, 300, 301}))
 	// One per iteration: each is its own burst.
-	assert.Equal(t, []int{0, 1, 2, 3}, bursts([]uint64{0, 100, 199, 301}))
+	assert.Equal(t, []int{0, 1, 2, 3}, quartileBursts([]uint64{0, 100, 199, 301}))
 	// A stall inside one iteration splits its burst; the mode is still 4.
 	times := []uint64{}
 	for i := range uint64(20) {
@@ -100,7 +104,7 @@ func TestBursts(t *testing.T) {
 		}
 		times = append(times, base, base+gap, base+gap+3_000, base+gap+6_000)
 	}
-	idx := bursts(times)
+	idx := quartileBursts(times)
 	assert.Greater(t, len(idx), 20)
 	assert.Equal(t, 4, burstSize(idx, len(times)))
 	assert.InDelta(t, 2.0, slope([]float64{0, 2, 4, 6}), 1e-12)

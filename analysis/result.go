@@ -685,6 +685,10 @@ const (
 	// KindDeviceImbalance: one device's peak well above another's, across
 	// the devices of a process or of a process group (ranks, workers).
 	KindDeviceImbalance = "device_imbalance"
+	// KindCacheGrowth: a caching allocator's reserve (its segments) grew
+	// beyond what its tensors (blocks) ever held: the cache, not a leak.
+	// Severity info.
+	KindCacheGrowth = "cache_growth"
 )
 
 // Finding is one conclusion with the evidence for it, as facts (see
@@ -721,6 +725,8 @@ type Finding struct {
 	OOM *OOM
 	// Churn is a churn finding's evidence.
 	Churn *Churn
+	// Cache is a cache_growth finding's evidence.
+	Cache *CacheEvidence
 }
 
 // FindingStack is a stack named by a finding, with its rendered frames.
@@ -774,6 +780,15 @@ type Leak struct {
 	Device           int32
 	CapacityBytes    uint64
 	TimeToOOMSeconds float64
+	// Layer is the stack's layer: event.LayerBlock for tensors (a
+	// caching allocator's blocks, which decide when they were traced),
+	// else the segment layer.
+	Layer event.Layer
+	// Since is when the growth began: the start of the first iteration
+	// from which the stack's live bytes at the iteration starts never
+	// fell; 0 when unknown (no loop, or the stack's change log
+	// overflowed).
+	Since uint64
 }
 
 // Pool is one process's caching allocator on one device, seen through the

@@ -60,7 +60,7 @@ type spikeModel struct {
 // changed records a device allocation (segment layer, device or physical
 // memory) freed within the spike window.
 func (m *spikeModel) changed(c *liveChange) {
-	if c.alloc || c.replaced || c.sc != deviceScope || c.time-c.born > m.window {
+	if c.alloc || c.replaced || (c.sc != deviceScope && c.sc != blockScope) || c.time-c.born > m.window {
 		return
 	}
 	gi := int(c.group)
@@ -110,10 +110,20 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 	// Brief is also relative: in a run of a few milliseconds everything
 	// lives a few milliseconds, and the weights are no spike.
 	maxLife := min(a.opts.SpikeWindow, (a.lastEvent-a.leak.origin)/20)
-	busiest := make(map[uint32]uint64) // per instance: the most allocations of one site
+	// With a block layer, tensors decide (as for leaks): the spikes are
+	// the tensors', against the tensors' peak; the allocator's segments
+	// are its cache (a brief tensor's segment is kept cached, or freed at
+	// once by empty_cache: its spike is the tensor's).
+	views := a.leakViews()
+	type key struct {
+		pid uint32
+		sc  scope
+	}
+	busiest := make(map[key]uint64) // per instance and layer: the most allocations of one site
 	for _, g := range a.groups {
-		if g.key.sc == deviceScope {
-			busiest[g.key.pid] = max(busiest[g.key.pid], g.alloc.Count)
+		if g.key.sc == deviceScope || g.key.sc == blockScope {
+			k := key{g.key.pid, g.key.sc}
+			busiest[k] = max(busiest[k], g.alloc.Count)
 		}
 	}
 	var out []Finding
@@ -127,8 +137,19 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 			continue
 		}
 		p := &r.Processes[i]
-		peak := p.Totals.PeakBytes
-		if peak == 0 || float64(s.count) > spikeMaxShare*float64(busiest[k.pid]) {
+		peak, peakTime := p.Totals.PeakBytes, p.PeakTime
+		if v := views[k.pid]; v != nil {
+			if k.sc == deviceScope && v.hosts[k.stack] {
+				continue
+			}
+			if k.sc == blockScope {
+				sp := a.spaces[spaceKey{k.pid, blockScope}]
+				peak, peakTime = sp.peak, sp.peakTime
+			}
+		} else if k.sc != deviceScope {
+			continue
+		}
+		if peak == 0 || float64(s.count) > spikeMaxShare*float64(busiest[key{k.pid, k.sc}]) {
 			continue
 		}
 		setPeak := false
@@ -143,7 +164,7 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 			}
 			longest = max(longest, iv.to-iv.from)
 			height = max(height, iv.size)
-			if p.PeakTime >= iv.from && p.PeakTime < iv.to {
+			if peakTime >= iv.from && peakTime < iv.to {
 				setPeak = true
 			}
 		}
@@ -154,7 +175,8 @@ func (a *Analyzer) spikeFindings(r *Result) []Finding {
 			Kind: KindSpike, Severity: SeverityMedium, PID: p.PID, ProcessStart: p.Start, Bytes: height,
 			Time:   first,
 			Stacks: []FindingStack{{Stack: k.stack, Frames: r.Lines(k.stack), Site: r.Site(k.stack), Count: brief, Bytes: height}},
-			Spike:  &SpikeEvidence{LongestNs: longest, SetPeak: setPeak, PeakBytes: peak, PeakTime: p.PeakTime},
+			Spike: &SpikeEvidence{LongestNs: longest, SetPeak: setPeak, PeakBytes: peak, PeakTime: peakTime,
+				Layer: k.sc.layer},
 		}
 		if setPeak {
 			f.Severity = SeverityHigh

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report/units"
 )
 
@@ -60,6 +61,8 @@ func findingWords(res *analysis.Result, f *analysis.Finding) (summary string, re
 		return fragmentationWords(res, f)
 	case f.Churn != nil:
 		return churnWords(res, f)
+	case f.Cache != nil:
+		return cacheWords(res, f)
 	}
 	return "", nil
 }
@@ -72,6 +75,18 @@ func peakWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 		res.Run.PIDText(f.PID), peak, units.Bytes(peak), secs(res, f.Time), ev.Crossing.Size, res.Site(ev.Crossing.Stack),
 		analysis.DeviceName(ev.Crossing.Device))
 	var rem []string
+	if len(ev.Tensors) > 0 {
+		// The segments at the peak are the allocator's cache: the tensors
+		// say what to reduce.
+		summary += fmt.Sprintf("; its tensors peaked at %d bytes (%s) at %s",
+			ev.TensorPeakBytes, units.Bytes(ev.TensorPeakBytes), secs(res, ev.TensorPeakTime))
+		for _, s := range ev.Tensors {
+			rem = append(rem, fmt.Sprintf(
+				"reduce, reuse or free earlier the tensors allocated at %s: %d bytes (%s, %.1f%% of the tensors' peak) in %d allocations were live at the tensors' peak",
+				res.Site(s.Stack), s.Bytes, units.Bytes(s.Bytes), pct(s.Bytes, ev.TensorPeakBytes), s.Count))
+		}
+		return summary, rem
+	}
 	for _, s := range ev.Largest {
 		rem = append(rem, fmt.Sprintf(
 			"reduce, reuse or free earlier the buffers allocated at %s: %d bytes (%s, %.1f%% of the peak) in %d allocations were live at the peak",
@@ -149,19 +164,29 @@ func plural(n uint64, one, many string) string {
 	return many
 }
 
-// leakWords states a stack's growth over the run and in the detection
-// windows, with its rates.
+// leakWords says what grows, where, how fast and since when: tensors
+// (the block layer) or device memory, at the stack's site; the growth
+// over the run, still live at the end; the rates (rateWords); since when
+// (the first iteration of the growth, else the process's first traced
+// moment). The detection windows are in report.json only.
 func leakWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	lk, st := f.Leak, f.Stacks[0]
 	site := res.Site(st.Stack)
 	growth := f.Bytes
-	summary := fmt.Sprintf("live bytes allocated at %s in process %s grew by %d bytes (%s) over the run (%s to %s, %s) without falling in the detection windows (+%d bytes, %s, from %s to %s); %d bytes in %d allocations were still live at the end%s",
-		site, res.Run.PIDText(f.PID), growth, units.Bytes(growth), secs(res, lk.From), secs(res, lk.To), units.Duration(lk.To-lk.From),
-		lk.WindowGrowthBytes, units.Bytes(lk.WindowGrowthBytes), secs(res, lk.WindowStart), secs(res, lk.WindowEnd),
-		st.Bytes, st.Count, rateWords(lk, "the stack"))
+	what, things := "device memory", "buffers"
+	if lk.Layer == event.LayerBlock {
+		what, things = "tensors", "tensors"
+	}
+	since := lk.From
+	if lk.Since != 0 {
+		since = lk.Since
+	}
+	summary := fmt.Sprintf("%s allocated at %s in process %s grew by %d bytes (%s) since %s (%s), %d allocations still live at the end%s",
+		what, site, res.Run.PIDText(f.PID), growth, units.Bytes(growth), secs(res, since), units.Duration(lk.To-since),
+		st.Count, rateWords(lk, "the stack"))
 	rem := []string{fmt.Sprintf(
-		"free or detach the buffers allocated at %s: +%d bytes (%s) over %s; %d allocations from there were still live at the end",
-		site, growth, units.Bytes(growth), units.Duration(lk.To-lk.From), st.Count)}
+		"free or detach the %s allocated at %s: +%d bytes (%s) over %s; %d allocations from there were still live at the end",
+		things, site, growth, units.Bytes(growth), units.Duration(lk.To-lk.From), st.Count)}
 	if lk.Iterations > 0 {
 		fix := fmt.Sprintf("each iteration keeps %.0f more bytes (%s) allocated at %s: release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
 			lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration), site)
@@ -171,6 +196,31 @@ func leakWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 		}
 		rem = append(rem, fix)
 	}
+	return summary, rem
+}
+
+// leakLayer names what a leak finding's stack holds, as report.json
+// says it: "block" (tensors) or "segment" (device memory from CUDA).
+func leakLayer(l *analysis.Leak) string {
+	if l.Layer == event.LayerBlock {
+		return "block"
+	}
+	return "segment"
+}
+
+// cacheWords says once that a caching allocator's reserve grew past its
+// tensors: the cache, not a leak. Reserved against allocated, how far the
+// reserve grew and when it stopped, and both at the end.
+func cacheWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
+	c := f.Cache
+	summary := fmt.Sprintf("cache, not a leak: the caching allocator of process %s reserved up to %d bytes (%s) by %s, never more after (%s to the end), while its tensors peaked at %d bytes (%s); at the end %d bytes (%s) reserved, %d (%s) allocated",
+		res.Run.PIDText(f.PID), c.ReservedPeakBytes, units.Bytes(c.ReservedPeakBytes), secs(res, c.ReservedPeakTime),
+		units.Duration(c.End-min(c.End, c.ReservedPeakTime)), c.AllocatedPeakBytes, units.Bytes(c.AllocatedPeakBytes),
+		c.ReservedAtEnd, units.Bytes(c.ReservedAtEnd), c.AllocatedAtEnd, units.Bytes(c.AllocatedAtEnd))
+	idle := c.ReservedAtEnd - min(c.ReservedAtEnd, c.AllocatedAtEnd)
+	rem := []string{fmt.Sprintf(
+		"nothing to fix: the allocator keeps freed memory to reuse it (torch.cuda.memory_reserved() against memory_allocated()); if other processes need it, torch.cuda.empty_cache() returns the unused %d bytes (%s) at the cost of allocating them again",
+		idle, units.Bytes(idle))}
 	return summary, rem
 }
 
@@ -245,11 +295,15 @@ func spikeWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	ev, st := f.Spike, f.Stacks[0]
 	height := f.Bytes
 	site := res.Site(st.Stack)
-	summary := fmt.Sprintf("%d short-lived allocations of up to %d bytes (%s) at %s in process %s, each freed within %s",
-		st.Count, height, units.Bytes(height), site, res.Run.PIDText(f.PID), units.Duration(ev.LongestNs))
+	what, whose := "allocations", "the process's"
+	if ev.Layer == event.LayerBlock {
+		what, whose = "tensors", "the tensors'"
+	}
+	summary := fmt.Sprintf("%d short-lived %s of up to %d bytes (%s) at %s in process %s, each freed within %s",
+		st.Count, what, height, units.Bytes(height), site, res.Run.PIDText(f.PID), units.Duration(ev.LongestNs))
 	if ev.SetPeak {
-		summary += fmt.Sprintf("; the process's peak of %d bytes (%s) at %s fell inside one: without it the peak there was %d bytes",
-			ev.PeakBytes, units.Bytes(ev.PeakBytes), secs(res, ev.PeakTime), ev.PeakBytes-height)
+		summary += fmt.Sprintf("; %s peak of %d bytes (%s) at %s fell inside one: without it the peak there was %d bytes",
+			whose, ev.PeakBytes, units.Bytes(ev.PeakBytes), secs(res, ev.PeakTime), ev.PeakBytes-height)
 	}
 	return summary, []string{fmt.Sprintf(
 		"allocate the %s at %s where less is live, in smaller pieces, or on the host (e.g. copy tensors to CPU before saving a checkpoint): it adds %d bytes on top of what is live",

@@ -383,6 +383,8 @@ type JSONFinding struct {
 	OOM *JSONOOM `json:"oom,omitempty"`
 	// Churn is a churn finding's evidence.
 	Churn *JSONChurn `json:"churn,omitempty"`
+	// Cache is a cache_growth finding's evidence.
+	Cache *JSONCache `json:"cache,omitempty"`
 }
 
 // JSONLeak is a leak finding's evidence: the growth over the run (the
@@ -432,6 +434,24 @@ type JSONLeak struct {
 	// within ProjectionHorizonS: the texts quote it only then, and say the
 	// run was too short to project otherwise.
 	TimeToOOMProjected *bool `json:"time_to_oom_projected,omitempty"`
+	// Layer is what grew: "block" for tensors (a caching allocator's
+	// blocks, which decide when traced), "segment" for device memory
+	// from CUDA. SinceNs is when the growth began (the start of the first
+	// iteration from which it never fell back), absent when unknown.
+	Layer   string  `json:"layer,omitempty"`
+	SinceNs *uint64 `json:"since_ns,omitempty"`
+}
+
+// JSONCache is a cache_growth finding's evidence: the caching
+// allocator's reserve (segments) against its tensors (blocks), at their
+// peaks and at the end.
+type JSONCache struct {
+	ReservedPeakBytes   uint64 `json:"reserved_peak_bytes"`
+	ReservedPeakNs      uint64 `json:"reserved_peak_ns"`
+	AllocatedPeakBytes  uint64 `json:"allocated_peak_bytes"`
+	AllocatedPeakNs     uint64 `json:"allocated_peak_ns"`
+	ReservedBytesAtEnd  uint64 `json:"reserved_bytes_at_end"`
+	AllocatedBytesAtEnd uint64 `json:"allocated_bytes_at_end"`
 }
 
 // JSONIterations is one process's loop. Count iterations, PeriodNs the
@@ -686,7 +706,18 @@ func NewJSON(res *analysis.Result) *JSON {
 			for _, e := range l.WindowEnds {
 				jl.WindowEndsNs = append(jl.WindowEndsNs, res.Rel(e))
 			}
+			if f.Kind == analysis.KindLeak {
+				jl.Layer = leakLayer(l)
+				if l.Since != 0 {
+					jl.SinceNs = ptr(res.Rel(l.Since))
+				}
+			}
 			jf.Leak = jl
+		}
+		if c := f.Cache; c != nil {
+			jf.Cache = &JSONCache{ReservedPeakBytes: c.ReservedPeakBytes, ReservedPeakNs: res.Rel(c.ReservedPeakTime),
+				AllocatedPeakBytes: c.AllocatedPeakBytes, AllocatedPeakNs: res.Rel(c.AllocatedPeakTime),
+				ReservedBytesAtEnd: c.ReservedAtEnd, AllocatedBytesAtEnd: c.AllocatedAtEnd}
 		}
 		if f.OOM != nil {
 			o := jsonOOM(res, f.OOM)

@@ -89,10 +89,15 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 	go func() { runErr <- rec.run(runCtx, true) }()
 
 	_ = cmd.Wait() // its error is in ProcessState
+	// The run ends when the command exits, not when the recording has
+	// drained and closed (hundreds of ms later): the leak rule weighs the
+	// time the process ran on after its memory stopped growing.
+	exited := probes.MonotonicNow()
 	stop()
 	sessionErr := <-runErr
 
 	end := runEnd(cmd.ProcessState)
+	end.Time = exited
 	return end.ExitCode, rec.finish(end, sessionErr)
 }
 

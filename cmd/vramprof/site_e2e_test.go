@@ -131,7 +131,7 @@ func TestSiteSharedHelper(t *testing.T) {
 	require.Equal(t, 1, ck.code, "check fails both gates; stdout:\n%s\nstderr:\n%s", ck.stdout, ck.stderr)
 	assert.Contains(t, ck.stdout, "in 6 allocations at "+peakSite, "check: top stack at the peak")
 	assert.Contains(t, ck.stdout, "at "+leakSite, "check: top stack live at the end")
-	assert.Contains(t, ck.stdout, "leak finding: live bytes allocated at "+leakSite, "check: the leak finding")
+	assert.Contains(t, ck.stdout, "leak finding: device memory allocated at "+leakSite, "check: the leak finding")
 
 	// pprof: the flat column names the caller without -hide or -cum; the
 	// CUDA call is the api label, the helper the helper label.

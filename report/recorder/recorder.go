@@ -181,7 +181,8 @@ func (r *Recorder) Abort() {
 	}
 }
 
-// Finish ends the trace with end (stamped with the Clock), replays it into
+// Finish ends the trace with end (stamped with the Clock unless its Time is
+// set: run mode stamps the command's exit), replays it into
 // the outputs and prints the summary to summary. Nothing may be written
 // any more: stopped is the error of stopping the writers (the session,
 // the sampler); when it is not nil, the trace is ended and stopped
@@ -190,7 +191,9 @@ func (r *Recorder) Finish(end *event.End, summary io.Writer, stopped error) erro
 	// The moments queued are written before the trace is closed: each
 	// reads its own prefix of it.
 	r.stopMoments()
-	end.Time = r.opts.Clock()
+	if end.Time == 0 {
+		end.Time = r.opts.Clock()
+	}
 	if err := r.w.Write(end); err != nil {
 		return fmt.Errorf("write trace: %w", err)
 	}

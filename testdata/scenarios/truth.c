@@ -125,6 +125,16 @@ static struct {
 		physical_peak, physical, maps, unmaps, mapped;
 } vmm;
 
+/* The program's own verdict on itself (truth_label_*): written as "label"
+ * only when the program gave one. */
+struct defect {
+	const char *kind, *site;
+	uint64_t bytes;
+};
+static int label_healthy;
+static struct defect *defects;
+static size_t ndefects, cdefects;
+
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
 	if (n < *cap)
@@ -208,6 +218,8 @@ static void fork_child(void)
 	pre_allocations = pre_bytes = 0;
 	nbfuncs = nbcalls = nretries = nfrags = 0;
 	memset(&blk, 0, sizeof(blk));
+	label_healthy = 0;
+	ndefects = 0;
 	child_mode = 1;
 	parent_pid = getppid();
 	dirty = 1;
@@ -1001,6 +1013,37 @@ static void write_blocks(FILE *f)
 	fprintf(f, "\n  ],\n");
 }
 
+/* ---- labels ---- */
+
+void truth_label_healthy(void)
+{
+	pthread_mutex_lock(&mu);
+	label_healthy = 1;
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_label_defect(const char *kind, const char *site, uint64_t bytes)
+{
+	pthread_mutex_lock(&mu);
+	defects = grow(defects, &cdefects, ndefects + 1, sizeof(*defects));
+	defects[ndefects++] = (struct defect){kind, site, bytes};
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+static void write_label(FILE *f)
+{
+	if (!label_healthy && ndefects == 0)
+		return;
+	fprintf(f, "  \"label\": {\"healthy\": %s, \"defects\": [",
+		ndefects == 0 ? "true" : "false");
+	for (size_t i = 0; i < ndefects; i++)
+		fprintf(f, "%s{\"kind\": \"%s\", \"site\": \"%s\", \"bytes\": %llu}",
+			i ? ", " : "", defects[i].kind, defects[i].site, U(defects[i].bytes));
+	fprintf(f, "]},\n");
+}
+
 /* ---- output ---- */
 
 static void write_json(FILE *f)
@@ -1084,6 +1127,7 @@ static void write_json(FILE *f)
 	fprintf(f, "],\n");
 	if (child_mode)
 		fprintf(f, "  \"parent_pid\": %d,\n", (int)parent_pid);
+	write_label(f);
 	if (pool_mode)
 		write_blocks(f);
 	fprintf(f, "  \"calls\": [");

@@ -1,0 +1,38 @@
+/*
+ * h_warmup (healthy): the common case. Weights once; 80 steps whose batch
+ * grows from 64 to 1280 tokens over the first 20 steps and repeats that
+ * cycle after: the cache grows while new sizes appear (the first cycle),
+ * then stays flat. Adam's state is made at the first step.
+ */
+#include "corpus.h"
+
+#define STEPS 80
+#define CYCLE 20
+
+NOINLINE void train_step(int step)
+{
+	size_t tokens = 64 * (size_t)(1 + step % CYCLE);
+
+	forward(tokens);
+	backward(tokens);
+	optimizer_step();
+	zero_grad();
+	truth_sleep_ms(STEP_MS);
+}
+
+int main(void)
+{
+	size_t warm = 0;
+
+	pool_truth_init("corpus_h_warmup");
+	load_model();
+	for (int step = 0; step < STEPS; step++) {
+		train_step(step);
+		if (step == CYCLE - 1)
+			warm = corpus_stats().reserved_bytes;
+	}
+	corpus_check("reserved after the first cycle", warm, corpus_stats().reserved_bytes);
+	teardown();
+	truth_label_healthy();
+	return 0;
+}

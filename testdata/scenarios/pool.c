@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void seg_alloc(const char *func, int ret, void *ptr, size_t size, int device, int retry)
 {
@@ -44,7 +45,23 @@ static void retry(const struct c10_pool_state *s)
 	truth_pool_retry(&t);
 }
 
-static const struct c10_observer observer = {seg_alloc, seg_free, retry};
+/* vmm records an expandable segment's driver calls (c10_cuda.h). */
+static void vmm(const char *func, const char *api, int ret, unsigned long long ptr, size_t size,
+		unsigned long long handle, int device)
+{
+	if (strcmp(api, "cuMemAddressReserve") == 0)
+		truth_reserve(func, ret, ptr, size);
+	else if (strcmp(api, "cuMemCreate") == 0)
+		truth_create(func, ret, handle, size, device);
+	else if (strcmp(api, "cuMemMap") == 0)
+		truth_map(func, ret, ptr, size, handle);
+	else if (strcmp(api, "cuMemUnmap") == 0)
+		truth_unmap(func, ret, ptr, size);
+	else if (strcmp(api, "cuMemRelease") == 0)
+		truth_release(func, ret, handle);
+}
+
+static const struct c10_observer observer = {seg_alloc, seg_free, retry, vmm};
 
 void pool_truth_init(const char *scenario)
 {

@@ -96,6 +96,9 @@ type corpusOutcome struct {
 	// found[i] is the finding that matched defects[i] (kind, site and
 	// bytes), or -1.
 	found []int
+	// near[i] is a finding of defects[i]'s kind at its site whose bytes are
+	// off by more than the tolerance (when found[i] is -1), or -1.
+	near []int
 	// fp are the findings above info that match no labelled defect's kind
 	// and site.
 	fp []int
@@ -207,12 +210,19 @@ func judge(o *corpusOutcome, rep *corpusReport) {
 	}
 	used := make([]bool, len(o.findings))
 	o.found = make([]int, len(o.defects))
+	o.near = make([]int, len(o.defects))
 	for i, d := range o.defects {
-		o.found[i] = -1
+		o.found[i], o.near[i] = -1, -1
 		for j, f := range o.findings {
-			if !used[j] && f.Kind == d.Kind && sameSite(&rep.Findings[j], d.Site) && bytesWithin(f.Bytes, d.Bytes) {
+			if used[j] || f.Kind != d.Kind || !sameSite(&rep.Findings[j], d.Site) {
+				continue
+			}
+			if bytesWithin(f.Bytes, d.Bytes) {
 				o.found[i], used[j] = j, true
 				break
+			}
+			if o.near[i] < 0 {
+				o.near[i] = j
 			}
 		}
 	}
@@ -332,6 +342,10 @@ func corpusTable(w io.Writer, outs []*corpusOutcome) (healthyClean, healthyN, br
 				verdict := "MISS"
 				if o.found[i] >= 0 {
 					verdict = "found"
+				} else if j := o.near[i]; j >= 0 {
+					got := o.findings[j].Bytes
+					verdict = fmt.Sprintf("MISS (%s at its site with %d bytes: %+.2f%%)", d.Kind, got,
+						100*(float64(got)-float64(d.Bytes))/float64(d.Bytes))
 				}
 				fmt.Fprintf(w, "%s: label %s at %s, %d bytes: %s\n", o.name, d.Kind, d.Site, d.Bytes, verdict)
 			}

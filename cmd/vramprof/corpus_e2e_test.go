@@ -64,10 +64,14 @@ type corpusReportFinding struct {
 	Severity string        `json:"severity"`
 	Bytes    uint64        `json:"bytes"`
 	Stacks   []ReportStack `json:"stacks"`
-	OOM      *struct {
-		Site   string   `json:"site"`
-		Frames []string `json:"frames"`
-	} `json:"oom"`
+	OOM      *corpusOOM    `json:"oom"`
+}
+
+// corpusOOM is the failing request an oom or fragmentation finding is
+// about.
+type corpusOOM struct {
+	Site   string   `json:"site"`
+	Frames []string `json:"frames"`
 }
 
 // corpusFinding is a finding as the corpus reads it.

@@ -27,19 +27,6 @@
  *   throws OutOfMemoryError, which the C API turns into NULL;
  * - empty_cache is release_cached_blocks.
  *
- * Expandable segments (opt-in, as PyTorch's: PYTORCH_CUDA_ALLOC_CONF
- * containing "expandable_segments:True", read when a device's allocator is
- * made): instead of cudaMalloc'ing a segment, each (stream, pool) has one
- * ExpandableSegment, a reservation of the device's memory + 1/8
- * (cuMemAddressReserve) that grows at its top by pages (20 MiB for the large
- * pool, 2 MiB for the small one: cuMemCreate + cuMemMap + cuMemSetAccess
- * each) when no free block fits; the grown range extends the free block at
- * the top, or becomes one. release_cached_blocks (the retry after a failed
- * map, and empty_cache) unmaps and releases the whole pages of a free block
- * at the top of each segment (PyTorch also unmaps free pages in the middle;
- * this fake does not). The driver API comes from dlopen("libcuda.so.1"), as
- * PyTorch's c10/cuda/driver_api.cpp does.
- *
  * C++ with exceptions inside: a uretprobe on DeviceCachingAllocator::malloc
  * would kill the process when the OOM unwinds through the trampoline. Never
  * put uretprobes on this library.
@@ -50,20 +37,14 @@
 #include "c10_cuda.h"
 
 #include <cuda_runtime_api.h>
-#include <cuda.h>
-
-#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 /* The semaphores: the tracer increments them (uprobe reference counter). */
 extern "C" {
@@ -105,7 +86,6 @@ public:
 namespace Native {
 
 struct Block;
-struct ExpandableSegment;
 struct BlockComparator {
 	bool operator()(const Block *a, const Block *b) const;
 };
@@ -119,159 +99,11 @@ struct Block {
 	BlockPool *pool;
 	char *ptr;
 	bool allocated;
-	Block *prev, *next;      // neighbours within the segment
-	ExpandableSegment *exp;  // the expandable segment it lies in, or nullptr
+	Block *prev, *next; // neighbours within the segment
 	Block(int d, cudaStream_t s, size_t sz, BlockPool *p, char *pt)
 		: device(d), stream(s), size(sz), requested(0), pool(p), ptr(pt), allocated(false),
-		  prev(nullptr), next(nullptr), exp(nullptr)
+		  prev(nullptr), next(nullptr)
 	{
-	}
-};
-
-/* The driver's VMM entry points, from dlopen("libcuda.so.1"). */
-struct DriverAPI {
-	CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-					unsigned long long);
-	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-				unsigned long long);
-	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-			     unsigned long long);
-	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-
-	static DriverAPI *get()
-	{
-		static DriverAPI api;
-		static bool loaded = load(&api);
-		return loaded ? &api : nullptr;
-	}
-
-private:
-	static bool load(DriverAPI *api)
-	{
-		void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-		if (h == nullptr)
-			return false;
-		*(void **)&api->cuMemAddressReserve = dlsym(h, "cuMemAddressReserve");
-		*(void **)&api->cuMemCreate = dlsym(h, "cuMemCreate");
-		*(void **)&api->cuMemMap = dlsym(h, "cuMemMap");
-		*(void **)&api->cuMemSetAccess = dlsym(h, "cuMemSetAccess");
-		*(void **)&api->cuMemUnmap = dlsym(h, "cuMemUnmap");
-		*(void **)&api->cuMemRelease = dlsym(h, "cuMemRelease");
-		return api->cuMemAddressReserve && api->cuMemCreate && api->cuMemMap &&
-		       api->cuMemSetAccess && api->cuMemUnmap && api->cuMemRelease;
-	}
-};
-
-#define EXPANDABLE_FUNC(f) "c10::cuda::CUDACachingAllocator::Native::ExpandableSegment::" f
-
-static void vmm_observe(const char *func, const char *api, CUresult ret, CUdeviceptr ptr,
-			size_t size, CUmemGenericAllocationHandle handle, int device)
-{
-	if (observer && observer->vmm_call)
-		observer->vmm_call(func, api, (int)ret, (unsigned long long)ptr, size,
-				   (unsigned long long)handle, device);
-}
-
-/* ExpandableSegment: one reservation per (stream, pool), mapped from its
- * base up to base + mapped in pages of page bytes, one physical handle each. */
-struct ExpandableSegment {
-	int device;
-	cudaStream_t stream;
-	BlockPool *pool;
-	size_t page;
-	CUdeviceptr base = 0;
-	size_t reserved = 0, mapped = 0;
-	std::vector<CUmemGenericAllocationHandle> handles;
-	Block *first = nullptr; // the segment's first block; nullptr while unmapped
-
-	ExpandableSegment(int d, cudaStream_t s, BlockPool *p, size_t pg)
-		: device(d), stream(s), pool(p), page(pg)
-	{
-	}
-
-	/* reserve takes the address range: size bytes, a page multiple. */
-	NOINLINE bool reserve(size_t size)
-	{
-		DriverAPI *api = DriverAPI::get();
-		if (api == nullptr)
-			return false;
-		CUdeviceptr p = 0;
-		CUresult r = api->cuMemAddressReserve(&p, size, 0, 0, 0);
-		vmm_observe(EXPANDABLE_FUNC("reserve"), "cuMemAddressReserve", r, p, size, 0, -1);
-		if (r != CUDA_SUCCESS)
-			return false;
-		base = p;
-		reserved = size;
-		return true;
-	}
-
-	/* map backs bytes (a page multiple) more at the top, a page at a
-	 * time; all or nothing: on a failure what it mapped is undone. */
-	NOINLINE bool map(size_t bytes)
-	{
-		DriverAPI *api = DriverAPI::get();
-		size_t done = 0;
-
-		if (api == nullptr || mapped + bytes > reserved)
-			return false;
-		CUmemAllocationProp prop = {};
-		prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-		prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		prop.location.id = device;
-		CUmemAccessDesc access = {};
-		access.location = prop.location;
-		access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-		for (; done < bytes; done += page) {
-			CUmemGenericAllocationHandle h = 0;
-			CUresult r = api->cuMemCreate(&h, page, &prop, 0);
-			vmm_observe(EXPANDABLE_FUNC("map"), "cuMemCreate", r, 0, page,
-				    r == CUDA_SUCCESS ? h : 0, device);
-			if (r != CUDA_SUCCESS)
-				break;
-			CUdeviceptr at = base + mapped + done;
-			r = api->cuMemMap(at, page, 0, h, 0);
-			vmm_observe(EXPANDABLE_FUNC("map"), "cuMemMap", r, at, page, h, device);
-			if (r != CUDA_SUCCESS) {
-				r = api->cuMemRelease(h);
-				vmm_observe(EXPANDABLE_FUNC("map"), "cuMemRelease", r, 0, 0, h,
-					    device);
-				break;
-			}
-			(void)api->cuMemSetAccess(at, page, &access, 1);
-			handles.push_back(h);
-		}
-		if (done < bytes) {
-			unmap_pages(done / page, EXPANDABLE_FUNC("map"));
-			return false;
-		}
-		mapped += bytes;
-		return true;
-	}
-
-	/* unmap gives back bytes (a page multiple) from the top. */
-	NOINLINE void unmap(size_t bytes)
-	{
-		unmap_pages(bytes / page, EXPANDABLE_FUNC("unmap"));
-		mapped -= bytes;
-	}
-
-private:
-	/* unmap_pages unmaps and releases the top n handles (mapped from base
-	 * + mapped upward, the last pushed on top). */
-	void unmap_pages(size_t n, const char *func)
-	{
-		DriverAPI *api = DriverAPI::get();
-		for (size_t i = 0; i < n; i++) {
-			CUmemGenericAllocationHandle h = handles.back();
-			CUdeviceptr at = base + page * (handles.size() - 1);
-			CUresult r = api->cuMemUnmap(at, page);
-			vmm_observe(func, "cuMemUnmap", r, at, page, h, device);
-			r = api->cuMemRelease(h);
-			vmm_observe(func, "cuMemRelease", r, 0, 0, h, device);
-			handles.pop_back();
-		}
 	}
 };
 
@@ -300,18 +132,9 @@ static size_t get_allocation_size(size_t size)
 	return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
-/* expandable_config: PYTORCH_CUDA_ALLOC_CONF asks for expandable segments. */
-static bool expandable_config()
-{
-	const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
-	return conf != nullptr && strstr(conf, "expandable_segments:True") != nullptr;
-}
-
 class DeviceCachingAllocator {
 public:
-	explicit DeviceCachingAllocator(int device) : device_(device), expandable_(expandable_config())
-	{
-	}
+	explicit DeviceCachingAllocator(int device) : device_(device) {}
 
 	Block *malloc(int device, size_t orig_size, cudaStream_t stream);
 	void free(Block *block);
@@ -321,15 +144,11 @@ public:
 private:
 	Block *get_free_block(BlockPool &pool, size_t size, cudaStream_t stream);
 	Block *alloc_block(BlockPool &pool, size_t alloc_size, cudaStream_t stream, bool retry);
-	Block *grow_expandable(BlockPool &pool, size_t size, cudaStream_t stream, size_t *grown);
-	void release_expandable(ExpandableSegment *seg);
 	void release_block(Block *block);
 	bool release_cached_blocks(size_t *bytes, size_t *segments);
 	void fill_state(c10_pool_state *st);
 
 	int device_;
-	bool expandable_;
-	std::vector<ExpandableSegment *> expandable_segments_;
 	std::recursive_mutex mutex_;
 	BlockPool large_blocks_, small_blocks_;
 	std::set<Block *> segments_; // the first block of every segment
@@ -388,100 +207,14 @@ NOINLINE void DeviceCachingAllocator::release_block(Block *block)
 	delete block;
 }
 
-/* grow_expandable maps enough pages at the top of the (stream, pool)
- * expandable segment for a block of size: the free block at the top grows,
- * or a new one is made there. Returns it, out of its pool, or nullptr when
- * the driver refused (*grown: the bytes it tried to map). */
-NOINLINE Block *DeviceCachingAllocator::grow_expandable(BlockPool &pool, size_t size,
-							 cudaStream_t stream, size_t *grown)
-{
-	size_t page = &pool == &small_blocks_ ? kSmallBuffer : kLargeBuffer;
-	ExpandableSegment *seg = nullptr;
-
-	for (ExpandableSegment *e : expandable_segments_)
-		if (e->stream == stream && e->pool == &pool)
-			seg = e;
-	if (seg == nullptr) {
-		size_t free_b = 0, total_b = 0;
-		if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-			return nullptr;
-		size_t want = total_b + total_b / 8;
-		seg = new ExpandableSegment(device_, stream, &pool, page);
-		if (!seg->reserve(page * ((want + page - 1) / page))) {
-			delete seg;
-			return nullptr;
-		}
-		expandable_segments_.push_back(seg);
-	}
-	Block *tail = seg->first;
-	while (tail != nullptr && tail->next != nullptr)
-		tail = tail->next;
-	size_t have = tail != nullptr && !tail->allocated ? tail->size : 0;
-	size_t need = page * ((size - have + page - 1) / page);
-	*grown = need;
-	char *top = (char *)(uintptr_t)(seg->base + seg->mapped);
-	if (!seg->map(need))
-		return nullptr;
-	if (have > 0) {
-		pool.erase(tail);
-		tail->size += need;
-		return tail;
-	}
-	Block *b = new Block(device_, stream, need, &pool, top);
-	b->exp = seg;
-	if (tail != nullptr) {
-		tail->next = b;
-		b->prev = tail;
-	} else {
-		seg->first = b;
-		segments_.insert(b);
-	}
-	return b;
-}
-
-/* release_expandable unmaps the whole pages of the free block at the top
- * of seg (the block shrinks, or goes when nothing of it is left). */
-NOINLINE void DeviceCachingAllocator::release_expandable(ExpandableSegment *seg)
-{
-	Block *tail = seg->first;
-	while (tail != nullptr && tail->next != nullptr)
-		tail = tail->next;
-	if (tail == nullptr || tail->allocated)
-		return;
-	size_t off = (size_t)((uintptr_t)tail->ptr - seg->base);
-	size_t keep = seg->page * ((off + seg->page - 1) / seg->page);
-	size_t bytes = seg->mapped - keep;
-	if (bytes == 0)
-		return;
-	tail->pool->erase(tail);
-	seg->unmap(bytes);
-	tail->size -= bytes;
-	if (tail->size > 0) {
-		tail->pool->insert(tail);
-		return;
-	}
-	if (tail->prev != nullptr) {
-		tail->prev->next = nullptr;
-	} else {
-		segments_.erase(tail);
-		seg->first = nullptr;
-	}
-	delete tail;
-}
-
 NOINLINE bool DeviceCachingAllocator::release_cached_blocks(size_t *bytes, size_t *segments)
 {
 	size_t nbytes = 0, nsegs = 0;
 
-	for (ExpandableSegment *seg : expandable_segments_) {
-		size_t before = seg->mapped;
-		release_expandable(seg);
-		nbytes += before - seg->mapped;
-	}
 	for (BlockPool *pool : {&large_blocks_, &small_blocks_}) {
 		for (auto it = pool->begin(); it != pool->end();) {
 			Block *b = *it++;
-			if (b->exp == nullptr && b->prev == nullptr && b->next == nullptr) {
+			if (b->prev == nullptr && b->next == nullptr) {
 				nbytes += b->size;
 				nsegs++;
 				release_block(b);
@@ -551,19 +284,16 @@ NOINLINE Block *DeviceCachingAllocator::malloc(int device, size_t orig_size,
 
 	Block *block = get_free_block(pool, size, stream);
 	if (block == nullptr) {
-		size_t grown = 0;
-		block = expandable_ ? grow_expandable(pool, size, stream, &grown)
-				    : alloc_block(pool, alloc_size, stream, false);
+		block = alloc_block(pool, alloc_size, stream, false);
 		if (block == nullptr) {
 			c10_pool_state st = {};
 			st.requested = orig_size;
 			st.rounded = size;
-			st.segment_size = expandable_ ? grown : alloc_size;
+			st.segment_size = alloc_size;
 			fill_state(&st);
 			counters_.alloc_retries++;
 			release_cached_blocks(&st.released_bytes, &st.released_segments);
-			block = expandable_ ? grow_expandable(pool, size, stream, &grown)
-					    : alloc_block(pool, alloc_size, stream, true);
+			block = alloc_block(pool, alloc_size, stream, true);
 			st.retry_succeeded = block != nullptr;
 			if (observer && observer->alloc_retry)
 				observer->alloc_retry(&st);
@@ -590,7 +320,6 @@ NOINLINE Block *DeviceCachingAllocator::malloc(int device, size_t orig_size,
 	bool split = &pool == &small_blocks_ ? remaining >= kMinBlockSize : remaining > kSmallSize;
 	if (split) {
 		Block *rest = new Block(device_, stream, remaining, &pool, block->ptr + size);
-		rest->exp = block->exp;
 		rest->prev = block;
 		rest->next = block->next;
 		if (rest->next)

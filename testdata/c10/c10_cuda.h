@@ -74,13 +74,6 @@ struct c10_observer {
 			      int retry);
 	void (*segment_free)(const char *func, int ret, void *ptr, int device);
 	void (*alloc_retry)(const struct c10_pool_state *st);
-	/* vmm_call after every driver VMM call of an expandable segment:
-	 * cuMemAddressReserve (ptr, size), cuMemCreate (size, handle; 0 if
-	 * failed), cuMemMap (ptr, size, handle), cuMemUnmap (ptr, size, the
-	 * handle that was mapped there), cuMemRelease (handle). device: the
-	 * physical memory's, -1 for a reservation. */
-	void (*vmm_call)(const char *func, const char *api, int ret, unsigned long long ptr,
-			 size_t size, unsigned long long handle, int device);
 };
 void c10_set_observer(const struct c10_observer *obs);
 

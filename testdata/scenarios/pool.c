@@ -3,7 +3,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static void seg_alloc(const char *func, int ret, void *ptr, size_t size, int device, int retry)
 {
@@ -45,23 +44,7 @@ static void retry(const struct c10_pool_state *s)
 	truth_pool_retry(&t);
 }
 
-/* vmm records an expandable segment's driver calls (c10_cuda.h). */
-static void vmm(const char *func, const char *api, int ret, unsigned long long ptr, size_t size,
-		unsigned long long handle, int device)
-{
-	if (strcmp(api, "cuMemAddressReserve") == 0)
-		truth_reserve(func, ret, ptr, size);
-	else if (strcmp(api, "cuMemCreate") == 0)
-		truth_create(func, ret, handle, size, device);
-	else if (strcmp(api, "cuMemMap") == 0)
-		truth_map(func, ret, ptr, size, handle);
-	else if (strcmp(api, "cuMemUnmap") == 0)
-		truth_unmap(func, ret, ptr, size);
-	else if (strcmp(api, "cuMemRelease") == 0)
-		truth_release(func, ret, handle);
-}
-
-static const struct c10_observer observer = {seg_alloc, seg_free, retry, vmm};
+static const struct c10_observer observer = {seg_alloc, seg_free, retry};
 
 void pool_truth_init(const char *scenario)
 {

@@ -27,6 +27,27 @@
  *   throws OutOfMemoryError, which the C API turns into NULL;
  * - empty_cache is release_cached_blocks.
  *
+ * With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (parsed as
+ * CUDAAllocatorConfig does: comma-separated key:value pairs, True or False)
+ * there is no cudaMalloc: each pool has per stream an ExpandableSegment, an
+ * address range reserved once (cuMemAddressReserve, 1 1/8 of the device's
+ * memory) that grows by pages (cuMemCreate on the device, cuMemMap,
+ * cuMemSetAccess) of 2 MiB in the small pool and 20 MiB in the large
+ * (kSmallBuffer, kLargeBuffer), through the driver entry points dlopened
+ * from libcuda.so.1 as c10/cuda/driver_api.cpp does:
+ * - blocks tile the range, mapped (free or allocated) or not; a request no
+ *   free mapped block fits takes the lowest unmapped block of its pool and
+ *   stream (with the free block before it) and maps the pages it lacks
+ *   (try_allocate_expandable_block, find_expandable_block, map_block);
+ *   a cuMemCreate that fails releases the pages created for that request;
+ * - best fit prefers, among blocks of one size, the one that cannot grow
+ *   into unmapped space; a block is split whenever the rest is >= 512;
+ * - release_cached_blocks (and empty_cache) unmaps and releases every page
+ *   that lies wholly in a free block (unmap_block), and frees the range
+ *   once it is all unmapped;
+ * - reserved memory is mapped memory; a segment (c10_memory_stats) is a
+ *   run of mapped pages.
+ *
  * C++ with exceptions inside: a uretprobe on DeviceCachingAllocator::malloc
  * would kill the process when the OOM unwinds through the trampoline. Never
  * put uretprobes on this library.
@@ -36,9 +57,15 @@
 
 #include "c10_cuda.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -78,12 +105,194 @@ constexpr size_t kLargeBuffer = 20971520;
 constexpr size_t kMinLargeAlloc = 10485760;
 constexpr size_t kRoundLarge = 2097152;
 
+/* expandable_segments is PYTORCH_CUDA_ALLOC_CONF's expandable_segments
+ * (CUDAAllocatorConfig::parseArgs): read once; a value other than True or
+ * False is an error, reported on stderr, and leaves the default (off). */
+static bool expandable_segments()
+{
+	static const bool on = [] {
+		const char *env = getenv("PYTORCH_CUDA_ALLOC_CONF");
+		bool v = false;
+		if (env == nullptr)
+			return false;
+		std::string conf(env);
+		size_t pos = 0;
+		while (pos <= conf.size()) {
+			size_t comma = conf.find(',', pos);
+			std::string kv = conf.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+			size_t colon = kv.find(':');
+			if (colon != std::string::npos && kv.substr(0, colon) == "expandable_segments") {
+				std::string val = kv.substr(colon + 1);
+				if (val == "True")
+					v = true;
+				else if (val == "False")
+					v = false;
+				else
+					fprintf(stderr, "libc10_cuda: PYTORCH_CUDA_ALLOC_CONF: expected a single True/False argument for expandable_segments, got %s\n", val.c_str());
+			}
+			if (comma == std::string::npos)
+				break;
+			pos = comma + 1;
+		}
+		return v;
+	}();
+	return on;
+}
+
+/* DriverAPI: the driver's VMM entry points, dlopened from libcuda.so.1 (found
+ * through this library's RUNPATH, or the one the runtime loaded). */
+struct DriverAPI {
+	CUresult (*cuMemAddressReserve_)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*cuMemAddressFree_)(CUdeviceptr, size_t);
+	CUresult (*cuMemCreate_)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+				 unsigned long long);
+	CUresult (*cuMemRelease_)(CUmemGenericAllocationHandle);
+	CUresult (*cuMemMap_)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*cuMemUnmap_)(CUdeviceptr, size_t);
+	CUresult (*cuMemSetAccess_)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+
+	static DriverAPI *get()
+	{
+		static DriverAPI *api = [] {
+			void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_GLOBAL);
+			if (h == nullptr)
+				throw std::runtime_error("expandable segments: cannot dlopen libcuda.so.1");
+			DriverAPI *d = new DriverAPI;
+#define C10_DRIVER_SYM(name) *(void **)&d->name##_ = dlsym(h, #name)
+			C10_DRIVER_SYM(cuMemAddressReserve);
+			C10_DRIVER_SYM(cuMemAddressFree);
+			C10_DRIVER_SYM(cuMemCreate);
+			C10_DRIVER_SYM(cuMemRelease);
+			C10_DRIVER_SYM(cuMemMap);
+			C10_DRIVER_SYM(cuMemUnmap);
+			C10_DRIVER_SYM(cuMemSetAccess);
+#undef C10_DRIVER_SYM
+			if (!d->cuMemAddressReserve_ || !d->cuMemAddressFree_ || !d->cuMemCreate_ ||
+			    !d->cuMemRelease_ || !d->cuMemMap_ || !d->cuMemUnmap_ || !d->cuMemSetAccess_)
+				throw std::runtime_error("expandable segments: libcuda.so.1 lacks the VMM API");
+			return d;
+		}();
+		return api;
+	}
+};
+
 class OutOfMemoryError : public std::runtime_error {
 public:
 	explicit OutOfMemoryError(const std::string &msg) : std::runtime_error(msg) {}
 };
 
 namespace Native {
+
+#define C10_NATIVE "c10::cuda::CUDACachingAllocator::Native::"
+
+/* ExpandableSegment: one reserved range that grows and shrinks by pages
+ * (PyTorch's, without peers). Handles are per page; 0 = unmapped. */
+struct ExpandableSegment {
+	ExpandableSegment(int device, cudaStream_t stream, size_t page, size_t address_space);
+	~ExpandableSegment();
+	/* map maps the pages that cover [off, off+size) (off page-aligned):
+	 * the bytes mapped, or 0 when a cuMemCreate failed (failed_size is then
+	 * the pages created for the call and the one that failed, which are
+	 * released). */
+	size_t map(size_t off, size_t size);
+	/* unmapHandles unmaps and releases pages [begin, end). */
+	void unmapHandles(size_t begin, size_t end);
+
+	int device;
+	cudaStream_t stream;
+	char *ptr;
+	size_t page, max_pages;
+	std::vector<CUmemGenericAllocationHandle> handles;
+	size_t failed_size = 0;
+
+	size_t size() const { return page * max_pages; }
+};
+
+NOINLINE ExpandableSegment::ExpandableSegment(int d, cudaStream_t s, size_t pg, size_t address_space)
+	: device(d), stream(s), ptr(nullptr), page(pg), max_pages((address_space + pg - 1) / pg),
+	  handles(max_pages, 0)
+{
+	CUdeviceptr p = 0;
+	CUresult r = DriverAPI::get()->cuMemAddressReserve_(&p, page * max_pages, 0, 0, 0);
+	if (observer && observer->vmm_reserve)
+		observer->vmm_reserve(C10_NATIVE "ExpandableSegment::ExpandableSegment", (int)r,
+				      r == CUDA_SUCCESS ? p : 0, page * max_pages);
+	if (r != CUDA_SUCCESS)
+		throw std::runtime_error("cuMemAddressReserve failed");
+	ptr = (char *)p;
+}
+
+NOINLINE ExpandableSegment::~ExpandableSegment()
+{
+	CUresult r = DriverAPI::get()->cuMemAddressFree_((CUdeviceptr)ptr, size());
+	if (observer && observer->vmm_unreserve)
+		observer->vmm_unreserve(C10_NATIVE "ExpandableSegment::~ExpandableSegment", (int)r,
+					(CUdeviceptr)ptr, size());
+}
+
+NOINLINE size_t ExpandableSegment::map(size_t off, size_t sz)
+{
+	DriverAPI *api = DriverAPI::get();
+	size_t begin = off / page, end = (off + sz + page - 1) / page;
+	CUmemAllocationProp prop;
+
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = device;
+	for (size_t i = begin; i < end; i++) {
+		CUmemGenericAllocationHandle h = 0;
+		CUresult r = api->cuMemCreate_(&h, page, &prop, 0);
+		if (observer && observer->vmm_create)
+			observer->vmm_create(C10_NATIVE "ExpandableSegment::map", (int)r,
+					     r == CUDA_SUCCESS ? h : 0, page, device);
+		if (r != CUDA_SUCCESS) {
+			// What this call asked the driver for: the pages created
+			// for it and the one that failed.
+			failed_size = (i - begin + 1) * page;
+			for (size_t j = begin; j < i; j++) {
+				CUresult rr = api->cuMemRelease_(handles[j]);
+				if (observer && observer->vmm_release)
+					observer->vmm_release(C10_NATIVE "ExpandableSegment::map", (int)rr,
+							      handles[j]);
+				handles[j] = 0;
+			}
+			return 0;
+		}
+		handles[i] = h;
+	}
+	for (size_t i = begin; i < end; i++) {
+		CUdeviceptr at = (CUdeviceptr)(ptr + i * page);
+		CUresult r = api->cuMemMap_(at, page, 0, handles[i], 0);
+		if (observer && observer->vmm_map)
+			observer->vmm_map(C10_NATIVE "ExpandableSegment::map", (int)r, at, page, handles[i]);
+		if (r != CUDA_SUCCESS)
+			throw std::runtime_error("cuMemMap failed");
+	}
+	CUmemAccessDesc desc = {{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if (api->cuMemSetAccess_((CUdeviceptr)(ptr + begin * page), (end - begin) * page, &desc, 1) !=
+	    CUDA_SUCCESS)
+		throw std::runtime_error("cuMemSetAccess failed");
+	return (end - begin) * page;
+}
+
+NOINLINE void ExpandableSegment::unmapHandles(size_t begin, size_t end)
+{
+	DriverAPI *api = DriverAPI::get();
+
+	for (size_t i = begin; i < end; i++) {
+		CUdeviceptr at = (CUdeviceptr)(ptr + i * page);
+		CUresult r = api->cuMemUnmap_(at, page);
+		if (observer && observer->vmm_unmap)
+			observer->vmm_unmap(C10_NATIVE "ExpandableSegment::unmapHandles", (int)r, at, page);
+		CUresult rr = api->cuMemRelease_(handles[i]);
+		if (observer && observer->vmm_release)
+			observer->vmm_release(C10_NATIVE "ExpandableSegment::unmapHandles", (int)rr, handles[i]);
+		if (r != CUDA_SUCCESS || rr != CUDA_SUCCESS)
+			throw std::runtime_error("cuMemUnmap/cuMemRelease failed");
+		handles[i] = 0;
+	}
+}
 
 struct Block;
 struct BlockComparator {
@@ -100,12 +309,25 @@ struct Block {
 	char *ptr;
 	bool allocated;
 	Block *prev, *next; // neighbours within the segment
-	Block(int d, cudaStream_t s, size_t sz, BlockPool *p, char *pt)
+	bool mapped;          // false: unmapped pages of an expandable segment
+	ExpandableSegment *es; // the expandable segment it lies in, or null
+	Block(int d, cudaStream_t s, size_t sz, BlockPool *p, char *pt, ExpandableSegment *e = nullptr)
 		: device(d), stream(s), size(sz), requested(0), pool(p), ptr(pt), allocated(false),
-		  prev(nullptr), next(nullptr)
+		  prev(nullptr), next(nullptr), mapped(true), es(e)
 	{
 	}
 };
+
+/* Unmapped blocks, by stream then address (BlockComparatorAddress). */
+struct BlockAddrComparator {
+	bool operator()(const Block *a, const Block *b) const
+	{
+		if (a->stream != b->stream)
+			return (uintptr_t)a->stream < (uintptr_t)b->stream;
+		return (uintptr_t)a->ptr < (uintptr_t)b->ptr;
+	}
+};
+typedef std::set<Block *, BlockAddrComparator> UnmappedPool;
 
 bool BlockComparator::operator()(const Block *a, const Block *b) const
 {
@@ -143,16 +365,29 @@ public:
 
 private:
 	Block *get_free_block(BlockPool &pool, size_t size, cudaStream_t stream);
-	Block *alloc_block(BlockPool &pool, size_t alloc_size, cudaStream_t stream, bool retry);
+	Block *alloc_block(BlockPool &pool, size_t alloc_size, size_t size, cudaStream_t stream,
+			   bool retry);
 	void release_block(Block *block);
 	bool release_cached_blocks(size_t *bytes, size_t *segments);
 	void fill_state(c10_pool_state *st);
+	// Expandable segments.
+	UnmappedPool &unmapped_of(BlockPool &pool)
+	{
+		return &pool == &small_blocks_ ? small_unmapped_ : large_unmapped_;
+	}
+	Block *try_allocate_expandable_block(BlockPool &pool, size_t size, cudaStream_t stream);
+	Block *find_expandable_block(BlockPool &pool, size_t size, cudaStream_t stream);
+	bool map_block(Block *to_map, size_t size);
+	size_t unmap_block(Block *block, size_t *pages);
+	void try_merge_blocks(Block *dst, Block *src);
 
 	int device_;
 	std::recursive_mutex mutex_;
 	BlockPool large_blocks_, small_blocks_;
+	UnmappedPool large_unmapped_, small_unmapped_;
 	std::set<Block *> segments_; // the first block of every segment
 	struct c10_memory_stats counters_ = {};
+	size_t failed_create_ = 0; // ExpandableSegment::failed_size at the last failure
 };
 
 Block *DeviceCachingAllocator::get_free_block(BlockPool &pool, size_t size,
@@ -162,15 +397,30 @@ Block *DeviceCachingAllocator::get_free_block(BlockPool &pool, size_t size,
 	auto it = pool.lower_bound(&key);
 	if (it == pool.end() || (*it)->stream != stream)
 		return nullptr;
+	if ((*it)->es) {
+		// Best fit counts what a block can grow into: among blocks that
+		// fit, one that cannot expand is taken before one that can.
+		auto expandable_size = [](Block *b) {
+			return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+		};
+		auto next = it;
+		++next;
+		while ((*it)->es && next != pool.end() && (*next)->stream == stream &&
+		       expandable_size(*next) < expandable_size(*it))
+			it = next++;
+	}
 	Block *b = *it;
 	pool.erase(it);
 	return b;
 }
 
-/* alloc_block makes the segment (cudaMalloc): its one block, or NULL. */
+/* alloc_block makes the segment (cudaMalloc): its one block, or NULL; with
+ * expandable segments, a free mapped block of at least size, or NULL. */
 NOINLINE Block *DeviceCachingAllocator::alloc_block(BlockPool &pool, size_t alloc_size,
-						     cudaStream_t stream, bool retry)
+						     size_t size, cudaStream_t stream, bool retry)
 {
+	if (expandable_segments())
+		return try_allocate_expandable_block(pool, size, stream);
 	void *ptr = nullptr;
 	cudaError_t err = cudaMalloc(&ptr, alloc_size);
 
@@ -212,12 +462,28 @@ NOINLINE bool DeviceCachingAllocator::release_cached_blocks(size_t *bytes, size_
 	size_t nbytes = 0, nsegs = 0;
 
 	for (BlockPool *pool : {&large_blocks_, &small_blocks_}) {
+		std::vector<Block *> to_unmap;
 		for (auto it = pool->begin(); it != pool->end();) {
 			Block *b = *it++;
-			if (b->prev == nullptr && b->next == nullptr) {
+			if (b->es) {
+				to_unmap.push_back(b); // unmapping changes the pool
+			} else if (b->prev == nullptr && b->next == nullptr) {
 				nbytes += b->size;
 				nsegs++;
 				release_block(b);
+			}
+		}
+		for (Block *b : to_unmap) {
+			size_t pages = 0;
+			nbytes += unmap_block(b, &pages);
+			nsegs += pages;
+			if (!b->mapped && b->prev == nullptr && b->next == nullptr) {
+				// The whole range is unmapped: free it.
+				ExpandableSegment *es = b->es;
+				unmapped_of(*b->pool).erase(b);
+				segments_.erase(b);
+				delete b;
+				delete es;
 			}
 		}
 	}
@@ -236,8 +502,20 @@ void DeviceCachingAllocator::stats(struct c10_memory_stats *st)
 	st->cached_free_bytes = st->largest_free_range = 0;
 	st->segments = st->active_blocks = st->free_blocks = 0;
 	for (Block *seg : segments_) {
-		st->segments++;
+		bool run = false;
+		if (seg->es == nullptr)
+			st->segments++;
 		for (Block *b = seg; b != nullptr; b = b->next) {
+			if (seg->es) {
+				// A segment is a run of mapped pages.
+				if (!b->mapped) {
+					run = false;
+					continue;
+				}
+				if (!run)
+					st->segments++;
+				run = true;
+			}
 			st->reserved_bytes += b->size;
 			if (b->allocated) {
 				st->active_blocks++;
@@ -266,6 +544,7 @@ void DeviceCachingAllocator::fill_state(c10_pool_state *st)
 	st->cached_free_bytes = ms.cached_free_bytes;
 	st->largest_free_range = ms.largest_free_range;
 	st->segments = ms.segments;
+	st->expandable = expandable_segments();
 	// PyTorch asks the device for its OOM message.
 	if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
 		st->device_free_bytes = free_b;
@@ -284,16 +563,16 @@ NOINLINE Block *DeviceCachingAllocator::malloc(int device, size_t orig_size,
 
 	Block *block = get_free_block(pool, size, stream);
 	if (block == nullptr) {
-		block = alloc_block(pool, alloc_size, stream, false);
+		block = alloc_block(pool, alloc_size, size, stream, false);
 		if (block == nullptr) {
 			c10_pool_state st = {};
 			st.requested = orig_size;
 			st.rounded = size;
-			st.segment_size = alloc_size;
+			st.segment_size = expandable_segments() ? failed_create_ : alloc_size;
 			fill_state(&st);
 			counters_.alloc_retries++;
 			release_cached_blocks(&st.released_bytes, &st.released_segments);
-			block = alloc_block(pool, alloc_size, stream, true);
+			block = alloc_block(pool, alloc_size, size, stream, true);
 			st.retry_succeeded = block != nullptr;
 			if (observer && observer->alloc_retry)
 				observer->alloc_retry(&st);
@@ -317,9 +596,10 @@ NOINLINE Block *DeviceCachingAllocator::malloc(int device, size_t orig_size,
 
 	// Split off the remainder when it is worth a block of its own.
 	size_t remaining = block->size - size;
-	bool split = &pool == &small_blocks_ ? remaining >= kMinBlockSize : remaining > kSmallSize;
+	bool split = &pool == &small_blocks_ || expandable_segments() ? remaining >= kMinBlockSize
+								      : remaining > kSmallSize;
 	if (split) {
-		Block *rest = new Block(device_, stream, remaining, &pool, block->ptr + size);
+		Block *rest = new Block(device_, stream, remaining, &pool, block->ptr + size, block->es);
 		rest->prev = block;
 		rest->next = block->next;
 		if (rest->next)
@@ -340,7 +620,7 @@ NOINLINE void DeviceCachingAllocator::free(Block *block)
 
 	block->allocated = false;
 	block->requested = 0;
-	if (block->prev && !block->prev->allocated) {
+	if (block->prev && !block->prev->allocated && block->prev->mapped) {
 		Block *p = block->prev;
 		pool.erase(p);
 		p->size += block->size;
@@ -350,7 +630,7 @@ NOINLINE void DeviceCachingAllocator::free(Block *block)
 		delete block;
 		block = p;
 	}
-	if (block->next && !block->next->allocated) {
+	if (block->next && !block->next->allocated && block->next->mapped) {
 		Block *n = block->next;
 		pool.erase(n);
 		block->size += n->size;
@@ -360,6 +640,167 @@ NOINLINE void DeviceCachingAllocator::free(Block *block)
 		delete n;
 	}
 	pool.insert(block);
+}
+
+/* try_merge_blocks merges src, a neighbour of dst in the same state
+ * (free, mapped or not), into dst; dst is in no pool set while it runs. */
+void DeviceCachingAllocator::try_merge_blocks(Block *dst, Block *src)
+{
+	if (src == nullptr || src->allocated || src->mapped != dst->mapped)
+		return;
+	if (dst->prev == src) {
+		dst->ptr = src->ptr;
+		dst->prev = src->prev;
+		if (dst->prev)
+			dst->prev->next = dst;
+		if (segments_.erase(src))
+			segments_.insert(dst);
+	} else {
+		dst->next = src->next;
+		if (dst->next)
+			dst->next->prev = dst;
+	}
+	dst->size += src->size;
+	if (src->mapped)
+		src->pool->erase(src);
+	else
+		unmapped_of(*src->pool).erase(src);
+	delete src;
+}
+
+/* find_expandable_block returns the lowest unmapped block of the pool and
+ * stream (with the free block before it) that has size bytes of room, or the
+ * one block of a new expandable segment. */
+Block *DeviceCachingAllocator::find_expandable_block(BlockPool &pool, size_t size,
+						      cudaStream_t stream)
+{
+	UnmappedPool &unmapped = unmapped_of(pool);
+	auto allocatable = [](Block *b) { return b != nullptr && !b->allocated; };
+	auto has_room = [&](Block *b) {
+		size_t bytes = 0;
+		while (bytes < size && allocatable(b)) {
+			bytes += b->size;
+			b = b->next;
+		}
+		return bytes >= size;
+	};
+	Block key(device_, stream, 0, &pool, nullptr);
+	for (auto it = unmapped.lower_bound(&key); it != unmapped.end() && (*it)->stream == stream;
+	     ++it) {
+		Block *c = *it;
+		if (allocatable(c->prev))
+			c = c->prev;
+		if (has_room(c))
+			return c;
+	}
+	size_t free_b = 0, total_b = 0;
+	if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+		throw std::runtime_error("cudaMemGetInfo failed");
+	// 1 1/8 of the device's memory: room to unmap pages early in the range
+	// and map them again at its end.
+	size_t page = &pool == &small_blocks_ ? kSmallBuffer : kLargeBuffer;
+	ExpandableSegment *es = new ExpandableSegment(device_, stream, page, total_b + total_b / 8);
+	Block *b = new Block(device_, stream, es->size(), &pool, es->ptr, es);
+	b->mapped = false;
+	unmapped.insert(b);
+	segments_.insert(b);
+	return b;
+}
+
+/* map_block maps the pages under the first size bytes of an unmapped block
+ * and merges them with free mapped neighbours. */
+bool DeviceCachingAllocator::map_block(Block *to_map, size_t size)
+{
+	ExpandableSegment *es = to_map->es;
+	size_t mapped = es->map((size_t)(to_map->ptr - es->ptr), size);
+	if (mapped == 0) {
+		failed_create_ = es->failed_size;
+		return false;
+	}
+	BlockPool &pool = *to_map->pool;
+	unmapped_of(pool).erase(to_map);
+	to_map->mapped = true;
+	if (mapped < to_map->size) {
+		Block *rest = new Block(device_, to_map->stream, to_map->size - mapped, &pool,
+					to_map->ptr + mapped, es);
+		rest->mapped = false;
+		rest->prev = to_map;
+		rest->next = to_map->next;
+		if (rest->next)
+			rest->next->prev = rest;
+		to_map->next = rest;
+		unmapped_of(pool).insert(rest);
+		to_map->size = mapped;
+	}
+	try_merge_blocks(to_map, to_map->prev);
+	try_merge_blocks(to_map, to_map->next);
+	pool.insert(to_map);
+	return true;
+}
+
+/* try_allocate_expandable_block maps what a request lacks: a free mapped
+ * block of at least size, out of its pool, or NULL. */
+NOINLINE Block *DeviceCachingAllocator::try_allocate_expandable_block(BlockPool &pool, size_t size,
+								      cudaStream_t stream)
+{
+	Block *c = find_expandable_block(pool, size, stream);
+	if (!c->mapped && !map_block(c, std::min(c->size, size)))
+		return nullptr;
+	while (c->size < size) {
+		// c is free and mapped, its next unmapped: map the rest there.
+		Block *n = c->next;
+		if (!map_block(n, std::min(size - c->size, n->size)))
+			return nullptr;
+		c = n; // map_block merged c into n
+	}
+	pool.erase(c);
+	return c;
+}
+
+/* unmap_block unmaps and releases the pages wholly inside a free mapped
+ * block: the bytes unmapped (*pages: how many pages). */
+size_t DeviceCachingAllocator::unmap_block(Block *block, size_t *pages)
+{
+	ExpandableSegment *es = block->es;
+	size_t off = (size_t)(block->ptr - es->ptr);
+	size_t begin = (off + es->page - 1) / es->page, end = (off + block->size) / es->page;
+	if (begin >= end)
+		return 0;
+	es->unmapHandles(begin, end);
+	BlockPool &pool = *block->pool;
+	pool.erase(block);
+	char *uptr = es->ptr + begin * es->page;
+	size_t usize = (end - begin) * es->page;
+	size_t before = (size_t)(uptr - block->ptr);
+	if (before > 0) {
+		Block *b = new Block(device_, block->stream, before, &pool, block->ptr, es);
+		b->prev = block->prev;
+		b->next = block;
+		if (b->prev)
+			b->prev->next = b;
+		block->prev = b;
+		if (segments_.erase(block))
+			segments_.insert(b);
+		pool.insert(b);
+	}
+	size_t after = block->size - before - usize;
+	if (after > 0) {
+		Block *a = new Block(device_, block->stream, after, &pool, uptr + usize, es);
+		a->prev = block;
+		a->next = block->next;
+		if (a->next)
+			a->next->prev = a;
+		block->next = a;
+		pool.insert(a);
+	}
+	block->ptr = uptr;
+	block->size = usize;
+	block->mapped = false;
+	try_merge_blocks(block, block->prev);
+	try_merge_blocks(block, block->next);
+	unmapped_of(pool).insert(block);
+	*pages = end - begin;
+	return usize;
 }
 
 NOINLINE void DeviceCachingAllocator::emptyCache()

@@ -27,19 +27,20 @@ void *c10_alloc(size_t size, int device, void *stream);
  * that c10_alloc did not return (nothing happens then). */
 int c10_free(void *ptr);
 /* c10_empty_cache releases (cudaFree) every fully free segment of every
- * device, as torch.cuda.empty_cache(). */
+ * device, as torch.cuda.empty_cache(); with expandable segments it unmaps
+ * and releases every page that lies wholly in a free block. */
 void c10_empty_cache(void);
 
 /* The allocator's state on one device. Block sizes are the allocator's
  * (rounded, including unsplit remainders); requested_bytes is the sum of the
  * sizes asked for by the live blocks. */
 struct c10_memory_stats {
-	size_t reserved_bytes;      /* sum of live segments (cudaMalloc'd) */
+	size_t reserved_bytes;      /* sum of live segments (cudaMalloc'd, or mapped pages) */
 	size_t allocated_bytes;     /* sum of allocated blocks */
 	size_t requested_bytes;     /* sum of the requests of allocated blocks */
 	size_t cached_free_bytes;   /* sum of free blocks: reserved - allocated */
 	size_t largest_free_range;  /* the largest free block */
-	size_t segments, active_blocks, free_blocks;
+	size_t segments, active_blocks, free_blocks; /* expandable: mapped runs */
 	size_t cuda_malloc_calls, cuda_malloc_failures, cuda_free_calls;
 	size_t alloc_retries, ooms;
 };
@@ -53,12 +54,13 @@ struct c10_pool_state {
 	int device;
 	size_t requested;          /* the size c10_alloc was asked for */
 	size_t rounded;            /* rounded up to 512 */
-	size_t segment_size;       /* the cudaMalloc that failed */
+	size_t segment_size;       /* the cudaMalloc (or expandable: cuMemCreate) that failed */
 	size_t reserved_bytes, allocated_bytes, requested_bytes, cached_free_bytes;
 	size_t largest_free_range, segments;
 	size_t device_free_bytes, device_total_bytes; /* cudaMemGetInfo, before */
 	size_t released_bytes, released_segments;     /* freed by the release */
 	int retry_succeeded;
+	int expandable; /* the allocator maps pages (expandable segments) */
 };
 /* c10_last_oom fills *st with the state of the last c10_alloc that failed
  * (on any thread): 0, or -1 if none has. */
@@ -74,6 +76,17 @@ struct c10_observer {
 			      int retry);
 	void (*segment_free)(const char *func, int ret, void *ptr, int device);
 	void (*alloc_retry)(const struct c10_pool_state *st);
+	/* Expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True):
+	 * every driver VMM call the allocator made, after it returned. ptr is
+	 * an address, handle a physical allocation handle. */
+	void (*vmm_reserve)(const char *func, int ret, unsigned long long ptr, size_t size);
+	void (*vmm_unreserve)(const char *func, int ret, unsigned long long ptr, size_t size);
+	void (*vmm_create)(const char *func, int ret, unsigned long long handle, size_t size,
+			   int device);
+	void (*vmm_release)(const char *func, int ret, unsigned long long handle);
+	void (*vmm_map)(const char *func, int ret, unsigned long long ptr, size_t size,
+			unsigned long long handle);
+	void (*vmm_unmap)(const char *func, int ret, unsigned long long ptr, size_t size);
 };
 void c10_set_observer(const struct c10_observer *obs);
 

@@ -23,6 +23,10 @@ void pool_truth_init(const char *scenario);
 void pool_record_oom(const char *func);
 /* pool_print_stats prints the allocator's device-0 stats on stderr. */
 void pool_print_stats(const char *when);
+/* pool_write_stats writes the allocator's device-0 stats (c10_memory_stats)
+ * as JSON to "$VRAMPROF_TRUTH-allocator.json" (nothing when that is unset):
+ * the allocator's own figures at that moment, for tests to compare. */
+void pool_write_stats(const char *when);
 
 /* C10_ALLOC(size): c10_alloc(size, current device, NULL stream). */
 #define C10_ALLOC_ON(size, stream)                                                      \

@@ -2,7 +2,7 @@
  * b_expandable_leak (broken: leak under expandable segments). main sets
  * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (when unset): the cache
  * grows by mapping 20 MiB pages (large pool) and 2 MiB pages (small pool)
- * into one reservation per pool (cuMemAddressReserve, cuMemCreate,
+ * into one reservation per pool and stream (cuMemAddressReserve, cuMemCreate,
  * cuMemMap), never with cudaMalloc. 60 steps; each, cache_hidden_states
  * keeps a 3 MiB + 2048 tensor (hidden states appended to a list for a
  * later probe). Leak at cache_hidden_states: 60 x (3 MiB + 2048).

@@ -55,7 +55,16 @@ func corpusPrograms(tb testing.TB) []string {
 // with an oom or fragmentation finding's failing request (its "oom"
 // evidence, present when the block layer was traced).
 type corpusReport struct {
-	Findings []corpusReportFinding `json:"findings"`
+	Findings   []corpusReportFinding `json:"findings"`
+	Iterations []corpusIterations    `json:"iterations"`
+}
+
+// corpusIterations is a process's loop as report.json found it.
+type corpusIterations struct {
+	PID      uint32 `json:"pid"`
+	Count    uint64 `json:"count"`
+	PeriodNs uint64 `json:"period_ns"`
+	Site     string `json:"site"`
 }
 
 // corpusReportFinding is one finding of corpusReport.
@@ -106,9 +115,33 @@ type corpusOutcome struct {
 	// fp are the findings above info that match no labelled defect's kind
 	// and site.
 	fp []int
+	// loops are the processes' loops: as labelled, and as report.json's
+	// iterations found them.
+	loops []corpusLoop
 	// err is why the program could not be judged (it did not run, or wrote
 	// no label); nil otherwise.
 	err error
+}
+
+// corpusLoop is one process's loop: the steps it counted, and the loop
+// vramprof found (found false: none).
+type corpusLoop struct {
+	pid             uint32
+	label           probetest.Steps
+	found           bool
+	count, periodNs uint64
+	site            string
+}
+
+// corpusPeriodTolerance: a found loop's period is the labelled one within
+// this share.
+const corpusPeriodTolerance = 0.1
+
+// right: the loop was found with the labelled count, and its period within
+// corpusPeriodTolerance.
+func (l corpusLoop) right() bool {
+	return l.found && l.count == l.label.Count &&
+		math.Abs(float64(l.periodNs)-float64(l.label.PeriodNs)) <= corpusPeriodTolerance*float64(l.label.PeriodNs)
 }
 
 // inAllocator tells a frame of the caching allocator (libc10_cuda.so) from
@@ -177,18 +210,18 @@ func bytesWithin(got, want uint64) bool {
 // readCorpusLabels reads a run's truth files: the program's own, and its
 // children's in a process tree. Healthy means no process labelled a defect
 // and at least one labelled itself healthy.
-func readCorpusLabels(tb testing.TB, truthPath string) (healthy bool, defects []probetest.Defect, err error) {
+func readCorpusLabels(tb testing.TB, truthPath string) (healthy bool, defects []probetest.Defect, loops []corpusLoop, err error) {
 	tb.Helper()
 	root, err := probetest.ReadTruth(truthPath)
 	if err != nil {
-		return false, nil, err
+		return false, nil, nil, err
 	}
 	truths := []*probetest.Truth{root}
 	kids := mustReadJSON[rankTruth](tb, truthPath).Children
 	for _, pid := range kids {
 		kid, err := probetest.ReadTruth(fmt.Sprintf("%s.%d", truthPath, pid))
 		if err != nil {
-			return false, nil, err
+			return false, nil, nil, err
 		}
 		truths = append(truths, kid)
 	}
@@ -199,15 +232,26 @@ func readCorpusLabels(tb testing.TB, truthPath string) (healthy bool, defects []
 		}
 		labelled = true
 		defects = append(defects, tr.Label.Defects...)
+		if tr.Label.Steps != nil {
+			loops = append(loops, corpusLoop{pid: tr.PID, label: *tr.Label.Steps})
+		}
 	}
 	if !labelled {
-		return false, nil, fmt.Errorf("%s: no process of %s labelled itself (truth_label_healthy or truth_label_defect)", truthPath, root.Scenario)
+		return false, nil, nil, fmt.Errorf("%s: no process of %s labelled itself (truth_label_healthy or truth_label_defect)", truthPath, root.Scenario)
 	}
-	return len(defects) == 0, defects, nil
+	return len(defects) == 0, defects, loops, nil
 }
 
 // judge matches a program's findings against its labels.
 func judge(o *corpusOutcome, rep *corpusReport) {
+	for i := range o.loops {
+		l := &o.loops[i]
+		for _, it := range rep.Iterations {
+			if it.PID == l.pid {
+				l.found, l.count, l.periodNs, l.site = true, it.Count, it.PeriodNs, it.Site
+			}
+		}
+	}
 	for i := range rep.Findings {
 		f := &rep.Findings[i]
 		o.findings = append(o.findings, corpusFinding{Kind: f.Kind, Severity: f.Severity, Site: corpusSite(f), Bytes: f.Bytes})
@@ -255,7 +299,7 @@ func runCorpusProgram(t *testing.T, name string) *corpusOutcome {
 	dir := filepath.Join(tmp, "out")
 	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp}, "run", "-o", dir, "--", bin)
 	var err error
-	o.healthy, o.defects, err = readCorpusLabels(t, truthPath)
+	o.healthy, o.defects, o.loops, err = readCorpusLabels(t, truthPath)
 	if err != nil {
 		o.err = err
 		return o
@@ -334,6 +378,17 @@ func corpusTable(w io.Writer, outs []*corpusOutcome) (healthyClean, healthyN, br
 		fmt.Fprintf(w, "%-20s | %3d | %3d | %4d\n", k, r.tp, r.fp, r.miss)
 	}
 	fmt.Fprintf(w, "%-20s | %3d | %3d | %4d\n", "all", tot.tp, tot.fp, tot.miss)
+	var loops, loopsRight int
+	for _, o := range outs {
+		for _, l := range o.loops {
+			loops++
+			if l.right() {
+				loopsRight++
+			}
+		}
+	}
+	fmt.Fprintf(w, "loops (not in the bar): %d/%d processes with their step count found exactly and the period within %.0f%%\n",
+		loopsRight, loops, 100*corpusPeriodTolerance)
 	for _, o := range outs {
 		switch {
 		case o.err != nil:
@@ -353,6 +408,18 @@ func corpusTable(w io.Writer, outs []*corpusOutcome) (healthyClean, healthyN, br
 				}
 				fmt.Fprintf(w, "%s: label %s at %s, %d bytes: %s\n", o.name, d.Kind, d.Site, d.Bytes, verdict)
 			}
+		}
+		for _, l := range o.loops {
+			got := "no loop found"
+			if l.found {
+				got = fmt.Sprintf("found %d every %.2f ms at %s", l.count, float64(l.periodNs)/1e6, l.site)
+			}
+			mark := ""
+			if !l.right() {
+				mark = " [wrong]"
+			}
+			fmt.Fprintf(w, "    loop: %d x %s every %.2f ms; %s%s\n", l.label.Count, l.label.Func,
+				float64(l.label.PeriodNs)/1e6, got, mark)
 		}
 		for j, f := range o.findings {
 			if !f.aboveInfo() {

@@ -42,8 +42,19 @@ func TestCorpusJudge(t *testing.T) {
 		{Kind: "leak", Site: "log_metrics", Bytes: 2 << 20},
 		{Kind: "oom", Site: "grow_batch", Bytes: 16 << 20},
 		{Kind: "spike", Site: "save_checkpoint", Bytes: 1 << 20},
+	}, loops: []corpusLoop{
+		{pid: 10, label: probetest.Steps{Func: "train_step", Count: 60, PeriodNs: 2_000_000}},
+		{pid: 11, label: probetest.Steps{Func: "train_step", Count: 50, PeriodNs: 2_000_000}},
+		{pid: 12, label: probetest.Steps{Func: "train_step", Count: 40, PeriodNs: 2_000_000}},
 	}}
+	// Loops: pid 10's within 10% (right), pid 11's one step short (wrong),
+	// pid 12's not found.
+	rep.Iterations = []corpusIterations{
+		{PID: 10, Count: 60, PeriodNs: 2_150_000, Site: "train_step (corpus/b.c:5)"},
+		{PID: 11, Count: 49, PeriodNs: 2_000_000, Site: "train_step (corpus/b.c:5)"},
+	}
 	judge(o, rep)
+	assert.Equal(t, []bool{true, false, false}, []bool{o.loops[0].right(), o.loops[1].right(), o.loops[2].right()}, "loops")
 	assert.Equal(t, []int{1, 2, -1, 4, -1}, o.found, "found: the finding each defect matched")
 	assert.Equal(t, []int{-1, -1, 3, -1, -1}, o.near, "near: right kind and site, bytes off")
 	assert.Equal(t, []int{5}, o.fp, "false positives: the siteless fragmentation finding only")
@@ -57,5 +68,7 @@ func TestCorpusJudge(t *testing.T) {
 	require.Contains(t, table, "oom                  |   1 |   0 |    0\n")
 	require.Contains(t, table, "spike                |   0 |   0 |    1\n")
 	require.Contains(t, table, "fragmentation        |   0 |   1 |    0\n")
+	assert.Contains(t, table, "loops (not in the bar): 1/3 processes")
+	assert.Contains(t, table, "loop: 40 x train_step every 2.00 ms; no loop found [wrong]")
 	assert.Contains(t, table, "b_judge: label leak at log_metrics, 2097152 bytes: MISS (leak at its site with 2202009 bytes: +5.00%)")
 }

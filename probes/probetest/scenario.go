@@ -74,6 +74,16 @@ type Truth struct {
 type Label struct {
 	Healthy bool     `json:"healthy"`
 	Defects []Defect `json:"defects"`
+	// Steps is the program's loop, when it marked its steps.
+	Steps *Steps `json:"steps"`
+}
+
+// Steps is a program's loop as it counted it: its step function, how many
+// steps began, and the mean time between their starts.
+type Steps struct {
+	Func     string `json:"func"`
+	Count    uint64 `json:"count"`
+	PeriodNs uint64 `json:"period_ns"`
 }
 
 // Defect is one labelled problem: the finding kind it deserves, the C

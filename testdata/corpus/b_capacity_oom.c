@@ -17,6 +17,7 @@ NOINLINE void *embed(size_t tokens)
 
 NOINLINE void train_step(size_t tokens)
 {
+	truth_step(__func__);
 	void *e = embed(tokens);
 
 	if (e == NULL) {

@@ -29,6 +29,7 @@ NOINLINE void save_checkpoint(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	optimizer_step();

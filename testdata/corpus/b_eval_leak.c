@@ -31,6 +31,7 @@ NOINLINE void evaluate(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	optimizer_step();

@@ -23,6 +23,7 @@ NOINLINE void cache_hidden_states(int step)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	forward(512);
 	cache_hidden_states(step);
 	backward(512);

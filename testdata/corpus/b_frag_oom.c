@@ -26,6 +26,7 @@ NOINLINE void load_big_model(void)
 
 NOINLINE void bank_features(int step)
 {
+	truth_step(__func__);
 	for (int j = 0; j < 3; j++)
 		bank[step][j] = C10_MUST_ALLOC(FEATURE);
 	truth_sleep_ms(STEP_MS);

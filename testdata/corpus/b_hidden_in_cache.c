@@ -33,6 +33,7 @@ NOINLINE void cache_mask(int step)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	forward(512);
 	cache_mask(step);
 	backward(512);

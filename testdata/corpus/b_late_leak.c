@@ -24,6 +24,7 @@ NOINLINE void log_metrics(int epoch)
 
 NOINLINE void train_step(int epoch)
 {
+	truth_step(__func__);
 	forward(256);
 	backward(256);
 	optimizer_step();

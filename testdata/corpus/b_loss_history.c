@@ -21,6 +21,7 @@ NOINLINE void record_loss(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	optimizer_step();

@@ -25,6 +25,7 @@ NOINLINE void *to_device(void)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	void *batch;
 
 	pin_batch(step);

@@ -19,6 +19,7 @@ NOINLINE void leak_step(int step)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	leak_step(step);

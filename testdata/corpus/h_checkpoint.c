@@ -40,6 +40,7 @@ NOINLINE void close_checkpoint_file(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	optimizer_step();

@@ -24,6 +24,7 @@ NOINLINE void update_ema(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	optimizer_step();

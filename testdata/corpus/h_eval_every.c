@@ -11,6 +11,7 @@
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	optimizer_step();

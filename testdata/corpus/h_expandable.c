@@ -10,6 +10,7 @@
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	size_t tokens = 256 * (size_t)(1 + step % 5);
 
 	forward(tokens);

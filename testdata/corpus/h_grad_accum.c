@@ -19,6 +19,7 @@ NOINLINE void micro_step(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	for (int m = 0; m < MICRO; m++)
 		micro_step();
 	optimizer_step();

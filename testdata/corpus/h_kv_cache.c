@@ -41,6 +41,7 @@ NOINLINE void decode_step(void)
 
 NOINLINE void serve_request(int r)
 {
+	truth_step(__func__);
 	prefill(256 * (size_t)(1 + r % 5));
 	for (int d = 0; d < DECODE; d++)
 		decode_step();

@@ -17,6 +17,7 @@ NOINLINE size_t batch_tokens(int step)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	size_t tokens = batch_tokens(step);
 
 	forward(tokens);

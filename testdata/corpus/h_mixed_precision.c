@@ -33,6 +33,7 @@ NOINLINE void free_casts(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	init_scaler();
 	cast_weights();
 	forward(512);

@@ -36,6 +36,7 @@ NOINLINE void shutdown_loader(void)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	void *batch;
 
 	pin_batch(step);

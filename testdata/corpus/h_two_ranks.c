@@ -26,6 +26,7 @@ NOINLINE void allreduce(void)
 
 NOINLINE void train_step(void)
 {
+	truth_step(__func__);
 	forward(512);
 	backward(512);
 	allreduce();

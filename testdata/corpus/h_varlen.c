@@ -15,6 +15,7 @@ NOINLINE size_t next_batch(int step)
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	size_t tokens = next_batch(step);
 
 	forward(tokens);

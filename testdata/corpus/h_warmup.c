@@ -12,6 +12,7 @@
 
 NOINLINE void train_step(int step)
 {
+	truth_step(__func__);
 	size_t tokens = 32 * (size_t)(1 + step % CYCLE);
 
 	forward(tokens);

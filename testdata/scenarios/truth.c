@@ -134,6 +134,10 @@ struct defect {
 static int label_healthy;
 static struct defect *defects;
 static size_t ndefects, cdefects;
+/* The program's loop (truth_step): its step function, how many steps began,
+ * the first and the last start. */
+static const char *step_func;
+static uint64_t step_count, step_first_ns, step_last_ns;
 
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
@@ -220,6 +224,8 @@ static void fork_child(void)
 	memset(&blk, 0, sizeof(blk));
 	label_healthy = 0;
 	ndefects = 0;
+	step_func = NULL;
+	step_count = step_first_ns = step_last_ns = 0;
 	child_mode = 1;
 	parent_pid = getppid();
 	dirty = 1;
@@ -1032,6 +1038,23 @@ void truth_label_defect(const char *kind, const char *site, uint64_t bytes)
 	pthread_mutex_unlock(&mu);
 }
 
+void truth_step(const char *func)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	if (step_func == NULL) {
+		step_func = func;
+		step_first_ns = t;
+	}
+	if (strcmp(step_func, func) == 0) {
+		step_count++;
+		step_last_ns = t;
+	}
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
 static void write_label(FILE *f)
 {
 	if (!label_healthy && ndefects == 0)
@@ -1041,7 +1064,12 @@ static void write_label(FILE *f)
 	for (size_t i = 0; i < ndefects; i++)
 		fprintf(f, "%s{\"kind\": \"%s\", \"site\": \"%s\", \"bytes\": %llu}",
 			i ? ", " : "", defects[i].kind, defects[i].site, U(defects[i].bytes));
-	fprintf(f, "]},\n");
+	fprintf(f, "]");
+	if (step_count > 0)
+		fprintf(f, ", \"steps\": {\"func\": \"%s\", \"count\": %llu, \"period_ns\": %llu}",
+			step_func, U(step_count),
+			U(step_count > 1 ? (step_last_ns - step_first_ns) / (step_count - 1) : 0));
+	fprintf(f, "},\n");
 }
 
 /* ---- output ---- */

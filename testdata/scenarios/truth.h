@@ -129,6 +129,11 @@ void truth_block_oom(const char *func, const struct truth_pool_state *st);
  * each process in its own file: a fork()ed child starts unlabelled. */
 void truth_label_healthy(void);
 void truth_label_defect(const char *kind, const char *site, uint64_t bytes);
+/* truth_step marks the start of one step of the program's loop (called
+ * first thing in its step function, func = __func__): the label gains
+ * "steps" (the function, how many began, the mean time between starts).
+ * Only the first function named counts. */
+void truth_step(const char *func);
 
 /* truth_write writes the log now; the atexit hook writes again only if calls
  * were recorded since. Returns 0, or -1 (and says why on stderr). */

@@ -79,7 +79,7 @@ type Label struct {
 }
 
 // Steps is a program's loop as it counted it: its step function, how many
-// steps began, and the mean time between their starts.
+// steps began, and the median time between their starts.
 type Steps struct {
 	Func     string `json:"func"`
 	Count    uint64 `json:"count"`

@@ -135,9 +135,11 @@ static int label_healthy;
 static struct defect *defects;
 static size_t ndefects, cdefects;
 /* The program's loop (truth_step): its step function, how many steps began,
- * the first and the last start. */
+ * the last start, and the gaps between starts. */
 static const char *step_func;
-static uint64_t step_count, step_first_ns, step_last_ns;
+static uint64_t step_count, step_last_ns;
+static uint64_t *step_gaps; /* the time between consecutive starts */
+static size_t cstep_gaps;
 
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
@@ -225,7 +227,7 @@ static void fork_child(void)
 	label_healthy = 0;
 	ndefects = 0;
 	step_func = NULL;
-	step_count = step_first_ns = step_last_ns = 0;
+	step_count = step_last_ns = 0;
 	child_mode = 1;
 	parent_pid = getppid();
 	dirty = 1;
@@ -1043,16 +1045,37 @@ void truth_step(const char *func)
 	uint64_t t = now_ns();
 
 	pthread_mutex_lock(&mu);
-	if (step_func == NULL) {
+	if (step_func == NULL)
 		step_func = func;
-		step_first_ns = t;
-	}
 	if (strcmp(step_func, func) == 0) {
+		if (step_count > 0) {
+			step_gaps = grow(step_gaps, &cstep_gaps, step_count, sizeof(*step_gaps));
+			step_gaps[step_count - 1] = t - step_last_ns;
+		}
 		step_count++;
 		step_last_ns = t;
 	}
 	dirty = 1;
 	pthread_mutex_unlock(&mu);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* step_period is the median time between step starts (the upper middle of
+ * an even count), 0 with fewer than two steps. */
+static uint64_t step_period(void)
+{
+	size_t n = step_count > 1 ? step_count - 1 : 0;
+
+	if (n == 0)
+		return 0;
+	qsort(step_gaps, n, sizeof(*step_gaps), cmp_u64);
+	return step_gaps[n / 2];
 }
 
 static void write_label(FILE *f)
@@ -1067,8 +1090,7 @@ static void write_label(FILE *f)
 	fprintf(f, "]");
 	if (step_count > 0)
 		fprintf(f, ", \"steps\": {\"func\": \"%s\", \"count\": %llu, \"period_ns\": %llu}",
-			step_func, U(step_count),
-			U(step_count > 1 ? (step_last_ns - step_first_ns) / (step_count - 1) : 0));
+			step_func, U(step_count), U(step_period()));
 	fprintf(f, "},\n");
 }
 

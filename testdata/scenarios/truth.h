@@ -131,7 +131,8 @@ void truth_label_healthy(void);
 void truth_label_defect(const char *kind, const char *site, uint64_t bytes);
 /* truth_step marks the start of one step of the program's loop (called
  * first thing in its step function, func = __func__): the label gains
- * "steps" (the function, how many began, the mean time between starts).
+ * "steps" (the function, how many began, the median time between starts,
+ * as report.json's iterations give a period).
  * Only the first function named counts. */
 void truth_step(const char *func);
 

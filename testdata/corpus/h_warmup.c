@@ -1,6 +1,6 @@
 /*
  * h_warmup (healthy): the common case, the issue's trainer. Weights once;
- * 400 steps of about 1 ms whose batch grows from 32 to 1280 tokens over the
+ * 400 steps of about 2.5 ms whose batch grows from 32 to 1280 tokens over the
  * first 40 steps and repeats that cycle after: the cache grows while new
  * sizes appear (the first cycle, about a tenth of the run), then stays flat
  * (checked). Adam's state is made at the first step.
@@ -19,7 +19,7 @@ NOINLINE void train_step(int step)
 	backward(tokens);
 	optimizer_step();
 	zero_grad();
-	truth_sleep_ms(1);
+	truth_sleep_ms(STEP_MS);
 }
 
 int main(void)

@@ -2,7 +2,7 @@
 #
 #   make demo      build everything and profile the bundled demo trainer
 #   make test      unit tests and the root-only BPF integration tests
-#   make bench     overhead of the probes, as ratios from one run
+#   make bench     overhead of the probes, as ratios from one run; the findings corpus table
 #   make generate  rebuild the BPF objects (committed; reproducible byte for byte)
 #   make lint      gofmt, go vet, staticcheck, a non-Linux cross-build
 
@@ -74,6 +74,10 @@ bench: build
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Attach -benchtime 5x -count 1 ./probes/
+	# The findings corpus's table (kind | TP | FP | miss, each program's label against its findings);
+	# the test proper (make test) asserts the bar, this prints the figures.
+	t=$$(mktemp) && $(SUDO) env "PATH=$$PATH" VRAMPROF_CORPUS_TABLE=$$t $(GO) test -count 1 -run '^TestFindingsCorpus$$' ./cmd/vramprof/ && \
+		cat $$t; rc=$$?; rm -f $$t; exit $$rc
 
 demo: build
 	rm -rf $(DEMO_OUT)

@@ -64,6 +64,35 @@ type Truth struct {
 	// Blocks is the block layer (a caching allocator's blocks), for the
 	// scenarios built on testdata's libc10_cuda.so.
 	Blocks *Blocks `json:"blocks"`
+	// Label is a corpus program's verdict on itself (testdata/corpus):
+	// nil when the program gave none.
+	Label *Label `json:"label"`
+}
+
+// Label is what a corpus program says is wrong with it, independently of
+// vramprof: healthy, or its defects.
+type Label struct {
+	Healthy bool     `json:"healthy"`
+	Defects []Defect `json:"defects"`
+	// Steps is the program's loop, when it marked its steps.
+	Steps *Steps `json:"steps"`
+}
+
+// Steps is a program's loop as it counted it: its step function, how many
+// steps began, and the median time between their starts.
+type Steps struct {
+	Func     string `json:"func"`
+	Count    uint64 `json:"count"`
+	PeriodNs uint64 `json:"period_ns"`
+}
+
+// Defect is one labelled problem: the finding kind it deserves, the C
+// function that allocates the memory at stake (for churn, the one calling
+// empty_cache) and the bytes at stake, from the program's own arithmetic.
+type Defect struct {
+	Kind  string `json:"kind"`
+	Site  string `json:"site"`
+	Bytes uint64 `json:"bytes"`
 }
 
 // Blocks are a caching allocator's own counts of the blocks it handed out.

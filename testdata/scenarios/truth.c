@@ -125,6 +125,22 @@ static struct {
 		physical_peak, physical, maps, unmaps, mapped;
 } vmm;
 
+/* The program's own verdict on itself (truth_label_*): written as "label"
+ * only when the program gave one. */
+struct defect {
+	const char *kind, *site;
+	uint64_t bytes;
+};
+static int label_healthy;
+static struct defect *defects;
+static size_t ndefects, cdefects;
+/* The program's loop (truth_step): its step function, how many steps began,
+ * the last start, and the gaps between starts. */
+static const char *step_func;
+static uint64_t step_count, step_last_ns;
+static uint64_t *step_gaps; /* the time between consecutive starts */
+static size_t cstep_gaps;
+
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
 	if (n < *cap)
@@ -208,6 +224,10 @@ static void fork_child(void)
 	pre_allocations = pre_bytes = 0;
 	nbfuncs = nbcalls = nretries = nfrags = 0;
 	memset(&blk, 0, sizeof(blk));
+	label_healthy = 0;
+	ndefects = 0;
+	step_func = NULL;
+	step_count = step_last_ns = 0;
 	child_mode = 1;
 	parent_pid = getppid();
 	dirty = 1;
@@ -1001,6 +1021,79 @@ static void write_blocks(FILE *f)
 	fprintf(f, "\n  ],\n");
 }
 
+/* ---- labels ---- */
+
+void truth_label_healthy(void)
+{
+	pthread_mutex_lock(&mu);
+	label_healthy = 1;
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_label_defect(const char *kind, const char *site, uint64_t bytes)
+{
+	pthread_mutex_lock(&mu);
+	defects = grow(defects, &cdefects, ndefects + 1, sizeof(*defects));
+	defects[ndefects++] = (struct defect){kind, site, bytes};
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_step(const char *func)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	if (step_func == NULL)
+		step_func = func;
+	if (strcmp(step_func, func) == 0) {
+		if (step_count > 0) {
+			step_gaps = grow(step_gaps, &cstep_gaps, step_count, sizeof(*step_gaps));
+			step_gaps[step_count - 1] = t - step_last_ns;
+		}
+		step_count++;
+		step_last_ns = t;
+	}
+	dirty = 1;
+	pthread_mutex_unlock(&mu);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* step_period is the median time between step starts (the upper middle of
+ * an even count), 0 with fewer than two steps. */
+static uint64_t step_period(void)
+{
+	size_t n = step_count > 1 ? step_count - 1 : 0;
+
+	if (n == 0)
+		return 0;
+	qsort(step_gaps, n, sizeof(*step_gaps), cmp_u64);
+	return step_gaps[n / 2];
+}
+
+static void write_label(FILE *f)
+{
+	if (!label_healthy && ndefects == 0)
+		return;
+	fprintf(f, "  \"label\": {\"healthy\": %s, \"defects\": [",
+		ndefects == 0 ? "true" : "false");
+	for (size_t i = 0; i < ndefects; i++)
+		fprintf(f, "%s{\"kind\": \"%s\", \"site\": \"%s\", \"bytes\": %llu}",
+			i ? ", " : "", defects[i].kind, defects[i].site, U(defects[i].bytes));
+	fprintf(f, "]");
+	if (step_count > 0)
+		fprintf(f, ", \"steps\": {\"func\": \"%s\", \"count\": %llu, \"period_ns\": %llu}",
+			step_func, U(step_count), U(step_period()));
+	fprintf(f, "},\n");
+}
+
 /* ---- output ---- */
 
 static void write_json(FILE *f)
@@ -1084,6 +1177,7 @@ static void write_json(FILE *f)
 	fprintf(f, "],\n");
 	if (child_mode)
 		fprintf(f, "  \"parent_pid\": %d,\n", (int)parent_pid);
+	write_label(f);
 	if (pool_mode)
 		write_blocks(f);
 	fprintf(f, "  \"calls\": [");

@@ -118,6 +118,24 @@ void truth_pool_retry(const struct truth_pool_state *st);
 /* A failed block allocation's state: a "fragmentation" record. */
 void truth_block_oom(const char *func, const struct truth_pool_state *st);
 
+/* ---- labels: what is wrong with the program, by its own account ----
+ * A corpus program (../corpus/) says what a person would judge of it,
+ * independently of any profiler: healthy, or one defect per problem, with
+ * the kind of finding it deserves ("leak", "oom", "fragmentation", "churn",
+ * "spike", "pinned_host_growth"), the C function that allocates the memory
+ * at stake (for churn: the one that calls empty_cache), and the bytes at
+ * stake, computed from the sizes the program allocated and kept. A log with
+ * either gains a "label" key (../README.md, "Labels"). A process tree labels
+ * each process in its own file: a fork()ed child starts unlabelled. */
+void truth_label_healthy(void);
+void truth_label_defect(const char *kind, const char *site, uint64_t bytes);
+/* truth_step marks the start of one step of the program's loop (called
+ * first thing in its step function, func = __func__): the label gains
+ * "steps" (the function, how many began, the median time between starts,
+ * as report.json's iterations give a period).
+ * Only the first function named counts. */
+void truth_step(const char *func);
+
 /* truth_write writes the log now; the atexit hook writes again only if calls
  * were recorded since. Returns 0, or -1 (and says why on stderr). */
 int truth_write(void);

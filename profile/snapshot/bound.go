@@ -62,6 +62,7 @@ type stackSim struct {
 	nmark int
 	memo  uint64 // memo entries (the highest index put, plus one)
 	cost  uint64 // bytes the decoded values take, at most
+	size  int    // the pickle's size in bytes, for check
 
 	slots   [maxStack + 1]int32 // the container (index in sizes) at each stack depth, -1 for other values
 	memoIDs []int32             // the container memoized at each memo index, -1 for other values
@@ -215,6 +216,10 @@ func (s *stackSim) step(op byte, at int, arg []byte) error {
 			// or a map entry each): count them all.
 			s.cost += (i + 1 - s.memo) * costMemo
 			s.memo = i + 1
+			// Refuse a memo out of proportion before memoIDs grows to it.
+			if err := s.check(s.size); err != nil {
+				return err
+			}
 		}
 		if op != 'p' && i < 1<<24 { // the fast decoder's (binary) memo, sequential
 			for uint64(len(s.memoIDs)) <= i {

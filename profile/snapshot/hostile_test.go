@@ -135,3 +135,19 @@ func TestImportMemoryHostile(t *testing.T) {
 		assert.LessOrEqual(t, ratio*float64(len(shared)), 1.5*base*float64(len(once)))
 	})
 }
+
+// TestImportMemoHostile imports a 9-byte pickle that memoizes a list at
+// index 2^24-1: the memo it asks for (2^24 entries) is refused before
+// anything grows to it, so the import allocates a few KiB, not the 64 MiB
+// of a 2^24-entry table of int32.
+func TestImportMemoHostile(t *testing.T) {
+	data := []byte{opProto, 2, opEmptyList, 'r', 0xff, 0xff, 0xff, 0, opStop}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Read(bytes.NewReader(data))
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d bytes of pickle: %d bytes allocated, error: %v", len(data), allocated, err)
+	require.ErrorIs(t, err, ErrMalformed)
+	assert.Less(t, allocated, uint64(1<<20))
+}

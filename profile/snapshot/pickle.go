@@ -120,7 +120,7 @@ var opcodes = map[byte]opInfo{
 // stack (stackSim), refusing what would take memory out of proportion, and
 // returns its simulation: the containers' sizes for fastLoad.
 func scan(data []byte) (*stackSim, error) {
-	sim := new(stackSim)
+	sim := &stackSim{size: len(data)}
 	for off := 0; off < len(data); {
 		at := off
 		op := data[off]

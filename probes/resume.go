@@ -18,13 +18,14 @@ import (
 // SIGTSTP, SIGTTIN, SIGTTOU: the kernel flushes them all, handled or not).
 // A user's SIGSTOP sent while vramprof holds a process at a library load
 // is such a signal: the process is stopped already, so it waits in the
-// queue, and vramprof's SIGCONT used to throw it away and let the process
-// run on. So resume looks first: with a stop signal pending that would
-// stop the process (SIGSTOP, or another one left to its default action),
-// the process is the user's to resume and is left stopped; the user's
-// SIGCONT resumes it as it would have without vramprof. A pending stop
-// signal the process handles (or blocks and ignores) is sent again after
-// the SIGCONT, so that its handler still runs.
+// queue, and a SIGCONT would throw it away and let the process run on. So
+// resume looks first: with a stop signal pending that would stop the
+// process (SIGSTOP, or another one left to its default action and not
+// blocked), the process is the user's to resume and is left stopped; the
+// user's SIGCONT resumes it as it would have without vramprof. A pending
+// stop signal the process handles, ignores or blocks is sent again after
+// the SIGCONT, so that its handler still runs (or it stays pending while
+// blocked).
 //
 // A SIGSTOP pending in a process that is not stopped yet is taken for the
 // BPF side's own, on its way (the stop record can be read before the
@@ -68,30 +69,37 @@ type pending struct {
 	// stop the process before its state was read.
 	stopped bool
 	stop    syscall.Signal   // a pending signal that stops the process; 0: none
-	again   []syscall.Signal // pending stop signals it handles or ignores
+	again   []syscall.Signal // pending stop signals it handles, ignores or blocks
 }
 
 // pendingStops reads the stop signals pending in pid, in the process's
 // queue and in each thread's, from /proc. ok is false when pid cannot be
 // read (it exited).
 func pendingStops(pid int) (p pending, ok bool) {
-	f, state, err := procStatusFields(fmt.Sprintf("/proc/%d/status", pid), "ShdPnd", "SigPnd", "SigCgt", "SigIgn")
+	f, state, err := procStatusFields(fmt.Sprintf("/proc/%d/status", pid), "ShdPnd", "SigPnd", "SigBlk", "SigCgt", "SigIgn")
 	if err != nil {
 		return p, false
 	}
 	p.stopped = state == 'T'
-	pnd := f["ShdPnd"] | f["SigPnd"]
+	// A signal pending in a thread's queue is blocked when that thread
+	// blocks it; one in the process's queue, when every thread does.
+	pnd, blocked := f["SigPnd"]&^f["SigBlk"], f["SigPnd"]&f["SigBlk"]
+	blockedAll := f["SigBlk"]
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 	for _, t := range tasks {
-		if tf, _, err := procStatusFields(t, "SigPnd"); err == nil {
-			pnd |= tf["SigPnd"]
+		if tf, _, err := procStatusFields(t, "SigPnd", "SigBlk"); err == nil {
+			pnd |= tf["SigPnd"] &^ tf["SigBlk"]
+			blocked |= tf["SigPnd"] & tf["SigBlk"]
+			blockedAll &= tf["SigBlk"]
 		}
 	}
+	pnd |= f["ShdPnd"] &^ blockedAll
+	blocked |= f["ShdPnd"] & blockedAll
 	for _, s := range stopSignals {
 		b := uint64(1) << (uint(s) - 1)
 		switch {
-		case pnd&b == 0:
-		case s != syscall.SIGSTOP && (f["SigCgt"]|f["SigIgn"])&b != 0:
+		case pnd&b == 0 && blocked&b == 0:
+		case pnd&b == 0, s != syscall.SIGSTOP && (f["SigCgt"]|f["SigIgn"])&b != 0:
 			p.again = append(p.again, s)
 		case p.stop == 0:
 			p.stop = s

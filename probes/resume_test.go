@@ -82,4 +82,19 @@ func TestResumeKeepsUserStops(t *testing.T) {
 			t.Fatal("the SIGTSTP trap never ran: the signal was discarded")
 		}
 	})
+	t.Run("blocked SIGTSTP", func(t *testing.T) {
+		// A process that blocks SIGTSTP: one pending would never stop
+		// it, so it is not the user's stop.
+		cmd, _ := startStopped(t, "/usr/bin/python3", "-c",
+			"import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTSTP])\nprint('ready', flush=True)\nwhile True: time.sleep(0.05)")
+		pid := cmd.Process.Pid
+		require.NoError(t, syscall.Kill(pid, syscall.SIGTSTP))
+		p, ok := pendingStops(pid)
+		require.True(t, ok)
+		assert.Zero(t, p.stop, "a blocked SIGTSTP stops nothing")
+		user, err := resume(pid)
+		require.NoError(t, err)
+		assert.Zero(t, user)
+		awaitState(t, pid, 'T', false)
+	})
 }

@@ -143,3 +143,35 @@ func TestIdentityDamaged(t *testing.T) {
 	assert.NotEqual(t, data, other)
 	assert.NotEqual(t, sum, osum)
 }
+
+// TestIdentityAfterBufferSizedHeader: a segment whose header record is
+// exactly the reader's buffer (bufSize) still has its Identity read.
+func TestIdentityAfterBufferSizedHeader(t *testing.T) {
+	// headerSize is the header record's bytes for a Host of n bytes: the
+	// offset a plain trace's reader stands at after its header.
+	headerSize := func(n int) int {
+		var buf bytes.Buffer
+		w, err := NewWriter(&buf, &Header{Tool: "t", Mode: "run", Start: 100, Host: string(make([]byte, n))})
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		r, err := NewReader(bytes.NewReader(buf.Bytes()))
+		require.NoError(t, err)
+		return int(r.Offset()) - preambleSize
+	}
+	n := bufSize - headerSize(0)
+	for range 4 { // the Host's length prefix grows with it
+		n += bufSize - headerSize(n)
+	}
+	require.Equal(t, bufSize, headerSize(n))
+	id := &Identity{Recording: "0123456789abcdef0123456789abcdef", Segment: 1}
+	var buf bytes.Buffer
+	w, err := NewSegmentWriter(&buf, &Header{Tool: "t", Mode: "run", Start: 100, Host: string(make([]byte, n))}, id)
+	require.NoError(t, err)
+	require.NoError(t, w.Write(&End{Time: 1000, Reason: "exited"}))
+	require.NoError(t, w.Close())
+	r, recs, err := readSegment(t, buf.Bytes())
+	require.NoError(t, err)
+	require.NotNil(t, r.Identity(), "the Identity after a %d-byte header", bufSize)
+	assert.Equal(t, id.Recording, r.Identity().Recording)
+	assert.Equal(t, 1, recs, "the End")
+}

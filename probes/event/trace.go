@@ -735,8 +735,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 	tr.st.time = tr.h.Start
 	// A segment's Identity follows its header. Anything else is left for
 	// Next; a damaged or cut Identity is Next's error, like any record's.
-	// The header's bytes may still be in the buffer (pending).
-	if b, err := tr.br.Peek(tr.pending + 1); err == nil && b[tr.pending] == recIdentity {
+	// The header's bytes are done with (its strings are copied): pass
+	// them, so that a header as big as the buffer leaves room to look.
+	tr.advance()
+	if b, err := tr.br.Peek(1); err == nil && b[0] == recIdentity {
 		tr.readIdentity()
 	}
 	return tr, nil
@@ -828,12 +830,7 @@ func (r *Reader) corrupt(format string, args ...any) error {
 // cut gives io.EOF (the latter setting truncated). While a record is being
 // decoded r.off is its start, so errors can name it.
 func (r *Reader) frame() (byte, []byte, error) {
-	if r.pending > 0 {
-		// Already peeked, so Discard cannot fail.
-		_, _ = r.br.Discard(r.pending)
-	}
-	r.off += int64(r.pending + r.consumed)
-	r.pending, r.consumed = 0, 0
+	r.advance()
 	var typ byte
 	var n, head int
 	if r.v == 1 {
@@ -905,6 +902,17 @@ func (r *Reader) frame() (byte, []byte, error) {
 		r.consumed = total
 	}
 	return typ, b[head : head+n], nil
+}
+
+// advance passes the current record's bytes: the payload frame returned
+// is no longer valid.
+func (r *Reader) advance() {
+	if r.pending > 0 {
+		// Already peeked, so Discard cannot fail.
+		_, _ = r.br.Discard(r.pending)
+	}
+	r.off += int64(r.pending + r.consumed)
+	r.pending, r.consumed = 0, 0
 }
 
 // short turns a read that ended early into a clean end (no byte of a new

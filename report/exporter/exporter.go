@@ -186,20 +186,30 @@ func (x *Exporter) Flush() error { return nil }
 // (same start time): the session writes one for every process it begins
 // to trace, before any of its events, after every event of the process
 // that had the PID before. The instance it replaces has exited, whether a
-// sweep saw it or not (its PID is another process's now).
+// sweep saw it or not (its PID is another process's now). A Process
+// record read after its process exited (no start time) keeps the running
+// instance: an exec's, most likely, and a new instance would split one
+// process's figures.
 func (x *Exporter) process(pid uint32, rec event.Record) *proc {
+	r, isProc := rec.(*event.Process)
+	var start uint64
+	var startErr error
+	if isProc {
+		start, startErr = x.opts.Start(pid) // /proc, outside the lock
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	p := x.cur[pid]
-	r, isProc := rec.(*event.Process)
 	if p != nil && !isProc {
 		return p
 	}
-	start, err := x.opts.Start(pid)
-	if err != nil {
+	if !isProc {
+		start, startErr = x.opts.Start(pid) // a process's first record
+	}
+	if startErr != nil {
 		start = 0 // gone already
 	}
-	if p != nil && start == p.start && start != 0 && p.exitedAt().IsZero() {
+	if p != nil && (start == 0 || start == p.start) && p.exitedAt().IsZero() {
 		if len(r.Command) > 0 {
 			// An exec: the process is what it now runs (a launcher that
 			// became python). Its series take the new name.

@@ -161,3 +161,24 @@ func TestPIDReuseForced(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, procs[1].start, fmt.Sprintf("pid %d", pid))
 }
+
+// TestExecAfterExit: an exec's Process record read after the process
+// exited (its start can no longer be read) keeps the running instance,
+// renamed, rather than marking it exited and starting another with no
+// start: one process, one set of figures.
+func TestExecAfterExit(t *testing.T) {
+	const pid = 4243
+	var startErr error
+	x := New(Options{
+		Start: func(uint32) (uint64, error) { return 100, startErr },
+		Alive: func(uint32, uint64) bool { return true },
+	})
+	feedInstance(t, x, pid, 3)
+	startErr = errors.New("gone")
+	require.NoError(t, x.Write(&event.Process{PID: pid, Command: []string{"/usr/bin/python3"}}))
+	require.Len(t, x.processes(), 1)
+	p := x.cur[pid]
+	assert.Equal(t, uint64(100), p.start)
+	assert.Equal(t, "python3", p.command)
+	assert.True(t, p.exitedAt().IsZero(), "still running")
+}

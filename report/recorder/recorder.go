@@ -207,6 +207,8 @@ func (r *Recorder) Finish(end *event.End, summary io.Writer, stopped error) erro
 	if r.flight == nil && stopped == nil {
 		fd, err := syscall.Dup(int(r.file.Fd()))
 		if err != nil {
+			_ = r.file.Close()
+			_ = r.out.Close()
 			return fmt.Errorf("read trace back: %w", err)
 		}
 		f := os.NewFile(uintptr(fd), r.file.Name())

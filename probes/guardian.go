@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/vramprof/vramprof/probes/sigstate"
 )
 
 // The guardian resumes what the BPF side stopped when vramprof cannot.
@@ -104,6 +106,12 @@ func startGuardian(m *ebpf.Map) (*guardian, error) {
 // spawnGuardian starts one guardian process; exited receives its Wait's
 // result when it ends.
 func spawnGuardian(m *ebpf.Map) (cmd *exec.Cmd, pipe *os.File, exited chan error, err error) {
+	sigstate.Spawn(func() { cmd, pipe, exited, err = spawnGuardianNow(m) })
+	return cmd, pipe, exited, err
+}
+
+// spawnGuardianNow is spawnGuardian, outside any sigstate.ForExec window.
+func spawnGuardianNow(m *ebpf.Map) (cmd *exec.Cmd, pipe *os.File, exited chan error, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start guardian: %w", err)

@@ -117,6 +117,15 @@ func ForExec() (done func(), err error) {
 	return done, nil
 }
 
+// Spawn runs start, which starts a child, outside every ForExec window:
+// a child started in one would inherit its dispositions and mask, and
+// while SIGCHLD is ignored its exit is reaped by the kernel, not by Wait.
+func Spawn(start func()) {
+	forExec.Lock()
+	defer forExec.Unlock()
+	start()
+}
+
 // Wanted returns the signals of sigs this process did not start with
 // ignored: the ones it may Notify (and pass on) as a shell would. One it
 // started with ignored is not delivered to it, nor to what it runs.

@@ -49,9 +49,9 @@ func mainCode(args []string) int {
 	// program would, and as the commands it runs will): the Go runtime
 	// replaced those dispositions with its own handler before main.
 	sigstate.Keep()
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.Background(), func() {}
 	if sigs := sigstate.Wanted(os.Interrupt, syscall.SIGTERM); len(sigs) > 0 {
-		ctx, stop = signal.NotifyContext(context.Background(), sigs...)
+		ctx, stop = signal.NotifyContext(ctx, sigs...)
 	}
 	defer stop()
 

@@ -525,9 +525,11 @@ var dieAtStop, _ = strconv.Atoi(os.Getenv("VRAMPROF_TEST_DIE_AT_STOP"))
 var holdAtStop = os.Getenv("VRAMPROF_TEST_HOLD_AT_STOP")
 
 // holdForTest is holdAtStop's hold; it returns what marks the stop
-// handled.
+// handled. It writes held once the process has stopped (the record can be
+// read before the signal has stopped it), or is gone: the wait has no cap
+// of its own, the test's timeout bounds it.
 func holdForTest(dir string, pid uint32) (handled func()) {
-	for i := 0; i < 200 && procState(int(pid)) != 'T'; i++ {
+	for st := procState(int(pid)); st != 'T' && st != 0; st = procState(int(pid)) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	tmp := filepath.Join(dir, "held.tmp")

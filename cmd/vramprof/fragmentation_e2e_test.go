@@ -137,7 +137,6 @@ func TestFragmentationHealthyInfo(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	for _, name := range []string{"pool_steady", "pool_empty_cache", "pool_expandable"} {
 		t.Run(name, func(t *testing.T) {
-			t.Parallel()
 			truth, rep, _ := runFrag(t, name, 0)
 			require.Empty(t, truth.Fragmentation, "no failing request")
 			for _, f := range rep.Findings {

@@ -16,8 +16,8 @@
 // program would (it neither dies of them nor sees them); ForExec extends
 // that, around a fork, to the signals the runtime must keep handling
 // (SIGCHLD, SIGURG), so that the child starts with exactly the inherited
-// set. The mask needs nothing: the runtime forks its children with the mask
-// this process started with (Blocked says what it was).
+// set, and sets the forking thread's mask to the one this process started
+// with (Blocked), which the child inherits.
 //
 // The signals a Go program cannot ignore at all (SIGPROF, which the
 // runtime keeps for profiling, and the synchronous ones it must catch:

@@ -47,12 +47,13 @@
 // follows the stack by counts alone (bound.go) and refuses more than
 // maxMarks marks open or maxStack values on the stack at once, a STOP that
 // leaves more than the one value, and values that would take more than
-// valueBound times the file; the conversion refuses a segment, block or
-// trace entry dict used twice, which a reference repeated would otherwise
+// valueBound times the file (a memo index among them, checked before the
+// memo grows to it); the conversion refuses a segment, block or trace
+// entry dict used twice, which a reference repeated would otherwise
 // multiply. Such pickles take at most about 6.5 times their size
-// (TestImportMemoryHostile); a 12 MB pickle of MARKs once took 2 GB. scan
-// also counts the items of every list and dict, so that each is allocated
-// once at its final size.
+// (TestImportMemoryHostile, TestImportMemoHostile). scan also counts the
+// items of every list and dict, so that each is allocated once at its
+// final size.
 //
 // # Events
 //

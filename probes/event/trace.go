@@ -27,8 +27,9 @@ package event
 // it as a record type they do not know.
 //
 // Frames and Sum. Both ends count the records of a trace, the Header and
-// Identity included (Frames), and chain their checksums: Sum is CRC-32C
-// over each record's crc (4 bytes, little-endian) in order. A segment's
+// Identity included (Frames), and chain a segment's checksums: Sum is
+// CRC-32C over each record's crc (4 bytes, little-endian) in order, kept
+// only for a trace with an Identity (0 for another). A segment's
 // Identity carries the previous segment's Frames and Sum, so a reader
 // tells a segment cut at a record boundary (its End or its rotation
 // never reached the disk), or swapped for another, from the one the next
@@ -299,7 +300,8 @@ type Writer struct {
 	hasHeld bool
 
 	frames uint64 // records written, the header included
-	sum    uint32 // CRC-32C chained over their crcs
+	sum    uint32 // CRC-32C chained over their crcs; a segment's only
+	chain  bool   // a segment (an Identity): sum is kept
 }
 
 // NewWriter writes the preamble and h to w and flushes them, so that even a
@@ -323,7 +325,7 @@ func newWriter(w io.Writer, h *Header, id *Identity) (*Writer, error) {
 	if h == nil {
 		return nil, errors.New("new trace writer: nil header")
 	}
-	tw := &Writer{bw: bufio.NewWriterSize(w, bufSize), ops: make(map[op]uint32), sizes: make(map[uint64]uint32)}
+	tw := &Writer{bw: bufio.NewWriterSize(w, bufSize), ops: make(map[op]uint32), sizes: make(map[uint64]uint32), chain: id != nil}
 	tw.st.time = h.Start
 	var pre [preambleSize]byte
 	copy(pre[:], Magic)
@@ -477,7 +479,7 @@ func fold(a, b *Event) (outer, nested *Event, nestedFirst, ok bool) {
 func (w *Writer) emitEvent(ev, nested *Event, nestedFirst bool) error {
 	b := w.ev[:maxHead]
 	b = w.appendEvent(b, ev, nested, nestedFirst)
-	if _, err := w.bw.Write(w.chain(frame(b, recEvent))); err != nil {
+	if _, err := w.bw.Write(w.count(frame(b, recEvent))); err != nil {
 		w.err = fmt.Errorf("write trace event: %w", err)
 		return w.err
 	}
@@ -611,17 +613,20 @@ func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
 		return fmt.Errorf("record of %d bytes exceeds the %d-byte limit", n, MaxRecordSize)
 	}
 	w.buf = e.b
-	if _, err := w.bw.Write(w.chain(frame(e.b, typ))); err != nil {
+	if _, err := w.bw.Write(w.count(frame(e.b, typ))); err != nil {
 		w.err = err
 		return err
 	}
 	return nil
 }
 
-// chain counts rec, a whole record, in Frames and Sum, and returns it.
-func (w *Writer) chain(rec []byte) []byte {
+// count counts rec, a whole record, in Frames and, in a segment, Sum, and
+// returns it.
+func (w *Writer) count(rec []byte) []byte {
 	w.frames++
-	w.sum = crc32.Update(w.sum, castagnoli, rec[len(rec)-frameTail:])
+	if w.chain {
+		w.sum = crc32.Update(w.sum, castagnoli, rec[len(rec)-frameTail:])
+	}
 	return rec
 }
 
@@ -629,7 +634,8 @@ func (w *Writer) chain(rec []byte) []byte {
 // flushed, what a Reader of the whole trace counts (Reader.Frames).
 func (w *Writer) Frames() uint64 { return w.frames }
 
-// Sum returns the records' chained checksum (see the top of the file).
+// Sum returns the records' chained checksum (see the top of the file): a
+// segment's (NewSegmentWriter); 0 for another trace.
 func (w *Writer) Sum() uint32 { return w.sum }
 
 // Buffered returns how many bytes of whole records wait in the buffer (a
@@ -671,7 +677,8 @@ type Reader struct {
 	consumed  int               // bytes of the current record already read
 	records   int64
 	frames    uint64 // records read, the header and identity included
-	sum       uint32 // their chained checksum
+	sum       uint32 // their chained checksum; a segment's only
+	unchained bool   // no Identity: sum is not kept
 	id        *Identity
 	truncated bool
 	err       error // terminal: io.EOF or the first error
@@ -741,6 +748,9 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if b, err := tr.br.Peek(1); err == nil && b[0] == recIdentity {
 		tr.readIdentity()
 	}
+	if tr.id == nil { // not a segment: no chain, not even the header's
+		tr.unchained, tr.sum = true, 0
+	}
 	return tr, nil
 }
 
@@ -770,7 +780,8 @@ func (r *Reader) Identity() *Identity { return r.id }
 // identity) included: after a clean end, all of them (Writer.Frames).
 func (r *Reader) Frames() uint64 { return r.frames }
 
-// Sum returns the chained checksum of the records read (Writer.Sum).
+// Sum returns the chained checksum of the records read (Writer.Sum): a
+// segment's (one with an Identity); 0 for another trace.
 func (r *Reader) Sum() uint32 { return r.sum }
 
 // Header returns the trace's header. Its Version is the file's format
@@ -895,7 +906,9 @@ func (r *Reader) frame() (byte, []byte, error) {
 		return 0, nil, r.corrupt("bad checksum on type %d record of %d bytes", typ, n)
 	}
 	r.frames++
-	r.sum = crc32.Update(r.sum, castagnoli, b[head+n:total])
+	if !r.unchained {
+		r.sum = crc32.Update(r.sum, castagnoli, b[head+n:total])
+	}
 	if inPlace {
 		r.pending = total
 	} else {

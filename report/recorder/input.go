@@ -115,21 +115,29 @@ func (s *source) analyze(opts analysis.Options, also func(event.Record) error) (
 		}
 		return nil
 	})
-	truncated := errors.Is(err, ErrTruncated)
-	if err != nil && !truncated {
+	if s.snapshot {
+		return finishReplay(a, err, nil)
+	}
+	return finishReplay(a, err, func() error {
+		return fmt.Errorf("%w: %s ends after %d whole records without its End record", ErrTruncated, s.name, records)
+	})
+}
+
+// finishReplay closes a's replay of a trace, err being the replay's error:
+// a trace cut inside a record gives both a result and an error matching
+// ErrTruncated. One cut at a record boundary (the recorder was killed
+// right after a flush) is whole, but the End record a closed trace always
+// has is missing: noEnd's error, when noEnd is not nil (a snapshot has
+// none).
+func finishReplay(a *analysis.Analyzer, err error, noEnd func() error) (*analysis.Result, error) {
+	if err != nil && !errors.Is(err, ErrTruncated) {
 		return nil, err
 	}
 	res := a.Finish()
-	if err != nil || s.snapshot {
-		return res, err
+	if err == nil && noEnd != nil && !res.Run.Ended {
+		err = noEnd()
 	}
-	if !res.Run.Ended {
-		// Cut at a record boundary (the recorder was killed right after
-		// a flush): whole, but the End record a closed trace always has
-		// is missing.
-		return res, fmt.Errorf("%w: %s ends after %d whole records without its End record", ErrTruncated, s.name, records)
-	}
-	return res, nil
+	return res, err
 }
 
 // analyzePath analyses the input at path (a trace, a snapshot, or a
@@ -147,7 +155,7 @@ func analyzePath(path string, opts analysis.Options, also func(event.Record) err
 				return a.Add(rec)
 			}
 		}
-		res, err := finishSegments(a, replaySegmentFiles(segs, add), segs[len(segs)-1])
+		res, err := finishSegments(a, replaySegmentFiles(segs, nil, add), segs[len(segs)-1])
 		return res, false, err
 	}
 	f, err := openInput(path)
@@ -179,17 +187,9 @@ func (d *Dir) openTrace(name string) (*os.File, error) {
 // the replay's error, last the newest segment's name), as Analyze does one
 // trace.
 func finishSegments(a *analysis.Analyzer, err error, last string) (*analysis.Result, error) {
-	if err != nil && !errors.Is(err, ErrTruncated) {
-		return nil, err
-	}
-	res := a.Finish()
-	if err != nil {
-		return res, err
-	}
-	if !res.Run.Ended {
-		return res, fmt.Errorf("%w: %s ends without its End record", ErrTruncated, last)
-	}
-	return res, nil
+	return finishReplay(a, err, func() error {
+		return fmt.Errorf("%w: %s ends without its End record", ErrTruncated, last)
+	})
 }
 
 // analyze analyses the recording d holds: trace when not nil (the file
@@ -211,23 +211,11 @@ func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Option
 		src := &source{name: d.file(TraceFile), br: bufio.NewReaderSize(f, 1<<20)}
 		return src.analyze(opts, nil)
 	}
-	readers := make([]io.Reader, 0, len(segments))
-	names := make([]string, 0, len(segments))
-	for _, name := range segments {
-		f, err := d.openTrace(name)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		readers = append(readers, f)
-		names = append(names, d.file(name))
+	paths := make([]string, len(segments))
+	for i, name := range segments {
+		paths[i] = d.file(name)
 	}
+	open := func(path string) (*os.File, error) { return d.openTrace(filepath.Base(path)) }
 	a := analysis.New(opts)
-	last := names[len(names)-1]
-	// replaySegments checks each segment follows the one before it.
-	rr, err := replaySegments(a, filepath.Join(d.path, SegmentPattern), readers, names)
-	if err == nil && rr.truncated {
-		err = fmt.Errorf("%w: %s ends inside a record at byte %d", ErrTruncated, last, rr.offset)
-	}
-	return finishSegments(a, err, last)
+	return finishSegments(a, replaySegmentFiles(paths, open, a.Add), paths[len(paths)-1])
 }

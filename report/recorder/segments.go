@@ -65,6 +65,14 @@ func replaySegments(a *analysis.Analyzer, name string, segs []io.Reader, names [
 // of another recording, a repeated one or one cut short before the last
 // is an error matching ErrSegments, never folded into the figures.
 func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reader, names []string) (replayResult, error) {
+	return replaySegmentsFrom(add, name, segs, names, nil)
+}
+
+// replaySegmentsFrom is replaySegmentsTo, told how to read the newest
+// segment's Identity (nil for streams, which are read once): a segment of
+// another recording is then named against the newest one, which holds the
+// end of the run, rather than against its neighbour.
+func replaySegmentsFrom(add func(event.Record) error, name string, segs []io.Reader, names []string, newest func() (*event.Identity, bool)) (replayResult, error) {
 	var rr replayResult
 	var prev *event.Reader
 	for i, seg := range segs {
@@ -76,7 +84,7 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 			if err := add(r.Header()); err != nil {
 				return rr, fmt.Errorf("analyze %s: %w", name, err)
 			}
-		} else if err := followSegment(prev, r, names, i); err != nil {
+		} else if err := followSegment(prev, r, names, i, newest); err != nil {
 			return rr, fmt.Errorf("read trace %s: %w", name, err)
 		}
 		// top: a later segment's top, up to its checkpoint, which is
@@ -115,8 +123,9 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 // followSegment checks that segment i (r) follows segment i-1 (prev, read
 // to its end) of the same recording, and says what is wrong and what to do
 // when it does not. Segments written before they had an Identity are only
-// checked for a cut.
-func followSegment(prev, r *event.Reader, names []string, i int) error {
+// checked for a cut. newest, when not nil, reads the newest segment's
+// Identity, to name the segment of another recording (foreign).
+func followSegment(prev, r *event.Reader, names []string, i int, newest func() (*event.Identity, bool)) error {
 	before, this := filepath.Base(names[i-1]), filepath.Base(names[i])
 	dir := filepath.Dir(names[i])
 	// The fix for a break: the checkpoint of the segment after it
@@ -132,9 +141,8 @@ func followSegment(prev, r *event.Reader, names []string, i int) error {
 	switch {
 	case p == nil && c == nil:
 		return nil // segments from before identities: nothing more to check
-	case p == nil || c == nil || p.Recording != c.Recording:
-		return fmt.Errorf("%w: %s and %s belong to different recordings (%s and %s): keep only the segments of one recording in %s",
-			ErrSegments, before, this, recordingText(p), recordingText(c), dir)
+	case !sameRecording(p, c):
+		return foreign(p, c, names, i, newest)
 	case c.Segment <= p.Segment:
 		return fmt.Errorf("%w: %s repeats segment %d of the recording (%s is segment %d): remove the copy",
 			ErrSegments, this, c.Segment, before, p.Segment)
@@ -152,36 +160,30 @@ func followSegment(prev, r *event.Reader, names []string, i int) error {
 	return nil
 }
 
-// sameRecording checks, before any is read, that the segments at paths
-// belong to one recording: the newest one's, which holds the end of the
-// run. It names the segment that does not; followSegment, reading them,
-// checks the rest.
-func sameRecording(paths []string) error {
-	ids := make([]*event.Identity, len(paths))
-	for i, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return fmt.Errorf("%w: open trace: %w", ErrInput, err)
-		}
-		r, err := event.NewReader(f)
-		if err == nil {
-			ids[i] = r.Identity()
-		}
-		_ = f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
+// sameRecording says whether two segments' identities name one
+// recording (or both are from before identities).
+func sameRecording(a, b *event.Identity) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Recording == b.Recording)
+}
+
+// foreign is followSegment's error for segments i-1 (p) and i (c) of
+// different recordings. Told the newest segment's, it names the segment
+// that is not of it: i, or else 0 (segments 0 to i-1 followed each other,
+// so all are of p's recording).
+func foreign(p, c *event.Identity, names []string, i int, newest func() (*event.Identity, bool)) error {
+	dir := filepath.Dir(names[i])
+	if newest != nil {
+		if n, ok := newest(); ok {
+			at, id := i, c
+			if sameRecording(c, n) {
+				at, id = 0, p
+			}
+			return fmt.Errorf("%w: %s belongs to another recording (%s; the newest segment, %s, is of %s): remove it from %s",
+				ErrSegments, filepath.Base(names[at]), recordingText(id), filepath.Base(names[len(names)-1]), recordingText(n), dir)
 		}
 	}
-	newest := ids[len(ids)-1]
-	for i, id := range ids {
-		if (id == nil) == (newest == nil) && (id == nil || id.Recording == newest.Recording) {
-			continue
-		}
-		return fmt.Errorf("%w: %s belongs to another recording (%s; the newest segment, %s, is of %s): remove it from %s",
-			ErrSegments, filepath.Base(paths[i]), recordingText(id), filepath.Base(paths[len(paths)-1]), recordingText(newest),
-			filepath.Dir(paths[i]))
-	}
-	return nil
+	return fmt.Errorf("%w: %s and %s belong to different recordings (%s and %s): keep only the segments of one recording in %s",
+		ErrSegments, filepath.Base(names[i-1]), filepath.Base(names[i]), recordingText(p), recordingText(c), dir)
 }
 
 // recordingText names a segment's recording in errors.
@@ -193,23 +195,37 @@ func recordingText(id *event.Identity) string {
 }
 
 // replaySegmentFiles feeds the segments at paths to add, as Replay does
-// one trace: a last segment cut inside a record gives an error matching
-// ErrTruncated after its whole records.
-func replaySegmentFiles(paths []string, add func(event.Record) error) error {
+// one trace, opening each with open (nil: os.Open): a last segment cut
+// inside a record gives an error matching ErrTruncated after its whole
+// records.
+func replaySegmentFiles(paths []string, open func(path string) (*os.File, error), add func(event.Record) error) error {
+	if open == nil {
+		open = openSegment
+	}
 	var segs []io.Reader
 	for _, p := range paths {
-		f, err := os.Open(p)
+		f, err := open(p)
 		if err != nil {
-			return fmt.Errorf("%w: open trace: %w", ErrInput, err)
+			return err
 		}
 		defer f.Close()
 		segs = append(segs, f)
 	}
-	name := filepath.Join(filepath.Dir(paths[0]), SegmentPattern)
-	if err := sameRecording(paths); err != nil {
-		return fmt.Errorf("read trace %s: %w", name, err)
+	// Read only when a segment of another recording is met, to name it.
+	newest := func() (*event.Identity, bool) {
+		f, err := open(paths[len(paths)-1])
+		if err != nil {
+			return nil, false
+		}
+		defer f.Close()
+		r, err := event.NewReader(f)
+		if err != nil {
+			return nil, false
+		}
+		return r.Identity(), true
 	}
-	rr, err := replaySegmentsTo(add, name, segs, paths)
+	name := filepath.Join(filepath.Dir(paths[0]), SegmentPattern)
+	rr, err := replaySegmentsFrom(add, name, segs, paths, newest)
 	if err != nil {
 		return err
 	}
@@ -219,20 +235,18 @@ func replaySegmentFiles(paths []string, add func(event.Record) error) error {
 	return nil
 }
 
+// openSegment opens the segment at path.
+func openSegment(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open trace: %w", ErrInput, err)
+	}
+	return f, nil
+}
+
 // analyzeSegments replays a flight recorder's segments, as Analyze does
 // one trace.
 func analyzeSegments(paths []string, opts analysis.Options) (*analysis.Result, error) {
 	a := analysis.New(opts)
-	err := replaySegmentFiles(paths, a.Add)
-	if err != nil && !errors.Is(err, ErrTruncated) {
-		return nil, err
-	}
-	res := a.Finish()
-	if err != nil {
-		return res, err
-	}
-	if !res.Run.Ended {
-		return res, fmt.Errorf("%w: %s ends without its End record", ErrTruncated, paths[len(paths)-1])
-	}
-	return res, nil
+	return finishSegments(a, replaySegmentFiles(paths, nil, a.Add), paths[len(paths)-1])
 }

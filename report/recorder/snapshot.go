@@ -46,7 +46,7 @@ func IsSnapshot(path string) bool {
 // its whole records, then an error matching ErrTruncated.
 func Replay(path string, add func(event.Record) error) error {
 	if segs := SegmentsOf(path); len(segs) > 0 {
-		return replaySegmentFiles(segs, add) // a flight recorder's (--max-trace)
+		return replaySegmentFiles(segs, nil, add) // a flight recorder's (--max-trace)
 	}
 	f, err := openInput(path)
 	if err != nil {

@@ -223,27 +223,42 @@ func TestUserStoppedStaysStopped(t *testing.T) {
 	}
 }
 
-// procSession is the session ID of /proc/PID/stat (field 6).
-func procSession(t *testing.T, pid int) int {
-	t.Helper()
+// procStat is /proc/PID/stat's fields after the command's name: state,
+// ppid, pgrp, session, ... (fields 3 on, proc(5)'s numbering); an error
+// when pid is gone.
+func procStat(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	sid, err := strconv.Atoi(f[3])
-	require.NoError(t, err)
-	return sid
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if i < 0 || len(f) < 4 {
+		return nil, fmt.Errorf("/proc/%d/stat: %q: not a stat line", pid, s)
+	}
+	return f, nil
 }
+
+// procStatInt is field i of procStat (0: state) as a number.
+func procStatInt(t *testing.T, pid, i int) int {
+	t.Helper()
+	f, err := procStat(pid)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(f[i])
+	require.NoError(t, err)
+	return n
+}
+
+// procSession is the session ID of /proc/PID/stat (field 6).
+func procSession(t *testing.T, pid int) int { return procStatInt(t, pid, 3) }
 
 // procState is the state letter of /proc/PID/stat.
 func procState(t *testing.T, pid int) byte {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := procStat(pid)
 	require.NoError(t, err)
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	require.Positive(t, i)
-	return s[i+2]
+	return f[0][0]
 }
 
 // waitState waits until pid is in state st.

@@ -114,14 +114,8 @@ func guardians(t *testing.T, ppid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[0] == "Z" || f[1] != strconv.Itoa(ppid) {
+		f, err := procStat(pid)
+		if err != nil || f[0] == "Z" || f[1] != strconv.Itoa(ppid) {
 			continue
 		}
 		if cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.HasPrefix(string(cl), "vramprof-guardian\x00") {
@@ -136,12 +130,7 @@ func awaitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return
-		}
-		s := string(b)
-		if s[strings.LastIndexByte(s, ')')+2] == 'Z' {
+		if f, err := procStat(pid); err != nil || f[0] == "Z" {
 			return
 		}
 		require.True(t, time.Now().Before(deadline), "pid %d never exited", pid)

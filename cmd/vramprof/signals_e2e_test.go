@@ -240,13 +240,4 @@ func runIgnoring(t *testing.T, w signalWrapper, bin string, traced bool) int {
 }
 
 // procPPID is the parent PID of /proc/PID/stat (field 4).
-func procPPID(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(t, err)
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ppid, err := strconv.Atoi(f[1])
-	require.NoError(t, err)
-	return ppid
-}
+func procPPID(t *testing.T, pid int) int { return procStatInt(t, pid, 1) }

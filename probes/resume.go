@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -20,11 +21,13 @@ import (
 // is such a signal: the process is stopped already, so it waits in the
 // queue, and a SIGCONT would throw it away and let the process run on. So
 // resume looks first: with a stop signal pending that would stop the
-// process (SIGSTOP, or another one left to its default action and not
-// blocked), the process is the user's to resume and is left stopped; the
-// user's SIGCONT resumes it as it would have without vramprof. A pending
-// stop signal the process handles, ignores or blocks is sent again after
-// the SIGCONT, so that its handler still runs (or it stays pending while
+// process (SIGSTOP, or another one left to its default action, not
+// blocked, in a process group that is not orphaned: the kernel discards
+// SIGTSTP, SIGTTIN and SIGTTOU in one), the process is the user's to
+// resume and is left stopped; the user's SIGCONT resumes it as it would
+// have without vramprof. Any other pending stop signal (handled, ignored,
+// blocked, or one the kernel will discard) is sent again after the
+// SIGCONT, so that its handler still runs (or it stays pending while
 // blocked).
 //
 // A SIGSTOP pending in a process that is not stopped yet is taken for the
@@ -95,17 +98,52 @@ func pendingStops(pid int) (p pending, ok bool) {
 	}
 	pnd |= f["ShdPnd"] &^ blockedAll
 	blocked |= f["ShdPnd"] & blockedAll
+	orphaned := sync.OnceValue(func() bool { return orphanedGroup(pid) }) // read only when needed
 	for _, s := range stopSignals {
 		b := uint64(1) << (uint(s) - 1)
 		switch {
 		case pnd&b == 0 && blocked&b == 0:
 		case pnd&b == 0, s != syscall.SIGSTOP && (f["SigCgt"]|f["SigIgn"])&b != 0:
 			p.again = append(p.again, s)
-		case p.stop == 0:
+		case p.stop != 0:
+		case s != syscall.SIGSTOP && orphaned():
+			// The kernel discards it at delivery: it stops nothing.
+			p.again = append(p.again, s)
+		default:
 			p.stop = s
 		}
 	}
 	return p, true
+}
+
+// orphanedGroup says whether pid's process group is orphaned (POSIX): no
+// member has a parent, other than init, in another group of the same
+// session. The kernel discards a SIGTSTP, SIGTTIN or SIGTTOU left to its
+// default action in such a group rather than stop the process. It reads
+// every process's /proc/PID/stat: only when such a signal is pending.
+func orphanedGroup(pid int) bool {
+	st, err := procStat(pid)
+	if err != nil {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		m, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ms, err := procStat(m)
+		if err != nil || ms.PGRP != st.PGRP || ms.State == "Z" || ms.PPID <= 1 {
+			continue
+		}
+		if ps, err := procStat(ms.PPID); err == nil && ps.PGRP != st.PGRP && ps.Session == st.Session {
+			return false
+		}
+	}
+	return true
 }
 
 // procStatusFields reads the named hexadecimal fields (signal sets) of a

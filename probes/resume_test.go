@@ -17,7 +17,15 @@ import (
 // does at a library load. It is killed at cleanup.
 func startStopped(t *testing.T, argv ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
+	return startStoppedAttr(t, nil, argv...)
+}
+
+// startStoppedAttr is startStopped with attr (a process group or session
+// of its own).
+func startStoppedAttr(t *testing.T, attr *syscall.SysProcAttr, argv ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = attr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -95,6 +103,31 @@ func TestResumeKeepsUserStops(t *testing.T) {
 		user, err := resume(pid)
 		require.NoError(t, err)
 		assert.Zero(t, user)
+		awaitState(t, pid, 'T', false)
+	})
+	// SIGTSTP left to its default action: it stops a process whose group
+	// has a parent elsewhere in its session, and the kernel discards it
+	// in an orphaned group (a session of its own: its parent, this test,
+	// is in another session).
+	// (Python: a shell blocks every signal around each fork, and a
+	// blocked SIGTSTP is sent again, not the user's stop yet.)
+	plain := []string{"/usr/bin/python3", "-c", "import time\nprint('ready', flush=True)\ntime.sleep(600)"}
+	t.Run("default SIGTSTP", func(t *testing.T) {
+		cmd, _ := startStoppedAttr(t, &syscall.SysProcAttr{Setpgid: true}, plain...)
+		pid := cmd.Process.Pid
+		require.NoError(t, syscall.Kill(pid, syscall.SIGTSTP))
+		user, err := resume(pid)
+		require.NoError(t, err)
+		assert.Equal(t, syscall.SIGTSTP, user, "the user's stop")
+		assert.Equal(t, byte('T'), procState(pid), "left stopped")
+	})
+	t.Run("default SIGTSTP, orphaned group", func(t *testing.T) {
+		cmd, _ := startStoppedAttr(t, &syscall.SysProcAttr{Setsid: true}, plain...)
+		pid := cmd.Process.Pid
+		require.NoError(t, syscall.Kill(pid, syscall.SIGTSTP))
+		user, err := resume(pid)
+		require.NoError(t, err)
+		assert.Zero(t, user, "discarded by the kernel: stops nothing")
 		awaitState(t, pid, 'T', false)
 	})
 }

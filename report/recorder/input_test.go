@@ -208,3 +208,36 @@ func TestLoadSnapshotReadsAStream(t *testing.T) {
 		assert.False(t, s.Truncated, name)
 	}
 }
+
+// TestFinishClosesWhenDupFails: with no descriptor left to duplicate the
+// trace for reading back, Finish fails and closes the trace and the
+// output directory all the same.
+func TestFinishClosesWhenDupFails(t *testing.T) {
+	r, _ := startRecording(t, Options{})
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	low := lim
+	low.Cur = 256
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
+	var fill []*os.File
+	t.Cleanup(func() {
+		for _, f := range fill {
+			_ = f.Close()
+		}
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	})
+	for len(fill) < int(low.Cur) { // every descriptor below the limit taken
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			require.ErrorIs(t, err, syscall.EMFILE)
+			break
+		}
+		fill = append(fill, f)
+	}
+	err := r.Finish(&event.End{Reason: "exited"}, io.Discard, nil)
+	require.ErrorIs(t, err, syscall.EMFILE)
+	assert.Contains(t, err.Error(), "read trace back")
+	assert.ErrorIs(t, r.file.Close(), os.ErrClosed, "the trace is closed")
+	_, err = r.out.root.Stat(".")
+	assert.Error(t, err, "the output directory is closed")
+}

@@ -461,6 +461,30 @@ func checkTorchProfile(t *testing.T, path string, truth *torchTruth) {
 	assert.Equal(t, want, got, "block samples by site")
 }
 
+// torchCorpus are torchdrv's scenarios, each labelled by the program
+// itself: the corpus's main cases (testdata/corpus) on the real allocator,
+// and the scenarios of TestTorchRealAllocator.
+var torchCorpus = []string{
+	"h_warmup", "h_lazy_optim", "h_eval_every", "healthy",
+	"b_hidden_in_cache", "b_late_leak", "b_expandable_leak", "b_churn", "b_frag_oom", "b_capacity_oom",
+	"train", "train_nocache", "train_empty_cache", "frag_oom", "expandable", "expandable_oom",
+}
+
+// TestFindingsCorpusTorch holds vramprof's findings on PyTorch's own
+// CUDACachingAllocator (Debian's libc10_cuda.so) to the corpus's bar
+// (runCorpus): every torchdrv scenario labels itself (healthy, or each
+// defect's kind, site and bytes, from what it kept and checked against the
+// allocator's statistics).
+func TestFindingsCorpusTorch(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	bin := torchDriver(t)
+	var progs []corpusProgram
+	for _, name := range torchCorpus {
+		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name}})
+	}
+	runCorpus(t, "corpus on libc10_cuda.so", progs)
+}
+
 // logTorchFindings prints what vramprof advises on the real allocator (the
 // rules are judged elsewhere, on the labelled corpus).
 func logTorchFindings(t *testing.T, rep *torchReport) {

@@ -561,8 +561,8 @@ func checkTorchProfile(t *testing.T, path string, truth *torchTruth) {
 // itself: the corpus's main cases (testdata/corpus) on the real allocator,
 // and the scenarios of TestTorchRealAllocator.
 var torchCorpus = []string{
-	"h_warmup", "h_lazy_optim", "h_eval_every", "healthy",
-	"b_hidden_in_cache", "b_late_leak", "b_expandable_leak", "b_churn", "b_frag_oom", "b_capacity_oom",
+	"h_warmup", "h_lazy_optim", "h_eval_every", "h_empty_cache_periodic", "h_grad_accum", "healthy",
+	"b_hidden_in_cache", "b_late_leak", "b_loss_history", "b_expandable_leak", "b_churn", "b_frag_oom", "b_capacity_oom",
 	"train", "train_nocache", "train_empty_cache", "frag_oom", "expandable", "expandable_oom",
 }
 

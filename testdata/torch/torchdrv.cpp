@@ -675,6 +675,92 @@ int run_b_expandable_leak()
 	return 0;
 }
 
+// record_loss keeps the step's per-token loss (32768 x 4 bytes) on the GPU.
+NOINLINE void record_loss(int)
+{
+	KEEP(32768 * 4);
+}
+
+NOINLINE void train_epoch()
+{
+	for (int s = 0; s < 20; s++)
+		train_step(s, 512, record_loss, true);
+}
+
+// b_loss_history: losses kept on the GPU across 6 epochs of 20 steps,
+// never moved to the CPU nor cleared. Leak at record_loss: 120 x 128 KiB.
+int run_b_loss_history()
+{
+	load_net();
+	for (int e = 0; e < 6; e++)
+		train_epoch();
+	check("history bytes", 120 * 32768 * 4, kept_bytes);
+	check("live: weights, Adam's state and the losses", 3 * net_bytes() + kept_bytes, requested());
+	label_defect("leak", "record_loss", kept_bytes);
+	return 0;
+}
+
+// eval_logits: 12 MiB of logits, freed.
+NOINLINE void eval_logits()
+{
+	Tensor logits = MAKE(12 * MiB);
+	drop(logits);
+}
+
+// h_empty_cache_periodic: empty_cache after an eval every 25 of 75 steps;
+// the next step takes its segments back: a few cudaMalloc calls every 25
+// steps.
+int run_h_empty_cache_periodic()
+{
+	load_net();
+	for (int i = 0; i < 75; i++) {
+		train_step(i, 512, nullptr, true);
+		if (i % 25 == 24) {
+			eval_logits();
+			release_cache();
+		}
+	}
+	free_net();
+	label_healthy();
+	return 0;
+}
+
+NOINLINE void micro_step()
+{
+	net_forward(256);
+	net_backward(256);
+	pause_ms(1);
+}
+
+// accum_step: 4 micro-batches whose gradients accumulate (made by the
+// first), then Adam and zero_grad.
+NOINLINE void accum_step()
+{
+	step(__func__);
+	for (int m = 0; m < 4; m++)
+		micro_step();
+	adam_step();
+	zero_grad();
+}
+
+// h_grad_accum: 30 steps of gradient accumulation; memory rises within a
+// step and falls back, the same every step (reserved flat after step 3,
+// checked).
+int run_h_grad_accum()
+{
+	uint64_t warm = 0;
+	load_net();
+	for (int i = 0; i < 30; i++) {
+		accum_step();
+		if (i == WARMUP)
+			warm = reserved();
+	}
+	check("reserved after the warm-up", warm, reserved());
+	free_net();
+	label_healthy();
+	return 0;
+}
+
 // release_every_step empties the cache (torch.cuda.empty_cache()).
 NOINLINE void release_every_step()
 {
@@ -1169,6 +1255,9 @@ const Scenario scenarios[] = {
 	{"h_eval_every", "17179869184", nullptr, false, run_h_eval_every},
 	{"b_hidden_in_cache", "17179869184", nullptr, false, run_b_hidden_in_cache},
 	{"b_late_leak", "17179869184", nullptr, false, run_b_late_leak},
+	{"b_loss_history", "17179869184", nullptr, false, run_b_loss_history},
+	{"h_empty_cache_periodic", "17179869184", nullptr, false, run_h_empty_cache_periodic},
+	{"h_grad_accum", "17179869184", nullptr, false, run_h_grad_accum},
 	{"b_expandable_leak", "17179869184", "expandable_segments:True", false, run_b_expandable_leak},
 	{"b_churn", "17179869184", nullptr, false, run_b_churn},
 	{"b_frag_oom", "220200960", nullptr, false, run_b_frag_oom},

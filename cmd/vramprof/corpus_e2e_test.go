@@ -55,6 +55,9 @@ func corpusPrograms(tb testing.TB) []string {
 // with an oom or fragmentation finding's failing request (its "oom"
 // evidence, present when the block layer was traced).
 type corpusReport struct {
+	Blocks *struct {
+		Allocations uint64 `json:"allocations"`
+	} `json:"blocks"`
 	Findings   []corpusReportFinding `json:"findings"`
 	Iterations []corpusIterations    `json:"iterations"`
 }
@@ -303,6 +306,10 @@ func judge(o *corpusOutcome, rep *corpusReport) {
 type corpusProgram struct {
 	name string
 	argv []string
+	// tensors, when set, reads from the program's truth how many tensors it
+	// made: the block layer must have seen each, or the run is not judged
+	// (a harness failure, not a rule's).
+	tensors func(tb testing.TB, truthPath string) uint64
 }
 
 // runCorpusProgram profiles one corpus program with `vramprof run` (the
@@ -333,7 +340,18 @@ func runCorpusProgram(t *testing.T, p corpusProgram) *corpusOutcome {
 		o.err = fmt.Errorf("exit code %d, want %d; stderr:\n%s", r.code, want, r.stderr)
 		return o
 	}
-	judge(o, mustReadJSON[corpusReport](t, filepath.Join(dir, "report.json")))
+	rep := mustReadJSON[corpusReport](t, filepath.Join(dir, "report.json"))
+	if p.tensors != nil {
+		want, got := p.tensors(t, truthPath), uint64(0)
+		if rep.Blocks != nil {
+			got = rep.Blocks.Allocations
+		}
+		if got != want {
+			o.err = fmt.Errorf("the block layer saw %d of the %d tensors the program made (another tracer on the process?)", got, want)
+			return o
+		}
+	}
+	judge(o, rep)
 	return o
 }
 

@@ -576,7 +576,10 @@ func TestFindingsCorpusTorch(t *testing.T) {
 	bin := torchDriver(t)
 	var progs []corpusProgram
 	for _, name := range torchCorpus {
-		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name}})
+		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name},
+			tensors: func(tb testing.TB, truthPath string) uint64 {
+				return mustReadJSON[torchTruth](tb, truthPath).Tensors.Allocations
+			}})
 	}
 	runCorpus(t, "corpus on libc10_cuda.so", progs)
 }

@@ -74,9 +74,11 @@ bench: build
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench Attach -benchtime 5x -count 1 ./probes/
-	# The findings corpus's table (kind | TP | FP | miss, each program's label against its findings);
-	# the test proper (make test) asserts the bar, this prints the figures.
-	t=$$(mktemp) && $(SUDO) env "PATH=$$PATH" VRAMPROF_CORPUS_TABLE=$$t $(GO) test -count 1 -run '^TestFindingsCorpus$$' ./cmd/vramprof/ && \
+	# The findings corpus's tables (kind | TP | FP | miss, each program's label against its findings),
+	# on the fake allocator and on PyTorch's libc10_cuda.so (make torch); the tests proper (make test)
+	# assert the bar, this prints the figures.
+	t=$$(mktemp) && $(SUDO) env "PATH=$$PATH" VRAMPROF_CORPUS_TABLE=$$t $(GO) test -count 1 \
+		-run '^TestFindingsCorpus(Torch)?$$' ./cmd/vramprof/ && \
 		cat $$t; rc=$$?; rm -f $$t; exit $$rc
 
 demo: build

@@ -10,6 +10,7 @@ package main
 // kind, at its site, with bytes within 1%.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -26,10 +27,10 @@ import (
 	"github.com/vramprof/vramprof/probes/probetest"
 )
 
-// corpusTableEnv, when set, names a file TestFindingsCorpus writes its
-// table to, without asserting the bar: `make bench` prints the figures (go
-// test keeps a passing test's output to itself), and the test proper
-// (make test) is what gates.
+// corpusTableEnv, when set, names a file TestFindingsCorpus and
+// TestFindingsCorpusTorch append their tables to, without asserting the
+// bar: `make bench` prints the figures (go test keeps a passing test's
+// output to itself), and the tests proper (make test) are what gates.
 const corpusTableEnv = "VRAMPROF_CORPUS_TABLE"
 
 // corpusBytesTolerance: a finding's bytes count as the defect's within this
@@ -54,6 +55,9 @@ func corpusPrograms(tb testing.TB) []string {
 // with an oom or fragmentation finding's failing request (its "oom"
 // evidence, present when the block layer was traced).
 type corpusReport struct {
+	Blocks *struct {
+		Allocations uint64 `json:"allocations"`
+	} `json:"blocks"`
 	Findings   []corpusReportFinding `json:"findings"`
 	Iterations []corpusIterations    `json:"iterations"`
 }
@@ -150,6 +154,16 @@ func inAllocator(frame string) bool {
 	return strings.HasPrefix(fn, "c10") || strings.Contains(frame, "c10_cuda")
 }
 
+// cFunction is a frame's function without a C++ scope ("(anonymous
+// namespace)::leak_step" is leak_step): labels name functions as the
+// program's source spells them.
+func cFunction(fn string) string {
+	if i := strings.LastIndex(fn, "::"); i >= 0 {
+		return fn[i+2:]
+	}
+	return fn
+}
+
 // siteFunctions are the functions a finding's top stack names: its site
 // (analysis doc, "Sites": "fn (file:line)", or "caller (file:line) ->
 // helper (file:line)" for a shared helper), or, when it has none, its first
@@ -158,13 +172,13 @@ func siteFunctions(s ReportStack) []string {
 	if s.Site != "" {
 		var out []string
 		for _, part := range strings.Split(s.Site, " -> ") {
-			out = append(out, frameFunction(part))
+			out = append(out, cFunction(frameFunction(part)))
 		}
 		return out
 	}
 	for _, f := range s.Frames {
 		if !inRuntime(f) && !inAllocator(f) && !strings.HasPrefix(f, "0x") {
-			return []string{frameFunction(f)}
+			return []string{cFunction(frameFunction(f))}
 		}
 	}
 	return nil
@@ -287,16 +301,27 @@ func judge(o *corpusOutcome, rep *corpusReport) {
 	}
 }
 
+// corpusProgram is one labelled program: its name (h_* healthy, b_*
+// broken, anything else either) and the command that runs it.
+type corpusProgram struct {
+	name string
+	argv []string
+	// tensors, when set, reads from the program's truth how many tensors it
+	// made: the block layer must have seen each, or the run is not judged
+	// (a harness failure, not a rule's).
+	tensors func(tb testing.TB, truthPath string) uint64
+}
+
 // runCorpusProgram profiles one corpus program with `vramprof run` (the
 // block layer on: --pool auto, the default) and judges its findings.
-func runCorpusProgram(t *testing.T, name string) *corpusOutcome {
+func runCorpusProgram(t *testing.T, p corpusProgram) *corpusOutcome {
 	t.Helper()
-	o := &corpusOutcome{name: name}
-	bin := probetest.Bin(t, "corpus_"+name)
+	o := &corpusOutcome{name: p.name}
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
 	dir := filepath.Join(tmp, "out")
-	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp}, "run", "-o", dir, "--", bin)
+	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp},
+		append([]string{"run", "-o", dir, "--"}, p.argv...)...)
 	var err error
 	o.healthy, o.defects, o.loops, err = readCorpusLabels(t, truthPath)
 	if err != nil {
@@ -315,7 +340,18 @@ func runCorpusProgram(t *testing.T, name string) *corpusOutcome {
 		o.err = fmt.Errorf("exit code %d, want %d; stderr:\n%s", r.code, want, r.stderr)
 		return o
 	}
-	judge(o, mustReadJSON[corpusReport](t, filepath.Join(dir, "report.json")))
+	rep := mustReadJSON[corpusReport](t, filepath.Join(dir, "report.json"))
+	if p.tensors != nil {
+		want, got := p.tensors(t, truthPath), uint64(0)
+		if rep.Blocks != nil {
+			got = rep.Blocks.Allocations
+		}
+		if got != want {
+			o.err = fmt.Errorf("the block layer saw %d of the %d tensors the program made (another tracer on the process?)", got, want)
+			return o
+		}
+	}
+	judge(o, rep)
 	return o
 }
 
@@ -324,7 +360,7 @@ type corpusRow struct{ tp, fp, miss int }
 
 // corpusTable writes the table: per finding kind, true positives, false
 // positives and misses; then each program, its label and what was found.
-func corpusTable(w io.Writer, outs []*corpusOutcome) (healthyClean, healthyN, brokenFound, brokenN int) {
+func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean, healthyN, brokenFound, brokenN int) {
 	rows := map[string]*corpusRow{}
 	row := func(kind string) *corpusRow {
 		if rows[kind] == nil {
@@ -367,8 +403,8 @@ func corpusTable(w io.Writer, outs []*corpusOutcome) (healthyClean, healthyN, br
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
-	fmt.Fprintf(w, "corpus: %d programs: healthy %d/%d with no finding above info; broken %d/%d found at their sites with bytes within 1%%\n",
-		len(outs), healthyClean, healthyN, brokenFound, brokenN)
+	fmt.Fprintf(w, "%s: %d programs: healthy %d/%d with no finding above info; broken %d/%d found at their sites with bytes within 1%%\n",
+		title, len(outs), healthyClean, healthyN, brokenFound, brokenN)
 	fmt.Fprintf(w, "%-20s | %3s | %3s | %4s\n", "kind", "TP", "FP", "miss")
 	var tot corpusRow
 	for _, k := range kinds {
@@ -434,20 +470,14 @@ func corpusTable(w io.Writer, outs []*corpusOutcome) (healthyClean, healthyN, br
 	return healthyClean, healthyN, brokenFound, brokenN
 }
 
-// TestFindingsCorpus runs every program of testdata/corpus under `vramprof
-// run`, prints the table (kind | TP | FP | miss, and each program's label
-// against its findings) and asserts the bar: no finding above info on a
-// healthy program; every labelled defect found with its kind, at its site
-// (a finding's site, analysis doc "Sites": its first function, or the
-// helper of a call edge), with bytes within 1%. With VRAMPROF_CORPUS_TABLE
-// set it writes the table to the file it names and asserts only that every
-// program ran and was labelled (make bench).
+// TestFindingsCorpus runs every program of testdata/corpus (the fake
+// caching allocator) under `vramprof run` and holds its findings to the bar
+// (runCorpus).
 func TestFindingsCorpus(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	tablePath := os.Getenv(corpusTableEnv)
-	tableOnly := tablePath != ""
 	names := corpusPrograms(t)
 	var healthy, broken int
+	var progs []corpusProgram
 	for _, n := range names {
 		switch {
 		case strings.HasPrefix(n, "h_"):
@@ -455,21 +485,41 @@ func TestFindingsCorpus(t *testing.T) {
 		case strings.HasPrefix(n, "b_"):
 			broken++
 		}
+		progs = append(progs, corpusProgram{name: n, argv: []string{probetest.Bin(t, "corpus_"+n)}})
 	}
 	require.GreaterOrEqual(t, healthy, 12, "the corpus: at least 12 healthy programs (h_*.c)")
 	require.GreaterOrEqual(t, broken, 10, "the corpus: at least 10 broken programs (b_*.c)")
+	runCorpus(t, "corpus", progs)
+}
 
-	outs := make([]*corpusOutcome, len(names))
+// runCorpus runs each program under `vramprof run`, prints the table (kind
+// | TP | FP | miss, and each program's label against its findings) and
+// asserts the bar: no finding above info on a healthy program; every
+// labelled defect found with its kind, at its site (a finding's site,
+// analysis doc "Sites": its first function, or the helper of a call edge),
+// with bytes within 1%. A program named h_* must label itself healthy, b_*
+// broken. With VRAMPROF_CORPUS_TABLE set it appends the table to the file
+// it names and asserts only that every program ran and was labelled (make
+// bench).
+func runCorpus(t *testing.T, title string, progs []corpusProgram) {
+	t.Helper()
+	tablePath := os.Getenv(corpusTableEnv)
+	tableOnly := tablePath != ""
+	outs := make([]*corpusOutcome, len(progs))
 	t.Run("programs", func(t *testing.T) {
-		for i, name := range names {
+		for i, p := range progs {
 			// One at a time: the rules read time (windows, steadiness,
 			// periods), and two recordings at once slow each other.
-			t.Run(name, func(t *testing.T) {
-				o := runCorpusProgram(t, name)
+			t.Run(p.name, func(t *testing.T) {
+				o := runCorpusProgram(t, p)
 				outs[i] = o
 				require.NoError(t, o.err)
-				// The label agrees with the file's name: h_ healthy, b_ broken.
-				require.Equal(t, strings.HasPrefix(name, "h_"), o.healthy, "label: healthy iff h_*.c")
+				switch {
+				case strings.HasPrefix(p.name, "h_"):
+					require.True(t, o.healthy, "label: an h_* program is healthy")
+				case strings.HasPrefix(p.name, "b_"):
+					require.False(t, o.healthy, "label: a b_* program is broken")
+				}
 				if tableOnly {
 					return
 				}
@@ -496,9 +546,12 @@ func TestFindingsCorpus(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	corpusTable(&b, judged)
+	corpusTable(&b, title, judged)
 	t.Log("\n" + b.String())
 	if tableOnly {
-		require.NoError(t, os.WriteFile(tablePath, []byte(b.String()), 0o644), "write the table for %s", corpusTableEnv)
+		f, err := os.OpenFile(tablePath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		require.NoError(t, err, "open the table file %s named by %s", tablePath, corpusTableEnv)
+		_, err = f.WriteString(b.String())
+		require.NoError(t, errors.Join(err, f.Close()), "write the table to %s named by %s", tablePath, corpusTableEnv)
 	}
 }

@@ -60,7 +60,7 @@ func TestCorpusJudge(t *testing.T) {
 	assert.Equal(t, []int{5}, o.fp, "false positives: the siteless fragmentation finding only")
 
 	var b strings.Builder
-	_, _, found, broken := corpusTable(&b, []*corpusOutcome{o})
+	_, _, found, broken := corpusTable(&b, "corpus", []*corpusOutcome{o})
 	assert.Equal(t, 0, found, "a broken program with a missed defect is not found")
 	assert.Equal(t, 1, broken)
 	table := b.String()
@@ -71,4 +71,26 @@ func TestCorpusJudge(t *testing.T) {
 	assert.Contains(t, table, "loops (not in the bar): 1/3 processes")
 	assert.Contains(t, table, "loop: 40 x train_step every 2.00 ms; no loop found [wrong]")
 	assert.Contains(t, table, "b_judge: label leak at log_metrics, 2097152 bytes: MISS (leak at its site with 2202009 bytes: +5.00%)")
+}
+
+// TestCorpusJudgeCppSites: torchdrv's functions are C++ (an anonymous
+// namespace), its labels name them as the source spells them; a stack with
+// no site is charged past the allocator's stripped frames.
+func TestCorpusJudgeCppSites(t *testing.T) {
+	rep := &corpusReport{Findings: []corpusReportFinding{
+		{Kind: "leak", Severity: "high", Bytes: 40 << 20, Stacks: []ReportStack{{
+			Site: "(anonymous namespace)::leak_step (testdata/torch/torchdrv.cpp:194)"}}},
+		{Kind: "oom", Severity: "critical", Bytes: 16 << 20, OOM: &corpusOOM{Frames: []string{
+			"cudaMalloc (cuda/cudart.c:199)", "0x7f4b785d1e83 (libc10_cuda.so.2.6)",
+			"(anonymous namespace)::grow_batch (testdata/torch/torchdrv.cpp:300)"}}},
+	}}
+	o := &corpusOutcome{name: "b_cpp", defects: []probetest.Defect{
+		{Kind: "leak", Site: "leak_step", Bytes: 40 << 20},
+		{Kind: "oom", Site: "grow_batch", Bytes: 16 << 20},
+	}}
+	judge(o, rep)
+	assert.Equal(t, []int{0, 1}, o.found, "found at their C++ sites")
+	assert.Empty(t, o.fp)
+	assert.Equal(t, "leak_step", cFunction("(anonymous namespace)::leak_step"))
+	assert.Equal(t, "leak_step", cFunction("leak_step"))
 }

@@ -96,8 +96,9 @@ type torchSite struct {
 // count of the tensors it made (requested sizes), the allocator's figures
 // and the fake driver's books.
 type torchTruth struct {
-	Scenario string `json:"scenario"`
-	Torch    struct {
+	Scenario      string `json:"scenario"`
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	Torch         struct {
 		AllocConf string `json:"PYTORCH_CUDA_ALLOC_CONF"`
 		NoCaching string `json:"PYTORCH_NO_CUDA_MEMORY_CACHING"`
 	} `json:"torch"`
@@ -271,22 +272,15 @@ func TestTorchRealAllocator(t *testing.T) {
 				assert.Equal(t, s.NumDeviceFree, rep.Totals.Frees, "segment frees = the allocator's num_device_free")
 				assert.Equal(t, s.ReservedBytes.Peak, rep.Totals.PeakBytes, "segment peak = the allocator's reserved_bytes.peak")
 				assert.Equal(t, s.ReservedBytes.Current, rep.Totals.LiveBytesAtEnd, "segment live = the allocator's reserved_bytes.current")
-
-				// The pool's geometry at the end is the allocator's
-				// snapshot: its segments, reserved and free blocks.
-				require.Len(t, rep.Fragmentation, 1, "one pool: device 0 of one process")
-				end := rep.Fragmentation[0].AtEnd
-				g := truth.Snapshot
-				assert.Equal(t, g.Segments, end.Segments, "segments at end")
-				assert.Equal(t, g.TotalSize, end.ReservedBytes, "reserved at end")
-				assert.Equal(t, g.RequestedSize, end.AllocatedBytes, "allocated (requested sizes) at end")
-				assert.Equal(t, g.LargestFreeBlock, end.LargestFreeRange, "largest free range at end")
-				assert.Equal(t, g.FreeBlocks, end.FreeRanges, "free ranges at end")
-				assert.Equal(t, truth.CacheInfo.LargestCachedBlock, end.LargestFreeRange, "largest free range at end = cacheInfo")
-				assert.Zero(t, end.UnplacedBytes, "every block lies in a traced segment")
+			}
+			if tc.caching {
+				checkTorchGeometry(t, tc.expandable, truth, rep)
 			}
 			if tc.ooms > 0 && !tc.expandable {
 				checkTorchOOMs(t, truth, rep)
+			}
+			if tc.expandable {
+				checkTorchExpandableOOMs(t, truth, rep)
 			}
 			checkTorchProfile(t, filepath.Join(dir, "profile.pb.gz"), truth)
 			// The recorded trace gives the same report and profile.
@@ -364,6 +358,108 @@ func checkTorchVMM(t *testing.T, truth *torchTruth, rep *torchReport) {
 	assert.Equal(t, d.CreatedBytes, rep.Totals.AllocatedBytes, "segment bytes allocated")
 	assert.Equal(t, d.PeakPhysicalBytes, rep.Totals.PeakBytes, "segment peak")
 	assert.Equal(t, d.PhysicalBytes, rep.Totals.LiveBytesAtEnd, "segment live at end")
+}
+
+// checkTorchGeometry compares the pool's geometry at the end with the
+// allocator's snapshot() and statistics: its segments, reserved and free
+// blocks, and every block placed. Under expandable segments a segment is
+// the run of pages mapped into a reservation: its reserved bytes are the
+// mapped bytes, what PyTorch calls reserved.
+func checkTorchGeometry(t *testing.T, expandable bool, truth *torchTruth, rep *torchReport) {
+	t.Helper()
+	require.Len(t, rep.Fragmentation, 1, "one pool: device 0 of one process")
+	pool := rep.Fragmentation[0]
+	assert.Equal(t, expandable, pool.Expandable, "the pool is expandable iff expandable_segments:True")
+	end := pool.AtEnd
+	g := truth.Snapshot
+	if expandable {
+		assert.Equal(t, g.Segments, g.ExpandableSegments, "every segment of the snapshot is expandable")
+		assert.Equal(t, truth.Driver.MappedBytes, end.ReservedBytes, "reserved at end = the driver's mapped bytes")
+	}
+	assert.Equal(t, g.Segments, end.Segments, "segments at end")
+	assert.Equal(t, g.TotalSize, end.ReservedBytes, "reserved at end")
+	assert.Equal(t, truth.Stats.ReservedBytes.Current, end.ReservedBytes, "reserved at end = the allocator's reserved_bytes.current")
+	assert.Equal(t, g.RequestedSize, end.AllocatedBytes, "allocated (requested sizes) at end")
+	assert.Equal(t, truth.Stats.RequestedBytes.Current, end.AllocatedBytes, "allocated at end = the allocator's requested_bytes.current")
+	assert.Equal(t, g.TotalSize-g.RequestedSize, end.CachedFreeBytes, "cached free at end")
+	assert.Equal(t, g.LargestFreeBlock, end.LargestFreeRange, "largest free range at end")
+	assert.Equal(t, g.FreeBlocks, end.FreeRanges, "free ranges at end")
+	assert.Equal(t, truth.CacheInfo.LargestCachedBlock, end.LargestFreeRange, "largest free range at end = cacheInfo")
+	assert.Zero(t, end.UnplacedBytes, "every block lies in a traced segment")
+	if pool.Worst != nil {
+		assert.Zero(t, pool.Worst.UnplacedBytes, "every block lies in a traced segment at the worst moment")
+	}
+}
+
+// checkTorchExpandableOOMs: under expandable segments an OutOfMemoryError
+// is a failed cuMemCreate (the segment could not grow); its verdict has
+// the allocator's figures when it threw (PyTorch's own message and
+// statistics), and no advice proposes expandable_segments:True, the setting
+// already on.
+func checkTorchExpandableOOMs(t *testing.T, truth *torchTruth, rep *torchReport) {
+	t.Helper()
+	for _, f := range rep.Findings {
+		for _, r := range f.Remediation {
+			assert.NotContains(t, r, "expandable_segments:True", "%s finding: advice already taken", f.Kind)
+		}
+	}
+	require.Len(t, rep.Fragmentation, 1)
+	var finals []report.JSONOOM
+	for _, o := range rep.Fragmentation[0].OOMs {
+		if o.Outcome == "final" {
+			finals = append(finals, o)
+		}
+	}
+	sort.Slice(finals, func(i, j int) bool { return finals[i].TimeNs < finals[j].TimeNs })
+	require.Len(t, finals, len(truth.OOMs), "one final failure per OutOfMemoryError")
+	// PyTorch retries after freeing the cached pages wholly free: none
+	// here, so the first and the retry's page both fail.
+	require.EqualValues(t, 2*len(truth.OOMs), truth.Driver.FailedCreates, "two failed cuMemCreates per OOM: the first and the retry")
+	mib := func(n uint64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+	for i, want := range truth.OOMs {
+		got := finals[i]
+		assert.True(t, got.Expandable, "OOM %d: a failed cuMemCreate of an expandable segment", i)
+		assert.Contains(t, got.Site, want.Function, "OOM %d: site", i)
+		g := want.Snapshot
+		st := got.State
+		assert.Equal(t, g.TotalSize, st.ReservedBytes, "OOM %d: reserved (mapped)", i)
+		assert.Equal(t, want.Stats.ReservedBytes.Current, st.ReservedBytes, "OOM %d: reserved (stats)", i)
+		assert.Equal(t, want.Stats.RequestedBytes.Current, st.AllocatedBytes, "OOM %d: allocated (requested sizes)", i)
+		assert.Equal(t, g.TotalSize-g.RequestedSize, st.CachedFreeBytes, "OOM %d: reserved but unallocated", i)
+		assert.Equal(t, g.LargestFreeBlock, st.LargestFreeRange, "OOM %d: largest free range", i)
+		assert.Equal(t, g.FreeBlocks, st.FreeRanges, "OOM %d: free ranges", i)
+		assert.Equal(t, g.Segments, st.Segments, "OOM %d: segments", i)
+		assert.Zero(t, st.UnplacedBytes, "OOM %d: every block placed", i)
+		// PyTorch's own words for the same moment: what it tried, what was
+		// allocated, what was reserved but unallocated, and what the device
+		// had free (capacity less the mapped pages).
+		assert.Contains(t, want.Message, "Tried to allocate "+mib(want.Size), "OOM %d: the request", i)
+		assert.Contains(t, want.Message, "Of the allocated memory "+mib(st.AllocatedBytes)+" is allocated by PyTorch",
+			"OOM %d: allocated, in PyTorch's message", i)
+		assert.Contains(t, want.Message, "and "+mib(st.CachedFreeBytes)+" is reserved by PyTorch but unallocated",
+			"OOM %d: reserved but unallocated, in PyTorch's message", i)
+		assert.Contains(t, want.Message, fmt.Sprintf("total capacity of %s of which %s is free",
+			mib(truth.CapacityBytes), mib(truth.CapacityBytes-st.ReservedBytes)), "OOM %d: the device, in PyTorch's message", i)
+		// The live tensors and the request fit in the device: the cache's
+		// holes, not capacity, refused it.
+		kind := "capacity"
+		if st.AllocatedBytes+want.Size <= truth.CapacityBytes {
+			kind = "fragmentation"
+		}
+		assert.Equal(t, kind, got.Kind, "OOM %d: %d live + %d asked vs %d", i, st.AllocatedBytes, want.Size, truth.CapacityBytes)
+
+		// The verdict: an oom finding at the request's site, with advice.
+		var oom *report.JSONFinding
+		for j := range rep.Findings {
+			f := &rep.Findings[j]
+			if f.Kind == "oom" && f.OOM != nil && f.OOM.TimeNs == got.TimeNs {
+				oom = f
+			}
+		}
+		if assert.NotNil(t, oom, "OOM %d: an oom finding", i) {
+			assert.NotEmpty(t, oom.Remediation, "OOM %d: advice", i)
+		}
+	}
 }
 
 // checkTorchOOMs finds each OutOfMemoryError the program caught as a final
@@ -459,6 +555,33 @@ func checkTorchProfile(t *testing.T, path string, truth *torchTruth) {
 		}
 	}
 	assert.Equal(t, want, got, "block samples by site")
+}
+
+// torchCorpus are torchdrv's scenarios, each labelled by the program
+// itself: the corpus's main cases (testdata/corpus) on the real allocator,
+// and the scenarios of TestTorchRealAllocator.
+var torchCorpus = []string{
+	"h_warmup", "h_lazy_optim", "h_eval_every", "h_empty_cache_periodic", "h_grad_accum", "healthy",
+	"b_hidden_in_cache", "b_late_leak", "b_loss_history", "b_expandable_leak", "b_churn", "b_frag_oom", "b_capacity_oom",
+	"train", "train_nocache", "train_empty_cache", "frag_oom", "expandable", "expandable_oom",
+}
+
+// TestFindingsCorpusTorch holds vramprof's findings on PyTorch's own
+// CUDACachingAllocator (Debian's libc10_cuda.so) to the corpus's bar
+// (runCorpus): every torchdrv scenario labels itself (healthy, or each
+// defect's kind, site and bytes, from what it kept and checked against the
+// allocator's statistics).
+func TestFindingsCorpusTorch(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	bin := torchDriver(t)
+	var progs []corpusProgram
+	for _, name := range torchCorpus {
+		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name},
+			tensors: func(tb testing.TB, truthPath string) uint64 {
+				return mustReadJSON[torchTruth](tb, truthPath).Tensors.Allocations
+			}})
+	}
+	runCorpus(t, "corpus on libc10_cuda.so", progs)
 }
 
 // logTorchFindings prints what vramprof advises on the real allocator (the

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -154,6 +155,85 @@ void pause_ms(long ms)
 		;
 }
 
+uint64_t now_ns()
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// ---- labels: what is wrong with the program, by its own account ----
+//
+// As testdata/scenarios/truth.h's truth_label_healthy, truth_label_defect
+// and truth_step (../README.md, "Labels"): a scenario says what a person
+// would judge of it, with bytes computed from what it made and kept
+// (checked against the allocator's statistics where they say the same).
+
+struct Defect {
+	std::string kind, site;
+	uint64_t bytes;
+};
+
+bool labelled_healthy;
+std::vector<Defect> defects;
+const char *step_func;
+std::vector<uint64_t> step_starts;
+
+void label_healthy()
+{
+	labelled_healthy = true;
+}
+
+void label_defect(const char *kind, const char *site, uint64_t bytes)
+{
+	defects.push_back(Defect{kind, site, bytes});
+}
+
+// step marks the start of one step of the loop (first thing in the step
+// function, func = __func__); only the first function named counts.
+void step(const char *func)
+{
+	if (step_func == nullptr)
+		step_func = func;
+	if (strcmp(step_func, func) == 0)
+		step_starts.push_back(now_ns());
+}
+
+// step_period is the median time between step starts (the upper middle of
+// an even count), 0 with fewer than two steps.
+uint64_t step_period()
+{
+	std::vector<uint64_t> gaps;
+	for (size_t i = 1; i < step_starts.size(); i++)
+		gaps.push_back(step_starts[i] - step_starts[i - 1]);
+	if (gaps.empty())
+		return 0;
+	std::sort(gaps.begin(), gaps.end());
+	return gaps[gaps.size() / 2];
+}
+
+// check exits 3 when the program's own arithmetic disagrees with the
+// allocator's: the label would be wrong.
+void check(const char *what, uint64_t want, uint64_t got)
+{
+	if (want != got) {
+		fprintf(stderr, "torchdrv: %s: computed %llu, the allocator says %llu\n", what,
+			(unsigned long long)want, (unsigned long long)got);
+		_exit(3);
+	}
+}
+
+// reserved and requested are getDeviceStats' aggregate current figures.
+uint64_t reserved()
+{
+	return A->getDeviceStats(0).reserved_bytes[(size_t)StatType::AGGREGATE].current;
+}
+
+uint64_t requested()
+{
+	return A->getDeviceStats(0).requested_bytes[(size_t)StatType::AGGREGATE].current;
+}
+
 // ---- a trainer: weights once, activations per step, optionally a leak ----
 
 std::vector<Tensor> weights, activations, leaked;
@@ -231,6 +311,7 @@ void train(int empty_every)
 // the end.
 void healthy()
 {
+	uint64_t warm = 0;
 	load_model();
 	for (int i = 0; i < 400; i++) {
 		size_t grow = (size_t)(i % 40) * 256 * KiB;
@@ -238,7 +319,10 @@ void healthy()
 		backward(grow);
 		optimizer_step();
 		pause_ms(2);
+		if (i == 39)
+			warm = reserved();
 	}
+	check("reserved after the first cycle", warm, reserved());
 	teardown();
 }
 
@@ -337,6 +421,474 @@ NOINLINE void release_batches()
 {
 	drop_all(batch);
 	drop_all(weights);
+}
+
+// ---- the labelled corpus on the real allocator ----
+//
+// The main cases of testdata/corpus (../corpus/*.c), with corpus.h's model:
+// weights made once, activations sized by the batch's tokens, gradients
+// freed by zero_grad, and Adam's state made lazily at the first step. Each
+// scenario labels itself (healthy, or its defects with the bytes it kept).
+
+constexpr int NW = 5, NA = 4;
+const size_t net_sizes[NW] = {64 * MiB, 32 * MiB, 16 * MiB + 4096, 3 * MiB, 256 * KiB};
+Tensor net_w[NW], net_g[NW], net_m[NW], net_v[NW], net_a[NA];
+
+// net_bytes: the weights (or any one of grads, exp_avg, exp_avg_sq).
+uint64_t net_bytes()
+{
+	uint64_t n = 0;
+	for (size_t s : net_sizes)
+		n += s;
+	return n;
+}
+
+// act_size: activation i for a batch of tokens tokens.
+size_t act_size(int i, size_t tokens)
+{
+	static const size_t per_token[NA] = {16 * KiB, 8 * KiB, 2 * KiB, 0};
+	return i == NA - 1 ? 64 * KiB : tokens * per_token[i] + (i == 2 ? 100 : 0);
+}
+
+NOINLINE void load_net()
+{
+	for (int i = 0; i < NW; i++)
+		net_w[i] = MAKE(net_sizes[i]);
+}
+
+NOINLINE void net_forward(size_t tokens)
+{
+	for (int i = 0; i < NA; i++)
+		net_a[i] = MAKE(act_size(i, tokens));
+}
+
+// net_backward: the gradients and a temporary input gradient; the
+// activations are freed as it goes.
+NOINLINE void net_backward(size_t tokens)
+{
+	Tensor grad_input = MAKE(tokens * 8 * KiB);
+	for (int i = 0; i < NW; i++)
+		if (!net_g[i].data)
+			net_g[i] = MAKE(net_sizes[i]);
+	drop(grad_input);
+	for (auto &a : net_a)
+		drop(a);
+}
+
+// adam_step: Adam's state (exp_avg, exp_avg_sq) is made at the first step.
+NOINLINE void adam_step()
+{
+	for (int i = 0; i < NW; i++)
+		if (!net_m[i].data) {
+			net_m[i] = MAKE(net_sizes[i]);
+			net_v[i] = MAKE(net_sizes[i]);
+		}
+}
+
+NOINLINE void zero_grad()
+{
+	for (auto &g : net_g)
+		drop(g);
+}
+
+// free_net: the end of the script (Python's exit frees every tensor).
+NOINLINE void free_net()
+{
+	for (int i = 0; i < NW; i++) {
+		drop(net_m[i]);
+		drop(net_v[i]);
+		drop(net_w[i]);
+	}
+}
+
+// train_step: one step of tokens tokens; keep (when set) runs after the
+// forward pass; adam false is plain SGD (no state).
+NOINLINE void train_step(int i, size_t tokens, void (*keep)(int), bool adam)
+{
+	step(__func__);
+	net_forward(tokens);
+	if (keep != nullptr)
+		keep(i);
+	net_backward(tokens);
+	if (adam)
+		adam_step();
+	zero_grad();
+	pause_ms(2);
+}
+
+// WARMUP: the step after which a healthy trainer's cache holds every size
+// it needs (corpus.h's): reserved memory stays flat after it (checked).
+constexpr int WARMUP = 3;
+
+// h_warmup: 400 steps whose batch grows from 32 to 1280 tokens over the
+// first 40 and repeats that cycle: the cache grows in the first cycle, then
+// stays flat.
+int run_h_warmup()
+{
+	uint64_t warm = 0;
+	load_net();
+	for (int i = 0; i < 400; i++) {
+		train_step(i, 32 * (size_t)(1 + i % 40), nullptr, true);
+		if (i == 39)
+			warm = reserved();
+	}
+	check("reserved after the first cycle", warm, reserved());
+	free_net();
+	label_healthy();
+	return 0;
+}
+
+// h_lazy_optim: Adam's state (twice the weights) made at step 0 and kept.
+int run_h_lazy_optim()
+{
+	uint64_t warm = 0;
+	load_net();
+	for (int i = 0; i < 60; i++) {
+		train_step(i, 512, nullptr, true);
+		if (i == WARMUP)
+			warm = reserved();
+	}
+	check("reserved after the warm-up", warm, reserved());
+	check("live: weights and Adam's state", 3 * net_bytes(), requested());
+	free_net();
+	label_healthy();
+	return 0;
+}
+
+// eval_batch: 2048 tokens without gradients, and 6 MiB of logits, freed.
+NOINLINE void eval_batch()
+{
+	Tensor h = MAKE(2048 * 16 * KiB);
+	Tensor logits = MAKE(6 * MiB);
+	drop(h);
+	drop(logits);
+}
+
+NOINLINE void evaluate()
+{
+	for (int b = 0; b < 3; b++)
+		eval_batch();
+	pause_ms(2);
+}
+
+// h_eval_every: an eval pass after every 10 of 70 steps; the first grows
+// the cache, the later ones reuse it.
+int run_h_eval_every()
+{
+	uint64_t warm = 0;
+	load_net();
+	for (int i = 0; i < 70; i++) {
+		train_step(i, 512, nullptr, true);
+		if (i % 10 == 9)
+			evaluate();
+		if (i == 9)
+			warm = reserved();
+	}
+	check("reserved after the first eval", warm, reserved());
+	free_net();
+	label_healthy();
+	return 0;
+}
+
+std::vector<Tensor> kept_tensors;
+uint64_t kept_bytes;
+
+// keep allocates n bytes in the calling function and keeps it.
+#define KEEP(n) (kept_tensors.push_back(MAKE(n)), kept_bytes += (n))
+
+// evaluate_small: 64 tensors of 256 KiB (eight 2 MiB small-pool segments),
+// freed: they stay cached.
+NOINLINE void evaluate_small()
+{
+	std::vector<Tensor> p;
+	for (int i = 0; i < 64; i++)
+		p.push_back(MAKE(256 * KiB));
+	drop_all(p);
+}
+
+// cache_mask keeps a 192 KiB attention mask per step.
+NOINLINE void cache_mask(int)
+{
+	KEEP(192 * KiB);
+}
+
+// b_hidden_in_cache: a leak the segments never show: every mask fits in
+// the cached small segments, so reserved memory stays flat after the
+// warm-up (checked); only the tensors grow. Leak at cache_mask.
+int run_b_hidden_in_cache()
+{
+	uint64_t warm = 0;
+	load_net();
+	evaluate_small();
+	for (int i = 0; i < 60; i++) {
+		train_step(i, 512, cache_mask, true);
+		if (i == WARMUP)
+			warm = reserved();
+	}
+	check("reserved after the warm-up (the leak is hidden)", warm, reserved());
+	check("mask bytes", 60 * 192 * KiB, kept_bytes);
+	check("live: weights, Adam's state and the masks", 3 * net_bytes() + kept_bytes, requested());
+	label_defect("leak", "cache_mask", kept_bytes);
+	return 0;
+}
+
+int late_epoch;
+
+// log_metrics keeps a 1 MiB + 4096 tensor per step from epoch 60 on.
+NOINLINE void log_metrics(int)
+{
+	if (late_epoch >= 60)
+		KEEP(1 * MiB + 4096);
+}
+
+// b_late_leak: 80 epochs of 2 steps; the leak starts at epoch 60. Leak at
+// log_metrics: 20 x 2 x (1 MiB + 4096).
+int run_b_late_leak()
+{
+	load_net();
+	for (late_epoch = 0; late_epoch < 80; late_epoch++)
+		for (int s = 0; s < 2; s++)
+			train_step(s, 256, log_metrics, true);
+	check("metric bytes", 20 * 2 * (1 * MiB + 4096), kept_bytes);
+	check("live: weights, Adam's state and the metrics", 3 * net_bytes() + kept_bytes, requested());
+	label_defect("leak", "log_metrics", kept_bytes);
+	return 0;
+}
+
+// cache_hidden_states keeps 3 MiB + 2048 per step.
+NOINLINE void cache_hidden_states(int)
+{
+	KEEP(3 * MiB + 2048);
+}
+
+// b_expandable_leak: the leak under expandable segments (the cache grows
+// by mapping pages, never with cudaMalloc). Leak at cache_hidden_states:
+// 60 x (3 MiB + 2048).
+int run_b_expandable_leak()
+{
+	load_net();
+	for (int i = 0; i < 60; i++)
+		train_step(i, 512, cache_hidden_states, true);
+	check("hidden-state bytes", 60 * (3 * MiB + 2048), kept_bytes);
+	check("live: weights, Adam's state and the hidden states", 3 * net_bytes() + kept_bytes, requested());
+	label_defect("leak", "cache_hidden_states", kept_bytes);
+	return 0;
+}
+
+// record_loss keeps the step's per-token loss (32768 x 4 bytes) on the GPU.
+NOINLINE void record_loss(int)
+{
+	KEEP(32768 * 4);
+}
+
+NOINLINE void train_epoch()
+{
+	for (int s = 0; s < 20; s++)
+		train_step(s, 512, record_loss, true);
+}
+
+// b_loss_history: losses kept on the GPU across 6 epochs of 20 steps,
+// never moved to the CPU nor cleared. Leak at record_loss: 120 x 128 KiB.
+int run_b_loss_history()
+{
+	load_net();
+	for (int e = 0; e < 6; e++)
+		train_epoch();
+	check("history bytes", 120 * 32768 * 4, kept_bytes);
+	check("live: weights, Adam's state and the losses", 3 * net_bytes() + kept_bytes, requested());
+	label_defect("leak", "record_loss", kept_bytes);
+	return 0;
+}
+
+// eval_logits: 12 MiB of logits, freed.
+NOINLINE void eval_logits()
+{
+	Tensor logits = MAKE(12 * MiB);
+	drop(logits);
+}
+
+// h_empty_cache_periodic: empty_cache after an eval every 25 of 75 steps;
+// the next step takes its segments back: a few cudaMalloc calls every 25
+// steps.
+int run_h_empty_cache_periodic()
+{
+	load_net();
+	for (int i = 0; i < 75; i++) {
+		train_step(i, 512, nullptr, true);
+		if (i % 25 == 24) {
+			eval_logits();
+			release_cache();
+		}
+	}
+	free_net();
+	label_healthy();
+	return 0;
+}
+
+NOINLINE void micro_step()
+{
+	net_forward(256);
+	net_backward(256);
+	pause_ms(1);
+}
+
+// accum_step: 4 micro-batches whose gradients accumulate (made by the
+// first), then Adam and zero_grad.
+NOINLINE void accum_step()
+{
+	step(__func__);
+	for (int m = 0; m < 4; m++)
+		micro_step();
+	adam_step();
+	zero_grad();
+}
+
+// h_grad_accum: 30 steps of gradient accumulation; memory rises within a
+// step and falls back, the same every step (reserved flat after step 3,
+// checked).
+int run_h_grad_accum()
+{
+	uint64_t warm = 0;
+	load_net();
+	for (int i = 0; i < 30; i++) {
+		accum_step();
+		if (i == WARMUP)
+			warm = reserved();
+	}
+	check("reserved after the warm-up", warm, reserved());
+	free_net();
+	label_healthy();
+	return 0;
+}
+
+// release_every_step empties the cache (torch.cuda.empty_cache()).
+NOINLINE void release_every_step()
+{
+	A->emptyCache();
+	empty_cache_calls++;
+}
+
+// b_churn: SGD for 40 steps, empty_cache after each: the next step
+// allocates the same segments again. The bytes at stake: what each step
+// took back of what the last release gave up (checked equal), summed.
+int run_b_churn()
+{
+	uint64_t released = 0, cycled = 0;
+	load_net();
+	for (int i = 0; i < 40; i++) {
+		uint64_t before = reserved();
+		train_step(i, 512, nullptr, false);
+		uint64_t grown = reserved() - before;
+		if (i > 0) {
+			check("a step takes back what the last release gave up", released, grown);
+			cycled += grown;
+		}
+		uint64_t after = reserved();
+		release_every_step();
+		released = after - reserved();
+	}
+	free_net();
+	label_defect("churn", "release_every_step", cycled);
+	return 0;
+}
+
+Tensor big_weight;
+std::vector<Tensor> bank;
+
+NOINLINE void load_big_model()
+{
+	big_weight = MAKE(40 * MiB);
+}
+
+// bank_features: 3 x 6 MiB per step (one 20 MiB segment each).
+NOINLINE void bank_features()
+{
+	step(__func__);
+	for (int j = 0; j < 3; j++)
+		bank.push_back(MAKE(6 * MiB));
+	pause_ms(2);
+}
+
+// prune_bank frees the first and last of every three: per segment a 6 MiB
+// hole and an 8 MiB one (the last merges with the 2 MiB tail).
+NOINLINE void prune_bank()
+{
+	for (size_t i = 0; i < bank.size(); i++)
+		if (i % 3 != 1)
+			drop(bank[i]);
+}
+
+NOINLINE void grow_batch(size_t n)
+{
+	bank.push_back(MAKE(n));
+}
+
+// b_frag_oom (210 MiB): a 40 MiB weight, 8 steps of bank_features, then
+// prune_bank: 200 MiB reserved, 88 MiB allocated, 112 MiB cached free in
+// holes of 6 and 8 MiB. grow_batch's 16 MiB fits in no hole and no segment
+// can be had: an OOM with 112 MiB free in the cache. Exit 1.
+int run_b_frag_oom()
+{
+	const uint64_t batch = 16 * MiB, cached_free = 8 * (20 * MiB - 6 * MiB);
+	load_big_model();
+	for (int i = 0; i < 8; i++)
+		bank_features();
+	prune_bank();
+	try {
+		grow_batch(batch);
+		return 3;
+	} catch (const c10::OutOfMemoryError &e) {
+		failed("grow_batch", batch, e);
+	}
+	const auto &st = ooms.back().stats;
+	const size_t agg = (size_t)StatType::AGGREGATE;
+	check("cached free at the failure", cached_free,
+	      st.reserved_bytes[agg].current - st.allocated_bytes[agg].current);
+	check("largest free block at the failure", 8 * MiB, ooms.back().geometry.largest_free_block);
+	label_defect("oom", "grow_batch", batch);
+	label_defect("fragmentation", "grow_batch", cached_free);
+	return 1;
+}
+
+NOINLINE Tensor embed(size_t tokens)
+{
+	return MAKE(tokens * 16 * KiB);
+}
+
+// capacity_step: a step that starts with an embedding of the batch.
+NOINLINE void capacity_step(size_t tokens)
+{
+	step(__func__);
+	Tensor e = embed(tokens);
+	net_forward(tokens);
+	net_backward(tokens);
+	adam_step();
+	zero_grad();
+	drop(e);
+	pause_ms(2);
+}
+
+// b_capacity_oom (512 MiB): the model and Adam's state (345 MiB) live, 12
+// steps of 512 tokens, then a batch of 16384 tokens: embed asks 256 MiB,
+// more than the device has beside the live tensors, whatever the cache
+// does. Exit 1.
+int run_b_capacity_oom()
+{
+	const size_t big = 16384;
+	load_net();
+	for (int i = 0; i < 12; i++)
+		capacity_step(512);
+	check("live tensors before the big batch", 3 * net_bytes(), requested());
+	if (3 * net_bytes() + big * 16 * KiB <= 536870912)
+		return 3;
+	try {
+		capacity_step(big);
+		return 3;
+	} catch (const c10::OutOfMemoryError &e) {
+		failed("embed", big * 16 * KiB, e);
+	}
+	label_defect("oom", "embed", big * 16 * KiB);
+	return 1;
 }
 
 // ---- truth ----
@@ -547,7 +1099,19 @@ int write_truth(const char *scenario)
 		geometry_json(o, ooms[i].geometry);
 		o << "}";
 	}
-	o << (ooms.empty() ? "" : "\n  ") << "],\n  \"driver\": ";
+	o << (ooms.empty() ? "" : "\n  ") << "],\n  ";
+	if (labelled_healthy || !defects.empty()) {
+		o << "\"label\": {\"healthy\": " << (defects.empty() ? "true" : "false") << ", \"defects\": [";
+		for (size_t i = 0; i < defects.size(); i++)
+			o << (i ? ", " : "") << "{\"kind\": " << quote(defects[i].kind) << ", \"site\": "
+			  << quote(defects[i].site) << ", \"bytes\": " << defects[i].bytes << "}";
+		o << "]";
+		if (!step_starts.empty())
+			o << ", \"steps\": {\"func\": " << quote(step_func) << ", \"count\": " << step_starts.size()
+			  << ", \"period_ns\": " << step_period() << "}";
+		o << "},\n  ";
+	}
+	o << "\"driver\": ";
 	driver_json(o, dc.c);
 	o << "\n}\n";
 
@@ -573,21 +1137,44 @@ struct Scenario {
 	int (*run)();
 };
 
+// leaked_bytes: what leak_step kept (the tensors live at the end), checked
+// against the allocator's requested bytes when it counts them.
+uint64_t leaked_bytes(bool caching)
+{
+	uint64_t n = 0;
+	for (const auto &t : leaked)
+		n += t.size;
+	check("leaked bytes", 40 * MiB, n);
+	if (caching)
+		check("live at the end: the leak", n, requested());
+	return n;
+}
+
 int run_train()
 {
 	train(0);
+	label_defect("leak", "leak_step", leaked_bytes(true));
+	return 0;
+}
+
+int run_train_nocache()
+{
+	train(0);
+	label_defect("leak", "leak_step", leaked_bytes(false));
 	return 0;
 }
 
 int run_train_empty_cache()
 {
 	train(10);
+	label_defect("leak", "leak_step", leaked_bytes(true));
 	return 0;
 }
 
 int run_healthy()
 {
 	healthy();
+	label_healthy();
 	return 0;
 }
 
@@ -603,6 +1190,18 @@ int run_frag_oom()
 	free_two_of_three();
 	if (grow_activations(16 * MiB) != 0)
 		return 3;
+	// The first OOM: c10 asked a 20 MiB segment for the 6 MiB tensor
+	// (its message says what it tried). The second: 16 MiB with ten 12 MiB
+	// holes and ten 2 MiB tails cached free.
+	const uint64_t seg = 20 * MiB, cached_free = 10 * (20 * MiB - 6 * MiB);
+	if (ooms[0].message.find("Tried to allocate 20.00 MiB") == std::string::npos)
+		return 3;
+	const size_t agg = (size_t)StatType::AGGREGATE;
+	check("cached free at the second OOM", cached_free,
+	      ooms[1].stats.reserved_bytes[agg].current - ooms[1].stats.allocated_bytes[agg].current);
+	label_defect("oom", "fill_cache", seg);
+	label_defect("oom", "grow_activations", 16 * MiB);
+	label_defect("fragmentation", "grow_activations", cached_free);
 	release_all();
 	return 1;
 }
@@ -613,6 +1212,7 @@ int run_expandable()
 {
 	train(0);
 	release_cache();
+	label_defect("leak", "leak_step", leaked_bytes(true));
 	return 0;
 }
 
@@ -627,6 +1227,16 @@ int run_expandable_oom()
 	free_every_other();
 	if (big_batch(96 * MiB) != 0)
 		return 3;
+	// Mapped: 64 MiB + 20 x 6 MiB in 20 MiB pages; allocated: 64 MiB + 10
+	// x 6 MiB; the rest is the holes and the last page's tail.
+	const uint64_t mapped = (64 * MiB + 120 * MiB + 20 * MiB - 1) / (20 * MiB) * (20 * MiB),
+		       cached_free = mapped - (64 * MiB + 60 * MiB);
+	const size_t agg = (size_t)StatType::AGGREGATE;
+	check("reserved (mapped) at the OOM", mapped, ooms[0].stats.reserved_bytes[agg].current);
+	check("reserved but unallocated at the OOM", cached_free,
+	      ooms[0].stats.reserved_bytes[agg].current - ooms[0].stats.allocated_bytes[agg].current);
+	label_defect("oom", "big_batch", 96 * MiB);
+	label_defect("fragmentation", "big_batch", cached_free);
 	release_batches();
 	release_cache();
 	return 1;
@@ -634,12 +1244,24 @@ int run_expandable_oom()
 
 const Scenario scenarios[] = {
 	{"train", "17179869184", nullptr, false, run_train},
-	{"train_nocache", "17179869184", nullptr, true, run_train},
+	{"train_nocache", "17179869184", nullptr, true, run_train_nocache},
 	{"train_empty_cache", "17179869184", nullptr, false, run_train_empty_cache},
 	{"healthy", "17179869184", nullptr, false, run_healthy},
 	{"frag_oom", "209715200", nullptr, false, run_frag_oom},
 	{"expandable", "17179869184", "expandable_segments:True", false, run_expandable},
 	{"expandable_oom", "268435456", "expandable_segments:True", false, run_expandable_oom},
+	{"h_warmup", "17179869184", nullptr, false, run_h_warmup},
+	{"h_lazy_optim", "17179869184", nullptr, false, run_h_lazy_optim},
+	{"h_eval_every", "17179869184", nullptr, false, run_h_eval_every},
+	{"b_hidden_in_cache", "17179869184", nullptr, false, run_b_hidden_in_cache},
+	{"b_late_leak", "17179869184", nullptr, false, run_b_late_leak},
+	{"b_loss_history", "17179869184", nullptr, false, run_b_loss_history},
+	{"h_empty_cache_periodic", "17179869184", nullptr, false, run_h_empty_cache_periodic},
+	{"h_grad_accum", "17179869184", nullptr, false, run_h_grad_accum},
+	{"b_expandable_leak", "17179869184", "expandable_segments:True", false, run_b_expandable_leak},
+	{"b_churn", "17179869184", nullptr, false, run_b_churn},
+	{"b_frag_oom", "220200960", nullptr, false, run_b_frag_oom},
+	{"b_capacity_oom", "536870912", nullptr, false, run_b_capacity_oom},
 };
 
 } // namespace

@@ -101,16 +101,24 @@ func TestTwoTracersOneHost(t *testing.T) {
 	probetest.RequirePrivilege(t)
 
 	// Deterministic: the run holds its target at the stop where the
-	// runtime has just been mapped (before probing it), serve stopped it
-	// there too, and serve ends meanwhile. The target must stay stopped
-	// until the run has probed, and the run be exact.
+	// driver has just been mapped (vmm links it: the start-up's last
+	// rendezvous), before probing it; serve stopped it there too (it
+	// faulted on a file serve had not examined), and serve ends
+	// meanwhile. The target must stay stopped until the run has probed,
+	// and the run be exact. It used to run on unprobed and exit.
 	t.Run("serve ends while a run holds its target", func(t *testing.T) {
 		cmd, done, stderr := startServe(t)
 		truthPath := filepath.Join(t.TempDir(), "truth.json")
-		h := startHeldAtStop(t, []string{"VRAMPROF_TEST_HOLD_AT_MAP=/libcudart", "VRAMPROF_TRUTH=" + truthPath},
-			probetest.Bin(t, "dlopen_late"))
+		h := startHeldAtStop(t, []string{"VRAMPROF_TEST_HOLD_AT_MAP=/libcuda.so", "VRAMPROF_TRUTH=" + truthPath},
+			probetest.Bin(t, "vmm"))
 		stopServe(t, cmd, done, stderr)
-		assert.Equal(t, byte('T'), procState(t, h.pid), "serve's end left the process the run holds stopped")
+		state := byte(0) // gone
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid)); err == nil {
+			if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) {
+				state = b[i+2]
+			}
+		}
+		require.Equal(t, string('T'), string(state), "serve's end left the process the run holds stopped (\\x00: it ran on and exited)")
 		h.release(t)
 		var err error
 		select {
@@ -132,8 +140,8 @@ func TestTwoTracersOneHost(t *testing.T) {
 	// stops, most likely); every run exact.
 	names := []string{"vmm", "four_devices", "dlopen_late", "static_lib"}
 	for round := 0; round < 3; round++ {
-		cmd, done, stderr := startServe(t)
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			cmd, done, stderr := startServe(t)
 			// Each run says when it records (its trace exists) or is over.
 			type running struct {
 				trace string

@@ -148,6 +148,21 @@ func heldBy(pid uint32, start uint64) int {
 	return 0
 }
 
+// heldByOther reports whether a live session other than the one whose PID
+// is self holds the lock on pid (started at start, clock ticks).
+func heldByOther(pid uint32, start uint64, self int) bool {
+	owner := heldBy(pid, start)
+	return owner != 0 && owner != self
+}
+
+// heldNow reports whether a session holds the lock on the process that
+// has the PID pid now (by its start time now: the PID may have been
+// reused since the caller last looked).
+func heldNow(pid uint32) bool {
+	st, err := procStartTime(int(pid))
+	return err == nil && heldBy(pid, st) != 0
+}
+
 // readOwner reads the holder's PID from a lock file; 0 when unreadable. The
 // holder writes it right after taking the lock: a reader that comes in
 // between waits a little for it.

@@ -480,7 +480,15 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			err = s.scan(p)
 		}
 	}
-	if r.flags&recFlagStopped != 0 {
+	if r.flags&recFlagStopped != 0 && s.opts.All && heldNow(r.ev.PID) {
+		// A single-process session holds the process that stopped (it
+		// took it since this one adopted it, and sweep lets go of it at
+		// the next tick; or the PID is a new process's, whose stop came
+		// before the old one's exit was reaped) and stopped it at this
+		// same rendezvous: that session resumes it once it has probed,
+		// not this one before (see heldRecord).
+		s.deferStop(r.ev.PID, r.ev.Addr)
+	} else if r.flags&recFlagStopped != 0 {
 		// Not a user's stop sent meanwhile (resume.go): that one is the
 		// user's to end, and the stop is no longer ours.
 		user, kerr := resume(int(r.ev.PID))

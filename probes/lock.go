@@ -30,6 +30,9 @@ import (
 // never by trying the lock, so its look cannot make another session's
 // lockProc fail), leaves alone a process a single-process session holds,
 // and lets go of one such a session starts tracing later (Session.tick).
+// It never resumes a process such a session holds, not even one it
+// stopped itself: that session stopped it at the same rendezvous and
+// resumes it once it has probed (late.go).
 
 // LockDir holds the per-process lock files. A variable for tests.
 var LockDir = "/run/vramprof"

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -161,7 +162,7 @@ func (g *guardian) watch(exited chan error) {
 		if serr != nil {
 			g.cmd, g.pipe = nil, nil
 			g.mu.Unlock()
-			resumed := resumeStopped(g.m)
+			resumed := resumeStopped(g.m, os.Getpid())
 			fmt.Fprintf(os.Stderr, "vramprof: the guardian (pid %d) died (%v) and no other could start (%v): "+
 				"resumed the %d processes stopped at a library load now; if vramprof dies at a later one, "+
 				"resume it with kill -CONT\n", old, err, serr, len(resumed))
@@ -228,11 +229,12 @@ func guardianMain(owner string) int {
 	case normal = <-read:
 	case <-term:
 	}
-	resumed := resumeStopped(m)
+	ownerPID, _ := strconv.Atoi(owner)
+	resumed := resumeStopped(m, ownerPID)
 	if !normal {
 		for _, d := range guardianRetries {
 			time.Sleep(d)
-			resumed = append(resumed, resumeStopped(m)...)
+			resumed = append(resumed, resumeStopped(m, ownerPID)...)
 		}
 	}
 	for _, pid := range resumed {
@@ -246,8 +248,17 @@ func guardianMain(owner string) int {
 
 // resumeStopped sends SIGCONT to every process m (the stopped map) lists
 // that is still the process that was stopped and has no stop of the user's
-// pending (resume), empties m, and returns the PIDs it resumed.
-func resumeStopped(m *ebpf.Map) []uint32 {
+// pending (resume), empties m, and returns the PIDs it resumed. owner is
+// the PID of the session m belongs to.
+//
+// A process another live session holds (lock.go) is left to that session:
+// an --all session (serve) stops a process a single-process session traces
+// at the same rendezvous as that session does (the stops merge into one),
+// and a SIGCONT from the --all session ending (or its guardian) would let
+// it run on while its holder is still probing, whose calls would then be
+// missed, or seen returning without their entry. The holder resumes it
+// after its probing; if the holder dies, its own guardian does.
+func resumeStopped(m *ebpf.Map, owner int) []uint32 {
 	type entry struct {
 		seq uint64
 		st  bpfStop
@@ -263,7 +274,7 @@ func resumeStopped(m *ebpf.Map) []uint32 {
 		// By its own stop's key: a process stopped again meanwhile has
 		// an entry of its own, for the next look.
 		// A stop the user sent meanwhile stays (resume.go).
-		if sameStart(e.st.Tgid, e.st.Start) {
+		if sameStart(e.st.Tgid, e.st.Start) && !heldByOther(e.st.Tgid, e.st.Start/clockTicksNs, owner) {
 			user, err := resume(int(e.st.Tgid))
 			if user != 0 {
 				fmt.Fprintf(os.Stderr, "vramprof: pid %d was sent %v while stopped at a library load or exec: left stopped\n", e.st.Tgid, user)

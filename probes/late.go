@@ -38,7 +38,9 @@ package probes
 //
 // A process another session traces (held) may be stopped by both sessions
 // at one rendezvous: that session resumes it once it has probed, and this
-// one must not resume it earlier (deferStop).
+// one must not resume it earlier (deferStop): not when the process was
+// adopted before that session locked it (loaderChanged), nor when this
+// session ends or dies (resumeStopped).
 
 import (
 	"debug/elf"

@@ -120,7 +120,7 @@ func (l *loader) close() error {
 	// A target stopped at a dlopen waits for us: never leave it stopped.
 	// With the probes gone, no process is stopped after this.
 	if l.objs.Stopped != nil {
-		resumeStopped(l.objs.Stopped)
+		resumeStopped(l.objs.Stopped, os.Getpid())
 	}
 	if l.guard != nil {
 		errs = append(errs, l.guard.close())

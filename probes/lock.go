@@ -30,6 +30,9 @@ import (
 // never by trying the lock, so its look cannot make another session's
 // lockProc fail), leaves alone a process a single-process session holds,
 // and lets go of one such a session starts tracing later (Session.tick).
+// It never resumes a process such a session holds, not even one it
+// stopped itself: that session stopped it at the same rendezvous and
+// resumes it once it has probed (late.go).
 
 // LockDir holds the per-process lock files. A variable for tests.
 var LockDir = "/run/vramprof"
@@ -146,6 +149,21 @@ func heldBy(pid uint32, start uint64) int {
 		}
 	}
 	return 0
+}
+
+// heldByOther reports whether a live session other than the one whose PID
+// is self holds the lock on pid (started at start, clock ticks).
+func heldByOther(pid uint32, start uint64, self int) bool {
+	owner := heldBy(pid, start)
+	return owner != 0 && owner != self
+}
+
+// heldNow reports whether a session holds the lock on the process that
+// has the PID pid now (by its start time now: the PID may have been
+// reused since the caller last looked).
+func heldNow(pid uint32) bool {
+	st, err := procStartTime(int(pid))
+	return err == nil && heldBy(pid, st) != 0
 }
 
 // readOwner reads the holder's PID from a lock file; 0 when unreadable. The

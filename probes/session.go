@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -96,6 +97,8 @@ type Session struct {
 	rd *reader
 	// stops counts the stop records read, for the test hook dieAtStop.
 	stops int
+	// heldForTest: the test hook holdAtStop has held its stop.
+	heldForTest bool
 
 	allocs   []allocspec.Allocator // built-in and user specs; none with NoPool
 	notCUDA  map[fileKey]bool      // files scanned and found to hold nothing to probe
@@ -448,7 +451,8 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 	var held func()
 	if r.flags&recFlagStopped != 0 {
 		s.stops++
-		if s.stops == 1 && holdAtStop != "" {
+		if holdAtStop != "" && !s.heldForTest && holdsHere(s.stops, r.ev.PID) {
+			s.heldForTest = true
 			held = holdForTest(holdAtStop, r.ev.PID)
 		}
 		if s.stops == dieAtStop {
@@ -476,7 +480,15 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			err = s.scan(p)
 		}
 	}
-	if r.flags&recFlagStopped != 0 {
+	if r.flags&recFlagStopped != 0 && s.opts.All && heldNow(r.ev.PID) {
+		// A single-process session holds the process that stopped (it
+		// took it since this one adopted it, and sweep lets go of it at
+		// the next tick; or the PID is a new process's, whose stop came
+		// before the old one's exit was reaped) and stopped it at this
+		// same rendezvous: that session resumes it once it has probed,
+		// not this one before (see heldRecord).
+		s.deferStop(r.ev.PID, r.ev.Addr)
+	} else if r.flags&recFlagStopped != 0 {
 		// Not a user's stop sent meanwhile (resume.go): that one is the
 		// user's to end, and the stop is no longer ours.
 		user, kerr := resume(int(r.ev.PID))
@@ -523,6 +535,22 @@ var dieAtStop, _ = strconv.Atoi(os.Getenv("VRAMPROF_TEST_DIE_AT_STOP"))
 // guardian, kill vramprof. Empty (unset) is off. Never set it outside
 // tests.
 var holdAtStop = os.Getenv("VRAMPROF_TEST_HOLD_AT_STOP")
+
+// holdAtMap is a test hook, from $VRAMPROF_TEST_HOLD_AT_MAP: with
+// holdAtStop, the hold is at the first stop of a process that maps a file
+// whose path holds this string (the stop where a library it names has
+// just been mapped, before the session probes it), instead of the first
+// stop. Never set it outside tests.
+var holdAtMap = os.Getenv("VRAMPROF_TEST_HOLD_AT_MAP")
+
+// holdsHere reports whether holdAtStop holds the nth stop, of pid.
+func holdsHere(n int, pid uint32) bool {
+	if holdAtMap == "" {
+		return n == 1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	return err == nil && strings.Contains(string(b), holdAtMap)
+}
 
 // holdForTest is holdAtStop's hold; it returns what marks the stop
 // handled. It writes held once the process has stopped (the record can be

@@ -447,12 +447,12 @@ func (a *Analyzer) setIterations(r *Result) {
 // boundaries (every start, and the last start plus the period, at most the
 // last event), or, when the stack's change log overflowed, the windows'
 // growth over the iterations that started within them.
-func (a *Analyzer) leakRate(l *Leak, g *groupState, lp *loop) {
+func (a *Analyzer) leakRate(l *Leak, log siteLog, lp *loop) {
 	if lp == nil {
 		return
 	}
 	var per float64
-	if log := a.iters.log(g); log != nil {
+	if log != nil {
 		ys := make([]float64, 0, len(lp.seq)+1)
 		for _, s := range lp.seq {
 			ys = append(ys, float64(log.before(s)))
@@ -506,13 +506,13 @@ func slope(ys []float64) float64 {
 // timeToOOM sets the leak's projected time to out-of-memory on the device
 // where the stack holds the most live bytes, when its capacity is known
 // (Options.Capacity, else NVML's DeviceInfo).
-func (a *Analyzer) timeToOOM(r *Result, l *Leak, g *groupState) {
+func (a *Analyzer) timeToOOM(r *Result, l *Leak, gs []*groupState) {
 	if l.BytesPerMinute <= 0 {
 		return
 	}
 	byDev := make(map[int32]uint64)
 	for _, c := range a.classes {
-		if c.group >= 0 && a.groups[c.group] == g {
+		if c.group >= 0 && slices.Contains(gs, a.groups[c.group]) {
 			byDev[c.key.device] += c.live.Bytes
 		}
 	}

@@ -34,9 +34,10 @@ type pool struct {
 	// blocks is set once a block event came for the pool: its
 	// fragmentation figures and OOM forensics are reported.
 	blocks bool
-	// hosts are the stacks of the segments a block was ever placed in:
-	// the allocator's own segments, which the leak rule leaves to the
-	// blocks (see doc.go, "The leak rule").
+	// hosts are the stacks of the segments a block was ever placed in
+	// (and, for a mapped segment, of the cuMemCreate calls that made its
+	// pages): the allocator's own segments, which the leak rule leaves to
+	// the blocks (see doc.go, "The leak rule").
 	hosts map[event.StackID]bool
 	// worst is the state at the largest cached-free total seen while
 	// blocks were allocated. Its geometry (free ranges) is taken lazily:

@@ -137,7 +137,13 @@
 //
 // # The leak rule
 //
-// Per stack of each process. When the process's blocks were traced (the
+// Per site of each process: the stacks of one source path (every frame the
+// same function, file and line, or, without line information, the same
+// address; a stack without frames is a site of its own). A call from a
+// loop the compiler unrolled has one stack per return address and is one
+// site to a person: its stacks' live bytes add up, and the finding names
+// the heaviest of them with the site's bytes and allocations. When the
+// process's blocks were traced (the
 // block layer: USDT pytorch:malloc/free or an allocator spec), tensors
 // decide: the rule reads its block-layer stacks, and its segment-layer
 // stacks but those whose segments a block was ever placed in (the
@@ -163,12 +169,20 @@
 // after a long wait (an attach), leaves windows without an iteration, flat,
 // however steadily the stack grows. So a stack they do not flag gets a
 // second look when its process has a loop (see "Iterations") of at least W
-// iterations and the stack's change log is complete: the same rule on its
-// live bytes at the ends of W windows equal in iterations. Window k < W
-// ends where iteration ceil(k*count/W) starts (the sample the rate per
-// iteration takes there), window W at Run.End; a stack flagged so has
-// these windows as its evidence (their ends in Leak.WindowEnds, not
-// equally spaced in time).
+// iterations and the site's change logs are complete, read at the
+// iteration starts: y[j] the site's live bytes just before iteration j
+// starts, y[count] at the end. The growth's run is the tail of y that
+// never falls, from the iteration before its first rise (s; m iterations
+// to the end): a leak that began late, at "epoch 60" of 80, is judged from
+// there, not diluted by the flat epochs before it. The same rule holds on
+// its live bytes at the ends of W windows equal in iterations: window k <
+// W ends where iteration s + ceil(k*m/W) starts (the sample the rate per
+// iteration takes there), window W at Run.End; the run needs m >= W, and
+// the site must hold more at the end than before the loop's middle
+// iteration. A site flagged so has these windows as its evidence (their
+// ends in Leak.WindowEnds, not equally spaced in time). A step up once
+// (state made at a late step) rises in the first of those windows only,
+// never in half of them.
 //
 // Either way the growth must persist through the steady part of the run:
 // the stack's live bytes at the end must exceed those at the middle of its
@@ -302,7 +316,9 @@
 // # Iterations
 //
 // Per process instance, from its successful non-nested device allocations
-// by allocation site (stack): its blocks (tensors) when its block layer
+// by allocation site (a source path, as the leak rule's sites: the stacks
+// of one call unrolled by the compiler allocate as one site, in stream
+// order; the site's stack with the most allocations names it): its blocks (tensors) when its block layer
 // was traced, else its segments (a caching allocator makes segments in a
 // warm-up and at new sizes, not once per step). A site's allocations
 // are grouped into bursts: a burst starts at its first allocation and after
@@ -426,6 +442,10 @@
 // a mapped segment is never "pinned" (the allocator unmaps the free pages
 // around a block). Pages mapped before the pool's first block event are
 // taken from the ledger's mappings. Pool.Expandable marks such a pool.
+// The device memory of a page is charged to the stack that created it
+// (cuMemCreate), not to the mapping's: a mapped segment that holds a block
+// makes the creators of its pages hosts too (see "The leak rule"), so the
+// pages of an expandable segment are the cache, never a leak.
 //
 // OOM forensics: a failed non-nested segment allocation while the block
 // layer is traced records the geometry before the allocator reacts; under

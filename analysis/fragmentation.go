@@ -34,9 +34,10 @@ type pool struct {
 	// blocks is set once a block event came for the pool: its
 	// fragmentation figures and OOM forensics are reported.
 	blocks bool
-	// hosts are the stacks of the segments a block was ever placed in:
-	// the allocator's own segments, which the leak rule leaves to the
-	// blocks (see doc.go, "The leak rule").
+	// hosts are the stacks of the segments a block was ever placed in
+	// (and, for a mapped segment, of the cuMemCreate calls that made its
+	// pages): the allocator's own segments, which the leak rule leaves to
+	// the blocks (see doc.go, "The leak rule").
 	hosts map[event.StackID]bool
 	// worst is the state at the largest cached-free total seen while
 	// blocks were allocated. Its geometry (free ranges) is taken lazily:
@@ -62,6 +63,20 @@ type pool struct {
 	// segments all along, and a new one each time is garbage. They are at
 	// most as many as were ever live at once.
 	spare []*poolSegment
+	// handles are the stacks that created the live physical handles
+	// (cuMemCreate, by handle) and pages the stacks of the physical
+	// memory mapped at each page start (cuMemMap, by address): a mapped
+	// segment a block is placed in makes its pages' creators hosts too,
+	// since under expandable segments the device memory is charged to
+	// cuMemCreate's stack, not to the mapping's.
+	handles map[uint64]event.StackID
+	pages   map[uint64]poolPage
+}
+
+// poolPage is a mapped page's size and the stack that created its memory.
+type poolPage struct {
+	size  uint64
+	stack event.StackID
 }
 
 // poolSegment is one live segment, kept small (32 bytes). The pool holds
@@ -265,6 +280,12 @@ func (s *poolSegment) mapped() bool { return s.api == event.APICuMemMap }
 func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
 	p.expandable = true
 	p.vmmRun = 0
+	if st, ok := p.handles[e.Stream]; ok {
+		if p.pages == nil {
+			p.pages = make(map[uint64]poolPage)
+		}
+		p.pages[e.Addr] = poolPage{size: e.Size, stack: st}
+	}
 	if o := p.open; o != nil && o.Outcome == OOMPending && o.Expandable && o.TID == e.TID {
 		// The pages the retry asked for were all created: it worked.
 		o.Outcome = OOMRetried
@@ -315,6 +336,13 @@ func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
 			delete(p.unplacedBlocks, addr)
 			p.unplaced -= b.size
 		}
+	}
+	if s.in != nil && s.in.n > 0 {
+		// The pages grew a segment that holds blocks.
+		if p.hosts == nil {
+			p.hosts = make(map[event.StackID]bool)
+		}
+		p.hostPages(s)
 	}
 	p.noteWorst(e.Time)
 }
@@ -371,7 +399,11 @@ func (p *pool) mapRemove(t, addr, size, duration uint64) bool {
 
 // created notes a cuMemCreate that made physical memory: one more page
 // the current request of thread tid asks for.
-func (p *pool) created(tid uint32, size uint64) {
+func (p *pool) created(tid uint32, size uint64, handle uint64, stack event.StackID) {
+	if p.handles == nil {
+		p.handles = make(map[uint64]event.StackID)
+	}
+	p.handles[handle] = stack
 	if p.vmmTID != tid {
 		p.vmmRun, p.vmmTID = 0, tid
 	}
@@ -433,6 +465,9 @@ func (p *pool) blockAlloc(e *event.Event) {
 			p.hosts = make(map[event.StackID]bool)
 		}
 		p.hosts[seg.stack] = true
+		if seg.mapped() {
+			p.hostPages(seg)
+		}
 	}
 	blocks := s.list()
 	j, found := searchBlocks(blocks, e.Addr)
@@ -445,6 +480,18 @@ func (p *pool) blockAlloc(e *event.Event) {
 	}
 	p.allocated += e.Size
 	p.noteWorst(e.Time)
+}
+
+// hostPages makes the creators of the pages mapped inside mapped segment
+// seg hosts: their memory holds the segment's blocks. A page counted once
+// leaves pages (its stack is a host for good).
+func (p *pool) hostPages(seg *poolSegment) {
+	for addr, pg := range p.pages {
+		if addr >= seg.addr && addr+pg.size <= seg.addr+seg.size {
+			p.hosts[pg.stack] = true
+			delete(p.pages, addr)
+		}
+	}
 }
 
 // blockFree returns a block to the cache.
@@ -769,7 +816,7 @@ func (m *poolModel) created(e *event.Event, ch *ledger.Change) {
 	p := m.pool(e.PID, e.Device)
 	switch ch.Verdict {
 	case ledger.Added, ledger.Replaced:
-		p.created(e.TID, e.Size)
+		p.created(e.TID, e.Size, e.Addr, e.Stack)
 	case ledger.Failed:
 		request := e.Size
 		if p.vmmTID == e.TID {

@@ -350,23 +350,77 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 			blocks[a.groups[gi].key.pid] = true
 		}
 	}
-	var sites []int32 // group indexes
+	// A site is a source path: the stacks of one call from a loop the
+	// compiler unrolled (one per return address) allocate as one.
+	type siteKey struct {
+		pid   uint32
+		block bool
+		src   string
+		stack event.StackID
+	}
+	bySite := make(map[siteKey][]int32) // group indexes
+	var keys []siteKey
 	for gi := range a.iters.stacks {
 		k := a.groups[gi].key
-		if a.iters.stacks[gi].site.count > 0 && (k.sc == blockScope) == blocks[k.pid] {
-			sites = append(sites, int32(gi))
-		}
-	}
-	slices.SortFunc(sites, func(i, j int32) int {
-		x, y := a.groups[i].key, a.groups[j].key
-		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(x.stack, y.stack))
-	})
-	for _, gi := range sites {
-		k, site := a.groups[gi].key, &a.iters.stacks[gi].site
-		if site.st.len() < minIterations {
+		if a.iters.stacks[gi].site.count == 0 || (k.sc == blockScope) != blocks[k.pid] {
 			continue
 		}
-		seqs, times := site.st.unpack()
+		sk := siteKey{pid: k.pid, block: k.sc == blockScope}
+		if st := a.stacks[k.stack]; st != nil && len(st.Frames) > 0 {
+			sk.src = sourceKey(st.Frames)
+		} else {
+			sk.stack = k.stack
+		}
+		if bySite[sk] == nil {
+			keys = append(keys, sk)
+		}
+		bySite[sk] = append(bySite[sk], int32(gi))
+	}
+	// Each site's representative: its stack with the most allocations
+	// (the lower ID on a tie), which names it and orders the sites.
+	rep := func(gis []int32) int32 {
+		best := gis[0]
+		for _, gi := range gis[1:] {
+			c, b := a.iters.stacks[gi].site.count, a.iters.stacks[best].site.count
+			if c > b || c == b && a.groups[gi].key.stack < a.groups[best].key.stack {
+				best = gi
+			}
+		}
+		return best
+	}
+	slices.SortFunc(keys, func(x, y siteKey) int {
+		i, j := rep(bySite[x]), rep(bySite[y])
+		return cmp.Or(cmp.Compare(x.pid, y.pid), cmp.Compare(a.groups[i].key.stack, a.groups[j].key.stack))
+	})
+	for _, sk := range keys {
+		gis := bySite[sk]
+		gi := rep(gis)
+		k := a.groups[gi].key
+		var seqs, times []uint64
+		for _, g := range gis {
+			st := &a.iters.stacks[g].site.st
+			if st.len() == 0 {
+				continue
+			}
+			s, t := st.unpack()
+			seqs, times = append(seqs, s...), append(times, t...)
+		}
+		if len(gis) > 1 {
+			// One stream order: by event sequence.
+			idx := make([]int, len(seqs))
+			for i := range idx {
+				idx[i] = i
+			}
+			slices.SortFunc(idx, func(i, j int) int { return cmp.Compare(seqs[i], seqs[j]) })
+			s2, t2 := make([]uint64, len(idx)), make([]uint64, len(idx))
+			for n, i := range idx {
+				s2[n], t2[n] = seqs[i], times[i]
+			}
+			seqs, times = s2, t2
+		}
+		if len(seqs) < minIterations {
+			continue
+		}
 		var l *loop
 		for _, limit := range burstLimits(times) {
 			if c := siteLoop(seqs, times, limit); c != nil && better(c, l) {
@@ -447,12 +501,12 @@ func (a *Analyzer) setIterations(r *Result) {
 // boundaries (every start, and the last start plus the period, at most the
 // last event), or, when the stack's change log overflowed, the windows'
 // growth over the iterations that started within them.
-func (a *Analyzer) leakRate(l *Leak, g *groupState, lp *loop) {
+func (a *Analyzer) leakRate(l *Leak, log siteLog, lp *loop) {
 	if lp == nil {
 		return
 	}
 	var per float64
-	if log := a.iters.log(g); log != nil {
+	if log != nil {
 		ys := make([]float64, 0, len(lp.seq)+1)
 		for _, s := range lp.seq {
 			ys = append(ys, float64(log.before(s)))
@@ -506,13 +560,13 @@ func slope(ys []float64) float64 {
 // timeToOOM sets the leak's projected time to out-of-memory on the device
 // where the stack holds the most live bytes, when its capacity is known
 // (Options.Capacity, else NVML's DeviceInfo).
-func (a *Analyzer) timeToOOM(r *Result, l *Leak, g *groupState) {
+func (a *Analyzer) timeToOOM(r *Result, l *Leak, gs []*groupState) {
 	if l.BytesPerMinute <= 0 {
 		return
 	}
 	byDev := make(map[int32]uint64)
 	for _, c := range a.classes {
-		if c.group >= 0 && a.groups[c.group] == g {
+		if c.group >= 0 && slices.Contains(gs, a.groups[c.group]) {
 			byDev[c.key.device] += c.live.Bytes
 		}
 	}

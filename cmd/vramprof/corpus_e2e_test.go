@@ -310,6 +310,12 @@ type corpusProgram struct {
 	// made: the block layer must have seen each, or the run is not judged
 	// (a harness failure, not a rule's).
 	tensors func(tb testing.TB, truthPath string) uint64
+	// open, when set, says why the program does not meet the bar yet (a
+	// gap of the rules or the unwinder that issue 18 still tracks). The
+	// program is judged and counted in the table as any other; its test
+	// fails when it meets the bar (take it off the list) or when it cannot
+	// be judged, and otherwise logs the gap instead of failing.
+	open string
 }
 
 // runCorpusProgram profiles one corpus program with `vramprof run` (the
@@ -492,6 +498,12 @@ func TestFindingsCorpus(t *testing.T) {
 	runCorpus(t, "corpus", progs)
 }
 
+// meetsBar says whether a judged program meets the bar: no finding above
+// info that no label explains, and every labelled defect found.
+func (o *corpusOutcome) meetsBar() bool {
+	return len(o.fp) == 0 && !slices.Contains(o.found, -1)
+}
+
 // runCorpus runs each program under `vramprof run`, prints the table (kind
 // | TP | FP | miss, and each program's label against its findings) and
 // asserts the bar: no finding above info on a healthy program; every
@@ -521,6 +533,11 @@ func runCorpus(t *testing.T, title string, progs []corpusProgram) {
 					require.False(t, o.healthy, "label: a b_* program is broken")
 				}
 				if tableOnly {
+					return
+				}
+				if p.open != "" {
+					require.False(t, o.meetsBar(), "%s meets the bar now: take it off the open list (%s)", p.name, p.open)
+					t.Logf("open: %s does not meet the bar yet: %s", p.name, p.open)
 					return
 				}
 				for _, j := range o.fp {

@@ -566,6 +566,20 @@ var torchCorpus = []string{
 	"train", "train_nocache", "train_empty_cache", "frag_oom", "expandable", "expandable_oom",
 }
 
+// torchOpen are the torchdrv scenarios that do not meet the bar yet on the
+// real libc10_cuda.so, and why (issue 18 keeps them open; runCorpus fails
+// when one of them meets the bar, so the list only shrinks).
+var torchOpen = map[string]string{
+	"b_churn": "the churn is found with its exact bytes, but Debian's libc10_cuda.so keeps no frame " +
+		"pointers in emptyCache's path, so the cudaFree's stack stops inside the library and the site " +
+		"falls back to cudaFree, not release_every_step",
+	"train_nocache": "with PYTORCH_NO_CUDA_MEMORY_CACHING=1 every tensor free is a cudaFree: the churn " +
+		"rule reports it at drop_all with empty_cache() advice, where the cause is the caching turned off",
+	"expandable_oom": "under expandable segments the failing tensor request is not seen (pytorch:malloc " +
+		"fires on success only): the oom's bytes are the pages asked of the driver (62914560), not the " +
+		"96 MiB tensor PyTorch's message names",
+}
+
 // TestFindingsCorpusTorch holds vramprof's findings on PyTorch's own
 // CUDACachingAllocator (Debian's libc10_cuda.so) to the corpus's bar
 // (runCorpus): every torchdrv scenario labels itself (healthy, or each
@@ -576,7 +590,7 @@ func TestFindingsCorpusTorch(t *testing.T) {
 	bin := torchDriver(t)
 	var progs []corpusProgram
 	for _, name := range torchCorpus {
-		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name},
+		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name}, open: torchOpen[name],
 			tensors: func(tb testing.TB, truthPath string) uint64 {
 				return mustReadJSON[torchTruth](tb, truthPath).Tensors.Allocations
 			}})

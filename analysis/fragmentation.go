@@ -281,6 +281,11 @@ func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
 	p.expandable = true
 	p.vmmRun = 0
 	if st, ok := p.handles[e.Stream]; ok {
+		// A handle's creator is wanted once, at its mapping: dropped
+		// here, so that pages made and released every step (empty_cache
+		// under expandable segments) keep the maps as small as what is
+		// mapped.
+		delete(p.handles, e.Stream)
 		if p.pages == nil {
 			p.pages = make(map[uint64]poolPage)
 		}
@@ -352,6 +357,9 @@ func (p *pool) mapAdd(e *event.Event, reserved func(addr uint64) bool) {
 // one segment or two. Blocks inside the range (a missed block free)
 // become unplaced. It reports whether a mapped segment held addr.
 func (p *pool) mapRemove(t, addr, size, duration uint64) bool {
+	// The range is one mapping (mapped calls this per mapping): its page,
+	// if it never held a block, goes with it.
+	delete(p.pages, addr)
 	if !p.blocks {
 		return false
 	}

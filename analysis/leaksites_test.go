@@ -118,3 +118,32 @@ func TestExpandablePagesAreTheCache(t *testing.T) {
 	// Reserved peak 40 pages of 2 MiB; the tensors' peak one 1 MiB block.
 	assert.Equal(t, 40*2*MiB-MiB, cache[0].Bytes)
 }
+
+// TestExpandablePagesForgotten: pages created, mapped, unmapped and
+// released every step (empty_cache under expandable segments) leave
+// nothing in the pool's creator maps, which would otherwise grow by a page
+// a step for the whole run. 1000 steps; the control is the count of pages
+// still mapped at the end: one.
+func TestExpandablePagesForgotten(t *testing.T) {
+	p := eventtest.NewVMMPool()
+	p.Reserve(eventtest.VMMBase, 1<<30)
+	keep := p.Create(2 * MiB)
+	p.Map(eventtest.VMMBase, 2*MiB, keep)
+	for range 1000 {
+		addr := eventtest.VMMBase + 2*MiB
+		p.Map(addr, 2*MiB, p.Create(2*MiB))
+		p.Shrink(addr, 2*MiB)
+	}
+	a := New(Options{})
+	for _, r := range p.Finish() {
+		require.NoError(t, a.Add(r))
+	}
+	var handles, pages int
+	for _, pl := range a.pools.pools {
+		handles += len(pl.handles)
+		pages += len(pl.pages)
+	}
+	assert.Equal(t, 0, handles, "creators of mapped handles")
+	assert.Equal(t, 1, pages, "pages still mapped and never holding a block")
+	a.Finish()
+}

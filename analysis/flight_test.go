@@ -109,30 +109,14 @@ func checkCheckpointRestore(t *testing.T, opts Options) {
 		if _, ok := recs[cut].(*event.Event); !ok {
 			continue
 		}
-		tr := checkpoint.NewTracker()
-		tr.SetStart(recs[0].(*event.Header).Start)
-		var desc, after []event.Record
-		for i, r := range recs {
-			e, isEvent := r.(*event.Event)
-			switch {
-			case isEvent && i < cut:
-				tr.Observe(e)
-			case isEvent:
-				after = append(after, r)
-			case i == 0:
-			case i < cut:
-				desc = append(desc, r)
-			default:
-				after = append(after, r)
+		window := cutAt(recs, cut)
+		var c *event.Checkpoint
+		for _, r := range window {
+			if cp, ok := r.(*event.Checkpoint); ok {
+				c = cp
 			}
 		}
-		c, live := tr.Checkpoint(2)
-		window := append([]event.Record{recs[0]}, desc...)
-		window = append(window, c)
-		for i := range live {
-			window = append(window, &live[i])
-		}
-		window = append(window, after...)
+		require.NotNil(t, c, "cut %d: the window's checkpoint", cut)
 		got := mustAnalyze(t, opts, window)
 
 		require.NotNil(t, got.Run.Flight, "cut %d", cut)

@@ -336,7 +336,10 @@
 // mode is robust to it. The site's allocations are then cut into
 // consecutive runs of k from its first: each run is an iteration, started
 // by its first allocation (so n allocations make ceil(n/k) iterations, a
-// loop stopped mid-iteration counting its last). A site is periodic when it
+// loop stopped mid-iteration counting its last); at least 3 in 4 of the
+// runs must start where a burst does (a few stalls can cut a site in long
+// bursts each seen once, the smallest of them a part of a step: runs of it
+// start mid-step, and make more iterations than there are). A site is periodic when it
 // has at least 4 iterations and the median absolute deviation of the
 // spacings between iteration starts is at most a quarter of their median
 // (which must be > 0); it is patterned when more than one spacing in 8 is

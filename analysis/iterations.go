@@ -454,7 +454,7 @@ func siteLoop(seqs, times []uint64, limit uint64) *loop {
 		l.starts = append(l.starts, times[i])
 	}
 	l.count = uint64(len(l.starts))
-	if l.count < minIterations {
+	if l.count < minIterations || !aligned(idx, per, len(times)) {
 		return nil
 	}
 	p, ok, patterned := regular(l.starts)
@@ -463,6 +463,27 @@ func siteLoop(seqs, times []uint64, limit uint64) *loop {
 	}
 	l.period, l.patterned = p, patterned
 	return l
+}
+
+// aligned reports whether runs of per allocations from the first start
+// where bursts do: at least 3 in 4 of the runs' starts are burst starts
+// (idx). A stall splits a burst and leaves the runs aligned; a size taken
+// for the mode where every size was seen once (a few stalls cutting the
+// site in long runs, the smallest of them 3 allocations of a step of 4)
+// puts the runs' starts mid-burst (see doc.go, "Iterations").
+func aligned(idx []int, per, n int) bool {
+	hit, runs := 0, 0
+	j := 0
+	for i := 0; i < n; i += per {
+		runs++
+		for j < len(idx) && idx[j] < i {
+			j++
+		}
+		if j < len(idx) && idx[j] == i {
+			hit++
+		}
+	}
+	return 4*hit >= 3*runs
 }
 
 // setIterations sets Process.Iterations.

@@ -146,3 +146,40 @@ func TestLeakDescheduled(t *testing.T) {
 	require.Len(t, leaks, 1)
 	assert.Equal(t, event.StackID(3), leaks[0].Stacks[0].Stack)
 }
+
+// TestSiteLoopStallsMakeNoMode is CI's leak run (134 iterations of 93.2
+// µs for leak.c's 100): forward() allocates 4 times a step (5 µs apart,
+// the next step 85 µs on), and 4 stalls of 2 ms cut the site in 5 runs of
+// 101, 3, 146, 80 and 70 allocations. The natural break (85 µs) splits at
+// the stalls only; every size is seen once, so the smallest, 3, was taken
+// for the allocations per step: a run of 3 every 95 µs, 134 of them,
+// regular and more than the quartile's 100. The runs of 3 do not start
+// where the bursts do: that limit makes no loop, and the quartile's does.
+func TestSiteLoopStallsMakeNoMode(t *testing.T) {
+	const steps, per = 100, 4
+	var seqs, times []uint64
+	now := uint64(1e9)
+	stalls := map[int]bool{101: true, 104: true, 250: true, 330: true}
+	for i := range steps * per {
+		switch {
+		case i == 0:
+		case i%per == 0:
+			now += 85_000
+		default:
+			now += 5_000
+		}
+		if stalls[i] {
+			now += 2_000_000
+		}
+		seqs, times = append(seqs, uint64(i)), append(times, now)
+	}
+	limits := burstLimits(times)
+	require.Len(t, limits, 2, "the quartile's limit and the natural break")
+	assert.Equal(t, uint64(20_000), limits[0], "4 x the lower quartile, 5 µs")
+	assert.Equal(t, uint64(85_000), limits[1], "the break: the step's gap, below the stalls'")
+	assert.Nil(t, siteLoop(seqs, times, limits[1]), "runs of 3 that start mid-burst are no loop")
+	l := siteLoop(seqs, times, limits[0])
+	require.NotNil(t, l)
+	assert.Equal(t, uint64(steps), l.count)
+	assert.Equal(t, uint64(100_000), l.period, "85 µs + 3 x 5 µs")
+}

@@ -30,7 +30,9 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	t := res.Totals
 
 	p("vramprof: %s\n", runLine(res))
-	for _, l := range IncompleteReasons(res) {
+	// A process attached mid-run is said on the line of memory from
+	// before tracing.
+	for _, l := range cutReasons(res) {
 		p("incomplete:         %s\n", l)
 	}
 	if l := noCallsLine(&res.Run); l != "" {

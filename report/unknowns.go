@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,16 @@ func processUnknown(res *analysis.Result) []string {
 // line per reason; nil when it does. A gate must not pass on such figures
 // (report.json's run.complete, read by `vramprof check`).
 func IncompleteReasons(res *analysis.Result) []string {
+	out := cutReasons(res)
+	if l := midRunLine(res); l != "" {
+		out = append(out, l)
+	}
+	return out
+}
+
+// cutReasons are IncompleteReasons but for a process attached mid-run:
+// the recording stops before its end.
+func cutReasons(res *analysis.Result) []string {
 	var out []string
 	if m := res.Run.Moment; m != nil {
 		out = append(out, fmt.Sprintf("a moment report (%s %d, %s after the start): the figures stop at the moment, while the recording went on",
@@ -91,6 +102,38 @@ func IncompleteReasons(res *analysis.Result) []string {
 			"so the figures cover only what was recorded before the cut")
 	}
 	return out
+}
+
+// midRunLine says which processes were attached mid-run, "" when every
+// one was traced from its start (or the stream is an imported snapshot,
+// which says what it knows in its own fields). A process traced from its
+// start has seen all it did; one attached mid-run may have peaked,
+// allocated and leaked before.
+func midRunLine(res *analysis.Result) string {
+	if res.Run.Imported() {
+		return ""
+	}
+	var pids []uint32
+	for i := range res.Processes {
+		if b := res.Processes[i].Preexisting.Basis; b != analysis.PreexistingNone && b != "" {
+			pids = append(pids, res.Processes[i].PID)
+		}
+	}
+	if len(pids) == 0 {
+		return ""
+	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	names := make([]string, len(pids))
+	for i, p := range pids {
+		names[i] = fmt.Sprint(p)
+	}
+	what := "process " + names[0] + " was"
+	if len(names) > 1 {
+		what = "processes " + strings.Join(names, ", ") + " were"
+	}
+	return fmt.Sprintf("attached mid-run: %s running before tracing began, so a peak, allocations or leaks "+
+		"before the attach are not in the figures (record with `vramprof run` from the start for figures a gate can trust)", what)
 }
 
 // incompleteLine is IncompleteReasons in one line; "" when complete.

@@ -287,6 +287,18 @@ func TestAttach(t *testing.T) {
 			assert.Equal(t, "attach", rep.Run.Mode)
 			assert.Equal(t, tc.reason, rep.Run.EndReason, "end_reason")
 			assert.True(t, rep.Run.EndedCleanly, "ended_cleanly")
+
+			// longrun held memory before the attach (its truth's
+			// preexisting): the recording is no whole run, and a gate
+			// gives no verdict on it, even at 1 GiB over the truth's
+			// peak.
+			reason := fmt.Sprintf("attached mid-run: process %d was running before tracing began", lr.pid)
+			cr := mustReadJSON[completeReport](t, filepath.Join(a.dir, "report.json"))
+			require.NotNil(t, cr.Run.Complete, "report.json run.complete")
+			assert.False(t, *cr.Run.Complete, "an attach recording is not complete")
+			require.Len(t, cr.Run.IncompleteReasons, 1)
+			assert.Contains(t, cr.Run.IncompleteReasons[0], reason)
+			checkUnknown(t, reason, "--max-peak", strconv.FormatUint(want.PeakBytes+1<<30, 10), a.dir)
 		})
 	}
 

@@ -81,6 +81,13 @@ type Diff struct {
 	PeakStacks      []StackChange `json:"peak_stacks"`
 	LiveAtEndStacks []StackChange `json:"live_at_end_stacks"`
 
+	// BaseIncomplete, NewIncomplete say why BASE or NEW does not cover a
+	// whole run (Snapshot.Incomplete: cut short, a moment report, a
+	// process attached mid-run); absent when it does. Their figures may
+	// differ for that reason alone: the text says so first.
+	BaseIncomplete []string `json:"base_incomplete,omitempty"`
+	NewIncomplete  []string `json:"new_incomplete,omitempty"`
+
 	// baseTruncated, newTruncated: BASE or NEW was cut short (the text
 	// says so; the JSON has run.ended_cleanly in the reports).
 	baseTruncated, newTruncated bool
@@ -96,6 +103,7 @@ func NewDiff(base, nw *Snapshot) *Diff {
 		Processes:  diffRows(base.Processes, nw.Processes, true),
 		PeakStacks: DiffStacks(base.PeakStacks, nw.PeakStacks), LiveAtEndStacks: DiffStacks(base.EndStacks, nw.EndStacks),
 
+		BaseIncomplete: base.Incomplete, NewIncomplete: nw.Incomplete,
 		baseTruncated: base.Truncated, newTruncated: nw.Truncated,
 	}
 }
@@ -271,10 +279,17 @@ func (d *Diff) WriteText(w io.Writer) {
 		p("lost events:  %d -> %d (the kernel dropped records: the figures may be wrong either way: a missed free reads high, a missed allocation low)\n", d.LostEvents.Base, d.LostEvents.New)
 	}
 	for _, s := range []struct {
-		source    string
-		truncated bool
-	}{{d.Base, d.baseTruncated}, {d.New, d.newTruncated}} {
-		if s.truncated {
+		source     string
+		truncated  bool
+		incomplete []string
+	}{{d.Base, d.baseTruncated, d.BaseIncomplete}, {d.New, d.newTruncated, d.NewIncomplete}} {
+		switch {
+		case len(s.incomplete) > 0:
+			// Incomplete holds the cut too, in its own words.
+			for _, r := range s.incomplete {
+				p("warning:      %s is incomplete: %s; a change may be that alone\n", s.source, r)
+			}
+		case s.truncated:
 			p("note:         %s was cut short; its figures cover the records before the cut\n", s.source)
 		}
 	}

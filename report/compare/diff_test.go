@@ -210,3 +210,28 @@ func TestDiffWrite(t *testing.T) {
 	require.ErrorIs(t, err, full)
 	assert.Equal(t, "write: disk full", err.Error())
 }
+
+// TestDiffIncomplete: a side that is no whole run (a moment report, a
+// process attached mid-run: Snapshot.Incomplete) is said first, with its
+// reason, in the text and in the JSON; a complete side says nothing.
+func TestDiffIncomplete(t *testing.T) {
+	base, nw := mustLoad(t, "base"), mustLoad(t, "new")
+	const reason = "attached mid-run: process 7 was running before tracing began"
+	nw.Incomplete = []string{reason}
+	nw.Truncated = true // said by Incomplete in its own words: no second note
+	d := NewDiff(base, nw)
+	var buf bytes.Buffer
+	d.WriteText(&buf)
+	out := buf.String()
+	assert.Contains(t, out, "warning:      new is incomplete: "+reason+"; a change may be that alone\n")
+	assert.NotContains(t, out, "note:         new was cut short")
+	assert.NotContains(t, out, "base is incomplete")
+	assert.Less(t, strings.Index(out, "warning:"), strings.Index(out, "devices (largest change first)"), "before the rows")
+
+	buf.Reset()
+	require.NoError(t, d.WriteJSON(&buf))
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &raw))
+	assert.Equal(t, []any{reason}, raw["new_incomplete"])
+	assert.NotContains(t, raw, "base_incomplete", "complete: absent")
+}

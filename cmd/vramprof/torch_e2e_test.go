@@ -573,8 +573,6 @@ var torchOpen = map[string]string{
 	"b_churn": "the churn is found with its exact bytes, but Debian's libc10_cuda.so keeps no frame " +
 		"pointers in emptyCache's path, so the cudaFree's stack stops inside the library and the site " +
 		"falls back to cudaFree, not release_every_step",
-	"train_nocache": "with PYTORCH_NO_CUDA_MEMORY_CACHING=1 every tensor free is a cudaFree: the churn " +
-		"rule reports it at drop_all with empty_cache() advice, where the cause is the caching turned off",
 	"expandable_oom": "under expandable segments the failing tensor request is not seen (pytorch:malloc " +
 		"fires on success only): the oom's bytes are the pages asked of the driver (62914560), not the " +
 		"96 MiB tensor PyTorch's message names",

@@ -23,7 +23,11 @@ type released struct {
 // by stack ID plus one: a table key is never 0), and per device the
 // releases waiting for a same-size allocation, by size.
 type churnState struct {
-	c          Churn
+	c Churn
+	// tensorFree is the latest tensor free (block layer) while no other
+	// call of its thread followed it: a segment free of the same pointer
+	// and size right after it is the allocator passing the free through.
+	tensorFree passThrough
 	freeStacks ledger.Table[Usage]
 	allocStack ledger.Table[Usage]
 	releases   map[int32]*ledger.Table[*releaseQueue]
@@ -45,6 +49,22 @@ func (cs *churnState) queues(device int32) *ledger.Table[*releaseQueue] {
 	cs.last, cs.lastDev = t, device
 	return t
 }
+
+// passThrough is a tensor free waiting to be seen passed to cudaFree.
+type passThrough struct {
+	tid        uint32
+	addr, size uint64
+	ok         bool
+}
+
+// cachingOffShare: when at least this many tenths of the tensor frees
+// were passed straight to cudaFree, the allocator is not caching
+// (PYTORCH_NO_CUDA_MEMORY_CACHING=1 or an allocator without a cache), and
+// its segment cycles are every tensor's, not a cache release's. With
+// caching on, a tensor free reaches cudaFree only when it happened to be
+// the last one before an empty_cache() releasing its segment: a few per
+// release at most, among every other tensor freed into the cache.
+const cachingOffShare = 9
 
 // churnModel is the segment traffic per process instance, an observer:
 // it matches releases with same-size reallocations. Each size keeps a
@@ -105,15 +125,36 @@ func (m *churnModel) of(pid uint32) *churnState {
 // observe counts a segment-layer allocation or free: every call, and the
 // cycles of what the ledger freed and allocated again.
 func (m *churnModel) observe(e *event.Event, layer event.Layer, ch *ledger.Change) {
-	if layer == event.LayerSegment {
+	switch layer {
+	case event.LayerSegment:
 		m.segment(e, ch)
+	case event.LayerBlock:
+		m.block(e, ch)
 	}
+}
+
+// block notes a tensor free, to tell whether the allocator passes it to
+// cudaFree (see cachingOffShare).
+func (m *churnModel) block(e *event.Event, ch *ledger.Change) {
+	cs := m.of(e.PID)
+	if e.Kind != event.KindFree || ch.Verdict != ledger.Freed {
+		if cs.tensorFree.tid == e.TID {
+			cs.tensorFree.ok = false
+		}
+		return
+	}
+	cs.c.TensorFrees++
+	cs.tensorFree = passThrough{tid: e.TID, addr: e.Addr, size: ch.Old.Size, ok: true}
 }
 
 // segment is observe for a segment-layer call; apart so that the test
 // every call takes inlines.
 func (m *churnModel) segment(e *event.Event, ch *ledger.Change) {
 	cs := m.of(e.PID)
+	tf := cs.tensorFree
+	if tf.tid == e.TID {
+		cs.tensorFree.ok = false
+	}
 	switch e.Kind {
 	case event.KindAlloc:
 		cs.c.Allocs++
@@ -142,6 +183,9 @@ func (m *churnModel) segment(e *event.Event, ch *ledger.Change) {
 		cs.c.FreeNs += e.Duration
 		if ch.Verdict != ledger.Freed {
 			return
+		}
+		if tf.ok && tf.tid == e.TID && tf.addr == e.Addr && tf.size == ch.Old.Size {
+			cs.c.PassedFrees++
 		}
 		qs := cs.queues(ch.Old.Device)
 		q, _ := qs.Get(ch.Old.Size)
@@ -172,6 +216,7 @@ func (m *churnModel) finish(id uint32, duration uint64) *Churn {
 	}
 	c := cs.c
 	c.ObservedNs = duration
+	c.CachingOff = c.TensorFrees > 0 && 10*c.PassedFrees >= cachingOffShare*c.TensorFrees
 	if duration > 0 {
 		secs := float64(duration) / 1e9
 		c.CallsPerSecond = float64(c.Allocs+c.Frees) / secs

@@ -504,7 +504,13 @@
 // cycles: a segment freed and a segment of the same size allocated again
 // on the same device within Options.ChurnWindow (default 2 s), the oldest
 // pending release matched first. A cycle's cost is the free's and the
-// allocation's durations, reported in ms per second of run.
+// allocation's durations, reported in ms per second of run. With the
+// block layer traced, each tensor free is counted, and so is each one the
+// allocator passed straight to cudaFree (a segment free of the same
+// pointer and size, the thread's next call): when nine in ten were, the
+// allocator is not caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1), and the
+// cycles are the tensors' own, not a cache released by empty_cache()
+// (Churn.CachingOff).
 //
 // # Findings
 //
@@ -536,7 +542,8 @@
 // garbage_collection_threshold, at a failure the flush-and-retry survived,
 // medium; see "Fragmentation"). churn (bytes = the cycles' bytes; at least
 // 3 cycles in a process whose block layer was traced; medium from 1 ms per
-// second or 10 cycles, else info; the release stacks come first when the
+// second or 10 cycles, else info, and info when the allocator was not
+// caching (the cause is that setting); the release stacks come first when the
 // frees carry stacks: imported snapshots do, the live probes take none at
 // a free). pinned_host_growth (bytes = the growing stacks' growth over
 // the run; see "Pinned host growth"). device_imbalance (bytes = heaviest

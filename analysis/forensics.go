@@ -263,15 +263,20 @@ func (a *Analyzer) retryFragmentationFinding(r *Result, pl *Pool, o *OOM) *Findi
 
 // churnFinding prices a process's release-and-reallocate cycles. Only a
 // process whose caching allocator was traced qualifies: there the cycles
-// are the cache released and refilled (empty_cache); a program calling
-// cudaMalloc/cudaFree itself every step has no cache to keep.
+// are the cache released and refilled (empty_cache), or, when the
+// allocator passed every tensor free to cudaFree (Churn.CachingOff), the
+// caching turned off; a program calling cudaMalloc/cudaFree itself every
+// step has no cache to keep.
 func (a *Analyzer) churnFinding(r *Result, p *Process) *Finding {
 	c := p.Churn
 	if c == nil || c.Cycles < minChurnCycles || !hasPool(r, p) {
 		return nil
 	}
 	sev := SeverityInfo
-	if c.CostMsPerSecond >= 1 || c.Cycles >= 10 {
+	// With caching off the cycles are every tensor's own cudaMalloc and
+	// cudaFree: no empty_cache() to remove, and the setting is a choice
+	// (a memory debugging run), so it is said, at info.
+	if !c.CachingOff && (c.CostMsPerSecond >= 1 || c.Cycles >= 10) {
 		sev = SeverityMedium
 	}
 	f := &Finding{Kind: KindChurn, Severity: sev, PID: p.PID, ProcessStart: p.Start, Bytes: c.CycleBytes, Time: p.Start}

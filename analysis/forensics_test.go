@@ -185,11 +185,44 @@ func TestChurn(t *testing.T) {
 	assert.False(t, perSecond)
 	assert.Equal(t, uint64(57*5e6), c.CycleGapNs, "each size released for 5 ms (report words it, TestWordsChurn)")
 	assert.Equal(t, uint64(122*10e3), c.AllocNs+c.FreeNs)
+	// 20 x 3 tensors freed into the cache (half a segment each) and the
+	// 40 MiB one that filled its segment, freed just before it: 1 of 61
+	// passed to cudaFree, so the cache is on and the churn is its release.
+	assert.Equal(t, uint64(61), c.TensorFrees)
+	assert.Equal(t, uint64(1), c.PassedFrees)
+	assert.False(t, c.CachingOff)
+	assert.Equal(t, SeverityMedium, fs[0].Severity, "57 cycles")
 
 	// The same calls 3 s apart are phases, not churn.
 	r2 := mustAnalyze(t, Options{ChurnWindow: 1}, s.Recs)
 	assert.Zero(t, process(t, r2, 100).Churn.Cycles)
 	assert.Empty(t, findings(r2, KindChurn))
+}
+
+// TestChurnCachingOff: an allocator that passes every tensor free to
+// cudaFree (PYTORCH_NO_CUDA_MEMORY_CACHING=1: each tensor is its own
+// segment, freed right after it) cycles 3 MiB 12 times: 11 cycles, each
+// the tensor's own, not a cache release. The finding says so, at info.
+func TestChurnCachingOff(t *testing.T) {
+	s := eventtest.NewPoolStream()
+	for range 12 {
+		s.Seg(eventtest.SegBase, 3*MiB)
+		s.Block(eventtest.SegBase, 3*MiB)
+		s.BlockFree(eventtest.SegBase)
+		s.SegFree(eventtest.SegBase)
+	}
+	r := poolResult(t, s)
+	c := process(t, r, 100).Churn
+	require.NotNil(t, c)
+	assert.Equal(t, uint64(11), c.Cycles)
+	assert.Equal(t, uint64(11*3*MiB), c.CycleBytes)
+	assert.Equal(t, uint64(12), c.TensorFrees)
+	assert.Equal(t, uint64(12), c.PassedFrees)
+	assert.True(t, c.CachingOff)
+	fs := findings(r, KindChurn)
+	require.Len(t, fs, 1)
+	assert.Equal(t, SeverityInfo, fs[0].Severity, "caching off is a setting, not an empty_cache() to remove")
+	assert.Equal(t, uint64(11*3*MiB), fs[0].Bytes)
 }
 
 // TestNoPoolNoForensics: without block events, a failed cudaMalloc keeps

@@ -952,6 +952,14 @@ type Churn struct {
 	// stack, largest first.
 	FreeStacks  []StackUsage
 	AllocStacks []StackUsage
+	// TensorFrees counts the tensor frees of the block layer (0 when it
+	// was not traced); PassedFrees those the allocator passed straight to
+	// cudaFree (a free of the same pointer and size, next on the thread).
+	TensorFrees, PassedFrees uint64
+	// CachingOff: nearly every tensor free was passed to cudaFree (see
+	// cachingOffShare): the allocator did not cache, so its cycles are the
+	// tensors' own, not a cache released by empty_cache().
+	CachingOff bool
 }
 
 // NoCallsSeen reports whether a CUDA runtime or driver was probed in a

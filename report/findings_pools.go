@@ -208,6 +208,11 @@ func churnWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	if len(c.AllocStacks) > 0 {
 		where += fmt.Sprintf(", before the allocations at %s", res.Site(c.AllocStacks[0].Stack))
 	}
+	if c.CachingOff {
+		return summary, []string{fmt.Sprintf(
+			"the caching allocator is not caching: %d of the %d tensor frees went straight to cudaFree, so each tensor's memory is allocated again from the driver (%.3f ms per second); unset PYTORCH_NO_CUDA_MEMORY_CACHING (or the allocator setting that turns its cache off) unless this run is for debugging memory",
+			c.PassedFrees, c.TensorFrees, c.CostMsPerSecond)}
+	}
 	return summary, []string{fmt.Sprintf(
 		"remove the empty_cache() (or other cache release) at %s from the loop: the %d bytes it released came back within %s on average, so it saved nothing for long and cost %.3f ms per second in cudaFree/cudaMalloc; call it once after a phase that will not need the memory again",
 		where, c.CycleBytes, gap, c.CostMsPerSecond)}

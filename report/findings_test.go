@@ -281,6 +281,24 @@ func TestWordsChurn(t *testing.T) {
 	assert.NotContains(t, fs[0].Summary, "per second,")
 }
 
+// TestWordsChurnCachingOff: each tensor its own segment, freed right
+// after it (caching off), 12 times: the advice names the setting, not an
+// empty_cache() to remove.
+func TestWordsChurnCachingOff(t *testing.T) {
+	s := eventtest.NewPoolStream()
+	for range 12 {
+		s.Seg(eventtest.SegBase, 3*MiB)
+		s.Block(eventtest.SegBase, 3*MiB)
+		s.BlockFree(eventtest.SegBase)
+		s.SegFree(eventtest.SegBase)
+	}
+	fs := worded(poolResult(t, s), analysis.KindChurn)
+	require.Len(t, fs, 1)
+	assert.Contains(t, fs[0].Remediation[0], "the caching allocator is not caching: 12 of the 12 tensor frees went straight to cudaFree")
+	assert.Contains(t, fs[0].Remediation[0], "PYTORCH_NO_CUDA_MEMORY_CACHING")
+	assert.NotContains(t, fs[0].Remediation[0], "empty_cache()")
+}
+
 func TestWordsNoPool(t *testing.T) {
 	s := eventtest.NewStream().Stack(1, "f", 1)
 	s.Alloc(1, eventtest.SegBase, MiB, 1).Fail(2, GiB, 1, 2).End(3)

@@ -84,6 +84,9 @@ type JSONChurn struct {
 	CostMsPerSecond float64     `json:"cost_ms_per_second"`
 	FreeStacks      []JSONStack `json:"free_stacks"`
 	AllocStacks     []JSONStack `json:"alloc_stacks"`
+	// CachingOff: the allocator passed nearly every tensor free to
+	// cudaFree (analysis.Churn.CachingOff).
+	CachingOff bool `json:"caching_off,omitempty"`
 }
 
 func jsonPoolState(res *analysis.Result, s analysis.PoolState) JSONPoolState {
@@ -133,5 +136,5 @@ func jsonChurn(res *analysis.Result, c *analysis.Churn) *JSONChurn {
 	return &JSONChurn{Allocs: c.Allocs, Frees: c.Frees, AllocNs: c.AllocNs, FreeNs: c.FreeNs,
 		CallsPerSecond: c.CallsPerSecond, ObservedNs: c.ObservedNs, Cycles: c.Cycles, CycleBytes: c.CycleBytes, CycleNs: c.CycleNs,
 		CycleGapNs: c.CycleGapNs, CostMsPerSecond: c.CostMsPerSecond,
-		FreeStacks: jsonStacks(res, c.FreeStacks), AllocStacks: jsonStacks(res, c.AllocStacks)}
+		FreeStacks: jsonStacks(res, c.FreeStacks), AllocStacks: jsonStacks(res, c.AllocStacks), CachingOff: c.CachingOff}
 }

@@ -570,14 +570,17 @@ var torchCorpus = []string{
 // real libc10_cuda.so, and why (issue 18 keeps them open; runCorpus fails
 // when one of them meets the bar, so the list only shrinks).
 var torchOpen = map[string]string{
-	"b_churn": "the churn is found with its exact bytes, but Debian's libc10_cuda.so keeps no frame " +
-		"pointers in emptyCache's path, so the cudaFree's stack stops inside the library and the site " +
-		"falls back to cudaFree, not release_every_step",
-	"train_nocache": "with PYTORCH_NO_CUDA_MEMORY_CACHING=1 every tensor free is a cudaFree: the churn " +
-		"rule reports it at drop_all with empty_cache() advice, where the cause is the caching turned off",
+	"b_churn": "the churn is found with its exact bytes, but the release stack stops inside Debian's " +
+		"libc10_cuda.so: the allocator function two frames above cudaFree keeps a pointer in rbp (no frame " +
+		"pointer), so the walk loses the two frames above it and release_every_step (gdb's .eh_frame unwind " +
+		"shows them); emptyCache frees no tensor, so no other event of the thread names release_every_step " +
+		"and the site falls back to cudaFree: it needs an unwinder that reads .eh_frame",
 	"expandable_oom": "under expandable segments the failing tensor request is not seen (pytorch:malloc " +
-		"fires on success only): the oom's bytes are the pages asked of the driver (62914560), not the " +
-		"96 MiB tensor PyTorch's message names",
+		"fires on success only) and the pages asked stop at the first refused cuMemCreate (2 of the 4 " +
+		"20 MiB pages the 96 MiB request needed past the 16 MiB free tail, then the refused one): the oom's " +
+		"bytes are 62914560, not the 96 MiB tensor PyTorch's message names; libc10.so's exported " +
+		"c10::reportOutOfMemoryToProfiler(size, allocated, reserved, device) gets 100663296 here: an entry " +
+		"probe there would see the request",
 }
 
 // TestFindingsCorpusTorch holds vramprof's findings on PyTorch's own

@@ -123,6 +123,11 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 
 	v := compare.Judge(snap, base, o.limits, exitCode)
 	v.Recording = recording
+	// Annotations name files relative to the repository GitHub checked
+	// out; elsewhere, to where check runs.
+	if v.SourceRoot = os.Getenv("GITHUB_WORKSPACE"); v.SourceRoot == "" {
+		v.SourceRoot, _ = os.Getwd()
+	}
 
 	regression, err := v.Publish(os.Stdout, compare.Outputs{Annotations: os.Getenv("GITHUB_ACTIONS") == "true",
 		JUnit: o.JUnit, StepSummary: os.Getenv("GITHUB_STEP_SUMMARY"), Baseline: o.WriteBaseline,

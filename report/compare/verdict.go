@@ -90,7 +90,7 @@ type Verdict struct {
 	// to (the repository's checkout: GITHUB_WORKSPACE, or the working
 	// directory); "" leaves file and line out.
 	SourceRoot string
-	Checks    []Check
+	Checks     []Check
 	// Grown are the peak stacks that grew over the baseline.
 	Grown []StackChange
 	// ShowPeak, ShowLeak: a peak or leak check failed, so its stacks are

@@ -272,10 +272,12 @@ func TestCheckCommandFails(t *testing.T) {
 		assert.Contains(t, cases["command"], "error: command failed with exit code 3")
 	})
 	t.Run("failure_and_regression", func(t *testing.T) {
-		// oom exits 1 after its cudaMalloc fails; its peak is above 1 byte.
+		// oom exits 1 after its cudaMalloc fails; its peak is above 1 byte,
+		// and running out of memory fails a check of its own
+		// (TestCheckOOM).
 		r, truth := checkScenario(t, "oom", []string{"FAKECUDA_CAPACITY=1073741824"}, "--max-peak", "1")
 		assert.Equal(t, exitCheckRegression, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-		assert.Contains(t, r.stdout, "vramprof check: FAIL: memory regression (1 of 1 check failed), and the command failed with exit code 1")
+		assert.Contains(t, r.stdout, "vramprof check: FAIL: out of memory (2 of 2 checks failed), and the command failed with exit code 1")
 		assert.Contains(t, r.stdout, fmt.Sprintf("FAIL  max-peak      peak %d bytes", truth.Totals.PeakBytes))
 	})
 }

@@ -88,8 +88,11 @@ func (v *Verdict) WriteMarkdown(w io.Writer) error {
 	p("| check | result | measured | limit | margin |\n| --- | --- | --- | --- | --- |\n")
 	for _, c := range v.Checks {
 		result := passText(c.Pass)
-		if c.Lost || c.Whole {
+		switch {
+		case c.Lost || c.Whole || c.Unjudged:
 			result = lostPassText(c.Pass)
+		case c.Unlimited:
+			result = "INFO"
 		}
 		p("| %s | **%s** | %s | %s | %s |\n", c.Name, result, mdCell(c.Measured), mdCell(c.Limit), mdCell(c.Margin))
 	}

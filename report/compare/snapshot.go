@@ -14,6 +14,7 @@ import (
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report"
+	"github.com/vramprof/vramprof/report/pytests"
 )
 
 var (
@@ -61,6 +62,11 @@ type Snapshot struct {
 	// OOMs are the out-of-memory failures, one per process, in time order
 	// (see OOM); nil when nothing ran out of memory.
 	OOMs []OOM
+	// Tests are the pytest tests' own figures (package pytests), read from
+	// the recording's trace by the caller (report/recorder's Tests);
+	// TestsRead says they were read: a report.json has none.
+	Tests     []pytests.Test
+	TestsRead bool
 	// StacksComplete is false for a baseline, which keeps only the top
 	// peak stacks (and no stacks live at the end): a stack missing from it
 	// may be below its cut rather than new.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/vramprof/vramprof/report/pytests"
 	"github.com/vramprof/vramprof/report/units"
 )
 
@@ -42,6 +43,11 @@ type Limits struct {
 	// written.
 	AllowLost     *big.Rat
 	AllowLostText string
+	// MaxPeakPerTest bounds each pytest test's peak (its own
+	// allocations, see package pytests); TestLimits (a limits file) set
+	// the tests they match apart, the first matching line winning.
+	MaxPeakPerTest *uint64
+	TestLimits     []TestLimit
 }
 
 // Check is one check's outcome.
@@ -64,6 +70,13 @@ type Check struct {
 	// whole runs ("complete", "baseline-complete"): failing, they make the
 	// verdict unknown, whatever the other checks say.
 	Whole bool
+	// Test is the pytest test a per-test check is about; Unlimited marks
+	// one shown with no limit to judge (not counted as a check).
+	Test      *pytests.Test
+	Unlimited bool
+	// Unjudged marks the check that per-test limits could be judged:
+	// failing, it makes the verdict unknown.
+	Unjudged bool
 	// Sites are where a failed check's evidence points in the source, one
 	// annotation each (GitHub annotations carry their file and line);
 	// none: one annotation with Message, at no line.
@@ -96,6 +109,9 @@ type Verdict struct {
 	// ShowPeak, ShowLeak: a peak or leak check failed, so its stacks are
 	// the evidence.
 	ShowPeak, ShowLeak bool
+	// Warnings are said with the verdict (a limits file's line that
+	// matched no test).
+	Warnings []string
 
 	// exitCode is the command's, when one ran.
 	exitCode int
@@ -167,6 +183,7 @@ func Judge(snap, base *Snapshot, l Limits, exitCode *int) *Verdict {
 				Message: fmt.Sprintf("%s; grew the most: %s at %s", c.Message, g.Text(), g.Site)}}
 		}
 	}
+	v.testChecks(snap, &l)
 	return v
 }
 
@@ -186,7 +203,7 @@ func topSite(c *Check, stacks []Stack, what string) []Annotation {
 func (v *Verdict) Failed() (memory, command bool) {
 	for _, c := range v.Checks {
 		switch {
-		case c.Pass || c.Lost || c.Whole:
+		case c.Pass || c.Lost || c.Whole || c.Unjudged:
 		case c.Tool:
 			command = true
 		default:
@@ -201,7 +218,7 @@ func (v *Verdict) Failed() (memory, command bool) {
 // be wrong either way, and no verdict holds.
 func (v *Verdict) Unknown() bool {
 	for _, c := range v.Checks {
-		if (c.Lost || c.Whole) && !c.Pass {
+		if (c.Lost || c.Whole || c.Unjudged) && !c.Pass {
 			return true
 		}
 	}
@@ -219,6 +236,11 @@ func (v *Verdict) Outcome() (regression bool, err error) {
 		for _, c := range v.Checks {
 			if c.Whole && !c.Pass {
 				return false, fmt.Errorf("%w: %s", ErrIncomplete, c.Message)
+			}
+		}
+		for _, c := range v.Checks {
+			if c.Unjudged && !c.Pass {
+				return false, fmt.Errorf("%w: %s", ErrNoTests, c.Message)
 			}
 		}
 		for _, c := range v.Checks {
@@ -334,21 +356,23 @@ func (v *Verdict) Header() string {
 	memFailed, cmdFailed := v.Failed()
 	n, failed := 0, 0
 	for _, c := range v.Checks {
-		if !c.Tool {
+		if !c.Tool && !c.Unlimited {
 			n++
 			if !c.Pass {
 				failed++
 			}
 		}
 	}
-	exit, lost, whole := "", "", ""
+	exit, lost, whole, unjudged := "", "", "", ""
 	for _, c := range v.Checks {
 		switch {
 		case c.Whole && !c.Pass:
 			if whole == "" {
 				whole = c.Message
 			}
-		case c.Whole:
+		case c.Unjudged && !c.Pass:
+			unjudged = c.Message
+		case c.Whole, c.Unjudged:
 		case c.Lost:
 			lost = c.Measured
 		case c.Tool:
@@ -358,6 +382,8 @@ func (v *Verdict) Header() string {
 	switch {
 	case whole != "":
 		return fmt.Sprintf("UNKNOWN: %s (%s)", whole, wholeHint)
+	case unjudged != "" && lost == "":
+		return "UNKNOWN: " + unjudged
 	case v.Unknown():
 		return fmt.Sprintf("UNKNOWN: %s; %s, so no verdict (accept up to PCT%% lost with --allow-lost PCT)", lost, lostText)
 	case v.oomFailed() && cmdFailed:
@@ -456,8 +482,25 @@ func (v *Verdict) WriteText(w io.Writer) {
 	if s.Truncated {
 		p("WARNING: the trace was cut short: the figures cover the records before the cut\n")
 	}
+	for _, w := range v.Warnings {
+		p("WARNING: %s\n", w)
+	}
+	tests := false
 	for _, c := range v.Checks {
-		if c.Lost || c.Whole {
+		if c.Test != nil {
+			if !tests {
+				tests = true
+				p("per pytest test (its own allocations at the %s layer; peak: the most live at once; leaked: live after its last call):\n", c.Test.Layer)
+			}
+			switch {
+			case c.Unlimited:
+				p("INFO  %s: %s; no limit\n", c.Name, c.Measured)
+			default:
+				p("%s  %s: %s; limit %s; %s\n", passText(c.Pass), c.Name, c.Measured, c.Limit, c.Margin)
+			}
+			continue
+		}
+		if c.Lost || c.Whole || c.Unjudged {
 			p("%s  %-13s %s; limit %s\n", lostPassText(c.Pass), c.Name, c.Measured, c.Limit)
 			continue
 		}

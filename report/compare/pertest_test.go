@@ -54,7 +54,6 @@ func TestParseTestLimits(t *testing.T) {
 	assert.Equal(t, uint64(1<<20), *l.MaxPeakPerTest)
 }
 
-
 // perTestSnapshot has three pytest tests: test_small peaks at 12 MiB,
 // test_big at 96 MiB, test_leaks at 16 MiB and leaks 3 MiB.
 func perTestSnapshot() *Snapshot {

@@ -25,6 +25,7 @@ import ctypes
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -34,7 +35,7 @@ cudart = ctypes.CDLL(os.environ["FAKECUDA_LIB"])
 cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 cudart.cudaFree.argtypes = [ctypes.c_void_p]
 
-BOOKS = {}  # node id -> {"peak_bytes", "leaked_bytes", "live", "allocations"}
+BOOKS = {}  # node id -> {"peak_bytes", "peak_line", "leaked_bytes", "live", "allocations"}
 KEPT = []  # what test_leaks never frees
 
 
@@ -48,7 +49,7 @@ class Books:
     """One test's allocations: opened at its start, closed at its end."""
 
     def __init__(self):
-        self.b = BOOKS.setdefault(node_id(), dict(peak_bytes=0, leaked_bytes=0, live=0, allocations=0))
+        self.b = BOOKS.setdefault(node_id(), dict(peak_bytes=0, peak_line=0, leaked_bytes=0, live=0, allocations=0))
         self.sizes = {}
 
     def alloc(self, size):
@@ -57,7 +58,9 @@ class Books:
         self.sizes[p.value] = size
         self.b["live"] += size
         self.b["allocations"] += 1
-        self.b["peak_bytes"] = max(self.b["peak_bytes"], self.b["live"])
+        if self.b["live"] > self.b["peak_bytes"]:
+            # The test's line that asked for the bytes reaching its peak.
+            self.b["peak_bytes"], self.b["peak_line"] = self.b["live"], sys._getframe(1).f_lineno
         return p.value
 
     def free(self, ptr):

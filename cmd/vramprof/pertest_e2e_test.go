@@ -28,22 +28,26 @@ type pytestTruth struct {
 	} `json:"tests"`
 }
 
-// pytestPython is a CPython that imports pytest (Debian's python3-pytest
-// is for /usr/bin/python3; .ci/run installs it), or a skip (a failure
-// under CI=true) saying how to get one.
-func pytestPython(t *testing.T) string {
+// pytestPython is the system's CPython with pytest: Debian's python3-pytest
+// installed (.ci/run does), or unpacked by testdata/python/pytest/fetch.sh
+// (make test runs it) and put on PYTHONPATH, which env then holds. Without
+// either, a skip (a failure under CI=true) saying how to get one.
+func pytestPython(t *testing.T) (python string, env []string) {
 	t.Helper()
-	for _, py := range []string{"/usr/bin/python3", "python3"} {
-		if path, err := exec.LookPath(py); err == nil && exec.Command(path, "-c", "import pytest").Run() == nil {
-			return path
-		}
+	const py = "/usr/bin/python3"
+	if exec.Command(py, "-c", "import pytest").Run() == nil {
+		return py, nil
 	}
-	msg := "no python3 imports pytest: install it (apt-get install python3-pytest, as .ci/run does)"
+	out, err := exec.Command(filepath.Join(probetest.Root(), "testdata", "python", "pytest", "fetch.sh")).Output()
+	if dir := strings.TrimSpace(string(out)); err == nil && dir != "" {
+		return py, []string{"PYTHONPATH=" + dir}
+	}
+	msg := fmt.Sprintf("%s cannot import pytest and testdata/python/pytest/fetch.sh failed (%v): apt-get install python3-pytest", py, err)
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-	return ""
+	return "", nil
 }
 
 // TestCheckPerTest: `vramprof check --max-peak-per-test 64MiB --limits FILE
@@ -56,7 +60,7 @@ func pytestPython(t *testing.T) string {
 // the same figures; its report.json, which holds none, no verdict.
 func TestCheckPerTest(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	python := pytestPython(t)
+	python, pyEnv := pytestPython(t)
 	tmp := t.TempDir()
 	src, err := os.ReadFile(filepath.Join(probetest.Root(), "testdata", "python", "pytest", "test_gpu.py"))
 	require.NoError(t, err)
@@ -70,6 +74,7 @@ func TestCheckPerTest(t *testing.T) {
 	truthPath, junit, out := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "j.xml"), filepath.Join(tmp, "rec")
 	env := []string{"VRAMPROF_TRUTH=" + truthPath, "FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12"),
 		"PYTHONDONTWRITEBYTECODE=1", "GITHUB_ACTIONS=true", "GITHUB_WORKSPACE=" + tmp}
+	env = append(env, pyEnv...)
 	r := vramprof(t, execOpts{dir: tmp, env: env}, "check", "--max-peak-per-test", "64MiB", "--limits", limits,
 		"--junit", junit, "-o", out, "--", python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_gpu.py")
 	truth := mustReadJSON[pytestTruth](t, truthPath)

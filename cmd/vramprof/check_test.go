@@ -292,6 +292,8 @@ func TestCheckBadInput(t *testing.T) {
 	require.NoError(t, os.WriteFile(noSchema, []byte(`{"peak_bytes": 1}`), 0o644))
 	corrupt := filepath.Join(tmp, "corrupt.json")
 	require.NoError(t, os.WriteFile(corrupt, []byte(`{"schema": "vramprof/baseline/v1", "peak_bytes": `), 0o644))
+	badLimits := filepath.Join(tmp, "bad.limits")
+	require.NoError(t, os.WriteFile(badLimits, []byte("tests/test_x.py::test_a 1GiB\ntests/test_x.py::test_b 2 GiB\n"), 0o644))
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -310,6 +312,9 @@ func TestCheckBadInput(t *testing.T) {
 		{"baseline_without_pct", []string{"check", "--baseline", wrongSchema, "--", "true"}, []string{"--max-increase"}},
 		{"pct_without_baseline", []string{"check", "--max-increase", "10", "--", "true"}, []string{"--baseline"}},
 		{"nothing_to_check", []string{"check", "--", "true"}, []string{"nothing to check"}},
+		{"per_test_size", []string{"check", "--max-peak-per-test", "2 GiB", "--", "true"}, []string{`--max-peak-per-test "2 GiB"`, "no spaces"}},
+		{"limits_missing", []string{"check", "--limits", filepath.Join(tmp, "none.limits"), "--", "true"}, []string{"--limits", "none.limits", "no such file"}},
+		{"limits_bad_line", []string{"check", "--limits", badLimits, "--", "true"}, []string{"bad.limits:2", `"tests/test_x.py::test_b 2 GiB" is not a limit`, "tests/test_x.py::test_big 2GiB"}},
 		{"no_command", []string{"check", "--max-peak", "1GiB", "--"}, []string{"no command"}},
 		{"no_target", []string{"check", "--max-peak", "1GiB"}, []string{"INPUT"}},
 		{"command_and_input", []string{"check", "--max-peak", "1GiB", "somedir", "--", "true"}, []string{"not both"}},

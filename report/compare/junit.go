@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/jstemmer/go-junit-report/v2/junit"
 
@@ -54,6 +55,12 @@ func (v *Verdict) JUnit() junit.Testsuites {
 			tc.Error = &junit.Result{Message: c.Message, Type: "lost events", Data: detail}
 		case !c.Pass && c.Tool:
 			tc.Error = &junit.Result{Message: c.Message, Type: "command", Data: detail}
+		case !c.Pass && c.Name == "oom":
+			// The forensics of each failure are the failure's body.
+			var b bytes.Buffer
+			writeOOMs(&b, v.Snapshot.OOMs)
+			tc.Failure = &junit.Result{Message: c.Message, Type: "out of memory",
+				Data: c.Measured + "\n" + strings.TrimLeft(b.String(), "\n")}
 		case !c.Pass:
 			tc.Failure = &junit.Result{Message: c.Message, Type: "memory regression", Data: detail}
 		default:

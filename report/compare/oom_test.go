@@ -91,7 +91,9 @@ func TestOOMFails(t *testing.T) {
 	require.NoError(t, v.WriteJUnit(&junit))
 	assert.Contains(t, junit.String(), `<testcase name="oom" classname="vramprof.check"`)
 	assert.Contains(t, junit.String(), `<failure message="out of memory: a request for 402653184 bytes (384.00 MiB) at grow (src/train.c:38) failed with error 2 (cudaErrorMemoryAllocation) on device 0 in process 10 while 1006632960 bytes (960.00 MiB) were live`)
-	assert.Contains(t, junit.String(), `type="memory regression"`)
+	assert.Contains(t, junit.String(), `type="out of memory"><![CDATA[4 requests ran out of memory in 2 processes; the first: 402653184 bytes (384.00 MiB) at grow (src/train.c:38)
+out of memory in process 10 (train):
+  failed:    402653184 bytes (384.00 MiB) cudaMalloc on device 0`, "the forensics are the failure's body")
 
 	// The command's check says why it failed.
 	assert.Equal(t, "command failed with exit code 1 after running out of memory", v.Checks[0].Message)

@@ -17,8 +17,8 @@ import (
 	"github.com/vramprof/vramprof/report/units"
 )
 
-// pytestTruth is what testdata/python/pytest/test_gpu.py writes: each
-// test's own books, by the node id pytest gives it.
+// pytestTruth is what testdata/python/pytest's tests write
+// (gpubooks.py): each test's own books, by the node id pytest gives it.
 type pytestTruth struct {
 	Tests map[string]struct {
 		PeakBytes   uint64 `json:"peak_bytes"`
@@ -50,6 +50,23 @@ func pytestPython(t *testing.T) (python string, env []string) {
 	return "", nil
 }
 
+// pytestProject is a temporary project with testdata/python/pytest's
+// gpubooks.py and the test files named under tests/, and a pytest.ini at
+// its top: pytest's rootdir, which the node ids' paths are relative to,
+// and where check runs.
+func pytestProject(t *testing.T, files ...string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(tmp, "tests"), 0o755))
+	for _, f := range append([]string{"gpubooks.py"}, files...) {
+		src, err := os.ReadFile(filepath.Join(probetest.Root(), "testdata", "python", "pytest", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(tmp, "tests", f), src, 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "pytest.ini"), []byte("[pytest]\n"), 0o644))
+	return tmp
+}
+
 // TestCheckPerTest: `vramprof check --max-peak-per-test 64MiB --limits FILE
 // -- python3 -m pytest` gives each test of test_gpu.py its own peak and
 // leak, as the tests' own books say (the truth), judges each against its
@@ -61,14 +78,7 @@ func pytestPython(t *testing.T) (python string, env []string) {
 func TestCheckPerTest(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	python, pyEnv := pytestPython(t)
-	tmp := t.TempDir()
-	src, err := os.ReadFile(filepath.Join(probetest.Root(), "testdata", "python", "pytest", "test_gpu.py"))
-	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(filepath.Join(tmp, "tests"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(tmp, "tests", "test_gpu.py"), src, 0o644))
-	// pytest's rootdir is where its ini file is: the node ids' paths are
-	// relative to it, and check runs there.
-	require.NoError(t, os.WriteFile(filepath.Join(tmp, "pytest.ini"), []byte("[pytest]\n"), 0o644))
+	tmp := pytestProject(t, "test_gpu.py")
 	limits := filepath.Join(tmp, "gpu.limits")
 	require.NoError(t, os.WriteFile(limits, []byte("# GPU memory per test\ntests/test_gpu.py::TestModel::* 80MiB\n"), 0o644))
 	truthPath, junit, out := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "j.xml"), filepath.Join(tmp, "rec")
@@ -138,4 +148,29 @@ func TestCheckPerTest(t *testing.T) {
 	rep := vramprof(t, execOpts{dir: tmp}, "check", "--max-peak-per-test", "1GiB", filepath.Join(out, "report.json"))
 	assert.Equal(t, exitToolError, rep.code, "stdout:\n%s", rep.stdout)
 	assert.Contains(t, rep.stdout, "vramprof check: UNKNOWN: per-test limits need the recording's trace")
+}
+
+// TestCheckPerTestBlocks: under a caching allocator (testdata's
+// libc10_cuda.so, through ctypes) the per-test figures are the tensors'
+// (the block layer), as test_pool.py's books count them: test_reuse's
+// 4 MiB come from a segment test_blocks left cached, so only the blocks
+// show that it needed them.
+func TestCheckPerTestBlocks(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	python, pyEnv := pytestPython(t)
+	tmp := pytestProject(t, "test_pool.py")
+	truthPath := filepath.Join(tmp, "truth.json")
+	env := append([]string{"VRAMPROF_TRUTH=" + truthPath, "C10_LIB=" + probetest.Lib(t, "libc10_cuda.so"),
+		"PYTHONDONTWRITEBYTECODE=1"}, pyEnv...)
+	r := vramprof(t, execOpts{dir: tmp, env: env}, "check", "--max-peak-per-test", "1GiB",
+		"--", python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_pool.py")
+	truth := mustReadJSON[pytestTruth](t, truthPath)
+	require.Len(t, truth.Tests, 2, "test_blocks, test_reuse")
+	assert.Equal(t, exitCheckPass, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, "per pytest test (its own allocations at the block layer;")
+	for id, tt := range truth.Tests {
+		require.Positive(t, tt.PeakBytes, "truth: %s allocated", id)
+		assert.Contains(t, r.stdout, fmt.Sprintf("PASS  %s: peak %s, leaked %s in ", id,
+			units.BytesExact(tt.PeakBytes), units.BytesExact(tt.LeakedBytes)), "%s's figures", id)
+	}
 }

@@ -28,9 +28,10 @@
 //
 // # The figures
 //
-// Device memory at the segment layer (what report.json's totals count:
-// allocations and physical VMM memory, the model of analysis/ledger),
-// of the test's own allocations only:
+// Device memory, of the test's own allocations only, at the block layer
+// (tensors) when the recording traced a caching allocator, else at the
+// segment layer (what report.json's totals count: allocations and physical
+// VMM memory), as analysis/ledger models them:
 //
 //   - peak: the most bytes of the test's allocations live at once. Memory
 //     other tests or fixtures hold is not in it, so a test's figure does
@@ -48,7 +49,8 @@
 //
 // Under a caching allocator (PyTorch) the segment layer is the cache: a
 // segment stays cached after the test that made it and later tests reuse
-// it, so a test's peak is the segments it had to add.
+// it, so its figures would say which test grew the cache, not what each
+// needed; hence the blocks.
 //
 // A Tracker is fed a stream's records in order (Add) and read at the end
 // (Tests). It is not safe for concurrent use.

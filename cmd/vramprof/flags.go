@@ -40,7 +40,7 @@ type cli struct {
 	Run    runFlags    `cmd:"" help:"launch CMD and trace it from its first CUDA call"`
 	Attach attachFlags `cmd:"" help:"trace a running process (or every CUDA process)"`
 	Report reportFlags `cmd:"" help:"re-analyse a recording or a PyTorch snapshot (no root needed)"`
-	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression, 2 error or unknown (events lost)"`
+	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression or out of memory, 2 error or unknown (events lost)"`
 	Diff   diffFlags   `cmd:"" help:"compare two recordings (DIRs, traces or report.json files)"`
 	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)"`
 }

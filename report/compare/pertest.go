@@ -106,8 +106,8 @@ func (v *Verdict) testChecks(snap *Snapshot, l *Limits) {
 	case !l.perTest() && len(snap.Tests) == 0:
 		return
 	case l.perTest() && !snap.TestsRead:
-		v.Checks = append(v.Checks, unjudgedCheck("per-test limits need the recording's trace (an output directory or a .vpt), "+
-			"and this input has none (a report.json holds no per-test figures)"))
+		v.Checks = append(v.Checks, unjudgedCheck("per-test limits need the recording's trace, an output directory or a .vpt file, "+
+			"and this input is none (a report.json holds no per-test figures; a pipe is read once, for the others)"))
 		return
 	case l.perTest() && len(snap.Tests) == 0:
 		v.Checks = append(v.Checks, unjudgedCheck("no allocation was made in a pytest test: no stack holds a test function's frame "+

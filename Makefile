@@ -33,12 +33,15 @@ test: testdata pythons nvidia torch
 
 # The interpreters the Python stack tests run besides the machine's own:
 # Debian's newer CPythons and a CPython 3.11 built with frame pointers
-# (minutes the first time; kept under testdata/python/build). Fetched here,
+# (minutes the first time; kept under testdata/python/build); and Debian's
+# pytest for the machine's python3 when it has none (check's per-test
+# tests; unpacked there too, nothing installed). Fetched here,
 # outside any test's time limit. A failure is left to the tests: they fail
 # with CI=true and skip otherwise.
 pythons:
 	-testdata/python/fetch.sh >/dev/null
 	-testdata/python/fp/build.sh >/dev/null
+	-testdata/python/pytest/fetch.sh >/dev/null
 
 # NVIDIA's real runtime (shared and static) and NVML from Debian's non-free
 # section, for the no-driver tests: about 800 MB downloaded once (the static

@@ -325,6 +325,13 @@ type JSONProcDevices struct {
 	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
 }
 
+// jsonFailure is a failed allocation as report.json writes it.
+func jsonFailure(res *analysis.Result, f *analysis.Failure) JSONFailure {
+	return JSONFailure{JSONAllocation: jsonAllocation(res, &f.Allocation),
+		Error: analysis.ErrorName(f.API, f.Ret), LiveBytes: f.LiveBytes, DeviceLiveBytes: f.DeviceLiveBytes,
+		PeakBytes: f.PeakBytes, LiveStacks: jsonStacks(res, f.LiveStacks)}
+}
+
 // JSONAllocation is one allocation call. The address is left out: it means
 // nothing after the run.
 type JSONAllocation struct {
@@ -348,6 +355,15 @@ type JSONFailure struct {
 	PeakBytes       uint64 `json:"peak_bytes"`
 	// LiveStacks is the live set at the failure by stack, largest first.
 	LiveStacks []JSONStack `json:"live_stacks"`
+}
+
+// JSONOOMCalls is the segment layer's evidence of an oom finding: First
+// is the process's first allocation that failed for want of memory; Count
+// and Bytes sum every such failure (both libraries).
+type JSONOOMCalls struct {
+	First JSONFailure `json:"first"`
+	Count uint64      `json:"count"`
+	Bytes uint64      `json:"bytes"`
 }
 
 // JSONStack is a stack with what it holds. Frames and Bytes are the schema's;
@@ -381,6 +397,11 @@ type JSONFinding struct {
 	// OOM is the failure an oom or fragmentation finding is about, when the
 	// block layer was traced; absent otherwise.
 	OOM *JSONOOM `json:"oom,omitempty"`
+	// OOMCalls is an oom finding's evidence at the segment layer (no
+	// caching allocator explained the failure): the first allocation that
+	// failed for want of memory, with what was live then, and how many
+	// failed so in all; absent for other findings.
+	OOMCalls *JSONOOMCalls `json:"oom_calls,omitempty"`
 	// Churn is a churn finding's evidence.
 	Churn *JSONChurn `json:"churn,omitempty"`
 	// Cache is a cache_growth finding's evidence.
@@ -723,6 +744,9 @@ func NewJSON(res *analysis.Result) *JSON {
 			o := jsonOOM(res, f.OOM)
 			jf.OOM = &o
 		}
+		if c := f.OOMCalls; c != nil {
+			jf.OOMCalls = &JSONOOMCalls{First: jsonFailure(res, &c.First), Count: c.Count, Bytes: c.Bytes}
+		}
 		jf.Churn = jsonChurn(res, f.Churn)
 		j.Findings = append(j.Findings, jf)
 	}
@@ -793,9 +817,8 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		jp.PeakEvent = &a
 	}
 	if f := p.FirstFailure; f != nil {
-		jp.FirstFailure = &JSONFailure{JSONAllocation: jsonAllocation(res, &f.Allocation),
-			Error: analysis.ErrorName(f.API, f.Ret), LiveBytes: f.LiveBytes, DeviceLiveBytes: f.DeviceLiveBytes,
-			PeakBytes: f.PeakBytes, LiveStacks: jsonStacks(res, f.LiveStacks)}
+		ff := jsonFailure(res, f)
+		jp.FirstFailure = &ff
 	}
 	for _, d := range p.Devices {
 		jp.Devices = append(jp.Devices, JSONProcDevices{Index: d.Index, Name: analysis.DeviceName(d.Index),

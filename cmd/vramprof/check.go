@@ -34,7 +34,7 @@ func (o *checkFlags) split(args []string) []string {
 }
 
 func (o *checkFlags) check() error {
-	const usage = "usage: vramprof check [--max-peak SIZE] [--max-leak SIZE] [--baseline FILE --max-increase PCT] " +
+	const usage = "usage: vramprof check [--max-peak SIZE] [--max-leak SIZE] [--max-peak-per-test SIZE] [--limits FILE] [--baseline FILE --max-increase PCT] " +
 		"[--allow-lost PCT] [--write-baseline FILE] [--junit FILE] [-o DIR] [--force] (-- CMD [ARGS...] | INPUT)"
 	if err := o.recordFlags.check("check"); err != nil {
 		return err
@@ -53,7 +53,8 @@ func (o *checkFlags) check() error {
 	}
 	var err error
 	o.limits, err = compare.ParseLimits(compare.LimitFlags{MaxPeak: o.MaxPeak, MaxLeak: o.MaxLeak, AllowLost: o.AllowLost,
-		MaxIncrease: o.MaxIncrease, Baseline: o.Baseline != "", WriteBaseline: o.WriteBaseline != ""})
+		MaxIncrease: o.MaxIncrease, Baseline: o.Baseline != "", WriteBaseline: o.WriteBaseline != "",
+		MaxPeakPerTest: o.MaxPeakPerTest, LimitsFile: o.Limits})
 	if err != nil {
 		return usageError(fmt.Errorf("check: %w", err))
 	}
@@ -77,6 +78,7 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 		snap      *compare.Snapshot
 		recording string
 		exitCode  *int
+		trace     string // the recording's trace, for the per-test figures
 	)
 	if o.hasCmd {
 		dir := ""
@@ -108,6 +110,7 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("check: %w", err)
 		}
 		snap.Source = compare.CommandText(o.argv)
+		trace = recorder.TracePath(dir)
 	} else {
 		var err error
 		if snap, err = recorder.LoadSnapshot(o.Input[0]); err != nil {
@@ -119,10 +122,29 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 			snap = &compare.Snapshot{Source: o.Input[0], NoFigures: true, Incomplete: []string{err.Error()}}
 		}
 		recording = "recording: " + o.Input[0]
+		if !snap.NoFigures {
+			trace = recorder.TracePath(o.Input[0])
+		}
+	}
+	// Test ids and annotations name files relative to where check runs
+	// (pytest's rootdir, run from the project's top) or, for annotations
+	// under GitHub Actions, to the checkout.
+	wd, _ := os.Getwd()
+	if trace != "" {
+		tests, err := recorder.Tests(trace, wd)
+		if err != nil {
+			return 0, fmt.Errorf("check: per-test figures: %w", err)
+		}
+		snap.Tests, snap.TestsRead = tests, true
 	}
 
 	v := compare.Judge(snap, base, o.limits, exitCode)
 	v.Recording = recording
+	// Annotations name files relative to the repository GitHub checked
+	// out; elsewhere, to where check runs.
+	if v.SourceRoot = os.Getenv("GITHUB_WORKSPACE"); v.SourceRoot == "" {
+		v.SourceRoot = wd
+	}
 
 	regression, err := v.Publish(os.Stdout, compare.Outputs{Annotations: os.Getenv("GITHUB_ACTIONS") == "true",
 		JUnit: o.JUnit, StepSummary: os.Getenv("GITHUB_STEP_SUMMARY"), Baseline: o.WriteBaseline,

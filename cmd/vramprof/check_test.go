@@ -272,10 +272,12 @@ func TestCheckCommandFails(t *testing.T) {
 		assert.Contains(t, cases["command"], "error: command failed with exit code 3")
 	})
 	t.Run("failure_and_regression", func(t *testing.T) {
-		// oom exits 1 after its cudaMalloc fails; its peak is above 1 byte.
+		// oom exits 1 after its cudaMalloc fails; its peak is above 1 byte,
+		// and running out of memory fails a check of its own
+		// (TestCheckOOM).
 		r, truth := checkScenario(t, "oom", []string{"FAKECUDA_CAPACITY=1073741824"}, "--max-peak", "1")
 		assert.Equal(t, exitCheckRegression, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-		assert.Contains(t, r.stdout, "vramprof check: FAIL: memory regression (1 of 1 check failed), and the command failed with exit code 1")
+		assert.Contains(t, r.stdout, "vramprof check: FAIL: out of memory (2 of 2 checks failed), and the command failed with exit code 1")
 		assert.Contains(t, r.stdout, fmt.Sprintf("FAIL  max-peak      peak %d bytes", truth.Totals.PeakBytes))
 	})
 }
@@ -290,6 +292,8 @@ func TestCheckBadInput(t *testing.T) {
 	require.NoError(t, os.WriteFile(noSchema, []byte(`{"peak_bytes": 1}`), 0o644))
 	corrupt := filepath.Join(tmp, "corrupt.json")
 	require.NoError(t, os.WriteFile(corrupt, []byte(`{"schema": "vramprof/baseline/v1", "peak_bytes": `), 0o644))
+	badLimits := filepath.Join(tmp, "bad.limits")
+	require.NoError(t, os.WriteFile(badLimits, []byte("tests/test_x.py::test_a 1GiB\ntests/test_x.py::test_b 2 GiB\n"), 0o644))
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -308,6 +312,9 @@ func TestCheckBadInput(t *testing.T) {
 		{"baseline_without_pct", []string{"check", "--baseline", wrongSchema, "--", "true"}, []string{"--max-increase"}},
 		{"pct_without_baseline", []string{"check", "--max-increase", "10", "--", "true"}, []string{"--baseline"}},
 		{"nothing_to_check", []string{"check", "--", "true"}, []string{"nothing to check"}},
+		{"per_test_size", []string{"check", "--max-peak-per-test", "2 GiB", "--", "true"}, []string{`--max-peak-per-test "2 GiB"`, "no spaces"}},
+		{"limits_missing", []string{"check", "--limits", filepath.Join(tmp, "none.limits"), "--", "true"}, []string{"--limits", "none.limits", "no such file"}},
+		{"limits_bad_line", []string{"check", "--limits", badLimits, "--", "true"}, []string{"bad.limits:2", `"tests/test_x.py::test_b 2 GiB" is not a limit`, "tests/test_x.py::test_big 2GiB"}},
 		{"no_command", []string{"check", "--max-peak", "1GiB", "--"}, []string{"no command"}},
 		{"no_target", []string{"check", "--max-peak", "1GiB"}, []string{"INPUT"}},
 		{"command_and_input", []string{"check", "--max-peak", "1GiB", "somedir", "--", "true"}, []string{"not both"}},

@@ -40,7 +40,7 @@ type cli struct {
 	Run    runFlags    `cmd:"" help:"launch CMD and trace it from its first CUDA call"`
 	Attach attachFlags `cmd:"" help:"trace a running process (or every CUDA process)"`
 	Report reportFlags `cmd:"" help:"re-analyse a recording or a PyTorch snapshot (no root needed)"`
-	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression, 2 error or unknown (events lost)"`
+	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression or out of memory, 2 error or unknown (events lost)"`
 	Diff   diffFlags   `cmd:"" help:"compare two recordings (DIRs, traces or report.json files)"`
 	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)"`
 }
@@ -400,15 +400,17 @@ func (f *reportFlags) check() error {
 // checkFlags are the flags of `vramprof check`. The command after -- is
 // split off before kong reads the rest (split).
 type checkFlags struct {
-	MaxPeak       *string `placeholder:"SIZE" help:"fail when the peak (device memory, all devices and processes) exceeds SIZE"`
-	MaxLeak       *string `placeholder:"SIZE" help:"fail when the bytes still live at the end exceed SIZE"`
-	Baseline      string  `placeholder:"FILE" help:"a baseline (written by --write-baseline) or a report.json to compare with"`
-	MaxIncrease   *string `placeholder:"PCT" help:"fail when the peak grows more than PCT percent over --baseline's"`
-	AllowLost     *string `placeholder:"PCT" help:"judge anyway when at most PCT percent of the events were lost, lost/(lost+recorded) (default: any lost event makes the verdict unknown, exit 2)"`
-	WriteBaseline string  `placeholder:"FILE" help:"write this recording's baseline (schema ${baselineSchema}) to FILE"`
-	JUnit         string  `name:"junit" placeholder:"FILE" help:"write a JUnit XML report to FILE (one testcase per check)"`
-	Output        *string `short:"o" placeholder:"DIR" help:"keep the recording of -- CMD in DIR (default: a temporary directory, removed)"`
-	Force         bool    `help:"overwrite the outputs of an earlier recording in the output directory (refused without it)"`
+	MaxPeak        *string `placeholder:"SIZE" help:"fail when the peak (device memory, all devices and processes) exceeds SIZE"`
+	MaxLeak        *string `placeholder:"SIZE" help:"fail when the bytes still live at the end exceed SIZE"`
+	MaxPeakPerTest *string `placeholder:"SIZE" help:"fail when a pytest test's own allocations peak above SIZE (one JUnit testcase per test; see --limits)"`
+	Limits         string  `placeholder:"FILE" help:"per-test limits: lines of 'TEST-ID-GLOB SIZE' (tests/test_x.py::test_big 2GiB), the first matching line wins over --max-peak-per-test"`
+	Baseline       string  `placeholder:"FILE" help:"a baseline (written by --write-baseline) or a report.json to compare with"`
+	MaxIncrease    *string `placeholder:"PCT" help:"fail when the peak grows more than PCT percent over --baseline's"`
+	AllowLost      *string `placeholder:"PCT" help:"judge anyway when at most PCT percent of the events were lost, lost/(lost+recorded) (default: any lost event makes the verdict unknown, exit 2)"`
+	WriteBaseline  string  `placeholder:"FILE" help:"write this recording's baseline (schema ${baselineSchema}) to FILE"`
+	JUnit          string  `name:"junit" placeholder:"FILE" help:"write a JUnit XML report to FILE (one testcase per check)"`
+	Output         *string `short:"o" placeholder:"DIR" help:"keep the recording of -- CMD in DIR (default: a temporary directory, removed)"`
+	Force          bool    `help:"overwrite the outputs of an earlier recording in the output directory (refused without it)"`
 	recordFlags
 	Input []string `arg:"" optional:"" name:"INPUT" help:"an output directory, .vpt trace or report.json to check, or -- CMD [ARGS...] to record and check"`
 

@@ -1,7 +1,10 @@
 // Package compare judges and compares recordings: the verdicts of
 // `vramprof check` (limits on the peak and on what is live at the end,
-// growth over a baseline, lost events, and whether the recording and the
-// baseline are whole runs: no verdict holds on a cut or partial one), the baseline file it writes
+// growth over a baseline, lost events, whether the recording and the
+// baseline are whole runs: no verdict holds on a cut or partial one, an
+// out-of-memory failure, which fails whatever the limits, with its
+// forensics, and each pytest test's peak against its limit, from figures
+// package pytests reads), the baseline file it writes
 // (schema vramprof/baseline/v1), its JUnit XML, GitHub annotations and step
 // summary (Verdict.Publish writes them all, through the caller's atomic
 // file writer), and the model and text of `vramprof diff` (schema

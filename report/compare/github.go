@@ -11,11 +11,30 @@ import (
 
 // WriteAnnotations writes GitHub Actions workflow commands: an error per
 // failed check, a warning for lost events (when they leave a verdict) and
-// for late events.
+// for late events. A failed check whose evidence points to source lines
+// (Check.Sites) gets an error at each, with the file (relative to
+// v.SourceRoot, see sourceFiles) and line, so that GitHub shows it inline
+// in a pull request; a site whose file is not under the root gets the
+// error without them.
 func (v *Verdict) WriteAnnotations(w io.Writer) {
+	src := &sourceFiles{root: v.SourceRoot}
 	for _, c := range v.Checks {
-		if !c.Pass {
-			fmt.Fprintf(w, "::error title=%s::%s\n", ghProperty("vramprof check: "+c.Name), ghData(c.Message))
+		if c.Pass {
+			continue
+		}
+		title := ghProperty("vramprof check: " + c.Name)
+		if len(c.Sites) == 0 {
+			fmt.Fprintf(w, "::error title=%s::%s\n", title, ghData(c.Message))
+			continue
+		}
+		for _, a := range c.Sites {
+			loc := ""
+			if file, line, ok := siteLocation(a.Site); ok {
+				if rel := src.relative(file); rel != "" {
+					loc = fmt.Sprintf("file=%s,line=%d,", ghProperty(rel), line)
+				}
+			}
+			fmt.Fprintf(w, "::error %stitle=%s::%s\n", loc, title, ghData(a.Message))
 		}
 	}
 	if v.Snapshot.Lost > 0 && !v.Unknown() {
@@ -69,12 +88,15 @@ func (v *Verdict) WriteMarkdown(w io.Writer) error {
 	p("| check | result | measured | limit | margin |\n| --- | --- | --- | --- | --- |\n")
 	for _, c := range v.Checks {
 		result := passText(c.Pass)
-		if c.Lost || c.Whole {
+		switch {
+		case c.Lost || c.Whole || c.Unjudged:
 			result = lostPassText(c.Pass)
+		case c.Unlimited:
+			result = "INFO"
 		}
 		p("| %s | **%s** | %s | %s | %s |\n", c.Name, result, mdCell(c.Measured), mdCell(c.Limit), mdCell(c.Margin))
 	}
-	if v.ShowPeak || v.ShowLeak {
+	if v.ShowPeak || v.ShowLeak || v.oomFailed() {
 		p("\n<details><summary>Stacks</summary>\n\n```\n")
 		var buf bytes.Buffer
 		v.writeStacks(&buf)

@@ -5,8 +5,11 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/jstemmer/go-junit-report/v2/junit"
+
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // JUnit names: the suite (and the document), and the class of every
@@ -14,6 +17,8 @@ import (
 const (
 	junitName  = "vramprof check"
 	junitClass = "vramprof.check"
+	// junitTestClass is the class of the testcases of pytest tests.
+	junitTestClass = "vramprof.check.pytest"
 )
 
 // JUnit is the verdict as a JUnit document, one testcase per check: a
@@ -32,13 +37,30 @@ func (v *Verdict) JUnit() junit.Testsuites {
 		if !c.Tool {
 			detail = fmt.Sprintf("%s; limit %s; %s", c.Measured, c.Limit, c.Margin)
 		}
+		if c.Test != nil {
+			// One testcase per pytest test, named by its node id.
+			tc.Classname = junitTestClass
+			detail = fmt.Sprintf("%s; allocated %s in %s; limit %s", c.Measured, units.BytesExact(c.Test.AllocatedBytes),
+				plural(int(c.Test.Allocations), "allocation"), c.Limit)
+			if c.Margin != "" {
+				detail += "; " + c.Margin
+			}
+		}
 		switch {
+		case !c.Pass && c.Unjudged:
+			tc.Error = &junit.Result{Message: c.Message, Type: "no per-test figures", Data: detail}
 		case !c.Pass && c.Whole:
 			tc.Error = &junit.Result{Message: c.Message, Type: "incomplete recording", Data: detail}
 		case !c.Pass && c.Lost:
 			tc.Error = &junit.Result{Message: c.Message, Type: "lost events", Data: detail}
 		case !c.Pass && c.Tool:
 			tc.Error = &junit.Result{Message: c.Message, Type: "command", Data: detail}
+		case !c.Pass && c.Name == "oom":
+			// The forensics of each failure are the failure's body.
+			var b bytes.Buffer
+			writeOOMs(&b, v.Snapshot.OOMs)
+			tc.Failure = &junit.Result{Message: c.Message, Type: "out of memory",
+				Data: c.Measured + "\n" + strings.TrimLeft(b.String(), "\n")}
 		case !c.Pass:
 			tc.Failure = &junit.Result{Message: c.Message, Type: "memory regression", Data: detail}
 		default:

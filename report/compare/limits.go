@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"os"
 	"strings"
 
 	"github.com/vramprof/vramprof/report/units"
@@ -17,6 +18,10 @@ type LimitFlags struct {
 	// Baseline and WriteBaseline say whether --baseline and
 	// --write-baseline were given.
 	Baseline, WriteBaseline bool
+	// MaxPeakPerTest is --max-peak-per-test's size; LimitsFile --limits'
+	// path ("" when not given), read here (see ParseTestLimits).
+	MaxPeakPerTest *string
+	LimitsFile     string
 }
 
 // ParseLimits parses f into Limits and checks that they make a check:
@@ -29,7 +34,7 @@ func ParseLimits(f LimitFlags) (Limits, error) {
 		name string
 		text *string
 		dst  **uint64
-	}{{"max-peak", f.MaxPeak, &l.MaxPeak}, {"max-leak", f.MaxLeak, &l.MaxLeak}} {
+	}{{"max-peak", f.MaxPeak, &l.MaxPeak}, {"max-leak", f.MaxLeak, &l.MaxLeak}, {"max-peak-per-test", f.MaxPeakPerTest, &l.MaxPeakPerTest}} {
 		if s.text == nil {
 			continue
 		}
@@ -53,13 +58,25 @@ func ParseLimits(f LimitFlags) (Limits, error) {
 		}
 		l.MaxIncrease, l.MaxIncreaseText = r, strings.TrimSuffix(*v, "%")
 	}
+	if f.LimitsFile != "" {
+		data, err := os.ReadFile(f.LimitsFile)
+		if err != nil {
+			return Limits{}, fmt.Errorf("--limits: %w", err)
+		}
+		if l.TestLimits, err = ParseTestLimits(f.LimitsFile, data); err != nil {
+			return Limits{}, fmt.Errorf("--limits %w", err)
+		}
+		if len(l.TestLimits) == 0 {
+			return Limits{}, fmt.Errorf("--limits %s holds no limit; write one test id (a glob) and a size per line, such as %s", f.LimitsFile, limitsExample)
+		}
+	}
 	switch {
 	case f.MaxIncrease != nil && !f.Baseline:
 		return Limits{}, errors.New("--max-increase needs --baseline FILE, the run to compare with")
 	case f.Baseline && f.MaxIncrease == nil:
 		return Limits{}, errors.New("--baseline needs --max-increase PCT, the growth allowed over it")
-	case l.MaxPeak == nil && l.MaxLeak == nil && !f.Baseline && !f.WriteBaseline:
-		return Limits{}, errors.New("nothing to check; give --max-peak, --max-leak, --baseline with --max-increase, or --write-baseline")
+	case l.MaxPeak == nil && l.MaxLeak == nil && !f.Baseline && !f.WriteBaseline && !l.perTest():
+		return Limits{}, errors.New("nothing to check; give --max-peak, --max-leak, --max-peak-per-test, --limits FILE, --baseline with --max-increase, or --write-baseline")
 	}
 	return l, nil
 }

@@ -42,7 +42,7 @@ func TestParseLimits(t *testing.T) {
 		{"increase without baseline", LimitFlags{MaxIncrease: strp("10")}, "--max-increase needs --baseline FILE, the run to compare with"},
 		{"baseline without increase", LimitFlags{Baseline: true}, "--baseline needs --max-increase PCT, the growth allowed over it"},
 		{"nothing", LimitFlags{AllowLost: strp("1")},
-			"nothing to check; give --max-peak, --max-leak, --baseline with --max-increase, or --write-baseline"},
+			"nothing to check; give --max-peak, --max-leak, --max-peak-per-test, --limits FILE, --baseline with --max-increase, or --write-baseline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseLimits(tc.f)

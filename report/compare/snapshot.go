@@ -14,6 +14,7 @@ import (
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report"
+	"github.com/vramprof/vramprof/report/pytests"
 )
 
 var (
@@ -58,6 +59,14 @@ type Snapshot struct {
 	PeakStacks []Stack  // largest first, ties by frames
 	EndStacks  []Stack  // largest first, ties by frames
 	Leaks      []report.JSONFinding
+	// OOMs are the out-of-memory failures, one per process, in time order
+	// (see OOM); nil when nothing ran out of memory.
+	OOMs []OOM
+	// Tests are the pytest tests' own figures (package pytests), read from
+	// the recording's trace by the caller (report/recorder's Tests);
+	// TestsRead says they were read: a report.json has none.
+	Tests     []pytests.Test
+	TestsRead bool
 	// StacksComplete is false for a baseline, which keeps only the top
 	// peak stacks (and no stacks live at the end): a stack missing from it
 	// may be below its cut rather than new.
@@ -283,6 +292,9 @@ func FromReport(j *report.JSON, source string) *Snapshot {
 		if f.Kind == "leak" {
 			s.Leaks = append(s.Leaks, f)
 		}
+	}
+	if ooms := oomsOf(j); len(ooms) > 0 {
+		s.OOMs = ooms
 	}
 	return s
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/vramprof/vramprof/report/pytests"
 	"github.com/vramprof/vramprof/report/units"
 )
 
@@ -42,6 +43,11 @@ type Limits struct {
 	// written.
 	AllowLost     *big.Rat
 	AllowLostText string
+	// MaxPeakPerTest bounds each pytest test's peak (its own
+	// allocations, see package pytests); TestLimits (a limits file) set
+	// the tests they match apart, the first matching line winning.
+	MaxPeakPerTest *uint64
+	TestLimits     []TestLimit
 }
 
 // Check is one check's outcome.
@@ -64,6 +70,24 @@ type Check struct {
 	// whole runs ("complete", "baseline-complete"): failing, they make the
 	// verdict unknown, whatever the other checks say.
 	Whole bool
+	// Test is the pytest test a per-test check is about; Unlimited marks
+	// one shown with no limit to judge (not counted as a check).
+	Test      *pytests.Test
+	Unlimited bool
+	// Unjudged marks the check that per-test limits could be judged:
+	// failing, it makes the verdict unknown.
+	Unjudged bool
+	// Sites are where a failed check's evidence points in the source, one
+	// annotation each (GitHub annotations carry their file and line);
+	// none: one annotation with Message, at no line.
+	Sites []Annotation
+}
+
+// Annotation is one place in the source a failed check points to: Site
+// is a rendered frame ("func (file:line)", or "caller (file:line) ->
+// helper (file:line)": the caller's line), Message what to say there.
+type Annotation struct {
+	Site, Message string
 }
 
 // Verdict is the outcome of a check run, rendered the same way each time
@@ -75,12 +99,19 @@ type Verdict struct {
 	// Recording says where the figures come from, for the header:
 	// "recording: DIR".
 	Recording string
-	Checks    []Check
+	// SourceRoot is the directory GitHub annotations name files relative
+	// to (the repository's checkout: GITHUB_WORKSPACE, or the working
+	// directory); "" leaves file and line out.
+	SourceRoot string
+	Checks     []Check
 	// Grown are the peak stacks that grew over the baseline.
 	Grown []StackChange
 	// ShowPeak, ShowLeak: a peak or leak check failed, so its stacks are
 	// the evidence.
 	ShowPeak, ShowLeak bool
+	// Warnings are said with the verdict (a limits file's line that
+	// matched no test).
+	Warnings []string
 
 	// exitCode is the command's, when one ran.
 	exitCode int
@@ -113,14 +144,24 @@ func Judge(snap, base *Snapshot, l Limits, exitCode *int) *Verdict {
 	if snap.Lost > 0 {
 		v.Checks = append(v.Checks, lostCheck(snap.Lost, snap.Events, l.AllowLost, l.AllowLostText))
 	}
+	if len(snap.OOMs) > 0 {
+		// Running out of memory is the failure a memory gate exists for,
+		// whatever the limits say.
+		v.Checks = append(v.Checks, oomCheck(snap.OOMs))
+		if exitCode != nil && *exitCode != 0 {
+			v.Checks[0].Message = fmt.Sprintf("command failed with exit code %d after running out of memory", *exitCode)
+		}
+	}
 	if l.MaxPeak != nil {
 		c := limitCheck("max-peak", "peak", snap.Peak, *l.MaxPeak)
 		v.ShowPeak = v.ShowPeak || !c.Pass
+		c.Sites = topSite(&c, snap.PeakStacks, "the most at the peak")
 		v.Checks = append(v.Checks, c)
 	}
 	if l.MaxLeak != nil {
 		c := limitCheck("max-leak", "live at end", snap.LiveEnd, *l.MaxLeak)
 		v.ShowLeak = !c.Pass
+		c.Sites = topSite(&c, snap.EndStacks, "the most live at the end")
 		v.Checks = append(v.Checks, c)
 	}
 	if base != nil {
@@ -136,15 +177,33 @@ func Judge(snap, base *Snapshot, l Limits, exitCode *int) *Verdict {
 				v.Grown = append(v.Grown, s)
 			}
 		}
+		if !c.Pass && len(v.Grown) > 0 {
+			g := v.Grown[0]
+			v.Checks[len(v.Checks)-1].Sites = []Annotation{{Site: g.Site,
+				Message: fmt.Sprintf("%s; grew the most: %s at %s", c.Message, g.Text(), g.Site)}}
+		}
 	}
+	v.testChecks(snap, &l)
 	return v
+}
+
+// topSite is where a failed limit check points: the site of the largest
+// of stacks (what it holds, said as what); none when c passed or no
+// stack is known.
+func topSite(c *Check, stacks []Stack, what string) []Annotation {
+	if c.Pass || len(stacks) == 0 {
+		return nil
+	}
+	top := stacks[0]
+	return []Annotation{{Site: top.Site, Message: fmt.Sprintf("%s; %s: %s in %d allocations at %s",
+		c.Message, what, units.BytesExact(top.Bytes), top.Count, top.Site)}}
 }
 
 // Failed says whether a memory check failed, and whether the command did.
 func (v *Verdict) Failed() (memory, command bool) {
 	for _, c := range v.Checks {
 		switch {
-		case c.Pass || c.Lost || c.Whole:
+		case c.Pass || c.Lost || c.Whole || c.Unjudged:
 		case c.Tool:
 			command = true
 		default:
@@ -159,7 +218,7 @@ func (v *Verdict) Failed() (memory, command bool) {
 // be wrong either way, and no verdict holds.
 func (v *Verdict) Unknown() bool {
 	for _, c := range v.Checks {
-		if (c.Lost || c.Whole) && !c.Pass {
+		if (c.Lost || c.Whole || c.Unjudged) && !c.Pass {
 			return true
 		}
 	}
@@ -177,6 +236,11 @@ func (v *Verdict) Outcome() (regression bool, err error) {
 		for _, c := range v.Checks {
 			if c.Whole && !c.Pass {
 				return false, fmt.Errorf("%w: %s", ErrIncomplete, c.Message)
+			}
+		}
+		for _, c := range v.Checks {
+			if c.Unjudged && !c.Pass {
+				return false, fmt.Errorf("%w: %s", ErrNoTests, c.Message)
 			}
 		}
 		for _, c := range v.Checks {
@@ -292,21 +356,23 @@ func (v *Verdict) Header() string {
 	memFailed, cmdFailed := v.Failed()
 	n, failed := 0, 0
 	for _, c := range v.Checks {
-		if !c.Tool {
+		if !c.Tool && !c.Unlimited {
 			n++
 			if !c.Pass {
 				failed++
 			}
 		}
 	}
-	exit, lost, whole := "", "", ""
+	exit, lost, whole, unjudged := "", "", "", ""
 	for _, c := range v.Checks {
 		switch {
 		case c.Whole && !c.Pass:
 			if whole == "" {
 				whole = c.Message
 			}
-		case c.Whole:
+		case c.Unjudged && !c.Pass:
+			unjudged = c.Message
+		case c.Whole, c.Unjudged:
 		case c.Lost:
 			lost = c.Measured
 		case c.Tool:
@@ -316,8 +382,14 @@ func (v *Verdict) Header() string {
 	switch {
 	case whole != "":
 		return fmt.Sprintf("UNKNOWN: %s (%s)", whole, wholeHint)
+	case unjudged != "" && lost == "":
+		return "UNKNOWN: " + unjudged
 	case v.Unknown():
 		return fmt.Sprintf("UNKNOWN: %s; %s, so no verdict (accept up to PCT%% lost with --allow-lost PCT)", lost, lostText)
+	case v.oomFailed() && cmdFailed:
+		return fmt.Sprintf("FAIL: out of memory (%d of %s failed), and the command failed with %s", failed, plural(n, "check"), exit)
+	case v.oomFailed():
+		return fmt.Sprintf("FAIL: out of memory (%d of %s failed)", failed, plural(n, "check"))
 	case memFailed && cmdFailed:
 		return fmt.Sprintf("FAIL: memory regression (%d of %s failed), and the command failed with %s", failed, plural(n, "check"), exit)
 	case memFailed:
@@ -326,6 +398,16 @@ func (v *Verdict) Header() string {
 		return fmt.Sprintf("ERROR: command failed with %s (not a memory regression: %s passed)", exit, plural(n, "memory check"))
 	}
 	return fmt.Sprintf("PASS (%s)", plural(n, "check"))
+}
+
+// oomFailed reports whether the recording ran out of memory.
+func (v *Verdict) oomFailed() bool {
+	for _, c := range v.Checks {
+		if c.Name == "oom" && !c.Pass {
+			return true
+		}
+	}
+	return false
 }
 
 func plural(n int, noun string) string {
@@ -400,13 +482,34 @@ func (v *Verdict) WriteText(w io.Writer) {
 	if s.Truncated {
 		p("WARNING: the trace was cut short: the figures cover the records before the cut\n")
 	}
+	for _, w := range v.Warnings {
+		p("WARNING: %s\n", w)
+	}
+	tests := false
 	for _, c := range v.Checks {
-		if c.Lost || c.Whole {
+		if c.Test != nil {
+			if !tests {
+				tests = true
+				p("per pytest test (its own allocations at the %s layer; peak: the most live at once; leaked: live after its last call):\n", c.Test.Layer)
+			}
+			switch {
+			case c.Unlimited:
+				p("INFO  %s: %s; no limit\n", c.Name, c.Measured)
+			default:
+				p("%s  %s: %s; limit %s; %s\n", passText(c.Pass), c.Name, c.Measured, c.Limit, c.Margin)
+			}
+			continue
+		}
+		if c.Lost || c.Whole || c.Unjudged {
 			p("%s  %-13s %s; limit %s\n", lostPassText(c.Pass), c.Name, c.Measured, c.Limit)
 			continue
 		}
 		if c.Tool {
 			p("%s  %-13s %s\n", passText(c.Pass), c.Name, c.Measured)
+			continue
+		}
+		if c.Margin == "" {
+			p("%s  %-13s %s; limit: %s\n", passText(c.Pass), c.Name, c.Measured, c.Limit)
 			continue
 		}
 		p("%s  %-13s %s; limit %s; %s\n", passText(c.Pass), c.Name, c.Measured, c.Limit, c.Margin)
@@ -419,6 +522,9 @@ func (v *Verdict) WriteText(w io.Writer) {
 func (v *Verdict) writeStacks(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	s := v.Snapshot
+	if v.oomFailed() {
+		writeOOMs(w, s.OOMs)
+	}
 	if v.Baseline != nil && v.ShowPeak {
 		p("\nstacks that grew at the peak (vs baseline %s):\n", v.Baseline.Source)
 		writeGrown(w, v.Grown, v.Baseline.StacksComplete)
@@ -436,21 +542,26 @@ func (v *Verdict) writeStacks(w io.Writer) {
 }
 
 func writeTop(w io.Writer, stacks []Stack, whole uint64) {
+	writeTopIndent(w, stacks, whole, "  ")
+}
+
+// writeTopIndent writes the top VerdictStacks stacks, each line indented.
+func writeTopIndent(w io.Writer, stacks []Stack, whole uint64, indent string) {
 	if len(stacks) == 0 {
-		fmt.Fprintf(w, "  none\n")
+		fmt.Fprintf(w, "%snone\n", indent)
 	}
 	for i, st := range stacks {
 		if i == VerdictStacks {
-			fmt.Fprintf(w, "  ... %d more\n", len(stacks)-i)
+			fmt.Fprintf(w, "%s... %d more\n", indent, len(stacks)-i)
 			break
 		}
 		share := 0.0
 		if whole > 0 {
 			share = float64(st.Bytes) / float64(whole) * 100
 		}
-		fmt.Fprintf(w, "  %d. %s, %.1f%%, in %d allocations at %s\n", i+1, units.BytesExact(st.Bytes), share, st.Count, st.Site)
+		fmt.Fprintf(w, "%s%d. %s, %.1f%%, in %d allocations at %s\n", indent, i+1, units.BytesExact(st.Bytes), share, st.Count, st.Site)
 		for _, f := range st.Frames {
-			fmt.Fprintf(w, "       %s\n", f)
+			fmt.Fprintf(w, "%s     %s\n", indent, f)
 		}
 	}
 }

@@ -21,7 +21,8 @@
 // PyTorch memory snapshot pickle, once and from the start (input.go: a
 // pipe or FIFO reads as a file does), and need no privileges; LoadSnapshot
 // reads a recording into what `vramprof diff` and `check` compare
-// (report/compare).
+// (report/compare), and Tests its trace into each pytest test's own
+// figures (report/pytests).
 //
 // The package imports neither cilium/ebpf nor go-nvml: the session and the
 // NVML sampler write records into a Recorder through its Write, and the

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report"
 	"github.com/vramprof/vramprof/report/compare"
+	"github.com/vramprof/vramprof/report/pytests"
 )
 
 // LoadSnapshot reads what `vramprof diff` and `check` compare of a
@@ -93,4 +95,41 @@ func snapshotFromTrace(source, trace string) (*compare.Snapshot, error) {
 	s := compare.FromReport(report.NewJSON(res), source)
 	s.Truncated = truncated
 	return s, nil
+}
+
+// Tests reads the per-test figures (package pytests) of the trace at path:
+// a .vpt trace, or a recording's trace.vpt replaced by a flight recorder's
+// segments; test files are named relative to root. A trace cut short
+// gives the figures of its whole records (the recording's figures say it
+// is incomplete).
+func Tests(path, root string) ([]pytests.Test, error) {
+	tr := pytests.NewTracker(root)
+	err := Replay(path, func(rec event.Record) error {
+		tr.Add(rec)
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrTruncated) {
+		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
+	}
+	return tr.Tests(), nil
+}
+
+// TracePath is the trace of a recording at path, for Tests: an output
+// directory's trace.vpt (or its segments), a trace itself; "" for a
+// report.json or a directory without a trace.
+func TracePath(path string) string {
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return ""
+	case st.IsDir():
+		trace := filepath.Join(path, TraceFile)
+		if isRegular(trace) || len(SegmentsOf(trace)) > 0 {
+			return trace
+		}
+		return ""
+	case st.Mode().IsRegular() && !compare.IsJSONFile(path) && !IsSnapshot(path):
+		return path
+	}
+	return ""
 }

@@ -1,0 +1,57 @@
+// Package pytests gives each pytest test in a recording its own GPU memory
+// figures, with no plugin in the tests: under `vramprof check -- pytest
+// ...` every allocation's stack holds the Python frames of the call
+// (probes/python), the test function among them.
+//
+// # Which test an allocation belongs to
+//
+// A test is the Python frame pytest calls it through: a function whose
+// name starts with "test", in a file named test_*.py or *_test.py (pytest's
+// default discovery), at module level or a method of classes whose names
+// start with "Test" (its co_qualname, CPython 3.11+: "TestModel.test_big").
+// Its id is pytest's node id, "path::[Class::]name", the path relative to
+// the root given (check's working directory: pytest's rootdir when pytest
+// runs from the project's top, as usual). An allocation belongs to the
+// innermost test frame on its stack (a test calling another test function
+// charges the callee); one with none (fixtures, collection, module level,
+// pytest itself) belongs to no test. Limits of what frames show:
+//
+//   - a parametrized test's parameter sets run the same function, and no
+//     frame tells them apart: they are one test, "path::name" without the
+//     "[...]", their figures together;
+//   - a fixture's allocations are the fixture's, not the test's: pytest
+//     calls fixtures outside the test function;
+//   - CPython 3.10 has no co_qualname: a method's id lacks its class;
+//   - a stack cut short on its root side (deeper than --python-depth
+//     frames from the leaf) may lose the test frame: the allocation then
+//     belongs to no test.
+//
+// # The figures
+//
+// Device memory, of the test's own allocations only, at the block layer
+// (tensors) when the recording traced a caching allocator, else at the
+// segment layer (what report.json's totals count: allocations and physical
+// VMM memory), as analysis/ledger models them:
+//
+//   - peak: the most bytes of the test's allocations live at once. Memory
+//     other tests or fixtures hold is not in it, so a test's figure does
+//     not depend on the order tests run in;
+//   - leaked: the bytes of its allocations still live when it was over:
+//     when the next test made its first call, or at the end of the
+//     recording for the last one. A return makes no event and a free's
+//     stack holds no Python frames, so the moment the test function
+//     returned is not seen: its fixtures' teardown, which runs before the
+//     next test, may still free its memory (then it is not leaked), and
+//     the last test's leak is what the process held when it ended. A
+//     parametrized test's leak is what all its parameter sets left live.
+//
+// Tests in several processes (pytest-xdist workers) are matched by id.
+//
+// Under a caching allocator (PyTorch) the segment layer is the cache: a
+// segment stays cached after the test that made it and later tests reuse
+// it, so its figures would say which test grew the cache, not what each
+// needed; hence the blocks.
+//
+// A Tracker is fed a stream's records in order (Add) and read at the end
+// (Tests). It is not safe for concurrent use.
+package pytests

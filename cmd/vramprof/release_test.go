@@ -10,10 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // repoRoot is the repository's top, where the Makefile is.
@@ -94,6 +98,8 @@ func TestReleaseInstall(t *testing.T) {
 	require.NotEqual(t, string(shipped), want, "the shipped unit runs %s", unitBinary)
 	assert.Equal(t, want, string(unit))
 
+	t.Run("nvml", func(t *testing.T) { releaseLoadsNVML(t, bin) })
+
 	mustMake(t, repoRoot, "uninstall", "DESTDIR="+stage, "PREFIX=/usr")
 	for _, p := range []string{"usr/bin/vramprof", "usr/lib/systemd/system/vramprof.service"} {
 		_, err := os.Stat(filepath.Join(stage, p))
@@ -124,4 +130,46 @@ func TestReleaseInstall(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(built, again), "two release builds of one source differ (%d and %d bytes)", len(built), len(again))
 	t.Logf("release binary: %d bytes, the same from %s and from %s", len(built), repoRoot, src)
+}
+
+// releaseLoadsNVML runs the release binary's serve with NVIDIA's real
+// libnvidia-ml.so.1 and no driver: NVML must load and answer "Driver Not
+// Loaded", where a static build dies at its first NVML call.
+func releaseLoadsNVML(t *testing.T, bin string) {
+	probetest.RequirePrivilege(t)
+	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
+		t.Skip("the NVIDIA driver is loaded here: the no-driver answer cannot be asked for")
+	}
+	dir := realNVMLDir(t)
+	addr := freeLoopback(t)
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--pool", "off")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), "vramprof: serving http://"+addr) {
+		select {
+		case err := <-done:
+			t.Fatalf("release serve exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "release serve not ready:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	v, reason, ok := nvmlReason(scrapeMetrics(t, "http://"+addr))
+	if assert.True(t, ok, "no NVML status metric") {
+		assert.Zero(t, v)
+		assert.True(t, strings.HasPrefix(reason, "NVML unavailable: nvmlInit: Driver Not Loaded"), "reason %q", reason)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("release serve did not stop on SIGTERM")
+	}
 }

@@ -377,8 +377,8 @@ func TestDeployDockerfile(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, release, "the build stage runs make release")
-	out := regexp.MustCompile(`RELEASE=(\S+)`).FindStringSubmatch(release)
-	require.NotNil(t, out)
+	dir := outDir(release)
+	require.NotEmpty(t, dir, "make release RELEASE=DIR")
 
 	var entrypoint, cmd []string
 	var expose string
@@ -397,7 +397,7 @@ func TestDeployDockerfile(t *testing.T) {
 		}
 	}
 	require.Len(t, entrypoint, 1)
-	assert.Equal(t, fmt.Sprintf("--from=build %s/vramprof %s", out[1], entrypoint[0]), copied, "the image runs the binary make release built")
+	assert.Equal(t, fmt.Sprintf("--from=build %s/vramprof %s", dir, entrypoint[0]), copied, "the image runs the binary make release built")
 	assert.Equal(t, defaultPort, expose)
 
 	require.NotEmpty(t, cmd)
@@ -408,6 +408,29 @@ func TestDeployDockerfile(t *testing.T) {
 	_, p, err := net.SplitHostPort(sf.Listen)
 	require.NoError(t, err)
 	assert.Equal(t, expose, p)
+
+	// The build stage's make line, run by sh as docker runs it, in this
+	// checkout (its output folder moved to a temporary one): the build
+	// arguments reach the binary, and unset ones leave the Makefile's
+	// defaults (an empty VERSION= would stamp an empty version).
+	t.Run("build args", func(t *testing.T) {
+		out := t.TempDir()
+		line := strings.Replace(release, "RELEASE="+outDir(release), "RELEASE="+out, 1)
+		sh := func(env []string, line string) string {
+			cmd := exec.Command("sh", "-c", line)
+			cmd.Dir = repoRoot
+			cmd.Env = append(os.Environ(), env...)
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s:\n%s", line, b)
+			return string(b)
+		}
+		sh([]string{"VERSION=2.0.0-image", "COMMIT=feedface"}, line)
+		v, err := exec.Command(filepath.Join(out, "vramprof"), "--version").Output()
+		require.NoError(t, err)
+		assert.Equal(t, "vramprof 2.0.0-image (commit feedface)\n", string(v))
+		dry := sh(nil, strings.Replace(line, "make release", "make -n release", 1))
+		assert.Contains(t, dry, "-X main.version="+version+" ", "VERSION unset: main.go's")
+	})
 
 	ignore, err := os.ReadFile(dockerfileFile + ".dockerignore")
 	require.NoError(t, err)
@@ -437,6 +460,15 @@ func assertCapBounding(t *testing.T, pid int, caps []string) {
 	}
 	assert.Equal(t, fmt.Sprintf("%016x", want), fields["CapBnd"], "serve's bounding set")
 	assert.Equal(t, "1", fields["NoNewPrivs"])
+}
+
+// outDir is the RELEASE=DIR folder of a make release line.
+func outDir(line string) string {
+	m := regexp.MustCompile(`RELEASE=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		return ""
+	}
+	return m[1]
 }
 
 // unitDirectives are a unit file's directives by name (the last one wins,

@@ -41,6 +41,12 @@ func TestReleaseDefaults(t *testing.T) {
 	for _, flag := range []string{"-trimpath", "-buildvcs=false", "CGO_ENABLED=1"} {
 		assert.Contains(t, out, flag)
 	}
+	// make image builds the Dockerfile beside the deploy files, stamped.
+	out = mustMake(t, repoRoot, "-n", "image", "IMAGE=vramprof:test", "VERSION=3.0", "COMMIT=c0ffee")
+	assert.Contains(t, out, "-f cmd/vramprof/"+dockerfileFile+" ")
+	for _, arg := range []string{"--build-arg VERSION=3.0", "--build-arg COMMIT=c0ffee", "-t vramprof:test"} {
+		assert.Contains(t, out, arg)
+	}
 }
 
 // TestReleaseInstall builds the release binary through make install (with

@@ -5,6 +5,9 @@
 #   make bench     overhead of the probes, as ratios from one run; the findings corpus table
 #   make generate  rebuild the BPF objects (committed; reproducible byte for byte)
 #   make lint      gofmt, go vet, staticcheck, a non-Linux cross-build
+#   make release   the reproducible release binary, version and commit stamped
+#   make install   install it (PREFIX, DESTDIR) with its systemd unit
+#   make image     the container image of `vramprof serve` (docker)
 
 GO       ?= go
 BIN      := bin/vramprof
@@ -12,7 +15,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata pythons nvidia torch generate test bench demo lint clean
+.PHONY: all build testdata pythons nvidia torch generate test bench demo lint clean release install uninstall image
 
 all: build
 
@@ -93,6 +96,56 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	GOOS=darwin $(GO) build ./...
+
+# The release binary, $(RELEASE)/vramprof: the same bytes from the same
+# source, VERSION and COMMIT wherever it is built (-trimpath; -buildvcs=false,
+# so that a source tarball without .git builds what a checkout does: the
+# commit is stamped with -X instead). `vramprof --version` prints both.
+# VERSION is main.go's unless given; COMMIT is the checkout's HEAD, with
+# -dirty when tracked files differ from it, and "unknown" without git.
+#
+# Not a static binary: cgo is needed (NVML through go-nvml, and
+# probes/sigstate's constructor), and go-nvml binds NVML's functions through
+# the dynamic linker when it dlopens libnvidia-ml.so.1, which a static glibc
+# binary has not: a -extldflags -static build crashes (SIGSEGV at address 0
+# in nvmlInit_v2) as soon as the library is there, on every GPU node. So it
+# is linked against glibc alone (libc.so.6, glibc 2.34 or newer: Debian 12,
+# Ubuntu 22.04, RHEL 9), with Go's own resolver and user lookup (netgo,
+# osusergo) instead of glibc's NSS.
+RELEASE ?= bin/release
+VERSION ?= $(shell sed -n 's/^[[:space:]]*version = "\(.*\)"$$/\1/p' cmd/vramprof/main.go)
+COMMIT  ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; })
+RELEASE_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+release:
+	CGO_ENABLED=1 $(GO) build -trimpath -buildvcs=false -tags netgo,osusergo \
+		-ldflags '$(RELEASE_LDFLAGS)' -o $(RELEASE)/vramprof ./cmd/vramprof
+
+# Packagers' conventions: PREFIX (default /usr/local), DESTDIR staged. The
+# unit goes where systemd looks for units under PREFIX
+# ($(PREFIX)/lib/systemd/system: /usr/lib/... for a package, /usr/local/lib/...
+# by hand), its ExecStart naming the installed binary.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+install: release
+	install -D -m 0755 $(RELEASE)/vramprof $(DESTDIR)$(BINDIR)/vramprof
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed 's|^ExecStart=/usr/local/bin/vramprof |ExecStart=$(BINDIR)/vramprof |' \
+		cmd/vramprof/deploy/vramprof.service >$(DESTDIR)$(UNITDIR)/vramprof.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/vramprof.service
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/vramprof $(DESTDIR)$(UNITDIR)/vramprof.service
+
+# The image cmd/vramprof/deploy/kubernetes.yaml runs: push it and set the
+# DaemonSet's image to it.
+IMAGE ?= vramprof:$(VERSION)
+
+image:
+	docker build -f cmd/vramprof/deploy/Dockerfile --build-arg VERSION=$(VERSION) \
+		--build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
 clean:
 	rm -rf bin $(DEMO_OUT)

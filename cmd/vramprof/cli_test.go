@@ -50,11 +50,12 @@ func TestHelpQuietOnce(t *testing.T) {
 	}
 }
 
-// TestVersion prints the version recorded in traces on stdout.
+// TestVersion prints the version recorded in traces on stdout, and the
+// commit, "unknown" in a build that make release did not stamp.
 func TestVersion(t *testing.T) {
 	r := vramprof(t, execOpts{dir: t.TempDir()}, "--version")
 	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
-	assert.Equal(t, "vramprof "+version+"\n", r.stdout)
+	assert.Equal(t, "vramprof "+version+" (commit unknown)\n", r.stdout)
 	assert.Empty(t, r.stderr)
 }
 

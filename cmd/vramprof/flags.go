@@ -69,10 +69,11 @@ func newParser(w io.Writer) (*kong.Kong, error) {
 		kong.Writers(w, os.Stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
 		kong.Vars{
-			"version":        "vramprof " + version,
+			"version":        versionLine(),
 			"momentInterval": defaultMomentInterval.String(),
 			"pythonDepth":    strconv.Itoa(maxPythonDepth),
 			"listen":         defaultListen,
+			"port":           defaultPort,
 			"grace":          exporter.DefaultGrace.String(),
 			"ttl":            exporter.DefaultTTL.String(),
 			"snapshotFile":   recorder.SnapshotFile,
@@ -427,7 +428,7 @@ type diffFlags struct {
 
 // serveFlags are the flags of `vramprof serve`.
 type serveFlags struct {
-	Listen string        `default:"${listen}" placeholder:"HOST:PORT" help:"address to serve metrics and profiles on (host:port)"`
+	Listen string        `default:"${listen}" placeholder:"HOST:PORT" help:"address to serve metrics and profiles on (host:port); the default port, ${port}, is not dcgm-exporter's 9400: both run on every GPU node"`
 	Grace  time.Duration `default:"${grace}" placeholder:"D" help:"keep an exited process's figures at least this long"`
 	TTL    time.Duration `name:"ttl" default:"${ttl}" placeholder:"D" help:"drop an exited process after this long even if never scraped"`
 	NVML   string        `name:"nvml" default:"auto" placeholder:"auto|off" help:"serve each device's memory as NVML reports it: auto or off"`

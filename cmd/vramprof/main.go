@@ -22,8 +22,25 @@ import (
 	"github.com/vramprof/vramprof/probes/sigstate"
 )
 
-// version is vramprof's version, recorded in every trace.
-const version = "0.1.0"
+// version is vramprof's version, recorded in every trace, and commit the
+// source commit it was built from: `make release` stamps both (go build
+// -ldflags "-X main.version=... -X main.commit=..."); a plain go build
+// keeps the version below and no commit. Variables, not constants, so that
+// the linker can set them.
+var (
+	version = "0.1.0"
+	commit  = ""
+)
+
+// versionLine is what --version prints: "vramprof VERSION (commit COMMIT)",
+// or "vramprof VERSION (commit unknown)" for a build that was not stamped.
+func versionLine() string {
+	c := commit
+	if c == "" {
+		c = "unknown"
+	}
+	return "vramprof " + version + " (commit " + c + ")"
+}
 
 // Exit codes: a launched command's own code passes through `run`; 2 is
 // vramprof's usage or tool error.

@@ -4,11 +4,20 @@ import "fmt"
 
 // defaultListen is serve's address: loopback, so that nothing is exposed
 // beyond the node until the operator says so (a Prometheus on the node, or
-// --listen on the pod IP behind a NetworkPolicy).
-const defaultListen = "127.0.0.1:9400"
+// --listen on the pod IP behind a NetworkPolicy). Its port, 10477, is not
+// 9400, dcgm-exporter's default: the two run side by side on every GPU
+// node. The exporters' range 9100-9999 is allocated in full (Prometheus's
+// default port allocations list), so any port there is some exporter's;
+// 10477 is taken by none of the daemons a GPU node runs (node_exporter
+// 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835, the kubelet and
+// kube-proxy 10248-10259, the Zabbix agent 10050).
+const (
+	defaultPort   = "10477"
+	defaultListen = "127.0.0.1:" + defaultPort
+)
 
 func (f *serveFlags) check() error {
-	const usage = "usage: vramprof serve [--listen 127.0.0.1:9400] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
+	const usage = "usage: vramprof serve [--listen " + defaultListen + "] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
 	if err := f.probeFlags.check("serve"); err != nil {
 		return err
 	}

@@ -13,7 +13,9 @@ import (
 func TestParseServe(t *testing.T) {
 	o, err := parse[*serveFlags]("serve", nil)
 	require.NoError(t, err)
-	assert.Equal(t, "127.0.0.1:9400", o.Listen, "loopback by default (DESIGN.md's CLI contract)")
+	// Loopback by default, and not dcgm-exporter's 9400, which runs beside
+	// serve on every GPU node.
+	assert.Equal(t, "127.0.0.1:10477", o.Listen)
 	assert.Equal(t, exporter.DefaultGrace, o.Grace)
 	assert.Equal(t, exporter.DefaultTTL, o.TTL)
 	assert.Equal(t, "auto", o.Pool)

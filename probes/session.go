@@ -81,6 +81,9 @@ type Stats struct {
 	Lost    atomic.Uint64 // records lost: ring buffer full, unpaired, undecodable
 	Late    atomic.Uint64 // events that arrived too late to be written in effect order
 	Targets atomic.Int64  // processes being traced
+	// Semaphores counts USDT semaphores raised by vramprof after the
+	// kernel left them below their sites' count (semaphore.go).
+	Semaphores atomic.Uint64
 }
 
 // Session traces the CUDA allocation API in a set of processes. It wires
@@ -246,11 +249,24 @@ func (s *Session) scan(p *proc) error {
 	if err := s.findPython(p); err != nil {
 		return err
 	}
+	var maps []symbolize.MapEntry // read once, when a file has USDT semaphores
 	for _, f := range files {
 		if p.libraries[f.Key] {
 			continue
 		}
 		p.libraries[f.Key] = true
+		if len(semaphoreSites(f)) > 0 {
+			if maps == nil {
+				if maps, err = symbolize.ReadMaps(int(p.pid)); err != nil {
+					return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
+				}
+			}
+			n, err := raiseSemaphores(p.pid, f, maps)
+			s.stats.Semaphores.Add(uint64(n))
+			if err != nil {
+				return err
+			}
+		}
 		syms := f.cudaSymbols()
 		if len(syms) == 0 && len(f.Skipped) == 0 && !f.StrippedRuntime {
 			continue // the loader: not a CUDA library

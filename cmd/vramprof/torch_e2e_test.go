@@ -609,3 +609,33 @@ func logTorchFindings(t *testing.T, rep *torchReport) {
 		t.Logf("finding %s (%s, %d bytes): %s", f.Kind, f.Severity, f.Bytes, f.Summary)
 	}
 }
+
+// TestTorchBesideServe runs PyTorch's real allocator under `run` while a
+// `serve` traces the host. serve probes libc10_cuda.so once it has seen a
+// process map it (without a PID filter), and each PyTorch process started
+// after that gets the notes' breakpoints as the loader maps the code, while
+// the kernel leaves their semaphores at 0 (it counts breakpoint writes;
+// the run's attach finds them written): no note fired, and the run had no
+// block layer from its second process on (6 of TestTorchRealAllocator's 7
+// scenarios failed with a serve on the host). Every tensor is counted, in
+// each of three processes, against torchdrv's own count.
+func TestTorchBesideServe(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	bin := torchDriver(t)
+	cmd, done, stderr := startServe(t)
+	for i := range 3 {
+		tmp := t.TempDir()
+		truthPath := filepath.Join(tmp, "truth.json")
+		dir := filepath.Join(tmp, "out")
+		r := vramprof(t, execOpts{dir: tmp, env: []string{"VRAMPROF_TRUTH=" + truthPath}}, "run", "-o", dir, "--", bin, "train")
+		require.Equal(t, 0, r.code, "process %d; stderr:\n%s", i, r.stderr)
+		truth := mustReadJSON[torchTruth](t, truthPath)
+		rep := mustReadJSON[torchReport](t, filepath.Join(dir, "report.json"))
+		require.NotNil(t, rep.Blocks, "process %d: report.json has the block layer", i)
+		assert.Equal(t, truth.Tensors.Allocations, rep.Blocks.Allocations, "process %d: block allocations = tensors made", i)
+		assert.Equal(t, truth.Tensors.Frees, rep.Blocks.Frees, "process %d: block frees = tensors dropped", i)
+		assert.Equal(t, truth.Tensors.AllocatedBytes, rep.Blocks.AllocatedBytes, "process %d: block bytes", i)
+		assert.Zero(t, rep.Totals.LostEvents, "process %d: lost events", i)
+	}
+	stopServe(t, cmd, done, stderr)
+}

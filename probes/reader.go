@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -106,6 +108,7 @@ func (rd *reader) lost() (event.LostCauses, error) {
 // then drains what is left in the ring buffer and writes the final Lost
 // record. It does not write event.End: the caller knows why it stopped.
 func (s *Session) Run(ctx context.Context) error {
+	raiseReaderPriority()
 	lastFlush := time.Now()
 	lastTick := time.Now()
 	for {
@@ -167,6 +170,26 @@ func (s *Session) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// ReaderNice is the nice value of the thread that reads the ring buffer
+// (Session.Run). The ring fills when the reader falls behind the traced
+// threads, and every record then refused is lost: with six busy loops on
+// this 2-core host, 16 threads of churn_threads lost 77210 to 194753 of
+// their 336000 records in 3 runs of 4 at nice 0, and none at -10 (a share
+// of the CPU 9.3 times a nice-0 thread's while it has records to read; it
+// sleeps in epoll otherwise). A variable for tests.
+var ReaderNice = -10
+
+// raiseReaderPriority locks the calling goroutine to its thread for good
+// and gives that thread ReaderNice: the thread ends with the goroutine
+// (never unlocked), so no other goroutine runs at that priority, and
+// threads the runtime starts meanwhile come from its template thread, not
+// from this one. Processes vramprof starts are forked by other threads. A
+// kernel that refuses (no CAP_SYS_NICE) leaves it at the default.
+func raiseReaderPriority() {
+	runtime.LockOSThread()
+	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), ReaderNice)
 }
 
 // drain reads what the ring buffer still holds without waiting for more.

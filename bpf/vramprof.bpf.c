@@ -270,12 +270,8 @@ int spec_enter(struct pt_regs *ctx)
 	}
 	__u64 sp = PT_REGS_SP(ctx), ra = 0;
 	bpf_probe_read_user(&ra, sizeof(ra), (void *)sp);
-	if (at_return && c->r.kind != REC_IDLE && c->sp > sp) {
-		__u64 outer = 0;
-		bpf_probe_read_user(&outer, sizeof(outer), (void *)c->sp);
-		if (outer == c->ra)
-			return 0; /* inside a spec'd call in flight: it counts */
-	}
+	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(c->sp, c->ra))
+		return 0; /* inside a spec'd call in flight: it counts */
 	struct record *r = &c->r;
 	c->sp = sp;
 	c->ra = ra;

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/probes/probetest/bare"
 )
 
 // uprobeMultiReturn is the kernel's BPF_F_UPROBE_MULTI_RETURN: a
@@ -127,4 +130,69 @@ func runHeld(t *testing.T, name string) (*Session, int) {
 	}
 	require.NoError(t, <-done)
 	return s, code
+}
+
+// TestAnotherTracersUretprobes runs a scenario while another tracer on the
+// host holds uretprobes on the same functions (the bare counting probe,
+// attached as vramprof attached its returns before): the kernel puts the
+// uretprobe trampoline in place of the return address after the entry
+// probes ran, and vramprof must still take a driver call for nested in its
+// runtime call, not the runtime call for one an exception left. Every
+// cudaMalloc and cudaFree is recorded as the scenario made it, nothing lost.
+func TestAnotherTracersUretprobes(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	for _, lib := range []struct {
+		name string
+		apis []event.API
+	}{
+		{"libcudart.so.12", []event.API{event.APICudaMalloc, event.APICudaFree}},
+		{"libcuda.so.1", []event.API{event.APICuMemAlloc, event.APICuMemFree}},
+	} {
+		path := probetest.Lib(t, lib.name)
+		pf, err := scanFile(candidate{Path: path, OpenPath: path}, cudaProbes, false, nil)
+		require.NoError(t, err)
+		require.NotNil(t, pf)
+		var offs []uint64
+		for _, tg := range pf.Targets {
+			if slices.Contains(lib.apis, tg.Spec.API) {
+				offs = append(offs, tg.Offset)
+			}
+		}
+		require.Len(t, offs, len(lib.apis))
+		other, err := bare.Attach(path, offs...)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, other.Close()) })
+	}
+
+	sink, truth, code := runScenario(t, "steady")
+	require.Zero(t, code, "exit code")
+	assert.Zero(t, sink.lost, "lost events")
+	var want, got []string
+	for _, c := range truth.Calls {
+		switch c.API {
+		case "cudaMalloc":
+			want = append(want, callKey(c.API, c.TID, c.Size, c.Ptr, c.Ret))
+		case "cudaFree":
+			want = append(want, callKey(c.API, c.TID, 0, c.Ptr, 0))
+		}
+	}
+	nested := 0
+	for _, e := range sink.events {
+		switch e.API {
+		case event.APICudaMalloc:
+			got = append(got, callKey("cudaMalloc", e.TID, e.Size, e.Addr, e.Ret))
+		case event.APICudaFree:
+			got = append(got, callKey("cudaFree", e.TID, 0, e.Addr, 0))
+		case event.APICuMemAlloc, event.APICuMemFree:
+			if e.Flags&event.FlagNested != 0 {
+				nested++
+			}
+		}
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	require.NotEmpty(t, want)
+	assert.Equal(t, want, got)
+	// Each runtime call made one driver call, nested in it (README).
+	assert.Equal(t, len(want), nested, "driver calls nested in their runtime call")
 }

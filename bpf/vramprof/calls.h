@@ -42,7 +42,9 @@ static __always_inline int stacked(__u8 kind)
  *
  *   at an entry at rsp sp, a call in flight is live, and the new one
  *   nested in it, when its own rsp is above sp (the stack grows down) and
- *   its return address is still in place there; or at sp itself when it
+ *   its return address is still in place there (ra_in_place, task.h:
+ *   another tracer's uretprobe may have put its trampoline there); or at
+ *   sp itself when it
  *   tail-calls a traced function (CALL_F_TAILS). Any other is over: it
  *   was abandoned (an exception went through it) and is dropped, and so
  *   is every call nested in it;
@@ -72,12 +74,9 @@ static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int e
 		if (c && c->r.kind != REC_IDLE) {
 			if (!entry && c->sp >= sp)
 				break; /* live, or this very call */
-			if (entry && (c->sp > sp || (c->sp == sp && (c->flags & CALL_F_TAILS)))) {
-				__u64 ra = 0;
-				bpf_probe_read_user(&ra, sizeof(ra), (void *)c->sp);
-				if (ra == c->ra)
-					break; /* live: the new call is inside it */
-			}
+			if (entry && (c->sp > sp || (c->sp == sp && (c->flags & CALL_F_TAILS))) &&
+			    ra_in_place(c->sp, c->ra))
+				break; /* live: the new call is inside it */
 			c->r.kind = REC_IDLE;
 		}
 		depth--;

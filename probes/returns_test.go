@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
 	"github.com/vramprof/vramprof/probes/probetest/bare"
+	"github.com/vramprof/vramprof/probes/symbolize"
 )
 
 // uprobeMultiReturn is the kernel's BPF_F_UPROBE_MULTI_RETURN: a
@@ -195,4 +197,49 @@ func TestAnotherTracersUretprobes(t *testing.T) {
 	assert.Equal(t, want, got)
 	// Each runtime call made one driver call, nested in it (README).
 	assert.Equal(t, len(want), nested, "driver calls nested in their runtime call")
+}
+
+// TestCallReturnsFollowsTailCalls: testdata's libcudart_throw.so's cudaFree
+// is one jmp to free_device (a tail call): its returns are free_device's
+// return instructions, not its own, and cudaMalloc's are its own.
+func TestCallReturnsFollowsTailCalls(t *testing.T) {
+	f, err := symbolize.OpenFile(probetest.Lib(t, "libcudart_throw.so"))
+	require.NoError(t, err)
+	defer f.Close()
+	entries := map[uint64]bool{}
+	for _, name := range []string{"cudaMalloc", "cudaFree"} {
+		sym, ok := f.Lookup(name)
+		require.True(t, ok, name)
+		entries[sym.Value] = true
+	}
+
+	free, _ := f.Lookup("cudaFree")
+	var impl symbolize.Symbol
+	for _, s := range f.Symbols(func(n string) bool { return strings.Contains(n, "free_device") }) {
+		impl = s
+	}
+	require.NotZero(t, impl.Value, "free_device in .symtab")
+	implRets, tails, err := functionExits(f, impl)
+	require.NoError(t, err)
+	require.Empty(t, tails)
+	require.NotEmpty(t, implRets)
+
+	cf, err := callReturns(f, free, entries)
+	require.NoError(t, err)
+	var want []callReturn
+	for _, r := range implRets {
+		off, err := f.FileOffset(r)
+		require.NoError(t, err)
+		want = append(want, callReturn{Offset: off, Own: false})
+	}
+	assert.Equal(t, want, cf.Returns, "cudaFree returns where free_device does")
+	assert.False(t, cf.TailCalls, "free_device is not probed")
+
+	malloc, _ := f.Lookup("cudaMalloc")
+	cf, err = callReturns(f, malloc, entries)
+	require.NoError(t, err)
+	require.NotEmpty(t, cf.Returns)
+	for _, r := range cf.Returns {
+		assert.True(t, r.Own, "cudaMalloc's return at %#x is its own", r.Offset)
+	}
 }

@@ -8,8 +8,9 @@
  * the process would die in std::terminate (SIGABRT).
  *
  * Each call that does not throw is exactly one nested driver call, as the
- * fake runtime's: cudaMalloc -> cuMemAlloc_v2, cudaFree -> cuMemFree_v2. A
- * request that throws makes no driver call.
+ * fake runtime's: cudaMalloc -> cuMemAlloc_v2, cudaFree -> cuMemFree_v2
+ * (through a tail call to free_device). A request that throws makes no
+ * driver call.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -41,7 +42,17 @@ extern "C" __attribute__((visibility("default"))) cudaError_t cudaMalloc(void **
 	return from_driver(r);
 }
 
-extern "C" __attribute__((visibility("default"))) cudaError_t cudaFree(void *devPtr)
+/* free_device is cudaFree's work. cudaFree reaches it by a tail call (a
+ * jmp, not a call: the return instruction that ends cudaFree's call is
+ * free_device's), so a profiler that reads cudaFree's result at its return
+ * must follow the jump. */
+__attribute__((noinline)) static cudaError_t free_device(void *devPtr)
 {
 	return from_driver(cuMemFree_v2((CUdeviceptr)devPtr));
+}
+
+extern "C" __attribute__((visibility("default"), optimize("optimize-sibling-calls"))) cudaError_t
+cudaFree(void *devPtr)
+{
+	return free_device(devPtr);
 }

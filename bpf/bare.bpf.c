@@ -3,10 +3,16 @@
 
 /*
  * bare: the floor vramprof's overhead is measured against. The same attach
- * points and the same kind of links as vramprof.bpf.c (uprobe_multi entry
- * and return links on the allocation and the free function), each program
- * only counting its hits. What vramprof costs beyond this is its own work:
- * arguments, nesting, stacks, the ring buffer, the reader.
+ * points and the same kind of links as vramprof.bpf.c (uprobe_multi links
+ * on the entries of the allocation and the free function and on their
+ * return instructions), each program only counting its hits. What vramprof
+ * costs beyond this is its own work: arguments, nesting, stacks, the ring
+ * buffer, the reader.
+ *
+ * count_return is the same count at a uretprobe (a uretprobe_multi link on
+ * the functions): what vramprof paid before it stopped using uretprobes
+ * (a C++ exception cannot unwind through their trampoline), priced beside
+ * count_ret_insn, the plain uprobe on each return instruction it uses now.
  *
  * count_site is the same for a USDT probe site, attached as vramprof
  * attaches those: a single uprobe with the site's semaphore raised.
@@ -31,6 +37,13 @@ int count_enter(void *ctx)
 
 SEC("uretprobe.multi/count_return")
 int count_return(void *ctx)
+{
+	__sync_fetch_and_add(&returns, 1);
+	return 0;
+}
+
+SEC("uprobe.multi/count_ret_insn")
+int count_ret_insn(void *ctx)
 {
 	__sync_fetch_and_add(&returns, 1);
 	return 0;

@@ -44,13 +44,19 @@
  *                      offset (top 8 bits). probes/python interprets both.
  *
  * Cookie (set per attach point from Go, probes/apis.go):
- *   bits 0-15 event.API, bits 16-23 event.Kind, bits 24-31 SHAPE_*.
+ *   call_enter: bits 0-15 event.API, bits 16-23 event.Kind, bits 24-31
+ *   SHAPE_*, bits 32-63 CALL_F_*. call_return: RET_F_*.
  *   usdt_block: bits 32-63 the spec id; spec_enter and spec_return: bits
  *   24-31 SPEC_F_*, 32-63 the spec id (see vramprof/specs.h).
- * Every traced function gets call_enter and call_return: returns give the
- * result and the return code, and keep the per-thread nesting depth, so a
- * driver call made inside a runtime call (cudaMalloc -> cuMemAlloc_v2) is
- * flagged REC_F_NESTED and counted once.
+ * Every traced function gets call_enter at its entry and call_return at
+ * each of its return instructions (and at those of the functions it
+ * tail-calls), all plain uprobes: never a uretprobe, whose trampoline a
+ * C++ exception cannot unwind through and whose return path on 6.11+ is a
+ * system call strict seccomp profiles refuse. Returns give the result and
+ * the return code, and keep the per-thread nesting depth, so a driver call
+ * made inside a runtime call (cudaMalloc -> cuMemAlloc_v2) is flagged
+ * REC_F_NESTED and counted once. Entry and return pair by rsp (calls.h),
+ * so a call an exception unwound through is dropped, not left in flight.
  *
  * Maps:
  *   events   ring buffer, sized from Go (default 16 MiB). Records go without
@@ -75,13 +81,13 @@
  *            for every thread and then empties the ring has every record of
  *            a call that entered before the smallest since, or before it
  *            began reading (probes/reorder.go: the effect-order watermark).
- *   slots    LRU hash {pid_tgid, depth} -> record: a call between its entry
- *            and its return, kept between calls (kind REC_IDLE when idle) so
- *            the hot path neither inserts nor deletes. LRU: exited threads
- *            age out.
+ *   slots    LRU hash {pid_tgid, depth} -> call {rsp and return address
+ *            at entry, record}: a call between its entry and its return,
+ *            kept between calls (kind REC_IDLE when idle) so the hot path
+ *            neither inserts nor deletes. LRU: exited threads age out.
  *   contexts hash {tgid, CUcontext} -> device, from cuDevicePrimaryCtxRetain
  *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
- *   scratch  per-CPU array, one zeroed record to create a slot from (a 2 KiB
+ *   scratch  per-CPU array, one zeroed call to create a slot from (a 2 KiB
  *            record does not fit on the 512-byte stack).
  *   py_procs hash tgid -> py_proc: where a process's CPython keeps its state
  *            and the layout offsets of its version (from Go, probes/python;
@@ -117,7 +123,7 @@
  * stop_seq (numbers the stops).
  *
  * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf).
- * Uretprobes on 6.11+ return through the uretprobe syscall.
+ * No uretprobe anywhere (a kernel's uretprobe syscall is never used).
  *
  * Sources: this file holds the programs (the SEC entry points); their types,
  * maps and helpers are in vramprof/, one header per concern:
@@ -162,6 +168,11 @@ struct spec_contract {
 	enum spec_flags flags;
 } spec_contract_types __attribute__((unused));
 
+struct call_contract {
+	enum call_flags call;
+	enum ret_flags ret;
+} call_contract_types __attribute__((unused));
+
 
 /*
  * The same programs for the two ways of attaching: one uprobe link per
@@ -176,7 +187,7 @@ int call_enter(struct pt_regs *ctx)
 	return do_call_enter(ctx);
 }
 
-SEC("uretprobe/call_return")
+SEC("uprobe/call_return")
 int call_return(struct pt_regs *ctx)
 {
 	return do_call_return(ctx);
@@ -188,7 +199,7 @@ int call_enter_multi(struct pt_regs *ctx)
 	return do_call_enter(ctx);
 }
 
-SEC("uretprobe.multi/call_return")
+SEC("uprobe.multi/call_return")
 int call_return_multi(struct pt_regs *ctx)
 {
 	return do_call_return(ctx);
@@ -259,12 +270,8 @@ int spec_enter(struct pt_regs *ctx)
 	}
 	__u64 sp = PT_REGS_SP(ctx), ra = 0;
 	bpf_probe_read_user(&ra, sizeof(ra), (void *)sp);
-	if (at_return && c->r.kind != REC_IDLE && c->sp > sp) {
-		__u64 outer = 0;
-		bpf_probe_read_user(&outer, sizeof(outer), (void *)c->sp);
-		if (outer == c->ra)
-			return 0; /* inside a spec'd call in flight: it counts */
-	}
+	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(c->sp, c->ra))
+		return 0; /* inside a spec'd call in flight: it counts */
 	struct record *r = &c->r;
 	c->sp = sp;
 	c->ra = ra;

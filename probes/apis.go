@@ -13,8 +13,9 @@ type shape = uint8
 type progKind uint8
 
 const (
-	// progCall: call_enter at the entry and call_return at the return,
-	// with the cookie naming API, kind and shape.
+	// progCall: call_enter at the entry, with the cookie naming API, kind
+	// and shape, and call_return at each return instruction (returns.go).
+	// Never a uretprobe.
 	progCall progKind = iota + 1
 	// progLoader: the dynamic loader's debugger rendezvous, entry only.
 	progLoader

@@ -5,6 +5,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/cilium/ebpf"
@@ -63,12 +64,11 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 			}
 		}
 	}()
-	var offsets, cookies []uint64
+	var calls []target
 	for _, t := range pf.Targets {
 		switch t.Spec.Prog {
 		case progCall:
-			offsets = append(offsets, t.Offset)
-			cookies = append(cookies, t.Spec.cookie())
+			calls = append(calls, t)
 		case progLoader:
 			l, err := ex.Uprobe("", a.objs.LoaderState, &link.UprobeOptions{Address: t.Offset, PID: a.pid})
 			if err != nil {
@@ -91,8 +91,8 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 			return fmt.Errorf("attach %s in %s: unknown program kind %d", t.Spec.Symbol, pf.Path, t.Spec.Prog)
 		}
 	}
-	if len(offsets) > 0 {
-		links, err := a.attachCalls(ex, pf, offsets, cookies)
+	if len(calls) > 0 {
+		links, err := a.attachCalls(ex, pf, calls)
 		placed = append(placed, links...)
 		if err != nil {
 			return err
@@ -103,39 +103,69 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 	return nil
 }
 
-// attachCalls places call_enter and call_return on every offset of one
-// file: as two uprobe_multi links when the kernel has them (one syscall
-// each way, and one RCU grace period to remove them all), else as a pair of
-// single uprobes per function. The entries go first: a return without its
-// entry is counted as unpaired, an entry without its return would be lost.
-func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, offsets, cookies []uint64) ([]link.Link, error) {
-	if !a.noMulti {
-		opts := &link.UprobeMultiOptions{Addresses: offsets, Cookies: cookies, PID: uint32(a.pid)}
-		enter, err := ex.UprobeMulti(nil, a.objs.CallEnterMulti, opts)
-		if err == nil {
-			ret, err := ex.UretprobeMulti(nil, a.objs.CallReturnMulti, opts)
-			if err != nil {
-				_ = enter.Close()
-				return nil, fmt.Errorf("attach uretprobe_multi (%d functions) in %s: %w", len(offsets), pf.Path, wrapPerm(err))
+// attachCalls places call_return on every return instruction of the
+// calls' functions (callFunc.Returns, each address once), then call_enter
+// on their entries: as one uprobe_multi link each when the kernel has them
+// (one syscall each way, and one RCU grace period to remove them all),
+// else as single uprobes. Returns first, as for allocator specs: a return
+// without its entry is counted as unpaired, an entry whose return is not
+// probed yet would stay in flight. Never a uretprobe (see returns.go).
+func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []target) ([]link.Link, error) {
+	var offsets, cookies []uint64
+	retCookie := make(map[uint64]uint64)
+	for _, t := range calls {
+		cookie := t.Spec.cookie()
+		if t.Call == nil {
+			return nil, fmt.Errorf("attach %s in %s: its return instructions are unknown", t.Spec.Symbol, pf.Path)
+		}
+		if t.Call.TailCalls {
+			cookie |= uint64(bpfCallFlagsCALL_F_TAILS) << 32
+		}
+		offsets = append(offsets, t.Offset)
+		cookies = append(cookies, cookie)
+		for _, r := range t.Call.Returns {
+			c := retCookie[r.Offset]
+			if r.Own {
+				c |= uint64(bpfRetFlagsRET_F_OWN)
 			}
-			return []link.Link{enter, ret}, nil
+			retCookie[r.Offset] = c
+		}
+	}
+	var rets, retCookies []uint64
+	for off := range retCookie {
+		rets = append(rets, off)
+	}
+	slices.Sort(rets)
+	for _, off := range rets {
+		retCookies = append(retCookies, retCookie[off])
+	}
+	if !a.noMulti {
+		ret, err := ex.UprobeMulti(nil, a.objs.CallReturnMulti, &link.UprobeMultiOptions{Addresses: rets, Cookies: retCookies, PID: uint32(a.pid)})
+		if err == nil {
+			enter, err := ex.UprobeMulti(nil, a.objs.CallEnterMulti, &link.UprobeMultiOptions{Addresses: offsets, Cookies: cookies, PID: uint32(a.pid)})
+			if err != nil {
+				_ = ret.Close()
+				return nil, fmt.Errorf("attach uprobe_multi (%d functions) in %s: %w", len(offsets), pf.Path, wrapPerm(err))
+			}
+			return []link.Link{ret, enter}, nil
 		}
 		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return nil, fmt.Errorf("attach uprobe_multi (%d functions) in %s: %w", len(offsets), pf.Path, wrapPerm(err))
+			return nil, fmt.Errorf("attach uprobe_multi (%d return instructions) in %s: %w", len(rets), pf.Path, wrapPerm(err))
 		}
-		a.noMulti = true // an older kernel: one link per function from now on
+		a.noMulti = true // an older kernel: one link per probe from now on
 	}
 	var links []link.Link
-	for i, off := range offsets {
-		opts := &link.UprobeOptions{Address: off, PID: a.pid, Cookie: cookies[i]}
-		l, err := ex.Uprobe("", a.objs.CallEnter, opts)
+	for i, off := range rets {
+		l, err := ex.Uprobe("", a.objs.CallReturn, &link.UprobeOptions{Address: off, PID: a.pid, Cookie: retCookies[i]})
 		if err != nil {
-			return links, fmt.Errorf("attach uprobe at %#x in %s: %w", off, pf.Path, wrapPerm(err))
+			return links, fmt.Errorf("attach uprobe at return %#x in %s: %w", off, pf.Path, wrapPerm(err))
 		}
 		links = append(links, l)
-		l, err = ex.Uretprobe("", a.objs.CallReturn, opts)
+	}
+	for i, off := range offsets {
+		l, err := ex.Uprobe("", a.objs.CallEnter, &link.UprobeOptions{Address: off, PID: a.pid, Cookie: cookies[i]})
 		if err != nil {
-			return links, fmt.Errorf("attach uretprobe at %#x in %s: %w", off, pf.Path, wrapPerm(err))
+			return links, fmt.Errorf("attach uprobe at %#x in %s: %w", off, pf.Path, wrapPerm(err))
 		}
 		links = append(links, l)
 	}

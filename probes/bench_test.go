@@ -56,20 +56,27 @@ type workload struct {
 	argv       []string // the program; N (pairs) is appended
 	env        []string // added to this process's environment
 	attachBare func(b *testing.B) (check func(b *testing.B, pairs int))
+	// attachUret, when set, is the bare probe with a uretprobe at each
+	// function instead of uprobes at its return instructions: what the
+	// returns cost before vramprof stopped using uretprobes, priced in the
+	// same rounds. calls is the probed function calls one pair makes.
+	attachUret func(b *testing.B) (check func(b *testing.B, pairs int))
+	calls      int
 	events     func(pairs int) uint64 // records vramprof must deliver
 	opts       Options
 	target     string // the goal the ratio is held to, if any
 	python     bool   // the stacks must hold Python frames
 }
 
-// measure runs the workload unprobed, under the bare probe and under a full
-// vramprof session, interleaved round by round so that machine noise hits
-// all three alike, and reports the medians and their ratios. probed/bare
-// is vramprof's own cost over the floor any uprobe tracer pays.
+// measure runs the workload unprobed, under the bare probe (and its
+// uretprobe variant, when the workload has one) and under a full vramprof
+// session, interleaved round by round so that machine noise hits them all
+// alike, and reports the medians and their ratios. probed/bare is
+// vramprof's own cost over the floor any uprobe tracer pays.
 func measure(b *testing.B, w workload) {
 	n := strconv.Itoa(b.N)
 	const rounds = 15
-	var unprobed, counted, probed []float64
+	var unprobed, counted, uret, probed []float64
 	argv := append(slices.Clone(w.argv), n)
 	env := append(os.Environ(), w.env...)
 	runPlain := func() float64 {
@@ -86,6 +93,12 @@ func measure(b *testing.B, w workload) {
 		check := w.attachBare(b)
 		counted = append(counted, runPlain())
 		check(b, b.N)
+
+		if w.attachUret != nil {
+			check := w.attachUret(b)
+			uret = append(uret, runPlain())
+			check(b, b.N)
+		}
 
 		tw, err := event.NewWriter(io.Discard, &event.Header{Mode: "run"})
 		require.NoError(b, err)
@@ -123,6 +136,21 @@ func measure(b *testing.B, w workload) {
 	fmt.Printf("\nper %s pair, median of %d interleaved rounds of %d pairs:\n"+
 		"  unprobed %8.0f ns\n  bare     %8.0f ns  (%.2fx unprobed)\n  vramprof %8.0f ns  (%.2fx unprobed, %.2fx bare%s)\n",
 		w.name, rounds, b.N, u, c, c/u, p, p/u, p/c, w.target)
+	if len(uret) > 0 {
+		// The bare probe both ways: the entries are the same uprobes, so
+		// what differs is the returns. Per call: (probed - unprobed) over
+		// the probed calls of a pair.
+		r := med(uret)
+		perRet, perUret := (c-u)/float64(w.calls), (r-u)/float64(w.calls)
+		b.ReportMetric(r, "ns/pair-bare-uretprobe")
+		b.ReportMetric(perRet, "ns/call-return-insns")
+		b.ReportMetric(perUret, "ns/call-uretprobe")
+		b.ReportMetric(perRet/perUret, "return-insns/uretprobe")
+		fmt.Printf("  returns: uprobes on the return instructions (vramprof, bare above) against uretprobes (bare, before):\n"+
+			"  bare with uretprobes %8.0f ns per pair  (%.2fx unprobed)\n"+
+			"  per probed call (entry + return, %d calls a pair): return instructions %.0f ns, uretprobe %.0f ns: %.2fx\n",
+			r, r/u, w.calls, perRet, perUret, perRet/perUret)
+	}
 }
 
 // BenchmarkOverhead prices one cudaMalloc+cudaFree pair (and the driver
@@ -135,10 +163,13 @@ func BenchmarkOverhead(b *testing.B) {
 		// -benchtime Nx the real one follows. Too few pairs to price.
 		return
 	}
+	atRets, uret := barePairs(b)
 	measure(b, workload{
 		name:       "cudaMalloc+cudaFree",
 		argv:       []string{probetest.Bin(b, "bench_pairs")},
-		attachBare: barePairs(b),
+		attachBare: atRets,
+		attachUret: uret,
+		calls:      4,
 		// Runtime call and nested driver call, for both halves.
 		events: func(pairs int) uint64 { return uint64(4 * pairs) },
 		target: "; target <= 1.3x bare",
@@ -148,29 +179,31 @@ func BenchmarkOverhead(b *testing.B) {
 // barePairs returns the bare counting probe's attach for a
 // cudaMalloc+cudaFree workload: the functions one pair goes through,
 // cudaMalloc and cudaFree in the runtime, cuMemAlloc_v2 and cuMemFree_v2
-// nested in the driver. vramprof probes these four; so does the bare probe.
-func barePairs(b *testing.B) func(b *testing.B) func(*testing.B, int) {
-	offsetsIn := func(lib string, apis ...event.API) []uint64 {
+// nested in the driver. vramprof probes these four at their entries and
+// return instructions; so does the bare probe (atReturns), and uret is the
+// same with a uretprobe at each function instead, as vramprof did before.
+func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B, int)) {
+	type points struct{ entries, returns []uint64 }
+	pointsIn := func(lib string, apis ...event.API) points {
 		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false, nil)
 		require.NoError(b, err)
 		require.NotNil(b, pf)
-		var offs []uint64
+		var p points
 		for _, t := range pf.Targets {
 			if slices.Contains(apis, t.Spec.API) {
-				offs = append(offs, t.Offset)
+				p.entries = append(p.entries, t.Offset)
+				for _, r := range t.Call.Returns {
+					p.returns = append(p.returns, r.Offset)
+				}
 			}
 		}
-		require.Len(b, offs, len(apis))
-		return offs
+		require.Len(b, p.entries, len(apis))
+		return p
 	}
 	cudart, cuda := probetest.Lib(b, "libcudart.so.12"), probetest.Lib(b, "libcuda.so.1")
-	cudartOffs := offsetsIn(cudart, event.APICudaMalloc, event.APICudaFree)
-	cudaOffs := offsetsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
-	return func(b *testing.B) func(*testing.B, int) {
-		p1, err := bare.Attach(cudart, cudartOffs...)
-		require.NoError(b, err)
-		p2, err := bare.Attach(cuda, cudaOffs...)
-		require.NoError(b, err)
+	cudartAt := pointsIn(cudart, event.APICudaMalloc, event.APICudaFree)
+	cudaAt := pointsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
+	checks := func(p1, p2 *bare.Probe) func(*testing.B, int) {
 		return func(b *testing.B, pairs int) {
 			for _, p := range []*bare.Probe{p1, p2} {
 				enters, returns, err := p.Counts()
@@ -182,6 +215,21 @@ func barePairs(b *testing.B) func(b *testing.B) func(*testing.B, int) {
 			}
 		}
 	}
+	atReturns = func(b *testing.B) func(*testing.B, int) {
+		p1, err := bare.AttachAtReturns(cudart, cudartAt.entries, cudartAt.returns)
+		require.NoError(b, err)
+		p2, err := bare.AttachAtReturns(cuda, cudaAt.entries, cudaAt.returns)
+		require.NoError(b, err)
+		return checks(p1, p2)
+	}
+	uret = func(b *testing.B) func(*testing.B, int) {
+		p1, err := bare.Attach(cudart, cudartAt.entries...)
+		require.NoError(b, err)
+		p2, err := bare.Attach(cuda, cudaAt.entries...)
+		require.NoError(b, err)
+		return checks(p1, p2)
+	}
+	return atReturns, uret
 }
 
 // BenchmarkPythonOverhead prices Python stacks: the same pairs as
@@ -197,11 +245,14 @@ func BenchmarkPythonOverhead(b *testing.B) {
 	if _, err := os.Stat(python); err != nil {
 		b.Fatalf("%s: %v (the Python benchmark needs Debian's python3.11)", python, err)
 	}
+	atRets, uret := barePairs(b)
 	measure(b, workload{
 		name:       "cudaMalloc+cudaFree from CPython (~20 Python frames, --python auto)",
 		argv:       []string{python, filepath.Join(probetest.Root(), "testdata", "python", "bench_pairs.py")},
 		env:        []string{"FAKECUDA_LIB=" + probetest.Lib(b, "libcudart.so.12")},
-		attachBare: barePairs(b),
+		attachBare: atRets,
+		attachUret: uret,
+		calls:      4,
 		events:     func(pairs int) uint64 { return uint64(4 * pairs) },
 		target:     "; target <= 1.6x bare",
 		python:     true,

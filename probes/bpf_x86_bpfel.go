@@ -13,6 +13,27 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type bpfCall struct {
+	_     structs.HostLayout
+	Sp    uint64
+	Ra    uint64
+	Flags uint32
+	Pad   uint32
+	R     bpfRecord
+}
+
+type bpfCallContract struct {
+	_    structs.HostLayout
+	Call uint32
+	Ret  uint32
+}
+
+type bpfCallFlags uint32
+
+const (
+	bpfCallFlagsCALL_F_TAILS bpfCallFlags = 1
+)
+
 type bpfContract struct {
 	_        structs.HostLayout
 	Kind     uint32
@@ -153,6 +174,12 @@ type bpfRecord struct {
 	Stack    [256]uint64
 }
 
+type bpfRetFlags uint32
+
+const (
+	bpfRetFlagsRET_F_OWN bpfRetFlags = 1
+)
+
 type bpfShape uint32
 
 const (
@@ -268,6 +295,7 @@ const (
 	bpfProgSpecEnter        = "spec_enter"
 	bpfProgSpecReturn       = "spec_return"
 	bpfProgUsdtBlock        = "usdt_block"
+	bpfVarCallContractTypes = "call_contract_types"
 	bpfVarContractTypes     = "contract_types"
 	bpfVarLost              = "lost"
 	bpfVarSelfTgid          = "self_tgid"
@@ -364,6 +392,7 @@ type bpfMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfVariableSpecs struct {
+	CallContractTypes *ebpf.VariableSpec `ebpf:"call_contract_types"`
 	ContractTypes     *ebpf.VariableSpec `ebpf:"contract_types"`
 	Lost              *ebpf.VariableSpec `ebpf:"lost"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
@@ -443,6 +472,7 @@ func (m *bpfMaps) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfVariables struct {
+	CallContractTypes *ebpf.Variable `ebpf:"call_contract_types"`
 	ContractTypes     *ebpf.Variable `ebpf:"contract_types"`
 	Lost              *ebpf.Variable `ebpf:"lost"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`

@@ -63,6 +63,8 @@ type target struct {
 	USDT *usdt.Probe
 	// Func, for progSpec: where its arguments are, and its returns.
 	Func *specFunc
+	// Call, for progCall: where it returns.
+	Call *callFunc
 }
 
 // probedFile is a file that holds functions to probe.
@@ -70,8 +72,9 @@ type probedFile struct {
 	candidate
 	BuildID string
 	Targets []target
-	// Skipped are allocator-spec functions found but not probed, with the
-	// reason (event.Library.Skipped).
+	// Skipped are CUDA and allocator-spec functions found but not probed,
+	// with the reason (event.Library.Skipped): their returns cannot all be
+	// found.
 	Skipped []string
 	// StrippedRuntime: the file holds a CUDA runtime without its symbols
 	// (hasStrippedRuntime), so nothing of it is probed.
@@ -149,6 +152,12 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 	defer f.Close()
 
 	pf := &probedFile{candidate: c, BuildID: f.BuildID()}
+	type found struct {
+		spec probeSpec
+		sym  symbolize.Symbol
+	}
+	var funcs []found
+	entries := make(map[uint64]bool)
 	for _, s := range specs {
 		// Lookup finds "cudaMalloc@@libcudart.so.12" by its bare name, and
 		// only where the code is (not an executable's import of it).
@@ -156,11 +165,29 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 		if !ok || sym.Value == 0 {
 			continue
 		}
-		off, err := f.FileOffset(sym.Value)
-		if err != nil {
-			return nil, fmt.Errorf("locate %s in %s: %w", s.Symbol, c.Path, err)
+		funcs = append(funcs, found{s, sym})
+		if s.Prog == progCall {
+			entries[sym.Value] = true
 		}
-		pf.Targets = append(pf.Targets, target{Spec: s, Offset: off})
+	}
+	for _, fn := range funcs {
+		off, err := f.FileOffset(fn.sym.Value)
+		if err != nil {
+			return nil, fmt.Errorf("locate %s in %s: %w", fn.spec.Symbol, c.Path, err)
+		}
+		t := target{Spec: fn.spec, Offset: off}
+		if fn.spec.Prog == progCall {
+			// Its results are read at its return instructions: a function
+			// whose returns cannot all be found is not probed, and the
+			// report says so (Skipped).
+			cf, err := callReturns(f, fn.sym, entries)
+			if err != nil {
+				pf.Skipped = append(pf.Skipped, fmt.Sprintf("%s: %v", fn.spec.Symbol, err))
+				continue
+			}
+			t.Call = cf
+		}
+		pf.Targets = append(pf.Targets, t)
 	}
 	pf.Targets = append(pf.Targets, sites...)
 	if len(spec) > 0 {

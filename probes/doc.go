@@ -13,7 +13,9 @@
 // finds the CUDA runtime (libcudart) and driver (libcuda) wherever a target
 // maps them: shared libraries, pip's hashed copies, copies linked into an
 // executable or another library, each file probed once (uprobes live on the
-// inode). A runtime linked in and stripped cannot be probed: scanning finds
+// inode), each function at its entry and on its return instructions
+// (returns.go): never a uretprobe, which a C++ exception cannot unwind
+// through. A runtime linked in and stripped cannot be probed: scanning finds
 // it by its strings (stripped.go) and says so in a Library record
 // (StrippedRuntime); Attach then refuses with ErrStrippedRuntime when no
 // driver is loaded to probe instead. It follows the dynamic loader so that a runtime loaded late with

@@ -105,6 +105,10 @@ func TestSessionSeesEveryCall(t *testing.T) {
 		{name: "static_runtime"},
 		{name: "hashed"},
 		{name: "static_lib", libs: 2},
+		// A C++ runtime whose cudaMalloc throws std::bad_alloc, caught by
+		// the program (exit 3): the exception unwinds through the probed
+		// function, and the calls after it pair as before.
+		{name: "cxx_throw", exit: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink, truth, code := runScenario(t, tc.name, tc.env...)

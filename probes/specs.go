@@ -124,23 +124,13 @@ func specTarget(f *symbolize.File, a *allocspec.Allocator, fn *allocspec.Functio
 	}, nil
 }
 
-// returnSites disassembles a function (and the part GCC split off as
-// "name.cold", when there is one) and returns the addresses of its return
-// instructions.
+// returnSites returns the addresses of a function's return instructions
+// (see functionCode for its parts): a spec'd function is probed only when
+// its code holds all of them (no tail call).
 func returnSites(f *symbolize.File, sym symbolize.Symbol) ([]uint64, error) {
-	if sym.Size == 0 {
-		return nil, fmt.Errorf("its symbol has no size: its code cannot be delimited")
-	}
-	parts := []allocspec.Code{}
-	code, err := readCode(f, sym.Value, sym.Size)
+	parts, err := functionCode(f, sym)
 	if err != nil {
 		return nil, err
-	}
-	parts = append(parts, allocspec.Code{Addr: sym.Value, Bytes: code})
-	if cold, ok := f.Lookup(sym.Name + ".cold"); ok && cold.Size > 0 {
-		if code, err := readCode(f, cold.Value, cold.Size); err == nil {
-			parts = append(parts, allocspec.Code{Addr: cold.Value, Bytes: code})
-		}
 	}
 	return allocspec.Returns(parts...)
 }

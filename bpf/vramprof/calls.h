@@ -32,10 +32,69 @@ static __always_inline int stacked(__u8 kind)
 }
 
 /*
+ * Entries and returns pair by the stack pointer. call_enter runs at a
+ * function's first instruction and call_return at each of its return
+ * instructions (and at those of functions it tail-calls): rsp is the same
+ * at both, the address of the call's return address. Nothing guarantees a
+ * call reaches a return instruction: a C++ exception (or a longjmp)
+ * unwinds through it, and its stack frame is simply gone. So the calls in
+ * flight are checked against the stack at both ends:
+ *
+ *   at an entry at rsp sp, a call in flight is live, and the new one
+ *   nested in it, when its own rsp is above sp (the stack grows down) and
+ *   its return address is still in place there (ra_in_place, task.h:
+ *   another tracer's uretprobe may have put its trampoline there); or at
+ *   sp itself when it
+ *   tail-calls a traced function (CALL_F_TAILS). Any other is over: it
+ *   was abandoned (an exception went through it) and is dropped, and so
+ *   is every call nested in it;
+ *   at a return instruction at rsp sp, the call whose rsp is sp returns.
+ *   Calls deeper than sp are over (dropped); a call above sp is live, and
+ *   the return is not one of ours (a function a traced one tail-calls,
+ *   returning from a call of its own).
+ *
+ * A call dropped sends nothing: it made nothing the process can use. A
+ * thread's depth is the number of calls in flight; its since is cleared
+ * when the last one is over.
+ */
+
+/*
+ * unwind drops the thread's calls in flight that are over when the thread
+ * is at rsp sp (at an entry: entry != 0, at sp itself too unless a tail
+ * call; at a return: deeper than sp only), and returns the depth left.
+ */
+static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int entry)
+{
+	__u32 depth = th->depth;
+	if (depth > MAX_DEPTH)
+		depth = MAX_DEPTH;
+	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
+		struct slot_key key = {.id = id, .depth = depth - 1};
+		struct call *c = bpf_map_lookup_elem(&slots, &key);
+		if (c && c->r.kind != REC_IDLE) {
+			if (!entry && c->sp >= sp)
+				break; /* live, or this very call */
+			if (entry && (c->sp > sp || (c->sp == sp && (c->flags & CALL_F_TAILS))) &&
+			    ra_in_place(c->sp, c->ra))
+				break; /* live: the new call is inside it */
+			c->r.kind = REC_IDLE;
+		}
+		depth--;
+	}
+	if (depth != th->depth) {
+		th->depth = depth;
+		if (depth == 0)
+			th->since = 0;
+	}
+	return depth;
+}
+
+/*
  * call_enter: entry of every traced function. Records the arguments the
- * cookie's shape names into the thread's slot at its current depth, and the
- * user stack for the outermost call that gets or releases memory (nested
- * calls share it), and the Python frames for one that gets memory.
+ * cookie's shape names into the thread's slot at its depth, and the user
+ * stack for the outermost call that gets or releases memory (nested calls
+ * share it), and the Python frames for one that gets memory. A call deeper
+ * than MAX_DEPTH is not tracked: its return finds no call at its rsp.
  */
 static __always_inline int do_call_enter(struct pt_regs *ctx)
 {
@@ -43,18 +102,24 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	struct thread *th = thread_state(id);
 	if (!th)
 		return 0;
-	__u32 depth = th->depth;
-	th->depth = depth + 1;
+	__u64 sp = PT_REGS_SP(ctx);
+	__u32 depth = unwind(th, id, sp, 1);
 	if (depth >= MAX_DEPTH)
 		return 0;
 
 	struct slot_key key = {.id = id, .depth = depth};
-	struct record *r = slot(&key);
-	if (!r) {
+	struct call *c = slot(&key);
+	if (!c) {
 		__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
+	th->depth = depth + 1;
+	struct record *r = &c->r;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	c->sp = sp;
+	c->ra = 0;
+	bpf_probe_read_user(&c->ra, sizeof(c->ra), (void *)sp);
+	c->flags = cookie >> 32;
 	fill_common(r, id, (__u8)(cookie >> 16));
 	r->api = (__u16)cookie;
 	r->shape = (__u8)(cookie >> 24);
@@ -142,7 +207,7 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	}
 
 	if (depth == 0 && stacked(r->kind)) {
-		bpf_probe_read_user(&r->caller, sizeof(r->caller), (void *)PT_REGS_SP(ctx));
+		r->caller = c->ra;
 		walk_user_stack(ctx, r);
 		/* Python frames where memory is got; a free's native stack
 		 * names its release site, and walking Python there too would
@@ -163,41 +228,46 @@ static __always_inline __u64 read_out(__u64 ptr)
 }
 
 /*
- * call_return: completes the thread's slot at its depth with the result
- * and sends it. Out-pointers are read only on success: on failure they may
- * be unset or garbage.
+ * call_return: at a return instruction, completes the call in flight whose
+ * rsp it sees with the result and sends it (see "Entries and returns pair
+ * by the stack pointer" above). Out-pointers are read only on success: on
+ * failure they may be unset or garbage.
  */
-static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, __u32 depth);
+static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, struct record *r);
 
 static __always_inline int do_call_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	__u64 own = bpf_get_attach_cookie(ctx) & RET_F_OWN;
 	if (!th || th->depth == 0) {
 		/* Attached while this thread was inside the call. */
-		if (traced(id))
+		if (own && traced(id))
 			__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
-	__u32 depth = th->depth - 1;
+	__u64 sp = PT_REGS_SP(ctx);
+	__u32 depth = unwind(th, id, sp, 0);
+	if (depth == 0) {
+		if (own)
+			__sync_fetch_and_add(&unpaired, 1);
+		return 0;
+	}
+	struct slot_key key = {.id = id, .depth = depth - 1};
+	struct call *c = bpf_map_lookup_elem(&slots, &key);
+	if (!c || c->r.kind == REC_IDLE || c->sp != sp)
+		return 0; /* a return inside the call in flight: not a traced call's */
+	depth--;
 	th->depth = depth;
-	if (depth < MAX_DEPTH)
-		send_return(ctx, th, id, depth);
+	send_return(ctx, th, id, &c->r);
 	/* After the record is in the ring (see threads in the contract header). */
 	if (depth == 0)
 		th->since = 0;
 	return 0;
 }
 
-static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, __u32 depth)
+static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, struct record *r)
 {
-	struct slot_key key = {.id = id, .depth = depth};
-	struct record *r = bpf_map_lookup_elem(&slots, &key);
-	if (!r || r->kind == REC_IDLE) {
-		__sync_fetch_and_add(&unpaired, 1);
-		return;
-	}
-
 	__u64 now = bpf_ktime_get_ns();
 	__u64 width = r->duration; /* pitched shapes stash it here at entry */
 	r->duration = now - r->time;

@@ -120,7 +120,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192); /* 2 KiB each: 17 MiB */
 	__type(key, struct slot_key);
-	__type(value, struct record);
+	__type(value, struct call);
 } slots SEC(".maps");
 
 struct {
@@ -134,7 +134,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct record);
+	__type(value, struct call);
 } scratch SEC(".maps");
 
 /* A block-layer record is built here, then sent with its used size. */
@@ -175,17 +175,17 @@ static __always_inline struct thread *thread_state(__u64 id)
 	return bpf_map_lookup_elem(&threads, &id);
 }
 
-/* slot returns the record slot of a thread at a depth, creating it once. */
-static __always_inline struct record *slot(struct slot_key *key)
+/* slot returns the call slot of a thread at a depth, creating it once. */
+static __always_inline struct call *slot(struct slot_key *key)
 {
-	struct record *r = bpf_map_lookup_elem(&slots, key);
-	if (r)
-		return r;
+	struct call *c = bpf_map_lookup_elem(&slots, key);
+	if (c)
+		return c;
 	__u32 zero = 0;
-	struct record *init = bpf_map_lookup_elem(&scratch, &zero);
+	struct call *init = bpf_map_lookup_elem(&scratch, &zero);
 	if (!init)
 		return 0;
-	init->kind = REC_IDLE;
+	init->r.kind = REC_IDLE;
 	if (bpf_map_update_elem(&slots, key, init, BPF_ANY))
 		return 0;
 	return bpf_map_lookup_elem(&slots, key);

@@ -80,6 +80,36 @@ struct record {
 };
 
 #define RECORD_HEADER_SIZE 72
+/*
+ * call: a traced call in flight, in its thread's slot at its depth. sp is
+ * rsp at its entry, where its return address is; call_return, an ordinary
+ * uprobe on each return instruction, pairs with the call whose sp it sees
+ * (see calls.h). ra is the return address found there at entry: while it
+ * is still in place the call can be live.
+ */
+struct call {
+	__u64 sp;
+	__u64 ra;
+	__u32 flags; /* CALL_F_*, from the cookie's bits 32-63 */
+	__u32 pad;
+	struct record r;
+};
+
+/* Attach cookie bits 32-63 of call_enter. */
+enum call_flags {
+	/* The function tail-calls another traced function: that one's entry,
+	 * at the same rsp, is nested in it. */
+	CALL_F_TAILS = 1 << 0,
+};
+
+/* Attach cookie of call_return. */
+enum ret_flags {
+	/* The return instruction is a traced function's own (not only one of
+	 * a function it tail-calls): a return there with no call in flight
+	 * is counted as unpaired. */
+	RET_F_OWN = 1 << 0,
+};
+
 struct thread {
 	__u32 depth;   /* traced calls in progress on this thread */
 	__s32 device;  /* current device, -1 until seen */

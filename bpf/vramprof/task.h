@@ -22,7 +22,23 @@ struct signal_struct {
 	struct tty_struct *tty; /* the controlling terminal; NULL: none */
 } __attribute__((preserve_access_index));
 
+/* A process's uprobes area ("[uprobes]" in its maps): its first slot is
+ * the uretprobe trampoline, the return address a uretprobe puts on the
+ * stack in place of the real one. */
+struct xol_area {
+	unsigned long vaddr;
+} __attribute__((preserve_access_index));
+
+struct uprobes_state {
+	struct xol_area *xol_area;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	struct uprobes_state uprobes_state;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
+	struct mm_struct *mm;
 	int pid;
 	int tgid;
 	int exit_code;
@@ -32,5 +48,27 @@ struct task_struct {
 	struct task_struct *group_leader;
 	__u64 start_boottime;
 } __attribute__((preserve_access_index));
+
+/*
+ * ra_in_place reports whether the return address at sp is still ra: the
+ * call that found ra there at its entry has not returned (nor been unwound
+ * through). Another tracer's uretprobe on the same call (bpftrace, an older
+ * vramprof, any uprobe tracer on the host) replaces it with the uretprobe
+ * trampoline after the entry probes ran: that is in place too.
+ */
+static __always_inline int ra_in_place(__u64 sp, __u64 ra)
+{
+	__u64 now = 0;
+	if (bpf_probe_read_user(&now, sizeof(now), (void *)sp))
+		return 0;
+	if (now == ra)
+		return 1;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mm_struct *mm = task->mm;
+	if (!mm)
+		return 0;
+	struct xol_area *area = mm->uprobes_state.xol_area;
+	return area && now == area->vaddr;
+}
 
 #endif /* VRAMPROF_TASK_H */

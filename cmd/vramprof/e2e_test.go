@@ -253,6 +253,9 @@ var scenarios = []struct {
 	{name: "static_runtime"},
 	{name: "hashed"},
 	{name: "static_lib"},
+	// A C++ runtime whose cudaMalloc throws std::bad_alloc; the program
+	// catches it and exits 3 (TestRunCxxThrow).
+	{name: "cxx_throw", exit: 3},
 }
 
 // TestRunMatchesTruth profiles every scenario with `vramprof run` and checks

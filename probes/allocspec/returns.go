@@ -43,6 +43,30 @@ var (
 // through a register or memory: the function may then return from
 // somewhere the list would not hold.
 func Returns(parts ...Code) ([]uint64, error) {
+	rets, tails, err := Exits(parts...)
+	if err != nil {
+		return nil, err
+	}
+	if len(tails) > 0 {
+		return nil, fmt.Errorf("%w at %#x: to %#x", ErrTailCall, tails[0].At, tails[0].Target)
+	}
+	return rets, nil
+}
+
+// Tail is a direct jump that leaves a function: a tail call (or a jump to
+// a part of it the caller did not pass). The code at Target returns in the
+// function's stead, with rsp where the function's own return would have it.
+type Tail struct {
+	At, Target uint64
+}
+
+// Exits is Returns for a function that may end in tail calls: it lists the
+// return instructions of parts and, apart, the direct jumps that leave
+// them, for the caller to follow (the callee's return instructions are the
+// function's too). It fails on a jump through a register or memory (its
+// targets are unknown), on code that does not decode, and on code with
+// neither a return nor a tail call.
+func Exits(parts ...Code) (rets []uint64, tails []Tail, err error) {
 	inside := func(a uint64) bool {
 		for _, p := range parts {
 			if a >= p.Addr && a < p.Addr+uint64(len(p.Bytes)) {
@@ -51,7 +75,6 @@ func Returns(parts ...Code) ([]uint64, error) {
 		}
 		return false
 	}
-	var rets []uint64
 	for _, p := range parts {
 		for off := 0; off < len(p.Bytes); {
 			pc := p.Addr + uint64(off)
@@ -61,31 +84,31 @@ func Returns(parts ...Code) ([]uint64, error) {
 			}
 			inst, err := x86asm.Decode(p.Bytes[off:], 64)
 			if err != nil {
-				return nil, fmt.Errorf("%w at %#x: %w", ErrUndecodable, pc, err)
+				return nil, nil, fmt.Errorf("%w at %#x: %w", ErrUndecodable, pc, err)
 			}
 			next := pc + uint64(inst.Len)
 			switch {
 			case inst.Op == x86asm.RET:
 				rets = append(rets, pc)
 			case inst.Op == x86asm.LRET || inst.Op == x86asm.IRET || inst.Op == x86asm.IRETD || inst.Op == x86asm.IRETQ:
-				return nil, fmt.Errorf("%w at %#x: %v", ErrUndecodable, pc, inst.Op)
+				return nil, nil, fmt.Errorf("%w at %#x: %v", ErrUndecodable, pc, inst.Op)
 			case inst.Op == x86asm.JMP || isCondJump(inst.Op):
 				rel, ok := inst.Args[0].(x86asm.Rel)
 				if !ok {
-					return nil, fmt.Errorf("%w at %#x: %v", ErrIndirectJump, pc, inst)
+					return nil, nil, fmt.Errorf("%w at %#x: %v", ErrIndirectJump, pc, inst)
 				}
 				target := uint64(int64(next) + int64(rel))
 				if !inside(target) {
-					return nil, fmt.Errorf("%w at %#x: to %#x", ErrTailCall, pc, target)
+					tails = append(tails, Tail{At: pc, Target: target})
 				}
 			}
 			off += inst.Len
 		}
 	}
-	if len(rets) == 0 {
-		return nil, ErrNoReturn
+	if len(rets) == 0 && len(tails) == 0 {
+		return nil, nil, ErrNoReturn
 	}
-	return rets, nil
+	return rets, tails, nil
 }
 
 // endbr returns the length of an endbr64/endbr32 instruction (CET's landing

@@ -143,3 +143,48 @@ func objdumpRets(t *testing.T, path string, start, end uint64) []uint64 {
 	require.NotEmpty(t, rets, "objdump shows no ret in %s [%#x, %#x)", path, start, end)
 	return rets
 }
+
+// TestExits: the returns and the jumps out of hand-assembled functions; a
+// tail call is listed, not refused, and Returns still refuses it.
+func TestExits(t *testing.T) {
+	const base = 0x1000
+	for _, tc := range []struct {
+		name  string
+		code  []byte
+		rets  []uint64
+		tails []Tail
+		err   error
+	}{
+		{"a ret and a tail call", []byte{
+			0x48, 0x85, 0xff, // 0 test %rdi,%rdi
+			0x74, 0x01, // 3 je 6
+			0xc3,                         // 5 ret
+			0xe9, 0xf5, 0x0f, 0x00, 0x00, // 6 jmp 0x2000 (0x100b + 0xff5)
+		}, []uint64{base + 5}, []Tail{{At: base + 6, Target: 0x2000}}, nil},
+		{"only a tail call", []byte{
+			0xeb, 0x10, // 0 jmp 0x1012, outside
+		}, nil, []Tail{{At: base, Target: base + 0x12}}, nil},
+		{"a conditional tail call", []byte{
+			0x0f, 0x84, 0x00, 0x01, 0x00, 0x00, // 0 je 0x1106
+			0xc3, // 6 ret
+		}, []uint64{base + 6}, []Tail{{At: base, Target: base + 0x106}}, nil},
+		{"indirect jump", []byte{
+			0xff, 0xe0, // 0 jmp *%rax
+			0xc3, // 2 ret
+		}, nil, nil, ErrIndirectJump},
+		{"neither", []byte{0x90, 0x90}, nil, nil, ErrNoReturn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rets, tails, err := Exits(Code{base, tc.code})
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.rets, rets)
+			assert.Equal(t, tc.tails, tails)
+			_, err = Returns(Code{base, tc.code})
+			assert.ErrorIs(t, err, ErrTailCall, "Returns refuses a tail call")
+		})
+	}
+}

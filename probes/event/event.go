@@ -243,8 +243,9 @@ type Library struct {
 	Path    string   // path as mapped in that process
 	BuildID string   // hex GNU build ID, empty when none
 	Symbols []string // functions probed in it
-	// Skipped are functions an allocator spec named that were not probed,
-	// one line each saying why ("ns::Pool::alloc(unsigned long): jumps out
+	// Skipped are functions (CUDA API functions, or ones an allocator spec
+	// named) that were not probed because their returns cannot all be
+	// found, one line each saying why ("ns::Pool::alloc(unsigned long): jumps out
 	// of the function at 0x1234: to 0x5678"). Appended to the format:
 	// older traces read with none.
 	Skipped []string

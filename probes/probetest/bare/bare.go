@@ -14,9 +14,11 @@ type Probe struct {
 	links []link.Link
 }
 
-// Attach loads the counting programs and attaches them, at entry and return
-// as vramprof does (uprobe_multi links), to the functions at the given file
-// offsets of the file at path.
+// Attach loads the counting programs and attaches them to the functions at
+// the given file offsets of the file at path: at their entries (a
+// uprobe_multi link) and at their returns through a uretprobe_multi link,
+// as vramprof did before it stopped using uretprobes. AttachAtReturns is
+// what it does now.
 func Attach(path string, offsets ...uint64) (*Probe, error) {
 	p := &Probe{}
 	if err := loadBpfObjects(&p.objs, nil); err != nil {
@@ -40,6 +42,35 @@ func Attach(path string, offsets ...uint64) (*Probe, error) {
 		return nil, fmt.Errorf("attach counting return probe in %s: %w", path, err)
 	}
 	p.links = append(p.links, ret)
+	return p, nil
+}
+
+// AttachAtReturns loads the counting programs and attaches them as
+// vramprof attaches call_enter and call_return: count_enter at the entries
+// and count_ret_insn at the return instructions (file offsets of the file
+// at path), each through one uprobe_multi link. Never a uretprobe.
+func AttachAtReturns(path string, entries, returns []uint64) (*Probe, error) {
+	p := &Probe{}
+	if err := loadBpfObjects(&p.objs, nil); err != nil {
+		return nil, fmt.Errorf("load counting probe: %w", err)
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	ret, err := ex.UprobeMulti(nil, p.objs.CountRetInsn, &link.UprobeMultiOptions{Addresses: returns})
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("attach counting probe at %d return instructions in %s: %w", len(returns), path, err)
+	}
+	p.links = append(p.links, ret)
+	enter, err := ex.UprobeMulti(nil, p.objs.CountEnter, &link.UprobeMultiOptions{Addresses: entries})
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("attach counting probe in %s: %w", path, err)
+	}
+	p.links = append(p.links, enter)
 	return p, nil
 }
 

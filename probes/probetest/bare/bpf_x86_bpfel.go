@@ -16,12 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	bpfProgCountEnter  = "count_enter"
-	bpfProgCountReturn = "count_return"
-	bpfProgCountSite   = "count_site"
-	bpfVarEnters       = "enters"
-	bpfVarReturns      = "returns"
-	bpfVarSites        = "sites"
+	bpfProgCountEnter   = "count_enter"
+	bpfProgCountRetInsn = "count_ret_insn"
+	bpfProgCountReturn  = "count_return"
+	bpfProgCountSite    = "count_site"
+	bpfVarEnters        = "enters"
+	bpfVarReturns       = "returns"
+	bpfVarSites         = "sites"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -66,9 +67,10 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
-	CountEnter  *ebpf.ProgramSpec `ebpf:"count_enter"`
-	CountReturn *ebpf.ProgramSpec `ebpf:"count_return"`
-	CountSite   *ebpf.ProgramSpec `ebpf:"count_site"`
+	CountEnter   *ebpf.ProgramSpec `ebpf:"count_enter"`
+	CountRetInsn *ebpf.ProgramSpec `ebpf:"count_ret_insn"`
+	CountReturn  *ebpf.ProgramSpec `ebpf:"count_return"`
+	CountSite    *ebpf.ProgramSpec `ebpf:"count_site"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
@@ -125,14 +127,16 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
-	CountEnter  *ebpf.Program `ebpf:"count_enter"`
-	CountReturn *ebpf.Program `ebpf:"count_return"`
-	CountSite   *ebpf.Program `ebpf:"count_site"`
+	CountEnter   *ebpf.Program `ebpf:"count_enter"`
+	CountRetInsn *ebpf.Program `ebpf:"count_ret_insn"`
+	CountReturn  *ebpf.Program `ebpf:"count_return"`
+	CountSite    *ebpf.Program `ebpf:"count_site"`
 }
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
 		p.CountEnter,
+		p.CountRetInsn,
 		p.CountReturn,
 		p.CountSite,
 	)

@@ -350,14 +350,37 @@
 // process. The loop is the periodic site, not patterned before patterned, with the most
 // iterations, the earliest first start on a tie: Iterations.Count is its
 // iterations, PeriodNs their median spacing, Starts the starts (the first
-// 1000), LastStart the last. Per iteration, from the process's log of its
-// live and cumulative allocated device bytes (the first 65536 changes):
-// AllocatedBytesPerIteration, the bytes allocated from the first start to
-// the last over Count - 1, and LiveGrowthPerIteration, the least-squares
+// 1000), LastStart the last. Each allocation a site logs carries the
+// process's live and cumulative allocated bytes in its scope just before
+// it (the process keeps only its current figures), so per iteration,
+// exactly, whatever the run's length: AllocatedBytesPerIteration, the
+// bytes allocated from the first start to the last over the iterations
+// between (Count - 1), and LiveGrowthPerIteration, the least-squares
 // slope of live bytes just before each start, both in the loop's layer
-// (tensors when blocks pace it). A lost event at the site
-// shifts the runs after it. A site keeps at most
-// 65536 allocation times. Without its block layer, a process over a
+// (tensors when blocks pace it). A lost event at the site shifts the runs
+// after it.
+//
+// Memory is bounded, whatever the run's length: a stack logs its first
+// Options.IterationLog (DefaultIterationLog, 65536) allocations, 24 bytes
+// each; then its log is compacted to its burst starts, the allocations
+// after a gap longer than the least of its two burst limits (computed on
+// those allocations), each with its ordinal and its gap (40 bytes), and
+// from then on it logs only allocations after such a gap. Every limit the
+// loop tries is at least that one, so every burst it cuts starts at a
+// kept allocation, the kept gaps cut them again at a larger limit, and
+// the ordinals give the bursts' sizes and the runs: a trainer making
+// 1000 tensors a step at one site keeps one entry a step, and its loop,
+// counts and figures are those of the complete log. A run that starts
+// mid-burst (a stall, a lost event) is not known after compaction: the
+// loop skips it (Count still counts it; the rates weigh the others by
+// their iteration numbers). A stack whose loop takes each allocation for
+// an iteration (one a step) has nothing to compact, and a compacted log
+// that fills again (65536 steps) stops: the site's loop is then read from
+// the allocations its log covers. So a stack holds at most 65536 entries,
+// 2.5 MiB at most at the default, and a site whose log was compacted is
+// read from its busiest stack alone (two compacted logs' ordinals do not
+// merge; the stacks of an unrolled call take turns in every burst, so
+// one of them makes as many). Without its block layer, a process over a
 // caching allocator makes few segment calls in steady state, so it usually
 // has no loop, or one in its warm-up only.
 //

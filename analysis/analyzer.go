@@ -884,6 +884,9 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	switch ch.Verdict {
 	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
+		if sc == deviceScope || sc == blockScope {
+			a.iters.failed(sp.ix, e.Time, e.Stack)
+		}
 		g := a.group(groupKey{e.PID, e.Stack, sc})
 		g.failed.add(e.Size)
 		var f *Failure

@@ -343,14 +343,39 @@
 // has at least 4 iterations and the median absolute deviation of the
 // spacings between iteration starts is at most a quarter of their median
 // (which must be > 0); it is patterned when more than one spacing in 8 is
-// longer than 4 times the median (a site with several allocations per
-// step, taken one per iteration, has a long spacing at every step; a
-// loaded machine's stalls can do it too), and a patterned loop is taken
+// longer than 4 times the median and those recur at one stride (the most
+// common distance between consecutive long ones is at least 3 in 4 of
+// them; fewer than 3 cannot tell, and are taken for a stride): a site
+// with several allocations per step, taken one per iteration, has a long
+// spacing at every step, every k spacings; a loaded machine's stalls come
+// as often at random, and leave a real loop unpatterned. A patterned loop is taken
 // only when no other is, at the site (of its two limits) and in the
-// process. The loop is the periodic site, not patterned before patterned, with the most
-// iterations, the earliest first start on a tie: Iterations.Count is its
-// iterations, PeriodNs their median spacing, Starts the starts (the first
-// 1000), LastStart the last. Each allocation a site logs carries the
+// process. A loop whose starts span less than a quarter of the process's
+// allocations in the layer (first to last, all sites: a model's few
+// weights made in a row at load time are as regular as a loop) is short,
+// and taken only when no other is, before patterned ones are weighed.
+// The loop is the periodic site, not short before short, not patterned
+// before patterned, with the most
+// iterations, the earliest first start on a tie, unless its iterations
+// nest in another site's: micro-steps of gradient accumulation (forward
+// runs 4 times a step, the gradients are made once a step and freed by
+// zero_grad) are the most iterations, but not the step. They nest when
+// the process's live bytes just before the loop's starts repeat every k
+// starts and not every one (y[j+k] - y[j] takes one value for at least 3
+// in 4 of the js, the smallest such k, at most 64: a warm-up, a step up
+// once or a steady leak keep k at 1; a checkpoint every 4 steps, freed
+// within its step, too), and another site's loop, not patterned, has
+// about count/k iterations (|its count x k - count| < k) of k times the
+// period (within 10%): that loop is the step (the one with the most
+// iterations of them). A process whose last allocation request failed
+// (none succeeded after it), between half a period and two after the
+// loop's last start, at the site (as "Sites" renders it) of an allocation
+// made from that start on, had one more iteration, cut by the failure (a
+// batch too large for the device at its embedding): Count counts it,
+// Starts and the figures do not; a request from code the loop never ran
+// (a larger batch tried after it) cuts none. Iterations.Count is the
+// loop's iterations, PeriodNs their median spacing, Starts the starts
+// (the first 1000), LastStart the last. Each allocation a site logs carries the
 // process's live and cumulative allocated bytes in its scope just before
 // it (the process keeps only its current figures), so per iteration,
 // exactly, whatever the run's length: AllocatedBytesPerIteration, the

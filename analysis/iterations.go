@@ -19,6 +19,9 @@ const (
 	maxIterationStarts = 1000
 	// minIterations is the fewest iterations that make a loop.
 	minIterations = 4
+	// maxNest is the most micro-steps a step holds that outer looks for:
+	// gradient accumulation runs a few to a few dozen.
+	maxNest = 64
 )
 
 // Iterations is a process's training loop as its allocations show it (see
@@ -58,6 +61,10 @@ type procFigures struct {
 type procNow struct {
 	seq       uint64
 	cur, prev procFigures
+	// allocAt and failAt are the times of its latest successful and
+	// failed allocations, failStack the latter's stack (see cutByFailure).
+	allocAt, failAt uint64
+	failStack       event.StackID
 }
 
 // before returns the figures just before event seq, which is at least the
@@ -98,18 +105,22 @@ type siteTimes struct {
 	bursts stamps[siteMark]
 	// limits are the burst limits when it was compacted (nil while it
 	// was not), keep the least of them.
-	limits  []uint64
-	keep    uint64
-	count   uint64
-	last    uint64
-	covered uint64
-	stopped bool
+	limits []uint64
+	keep   uint64
+	count  uint64
+	// first and last are the times of its first and latest allocations.
+	first, last uint64
+	covered     uint64
+	stopped     bool
 }
 
 // add logs an allocation at time t, the process's figures f just before
 // it; limit is the log's cap.
 func (s *siteTimes) add(seq, t uint64, f procFigures, limit int) {
 	ord, gap := s.count, t-min(t, s.last)
+	if ord == 0 {
+		s.first = t
+	}
 	s.count++
 	s.last = t
 	switch {
@@ -231,6 +242,18 @@ func (m *iterationModel) changed(c *liveChange) {
 	}
 	if p != nil {
 		p.set(c.seq, procFigures{c.live, c.allocated})
+		if c.alloc {
+			p.allocAt = max(p.allocAt, c.time)
+		}
+	}
+}
+
+// failed logs a failed allocation at time t from stack st in the
+// process's space si (device scope or tensors).
+func (m *iterationModel) failed(si int32, t uint64, st event.StackID) {
+	m.procs = grow(m.procs, si)
+	if p := &m.procs[si]; t >= p.failAt {
+		p.failAt, p.failStack = t, st
 	}
 }
 
@@ -271,8 +294,10 @@ type loop struct {
 	// layer is the site's: the block layer when the process's blocks were
 	// traced (its tensors pace the loop), else the segment layer.
 	layer event.Layer
-	// patterned: long spacings recur (see regular).
-	patterned bool
+	// patterned: long spacings recur (see regular). short: its starts
+	// span less than a quarter of its process's allocations (a few made
+	// in a row at load time).
+	patterned, short bool
 	// seq, starts and before are the iterations' first allocations: their
 	// events, times and the process's figures (in the site's scope) just
 	// before them; index their iterations' numbers (0 for the first). A
@@ -372,16 +397,18 @@ func burstMode(first []uint64, n uint64) uint64 {
 // regular reports the median spacing of starts, whether it is regular
 // (the median absolute deviation of the spacings is at most a quarter of
 // their median, which is positive), and whether it is patterned: more
-// than one spacing in 8 is longer than 4 times the median. A stall now
-// and then is not a pattern; a site with several allocations per step
-// taken one per iteration has a long spacing at every step. A loaded
-// machine can stall a real loop that often too, so a patterned loop is
-// only taken when no other is found (see iterations).
+// than one spacing in 8 is longer than 4 times the median, and they recur
+// at one stride (see strided). A stall now and then is not a pattern; a
+// site with several allocations per step taken one per iteration has a
+// long spacing at every step, every k spacings. A loaded machine can
+// stall a real loop that often, at random: not a pattern either. A
+// patterned loop is only taken when no other is found (see iterations).
 func regular(starts []uint64) (period uint64, ok, patterned bool) {
 	d := make([]uint64, 0, len(starts)-1)
 	for i := 1; i < len(starts); i++ {
 		d = append(d, starts[i]-min(starts[i], starts[i-1]))
 	}
+	inOrder := slices.Clone(d)
 	slices.Sort(d)
 	m := d[len(d)/2]
 	if m == 0 {
@@ -397,16 +424,40 @@ func regular(starts []uint64) (period uint64, ok, patterned bool) {
 	}
 	slices.Sort(dev)
 	long := len(d) - sort.Search(len(d), func(i int) bool { return d[i] > 4*m })
-	return m, 4*dev[len(dev)/2] <= m, 8*long > len(d)
+	return m, 4*dev[len(dev)/2] <= m, 8*long > len(d) && strided(inOrder, 4*m)
+}
+
+// strided reports whether the spacings d longer than limit recur at one
+// stride: the most common distance between consecutive ones is at least 3
+// in 4 of them. Fewer than 3 long spacings cannot tell: strided.
+func strided(d []uint64, limit uint64) bool {
+	var at []int
+	for i, x := range d {
+		if x > limit {
+			at = append(at, i)
+		}
+	}
+	if len(at) < 3 {
+		return true
+	}
+	counts := make(map[int]int)
+	most := 0
+	for j := 1; j < len(at); j++ {
+		counts[at[j]-at[j-1]]++
+		most = max(most, counts[at[j]-at[j-1]])
+	}
+	return 4*most >= 3*(len(at)-1)
 }
 
 // better reports whether loop c is a better pick than l (nil: none yet):
-// not patterned before patterned, then more iterations, then the earlier
-// first start.
+// not short before short, not patterned before patterned, then more
+// iterations, then the earlier first start.
 func better(c, l *loop) bool {
 	switch {
 	case l == nil:
 		return true
+	case c.short != l.short:
+		return !c.short
 	case c.patterned != l.patterned:
 		return !c.patterned
 	case c.count != l.count:
@@ -417,7 +468,7 @@ func better(c, l *loop) bool {
 
 // iterations finds each process's loop (see doc.go, "Iterations"), keyed by
 // instance id.
-func (a *Analyzer) iterations() map[uint32]*loop {
+func (a *Analyzer) iterations(r *Result) map[uint32]*loop {
 	out := make(map[uint32]*loop)
 	// A process whose blocks were traced is paced by its tensors: the
 	// segments a caching allocator gets come in its warm-up and at new
@@ -436,7 +487,22 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 		src   string
 		stack event.StackID
 	}
+	// Each process's span of allocations in the layer that paces it.
+	type span struct{ from, to uint64 }
+	spans := make(map[uint32]span)
+	for gi := range a.iters.stacks {
+		k, s := a.groups[gi].key, &a.iters.stacks[gi].site
+		if s.count == 0 || (k.sc == blockScope) != blocks[k.pid] {
+			continue
+		}
+		sp, ok := spans[k.pid]
+		if !ok || s.first < sp.from {
+			sp.from = s.first
+		}
+		spans[k.pid] = span{sp.from, max(sp.to, s.last)}
+	}
 	bySite := make(map[siteKey][]int32) // group indexes
+	cands := make(map[uint32][]*loop)   // every site's loop, per process
 	var keys []siteKey
 	for gi := range a.iters.stacks {
 		k := a.groups[gi].key
@@ -476,8 +542,14 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 		k := a.groups[gi].key
 		var l *loop
 		if all := a.siteAllocs(gis, gi); all != nil {
+			sp := spans[k.pid]
 			for _, limit := range all.limits {
-				if c := allocsLoop(all, limit); c != nil && better(c, l) {
+				c := allocsLoop(all, limit)
+				if c == nil {
+					continue
+				}
+				c.short = 4*(c.starts[len(c.starts)-1]-c.starts[0]) < sp.to-sp.from
+				if better(c, l) {
 					l = c
 				}
 			}
@@ -486,11 +558,103 @@ func (a *Analyzer) iterations() map[uint32]*loop {
 			continue
 		}
 		l.stack, l.layer = k.stack, k.sc.layer
+		cands[k.pid] = append(cands[k.pid], l)
 		if better(l, out[k.pid]) {
 			out[k.pid] = l
 		}
 	}
+	for pid, l := range out {
+		if o := outer(l, cands[pid]); o != nil {
+			l = o
+			out[pid] = l
+		}
+		if a.cutByFailure(r, pid, l) {
+			l.count++
+		}
+	}
 	return out
+}
+
+// outer is the step that loop l's iterations nest in (see doc.go,
+// "Iterations"), among the process's other sites' loops; nil when there
+// is none. l's iterations are micro-steps of a k-step (gradient
+// accumulation) when the process's live bytes at l's starts repeat every
+// k of them and not every one (repeatK), and another site's loop (the
+// optimizer's gradients, made once a step) has about count/k iterations
+// of about k times the period: that loop is the step.
+func outer(l *loop, cands []*loop) *loop {
+	k := repeatK(l.before)
+	if k < 2 {
+		return nil
+	}
+	var best *loop
+	for _, c := range cands {
+		if c == l || c.patterned || c.short || c.count*k+k <= l.count || c.count*k >= l.count+k {
+			continue
+		}
+		want := float64(k) * float64(l.period)
+		if d := float64(c.period) - want; d > 0.1*want || -d > 0.1*want {
+			continue
+		}
+		if better(c, best) {
+			best = c
+		}
+	}
+	return best
+}
+
+// repeatK is the fewest iterations k over which the live bytes just
+// before the starts (b) repeat: y[j+k] - y[j] takes one value (a leak's
+// growth per k iterations, 0 in a steady loop) for at least 3 in 4 of the
+// js (a warm-up, a late step up, does not break it); 0 when no k up to a
+// quarter of the starts, and at most maxNest, does.
+func repeatK(b []procFigures) uint64 {
+	for k := 1; k <= min(len(b)/minIterations, maxNest); k++ {
+		counts := make(map[int64]int)
+		most := 0
+		for j := 0; j+k < len(b); j++ {
+			d := int64(b[j+k].live - b[j].live)
+			counts[d]++
+			most = max(most, counts[d])
+		}
+		if 4*most >= 3*(len(b)-k) {
+			return uint64(k)
+		}
+	}
+	return 0
+}
+
+// cutByFailure reports whether the process's last allocation request
+// failed (none succeeded after it, in device memory or tensors) between
+// half a period and two periods after loop l's last start, at the site
+// of an allocation made in the last iteration (from its start on): an
+// iteration started and was cut by it (a batch too large for the device
+// at the step's embedding), and the loop counts it. A request from code
+// the loop never ran (a larger batch tried after it) cuts no iteration.
+func (a *Analyzer) cutByFailure(r *Result, pid uint32, l *loop) bool {
+	var allocAt, failAt uint64
+	var failStack event.StackID
+	for _, sc := range []scope{deviceScope, blockScope} {
+		if sp := a.spaces[spaceKey{pid, sc}]; sp != nil && int(sp.ix) < len(a.iters.procs) {
+			p := &a.iters.procs[sp.ix]
+			allocAt = max(allocAt, p.allocAt)
+			if p.failAt > failAt {
+				failAt, failStack = p.failAt, p.failStack
+			}
+		}
+	}
+	last := l.starts[len(l.starts)-1]
+	if failAt <= allocAt || failAt < last+l.period/2 || failAt > last+2*l.period {
+		return false
+	}
+	site := r.Site(failStack)
+	for gi := range a.iters.stacks {
+		k := a.groups[gi].key
+		if s := &a.iters.stacks[gi].site; k.pid == pid && s.count > 0 && s.last >= last && r.Site(k.stack) == site {
+			return true
+		}
+	}
+	return false
 }
 
 // siteAllocs is a site's allocations as its logs hold them, in stream

@@ -146,3 +146,172 @@ func TestIterationsLongRun(t *testing.T) {
 		})
 	}
 }
+
+// blockAt adds a tensor of size bytes at addr from stack st (thread 1).
+func blockAt(s *eventtest.Stream, t, addr, size uint64, st event.StackID) {
+	s.Ev(event.Event{Time: t, Addr: addr, Size: size, Stack: st, TID: 1, Layer: event.LayerBlock,
+		Kind: event.KindAlloc, API: event.APIPyTorchMalloc})
+}
+
+// blockFree frees the tensor at addr.
+func blockFree(s *eventtest.Stream, t, addr uint64) {
+	s.Ev(event.Event{Time: t, Addr: addr, TID: 1, Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
+}
+
+// TestIterationsNested: gradient accumulation, 30 optimizer steps of 4
+// micro-steps of 1 ms. forward (stack 2) makes 4 activations a micro-step
+// and frees them; the first micro-step's backward (stack 3) makes the 5
+// gradients, which zero_grad frees at the step's end. forward's 120
+// micro-steps are the most iterations, but live memory at their starts
+// repeats every 4 of them (gradients live or not): the step is
+// backward's, 30 of 4 ms. A checkpoint copy every 4 steps (stack 4, freed
+// within its step) leaves the live bytes at the starts flat: the 120
+// steps stay the loop.
+func TestIterationsNested(t *testing.T) {
+	const steps, micro, microNs = 30, 4, 1_000_000
+	for _, tt := range []struct {
+		name         string
+		accumulate   bool
+		count, per   uint64
+		stack        event.StackID
+		periodMicros uint64
+	}{
+		{"gradient accumulation", true, steps, micro, 3, micro},
+		{"a checkpoint every 4 steps", false, steps * micro, 1, 2, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := eventtest.NewStream().Stack(2, "forward", 20).Stack(3, "backward", 30).Stack(4, "checkpoint", 40)
+			base := eventtest.SegBase
+			for i := range uint64(steps) {
+				for m := range uint64(micro) {
+					t0 := 1_000_000 + (i*micro+m)*microNs
+					for j := range uint64(4) {
+						blockAt(s, t0+j*1_000, base+j*MiB, MiB, 2)
+					}
+					first := m == 0
+					if tt.accumulate && first || !tt.accumulate {
+						for j := range uint64(5) {
+							blockAt(s, t0+10_000+j*1_000, base+(8+j)*MiB, 2*MiB, 3)
+						}
+					}
+					if !tt.accumulate && (i*micro+m)%4 == 3 {
+						blockAt(s, t0+30_000, base+32*MiB, 8*MiB, 4)
+						blockFree(s, t0+40_000, base+32*MiB)
+					}
+					for j := range uint64(4) {
+						blockFree(s, t0+50_000+j*1_000, base+j*MiB)
+					}
+					if !tt.accumulate || m == micro-1 {
+						for j := range uint64(5) {
+							blockFree(s, t0+60_000+j*1_000, base+(8+j)*MiB)
+						}
+					}
+				}
+			}
+			r := mustAnalyze(t, Options{}, s.End(1_000_000+steps*micro*microNs).Recs)
+			it := process(t, r, 100).Iterations
+			require.NotNil(t, it)
+			assert.Equal(t, tt.count, it.Count)
+			assert.Equal(t, tt.stack, it.Stack)
+			assert.Equal(t, tt.periodMicros*microNs, it.PeriodNs)
+			assert.Zero(t, it.LiveGrowthPerIteration)
+		})
+	}
+}
+
+// TestIterationsCutByOOM: 12 steps of 2 ms at embed (stack 2), then a
+// 13th whose embedding fails (a batch too large for the device): the
+// loop counts 13. The same failure from grow_batch, code the loop never
+// ran, cuts no step: 12.
+func TestIterationsCutByOOM(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		fail  event.StackID
+		count uint64
+	}{
+		{"at the step's site", 5, 13},
+		{"after the loop", 6, 12},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := eventtest.NewStream().Stack(2, "embed", 20).Stack(3, "forward", 30).
+				Stack(5, "embed", 20).Stack(6, "grow_batch", 60)
+			base := eventtest.SegBase
+			const period = 2_000_000
+			for i := range uint64(12) {
+				t0 := 1_000_000 + i*period
+				blockAt(s, t0, base, MiB, 2)
+				blockAt(s, t0+1_000, base+MiB, MiB, 3)
+				blockFree(s, t0+2_000, base+MiB)
+				blockFree(s, t0+3_000, base)
+			}
+			// The 13th step's request: the allocator's cudaMalloc fails.
+			s.Fail(1_000_000+12*period, 256*MiB, tt.fail, 2)
+			r := mustAnalyze(t, Options{}, s.End(1_000_000+13*period).Recs)
+			it := process(t, r, 100).Iterations
+			require.NotNil(t, it)
+			assert.Equal(t, tt.count, it.Count)
+			assert.Equal(t, uint64(period), it.PeriodNs)
+			assert.Len(t, it.Starts, 12, "the cut step has no start of its own")
+		})
+	}
+}
+
+// TestIterationsShortBurstIsNoLoop: load_model's 5 weights, 10 µs apart,
+// are as regular as a loop, but span 40 µs of a run of 70 ms; the 20
+// steps of forward (2 tensors each), every 4th stalled by 10 ms
+// (patterned), are the loop.
+func TestIterationsShortBurstIsNoLoop(t *testing.T) {
+	s := eventtest.NewStream().Stack(2, "load_model", 10).Stack(3, "forward", 20)
+	base := eventtest.SegBase
+	for i := range uint64(5) {
+		blockAt(s, 1_000_000+i*10_000, base+i*MiB, MiB, 2)
+	}
+	t0 := uint64(2_000_000)
+	for i := range uint64(20) {
+		if i%4 == 0 && i > 0 {
+			t0 += 10_000_000
+		}
+		blockAt(s, t0, base+8*MiB, MiB, 3)
+		blockAt(s, t0+10_000, base+9*MiB, MiB, 3)
+		blockFree(s, t0+100_000, base+8*MiB)
+		blockFree(s, t0+110_000, base+9*MiB)
+		t0 += 2_000_000
+	}
+	r := mustAnalyze(t, Options{}, s.End(t0).Recs)
+	it := process(t, r, 100).Iterations
+	require.NotNil(t, it)
+	assert.Equal(t, event.StackID(3), it.Stack)
+	assert.Equal(t, uint64(20), it.Count)
+	assert.Equal(t, uint64(2_000_000), it.PeriodNs)
+}
+
+// TestIterationsRandomStallsNoPattern: 80 steps of 2 ms at forward, 12 of
+// them stalled by 8 to 13 ms at random (a loaded machine: one spacing in 7
+// is long, at no stride), and a checkpoint every 20 steps (cast_chunk: 30
+// chunks, 4 bursts of 50 ms): the steps are the loop, not the checkpoints.
+func TestIterationsRandomStallsNoPattern(t *testing.T) {
+	s := eventtest.NewStream().Stack(2, "forward", 20).Stack(3, "cast_chunk", 30)
+	base := eventtest.SegBase
+	stalls := map[uint64]uint64{3: 10, 7: 8, 16: 13, 18: 9, 29: 11, 33: 8, 41: 12, 47: 10, 58: 9, 61: 13, 70: 8, 76: 11}
+	t0 := uint64(1_000_000)
+	for i := range uint64(80) {
+		t0 += stalls[i] * 1_000_000
+		blockAt(s, t0, base, MiB, 2)
+		blockAt(s, t0+10_000, base+MiB, MiB, 2)
+		blockFree(s, t0+100_000, base)
+		blockFree(s, t0+110_000, base+MiB)
+		if i%20 == 19 {
+			for j := range uint64(30) {
+				blockAt(s, t0+200_000+j*5_000, base+8*MiB, MiB, 3)
+				blockFree(s, t0+202_000+j*5_000, base+8*MiB)
+			}
+		}
+		t0 += 2_000_000
+	}
+	r := mustAnalyze(t, Options{}, s.End(t0).Recs)
+	it := process(t, r, 100).Iterations
+	require.NotNil(t, it)
+	assert.Equal(t, event.StackID(2), it.Stack)
+	assert.Equal(t, uint64(80), it.Count)
+	assert.Equal(t, uint64(2_000_000), it.PeriodNs)
+}

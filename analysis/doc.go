@@ -370,7 +370,8 @@
 // iterations of them). A process whose last allocation request failed
 // (none succeeded after it), between half a period and two after the
 // loop's last start, at the site (as "Sites" renders it) of an allocation
-// made from that start on, had one more iteration, cut by the failure (a
+// made in the last iteration (from the start before the last on: the
+// loop's site may come after it in a step), had one more iteration, cut by the failure (a
 // batch too large for the device at its embedding): Count counts it,
 // Starts and the figures do not; a request from code the loop never ran
 // (a larger batch tried after it) cuts none. Iterations.Count is the

@@ -627,7 +627,8 @@ func repeatK(b []procFigures) uint64 {
 // cutByFailure reports whether the process's last allocation request
 // failed (none succeeded after it, in device memory or tensors) between
 // half a period and two periods after loop l's last start, at the site
-// of an allocation made in the last iteration (from its start on): an
+// of an allocation made in the last iteration (from the start before the
+// last on: a step's embedding comes before its forward pass): an
 // iteration started and was cut by it (a batch too large for the device
 // at the step's embedding), and the loop counts it. A request from code
 // the loop never ran (a larger batch tried after it) cuts no iteration.
@@ -647,10 +648,10 @@ func (a *Analyzer) cutByFailure(r *Result, pid uint32, l *loop) bool {
 	if failAt <= allocAt || failAt < last+l.period/2 || failAt > last+2*l.period {
 		return false
 	}
-	site := r.Site(failStack)
+	site, prev := r.Site(failStack), l.starts[len(l.starts)-2]
 	for gi := range a.iters.stacks {
 		k := a.groups[gi].key
-		if s := &a.iters.stacks[gi].site; k.pid == pid && s.count > 0 && s.last >= last && r.Site(k.stack) == site {
+		if s := &a.iters.stacks[gi].site; k.pid == pid && s.count > 0 && s.last >= prev && r.Site(k.stack) == site {
 			return true
 		}
 	}

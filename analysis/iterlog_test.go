@@ -221,16 +221,20 @@ func TestIterationsNested(t *testing.T) {
 
 // TestIterationsCutByOOM: 12 steps of 2 ms at embed (stack 2), then a
 // 13th whose embedding fails (a batch too large for the device): the
-// loop counts 13. The same failure from grow_batch, code the loop never
-// ran, cuts no step: 12.
+// loop counts 13. The same when the loop is forward's (embed skipped step
+// 0), which comes after embed in a step. The same failure from
+// grow_batch, code the loop never ran, cuts no step: 12.
 func TestIterationsCutByOOM(t *testing.T) {
 	for _, tt := range []struct {
-		name  string
-		fail  event.StackID
-		count uint64
+		name      string
+		fail      event.StackID
+		embedFrom uint64
+		loop      event.StackID
+		count     uint64
 	}{
-		{"at the step's site", 5, 13},
-		{"after the loop", 6, 12},
+		{"at the step's site", 5, 0, 2, 13},
+		{"at a site before the loop's", 5, 1, 3, 13},
+		{"after the loop", 6, 0, 2, 12},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := eventtest.NewStream().Stack(2, "embed", 20).Stack(3, "forward", 30).
@@ -239,16 +243,21 @@ func TestIterationsCutByOOM(t *testing.T) {
 			const period = 2_000_000
 			for i := range uint64(12) {
 				t0 := 1_000_000 + i*period
-				blockAt(s, t0, base, MiB, 2)
+				if i >= tt.embedFrom {
+					blockAt(s, t0, base, MiB, 2)
+				}
 				blockAt(s, t0+1_000, base+MiB, MiB, 3)
 				blockFree(s, t0+2_000, base+MiB)
-				blockFree(s, t0+3_000, base)
+				if i >= tt.embedFrom {
+					blockFree(s, t0+3_000, base)
+				}
 			}
 			// The 13th step's request: the allocator's cudaMalloc fails.
 			s.Fail(1_000_000+12*period, 256*MiB, tt.fail, 2)
 			r := mustAnalyze(t, Options{}, s.End(1_000_000+13*period).Recs)
 			it := process(t, r, 100).Iterations
 			require.NotNil(t, it)
+			assert.Equal(t, tt.loop, it.Stack)
 			assert.Equal(t, tt.count, it.Count)
 			assert.Equal(t, uint64(period), it.PeriodNs)
 			assert.Len(t, it.Starts, 12, "the cut step has no start of its own")

@@ -27,25 +27,30 @@ const (
 // Iterations is a process's training loop as its allocations show it (see
 // doc.go, "Iterations").
 type Iterations struct {
-	// Count is the number of iterations: bursts of allocations at Site.
+	// Count is the number of iterations: bursts of allocations at Site,
+	// and one cut by an out-of-memory failure (see doc.go).
 	Count uint64
 	// PeriodNs is the median time between iteration starts.
 	PeriodNs uint64
 	// Starts are the iteration starts (absolute stream times), the first
-	// maxIterationStarts (1000) of them; LastStart is the last start.
+	// maxIterationStarts (1000) of them; LastStart is the last start. A
+	// start the site's compacted log does not hold (an iteration begun
+	// mid-burst) and a cut iteration have none.
 	Starts    []uint64
 	LastStart uint64
 	// Stack is the allocation site that paces the loop; Site its rendering.
 	Stack event.StackID
 	Site  string
-	// AllocatedBytesPerIteration is the device bytes the process
-	// allocated from its first iteration's start to its last's, over the
-	// iterations between (Count - 1): what a complete iteration allocates
-	// on average. 0 when the process's change log overflowed.
+	// AllocatedBytesPerIteration is the device bytes (tensors when they
+	// pace the loop) the process allocated from its first iteration's
+	// start to its last's, over the iterations between (Count - 1 without
+	// a cut one): what a complete iteration allocates on average, exact
+	// whatever the run's length.
 	AllocatedBytesPerIteration float64
 	// LiveGrowthPerIteration is the least-squares slope of the process's
-	// live device bytes just before each iteration's start: about 0 for a
-	// steady loop, the leaks' rate for a leaking one.
+	// live device bytes (tensors when they pace the loop) just before each
+	// iteration's start: about 0 for a steady loop, the leaks' rate for a
+	// leaking one.
 	LiveGrowthPerIteration float64
 }
 

@@ -229,9 +229,10 @@
 // at the iteration boundaries (just before each iteration's first
 // allocation at the loop's site, and at the last start plus the period,
 // at most the last event), so n iterations give n+1 samples; bytes per
-// minute is that over the period. A stack with more than 65536 live-bytes
-// changes falls back to the windows' growth over the iterations that
-// started within them. With the device's capacity known (Options.Capacity,
+// minute is that over the period. A stack whose live-bytes log cannot
+// answer those samples exactly (see "Iterations": more than 65536
+// changes, and one of them mid-burst of its own changes) falls back to
+// the windows' growth over the iterations that started within them. With the device's capacity known (Options.Capacity,
 // else NVML's DeviceInfo) on the device where the stack holds the most,
 // the projected time to out-of-memory is (capacity - live bytes on that
 // device at the end, all processes) / (bytes per second). Texts quote it
@@ -406,7 +407,20 @@
 // 2.5 MiB at most at the default, and a site whose log was compacted is
 // read from its busiest stack alone (two compacted logs' ordinals do not
 // merge; the stacks of an unrolled call take turns in every burst, so
-// one of them makes as many). Without its block layer, a process over a
+// one of them makes as many).
+//
+// A stack's live-bytes log (the leak rule's and pinned host growth's
+// rates per iteration, the second look, Leak.Since) is bounded the same
+// way: its first 65536 changes (16 bytes each), then the last change of
+// each burst of its changes (a gap longer than the least of its burst
+// limits ends one) with the next burst's first change (32 bytes each),
+// at most 65536 of them, after which it is dropped as before. Read just
+// before an event, or at a time, that falls in a gap between its bursts,
+// it is exact; within one of its bursts it does not know, and the rules
+// read it only when every sample they take (the loop's starts, the last
+// start plus the period) falls in a gap: a leak inside a site that makes
+// and frees hundreds of tensors a step, read at the steps' starts, keeps
+// its exact rate and start. Without its block layer, a process over a
 // caching allocator makes few segment calls in steady state, so it usually
 // has no loop, or one in its warm-up only.
 //

@@ -10,10 +10,10 @@ import (
 
 const (
 	// DefaultIterationLog caps, per stack, the allocations kept for
-	// iteration detection (past it the log keeps burst starts only, at
-	// most as many: see doc.go, "Iterations") and the live-bytes changes
-	// kept for the rates per iteration (past it they fall back to
-	// growth/iterations). 2^16 entries: 2.5 MiB per stack at most.
+	// iteration detection and the live-bytes changes kept for the rates
+	// per iteration; past it each keeps its bursts' starts (ends) only,
+	// at most as many (see doc.go, "Iterations"). 2^16 entries: 5 MiB per
+	// stack at most.
 	DefaultIterationLog = 1 << 16
 	// maxIterationStarts caps Iterations.Starts.
 	maxIterationStarts = 1000
@@ -176,10 +176,99 @@ func (s *siteTimes) compact() {
 }
 
 // liveLog is a stack's live-bytes changes, in stream order: pair i of st
-// is the event and time, its payload the live bytes after it.
+// is the event and time, its payload the live bytes after it. Once it
+// holds limit changes it is compacted (see doc.go, "Iterations"): ends
+// keeps the last change of each burst of the stack's changes (a burst
+// ends at a gap longer than keep, the least of its burst limits then),
+// with the next burst's first change, and last the latest change. A
+// compacted log answers the live bytes before an event exactly when no
+// change of the stack came between the burst's end and it (exactBefore);
+// full once ends holds limit entries.
 type liveLog struct {
 	st   stamps[uint64]
 	full bool
+	// compacted: st gave way to ends; keep is the gap that ends a burst;
+	// first is the stack's first change; last its latest.
+	compacted bool
+	ends      stamps[liveEnd]
+	keep      uint64
+	first     liveMark
+	last      liveMark
+}
+
+// liveMark is one change of a stack's live bytes: its event, time and the
+// live bytes after it.
+type liveMark struct {
+	seq, time, live uint64
+}
+
+// liveEnd is a compacted live log's entry (the pair is the change that
+// ended a burst): the live bytes after it, and the event and time of the
+// next change, the next burst's first.
+type liveEnd struct {
+	live, next, nextTime uint64
+}
+
+// add logs a change; limit is the log's cap.
+func (l *liveLog) add(seq, t, live uint64, limit int) {
+	switch {
+	case l.full:
+	case l.compacted:
+		if t-min(t, l.last.time) > l.keep {
+			l.ends.add(l.last.seq, l.last.time, liveEnd{l.last.live, seq, t})
+			if l.ends.len() >= limit {
+				l.full, l.ends = true, stamps[liveEnd]{}
+				return
+			}
+		}
+		l.last = liveMark{seq, t, live}
+	case l.st.len() == limit:
+		l.compact()
+		l.add(seq, t, live, limit)
+	default:
+		l.st.add(seq, t, live)
+	}
+}
+
+// compact turns a full log into its bursts' ends (see liveLog).
+func (l *liveLog) compact() {
+	seqs, times := l.st.unpack()
+	n := len(seqs) - 1
+	l.keep = slices.Min(burstLimits(times))
+	l.first = liveMark{seqs[0], times[0], l.st.payload(0)}
+	l.last = liveMark{seqs[n], times[n], l.st.payload(n)}
+	for i := range n {
+		if times[i+1]-min(times[i+1], times[i]) > l.keep {
+			l.ends.add(seqs[i], times[i], liveEnd{l.st.payload(i), seqs[i+1], times[i+1]})
+		}
+	}
+	l.st, l.compacted = stamps[uint64]{}, true
+}
+
+// exactBefore reports whether before(seq) is exact: always for a complete
+// log; for a compacted one, when no change fell between the end of the
+// burst before seq and seq.
+func (l *liveLog) exactBefore(seq uint64) bool {
+	if !l.compacted || seq > l.last.seq {
+		return true
+	}
+	i := l.ends.search(seq)
+	if i == 0 {
+		return seq <= l.first.seq
+	}
+	return seq <= l.ends.payload(i-1).next
+}
+
+// exactAt reports whether at(t) is exact (see exactBefore).
+func (l *liveLog) exactAt(t uint64) bool {
+	if !l.compacted || t >= l.last.time {
+		return true
+	}
+	i := l.ends.lastAtOrBefore(t)
+	if i < 0 {
+		return t < l.first.time
+	}
+	return t < l.ends.payload(i).nextTime
 }
 
 // iterationModel is what iteration detection and the rates per iteration
@@ -196,6 +285,10 @@ type iterationModel struct {
 	stacks []stackLogs
 	// procs are by space index (device and block scopes only).
 	procs []procNow
+	// loops and lastEvent are the processes' loops and the stream's last
+	// event time, set at Finish for log.
+	loops     map[uint32]*loop
+	lastEvent uint64
 }
 
 // stackLogs are a stack's site and live-bytes logs, side by side: an
@@ -236,14 +329,7 @@ func (m *iterationModel) changed(c *liveChange) {
 		if p != nil && c.alloc && c.mem == SpaceDevice && (c.layer == event.LayerSegment || c.layer == event.LayerBlock) {
 			sl.site.add(c.seq, c.time, p.before(c.seq), m.limit)
 		}
-		l := &sl.live
-		switch {
-		case l.full:
-		case l.st.len() == m.limit:
-			l.full, l.st = true, stamps[uint64]{}
-		default:
-			l.st.add(c.seq, c.time, c.groupLive)
-		}
+		sl.live.add(c.seq, c.time, c.groupLive, m.limit)
 	}
 	if p != nil {
 		p.set(c.seq, procFigures{c.live, c.allocated})
@@ -262,20 +348,53 @@ func (m *iterationModel) failed(si int32, t uint64, st event.StackID) {
 	}
 }
 
-// log returns a stack's live-bytes log when it is complete; nil when it
-// has none or it overflowed.
+// log returns a stack's live-bytes log when it answers exactly what the
+// rates per iteration read (the live bytes just before each of its
+// process's loop's starts, and at the last start plus the period, at most
+// the last event): a complete log, or a compacted one exact there; nil
+// when it has none, it overflowed, or it is compacted and inexact there
+// (or its process has no loop). loops and lastEvent are set at Finish.
 func (m *iterationModel) log(g *groupState) *liveLog {
 	if int(g.ix) >= len(m.stacks) {
 		return nil
 	}
-	if l := &m.stacks[g.ix].live; l.st.len() > 0 && !l.full {
+	l := &m.stacks[g.ix].live
+	switch {
+	case l.full:
+		return nil
+	case !l.compacted:
+		if l.st.len() == 0 {
+			return nil
+		}
 		return l
 	}
-	return nil
+	lp := m.loops[g.key.pid]
+	if lp == nil {
+		return nil
+	}
+	for _, s := range lp.seq {
+		if !l.exactBefore(s) {
+			return nil
+		}
+	}
+	if !l.exactAt(min(lp.starts[len(lp.starts)-1]+lp.period, m.lastEvent)) {
+		return nil
+	}
+	return l
 }
 
-// before returns the live bytes just before event seq.
+// before returns the live bytes just before event seq (see exactBefore
+// for a compacted log).
 func (l *liveLog) before(seq uint64) uint64 {
+	if l.compacted {
+		if seq > l.last.seq {
+			return l.last.live
+		}
+		if i := l.ends.search(seq); i > 0 {
+			return l.ends.payload(i - 1).live
+		}
+		return 0
+	}
 	i := l.st.search(seq)
 	if i == 0 {
 		return 0
@@ -285,6 +404,15 @@ func (l *liveLog) before(seq uint64) uint64 {
 
 // at returns the live bytes at time t (after every change up to t).
 func (l *liveLog) at(t uint64) uint64 {
+	if l.compacted {
+		if t >= l.last.time {
+			return l.last.live
+		}
+		if i := l.ends.lastAtOrBefore(t); i >= 0 {
+			return l.ends.payload(i).live
+		}
+		return 0
+	}
 	// Times may go backwards by a few ns between CPUs: take the latest
 	// change in stream order stamped at or before t.
 	if i := l.st.lastAtOrBefore(t); i >= 0 {
@@ -577,6 +705,7 @@ func (a *Analyzer) iterations(r *Result) map[uint32]*loop {
 			l.count++
 		}
 	}
+	a.iters.loops, a.iters.lastEvent = out, a.lastEvent
 	return out
 }
 
@@ -862,8 +991,9 @@ func (a *Analyzer) setIterations(r *Result) {
 // leakRate fills a leak's per-iteration figures from the process's loop:
 // the least-squares slope of the stack's live bytes at the iteration
 // boundaries (every start, and the last start plus the period, at most the
-// last event), or, when the stack's change log overflowed, the windows'
-// growth over the iterations that started within them.
+// last event), or, when the stack's change log cannot answer them (see
+// iterationModel.log), the windows' growth over the iterations that
+// started within them.
 func (a *Analyzer) leakRate(l *Leak, log siteLog, lp *loop) {
 	if lp == nil {
 		return

@@ -22,10 +22,12 @@ const (
 // iteration logs' 65536 entries: one segment of 1 GiB, then longSteps
 // steps of 10 ms, each allocating longForward tensors at forward and
 // longBackward at backward (gaps of 1 and 3 µs alternating, sizes 512 B to
-// 4 KiB), freeing them all 4 ms in, and, with leak, from step longLeakFrom
-// on 1 MiB at leak_step that is never freed. It returns the stream and
-// the bytes one step's forward and backward tensors take (stepBytes).
-func longTrainerStream(leak bool) (recs []event.Record, stepBytes uint64) {
+// 4 KiB), freeing them all 4 ms in, and, with a leak stack (not 0), from
+// step longLeakFrom on 1 MiB there that is never freed, 8 ms in: at
+// leak_step (4), or at backward (3), whose 800 changes a step fill its
+// live-bytes log after 82 steps. It returns the stream and the bytes one
+// step's forward and backward tensors take (stepBytes).
+func longTrainerStream(leak event.StackID) (recs []event.Record, stepBytes uint64) {
 	s := eventtest.NewStream().Stack(1, "alloc_segment", 1).Stack(2, "forward", 20).
 		Stack(3, "backward", 30).Stack(4, "leak_step", 40)
 	base := eventtest.SegBase
@@ -52,8 +54,8 @@ func longTrainerStream(leak bool) (recs []event.Record, stepBytes uint64) {
 			s.Ev(event.Event{Time: t0 + 4_000_000 + 1_000*j, Addr: base + j*8*KiB, TID: 1,
 				Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
 		}
-		if leak && i >= longLeakFrom {
-			block(t0+8_000_000, base+512*MiB+(i-longLeakFrom)*MiB, MiB, 4)
+		if leak != 0 && i >= longLeakFrom {
+			block(t0+8_000_000, base+512*MiB+(i-longLeakFrom)*MiB, MiB, leak)
 		}
 	}
 	s.End(1_000_000 + longSteps*longPeriod)
@@ -80,13 +82,15 @@ func TestIterationsLongRun(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		log   int
-		leak  bool
+		leak  event.StackID
 		leaks int
 	}{
-		{"leak", 0, true, 1},
-		{"leak, log of 4096", 4096, true, 1},
-		{"healthy", 0, false, 0},
-		{"healthy, log of 4096", 4096, false, 0},
+		{"leak", 0, 4, 1},
+		{"leak, log of 4096", 4096, 4, 1},
+		{"leak at a busy site", 0, 3, 1},
+		{"leak at a busy site, log of 4096", 4096, 3, 1},
+		{"healthy", 0, 0, 0},
+		{"healthy, log of 4096", 4096, 0, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			recs, stepBytes := longTrainerStream(tt.leak)
@@ -103,6 +107,7 @@ func TestIterationsLongRun(t *testing.T) {
 				assert.LessOrEqual(t, s.site.st.len(), limit)
 				assert.LessOrEqual(t, s.site.bursts.len(), limit)
 				assert.LessOrEqual(t, s.live.st.len(), limit)
+				assert.LessOrEqual(t, s.live.ends.len(), limit)
 			}
 			it := process(t, r, 100).Iterations
 			require.NotNil(t, it, "the loop is found")
@@ -115,14 +120,14 @@ func TestIterationsLongRun(t *testing.T) {
 			// the leaks of steps 200..298 (step 299's comes after its
 			// start).
 			leaked := uint64(0)
-			if tt.leak {
+			if tt.leak != 0 {
 				leaked = (longSteps - 1 - longLeakFrom) * MiB
 			}
 			assert.Equal(t, float64((longSteps-1)*stepBytes+leaked)/(longSteps-1), it.AllocatedBytesPerIteration)
 			// Live tensors just before step j: the leaks of steps 200..j-1.
 			ys := make([]float64, longSteps)
 			for j := range ys {
-				if tt.leak && j > longLeakFrom {
+				if tt.leak != 0 && j > longLeakFrom {
 					ys[j] = float64((uint64(j) - longLeakFrom) * MiB)
 				}
 			}
@@ -130,11 +135,11 @@ func TestIterationsLongRun(t *testing.T) {
 
 			leaks := findings(r, KindLeak)
 			require.Len(t, leaks, tt.leaks)
-			if !tt.leak {
+			if tt.leak == 0 {
 				return
 			}
 			f := leaks[0]
-			assert.Equal(t, event.StackID(4), f.Stacks[0].Stack, "at leak_step")
+			assert.Equal(t, tt.leak, f.Stacks[0].Stack, "at its site")
 			assert.Equal(t, (longSteps-longLeakFrom)*MiB, f.Bytes)
 			l := f.Leak
 			assert.Equal(t, uint64(1_000_000+longLeakFrom*longPeriod), l.Since, "since step 200's start")
@@ -323,4 +328,37 @@ func TestIterationsRandomStallsNoPattern(t *testing.T) {
 	assert.Equal(t, event.StackID(2), it.Stack)
 	assert.Equal(t, uint64(80), it.Count)
 	assert.Equal(t, uint64(2_000_000), it.PeriodNs)
+}
+
+// TestLiveLogCompacted: a stack's live-bytes log past its cap keeps its
+// bursts' last changes: exact just before an event that falls in a gap
+// between its bursts (and at a time there), not within a burst.
+func TestLiveLogCompacted(t *testing.T) {
+	const limit = 64
+	var l liveLog
+	// Bursts of 4 changes 1 µs apart (+1, +1, -1, -1 KiB: back to the
+	// burst's start plus 1 KiB), every 1 ms: events 10*k+1..10*k+4.
+	live := uint64(0)
+	for k := range uint64(40) {
+		for j, d := range []int64{1, 1, -1, -1} {
+			live = uint64(int64(live) + d*int64(KiB))
+			l.add(10*k+uint64(j)+1, k*1_000_000+uint64(j)*1_000, live, limit)
+		}
+		live += KiB
+		l.add(10*k+5, k*1_000_000+4_000, live, limit)
+	}
+	require.True(t, l.compacted)
+	assert.LessOrEqual(t, l.ends.len(), limit)
+	// Just before burst 30 (event 301): the live bytes after burst 29,
+	// 30 KiB.
+	assert.True(t, l.exactBefore(301))
+	assert.Equal(t, 30*KiB, l.before(301))
+	assert.True(t, l.exactAt(30*1_000_000-1))
+	assert.Equal(t, 30*KiB, l.at(30*1_000_000-1))
+	// Within burst 30 (before event 303) it does not know.
+	assert.False(t, l.exactBefore(303))
+	assert.False(t, l.exactAt(30*1_000_000+1_500))
+	// After the last change: the live bytes at the end.
+	assert.True(t, l.exactBefore(1000))
+	assert.Equal(t, 40*KiB, l.before(1000))
 }

@@ -53,8 +53,9 @@ type Options struct {
 	// leak's projected time to out-of-memory, over NVML's DeviceInfo.
 	Capacity uint64
 	// IterationLog is the most entries each of the iteration detector's
-	// logs keeps (default DefaultIterationLog, at least 64): per site, the
-	// allocation times; per stack and per process, the live-bytes changes.
+	// logs keeps (default DefaultIterationLog, at least 64): per stack,
+	// the allocations (then their burst starts) and the live-bytes
+	// changes.
 	// It bounds the Analyzer's memory per site, whatever the stream's
 	// length; a long-lived consumer (vramprof serve) sets it lower.
 	IterationLog int
@@ -883,6 +884,9 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	switch ch.Verdict {
 	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
+		if sc == deviceScope || sc == blockScope {
+			a.iters.failed(sp.ix, e.Time, e.Stack)
+		}
 		g := a.group(groupKey{e.PID, e.Stack, sc})
 		g.failed.add(e.Size)
 		var f *Failure

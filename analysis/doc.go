@@ -229,9 +229,10 @@
 // at the iteration boundaries (just before each iteration's first
 // allocation at the loop's site, and at the last start plus the period,
 // at most the last event), so n iterations give n+1 samples; bytes per
-// minute is that over the period. A stack with more than 65536 live-bytes
-// changes falls back to the windows' growth over the iterations that
-// started within them. With the device's capacity known (Options.Capacity,
+// minute is that over the period. A stack whose live-bytes log cannot
+// answer those samples exactly (see "Iterations": more than 65536
+// changes, and one of them mid-burst of its own changes) falls back to
+// the windows' growth over the iterations that started within them. With the device's capacity known (Options.Capacity,
 // else NVML's DeviceInfo) on the device where the stack holds the most,
 // the projected time to out-of-memory is (capacity - live bytes on that
 // device at the end, all processes) / (bytes per second). Texts quote it
@@ -343,21 +344,83 @@
 // has at least 4 iterations and the median absolute deviation of the
 // spacings between iteration starts is at most a quarter of their median
 // (which must be > 0); it is patterned when more than one spacing in 8 is
-// longer than 4 times the median (a site with several allocations per
-// step, taken one per iteration, has a long spacing at every step; a
-// loaded machine's stalls can do it too), and a patterned loop is taken
+// longer than 4 times the median and those recur at one stride (the most
+// common distance between consecutive long ones is at least 3 in 4 of
+// them; fewer than 3 cannot tell, and are taken for a stride): a site
+// with several allocations per step, taken one per iteration, has a long
+// spacing at every step, every k spacings; a loaded machine's stalls come
+// as often at random, and leave a real loop unpatterned. A patterned loop is taken
 // only when no other is, at the site (of its two limits) and in the
-// process. The loop is the periodic site, not patterned before patterned, with the most
-// iterations, the earliest first start on a tie: Iterations.Count is its
-// iterations, PeriodNs their median spacing, Starts the starts (the first
-// 1000), LastStart the last. Per iteration, from the process's log of its
-// live and cumulative allocated device bytes (the first 65536 changes):
-// AllocatedBytesPerIteration, the bytes allocated from the first start to
-// the last over Count - 1, and LiveGrowthPerIteration, the least-squares
+// process. A loop whose starts span less than a quarter of the process's
+// allocations in the layer (first to last, all sites: a model's few
+// weights made in a row at load time are as regular as a loop) is short,
+// and taken only when no other is, before patterned ones are weighed.
+// The loop is the periodic site, not short before short, not patterned
+// before patterned, with the most
+// iterations, the earliest first start on a tie, unless its iterations
+// nest in another site's: micro-steps of gradient accumulation (forward
+// runs 4 times a step, the gradients are made once a step and freed by
+// zero_grad) are the most iterations, but not the step. They nest when
+// the process's live bytes just before the loop's starts repeat every k
+// starts and not every one (y[j+k] - y[j] takes one value for at least 3
+// in 4 of the js, the smallest such k, at most 64: a warm-up, a step up
+// once or a steady leak keep k at 1; a checkpoint every 4 steps, freed
+// within its step, too), and another site's loop, not patterned, has
+// about count/k iterations (|its count x k - count| < k) of k times the
+// period (within 10%): that loop is the step (the one with the most
+// iterations of them). A process whose last allocation request failed
+// (none succeeded after it), between half a period and two after the
+// loop's last start, at the site (as "Sites" renders it) of an allocation
+// made in the last iteration (from the start before the last on: the
+// loop's site may come after it in a step), had one more iteration, cut by the failure (a
+// batch too large for the device at its embedding): Count counts it,
+// Starts and the figures do not; a request from code the loop never ran
+// (a larger batch tried after it) cuts none. Iterations.Count is the
+// loop's iterations, PeriodNs their median spacing, Starts the starts
+// (the first 1000), LastStart the last. Each allocation a site logs carries the
+// process's live and cumulative allocated bytes in its scope just before
+// it (the process keeps only its current figures), so per iteration,
+// exactly, whatever the run's length: AllocatedBytesPerIteration, the
+// bytes allocated from the first start to the last over the iterations
+// between (Count - 1), and LiveGrowthPerIteration, the least-squares
 // slope of live bytes just before each start, both in the loop's layer
-// (tensors when blocks pace it). A lost event at the site
-// shifts the runs after it. A site keeps at most
-// 65536 allocation times. Without its block layer, a process over a
+// (tensors when blocks pace it). A lost event at the site shifts the runs
+// after it.
+//
+// Memory is bounded, whatever the run's length: a stack logs its first
+// Options.IterationLog (DefaultIterationLog, 65536) allocations, 24 bytes
+// each; then its log is compacted to its burst starts, the allocations
+// after a gap longer than the least of its two burst limits (computed on
+// those allocations), each with its ordinal and its gap (40 bytes), and
+// from then on it logs only allocations after such a gap. Every limit the
+// loop tries is at least that one, so every burst it cuts starts at a
+// kept allocation, the kept gaps cut them again at a larger limit, and
+// the ordinals give the bursts' sizes and the runs: a trainer making
+// 1000 tensors a step at one site keeps one entry a step, and its loop,
+// counts and figures are those of the complete log. A run that starts
+// mid-burst (a stall, a lost event) is not known after compaction: the
+// loop skips it (Count still counts it; the rates weigh the others by
+// their iteration numbers). A stack whose loop takes each allocation for
+// an iteration (one a step) has nothing to compact, and a compacted log
+// that fills again (65536 steps) stops: the site's loop is then read from
+// the allocations its log covers. So a stack holds at most 65536 entries,
+// 2.5 MiB at most at the default, and a site whose log was compacted is
+// read from its busiest stack alone (two compacted logs' ordinals do not
+// merge; the stacks of an unrolled call take turns in every burst, so
+// one of them makes as many).
+//
+// A stack's live-bytes log (the leak rule's and pinned host growth's
+// rates per iteration, the second look, Leak.Since) is bounded the same
+// way: its first 65536 changes (16 bytes each), then the last change of
+// each burst of its changes (a gap longer than the least of its burst
+// limits ends one) with the next burst's first change (32 bytes each),
+// at most 65536 of them, after which it is dropped as before. Read just
+// before an event, or at a time, that falls in a gap between its bursts,
+// it is exact; within one of its bursts it does not know, and the rules
+// read it only when every sample they take (the loop's starts, the last
+// start plus the period) falls in a gap: a leak inside a site that makes
+// and frees hundreds of tensors a step, read at the steps' starts, keeps
+// its exact rate and start. Without its block layer, a process over a
 // caching allocator makes few segment calls in steady state, so it usually
 // has no loop, or one in its warm-up only.
 //

@@ -71,7 +71,7 @@ func (a *Analyzer) Finish() *Result {
 	a.finishProcesses(r)
 	a.finishTimelines(r)
 	a.finishPools(r)
-	a.loops = a.iterations()
+	a.loops = a.iterations(r)
 	a.setIterations(r)
 	a.findings(r)
 	a.result = r

@@ -96,20 +96,9 @@ func (s *stamps[P]) grow() {
 // payload returns pair i's payload.
 func (s *stamps[P]) payload(i int) P { return s.off(i).p }
 
-// appendDoubling is append for the logs that grow by one entry per event
-// to tens of thousands: it doubles the capacity where append grows a large
-// slice by a quarter, which copied each entry about four times over (a
-// tenth of the analyser's time went to growing logs). The slack is at most
-// the log's length, a quarter on average.
-func appendDoubling[T any](s []T, v T) []T {
-	if len(s) == cap(s) {
-		s = doubled(s, math.MaxInt)
-	}
-	return append(s, v)
-}
-
-// doubled returns s with twice the capacity (at least 16, at most limit);
-// apart from appendDoubling so that the common case inlines.
+// doubled returns s with twice the capacity (at least 16, at most limit):
+// a log that grows by one entry per event to tens of thousands copied each
+// entry about four times over with append's growth by a quarter.
 func doubled[T any](s []T, limit int) []T {
 	g := make([]T, len(s), min(max(16, 2*cap(s)), limit))
 	copy(g, s)

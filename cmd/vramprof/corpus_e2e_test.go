@@ -428,7 +428,7 @@ func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean
 			}
 		}
 	}
-	fmt.Fprintf(w, "loops (not in the bar): %d/%d processes with their step count found exactly and the period within %.0f%%\n",
+	fmt.Fprintf(w, "loops: %d/%d processes with their step count found exactly and the period within %.0f%%\n",
 		loopsRight, loops, 100*corpusPeriodTolerance)
 	for _, o := range outs {
 		switch {
@@ -499,8 +499,14 @@ func TestFindingsCorpus(t *testing.T) {
 }
 
 // meetsBar says whether a judged program meets the bar: no finding above
-// info that no label explains, and every labelled defect found.
+// info that no label explains, every labelled defect found, and every
+// labelled loop found with its step count and period.
 func (o *corpusOutcome) meetsBar() bool {
+	for _, l := range o.loops {
+		if !l.right() {
+			return false
+		}
+	}
 	return len(o.fp) == 0 && !slices.Contains(o.found, -1)
 }
 
@@ -509,10 +515,11 @@ func (o *corpusOutcome) meetsBar() bool {
 // asserts the bar: no finding above info on a healthy program; every
 // labelled defect found with its kind, at its site (a finding's site,
 // analysis doc "Sites": its first function, or the helper of a call edge),
-// with bytes within 1%. A program named h_* must label itself healthy, b_*
-// broken. With VRAMPROF_CORPUS_TABLE set it appends the table to the file
-// it names and asserts only that every program ran and was labelled (make
-// bench).
+// with bytes within 1%; every labelled loop (truth_step) found with its
+// step count exactly and its period within 10%. A program named h_* must
+// label itself healthy, b_* broken. With VRAMPROF_CORPUS_TABLE set it
+// appends the table to the file it names and asserts only that every
+// program ran and was labelled (make bench).
 func runCorpus(t *testing.T, title string, progs []corpusProgram) {
 	t.Helper()
 	tablePath := os.Getenv(corpusTableEnv)
@@ -551,6 +558,12 @@ func runCorpus(t *testing.T, title string, progs []corpusProgram) {
 					if o.found[i] < 0 {
 						assert.Failf(t, "a labelled defect not found", "%s at %s, %d bytes (within 1%%); findings: %v",
 							d.Kind, d.Site, d.Bytes, o.findings)
+					}
+				}
+				for _, l := range o.loops {
+					if !l.right() {
+						assert.Failf(t, "a labelled loop not found", "%d x %s every %d ns (period within %.0f%%); found %v: %d every %d ns at %s",
+							l.label.Count, l.label.Func, l.label.PeriodNs, 100*corpusPeriodTolerance, l.found, l.count, l.periodNs, l.site)
 					}
 				}
 			})

@@ -68,7 +68,7 @@ func TestCorpusJudge(t *testing.T) {
 	require.Contains(t, table, "oom                  |   1 |   0 |    0\n")
 	require.Contains(t, table, "spike                |   0 |   0 |    1\n")
 	require.Contains(t, table, "fragmentation        |   0 |   1 |    0\n")
-	assert.Contains(t, table, "loops (not in the bar): 1/3 processes")
+	assert.Contains(t, table, "loops: 1/3 processes")
 	assert.Contains(t, table, "loop: 40 x train_step every 2.00 ms; no loop found [wrong]")
 	assert.Contains(t, table, "b_judge: label leak at log_metrics, 2097152 bytes: MISS (leak at its site with 2202009 bytes: +5.00%)")
 }

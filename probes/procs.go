@@ -324,7 +324,29 @@ func procInfo(pid uint32) *event.Process {
 		info.PPID = uint32(st.PPID)
 	}
 	info.Exe, _ = p.Executable()
+	info.Cgroup = procCgroup(p)
 	return info
+}
+
+// procCgroup is the cgroup path of a process: the cgroup v2 line of
+// /proc/PID/cgroup ("0::/path"), else the first v1 hierarchy's; "" when
+// unreadable. Read at adoption, it places a process that is gone by the
+// time its records are read (a short job in a container).
+func procCgroup(p procfs.Proc) string {
+	cgs, err := p.Cgroups()
+	if err != nil {
+		return ""
+	}
+	path := ""
+	for _, cg := range cgs {
+		if cg.HierarchyID == 0 && len(cg.Controllers) == 0 {
+			return cg.Path
+		}
+		if path == "" {
+			path = cg.Path
+		}
+	}
+	return path
 }
 
 // procStartTime reads the start time of pid (clock ticks since boot, field

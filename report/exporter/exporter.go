@@ -54,8 +54,22 @@ type Options struct {
 	// when first seen) still runs; default reads /proc (tests replace it).
 	Alive func(pid uint32, start uint64) bool
 	// Start reads a process's start time (default: /proc/PID/stat; tests
-	// replace it).
+	// replace it). Used when a Process record carries none.
 	Start func(pid uint32) (uint64, error)
+	// PerProcess labels every series with the process (pid, start) as
+	// well: one set of series per process instance. Off, the default, a
+	// series is a group of processes (groupLabels: command, cgroup,
+	// container, pod_uid), what a fleet groups on, and its counters keep
+	// the totals of members that left (groups.go).
+	PerProcess bool
+	// Held says whether another vramprof session traces the process now
+	// (serve let go of it, probes.CheckTraced): its figures end there, as
+	// at an exit. Nil: never.
+	Held func(pid uint32, start uint64) bool
+	// Hostname is the GPU series' Hostname label, as dcgm-exporter sets
+	// it: default $NODE_NAME (a DaemonSet sets it from spec.nodeName),
+	// else the host name.
+	Hostname string
 }
 
 // Exporter folds a session's records into per-process analyses. It is a
@@ -73,7 +87,13 @@ type Exporter struct {
 	cur   map[uint32]*proc
 	seq   uint64
 	lost  event.Lost
-	nvml  nvmlState // the device layer (nvml.go)
+	// untraced counts records of PIDs the session never announced with a
+	// Process record (gone before they could be adopted): in no series.
+	untraced uint64
+	// groups keep the totals of processes that left each label set
+	// (groups.go); with PerProcess, none are kept.
+	groups map[groupKey]*group
+	nvml   nvmlState // the device layer (nvml.go)
 	// limiter holds Serve's connections (conns.go); nil before Serve.
 	limiter *connLimiter
 }
@@ -88,9 +108,14 @@ type proc struct {
 	start uint64
 	seq   uint64 // the order it was seen in
 	// Labels: command (argv0's base name, else comm; p.mu guards it, an
-	// exec changes it), cgroup path and the container ID found in it (""
-	// when none).
-	command, cgroup, container string
+	// exec changes it), cgroup path and the container ID and Kubernetes
+	// pod UID found in it ("" when none).
+	command, cgroup, container, podUID string
+	// keys are the label sets of the process's instances (an exec makes
+	// one), by the time of the Process record that began each
+	// (analysis.Process.Start): a member leaves each group with its
+	// instance's figures. p.mu guards it.
+	keys map[uint64]groupKey
 
 	mu sync.Mutex
 	an *analysis.Analyzer
@@ -124,7 +149,14 @@ func New(opts Options) *Exporter {
 	if opts.Start == nil {
 		opts.Start = startTime
 	}
-	return &Exporter{opts: opts, procs: make(map[*proc]struct{}), cur: make(map[uint32]*proc)}
+	if opts.Hostname == "" {
+		opts.Hostname = os.Getenv("NODE_NAME")
+	}
+	if opts.Hostname == "" {
+		opts.Hostname, _ = os.Hostname()
+	}
+	return &Exporter{opts: opts, procs: make(map[*proc]struct{}), cur: make(map[uint32]*proc),
+		groups: make(map[groupKey]*group)}
 }
 
 // SetHeader sets the header every process's analysis starts from (its
@@ -172,6 +204,9 @@ func (x *Exporter) Write(rec event.Record) error {
 		return nil
 	}
 	p := x.process(pid, rec)
+	if p == nil {
+		return nil // not traced (process counts it)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.version++
@@ -195,28 +230,40 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	var start uint64
 	var startErr error
 	if isProc {
-		start, startErr = x.opts.Start(pid) // /proc, outside the lock
+		start = r.Start // read by the session at adoption
+		if start == 0 {
+			start, startErr = x.opts.Start(pid) // /proc, outside the lock
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	p := x.cur[pid]
-	if p != nil && !isProc {
-		return p
-	}
 	if !isProc {
-		start, startErr = x.opts.Start(pid) // a process's first record
+		if p == nil {
+			// The session writes a Process record for every process it
+			// traces before any of its records: this one it did not
+			// trace (it was gone before it could be adopted).
+			x.untraced++
+		}
+		return p
 	}
 	if startErr != nil {
 		start = 0 // gone already
 	}
 	if p != nil && (start == 0 || start == p.start) && p.exitedAt().IsZero() {
+		// An exec: the process is what it now runs (a launcher that
+		// became python). Its series take the new name; the analysis
+		// starts an instance at this record, and what the old image did
+		// stays with the old name.
+		p.mu.Lock()
 		if len(r.Command) > 0 {
-			// An exec: the process is what it now runs (a launcher that
-			// became python). Its series take the new name.
-			p.mu.Lock()
 			p.command = filepath.Base(r.Command[0])
-			p.mu.Unlock()
 		}
+		if r.Cgroup != "" {
+			p.setCgroup(r.Cgroup)
+		}
+		p.keys[r.Time] = p.keyLocked()
+		p.mu.Unlock()
 		return p
 	}
 	now := x.opts.Now()
@@ -228,13 +275,9 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 		p.mu.Unlock()
 	}
 	x.seq++
-	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis)}
-	if start != 0 {
-		p.command, p.cgroup, p.container = describe(pid, rec)
-	} else if r != nil && len(r.Command) > 0 {
-		// Gone: /proc/PID is another process's by now, if anyone's.
-		p.command = filepath.Base(r.Command[0])
-	}
+	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis), keys: map[uint64]groupKey{}}
+	x.describe(p, r)
+	p.keys[r.Time] = p.keyLocked()
 	if start == 0 && !x.opts.Alive(pid, 0) {
 		// Exited before it could be looked at: its records still count,
 		// and it goes as any exited process does.
@@ -248,6 +291,7 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	_ = p.an.Add(&h)
 	x.procs[p] = struct{}{}
 	x.cur[pid] = p
+	x.join(p)
 	return p
 }
 
@@ -277,21 +321,27 @@ func (x *Exporter) Sweep() int {
 	defer x.mu.Unlock()
 	for p := range x.procs {
 		p.mu.Lock()
-		if p.exited.IsZero() && !x.opts.Alive(p.pid, p.start) {
+		if p.exited.IsZero() && (!x.opts.Alive(p.pid, p.start) ||
+			x.opts.Held != nil && x.opts.Held(p.pid, p.start)) {
+			// Exited, or left to another session: its figures end here.
 			p.exited = now
 			p.reported = false
 		}
+		drop := false
 		if !p.exited.IsZero() {
 			age := now.Sub(p.exited)
-			if age >= x.opts.TTL || (p.reported && age >= x.opts.Grace) {
-				delete(x.procs, p)
-				if x.cur[p.pid] == p {
-					delete(x.cur, p.pid)
-				}
-			}
+			drop = age >= x.opts.TTL || (p.reported && age >= x.opts.Grace)
 		}
 		p.mu.Unlock()
+		if drop {
+			delete(x.procs, p)
+			if x.cur[p.pid] == p {
+				delete(x.cur, p.pid)
+			}
+			x.retire(p)
+		}
 	}
+	x.sweepGroups(now)
 	return len(x.procs)
 }
 
@@ -347,19 +397,39 @@ func (x *Exporter) Result(pid uint32) (*analysis.Result, error) {
 	return p.snapshot(), nil
 }
 
-// describe finds pid's labels: command from its Process record's argv0 (or
-// /proc/PID/comm), cgroup and container from /proc/PID/cgroup.
-func describe(pid uint32, rec event.Record) (command, cgroup, container string) {
-	if r, ok := rec.(*event.Process); ok && len(r.Command) > 0 {
-		command = filepath.Base(r.Command[0])
+// describe finds p's labels (x.mu held): command from its Process
+// record's argv0 (else /proc/PID/comm), cgroup from the record (read at
+// adoption), else /proc/PID/cgroup, else its parent's (a fork child is in
+// its parent's cgroup), and the container and pod in the cgroup path.
+func (x *Exporter) describe(p *proc, r *event.Process) {
+	if len(r.Command) > 0 {
+		p.command = filepath.Base(r.Command[0])
 	}
-	if command == "" {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		command = strings.TrimSpace(string(b))
+	if p.command == "" && p.start != 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid))
+		p.command = strings.TrimSpace(string(b))
 	}
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	cgroup, container = parseCgroup(b)
-	return command, cgroup, container
+	cg := r.Cgroup
+	if cg == "" && p.start != 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
+		cg, _ = parseCgroup(b)
+	}
+	if cg == "" && r.PPID != 0 {
+		if pp := x.cur[r.PPID]; pp != nil {
+			pp.mu.Lock()
+			cg = pp.cgroup
+			pp.mu.Unlock()
+		}
+	}
+	p.setCgroup(cg)
+}
+
+// setCgroup sets p's cgroup path and what it says of the container and
+// the pod (p.mu held, or p not shared yet).
+func (p *proc) setCgroup(path string) {
+	p.cgroup = path
+	p.container = containerOf(path)
+	p.podUID = podUIDOf(path)
 }
 
 // containerID finds a container runtime's 64-hex ID in a cgroup path:
@@ -384,10 +454,16 @@ func parseCgroup(b []byte) (path, container string) {
 			path = f[2]
 		}
 	}
+	return path, containerOf(path)
+}
+
+// containerOf is the container ID in a cgroup path ("" when none): the
+// last 64-hex name in it.
+func containerOf(path string) string {
 	if m := containerID.FindAllString(path, -1); len(m) > 0 {
-		container = m[len(m)-1]
+		return m[len(m)-1]
 	}
-	return path, container
+	return ""
 }
 
 // startTime reads a process's start time (clock ticks since boot) from

@@ -96,7 +96,7 @@ next:
 }
 
 func TestMetrics(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	x.SetHeader(&event.Header{Mode: "serve", Start: 0})
 	feed(t, x, 4242, 0, 5)
 	feed(t, x, 4343, 1, 3)
@@ -136,7 +136,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestProfiles(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	feed(t, x, 4242, 0, 5)
 	feed(t, x, 4343, 0, 3)
 	srv := httptest.NewServer(x.Handler())
@@ -191,7 +191,7 @@ func TestProfiles(t *testing.T) {
 func TestExitedProcessesAreDropped(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	running := map[uint32]bool{1: true, 2: true}
-	x := New(Options{Grace: 10 * time.Second, TTL: time.Minute, Now: c.now,
+	x := New(Options{PerProcess: true, Grace: 10 * time.Second, TTL: time.Minute, Now: c.now,
 		Alive: func(pid uint32, _ uint64) bool { return running[pid] }})
 	feed(t, x, 1, 0, 2)
 	feed(t, x, 2, 0, 2)
@@ -224,7 +224,7 @@ func TestExitedProcessesAreDropped(t *testing.T) {
 // fresh analysis; one for a running PID (an exec) continues it.
 func TestReusedPID(t *testing.T) {
 	running := true
-	x := New(Options{Alive: func(uint32, uint64) bool { return running }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return running }})
 	feed(t, x, 7, 0, 2)
 	require.NoError(t, x.Write(&event.Process{PID: 7, Command: []string{"/usr/bin/python3", "train.py"}})) // exec: same process
 	feed(t, x, 7, 0, 1)

@@ -87,9 +87,6 @@ type Exporter struct {
 	cur   map[uint32]*proc
 	seq   uint64
 	lost  event.Lost
-	// untraced counts records of PIDs the session never announced with a
-	// Process record (gone before they could be adopted): in no series.
-	untraced uint64
 	// groups keep the totals of processes that left each label set
 	// (groups.go); with PerProcess, none are kept.
 	groups map[groupKey]*group
@@ -204,9 +201,6 @@ func (x *Exporter) Write(rec event.Record) error {
 		return nil
 	}
 	p := x.process(pid, rec)
-	if p == nil {
-		return nil // not traced (process counts it)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.version++
@@ -239,18 +233,22 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	defer x.mu.Unlock()
 	p := x.cur[pid]
 	if !isProc {
-		if p == nil {
-			// The session writes a Process record for every process it
-			// traces before any of its records: this one it did not
-			// trace (it was gone before it could be adopted).
-			x.untraced++
+		if p != nil {
+			return p
 		}
-		return p
+		// No Process record: the session saw the process's calls (serve
+		// traces every process's) but it was gone before it could be
+		// adopted, so nothing describes it: labels are what /proc still
+		// shows, most often nothing (command="", start 0). A process
+		// another session traces never gets here: the session drops its
+		// records.
+		r = &event.Process{PID: pid}
+		start, startErr = x.opts.Start(pid)
 	}
 	if startErr != nil {
 		start = 0 // gone already
 	}
-	if p != nil && (start == 0 || start == p.start) && p.exitedAt().IsZero() {
+	if isProc && p != nil && (start == 0 || start == p.start) && p.exitedAt().IsZero() {
 		// An exec: the process is what it now runs (a launcher that
 		// became python). Its series take the new name; the analysis
 		// starts an instance at this record, and what the old image did

@@ -163,21 +163,24 @@ func feedEvents(t *testing.T, x *Exporter, pid uint32, t0 uint64, n int) {
 	}
 }
 
-// TestUntracedGetNoSeries: records of a PID the session never announced
-// (no Process record: it did not trace it) make no series; they are
-// counted apart.
-func TestUntracedGetNoSeries(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+// TestUnannounced: records of PIDs the session never described (gone
+// before it could adopt them: no Process record) still count, all in one
+// group with empty labels, not a series each.
+func TestUnannounced(t *testing.T) {
+	x := New(Options{Start: func(uint32) (uint64, error) { return 0, assert.AnError },
+		Alive: func(uint32, uint64) bool { return false }})
 	feedEvents(t, x, 55, 10, 4)
+	feedEvents(t, x, 56, 10, 3)
 	srv := httptest.NewServer(x.Handler())
 	defer srv.Close()
 	fams := scrape(t, srv.URL)
-	assert.Nil(t, fams[MetricAllocations], "no series for a process not traced")
-	v, ok := groupValue(fams, MetricUntracedRecords)
+	require.NotNil(t, fams[MetricAllocations])
+	assert.Len(t, fams[MetricAllocations].Metric, 1)
+	v, ok := groupValue(fams, MetricAllocations, "command", "", "cgroup", "")
 	require.True(t, ok)
-	assert.Equal(t, float64(4), v)
-	v, _ = groupValue(fams, MetricProcesses)
-	assert.Equal(t, float64(0), v)
+	assert.Equal(t, float64(7), v)
+	v, _ = groupValue(fams, MetricTracedProcesses, "command", "")
+	assert.Equal(t, float64(2), v)
 }
 
 // TestHeldByAnotherSession: a process another session takes (serve lets

@@ -27,7 +27,6 @@ const (
 	MetricProcessExited     = "vramprof_process_exited"
 	MetricRunningProcesses  = "vramprof_running_processes"
 	MetricTracedProcesses   = "vramprof_traced_processes_total"
-	MetricUntracedRecords   = "vramprof_untraced_records_total"
 )
 
 // descs are an Exporter's metric descriptions: their labels depend on
@@ -87,8 +86,6 @@ var (
 		"Events that arrived too late to be placed in effect order, all processes.", nil, nil)
 	descProcs = prometheus.NewDesc(MetricProcesses,
 		"Processes whose figures are held (running and recently exited).", nil, nil)
-	descUntraced = prometheus.NewDesc(MetricUntracedRecords,
-		"Records of processes the session did not trace (gone before they could be adopted): in no other series.", nil, nil)
 )
 
 // Collector returns the Prometheus collector of x's figures. A scrape that
@@ -106,7 +103,7 @@ type collector struct {
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, d := range []*prometheus.Desc{d.live, d.peak, d.procPeak, d.allocs, d.frees, d.allocated, d.failed,
-		d.unknown, d.findings, d.running, d.traced, d.procNVML, descLost, descLate, descProcs, descUntraced,
+		d.unknown, d.findings, d.running, d.traced, d.procNVML, descLost, descLate, descProcs,
 		descNVML, descDevTotal, descDevUsed, descDevFree} {
 		ch <- d
 	}
@@ -146,10 +143,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		s.merge(g.retired)
 		all[k] = s
 	}
-	untraced := x.untraced
 	x.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descProcs, prometheus.GaugeValue, float64(len(procs)))
-	ch <- prometheus.MustNewConstMetric(descUntraced, prometheus.CounterValue, float64(untraced))
 	slices.SortFunc(procs, func(a, b *proc) int { return int(a.seq) - int(b.seq) })
 
 	get := func(k groupKey) *series {

@@ -178,7 +178,7 @@ func TestProfiles(t *testing.T) {
 			assert.Equal(t, int64(tc.want), total(p, tc.typ))
 		})
 	}
-	for path, code := range map[string]int{"/debug/pprof/inuse?pid=1": 404, "/debug/pprof/inuse?pid=x": 400, "/debug/pprof/heap": 404} {
+	for path, code := range map[string]int{"/debug/pprof/inuse?pid=1": 404, "/debug/pprof/inuse?pid=x": 400, "/debug/pprof/goroutine": 404} {
 		resp, err := http.Get(srv.URL + path)
 		require.NoError(t, err)
 		resp.Body.Close()

@@ -154,8 +154,8 @@ func metricNames(expr string) []string {
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string][]string{
 		`sum by (command, pod_uid) (rate(vramprof_allocated_bytes_total{instance=~"$instance"}[5m]))`: {"vramprof_allocated_bytes_total"},
-		`a * on (x) group_left (y, z) max by (x) (label_replace(b, "x", "$1", "uid", "(.+)"))`:          {"a", "b"},
-		`max(DCGM_FI_DEV_FB_USED) * 1048576 > bool 0`:                                                    {"DCGM_FI_DEV_FB_USED"},
+		`a * on (x) group_left (y, z) max by (x) (label_replace(b, "x", "$1", "uid", "(.+)"))`:        {"a", "b"},
+		`max(DCGM_FI_DEV_FB_USED) * 1048576 > bool 0`:                                                 {"DCGM_FI_DEV_FB_USED"},
 	} {
 		assert.Equal(t, want, metricNames(expr), expr)
 	}

@@ -62,7 +62,7 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 		cancel() // a server that failed ends the session
 	}()
 	if !f.Quiet {
-		fmt.Fprintf(os.Stderr, "vramprof: serving http://%s/metrics and /debug/pprof/{inuse,peak,alloc}?pid=N; tracing every CUDA process (%d now); Ctrl-C to stop\n",
+		fmt.Fprintf(os.Stderr, "vramprof: serving http://%s/metrics and /debug/pprof/ (allocs, heap, peak; ?pid=N, ?seconds=N); tracing every CUDA process (%d now); Ctrl-C to stop\n",
 			ln.Addr(), s.Stats().Targets.Load())
 	}
 

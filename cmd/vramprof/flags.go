@@ -42,7 +42,7 @@ type cli struct {
 	Report reportFlags `cmd:"" help:"re-analyse a recording or a PyTorch snapshot (no root needed)"`
 	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression, 2 error or unknown (events lost)"`
 	Diff   diffFlags   `cmd:"" help:"compare two recordings (DIRs, traces or report.json files)"`
-	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)"`
+	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/: allocs, heap, peak)"`
 }
 
 // description is the text under the usage line of `vramprof --help`.

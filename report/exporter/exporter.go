@@ -66,6 +66,10 @@ type Options struct {
 	// (serve let go of it, probes.CheckTraced): its figures end there, as
 	// at an exit. Nil: never.
 	Held func(pid uint32, start uint64) bool
+	// Environ reads a process's environment block (NUL-separated, as
+	// /proc/PID/environ, the default; tests replace it). Only the CUDA
+	// variables that number its devices are kept (gpumap.go).
+	Environ func(pid uint32) ([]byte, error)
 	// Hostname is the GPU series' Hostname label, as dcgm-exporter sets
 	// it: default $NODE_NAME (a DaemonSet sets it from spec.nodeName),
 	// else the host name.
@@ -108,6 +112,9 @@ type proc struct {
 	// exec changes it), cgroup path and the container ID and Kubernetes
 	// pod UID found in it ("" when none).
 	command, cgroup, container, podUID string
+	// env is what decides its CUDA numbering (gpumap.go), read with the
+	// labels.
+	env cudaEnv
 	// keys are the label sets of the process's instances (an exec makes
 	// one), by the time of the Process record that began each
 	// (analysis.Process.Start): a member leaves each group with its
@@ -145,6 +152,11 @@ func New(opts Options) *Exporter {
 	}
 	if opts.Start == nil {
 		opts.Start = startTime
+	}
+	if opts.Environ == nil {
+		opts.Environ = func(pid uint32) ([]byte, error) {
+			return os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		}
 	}
 	if opts.Hostname == "" {
 		opts.Hostname = os.Getenv("NODE_NAME")
@@ -259,6 +271,9 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 		}
 		if r.Cgroup != "" {
 			p.setCgroup(r.Cgroup)
+		}
+		if b, err := x.opts.Environ(pid); err == nil {
+			p.env = parseCUDAEnv(b) // the new image's environment
 		}
 		p.keys[r.Time] = p.keyLocked()
 		p.mu.Unlock()
@@ -412,10 +427,22 @@ func (x *Exporter) describe(p *proc, r *event.Process) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
 		cg, _ = parseCgroup(b)
 	}
-	if cg == "" && r.PPID != 0 {
+	envRead := false
+	if p.start != 0 {
+		if b, err := x.opts.Environ(p.pid); err == nil {
+			p.env, envRead = parseCUDAEnv(b), true
+		}
+	}
+	if r.PPID != 0 && (cg == "" || !envRead) {
+		// A fork child gone already: its parent's, which it inherits.
 		if pp := x.cur[r.PPID]; pp != nil {
 			pp.mu.Lock()
-			cg = pp.cgroup
+			if cg == "" {
+				cg = pp.cgroup
+			}
+			if !envRead {
+				p.env = pp.env
+			}
 			pp.mu.Unlock()
 		}
 	}

@@ -106,11 +106,20 @@ type figures struct {
 	allocs, frees, allocated, failed, unknown uint64
 	procPeak                                  uint64
 	traced                                    uint64            // process instances
-	devPeak                                   map[string]uint64 // by device label
+	devPeak                                   map[devKey]uint64 // by device
 }
 
-// add counts one process instance's figures in f.
-func (f *figures) add(pr *analysis.Process) {
+// devKey is a device in a process's series: CUDA's index (the device
+// label) and, when gpuOf can tell, the GPU it is (dcgm-exporter's gpu and
+// UUID).
+type devKey struct{ device, gpu, uuid string }
+
+// gpuMap names a process's CUDA devices (gpuOf over its environment).
+type gpuMap func(device int32) devKey
+
+// add counts one process instance's figures in f, its devices named by
+// gm.
+func (f *figures) add(pr *analysis.Process, gm gpuMap) {
 	t := pr.Totals
 	f.allocs += t.Allocations
 	f.frees += t.Frees
@@ -121,10 +130,10 @@ func (f *figures) add(pr *analysis.Process) {
 	f.traced++
 	for _, d := range pr.Devices {
 		if f.devPeak == nil {
-			f.devPeak = make(map[string]uint64)
+			f.devPeak = make(map[devKey]uint64)
 		}
-		l := deviceLabel(d.Index)
-		f.devPeak[l] = max(f.devPeak[l], d.PeakBytes)
+		k := gm(d.Index)
+		f.devPeak[k] = max(f.devPeak[k], d.PeakBytes)
 	}
 }
 
@@ -139,7 +148,7 @@ func (f *figures) merge(g figures) {
 	f.traced += g.traced
 	for l, v := range g.devPeak {
 		if f.devPeak == nil {
-			f.devPeak = make(map[string]uint64)
+			f.devPeak = make(map[devKey]uint64)
 		}
 		f.devPeak[l] = max(f.devPeak[l], v)
 	}
@@ -166,6 +175,7 @@ func (x *Exporter) retire(p *proc) {
 		return
 	}
 	res := p.snapshot()
+	gm := x.gpuMapOf(p, x.nvmlViewLocked())
 	for i := range res.Processes {
 		pr := &res.Processes[i]
 		k := x.key(p, pr.Start)
@@ -174,7 +184,7 @@ func (x *Exporter) retire(p *proc) {
 			g = &group{}
 			x.groups[k] = g
 		}
-		g.retired.add(pr)
+		g.retired.add(pr, gm)
 		g.lastUsed = x.opts.Now()
 	}
 }
@@ -200,6 +210,21 @@ func (x *Exporter) sweepGroups(now time.Time) {
 		case x.opts.PerProcess || now.Sub(g.lastUsed) >= x.opts.TTL:
 			delete(x.groups, k)
 		}
+	}
+}
+
+// gpuMapOf names p's CUDA devices with the NVML devices of v: gpuOf over
+// p's environment, the device label alone where it cannot tell.
+func (x *Exporter) gpuMapOf(p *proc, v nvmlView) gpuMap {
+	p.mu.Lock()
+	env, inContainer := p.env, p.container != ""
+	p.mu.Unlock()
+	return func(d int32) devKey {
+		k := devKey{device: deviceLabel(d)}
+		if g, ok := gpuOf(env, inContainer, d, v.devices); ok {
+			k.gpu, k.uuid = strconv.Itoa(int(g.info.Index)), g.info.UUID
+		}
+		return k
 	}
 }
 

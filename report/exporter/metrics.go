@@ -41,11 +41,11 @@ func newDescs(perProcess bool) *descs {
 	with := func(extra ...string) []string { return append(labelNames(perProcess), extra...) }
 	d := &descs{
 		live: prometheus.NewDesc(MetricLiveBytes,
-			"Device memory the running processes hold now, per device (CUDA's index; \"unknown\" before it is seen), bytes.",
-			with("device"), nil),
+			"Device memory the running processes hold now, per device (CUDA's index; \"unknown\" before it is seen; gpu and UUID: the GPU it is, as dcgm-exporter names it, when known), bytes.",
+			with("device", "gpu", "UUID"), nil),
 		peak: prometheus.NewDesc(MetricPeakBytes,
 			"Most device memory one process held at once on the device since tracing began, bytes.",
-			with("device"), nil),
+			with("device", "gpu", "UUID"), nil),
 		procPeak: prometheus.NewDesc(MetricProcessPeakBytes,
 			"Most device memory one process held at once across its devices since tracing began, bytes.",
 			lv, nil),
@@ -115,7 +115,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 // series is what a scrape sums for one label set.
 type series struct {
 	figures
-	live     map[string]uint64 // running members' live bytes, by device
+	live     map[devKey]uint64 // running members' live bytes, by device
 	findings map[string]uint64 // by kind
 	nvml     map[int32]uint64  // running members' NVML use, by NVML index
 	running  uint64
@@ -163,11 +163,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			p.reported = true
 		}
 		p.mu.Unlock()
+		gm := x.gpuMapOf(p, nv)
 		for i := range res.Processes {
 			pr := &res.Processes[i]
 			k := x.key(p, pr.Start)
 			s := get(k)
-			s.add(pr)
+			s.add(pr, gm)
 			current := pr.SupersededAt == 0
 			for _, f := range res.Findings {
 				if f.PID == pr.PID && f.ProcessStart == pr.Start {
@@ -186,9 +187,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			for _, d := range pr.Devices {
 				if s.live == nil {
-					s.live = make(map[string]uint64)
+					s.live = make(map[devKey]uint64)
 				}
-				s.live[deviceLabel(d.Index)] += d.LiveBytesAtEnd
+				s.live[gm(d.Index)] += d.LiveBytesAtEnd
 			}
 			if !exited {
 				s.running++
@@ -217,16 +218,16 @@ func (c collector) collectSeries(ch chan<- prometheus.Metric, lv []string, s *se
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), lv...)
 	}
 	for dev, v := range s.devPeak {
-		gauge(d.peak, v, dev)
+		gauge(d.peak, v, dev.device, dev.gpu, dev.uuid)
 	}
 	for dev := range s.devPeak {
 		// Every device the group used has a live series, 0 once its
 		// members are gone: a panel shows the drop, not a gap.
-		gauge(d.live, s.live[dev], dev)
+		gauge(d.live, s.live[dev], dev.device, dev.gpu, dev.uuid)
 	}
 	for dev, v := range s.live {
 		if _, ok := s.devPeak[dev]; !ok {
-			gauge(d.live, v, dev)
+			gauge(d.live, v, dev.device, dev.gpu, dev.uuid)
 		}
 	}
 	gauge(d.procPeak, s.procPeak)

@@ -107,6 +107,11 @@ type nvmlView struct {
 func (x *Exporter) nvmlSnapshot() nvmlView {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.nvmlViewLocked()
+}
+
+// nvmlViewLocked is nvmlSnapshot with x.mu held.
+func (x *Exporter) nvmlViewLocked() nvmlView {
 	n := &x.nvml
 	v := nvmlView{on: n.seen, available: n.available, reason: n.reason, hostname: x.opts.Hostname}
 	if !v.available {

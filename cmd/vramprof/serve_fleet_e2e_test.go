@@ -193,27 +193,31 @@ func TestServeFleetSeries(t *testing.T) {
 	<-att.done
 }
 
-// selfCgroup is this process's cgroup path as /proc/self/cgroup gives it
-// (the v2 line, else the first).
+// selfCgroup is this process's cgroup path as serve reads it from
+// /proc/self/cgroup: the v2 line, unless it is the root "/" and a v1
+// hierarchy has another (a hybrid host).
 func selfCgroup(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/cgroup")
 	require.NoError(t, err)
-	path := ""
+	v2, v1 := "", ""
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.SplitN(line, ":", 3)
 		if len(f) != 3 {
 			continue
 		}
-		if f[0] == "0" && f[1] == "" {
-			return f[2]
-		}
-		if path == "" {
-			path = f[2]
+		switch {
+		case f[0] == "0" && f[1] == "":
+			v2 = f[2]
+		case v1 == "" && f[2] != "/":
+			v1 = f[2]
 		}
 	}
-	require.NotEmpty(t, path)
-	return path
+	if (v2 == "" || v2 == "/") && v1 != "" {
+		return v1
+	}
+	require.NotEmpty(t, v2)
+	return v2
 }
 
 // famSet is a metric's series that match a selector: their labels and

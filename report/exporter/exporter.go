@@ -462,22 +462,34 @@ func (p *proc) setCgroup(path string) {
 // /docker/<id>, kubepods/.../<id>.
 var containerID = regexp.MustCompile(`([0-9a-f]{64})`)
 
-// parseCgroup returns the cgroup v2 path in /proc/PID/cgroup's contents
-// (the "0::" line), else the first v1 hierarchy's, and the container ID in
-// it.
+// parseCgroup returns the cgroup path in /proc/PID/cgroup's contents: the
+// cgroup v2 line's ("0::"), unless it is the root "/" and a v1 hierarchy
+// has another (a hybrid host, where Kubernetes places containers in the v1
+// ones: the first such), and the container ID in it. The session reads
+// its Process records' the same way (probes.procCgroup).
 func parseCgroup(b []byte) (path, container string) {
+	v2, v1, first := "", "", ""
 	for line := range bytes.Lines(b) {
 		f := strings.SplitN(strings.TrimSpace(string(line)), ":", 3)
 		if len(f) != 3 {
 			continue
 		}
-		if f[0] == "0" && f[1] == "" {
-			path = f[2]
-			break
+		switch {
+		case f[0] == "0" && f[1] == "":
+			v2 = f[2]
+		case v1 == "" && f[2] != "/":
+			v1 = f[2]
+		case first == "":
+			first = f[2]
 		}
-		if path == "" {
-			path = f[2]
-		}
+	}
+	switch {
+	case (v2 == "" || v2 == "/") && v1 != "":
+		path = v1
+	case v2 != "":
+		path = v2
+	default:
+		path = first
 	}
 	return path, containerOf(path)
 }

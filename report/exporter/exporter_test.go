@@ -250,6 +250,8 @@ func TestParseCgroup(t *testing.T) {
 		{"v2 kubepods", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-" + id + ".scope\n", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-" + id + ".scope", id},
 		{"v2 user", "0::/user.slice/user-0.slice/session-1.scope\n", "/user.slice/user-0.slice/session-1.scope", ""},
 		{"v1", "12:memory:/docker/" + id + "\n11:cpu:/docker/" + id + "\n", "/docker/" + id, id},
+		{"hybrid: v2 at the root, the pod in v1", "9:name=systemd:/\n4:memory:/kubepods/burstable/pod1/" + id + "\n0::/\n", "/kubepods/burstable/pod1/" + id, id},
+		{"hybrid, nothing placed", "9:name=systemd:/\n4:memory:/\n0::/\n", "/", ""},
 		{"empty", "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -107,7 +107,8 @@ func TestServeFleetSeries(t *testing.T) {
 		famsP = fleetFamilies(scrapeMetrics(t, "http://"+perProc), nil).filter(ours)
 		n := famsG.sum(exporter.MetricTracedProcesses)
 		if famsP.sum(exporter.MetricFrees) == float64(fleetJobs*one.Frees) && n > 0 &&
-			famsG.sum(exporter.MetricFrees) == n*float64(one.Frees) && famsG.sum(exporter.MetricAllocations) == n*float64(one.Allocations) {
+			famsG.sum(exporter.MetricFrees) == n*float64(one.Frees) && famsG.sum(exporter.MetricAllocations) == n*float64(one.Allocations) &&
+			famsG.sum(exporter.MetricRunningProcesses) == 0 { // serve noticed every exit (its sweep, every 2 s)
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "frees of the %d jobs never reached %d per process (%v), or the group's never matched its %v processes (%v)",

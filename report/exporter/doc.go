@@ -39,7 +39,10 @@
 //   - a process that exited is kept for Options.Grace after its exit (late
 //     records, a last pprof fetch) and dropped once a /metrics scrape has
 //     reported its final figures, or after Options.TTL whether scraped or
-//     not.
+//     not;
+//   - a group (a label set) keeps a few counters of the members that left,
+//     and is forgotten once no process has been in it for Options.TTL: the
+//     groups held are those of the last TTL, not every job ever seen.
 //
 // Figures are computed at scrape time (analysis.Analyzer.Snapshot) and
 // cached until the process's next record, so a scrape costs one analysis

@@ -151,6 +151,13 @@ func heldBy(pid uint32, start uint64) int {
 	return 0
 }
 
+// HeldBy returns the PID of the vramprof session that traces the process
+// pid started at start (clock ticks since boot, /proc/PID/stat field 22),
+// 0 when none does. It only looks (/proc/locks): it never takes the lock,
+// so a session locking the process meanwhile is not disturbed. serve asks
+// it of the processes it holds: one another session took is left to it.
+func HeldBy(pid uint32, start uint64) int { return heldBy(pid, start) }
+
 // heldByOther reports whether a live session other than the one whose PID
 // is self holds the lock on pid (started at start, clock ticks).
 func heldByOther(pid uint32, start uint64, self int) bool {

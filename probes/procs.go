@@ -324,7 +324,34 @@ func procInfo(pid uint32) *event.Process {
 		info.PPID = uint32(st.PPID)
 	}
 	info.Exe, _ = p.Executable()
+	info.Cgroup = procCgroup(p)
 	return info
+}
+
+// procCgroup is the cgroup path of a process: the cgroup v2 line of
+// /proc/PID/cgroup ("0::/path"), unless it is the root "/" on a host that
+// mounts v1 hierarchies too (a hybrid host, where Kubernetes places
+// containers in the v1 ones); then the first v1 hierarchy's that is not
+// the root. "" when unreadable. Read at adoption, it places a process that
+// is gone by the time its records are read (a short job in a container).
+func procCgroup(p procfs.Proc) string {
+	cgs, err := p.Cgroups()
+	if err != nil {
+		return ""
+	}
+	v2, v1 := "", ""
+	for _, cg := range cgs {
+		switch {
+		case cg.HierarchyID == 0 && len(cg.Controllers) == 0:
+			v2 = cg.Path
+		case v1 == "" && cg.Path != "/":
+			v1 = cg.Path
+		}
+	}
+	if (v2 == "" || v2 == "/") && v1 != "" {
+		return v1
+	}
+	return v2
 }
 
 // procStartTime reads the start time of pid (clock ticks since boot, field

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -350,7 +351,8 @@ func TestProcReaders(t *testing.T) {
 	}
 
 	info := procInfo(uint32(pid))
-	assert.Equal(t, &event.Process{PID: uint32(pid), Command: []string{odd, "30"}, PPID: uint32(os.Getpid()), Exe: exe}, info)
+	assert.Equal(t, &event.Process{PID: uint32(pid), Command: []string{odd, "30"}, PPID: uint32(os.Getpid()), Exe: exe,
+		Cgroup: selfCgroupPath(t)}, info, "the child is in this test's cgroup")
 	self, err := procStartTime(os.Getpid())
 	require.NoError(t, err)
 	started, err := procStartTime(pid)
@@ -365,12 +367,37 @@ func TestProcReaders(t *testing.T) {
 	}
 	assert.Equal(t, byte('T'), state, "stopped")
 
-	// kthreadd: no command line, no executable, its parent the idle task.
-	assert.Equal(t, &event.Process{PID: 2}, procInfo(2))
+	// kthreadd: no command line, no executable, its parent the idle task,
+	// the root cgroup.
+	assert.Equal(t, &event.Process{PID: 2, Cgroup: "/"}, procInfo(2))
 
 	_, err = procStartTime(1 << 30)
 	require.ErrorIs(t, err, ErrNoProcess)
 	assert.Equal(t, "no such process: 1073741824", err.Error())
 	assert.Zero(t, procState(1<<30))
 	assert.Equal(t, &event.Process{PID: 1 << 30}, procInfo(1<<30))
+}
+
+// selfCgroupPath is this process's cgroup as procCgroup documents it, read
+// from /proc/self/cgroup here: the v2 line ("0::"), unless it is the root
+// and a v1 hierarchy has another path (a hybrid host).
+func selfCgroupPath(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	v2, v1 := "", ""
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		require.Len(t, f, 3, line)
+		switch {
+		case f[0] == "0" && f[1] == "":
+			v2 = f[2]
+		case v1 == "" && f[2] != "/":
+			v1 = f[2]
+		}
+	}
+	if (v2 == "" || v2 == "/") && v1 != "" {
+		return v1
+	}
+	return v2
 }

@@ -197,7 +197,7 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 	if info == nil {
 		info = procInfo(pid)
 	}
-	info.PID, info.Time = pid, MonotonicNow()
+	info.PID, info.Time, info.Start = pid, MonotonicNow(), p.startTime
 	if err := s.describe(p, info); err != nil {
 		return nil, err
 	}
@@ -488,7 +488,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			// A new image (stopped before its first instruction): the
 			// process is what it now runs.
 			info := procInfo(p.pid)
-			info.Time = MonotonicNow()
+			info.Time, info.Start = MonotonicNow(), p.startTime
 			err = s.describe(p, info)
 			s.dropPython(p) // the BPF side forgot it too
 		}
@@ -670,7 +670,10 @@ func (s *Session) forked(r *rawRecord) error {
 	}
 	info := &event.Process{PPID: parent}
 	if pp := s.procs[parent]; pp != nil {
-		info.Command, info.Exe = pp.info.Command, pp.info.Exe
+		// A fork child is in its parent's cgroup until something moves
+		// it: what the parent's record says is right when the child is
+		// gone before /proc could be read.
+		info.Command, info.Exe, info.Cgroup = pp.info.Command, pp.info.Exe, pp.info.Cgroup
 	}
 	p, err := s.track(child, info)
 	if errors.Is(err, ErrTraced) {

@@ -190,7 +190,7 @@ func TestAttachAllNewExecutable(t *testing.T) {
 func TestServeLateRuntime(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	addr := freeLoopback(t)
-	_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr)
+	_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
 
 	truth := lateRuntime(t)
 	want := truth.Totals

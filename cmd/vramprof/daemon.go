@@ -35,7 +35,10 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 	}
 	defer ln.Close()
 
-	x := exporter.New(exporter.Options{Grace: f.Grace, TTL: f.TTL})
+	x := exporter.New(exporter.Options{Grace: f.Grace, TTL: f.TTL, PerProcess: f.PerProcess,
+		// A process a single-process session takes is left to it (the
+		// session's sweep): its figures end, as at an exit.
+		Held: func(pid uint32, start uint64) bool { return start != 0 && probes.HeldBy(pid, start) != 0 }})
 	x.SetHeader(&event.Header{Tool: "vramprof " + version, Mode: "serve", Start: probes.MonotonicNow(),
 		WallTime: time.Now().UnixNano()})
 	stopNVML, _ := startNVML(f.NVML, nvml.Options{}, x.Write)
@@ -59,7 +62,7 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 		cancel() // a server that failed ends the session
 	}()
 	if !f.Quiet {
-		fmt.Fprintf(os.Stderr, "vramprof: serving http://%s/metrics and /debug/pprof/{inuse,peak,alloc}?pid=N; tracing every CUDA process (%d now); Ctrl-C to stop\n",
+		fmt.Fprintf(os.Stderr, "vramprof: serving http://%s/metrics and /debug/pprof/ (allocs, heap, peak; ?pid=N, ?seconds=N); tracing every CUDA process (%d now); Ctrl-C to stop\n",
 			ln.Addr(), s.Stats().Targets.Load())
 	}
 

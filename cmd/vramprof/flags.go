@@ -42,7 +42,7 @@ type cli struct {
 	Report reportFlags `cmd:"" help:"re-analyse a recording or a PyTorch snapshot (no root needed)"`
 	Check  checkFlags  `cmd:"" help:"gate CI on GPU memory: exit 0 pass, 1 regression or out of memory, 2 error or unknown (events lost)"`
 	Diff   diffFlags   `cmd:"" help:"compare two recordings (DIRs, traces or report.json files)"`
-	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/{inuse,peak,alloc}?pid=N)"`
+	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/: allocs, heap, peak)"`
 }
 
 // description is the text under the usage line of `vramprof --help`.
@@ -432,6 +432,9 @@ type serveFlags struct {
 	Grace  time.Duration `default:"${grace}" placeholder:"D" help:"keep an exited process's figures at least this long"`
 	TTL    time.Duration `name:"ttl" default:"${ttl}" placeholder:"D" help:"drop an exited process after this long even if never scraped"`
 	NVML   string        `name:"nvml" default:"auto" placeholder:"auto|off" help:"serve each device's memory as NVML reports it: auto or off"`
+	// PerProcess: series per process (pid, start labels) instead of per
+	// group (command, cgroup, container, pod_uid).
+	PerProcess bool `name:"per-process" help:"a set of series per process (pid and start labels); default: per command, cgroup, container and pod"`
 	probeFlags
 	Quiet bool     `short:"q" help:"no banner and no notes (errors are still printed)"`
 	Extra []string `arg:"" optional:"" hidden:""`

@@ -43,7 +43,7 @@ func TestServe(t *testing.T) {
 	lr := startLongrunCmd(t, lrCmd)
 
 	addr := freeLoopback(t)
-	stderr, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr)
+	stderr, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
 	lr.expect(t, "done")
 	truth := probetest.MustReadTruth(t, lr.truth)

@@ -46,13 +46,13 @@ func (g *fakeGPU) GraphicsProcesses() ([]nvml.Process, error) {
 	return nil, nil
 }
 
-// nvmlGauges returns name's values by nvml_index.
+// nvmlGauges returns name's values by gpu (NVML index).
 func nvmlGauges(fams map[string]*dto.MetricFamily, name string) map[string]float64 {
 	out := map[string]float64{}
 	if f := fams[name]; f != nil {
 		for _, m := range f.Metric {
 			for _, l := range m.Label {
-				if l.GetName() == "nvml_index" {
+				if l.GetName() == "gpu" {
 					out[l.GetValue()] = m.GetGauge().GetValue()
 				}
 			}
@@ -86,7 +86,7 @@ func TestServeNVMLSampler(t *testing.T) {
 			procs: []nvml.Process{{PID: 4242, UsedBytes: 2 * gib}}},
 		{name: "GPU One", uuid: "GPU-1111", mem: nvml.Memory{Total: 24 * gib, Reserved: gib / 2, Used: gib, Free: 22*gib + gib/2}},
 	}}
-	x := exporter.New(exporter.Options{Alive: func(uint32, uint64) bool { return true }})
+	x := exporter.New(exporter.Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	x.SetHeader(&event.Header{Mode: "serve"})
 	require.NoError(t, x.Write(&event.Process{PID: 4242, Command: []string{"/usr/bin/trainer"}}))
 	stop, err := startNVML("auto", nvml.Options{Library: lib}, x.Write)
@@ -113,7 +113,7 @@ func TestServeNVMLSampler(t *testing.T) {
 	assert.Equal(t, map[string]float64{"0": float64(16 * gib), "1": float64(24 * gib)}, nvmlGauges(fams, exporter.MetricDeviceTotalBytes))
 	assert.Equal(t, map[string]float64{"0": float64(3 * gib), "1": float64(gib)}, nvmlGauges(fams, exporter.MetricDeviceUsedBytes))
 	assert.Equal(t, map[string]float64{"0": float64(13 * gib), "1": float64(22*gib + gib/2)}, nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
-	used, ok := metricValue(fams, exporter.MetricNVMLProcessUsedBytes, "4242", "nvml_index", "0", "uuid", "GPU-0000", "command", "trainer")
+	used, ok := metricValue(fams, exporter.MetricNVMLProcessUsedBytes, "4242", "gpu", "0", "UUID", "GPU-0000", "command", "trainer")
 	require.True(t, ok)
 	assert.Equal(t, float64(2*gib), used)
 

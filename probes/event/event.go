@@ -235,6 +235,17 @@ type Process struct {
 	Command []string // argv as read from /proc/PID/cmdline or as launched
 	Exe     string
 	Time    uint64 // ns, when tracing of it started
+	// Cgroup is the process's cgroup path (/proc/PID/cgroup: the v2 line,
+	// else the first v1 hierarchy's), read when it was adopted, so that a
+	// process gone before anyone looks again is still placed (its
+	// container, its pod). Empty when unknown. Appended to the format:
+	// older traces read with none.
+	Cgroup string
+	// Start is the process's start time (/proc/PID/stat field 22, clock
+	// ticks since boot), read when it was adopted: with PID, it names one
+	// process instance. 0 when unknown (gone already). Appended to the
+	// format: older traces read with 0.
+	Start uint64
 }
 
 // Library is a file whose functions were probed.

@@ -1292,6 +1292,8 @@ func (e *encoder) process(p *Process) {
 	e.strList(p.Command)
 	e.str(p.Exe)
 	e.uint(p.Time)
+	e.str(p.Cgroup)
+	e.uint(p.Start)
 }
 
 func (e *encoder) library(l *Library) {
@@ -1525,6 +1527,10 @@ func (d *decoder) process(p *Process) {
 	p.Command = d.strList()
 	p.Exe = d.str()
 	p.Time = d.uint()
+	if len(d.b) > 0 { // appended fields: absent from older traces
+		p.Cgroup = d.str()
+		p.Start = d.uint()
+	}
 }
 
 func (d *decoder) library(l *Library) {

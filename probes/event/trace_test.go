@@ -38,7 +38,8 @@ func testEvent(i uint64) *Event {
 // testRecords is a small trace body holding every record type once or more.
 func testRecords() []Record {
 	return []Record{
-		&Process{PID: 4242, PPID: 1, Command: []string{"python", "train.py"}, Exe: "/usr/bin/python3.11", Time: 5},
+		&Process{PID: 4242, PPID: 1, Command: []string{"python", "train.py"}, Exe: "/usr/bin/python3.11", Time: 5,
+			Cgroup: "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope", Start: 123456},
 		&Mapping{ID: 1, PID: 4242, Start: 0x7f00_0000_1000, Limit: 0x7f00_0010_0000, Offset: 0x1000,
 			File: "/usr/lib/libcudart.so.12", BuildID: "0123abcd"},
 		&Library{PID: 4242, Path: "/usr/lib/libcudart.so.12", BuildID: "0123abcd", Symbols: []string{"cudaMalloc", "cudaFree"}},

@@ -19,7 +19,7 @@ func TestMemoryIsBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("feeds 1.8M events")
 	}
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	const pid = 99
 	require.NoError(t, x.Write(&event.Process{PID: pid, Command: []string{"trainer"}}))
 	for id := event.StackID(1); id <= 4; id++ {

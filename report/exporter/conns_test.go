@@ -47,7 +47,7 @@ func serving(t *testing.T) int {
 // flood's, and a scrape after the flood is answered with the process's
 // figures.
 func TestConnectionFlood(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	feed(t, x, 7, 0, 3)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

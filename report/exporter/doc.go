@@ -3,6 +3,21 @@
 // per process, and serves Prometheus metrics and pprof profiles from them
 // over HTTP.
 //
+// # Series
+//
+// A series is a group of processes by default: command, cgroup, and the
+// container and Kubernetes pod UID in the cgroup path (groups.go); its
+// counters keep the figures of members that left, so they never go
+// backwards. Options.PerProcess makes a series per process (pid, start).
+// Labels come from the session's Process record, read at adoption, so a
+// process that exits at once keeps them. GPUs are labelled as
+// dcgm-exporter labels them (gpu, UUID, modelName, Hostname: nvml.go).
+//
+// # Profiles
+//
+// /debug/pprof/ lists the profiles; allocs and heap take ?seconds=N, the
+// difference over the next N seconds, as net/http/pprof (http.go).
+//
 // With NVML on (serve --nvml auto), the session's NVML sampler writes its
 // records here too: the last status, description and sample of each device
 // are served as gauges, and nothing at all when NVML is unavailable but the
@@ -24,7 +39,10 @@
 //   - a process that exited is kept for Options.Grace after its exit (late
 //     records, a last pprof fetch) and dropped once a /metrics scrape has
 //     reported its final figures, or after Options.TTL whether scraped or
-//     not.
+//     not;
+//   - a group (a label set) keeps a few counters of the members that left,
+//     and is forgotten once no process has been in it for Options.TTL: the
+//     groups held are those of the last TTL, not every job ever seen.
 //
 // Figures are computed at scrape time (analysis.Analyzer.Snapshot) and
 // cached until the process's next record, so a scrape costs one analysis
@@ -35,11 +53,14 @@
 //
 // # Processes
 //
-// A process is its PID and its start time (/proc/PID/stat): a Process
-// record starts a new one unless it is an exec of the running process
-// (same start time). A PID reused while the exited process that had it is
-// still held has two, each with its own analysis and series (the start
-// label), the first marked exited.
+// A process is its PID and its start time (the Process record's, else
+// /proc/PID/stat): a Process record starts a new one unless it is an exec
+// of the running process (same start time). A PID reused while the exited
+// process that had it is still held has two, each with its own analysis
+// (and, per process, series: the start label), the first marked exited.
+// Records of a PID with no Process record (gone before the session could
+// adopt it) make a process with what /proc still shows, most often
+// nothing. One another session takes (Options.Held) ends as at an exit.
 //
 // # Connections
 //

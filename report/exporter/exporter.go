@@ -54,8 +54,26 @@ type Options struct {
 	// when first seen) still runs; default reads /proc (tests replace it).
 	Alive func(pid uint32, start uint64) bool
 	// Start reads a process's start time (default: /proc/PID/stat; tests
-	// replace it).
+	// replace it). Used when a Process record carries none.
 	Start func(pid uint32) (uint64, error)
+	// PerProcess labels every series with the process (pid, start) as
+	// well: one set of series per process instance. Off, the default, a
+	// series is a group of processes (groupLabels: command, cgroup,
+	// container, pod_uid), what a fleet groups on, and its counters keep
+	// the totals of members that left (groups.go).
+	PerProcess bool
+	// Held says whether another vramprof session traces the process now
+	// (serve let go of it, probes.CheckTraced): its figures end there, as
+	// at an exit. Nil: never.
+	Held func(pid uint32, start uint64) bool
+	// Environ reads a process's environment block (NUL-separated, as
+	// /proc/PID/environ, the default; tests replace it). Only the CUDA
+	// variables that number its devices are kept (gpumap.go).
+	Environ func(pid uint32) ([]byte, error)
+	// Hostname is the GPU series' Hostname label, as dcgm-exporter sets
+	// it: default $NODE_NAME (a DaemonSet sets it from spec.nodeName),
+	// else the host name.
+	Hostname string
 }
 
 // Exporter folds a session's records into per-process analyses. It is a
@@ -73,7 +91,10 @@ type Exporter struct {
 	cur   map[uint32]*proc
 	seq   uint64
 	lost  event.Lost
-	nvml  nvmlState // the device layer (nvml.go)
+	// groups keep the totals of processes that left each label set
+	// (groups.go); with PerProcess, none are kept.
+	groups map[groupKey]*group
+	nvml   nvmlState // the device layer (nvml.go)
 	// limiter holds Serve's connections (conns.go); nil before Serve.
 	limiter *connLimiter
 }
@@ -88,9 +109,17 @@ type proc struct {
 	start uint64
 	seq   uint64 // the order it was seen in
 	// Labels: command (argv0's base name, else comm; p.mu guards it, an
-	// exec changes it), cgroup path and the container ID found in it (""
-	// when none).
-	command, cgroup, container string
+	// exec changes it), cgroup path and the container ID and Kubernetes
+	// pod UID found in it ("" when none).
+	command, cgroup, container, podUID string
+	// env is what decides its CUDA numbering (gpumap.go), read with the
+	// labels.
+	env cudaEnv
+	// keys are the label sets of the process's instances (an exec makes
+	// one), by the time of the Process record that began each
+	// (analysis.Process.Start): a member leaves each group with its
+	// instance's figures. p.mu guards it.
+	keys map[uint64]groupKey
 
 	mu sync.Mutex
 	an *analysis.Analyzer
@@ -124,7 +153,19 @@ func New(opts Options) *Exporter {
 	if opts.Start == nil {
 		opts.Start = startTime
 	}
-	return &Exporter{opts: opts, procs: make(map[*proc]struct{}), cur: make(map[uint32]*proc)}
+	if opts.Environ == nil {
+		opts.Environ = func(pid uint32) ([]byte, error) {
+			return os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		}
+	}
+	if opts.Hostname == "" {
+		opts.Hostname = os.Getenv("NODE_NAME")
+	}
+	if opts.Hostname == "" {
+		opts.Hostname, _ = os.Hostname()
+	}
+	return &Exporter{opts: opts, procs: make(map[*proc]struct{}), cur: make(map[uint32]*proc),
+		groups: make(map[groupKey]*group)}
 }
 
 // SetHeader sets the header every process's analysis starts from (its
@@ -195,28 +236,47 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	var start uint64
 	var startErr error
 	if isProc {
-		start, startErr = x.opts.Start(pid) // /proc, outside the lock
+		start = r.Start // read by the session at adoption
+		if start == 0 {
+			start, startErr = x.opts.Start(pid) // /proc, outside the lock
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	p := x.cur[pid]
-	if p != nil && !isProc {
-		return p
-	}
 	if !isProc {
-		start, startErr = x.opts.Start(pid) // a process's first record
+		if p != nil {
+			return p
+		}
+		// No Process record: the session saw the process's calls (serve
+		// traces every process's) but it was gone before it could be
+		// adopted, so nothing describes it: labels are what /proc still
+		// shows, most often nothing (command="", start 0). A process
+		// another session traces never gets here: the session drops its
+		// records.
+		r = &event.Process{PID: pid}
+		start, startErr = x.opts.Start(pid)
 	}
 	if startErr != nil {
 		start = 0 // gone already
 	}
-	if p != nil && (start == 0 || start == p.start) && p.exitedAt().IsZero() {
+	if isProc && p != nil && (start == 0 || start == p.start) && p.exitedAt().IsZero() {
+		// An exec: the process is what it now runs (a launcher that
+		// became python). Its series take the new name; the analysis
+		// starts an instance at this record, and what the old image did
+		// stays with the old name.
+		p.mu.Lock()
 		if len(r.Command) > 0 {
-			// An exec: the process is what it now runs (a launcher that
-			// became python). Its series take the new name.
-			p.mu.Lock()
 			p.command = filepath.Base(r.Command[0])
-			p.mu.Unlock()
 		}
+		if r.Cgroup != "" {
+			p.setCgroup(r.Cgroup)
+		}
+		if b, err := x.opts.Environ(pid); err == nil {
+			p.env = parseCUDAEnv(b) // the new image's environment
+		}
+		p.keys[r.Time] = p.keyLocked()
+		p.mu.Unlock()
 		return p
 	}
 	now := x.opts.Now()
@@ -228,13 +288,9 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 		p.mu.Unlock()
 	}
 	x.seq++
-	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis)}
-	if start != 0 {
-		p.command, p.cgroup, p.container = describe(pid, rec)
-	} else if r != nil && len(r.Command) > 0 {
-		// Gone: /proc/PID is another process's by now, if anyone's.
-		p.command = filepath.Base(r.Command[0])
-	}
+	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis), keys: map[uint64]groupKey{}}
+	x.describe(p, r)
+	p.keys[r.Time] = p.keyLocked()
 	if start == 0 && !x.opts.Alive(pid, 0) {
 		// Exited before it could be looked at: its records still count,
 		// and it goes as any exited process does.
@@ -248,6 +304,7 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	_ = p.an.Add(&h)
 	x.procs[p] = struct{}{}
 	x.cur[pid] = p
+	x.join(p)
 	return p
 }
 
@@ -277,21 +334,27 @@ func (x *Exporter) Sweep() int {
 	defer x.mu.Unlock()
 	for p := range x.procs {
 		p.mu.Lock()
-		if p.exited.IsZero() && !x.opts.Alive(p.pid, p.start) {
+		if p.exited.IsZero() && (!x.opts.Alive(p.pid, p.start) ||
+			x.opts.Held != nil && x.opts.Held(p.pid, p.start)) {
+			// Exited, or left to another session: its figures end here.
 			p.exited = now
 			p.reported = false
 		}
+		drop := false
 		if !p.exited.IsZero() {
 			age := now.Sub(p.exited)
-			if age >= x.opts.TTL || (p.reported && age >= x.opts.Grace) {
-				delete(x.procs, p)
-				if x.cur[p.pid] == p {
-					delete(x.cur, p.pid)
-				}
-			}
+			drop = age >= x.opts.TTL || (p.reported && age >= x.opts.Grace)
 		}
 		p.mu.Unlock()
+		if drop {
+			delete(x.procs, p)
+			if x.cur[p.pid] == p {
+				delete(x.cur, p.pid)
+			}
+			x.retire(p)
+		}
 	}
+	x.sweepGroups(now)
 	return len(x.procs)
 }
 
@@ -347,19 +410,51 @@ func (x *Exporter) Result(pid uint32) (*analysis.Result, error) {
 	return p.snapshot(), nil
 }
 
-// describe finds pid's labels: command from its Process record's argv0 (or
-// /proc/PID/comm), cgroup and container from /proc/PID/cgroup.
-func describe(pid uint32, rec event.Record) (command, cgroup, container string) {
-	if r, ok := rec.(*event.Process); ok && len(r.Command) > 0 {
-		command = filepath.Base(r.Command[0])
+// describe finds p's labels (x.mu held): command from its Process
+// record's argv0 (else /proc/PID/comm), cgroup from the record (read at
+// adoption), else /proc/PID/cgroup, else its parent's (a fork child is in
+// its parent's cgroup), and the container and pod in the cgroup path.
+func (x *Exporter) describe(p *proc, r *event.Process) {
+	if len(r.Command) > 0 {
+		p.command = filepath.Base(r.Command[0])
 	}
-	if command == "" {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		command = strings.TrimSpace(string(b))
+	if p.command == "" && p.start != 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid))
+		p.command = strings.TrimSpace(string(b))
 	}
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	cgroup, container = parseCgroup(b)
-	return command, cgroup, container
+	cg := r.Cgroup
+	if cg == "" && p.start != 0 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
+		cg, _ = parseCgroup(b)
+	}
+	envRead := false
+	if p.start != 0 {
+		if b, err := x.opts.Environ(p.pid); err == nil {
+			p.env, envRead = parseCUDAEnv(b), true
+		}
+	}
+	if r.PPID != 0 && (cg == "" || !envRead) {
+		// A fork child gone already: its parent's, which it inherits.
+		if pp := x.cur[r.PPID]; pp != nil {
+			pp.mu.Lock()
+			if cg == "" {
+				cg = pp.cgroup
+			}
+			if !envRead {
+				p.env = pp.env
+			}
+			pp.mu.Unlock()
+		}
+	}
+	p.setCgroup(cg)
+}
+
+// setCgroup sets p's cgroup path and what it says of the container and
+// the pod (p.mu held, or p not shared yet).
+func (p *proc) setCgroup(path string) {
+	p.cgroup = path
+	p.container = containerOf(path)
+	p.podUID = podUIDOf(path)
 }
 
 // containerID finds a container runtime's 64-hex ID in a cgroup path:
@@ -367,27 +462,45 @@ func describe(pid uint32, rec event.Record) (command, cgroup, container string) 
 // /docker/<id>, kubepods/.../<id>.
 var containerID = regexp.MustCompile(`([0-9a-f]{64})`)
 
-// parseCgroup returns the cgroup v2 path in /proc/PID/cgroup's contents
-// (the "0::" line), else the first v1 hierarchy's, and the container ID in
-// it.
+// parseCgroup returns the cgroup path in /proc/PID/cgroup's contents: the
+// cgroup v2 line's ("0::"), unless it is the root "/" and a v1 hierarchy
+// has another (a hybrid host, where Kubernetes places containers in the v1
+// ones: the first such), and the container ID in it. The session reads
+// its Process records' the same way (probes.procCgroup).
 func parseCgroup(b []byte) (path, container string) {
+	v2, v1, first := "", "", ""
 	for line := range bytes.Lines(b) {
 		f := strings.SplitN(strings.TrimSpace(string(line)), ":", 3)
 		if len(f) != 3 {
 			continue
 		}
-		if f[0] == "0" && f[1] == "" {
-			path = f[2]
-			break
-		}
-		if path == "" {
-			path = f[2]
+		switch {
+		case f[0] == "0" && f[1] == "":
+			v2 = f[2]
+		case v1 == "" && f[2] != "/":
+			v1 = f[2]
+		case first == "":
+			first = f[2]
 		}
 	}
+	switch {
+	case (v2 == "" || v2 == "/") && v1 != "":
+		path = v1
+	case v2 != "":
+		path = v2
+	default:
+		path = first
+	}
+	return path, containerOf(path)
+}
+
+// containerOf is the container ID in a cgroup path ("" when none): the
+// last 64-hex name in it.
+func containerOf(path string) string {
 	if m := containerID.FindAllString(path, -1); len(m) > 0 {
-		container = m[len(m)-1]
+		return m[len(m)-1]
 	}
-	return path, container
+	return ""
 }
 
 // startTime reads a process's start time (clock ticks since boot) from

@@ -96,7 +96,7 @@ next:
 }
 
 func TestMetrics(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	x.SetHeader(&event.Header{Mode: "serve", Start: 0})
 	feed(t, x, 4242, 0, 5)
 	feed(t, x, 4343, 1, 3)
@@ -136,7 +136,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestProfiles(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	feed(t, x, 4242, 0, 5)
 	feed(t, x, 4343, 0, 3)
 	srv := httptest.NewServer(x.Handler())
@@ -178,7 +178,7 @@ func TestProfiles(t *testing.T) {
 			assert.Equal(t, int64(tc.want), total(p, tc.typ))
 		})
 	}
-	for path, code := range map[string]int{"/debug/pprof/inuse?pid=1": 404, "/debug/pprof/inuse?pid=x": 400, "/debug/pprof/heap": 404} {
+	for path, code := range map[string]int{"/debug/pprof/inuse?pid=1": 404, "/debug/pprof/inuse?pid=x": 400, "/debug/pprof/goroutine": 404} {
 		resp, err := http.Get(srv.URL + path)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -191,7 +191,7 @@ func TestProfiles(t *testing.T) {
 func TestExitedProcessesAreDropped(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	running := map[uint32]bool{1: true, 2: true}
-	x := New(Options{Grace: 10 * time.Second, TTL: time.Minute, Now: c.now,
+	x := New(Options{PerProcess: true, Grace: 10 * time.Second, TTL: time.Minute, Now: c.now,
 		Alive: func(pid uint32, _ uint64) bool { return running[pid] }})
 	feed(t, x, 1, 0, 2)
 	feed(t, x, 2, 0, 2)
@@ -224,7 +224,7 @@ func TestExitedProcessesAreDropped(t *testing.T) {
 // fresh analysis; one for a running PID (an exec) continues it.
 func TestReusedPID(t *testing.T) {
 	running := true
-	x := New(Options{Alive: func(uint32, uint64) bool { return running }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return running }})
 	feed(t, x, 7, 0, 2)
 	require.NoError(t, x.Write(&event.Process{PID: 7, Command: []string{"/usr/bin/python3", "train.py"}})) // exec: same process
 	feed(t, x, 7, 0, 1)
@@ -250,6 +250,8 @@ func TestParseCgroup(t *testing.T) {
 		{"v2 kubepods", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-" + id + ".scope\n", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-" + id + ".scope", id},
 		{"v2 user", "0::/user.slice/user-0.slice/session-1.scope\n", "/user.slice/user-0.slice/session-1.scope", ""},
 		{"v1", "12:memory:/docker/" + id + "\n11:cpu:/docker/" + id + "\n", "/docker/" + id, id},
+		{"hybrid: v2 at the root, the pod in v1", "9:name=systemd:/\n4:memory:/kubepods/burstable/pod1/" + id + "\n0::/\n", "/kubepods/burstable/pod1/" + id, id},
+		{"hybrid, nothing placed", "9:name=systemd:/\n4:memory:/\n0::/\n", "/", ""},
 		{"empty", "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

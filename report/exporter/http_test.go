@@ -19,7 +19,7 @@ import (
 func TestServe(t *testing.T) {
 	var running atomic.Bool
 	running.Store(true)
-	x := New(Options{Grace: time.Nanosecond, Alive: func(uint32, uint64) bool { return running.Load() }})
+	x := New(Options{PerProcess: true, Grace: time.Nanosecond, Alive: func(uint32, uint64) bool { return running.Load() }})
 	feed(t, x, 7, 0, 3)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

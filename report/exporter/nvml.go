@@ -11,9 +11,14 @@ import (
 
 // The device layer (NVML) under serve: the session's NVML sampler writes
 // NVMLStatus, DeviceInfo and Sample records into the Exporter beside the
-// probes' records, and the last of each is served as gauges. Devices are
-// labelled by NVML's index (PCI bus order, which CUDA's numbering in the
-// `device` label of the other metrics need not follow) and UUID. When NVML
+// probes' records, and the last of each is served as gauges. GPUs are
+// labelled as dcgm-exporter labels them (gpuLabels): `gpu` is NVML's index
+// (PCI bus order, which CUDA's numbering in the `device` label of the
+// other metrics need not follow), `UUID`, `modelName` and `Hostname`, so
+// that a query joins them with DCGM_FI_DEV_FB_USED on (Hostname, gpu,
+// UUID). dcgm-exporter's `device` ("nvidia<minor>") and `pci_bus_id` are
+// not served: NVML's minor number and PCI address are not sampled, and
+// `device` is CUDA's index in vramprof's own series. When NVML
 // is unavailable (no library, no driver, no device, or sampling failing
 // now) no device figure is served, only MetricNVMLAvailable 0 with the
 // reason: a missing figure must not read as zero bytes.
@@ -27,22 +32,24 @@ const (
 	MetricNVMLProcessUsedBytes = "vramprof_nvml_process_used_bytes"
 )
 
-// deviceLabels label the device gauges.
-var deviceLabels = []string{"nvml_index", "uuid", "name"}
+// gpuLabels label the GPU gauges, as dcgm-exporter names them.
+var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
+
+// gpuLabelValues are d's values of gpuLabels on the node hostname.
+func gpuLabelValues(d nvmlDevice, hostname string) []string {
+	return []string{strconv.Itoa(int(d.info.Index)), d.info.UUID, d.info.Name, hostname}
+}
 
 var (
 	descNVML = prometheus.NewDesc(MetricNVMLAvailable,
 		"1 when NVML's device figures are served; 0 with the reason when not (no library, no driver, no device, sampling failing). Absent with --nvml off.",
 		[]string{"reason"}, nil)
 	descDevTotal = prometheus.NewDesc(MetricDeviceTotalBytes,
-		"Device memory capacity per NVML, bytes.", deviceLabels, nil)
+		"Device memory capacity per NVML, bytes.", gpuLabels, nil)
 	descDevUsed = prometheus.NewDesc(MetricDeviceUsedBytes,
-		"Device memory used by every process and the driver per NVML's last sample, bytes.", deviceLabels, nil)
+		"Device memory used by every process and the driver per NVML's last sample, bytes.", gpuLabels, nil)
 	descDevFree = prometheus.NewDesc(MetricDeviceFreeBytes,
-		"Device memory free per NVML's last sample, bytes.", deviceLabels, nil)
-	descProcNVML = prometheus.NewDesc(MetricNVMLProcessUsedBytes,
-		"Device memory NVML counts for the traced process on the device (CUDA context and memory from before tracing included), bytes; absent when NVML cannot tell.",
-		append(procLabels[:len(procLabels):len(procLabels)], "nvml_index", "uuid"), nil)
+		"Device memory free per NVML's last sample, bytes.", gpuLabels, nil)
 )
 
 // nvmlState is the device layer as the last NVML records gave it; guarded
@@ -92,6 +99,7 @@ func (x *Exporter) writeNVML(rec event.Record) {
 type nvmlView struct {
 	on, available bool
 	reason        string
+	hostname      string       // the Hostname label
 	devices       []nvmlDevice // sampled ones, by NVML index
 }
 
@@ -99,8 +107,13 @@ type nvmlView struct {
 func (x *Exporter) nvmlSnapshot() nvmlView {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.nvmlViewLocked()
+}
+
+// nvmlViewLocked is nvmlSnapshot with x.mu held.
+func (x *Exporter) nvmlViewLocked() nvmlView {
 	n := &x.nvml
-	v := nvmlView{on: n.seen, available: n.available, reason: n.reason}
+	v := nvmlView{on: n.seen, available: n.available, reason: n.reason, hostname: x.opts.Hostname}
 	if !v.available {
 		return v
 	}
@@ -125,7 +138,7 @@ func collectNVML(ch chan<- prometheus.Metric, v nvmlView) {
 	}
 	ch <- prometheus.MustNewConstMetric(descNVML, prometheus.GaugeValue, avail, v.reason)
 	for _, d := range v.devices {
-		lv := []string{strconv.Itoa(int(d.info.Index)), d.info.UUID, d.info.Name}
+		lv := gpuLabelValues(d, v.hostname)
 		total := d.sample.TotalBytes
 		if total == 0 {
 			total = d.info.TotalBytes
@@ -136,9 +149,10 @@ func collectNVML(ch chan<- prometheus.Metric, v nvmlView) {
 	}
 }
 
-// collectProcessNVML sends NVML's figure for one process (labels lv) on
-// each device that lists it. 0 is NVML's "cannot tell": no series then.
-func collectProcessNVML(ch chan<- prometheus.Metric, v nvmlView, pid uint32, lv []string) {
+// nvmlUse is NVML's figure for one process, by NVML index, on each
+// device that lists it. 0 is NVML's "cannot tell": left out.
+func nvmlUse(v nvmlView, pid uint32) map[int32]uint64 {
+	var out map[int32]uint64
 	for _, d := range v.devices {
 		var used uint64 // a process can be listed twice (compute and graphics)
 		for _, u := range d.sample.Processes {
@@ -149,7 +163,10 @@ func collectProcessNVML(ch chan<- prometheus.Metric, v nvmlView, pid uint32, lv 
 		if used == 0 {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(descProcNVML, prometheus.GaugeValue, float64(used),
-			append(lv[:len(lv):len(lv)], strconv.Itoa(int(d.info.Index)), d.info.UUID)...)
+		if out == nil {
+			out = make(map[int32]uint64)
+		}
+		out[d.info.Index] = used
 	}
+	return out
 }

@@ -22,12 +22,12 @@ func labelsOf(m *dto.Metric) map[string]string {
 	return got
 }
 
-// deviceSeries returns name's gauge value per nvml_index label.
+// deviceSeries returns name's gauge value per gpu label.
 func deviceSeries(fams map[string]*dto.MetricFamily, name string) map[string]float64 {
 	out := map[string]float64{}
 	if f := fams[name]; f != nil {
 		for _, m := range f.Metric {
-			out[labelsOf(m)["nvml_index"]] = m.GetGauge().GetValue()
+			out[labelsOf(m)["gpu"]] = m.GetGauge().GetValue()
 		}
 	}
 	return out
@@ -39,7 +39,7 @@ func deviceSeries(fams map[string]*dto.MetricFamily, name string) map[string]flo
 // traced process its own use per device. When sampling then fails, the
 // device figures go and vramprof_nvml_available says why.
 func TestNVMLMetrics(t *testing.T) {
-	x := New(Options{Alive: func(uint32, uint64) bool { return true }})
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
 	x.SetHeader(&event.Header{Mode: "serve"})
 	feed(t, x, 4242, 0, 5)
 	srv := httptest.NewServer(x.Handler())
@@ -76,13 +76,13 @@ func TestNVMLMetrics(t *testing.T) {
 	assert.Equal(t, map[string]float64{"0": float64(37 * GiB), "1": float64(35 * GiB)}, deviceSeries(fams, MetricDeviceFreeBytes))
 	for _, m := range fams[MetricDeviceUsedBytes].Metric {
 		l := labelsOf(m)
-		assert.Equal(t, "NVIDIA A100-SXM4-40GB", l["name"])
-		assert.Equal(t, map[string]string{"0": "GPU-a", "1": "GPU-b"}[l["nvml_index"]], l["uuid"])
+		assert.Equal(t, "NVIDIA A100-SXM4-40GB", l["modelName"])
+		assert.Equal(t, map[string]string{"0": "GPU-a", "1": "GPU-b"}[l["gpu"]], l["UUID"])
 	}
-	v, ok := value(fams, MetricNVMLProcessUsedBytes, 4242, "nvml_index", "0", "uuid", "GPU-a", "command", "trainer")
+	v, ok := value(fams, MetricNVMLProcessUsedBytes, 4242, "gpu", "0", "UUID", "GPU-a", "command", "trainer")
 	require.True(t, ok)
 	assert.Equal(t, float64(600*MiB), v)
-	v, ok = value(fams, MetricNVMLProcessUsedBytes, 4242, "nvml_index", "1")
+	v, ok = value(fams, MetricNVMLProcessUsedBytes, 4242, "gpu", "1")
 	require.True(t, ok)
 	assert.Equal(t, float64(128*MiB), v)
 	_, ok = value(fams, MetricNVMLProcessUsedBytes, 99)

@@ -33,7 +33,7 @@ func feedInstance(t *testing.T, x *Exporter, pid uint32, n int) {
 func TestPIDReuse(t *testing.T) {
 	const pid = 4242
 	start := uint64(100)
-	x := New(Options{
+	x := New(Options{PerProcess: true,
 		Start: func(uint32) (uint64, error) { return start, nil },
 		Alive: func(_ uint32, st uint64) bool { return st == start },
 	})
@@ -81,7 +81,7 @@ func TestPIDReuse(t *testing.T) {
 // (its start cannot be read) is exited at once, even though another
 // process, alive, now has its PID (the default Alive reads /proc).
 func TestGoneBeforeSeen(t *testing.T) {
-	x := New(Options{Start: func(uint32) (uint64, error) { return 0, errors.New("gone") }})
+	x := New(Options{PerProcess: true, Start: func(uint32) (uint64, error) { return 0, errors.New("gone") }})
 	pid := uint32(os.Getpid()) // a live process on the PID
 	require.NoError(t, x.Write(&event.Process{PID: pid, Command: []string{"/usr/bin/short"}}))
 	x.Sweep()
@@ -169,7 +169,7 @@ func TestPIDReuseForced(t *testing.T) {
 func TestExecAfterExit(t *testing.T) {
 	const pid = 4243
 	var startErr error
-	x := New(Options{
+	x := New(Options{PerProcess: true,
 		Start: func(uint32) (uint64, error) { return 100, startErr },
 		Alive: func(uint32, uint64) bool { return true },
 	})

@@ -574,6 +574,9 @@ func TestDeployUnitServes(t *testing.T) {
 	}
 	require.True(t, replaced, "ExecStart gives --listen")
 
+	// Series per process (opt-in; the unit's default groups them), so
+	// longrun's own figures can be read against its truth.
+	args = append(args, "--per-process")
 	lr := startLongrun(t)
 	cmd := exec.Command(setpriv, append([]string{"--bounding-set=" + bounding, "--inh-caps=-all", "--no-new-privs", "--", binPath}, args...)...)
 	stderr := &syncBuffer{}

@@ -17,7 +17,7 @@ const (
 )
 
 func (f *serveFlags) check() error {
-	const usage = "usage: vramprof serve [--listen " + defaultListen + "] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [-q]"
+	const usage = "usage: vramprof serve [--listen " + defaultListen + "] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--per-process] [-q]"
 	if err := f.probeFlags.check("serve"); err != nil {
 		return err
 	}

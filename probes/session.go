@@ -266,6 +266,12 @@ func (s *Session) scan(p *proc) error {
 			if err != nil {
 				return err
 			}
+			if n > 0 && s.opts.All && s.opts.Note != nil {
+				// Not stopped for a file probed already: it ran with the
+				// notes silent until now (semaphore.go).
+				s.opts.Note(fmt.Sprintf("pid %d mapped %s after it was probed and the kernel left its USDT semaphores at 0 "+
+					"until now: tensors it made before were not seen (its device memory was)", p.pid, f.Path))
+			}
 		}
 		syms := f.cudaSymbols()
 		if len(syms) == 0 && len(f.Skipped) == 0 && !f.StrippedRuntime {

@@ -715,6 +715,8 @@ func (a *Analyzer) event(e *event.Event) {
 		switch e.Kind {
 		case event.KindAlloc, event.KindFree:
 			a.deviceCall(e, layer)
+		case event.KindOOMReport:
+			a.pools.reported(e)
 		default:
 			a.layer(scope{layer: layer}).totals.IgnoredEvents++
 			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++

@@ -520,14 +520,21 @@
 // (the pages the allocator asked for that request; PyTorch creates every
 // page before it maps any). Kind:
 // "fragmentation" when cached free >= the failing cudaMalloc's size (the
-// segment asked for: PyTorch's USDT fires only for blocks handed out, so
-// the tensor's request is not observable), else "capacity". Segment frees
+// segment asked for: PyTorch's USDT fires only for blocks handed out), or
+// the pages asked, else "capacity". Segment frees
 // that follow are the cache flush; a successful allocation of the same
 // size on the same thread is a retry that worked (retry_succeeded); a
 // failed one, or a block event or the end first, makes it final. Under
 // expandable segments the flush is the pages unmapped, the retry worked
 // when the thread maps a page again, and any failed cuMemCreate of the
-// thread makes it final.
+// thread makes it final. The allocator's own report of the request it gave
+// up on (event.KindOOMReport: PyTorch's c10::reportOutOfMemoryToProfiler,
+// called before it raises) ends the thread's latest failure and gives it
+// OOM.Reported: the tensor's request, the allocator's allocated and
+// reserved bytes. Under expandable segments that request is the OOM's
+// (the pages asked stop at the first refused: a lower bound, PagesBytes);
+// a cudaMalloc's size stays the request otherwise (what PyTorch's message
+// names).
 //
 // The fragmentation finding is judged at every final fragmentation OOM and
 // quotes the worst: the most cached free bytes that could not serve the

@@ -327,3 +327,58 @@ func cutAt(recs []event.Record, cut int) []event.Record {
 	}
 	return append(window, after...)
 }
+
+// TestExpandableOOMReported: the allocator's own report of the request
+// it gave up on (PyTorch's c10::reportOutOfMemoryToProfiler) follows
+// ExpandableOOMPool's failed retry on the same thread: the OOM quotes its
+// request, 70 MiB, not the 60 MiB of pages the driver was asked for (the
+// kind stays judged on those: 25 MiB cached free < 60, capacity), with
+// the allocator's allocated and reserved bytes. A report from another
+// thread is another request's, and is not taken.
+func TestExpandableOOMReported(t *testing.T) {
+	s := eventtest.ExpandableOOMPool(false)
+	s.OOMReport(2, 90*MiB, 1, 2)
+	s.OOMReport(1, 70*MiB, 35*MiB, 40*MiB)
+	reportTime := s.Recs[len(s.Recs)-1].(*event.Event).Time
+	r := mustAnalyze(t, Options{}, s.Finish())
+	require.Len(t, r.Pools, 1)
+	require.Len(t, r.Pools[0].OOMs, 1)
+	o := r.Pools[0].OOMs[0]
+	assert.Equal(t, uint64(70*MiB), o.RequestBytes, "the reported request")
+	assert.Equal(t, uint64(60*MiB), o.PagesBytes, "two pages created and the one refused")
+	assert.Equal(t, &OOMReport{Time: reportTime, RequestBytes: 70 * MiB, AllocatedBytes: 35 * MiB, ReservedBytes: 40 * MiB}, o.Reported)
+	assert.Equal(t, OOMCapacity, o.Kind)
+	assert.Equal(t, OOMFinal, o.Outcome)
+	ooms := findings(r, KindOOM)
+	require.Len(t, ooms, 1)
+	assert.Equal(t, uint64(70*MiB), ooms[0].Bytes, "the finding quotes the request")
+}
+
+// TestOOMReportedCudaMalloc: without expandable segments the failed
+// cudaMalloc's size is the request PyTorch's message names (the segment
+// it asked for, 20 MiB for a 6 MiB tensor) and stays the OOM's; the
+// report adds the allocator's figures and ends the failure (no retry
+// came): the next failed cudaMalloc of the same size is a new OOM, not
+// its retry. A report with no failure before it is left out.
+func TestOOMReportedCudaMalloc(t *testing.T) {
+	const base = 0x7f00_0000_0000
+	s := eventtest.NewPoolStream()
+	s.OOMReport(1, 2*MiB, 0, 0)
+	s.Seg(base, 20*MiB)
+	s.Block(base, 6*MiB)
+	s.SegFail(20 * MiB)
+	s.OOMReport(1, 6*MiB, 6*MiB, 20*MiB)
+	s.SegFail(20 * MiB)
+	r := mustAnalyze(t, Options{}, s.Finish())
+	require.Len(t, r.Pools, 1)
+	require.Len(t, r.Pools[0].OOMs, 2, "the report ended the first failure")
+	o := r.Pools[0].OOMs[0]
+	assert.Equal(t, uint64(20*MiB), o.RequestBytes, "the segment asked for")
+	assert.Zero(t, o.PagesBytes)
+	require.NotNil(t, o.Reported)
+	assert.Equal(t, uint64(6*MiB), o.Reported.RequestBytes)
+	assert.Equal(t, uint64(6*MiB), o.Reported.AllocatedBytes)
+	assert.Equal(t, uint64(20*MiB), o.Reported.ReservedBytes)
+	assert.Equal(t, OOMFinal, o.Outcome)
+	assert.Nil(t, r.Pools[0].OOMs[1].Reported)
+}

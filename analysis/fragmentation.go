@@ -654,6 +654,9 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event, request uint64, vmm bo
 	p.closeOpen()
 	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, API: e.API, Ret: e.Ret, RequestBytes: request,
 		Outcome: OOMPending, CostNs: e.Duration, Expandable: vmm}
+	if vmm {
+		o.PagesBytes = request
+	}
 	p.snapshot(&o.State)
 	o.State.Time = e.Time
 	o.Kind = OOMCapacity
@@ -690,6 +693,38 @@ func (p *pool) segmentRetried(e *event.Event) {
 		o.RetryTime = e.Time
 		o.CostNs += e.Duration
 		p.open = nil
+	}
+}
+
+// reported applies an allocator's report of a request it gave up on
+// (event.KindOOMReport) to the failure it follows: the latest OOM record
+// the same thread opened in the pool of the report's device. The report
+// ends it (the allocator raises next): a pending record is final. A report
+// without a traced failure before it (an allocator limit rather than the
+// driver's) or after a retry that worked is left out.
+func (m *poolModel) reported(e *event.Event) {
+	p := m.pools[poolKey{e.PID, e.Device}]
+	if p == nil || !p.blocks {
+		return
+	}
+	var o *OOM
+	for i := len(p.ooms) - 1; i >= 0; i-- {
+		if p.ooms[i].TID == e.TID {
+			o = p.ooms[i]
+			break
+		}
+	}
+	if o == nil || o.Reported != nil || o.Outcome == OOMRetried {
+		return
+	}
+	if p.open == o {
+		p.closeOpen()
+	}
+	o.Reported = &OOMReport{Time: e.Time, RequestBytes: e.Size, AllocatedBytes: e.Addr, ReservedBytes: e.Stream}
+	if o.Expandable {
+		// The pages asked stop at the first one refused: the request is
+		// what failed.
+		o.RequestBytes = e.Size
 	}
 }
 

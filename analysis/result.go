@@ -844,6 +844,19 @@ type PoolState struct {
 	UnplacedBytes uint64
 }
 
+// OOMReport is a caching allocator's own figures for a request it gave up
+// on, as it reported them before raising out-of-memory (PyTorch's
+// c10::reportOutOfMemoryToProfiler, event.KindOOMReport): the request
+// (rounded as the allocator rounds it), and the bytes its blocks held and
+// it had reserved, by its own statistics (allocated_bytes and
+// reserved_bytes, current).
+type OOMReport struct {
+	Time           uint64
+	RequestBytes   uint64
+	AllocatedBytes uint64
+	ReservedBytes  uint64
+}
+
 // OOMKind tells a fragmentation OOM from a capacity OOM.
 type OOMKind string
 
@@ -890,13 +903,23 @@ type OOM struct {
 	// RequestBytes is the failing cudaMalloc's size: the segment the
 	// allocator asked for, at least the tensor's request (which the block
 	// layer does not report for a failed request). Under expandable
-	// segments (Expandable), the failing cuMemCreate's size plus the
-	// physical memory the thread created for the same request since its
-	// last mapping: the pages it asked the driver for.
+	// segments (Expandable), the request the allocator reported
+	// (Reported), or without a report the failing cuMemCreate's size plus
+	// the physical memory the thread created for the same request since
+	// its last mapping: the pages it asked the driver for.
 	RequestBytes uint64
 	// Expandable says the failing call was a cuMemCreate of an
 	// expandable segment's pages, not a cudaMalloc.
 	Expandable bool
+	// PagesBytes, under expandable segments, is the pages the allocator
+	// asked the driver for (see RequestBytes), the refused one included:
+	// the kind (fragmentation or capacity) is judged on them.
+	PagesBytes uint64
+	// Reported is the allocator's own account of the request it gave up
+	// on (event.KindOOMReport), nil when it made none. Under expandable
+	// segments RequestBytes is then its request: the pages asked stop at
+	// the first the driver refused, a lower bound.
+	Reported *OOMReport
 	// State is the geometry at the failure.
 	State PoolState
 	Kind  OOMKind

@@ -109,6 +109,30 @@ var usdtProbes = []struct {
 	{"pytorch", "free", event.APIPyTorchFree, event.KindFree},
 }
 
+// oomReportProbes are functions a framework's caching allocator calls
+// when it gives up on a request, just before it raises out-of-memory (block
+// layer): the request the segment layer cannot see, since the note that
+// announces a block (pytorch:malloc) fires on success only. They are
+// probed at their entry by usdt_block, as a USDT site without a semaphore
+// whose arguments are the function's registers (System V x86-64); the
+// cookie says alloc so that it reads all four, and decodeRecord makes the
+// record an event.KindOOMReport by its API. Positions as usdt_block reads
+// them: 0 the event's Addr, 1 its Device, 2 its Size, 3 its Stream.
+var oomReportProbes = []struct {
+	Symbol string // mangled, as the file's dynamic symbol table has it
+	API    event.API
+	Args   string // USDT argument specs, by position
+}{
+	// c10/core/Allocator.cpp (libc10.so), PyTorch 2.0+:
+	//   void reportOutOfMemoryToProfiler(int64_t alloc_size,
+	//       size_t total_allocated, size_t total_reserved, Device device);
+	// called by CUDACachingAllocator's malloc with the rounded request and
+	// its allocated_bytes and reserved_bytes (aggregate, current). Device
+	// is two bytes in one register: the type in cl, the index in ch.
+	{"_ZN3c1027reportOutOfMemoryToProfilerElmmNS_6DeviceE", event.APIC10ReportOOM,
+		"8@%rsi -1@%ch -8@%rdi 8@%rdx"},
+}
+
 // loaderProbe is the rendezvous function glibc's ld.so calls around every
 // change to the link map (r_debug protocol). A debugger sets its breakpoint
 // there; so do we, to catch a dlopen of the CUDA runtime before its first

@@ -137,6 +137,11 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 		if sites, err = usdtTargets(ef); err != nil {
 			return nil, fmt.Errorf("read USDT notes of %s: %w", c.Path, err)
 		}
+		reports, err := oomReportTargets(ef)
+		if err != nil {
+			return nil, fmt.Errorf("read dynamic symbols of %s: %w", c.Path, err)
+		}
+		sites = append(sites, reports...)
 	}
 	spec := specAllocators(c.Path, allocs)
 	if len(spec) == 0 && !stringTablesMention(ef, specs) {
@@ -226,6 +231,63 @@ func usdtTargets(f *elf.File) ([]target, error) {
 		}
 	}
 	return out, nil
+}
+
+// oomReportTargets lists the functions of oomReportProbes the file defines
+// (not the ones it imports: libc10_cuda.so calls libc10.so's), as USDT
+// sites at their entry. The dynamic string table is searched first, so a
+// file that does not name them costs no symbol table decoding.
+func oomReportTargets(f *elf.File) ([]target, error) {
+	sec := f.Section(".dynstr")
+	if sec == nil || sec.Type == elf.SHT_NOBITS {
+		return nil, nil
+	}
+	names, err := sec.Data()
+	if err != nil {
+		return nil, err
+	}
+	var syms []elf.Symbol
+	var out []target
+	for _, want := range oomReportProbes {
+		if !bytes.Contains(names, []byte("\x00"+want.Symbol+"\x00")) {
+			continue
+		}
+		if syms == nil {
+			if syms, err = f.DynamicSymbols(); err != nil {
+				return nil, err
+			}
+		}
+		for _, s := range syms {
+			if s.Name != want.Symbol || s.Section == elf.SHN_UNDEF || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
+				continue
+			}
+			off, ok := elfFileOffset(f, s.Value)
+			if !ok {
+				continue // not in a loaded segment: nothing to probe
+			}
+			args, err := usdt.ParseArgs(want.Args)
+			if err != nil {
+				panic(err) // oomReportProbes' specs are valid
+			}
+			out = append(out, target{
+				Spec:   probeSpec{Symbol: want.API.String(), API: want.API, Kind: event.KindAlloc, Prog: progUSDT},
+				Offset: off,
+				USDT:   &usdt.Probe{Provider: "c10", Name: want.API.String(), Args: args},
+			})
+		}
+	}
+	return out, nil
+}
+
+// elfFileOffset maps a virtual address to its file offset through the
+// executable PT_LOAD segment holding it.
+func elfFileOffset(f *elf.File, vaddr uint64) (uint64, bool) {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && vaddr >= p.Vaddr && vaddr < p.Vaddr+p.Filesz {
+			return vaddr - p.Vaddr + p.Off, true
+		}
+	}
+	return 0, false
 }
 
 // usdtReadable reports whether the arguments a site's kind needs (the

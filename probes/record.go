@@ -85,6 +85,12 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	if r.kind != 0 && event.Kind(r.kind) <= lastEventKind {
 		r.ev.Kind = event.Kind(r.kind)
 	}
+	if r.ev.API == event.APIC10ReportOOM && r.ev.Kind == event.KindAlloc {
+		// Probed as an allocation so that usdt_block reads all four
+		// arguments (see oomReportProbes): the allocator's report of a
+		// request it gave up on, no memory of its own.
+		r.ev.Kind = event.KindOOMReport
+	}
 	if r.flags&recFlagNested != 0 {
 		r.ev.Flags = event.FlagNested
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/usdt"
 )
 
 // TestRecordLayout pins the BPF contract header's offsets against the
@@ -141,5 +142,63 @@ func TestRecordKinds(t *testing.T) {
 	}
 	for _, p := range usdtProbes {
 		assert.LessOrEqual(t, p.Kind, lastEventKind, p.Name)
+	}
+}
+
+// TestDecodeOOMReport decodes the record usdt_block writes at the entry of
+// c10::reportOutOfMemoryToProfiler(size, allocated, reserved, device), as
+// oomReportProbes lay its arguments out: an allocator's report of a
+// request it gave up on, not an allocation.
+func TestDecodeOOMReport(t *testing.T) {
+	const (
+		request   = 96 << 20  // the request, arg1 (rdi): position 2, Size
+		allocated = 124 << 20 // arg2 (rsi): position 0, Addr
+		reserved  = 200 << 20 // arg3 (rdx): position 3, Stream
+	)
+	le := binary.LittleEndian
+	b := make([]byte, recordHeaderSize+8)
+	le.PutUint64(b[0:], 5000)
+	le.PutUint64(b[16:], allocated)
+	le.PutUint64(b[24:], request)
+	le.PutUint64(b[32:], reserved)
+	le.PutUint32(b[40:], 42)
+	le.PutUint32(b[44:], 44)
+	le.PutUint32(b[52:], 1) // device 1: ch
+	le.PutUint16(b[56:], uint16(event.APIC10ReportOOM))
+	b[58] = byte(event.KindAlloc) // the cookie's kind: usdt_block reads all four
+	b[59] = recFlagBlock
+	le.PutUint16(b[60:], 1)
+	le.PutUint64(b[recordHeaderSize:], 0x4c340)
+	var r rawRecord
+	require.NoError(t, decodeRecord(b, &r))
+	assert.Equal(t, event.Event{Time: 5000, Addr: allocated, Size: request, Stream: reserved, PID: 42, TID: 44,
+		Device: 1, Kind: event.KindOOMReport, Layer: event.LayerBlock, API: event.APIC10ReportOOM}, r.ev)
+
+	// The same kind from any other API stays an allocation.
+	le.PutUint16(b[56:], uint16(event.APIPyTorchMalloc))
+	require.NoError(t, decodeRecord(b, &r))
+	assert.Equal(t, event.KindAlloc, r.ev.Kind)
+}
+
+// TestOOMReportArgs pins where usdt_block reads the report's arguments:
+// position 0 (Addr) the allocated bytes in rsi, 1 (Device) the device
+// index, the byte above the type in cx, 2 (Size) the request in rdi, 3
+// (Stream) the reserved bytes in rdx. The offsets are struct pt_regs's
+// (bpf/vramprof/usdt.h, reg_value).
+func TestOOMReportArgs(t *testing.T) {
+	const rsi, rcx, rdi, rdx = 104, 88, 112, 96
+	for _, p := range oomReportProbes {
+		args, err := usdt.ParseArgs(p.Args)
+		require.NoError(t, err)
+		spec := usdtSpec(&usdt.Probe{Args: args})
+		want := [4]struct {
+			off  uint16
+			size int8
+		}{{rsi, 8}, {rcx + 1, -1}, {rdi, -8}, {rdx, 8}}
+		for i, w := range want {
+			assert.Equal(t, uint8(bpfUsdtArgKindUSDT_ARG_REG), spec.Args[i].Kind, "%s arg %d", p.Symbol, i)
+			assert.Equal(t, w.off, spec.Args[i].RegOff, "%s arg %d: register", p.Symbol, i)
+			assert.Equal(t, w.size, spec.Args[i].Size, "%s arg %d: size", p.Symbol, i)
+		}
 	}
 }

@@ -50,6 +50,9 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 		what = fmt.Sprintf("creating %d bytes (%s) of pages for an expandable segment", o.RequestBytes, units.Bytes(o.RequestBytes))
 		freed = fmt.Sprintf("unmapped %d wholly free %s (%d bytes)", o.ReleasedSegments, plural(uint64(o.ReleasedSegments), "page", "pages"), o.ReleasedBytes)
 		inside = "cuMemCreate/cuMemUnmap"
+		if o.Reported != nil {
+			what = fmt.Sprintf("a request of %d bytes (%s), for which an expandable segment could not get its pages,", o.RequestBytes, units.Bytes(o.RequestBytes))
+		}
 	}
 	var summary string
 	switch {
@@ -57,9 +60,15 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 		summary = fmt.Sprintf("%s at %s failed on device %s at %s (%s); the allocator %s and the retry succeeded, costing %s inside %s, and the freed memory must be allocated again when needed",
 			what, site, analysis.DeviceName(o.Device), secs(res, o.Time), geometry, freed, units.Duration(o.CostNs), inside)
 	case o.Kind == analysis.OOMFragmentation:
-		summary = fmt.Sprintf("fragmentation OOM: %s at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, more than requested, in %d ranges of which the largest was %d (%s); %s",
+		// Under expandable segments the kind is judged on the pages the
+		// driver was asked for, which a reported request exceeds.
+		than := "more than requested"
+		if o.Expandable && o.PagesBytes != o.RequestBytes {
+			than = fmt.Sprintf("more than the %d bytes of pages it asked the driver for", o.PagesBytes)
+		}
+		summary = fmt.Sprintf("fragmentation OOM: %s at %s failed on device %s at %s and no retry succeeded, while the cache held %d bytes (%s) free, %s, in %d ranges of which the largest was %d (%s); %s",
 			what, site, analysis.DeviceName(o.Device), secs(res, o.Time),
-			st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), st.FreeRanges, st.LargestFreeRange, units.Bytes(st.LargestFreeRange), geometry)
+			st.CachedFreeBytes, units.Bytes(st.CachedFreeBytes), than, st.FreeRanges, st.LargestFreeRange, units.Bytes(st.LargestFreeRange), geometry)
 	default:
 		summary = fmt.Sprintf("capacity OOM: %s at %s failed on device %s at %s and no retry succeeded; the cache held only %d bytes (%s) free, less than requested even as one range (%s)",
 			what, site, analysis.DeviceName(o.Device), secs(res, o.Time),
@@ -71,6 +80,10 @@ func poolOOMWords(res *analysis.Result, f *analysis.Finding) (string, []string) 
 		summary += fmt.Sprintf("; expandable segments were on: %d bytes were reserved but unallocated, the allocator unmapped %d of them (%d wholly free %s) before it gave up, and tensors held %d bytes (the largest: %s)",
 			st.CachedFreeBytes, o.ReleasedBytes, o.ReleasedSegments, plural(uint64(o.ReleasedSegments), "page", "pages"),
 			st.AllocatedBytes, stackSites(res, o.LiveStacks, 3))
+	}
+	if r := o.Reported; r != nil {
+		summary += fmt.Sprintf("; the allocator's own figures: %d bytes (%s) requested, %d allocated, %d reserved",
+			r.RequestBytes, units.Bytes(r.RequestBytes), r.AllocatedBytes, r.ReservedBytes)
 	}
 	var rem []string
 	switch ev.Advice {

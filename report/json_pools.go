@@ -48,9 +48,17 @@ type JSONOOM struct {
 	// Kind is "fragmentation" (cached free >= request) or "capacity".
 	Kind string `json:"oom_kind"`
 	// Expandable says the failing call was a cuMemCreate of an expandable
-	// segment's pages: RequestBytes is then the pages the allocator asked
-	// the driver for, the failing one included.
+	// segment's pages: RequestBytes is then the allocator's reported
+	// request (Reported), or without a report the pages it asked the
+	// driver for, the failing one included.
 	Expandable bool `json:"expandable_segments"`
+	// PagesBytes, under expandable segments, is the pages the allocator
+	// asked the driver for, the failing one included (absent otherwise).
+	PagesBytes uint64 `json:"pages_bytes,omitempty"`
+	// Reported is the allocator's own account of the request it gave up
+	// on (PyTorch's c10::reportOutOfMemoryToProfiler); absent when it made
+	// none. Under expandable segments RequestBytes is its request.
+	Reported *JSONOOMReport `json:"allocator_report,omitempty"`
 	// Outcome is "retry_succeeded" or "final".
 	Outcome          string        `json:"outcome"`
 	RetryTimeNs      *uint64       `json:"retry_time_ns"`
@@ -65,6 +73,16 @@ type JSONOOM struct {
 	// Profile names the pprof file of what was live then, in the output
 	// directory.
 	Profile string `json:"profile"`
+}
+
+// JSONOOMReport is a caching allocator's figures for a request it gave up
+// on (see analysis.OOMReport): the request as it rounded it, and its
+// allocated and reserved bytes by its own statistics.
+type JSONOOMReport struct {
+	TimeNs         uint64 `json:"time_ns"`
+	RequestBytes   uint64 `json:"request_bytes"`
+	AllocatedBytes uint64 `json:"allocated_bytes"`
+	ReservedBytes  uint64 `json:"reserved_bytes"`
 }
 
 // JSONChurn is a process's segment allocator traffic (see analysis.Churn).
@@ -98,12 +116,17 @@ func jsonPoolState(res *analysis.Result, s analysis.PoolState) JSONPoolState {
 func jsonOOM(res *analysis.Result, o *analysis.OOM) JSONOOM {
 	j := JSONOOM{Index: o.Index, TimeNs: res.Rel(o.Time), Device: analysis.DeviceName(o.Device),
 		RequestBytes: o.RequestBytes, Error: analysis.ErrorName(o.API, o.Ret), Kind: string(o.Kind), Expandable: o.Expandable,
+		PagesBytes:    o.PagesBytes,
 		Outcome:       string(o.Outcome),
 		ReleasedBytes: o.ReleasedBytes, ReleasedSegments: o.ReleasedSegments, CostNs: o.CostNs,
 		Site: res.Site(o.Stack), Frames: nonNil(res.Lines(o.Stack)), State: jsonPoolState(res, o.State),
 		LiveStacks: jsonStacks(res, o.LiveStacks), Profile: analysis.OOMProfileName(o)}
 	if o.RetryTime != 0 {
 		j.RetryTimeNs = ptr(res.Rel(o.RetryTime))
+	}
+	if r := o.Reported; r != nil {
+		j.Reported = &JSONOOMReport{TimeNs: res.Rel(r.Time), RequestBytes: r.RequestBytes,
+			AllocatedBytes: r.AllocatedBytes, ReservedBytes: r.ReservedBytes}
 	}
 	return j
 }

@@ -16,7 +16,7 @@ func writePoolsMarkdown(p func(string, ...any), res *analysis.Result) {
 		return
 	}
 	p("## Fragmentation\n\n")
-	p("Blocks (tensors) placed inside segments (cudaMalloc, or under expandable segments the runs of mapped pages of each reserved range) by address. Cached free = reserved - allocated; the largest free range is the largest request the cache could serve without a new segment. An OOM is \"fragmentation\" when the cache held at least the failing request in free bytes, else \"capacity\"; the request is the failing cudaMalloc's size (the segment the allocator asked for), or under expandable segments the pages it asked the driver for.\n\n")
+	p("Blocks (tensors) placed inside segments (cudaMalloc, or under expandable segments the runs of mapped pages of each reserved range) by address. Cached free = reserved - allocated; the largest free range is the largest request the cache could serve without a new segment. An OOM is \"fragmentation\" when the cache held at least the failing request in free bytes, else \"capacity\"; the request is the failing cudaMalloc's size (the segment the allocator asked for), or under expandable segments the request the allocator reported (without its report, the pages it asked the driver for).\n\n")
 	for i := range res.Pools {
 		pl := &res.Pools[i]
 		p("### Process %s, device %s\n\n", res.Run.PIDText(pl.PID), analysis.DeviceName(pl.Device))

@@ -222,14 +222,19 @@ func TestTorchRealAllocator(t *testing.T) {
 			checkTorchTruth(t, tc.caching, tc.ooms, truth)
 
 			assert.Zero(t, rep.Totals.LostEvents, "lost events")
-			var notes []string
+			var notes, c10 []string
 			for _, l := range rep.Libraries {
-				if strings.HasPrefix(filepath.Base(l.Path), "libc10_cuda.so") {
+				switch base := filepath.Base(l.Path); {
+				case strings.HasPrefix(base, "libc10_cuda.so"):
 					notes = l.Symbols
+				case strings.HasPrefix(base, "libc10.so"):
+					c10 = l.Symbols
 				}
 			}
 			assert.ElementsMatch(t, []string{"pytorch:free", "pytorch:free", "pytorch:malloc"}, notes,
 				"libc10_cuda.so's three USDT sites are probed")
+			assert.Equal(t, []string{"c10::reportOutOfMemoryToProfiler"}, c10,
+				"libc10.so's out-of-memory report is probed")
 
 			// Block layer: one pytorch:malloc per tensor handed out, one
 			// pytorch:free per tensor dropped, requested sizes. A refused
@@ -420,6 +425,20 @@ func checkTorchExpandableOOMs(t *testing.T, truth *torchTruth, rep *torchReport)
 		got := finals[i]
 		assert.True(t, got.Expandable, "OOM %d: a failed cuMemCreate of an expandable segment", i)
 		assert.Contains(t, got.Site, want.Function, "OOM %d: site", i)
+		// The request is the tensor's, as PyTorch's message names it
+		// (its size a multiple of 512 bytes: c10's rounding keeps it), with
+		// the allocator's allocated and reserved bytes when it gave up:
+		// its statistics, read when the error was caught. The pages the
+		// driver was asked for stop at the first refused: fewer.
+		require.Zero(t, want.Size%512, "OOM %d: the request is c10's rounded size", i)
+		assert.Contains(t, want.Message, "Tried to allocate "+mib(want.Size), "OOM %d: the request, in PyTorch's message", i)
+		assert.Equal(t, want.Size, got.RequestBytes, "OOM %d: the request", i)
+		assert.Less(t, got.PagesBytes, want.Size, "OOM %d: the pages asked, a lower bound", i)
+		if assert.NotNil(t, got.Reported, "OOM %d: the allocator's report", i) {
+			assert.Equal(t, want.Size, got.Reported.RequestBytes, "OOM %d: reported request", i)
+			assert.Equal(t, want.Stats.AllocatedBytes.Current, got.Reported.AllocatedBytes, "OOM %d: reported allocated (stats)", i)
+			assert.Equal(t, want.Stats.ReservedBytes.Current, got.Reported.ReservedBytes, "OOM %d: reported reserved (stats)", i)
+		}
 		g := want.Snapshot
 		st := got.State
 		assert.Equal(t, g.TotalSize, st.ReservedBytes, "OOM %d: reserved (mapped)", i)
@@ -458,6 +477,7 @@ func checkTorchExpandableOOMs(t *testing.T, truth *torchTruth, rep *torchReport)
 		}
 		if assert.NotNil(t, oom, "OOM %d: an oom finding", i) {
 			assert.NotEmpty(t, oom.Remediation, "OOM %d: advice", i)
+			assert.Equal(t, want.Size, oom.Bytes, "OOM %d: the finding's bytes are the request", i)
 		}
 	}
 }
@@ -488,6 +508,15 @@ func checkTorchOOMs(t *testing.T, truth *torchTruth, rep *torchReport) {
 			"the segment size arithmetic is PyTorch's")
 		assert.Equal(t, seg, got.RequestBytes, "OOM %d: the segment asked for", i)
 		assert.Contains(t, got.Site, want.Function, "OOM %d: site", i)
+		// The allocator's report: the tensor's request (c10 rounds it to
+		// 512 bytes; these are multiples), its allocated and reserved
+		// bytes by its statistics when the error was caught.
+		require.Zero(t, want.Size%512, "OOM %d: the request is c10's rounded size", i)
+		if assert.NotNil(t, got.Reported, "OOM %d: the allocator's report", i) {
+			assert.Equal(t, want.Size, got.Reported.RequestBytes, "OOM %d: reported request", i)
+			assert.Equal(t, want.Stats.AllocatedBytes.Current, got.Reported.AllocatedBytes, "OOM %d: reported allocated (stats)", i)
+			assert.Equal(t, want.Stats.ReservedBytes.Current, got.Reported.ReservedBytes, "OOM %d: reported reserved (stats)", i)
+		}
 		g := want.Snapshot
 		assert.Equal(t, g.TotalSize, got.State.ReservedBytes, "OOM %d: reserved", i)
 		assert.Equal(t, want.Stats.ReservedBytes.Current, got.State.ReservedBytes, "OOM %d: reserved (stats)", i)
@@ -575,12 +604,6 @@ var torchOpen = map[string]string{
 		"pointer), so the walk loses the two frames above it and release_every_step (gdb's .eh_frame unwind " +
 		"shows them); emptyCache frees no tensor, so no other event of the thread names release_every_step " +
 		"and the site falls back to cudaFree: it needs an unwinder that reads .eh_frame",
-	"expandable_oom": "under expandable segments the failing tensor request is not seen (pytorch:malloc " +
-		"fires on success only) and the pages asked stop at the first refused cuMemCreate (2 of the 4 " +
-		"20 MiB pages the 96 MiB request needed past the 16 MiB free tail, then the refused one): the oom's " +
-		"bytes are 62914560, not the 96 MiB tensor PyTorch's message names; libc10.so's exported " +
-		"c10::reportOutOfMemoryToProfiler(size, allocated, reserved, device) gets 100663296 here: an entry " +
-		"probe there would see the request",
 }
 
 // TestFindingsCorpusTorch holds vramprof's findings on PyTorch's own

@@ -34,10 +34,18 @@ const (
 	// KindSetDevice is a thread choosing its current device (cudaSetDevice,
 	// cuCtxSetCurrent): Device is the device chosen.
 	KindSetDevice
+	// KindOOMReport is a caching allocator's own report of a request it
+	// could not serve, made just before it raises out-of-memory (block
+	// layer; PyTorch's c10::reportOutOfMemoryToProfiler). It changes no
+	// memory. Size is the request; Addr the bytes its blocks held then
+	// (allocated) and Stream the bytes it had reserved, as the allocator
+	// counts them; Device the allocator's device. Appended to the format:
+	// older traces have none.
+	KindOOMReport
 )
 
 var kindNames = [...]string{"invalid", "alloc", "free", "host_alloc", "host_free",
-	"reserve", "unreserve", "create", "release", "map", "unmap", "set_device"}
+	"reserve", "unreserve", "create", "release", "map", "unmap", "set_device", "oom_report"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -120,6 +128,11 @@ const (
 	// XLA's BFC allocator, RMM's pools, user specs).
 	APISpecAlloc // allocspec:alloc
 	APISpecFree  // allocspec:free
+	// APIC10ReportOOM is libc10.so's
+	// c10::reportOutOfMemoryToProfiler(size, allocated, reserved, device),
+	// which PyTorch's CUDA caching allocator calls at every out-of-memory
+	// error before raising it (KindOOMReport).
+	APIC10ReportOOM
 )
 
 // apiNames are the exported symbol names, as pprof's api label shows them.
@@ -133,7 +146,8 @@ var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree",
 	"cuCtxSetCurrent",
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
 	"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz",
-	"pytorch:malloc", "pytorch:free", "allocspec:alloc", "allocspec:free"}
+	"pytorch:malloc", "pytorch:free", "allocspec:alloc", "allocspec:free",
+	"c10::reportOutOfMemoryToProfiler"}
 
 // Driver reports whether a is a driver API (libcuda) call.
 func (a API) Driver() bool {

@@ -859,3 +859,23 @@ func TestFlushWritesHeld(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Record{nested, &outer}, got)
 }
+
+// TestOOMReportRoundTrip: an allocator's out-of-memory report (a kind
+// appended to the format) keeps its request, allocated and reserved bytes
+// (Size, Addr, Stream) and its device through a trace, between the
+// failed call it follows and the events after it.
+func TestOOMReportRoundTrip(t *testing.T) {
+	failed := &Event{Time: 100, Duration: 10, Size: 20 << 20, PID: 7, TID: 8, Ret: 2, Device: 0,
+		Kind: KindCreate, Layer: LayerSegment, API: APICuMemCreate}
+	report := &Event{Time: 200, Addr: 124 << 20, Size: 96 << 20, Stream: 200 << 20, PID: 7, TID: 8, Stack: 1, Device: 0,
+		Kind: KindOOMReport, Layer: LayerBlock, API: APIC10ReportOOM}
+	after := testEvent(3)
+	stack := &Stack{ID: 1, PID: 7, Frames: []Frame{{Addr: 0x4c340, Function: "c10::reportOutOfMemoryToProfiler"}}}
+	data := mustTrace(t, testHeader(), stack, failed, report, after)
+	_, recs, err := readAll(t, data)
+	require.NoError(t, err)
+	require.Len(t, recs, 4)
+	assert.Equal(t, report, recs[2])
+	assert.Equal(t, "oom_report", KindOOMReport.String())
+	assert.Equal(t, "c10::reportOutOfMemoryToProfiler", APIC10ReportOOM.String())
+}

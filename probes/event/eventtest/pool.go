@@ -48,6 +48,14 @@ func (s *PoolStream) BlockFree(addr uint64) {
 	s.Ev(event.Event{Time: s.Next(), Addr: addr, TID: 1, Layer: event.LayerBlock, Kind: event.KindFree, API: event.APIPyTorchFree})
 }
 
+// OOMReport adds the allocator's report, on thread tid, of a request of
+// request bytes it gave up on, with its allocated and reserved bytes
+// (PyTorch's c10::reportOutOfMemoryToProfiler).
+func (s *PoolStream) OOMReport(tid uint32, request, allocated, reserved uint64) {
+	s.Ev(event.Event{Time: s.Next(), Addr: allocated, Size: request, Stream: reserved, Stack: 2, TID: tid,
+		Layer: event.LayerBlock, Kind: event.KindOOMReport, API: event.APIC10ReportOOM})
+}
+
 // Finish ends the stream on the next tick and returns its records.
 func (s *PoolStream) Finish() []event.Record {
 	s.End(s.Next())

@@ -68,7 +68,7 @@ func raiseSemaphores(pid uint32, pf *probedFile, maps []symbolize.MapEntry) (int
 	}()
 	raised := 0
 	for off, want := range sites {
-		addr, ok := semaphoreAddr(maps, pf.Path, off)
+		addr, ok := semaphoreAddr(maps, pf.Path, pf.Key.Inode, off)
 		if !ok {
 			continue // its data not mapped (yet): the kernel's count applies then
 		}
@@ -96,11 +96,13 @@ func raiseSemaphores(pid uint32, pf *probedFile, maps []symbolize.MapEntry) (int
 }
 
 // semaphoreAddr is where the semaphore at file offset off of the file at
-// path lies in a process with maps: in its writable private mapping of the
-// file that holds that offset.
-func semaphoreAddr(maps []symbolize.MapEntry, path string, off uint64) (uint64, bool) {
+// path (inode ino) lies in a process with maps: in its writable private
+// mapping of the file that holds that offset. The file is the mapping's
+// by path, or by inode where the path differs (a session that examined it
+// by another name: a link, or the loader's search path).
+func semaphoreAddr(maps []symbolize.MapEntry, path string, ino, off uint64) (uint64, bool) {
 	for _, m := range maps {
-		if m.Path != path || len(m.Perms) < 4 || m.Perms[1] != 'w' || m.Perms[3] != 'p' {
+		if m.Path != path && (ino == 0 || m.Inode != ino) || len(m.Perms) < 4 || m.Perms[1] != 'w' || m.Perms[3] != 'p' {
 			continue
 		}
 		if off >= m.Offset && off+2 <= m.Offset+(m.End-m.Start) {

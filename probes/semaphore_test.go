@@ -26,14 +26,20 @@ func TestSemaphoreAddr(t *testing.T) {
 		{Start: 0x7f100007a000, End: 0x7f100007d000, Perms: "rw-s", Offset: 0x79000, Path: lib},
 		{Start: 0x7f000007a000, End: 0x7f000007d000, Perms: "rw-p", Offset: 0x79000, Path: lib},
 	}
-	addr, ok := semaphoreAddr(maps, lib, 0x79822)
+	addr, ok := semaphoreAddr(maps, lib, 0, 0x79822)
 	assert.True(t, ok)
 	// 0x7f000007a000 + (0x79822 - 0x79000)
 	assert.Equal(t, uint64(0x7f000007a822), addr)
-	_, ok = semaphoreAddr(maps, lib, 0x78800)
+	_, ok = semaphoreAddr(maps, lib, 0, 0x78800)
 	assert.False(t, ok, "only in the read-only RELRO mapping: not a counter the kernel would raise")
-	_, ok = semaphoreAddr(maps, lib, 0x7cfff)
+	_, ok = semaphoreAddr(maps, lib, 0, 0x7cfff)
 	assert.False(t, ok, "its second byte past the mapping")
+	// Examined by another name (libc10_cuda.so.2.6 through a link): found
+	// by its inode.
+	maps[5].Inode = 4242
+	addr, ok = semaphoreAddr(maps, "/usr/lib/libc10_cuda.so.2.6", 4242, 0x79822)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(0x7f000007a822), addr)
 }
 
 // TestSemaphoreSites: libc10_cuda.so's three notes, two pytorch:free

@@ -28,21 +28,33 @@ func (c *clock) now() time.Time { return c.t }
 // (kept) n times, and one failed 80 GiB allocation, on device dev.
 func feed(t *testing.T, x *Exporter, pid uint32, dev int32, n int) {
 	t.Helper()
+	require.NoError(t, feedErr(x, pid, dev, n))
+}
+
+// feedErr is feed for another goroutine than the test's: it returns the
+// first error.
+func feedErr(x *Exporter, pid uint32, dev int32, n int) error {
 	base := uint64(pid) << 32
-	require.NoError(t, x.Write(&event.Process{PID: pid, Command: []string{"/usr/bin/trainer", "--x"}}))
-	require.NoError(t, x.Write(&event.Stack{ID: 1, PID: pid, Frames: []event.Frame{{Addr: 0x10, Function: "cudaMalloc"}, {Addr: 0x20, Function: "step"}}}))
+	recs := []event.Record{
+		&event.Process{PID: pid, Command: []string{"/usr/bin/trainer", "--x"}},
+		&event.Stack{ID: 1, PID: pid, Frames: []event.Frame{{Addr: 0x10, Function: "cudaMalloc"}, {Addr: 0x20, Function: "step"}}},
+	}
+	ev := func(e event.Event) {
+		e.PID, e.Device, e.Layer, e.Stack = pid, dev, event.LayerSegment, 1
+		recs = append(recs, &e)
+	}
 	for i := range uint64(n) {
-		ev := func(e event.Event) {
-			e.PID, e.Device, e.Layer, e.Stack = pid, dev, event.LayerSegment, 1
-			require.NoError(t, x.Write(&e))
-		}
 		ev(event.Event{Time: 10*i + 1, Addr: base + 0x1000_0000, Size: 4 * MiB, Kind: event.KindAlloc, API: event.APICudaMalloc})
 		ev(event.Event{Time: 10*i + 2, Addr: base + 0x2000_0000 + i*MiB, Size: MiB, Kind: event.KindAlloc, API: event.APICudaMalloc})
 		ev(event.Event{Time: 10*i + 3, Addr: base + 0x1000_0000, Kind: event.KindFree, API: event.APICudaFree})
 	}
-	fail := event.Event{Time: 10*uint64(n) + 1, Size: 80 << 30, Ret: 2, PID: pid, Device: dev, Layer: event.LayerSegment,
-		Stack: 1, Kind: event.KindAlloc, API: event.APICudaMalloc}
-	require.NoError(t, x.Write(&fail))
+	ev(event.Event{Time: 10*uint64(n) + 1, Size: 80 << 30, Ret: 2, Kind: event.KindAlloc, API: event.APICudaMalloc})
+	for _, r := range recs {
+		if err := x.Write(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // scrape fetches /metrics and returns its families by name.
@@ -263,28 +275,55 @@ func TestParseCgroup(t *testing.T) {
 }
 
 // TestConcurrentScrapes: records keep coming while /metrics and profiles
-// are read and processes are swept (run with -race).
+// are read and processes are swept (run with -race). Every scrape parses,
+// the group's counters never go backwards between scrapes, and once the
+// writer is done the last scrape holds every process's calls: 40
+// processes of feed's run of 20 (2 allocations each, 1 failed), the odd
+// ones exited and swept, their counts kept by the group.
 func TestConcurrentScrapes(t *testing.T) {
 	x := New(Options{Alive: func(pid uint32, _ uint64) bool { return pid%2 == 0 }, Grace: time.Nanosecond})
 	srv := httptest.NewServer(x.Handler())
 	defer srv.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for pid := uint32(1); pid <= 40; pid++ {
-			feed(t, x, pid, 0, 20)
+	const procs, n = 40, 20
+	done := make(chan error, 1)
+	go func() { // no require here: FailNow belongs to the test's goroutine
+		for pid := uint32(1); pid <= procs; pid++ {
+			if err := feedErr(x, pid, 0, n); err != nil {
+				done <- err
+				return
+			}
 		}
+		done <- nil
 	}()
-	for i := 0; ; i++ {
+	var last float64
+	scrapes := 0
+	check := func() {
+		fams := scrape(t, srv.URL)
+		got, _ := groupValue(fams, "vramprof_allocations_total")
+		require.GreaterOrEqual(t, got, last, "scrape %d: allocations_total went backwards", scrapes)
+		last = got
+		scrapes++
+	}
+	for finished := false; !finished; {
 		select {
-		case <-done:
-			return
+		case err := <-done:
+			require.NoError(t, err)
+			finished = true
 		default:
 		}
-		_ = scrape(t, srv.URL)
+		check()
 		resp, err := http.Get(srv.URL + "/debug/pprof/inuse")
 		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
 		resp.Body.Close()
 		x.Sweep()
 	}
+	check()
+	assert.Equal(t, float64(procs*2*n), last, "allocations of every process, swept ones included")
+	fams := scrape(t, srv.URL)
+	failed, _ := groupValue(fams, "vramprof_failed_allocations_total")
+	assert.Equal(t, float64(procs), failed, "one failed allocation per process")
+	live, _ := groupValue(fams, "vramprof_live_bytes")
+	assert.Equal(t, float64(procs/2*n*MiB), live, "the running (even) processes' kept MiB blocks")
+	t.Logf("%d scrapes while %d processes were written", scrapes, procs)
 }

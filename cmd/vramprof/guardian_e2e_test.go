@@ -214,9 +214,14 @@ func TestUserStoppedStaysStopped(t *testing.T) {
 			require.NoError(t, syscall.Kill(lr.pid, syscall.SIGSTOP))
 			waitState(t, lr.pid, 'T')
 			a := startAttach(t, lr.pid)
+			var gs []int
+			require.Eventually(t, func() bool { gs = guardians(t, a.cmd.Process.Pid); return len(gs) > 0 },
+				10*time.Second, 10*time.Millisecond, "the session's guardian")
 			require.NoError(t, a.cmd.Process.Signal(tc.sig))
 			<-a.done
-			time.Sleep(1500 * time.Millisecond) // the guardian's last look is after about 1 s
+			for _, g := range gs { // its last look at the stopped map done
+				awaitGone(t, g)
+			}
 			assert.Equal(t, byte('T'), procState(t, lr.pid), "left stopped")
 			require.NoError(t, syscall.Kill(lr.pid, syscall.SIGCONT))
 		})

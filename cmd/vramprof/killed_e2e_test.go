@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,18 @@ func TestRecorderKilled(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, syscall.Kill(target, syscall.SIGUSR1))
 	next("done")
-	time.Sleep(2500 * time.Millisecond) // past the next flush
+	// Until a flush has put the whole run on disk (once a second): what
+	// the trace holds so far, read as report does (exit 2, a trace without
+	// its End, with the figures of what it holds).
+	trace := filepath.Join(dir, "trace.vpt")
+	require.Eventually(t, func() bool {
+		r := vramprof(t, execOpts{dir: tmp}, "report", trace, "--format", "json")
+		var rep Report
+		if json.Unmarshal([]byte(r.stdout), &rep) != nil || rep.Totals.Frees == nil {
+			return false
+		}
+		return *rep.Totals.Frees == 41
+	}, 20*time.Second, 100*time.Millisecond, "the trace on disk never held the run's 41 frees")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 

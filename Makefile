@@ -15,7 +15,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata pythons nvidia torch generate test bench demo lint clean release install uninstall image
+.PHONY: all build testdata pythons nvidia torch generate test race bench demo lint clean release install uninstall image
 
 all: build
 
@@ -33,6 +33,15 @@ generate:
 # sessions resuming the same stopped process race each other.
 test: testdata pythons nvidia torch
 	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 -timeout 30m ./...
+
+# The race detector on every package whose tests load no BPF (the
+# exporter, the analysis, the reports), and on the probes package's
+# concurrent parts that need none: the ring reader, the reorder buffer and
+# the process table. .ci/run runs it beside make test.
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/cmd/vramprof$$' -e '/probes$$')
+race: testdata pythons nvidia torch
+	$(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
+	$(GO) test -race -count=1 -run '^Test(Reader|Reorder|HeldLimit|ProcTable)' ./probes
 
 # The interpreters the Python stack tests run besides the machine's own:
 # Debian's newer CPythons and a CPython 3.11 built with frame pointers
@@ -95,6 +104,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	$(GO) tool go-errorlint ./...
 	GOOS=darwin $(GO) build ./...
 
 # The release binary, $(RELEASE)/vramprof: the same bytes from the same

@@ -36,6 +36,7 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.3 // indirect
+	github.com/polyfloyd/go-errorlint v1.8.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
@@ -57,5 +58,6 @@ require (
 
 tool (
 	github.com/cilium/ebpf/cmd/bpf2go
+	github.com/polyfloyd/go-errorlint
 	honnef.co/go/tools/cmd/staticcheck
 )

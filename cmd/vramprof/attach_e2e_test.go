@@ -224,8 +224,8 @@ func (a *attachment) wait(t *testing.T, within time.Duration) int {
 		t.Fatalf("vramprof attach still running after %s; stderr:\n%s", within, a.stderr.String())
 	}
 	if a.err != nil {
-		ee, ok := a.err.(*exec.ExitError)
-		require.True(t, ok, "wait: %v", a.err)
+		var ee *exec.ExitError
+		require.ErrorAs(t, a.err, &ee, "wait")
 		return ee.ExitCode()
 	}
 	return 0

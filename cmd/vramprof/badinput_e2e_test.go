@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -272,7 +273,7 @@ func TestBadInput(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
 			r := result{stdout: stdout.String(), stderr: stderr.String()}
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 				r.code = ee.ExitCode()
 			} else {
 				require.NoError(t, err)

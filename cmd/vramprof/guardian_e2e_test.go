@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,8 +67,8 @@ func stoppedNote(t *testing.T) string {
 // killedBySIGKILL reports whether a vramprof that ended with err was the
 // test hook's doing.
 func killedBySIGKILL(err error) bool {
-	ee, ok := err.(*exec.ExitError)
-	if !ok {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
 		return false
 	}
 	ws, ok := ee.Sys().(syscall.WaitStatus)

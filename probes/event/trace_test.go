@@ -304,7 +304,7 @@ func TestHeaderErrors(t *testing.T) {
 			_, err := NewReader(bytes.NewReader(tt.data))
 			require.ErrorIs(t, err, tt.want)
 			assert.Contains(t, err.Error(), tt.message)
-			if tt.want == ErrNotTrace {
+			if errors.Is(tt.want, ErrNotTrace) {
 				// A file that is not a trace is never quoted (it may be a
 				// secret root can read).
 				head := string(tt.data[:2])

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // Ground truth in these tests comes from outside package python: the C
@@ -67,7 +69,29 @@ func interpreters(tb testing.TB) []interpreter {
 		out = append(out, interpreter{name: "pyenv-" + filepath.Base(dir), python: py,
 			include: headers(filepath.Join(dir, "include", fmt.Sprintf("python3.%d", v.Minor))), minor: v.Minor})
 	}
+	// Debian's newer CPythons, unpacked with their headers by
+	// testdata/python/fetch.sh (with CI=true, Pythons fails the test when
+	// the fetch does): one entry per suite and version, the static build.
+	for _, p := range probetest.Pythons(tb) {
+		root, _, ok := strings.Cut(p.Runtime, string(filepath.Separator)+"root"+string(filepath.Separator))
+		v, vok := versionFromName("python" + p.Version)
+		if !ok || !vok || p.Shared || !strings.Contains(root, filepath.Join("testdata", "python", "build")) {
+			continue
+		}
+		include := filepath.Join(root, "root", "usr", "include", "python"+p.Version)
+		out = append(out, interpreter{name: "debian-" + strings.TrimSuffix(p.Name, "-shared"), python: p.Argv[0],
+			include: headers(include), minor: v.Minor})
+	}
 	return out
+}
+
+// includeFlags are gcc's flags to compile against the headers in include
+// (CPython's internal ones too). Debian's pyconfig.h includes
+// <x86_64-linux-gnu/python3.X/pyconfig.h> from the directory above: for a
+// suite unpacked by testdata/python/fetch.sh that is its root's usr/include,
+// searched after the system's, whose libc headers stay the ones used.
+func includeFlags(include string) []string {
+	return []string{"-DPy_BUILD_CORE", "-I" + include, "-I" + filepath.Join(include, "internal"), "-idirafter", filepath.Dir(include)}
 }
 
 // headers returns dir when it holds Python.h and the internal headers.
@@ -121,8 +145,7 @@ func mustCompileOffsets(tb testing.TB, include string) map[string]string {
 	tb.Helper()
 	needGCC(tb)
 	bin := filepath.Join(tb.TempDir(), "offsets")
-	cmd := exec.Command("gcc", "-DPy_BUILD_CORE", "-I"+include, "-I"+filepath.Join(include, "internal"),
-		"-o", bin, filepath.Join("testdata", "offsets.c"))
+	cmd := exec.Command("gcc", append(includeFlags(include), "-o", bin, filepath.Join("testdata", "offsets.c"))...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(tb, err, "compile offsets.c against %s:\n%s", include, out)
 	out, err = exec.Command(bin).Output()

@@ -134,7 +134,10 @@ func testResolveLive(t *testing.T, py interpreter) {
 	})
 
 	t.Run("not code", func(t *testing.T) {
-		addrs := append([]uint64{0, 8, 0xdead_beef_0000, truth.RuntimeAddr, truth.Functions[0].ID + 1,
+		// Inside a code object, past its header (ID+1 is the code itself on
+		// 3.14, whose _PyStackRef tags the pointer's low 3 bits).
+		inside := truth.Functions[0].ID + 8
+		addrs := append([]uint64{0, 8, 0xdead_beef_0000, truth.RuntimeAddr, inside,
 			1 << 63, ^uint64(0) &^ 7}, truth.NotCode...)
 		for _, a := range addrs {
 			got, ok := r.Frame(a, 0)
@@ -144,6 +147,19 @@ func testResolveLive(t *testing.T, py interpreter) {
 			assert.Zero(t, got.Line)
 		}
 	})
+
+	if in.Version.AtLeast(3, 14) {
+		t.Run("tagged", func(t *testing.T) { // a _PyStackRef's tag bits name the same code
+			id := truth.Functions[0].ID
+			want, ok := r.Frame(id, 0)
+			require.True(t, ok)
+			for _, tag := range []uint64{1, 3} {
+				got, ok := r.Frame(id|tag, 0)
+				assert.True(t, ok, "%#x", id|tag)
+				assert.Equal(t, want, got, "%#x", id|tag)
+			}
+		})
+	}
 }
 
 // TestFindNotPython: a process without CPython is ErrNotPython; one that

@@ -68,7 +68,9 @@ print_list() {
 	done <"$list"
 }
 
-if [ -f "$build/.done" ] && print_list; then
+# .done holds the layout of build/ it was written for: 2 since the headers
+# (libpython3.X-dev) are unpacked too, for probes/python's layout tests.
+if [ "$(cat "$build/.done" 2>/dev/null)" = 2 ] && print_list; then
 	exit 0
 fi
 rm -f "$build/.done"
@@ -212,9 +214,14 @@ for s in $suites; do
 		[ "${entry#*:}" = "$s" ] || continue
 		v=${entry%%:*}
 		pkgs="$pkgs python$v-minimal libpython$v-minimal libpython$v-stdlib"
-		# The shared library, where the version has it.
+		# The shared library, where the version has it; and its headers
+		# (build/SUITE/root/usr/include/python3.X, the internal ones too), which
+		# probes/python's tests compile offsetof() against.
 		if has "libpython$v" "$s" "$@"; then
 			pkgs="$pkgs libpython$v"
+		fi
+		if has "libpython$v-dev" "$s" "$@"; then
+			pkgs="$pkgs libpython$v-dev"
 		fi
 	done
 	[ -n "$pkgs" ] || continue
@@ -330,4 +337,4 @@ if [ -n "$failed" ]; then
 	echo "fetch.sh: failed:$failed (see above)" >&2
 	exit 1
 fi
-touch "$build/.done"
+echo 2 >"$build/.done"

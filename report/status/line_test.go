@@ -4,10 +4,10 @@ package status
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,9 +35,10 @@ func fixedCounts() Counts { return Counts{Events: 100, Lost: 2, Procs: 1} }
 // TestLinePlain: off a terminal, a whole line every interval, each with
 // the prefix and a line ending, and nothing more at Stop.
 func TestLinePlain(t *testing.T) {
-	var buf bytes.Buffer
+	var buf lockedBuffer
 	s := Start(Options{Out: &buf, Every: 10 * time.Millisecond, Start: time.Now(), Counts: fixedCounts, Live: mustLive(t)})
-	time.Sleep(55 * time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Count(buf.String(), "\n") >= 2 }, 10*time.Second, time.Millisecond,
+		"two lines, one every 10ms")
 	s.Stop()
 	s.Stop() // twice: a no-op
 	(*Line)(nil).Stop()
@@ -46,7 +47,7 @@ func TestLinePlain(t *testing.T) {
 	assert.NotContains(t, out, "\r")
 	assert.NotContains(t, out, "\x1b")
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	require.GreaterOrEqual(t, len(lines), 2, "a line every 10ms for 55ms: %q", out)
+	require.GreaterOrEqual(t, len(lines), 2, "a line every 10ms: %q", out)
 	for i, l := range lines {
 		// 10 MiB live and peak, from the one allocation; events, lost and
 		// processes from the counters.
@@ -73,6 +74,9 @@ func openPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no pseudo-terminal (/dev/ptmx): %v", err)
+		}
 		t.Skipf("no pseudo-terminal: %v", err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
@@ -91,27 +95,51 @@ func openPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
 	return m, s
 }
 
-// drawOnTTY runs a line on a pseudo-terminal of rows x cols for a little
-// more than one redraw and returns what the terminal received.
+// drawOnTTY runs a line on a pseudo-terminal of rows x cols until the
+// terminal has received a whole status line, stops it and returns what the
+// terminal received.
 func drawOnTTY(t *testing.T, rows, cols uint16, shared bool) string {
 	t.Helper()
 	master, slave := openPTY(t, rows, cols)
+	var got lockedBuffer
+	readErr := make(chan error, 1)
+	go func() { // the terminal's side, read as it comes
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			got.Write(buf[:n])
+			if err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
 	s := Start(Options{Out: slave, Shared: shared, Start: time.Now(), Counts: fixedCounts, Live: mustLive(t)})
 	require.Equal(t, TTYEvery, s.every, "a terminal redraws at its own pace")
-	time.Sleep(TTYEvery + TTYEvery/2)
+	require.Eventually(t, func() bool { return strings.Contains(got.String(), " events") }, 10*time.Second, time.Millisecond,
+		"a status line drawn")
 	s.Stop()
 	require.NoError(t, slave.Close())
-	var got bytes.Buffer
-	buf := make([]byte, 4096)
-	for {
-		n, err := master.Read(buf)
-		got.Write(buf[:n])
-		if err != nil {
-			require.True(t, errors.Is(err, syscall.EIO), "read: %v", err)
-			break
-		}
-	}
+	require.ErrorIs(t, <-readErr, syscall.EIO, "the terminal's read ends when its last writer closes")
 	return got.String()
+}
+
+// lockedBuffer is a bytes.Buffer that a line writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestLineTTY: on a terminal of its own the line is redrawn in place and

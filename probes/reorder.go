@@ -71,9 +71,7 @@ const DefaultReorderWindow = 2_000_000_000 // ns
 // reached (Session.takeMark): once the reader has read up to there, every
 // record in the ring when the mark was read has been read, as when the ring
 // is found empty, and the mark holds. Behind, the buffer then holds about
-// the records of one ring. Before that (issue 12) only the window released
-// events there: a window's worth of them, 376k at 188k events/s, in an
-// array that grew to the 1Mi cap (~90 MB) and was kept after the burst.
+// the records of one ring, not a window's worth (376k at 188k events/s).
 // The buffer also holds at most a limit of events, a ring's worth (see
 // heldLimit): past it the oldest go out early, and a release that arrives
 // behind them is written where it arrives and counted late, as any late

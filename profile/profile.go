@@ -50,8 +50,8 @@ const (
 	LabelSpace = "space"
 	// LabelHelper names the shared helper a sample's site was reached
 	// through (analysis.Stack.Helper: "dev_alloc"), whose frames the
-	// sample's stack leaves out; absent when the site is one frame. Added
-	// with issue 11; a function name, never an address.
+	// sample's stack leaves out; absent when the site is one frame. A
+	// function name, never an address.
 	LabelHelper = "helper"
 	// NumLabelBytes is the allocation size, as in Go heap profiles.
 	NumLabelBytes = "bytes"

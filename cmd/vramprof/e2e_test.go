@@ -277,7 +277,12 @@ func TestRunMatchesTruth(t *testing.T) {
 			rep := mustReadReport(t, filepath.Join(dir, "report.json"))
 			t.Run("report", func(t *testing.T) { checkReport(t, rep, truth) })
 			t.Run("pprof", func(t *testing.T) { checkProfile(t, tc.name, filepath.Join(dir, "profile.pb.gz"), truth) })
-			t.Run("replay", func(t *testing.T) { checkReplay(t, dir) })
+			t.Run("replay", func(t *testing.T) {
+				// The replay's figures against the program's truth, not only
+				// against the live outputs (themselves made from the trace).
+				replayed := mustReadReport(t, filepath.Join(checkReplay(t, dir), "report.json"))
+				checkReport(t, replayed, truth)
+			})
 			t.Run("findings", func(t *testing.T) { checkFindings(t, tc.name, rep, truth) })
 		})
 	}
@@ -410,7 +415,7 @@ func pprofTop(t *testing.T, path, index string) string {
 
 // checkReplay re-analyses the recorded trace without probes: the outputs
 // must be byte-identical to the live run's.
-func checkReplay(t *testing.T, dir string) {
+func checkReplay(t *testing.T, dir string) (replayDir string) {
 	dir2 := filepath.Join(t.TempDir(), "replay")
 	r := vramprof(t, execOpts{}, "report", filepath.Join(dir, "trace.vpt"), "-o", dir2)
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
@@ -433,6 +438,7 @@ func checkReplay(t *testing.T, dir string) {
 	r = vramprof(t, execOpts{}, "report", dir)
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.NotEmpty(t, r.stdout, "text summary")
+	return dir2
 }
 
 func checkFindings(t *testing.T, name string, rep *Report, truth *probetest.Truth) {

@@ -182,9 +182,18 @@ func TestFlightMoment(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
-	time.Sleep(3 * time.Second)
+	// Once the recorder is at its 12th segment (about 4 kept, the first 8
+	// deleted: the oldest kept opens with a checkpoint of twice what is
+	// kept), the moment; then until it is written.
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "trace-000012.vpt"))
+		return err == nil
+	}, time.Minute, 20*time.Millisecond, "the flight recorder never reached its 12th segment; stderr: %s", &stderr)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
-	time.Sleep(2 * time.Second)
+	require.Eventually(t, func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "moments", "usr1-1-*", "report.json"))
+		return len(m) == 1
+	}, time.Minute, 20*time.Millisecond, "no moment report written")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	if err := cmd.Wait(); err != nil {
 		var ee *exec.ExitError

@@ -47,6 +47,18 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 		signal.Notify(sigs, wanted...)
 	}
 	defer signal.Stop(sigs)
+	// A Ctrl-C or SIGTERM that came while the probes were being set up,
+	// before the handler above, reached only main's context: the command
+	// is not started, as a shell would not start it.
+	if ctx.Err() != nil {
+		rec.abort()
+		cause := context.Cause(ctx)
+		fmt.Fprintf(os.Stderr, "vramprof: %v before the command started: nothing was run\n", cause)
+		if strings.HasPrefix(cause.Error(), syscall.SIGTERM.String()) {
+			return 128 + int(syscall.SIGTERM), nil
+		}
+		return 128 + int(syscall.SIGINT), nil
+	}
 
 	if lost := sigstate.Lost(); len(lost) > 0 {
 		// Rare (a parent that ignores SIGSEGV or SIGPROF), and it changes

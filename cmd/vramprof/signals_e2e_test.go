@@ -241,3 +241,37 @@ func runIgnoring(t *testing.T, w signalWrapper, bin string, traced bool) int {
 
 // procPPID is the parent PID of /proc/PID/stat (field 4).
 func procPPID(t *testing.T, pid int) int { return procStatInt(t, pid, 1) }
+
+// TestRunSignalledAtStart sends SIGTERM to `vramprof run` at points of its
+// start-up, while the probes are set up (about a second): the command must
+// not run on as if nothing had been said. Caught before run's own handler,
+// the signal once reached only main's context, and the command ran its full
+// 30 s; now it is not started (exit 143, one line), and after the handler
+// it is passed on to the command (143, as it dies of it).
+func TestRunSignalledAtStart(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	for _, delay := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second} {
+		t.Run(delay.String(), func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			cmd := exec.Command(binPath, "run", "-q", "-o", filepath.Join(t.TempDir(), "out"), "--",
+				"/bin/sh", "-c", `touch "$1"; exec sleep 30`, "sh", marker)
+			var stderr syncBuffer
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			time.Sleep(delay) // the point of start-up the signal lands at
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("vramprof run still runs 15 s after SIGTERM (sent %v after its start); stderr:\n%s", delay, stderr.String())
+			}
+			assert.Equal(t, 143, cmd.ProcessState.ExitCode(), "exit code; stderr:\n%s", stderr.String())
+			if _, err := os.Stat(marker); err != nil {
+				assert.Contains(t, stderr.String(), "before the command started: nothing was run")
+			}
+		})
+	}
+}

@@ -5,29 +5,6 @@ import (
 	"slices"
 )
 
-// CacheEvidence is what a cache_growth finding rests on (see doc.go, "The
-// cache"): a process's reserve (its segments, device memory at the segment
-// layer) against its tensors (the block layer), at their peaks and at the
-// end.
-type CacheEvidence struct {
-	// ReservedPeakBytes is the process's segment peak (the allocator's
-	// segments and any other device memory it got from CUDA) and
-	// ReservedPeakTime when it was first reached: the reserve never grew
-	// past it after.
-	ReservedPeakBytes uint64
-	ReservedPeakTime  uint64
-	// AllocatedPeakBytes is the most its tensors held at once and
-	// AllocatedPeakTime when.
-	AllocatedPeakBytes uint64
-	AllocatedPeakTime  uint64
-	// ReservedAtEnd and AllocatedAtEnd are both at the end.
-	ReservedAtEnd  uint64
-	AllocatedAtEnd uint64
-	// End is the process's last traced moment (the run's end): the
-	// reserve was flat from ReservedPeakTime to it at most.
-	End uint64
-}
-
 // cacheFindings says once per process whose tensors were traced that its
 // caching allocator reserved more than its tensors ever held: the
 // segments grew while the blocks did not, the cache (see doc.go, "The

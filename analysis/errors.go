@@ -80,22 +80,6 @@ func ErrorName(api event.API, ret int32) string {
 	return fmt.Sprint(ret)
 }
 
-// FailedCalls are a process's failed allocation calls with one error (one
-// return code of one library), at the segment layer.
-type FailedCalls struct {
-	// Error is the code with its name (ErrorName).
-	Error string
-	Ret   int32
-	// Driver: the codes are CUresult (the driver's); else cudaError_t.
-	Driver bool
-	// Count and Bytes are the calls and the bytes they asked for.
-	Count, Bytes uint64
-	// First is the first such call.
-	First Allocation
-	// Stacks are the calls by stack, largest request first.
-	Stacks []StackUsage
-}
-
 // errorKey groups failures by library and code.
 type errorKey struct {
 	driver bool
@@ -129,7 +113,7 @@ func (sp *space) noteFailure(e *event.Event, layer event.Layer) {
 		u = &Usage{}
 		ce.stacks[e.Stack] = u
 	}
-	u.add(e.Size)
+	u.Add(e.Size)
 }
 
 // failedCalls renders a process's error groups, first failure first.

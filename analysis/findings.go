@@ -43,18 +43,6 @@ func (a *Analyzer) findings(r *Result) {
 	})
 }
 
-func severityRank(s Severity) int {
-	switch s {
-	case SeverityCritical:
-		return 0
-	case SeverityHigh:
-		return 1
-	case SeverityMedium:
-		return 2
-	}
-	return 3
-}
-
 func (r *Result) findingStacks(us []StackUsage, n int) []FindingStack {
 	out := make([]FindingStack, 0, min(len(us), n))
 	for _, u := range us {

@@ -56,7 +56,7 @@ func (a *Analyzer) poolFindings(r *Result) (out []Finding, explained map[uint32]
 			}
 			oc := *gc.o
 			oc.Live = nil
-			f.Pool.GC = &GCThreshold{OOM: oc, IdleLargeBytes: gc.o.idleLarge, CapacityBytes: gc.capacity,
+			f.Pool.GC = &GCThreshold{OOM: oc, IdleLargeBytes: a.oomGeometry[gc.o.Index].idleLarge, CapacityBytes: gc.capacity,
 				CapacityKnown: gc.known, Threshold: gc.threshold}
 		}
 		if f != nil {
@@ -137,7 +137,7 @@ func (a *Analyzer) gcThreshold(pl *Pool) *gcEvidence {
 		o := &pl.OOMs[i]
 		st := o.State
 		if o.Ret != 2 || o.Outcome != OOMRetried || o.Kind != OOMFragmentation ||
-			st.CachedFreeBytes*fragmentationShare < st.ReservedBytes || o.idleLarge == 0 {
+			st.CachedFreeBytes*fragmentationShare < st.ReservedBytes || a.oomGeometry[o.Index].idleLarge == 0 {
 			continue
 		}
 		ev := &gcEvidence{o: o, capacity: a.opts.Capacity, known: true}
@@ -146,13 +146,13 @@ func (a *Analyzer) gcThreshold(pl *Pool) *gcEvidence {
 		}
 		if ev.capacity == 0 {
 			// The retry fit once the free-all had released its bytes.
-			if o.ReleasedBytes > st.ReservedBytes || o.idleLarge < o.ReleasedBytes {
+			if o.ReleasedBytes > st.ReservedBytes || a.oomGeometry[o.Index].idleLarge < o.ReleasedBytes {
 				continue
 			}
 			ev.capacity, ev.known = st.ReservedBytes-o.ReleasedBytes+o.RequestBytes, false
 		}
 		c, s := ev.capacity, o.RequestBytes
-		if s >= c || st.ReservedBytes-o.idleLarge+s > c {
+		if s >= c || st.ReservedBytes-a.oomGeometry[o.Index].idleLarge+s > c {
 			continue
 		}
 		ev.threshold = 100 * (c - s) / c
@@ -170,11 +170,11 @@ func (a *Analyzer) gcThreshold(pl *Pool) *gcEvidence {
 // requests of that size and more (the failing one) get blocks that are
 // never split, and PyTorch frees such cached blocks before it raises
 // out-of-memory. 0 when no such value is at most the request.
-func splitSizeMiB(o *OOM) uint64 {
-	if o.maxSharedSegment == 0 {
+func splitSizeMiB(o *OOM, maxShared uint64) uint64 {
+	if maxShared == 0 {
 		return 0
 	}
-	n := (o.maxSharedSegment+(1<<20)-1)>>20 + 1
+	n := (maxShared+(1<<20)-1)>>20 + 1
 	if n<<20 > o.RequestBytes {
 		return 0
 	}
@@ -185,7 +185,7 @@ func splitSizeMiB(o *OOM) uint64 {
 // allocator's geometry at that moment.
 func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 	f := Finding{Kind: KindOOM, PID: pl.PID, ProcessStart: pl.ProcessStart, Bytes: o.RequestBytes, Time: o.Time,
-		Stacks: r.findingStacks(o.LiveStacks, a.opts.TopStacks), Pool: poolEvidence(pl, o)}
+		Stacks: r.findingStacks(o.LiveStacks, a.opts.TopStacks), Pool: a.poolEvidence(pl, o)}
 	oc := *o
 	oc.Live = nil
 	f.OOM = &oc
@@ -210,10 +210,11 @@ func (a *Analyzer) poolOOMFinding(r *Result, pl *Pool, o *OOM) Finding {
 }
 
 // poolEvidence is the evidence of pool pl's failure o (nil: none).
-func poolEvidence(pl *Pool, o *OOM) *PoolEvidence {
+func (a *Analyzer) poolEvidence(pl *Pool, o *OOM) *PoolEvidence {
 	ev := &PoolEvidence{Device: pl.Device, Expandable: pl.Expandable || (o != nil && o.Expandable)}
 	if o != nil {
-		ev.IdleLargeBytes, ev.MaxSharedSegment, ev.SplitSizeMiB = o.idleLarge, o.maxSharedSegment, splitSizeMiB(o)
+		g := a.oomGeometry[o.Index]
+		ev.IdleLargeBytes, ev.MaxSharedSegment, ev.SplitSizeMiB = g.idleLarge, g.maxSharedSegment, splitSizeMiB(o, g.maxSharedSegment)
 	}
 	return ev
 }
@@ -225,7 +226,7 @@ func poolEvidence(pl *Pool, o *OOM) *PoolEvidence {
 // share of reserved memory scattered in small ranges is reported as info
 // only: nothing failed and nothing measurable was lost.
 func (a *Analyzer) fragmentationFinding(r *Result, pl *Pool, o *OOM) *Finding {
-	f := &Finding{Kind: KindFragmentation, PID: pl.PID, ProcessStart: pl.ProcessStart, Pool: poolEvidence(pl, o)}
+	f := &Finding{Kind: KindFragmentation, PID: pl.PID, ProcessStart: pl.ProcessStart, Pool: a.poolEvidence(pl, o)}
 	if o != nil {
 		st := o.State
 		f.Severity, f.Bytes, f.Time = SeverityHigh, st.CachedFreeBytes, o.Time
@@ -258,7 +259,7 @@ func (a *Analyzer) retryFragmentationFinding(r *Result, pl *Pool, o *OOM) *Findi
 	oc.Live = nil
 	return &Finding{Kind: KindFragmentation, Severity: SeverityMedium, PID: pl.PID, ProcessStart: pl.ProcessStart,
 		Bytes: st.CachedFreeBytes, Time: o.Time, OOM: &oc, Stacks: r.findingStacks(o.LiveStacks, a.opts.TopStacks),
-		Pool: poolEvidence(pl, o)}
+		Pool: a.poolEvidence(pl, o)}
 }
 
 // churnFinding prices a process's release-and-reallocate cycles. Only a

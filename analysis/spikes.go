@@ -5,10 +5,6 @@ import (
 	"slices"
 )
 
-// KindSpike: a large allocation that lives briefly (a checkpoint being
-// saved) and lifts the process's memory while it does.
-const KindSpike = "spike"
-
 // DefaultSpikeWindow is how briefly, in ns, an allocation must live to be a
 // spike candidate: a checkpoint copy or a one-off gather lasts milliseconds
 // to a second; activations freed at the end of a step are short-lived too,

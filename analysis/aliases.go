@@ -74,6 +74,7 @@ const (
 	SpacePhysical        = finding.SpacePhysical
 	SpaceHost            = finding.SpaceHost
 	ProjectionFactor     = finding.ProjectionFactor
+	NoStack              = finding.NoStack
 )
 
 // RankFindings orders findings by bytes at stake (finding.RankFindings).
@@ -91,3 +92,7 @@ func RateBaseFor(observedNs uint64) (RateBase, bool) { return finding.RateBaseFo
 func Projectable(horizonSeconds float64, observedNs uint64) bool {
 	return finding.Projectable(horizonSeconds, observedNs)
 }
+
+// IsOutOfMemory reports whether an allocation's return code says the memory
+// ran out (finding.IsOutOfMemory).
+func IsOutOfMemory(ret int32) bool { return finding.IsOutOfMemory(ret) }

@@ -526,26 +526,6 @@ func TestLeakDefaultWindows(t *testing.T) {
 	assert.InDelta(t, float64(10*sec), float64(ends[0]), float64(60*sec/32))
 }
 
-func TestIsLeak(t *testing.T) {
-	tests := []struct {
-		name string
-		live []uint64
-		want bool
-	}{
-		{"linear", []uint64{1, 2, 3, 4, 5, 6}, true},
-		{"rises in 3 of 5 steps", []uint64{1, 1, 2, 2, 3, 4}, true},
-		{"rises in 2 of 5 steps", []uint64{1, 1, 1, 2, 2, 3}, false},
-		{"one step up", []uint64{0, 0, 0, 1}, false},
-		{"falls once", []uint64{1, 2, 3, 2, 4, 5}, false},
-		{"flat", []uint64{5, 5, 5, 5}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, isLeak(tt.live))
-		})
-	}
-}
-
 func TestBlockLayer(t *testing.T) {
 	s := eventtest.NewStream().Stack(1, "f", 1)
 	s.Alloc(1, 0xa, 2*MiB, 1)

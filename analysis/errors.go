@@ -56,15 +56,6 @@ var driverErrors = map[int32]string{
 	999: "CUDA_ERROR_UNKNOWN",
 }
 
-// outOfMemory is the out-of-memory code of both numberings
-// (cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY).
-const outOfMemory = 2
-
-// IsOutOfMemory reports whether an allocation's return code says the memory
-// ran out, as opposed to a setup or usage error (no device, no driver, an
-// invalid argument), which no amount of freeing would fix.
-func IsOutOfMemory(ret int32) bool { return ret == outOfMemory }
-
 // ErrorName renders the return code of a call to api with the name its
 // library gives it: "2 (cudaErrorMemoryAllocation)" from the runtime,
 // "3 (CUDA_ERROR_NOT_INITIALIZED)" from the driver, the bare number when

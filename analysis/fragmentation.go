@@ -159,6 +159,12 @@ func searchBlocks(blocks []poolBlock, addr uint64) (int, bool) {
 	return lo, lo < len(blocks) && blocks[lo].addr == addr
 }
 
+// smallSegment is PyTorch's small-pool segment (kSmallBuffer, 2 MiB):
+// large-pool segments are 20 MiB or at least 10 MiB, and only they are
+// released by garbage collection (garbage_collect_cached_blocks walks the
+// large pool's unsplit free blocks).
+const smallSegment = 2 << 20
+
 // oomRecord is a failed segment allocation being recorded: the OOM that
 // Result.Pools lists, with what the rules read of it beside (oomGeometry)
 // and the live blocks by stack until Finish ranks them (OOM.LiveStacks).

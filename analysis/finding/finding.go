@@ -121,3 +121,7 @@ func severityRank(s Severity) int {
 	}
 	return 3
 }
+
+// NoStack is how a missing stack (StackID 0, or a stack record never seen)
+// is rendered.
+const NoStack = "[no stack]"

@@ -1,7 +1,9 @@
 package finding
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -273,4 +275,29 @@ type OOM struct {
 	// Live is everything the pool held at the failure as allocation
 	// classes (segments and blocks): the samples of oom-<Index>.pb.gz.
 	Live []Class
+}
+
+// outOfMemory is the out-of-memory code of both numberings
+// (cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY).
+const outOfMemory = 2
+
+// IsOutOfMemory reports whether an allocation's return code says the memory
+// ran out, as opposed to a setup or usage error (no device, no driver, an
+// invalid argument), which no amount of freeing would fix.
+func IsOutOfMemory(ret int32) bool { return ret == outOfMemory }
+
+// TopStacks returns m's stacks largest first (bytes, then allocations, then
+// stack ID), the first n when n > 0.
+func TopStacks(m map[event.StackID]*Usage, n int) []StackUsage {
+	out := make([]StackUsage, 0, len(m))
+	for id, u := range m {
+		out = append(out, StackUsage{Stack: id, Usage: *u})
+	}
+	slices.SortFunc(out, func(x, y StackUsage) int {
+		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(y.Count, x.Count), cmp.Compare(x.Stack, y.Stack))
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
 }

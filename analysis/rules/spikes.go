@@ -23,8 +23,8 @@ const maxSpikeFindings = 5
 const spikeMinPeakShare = 0.25
 
 // Spikes names the sites whose rare, brief allocations reach a quarter of
-// the process's peak. Brief: freed within View.SpikeWindow and within 5% of
-// the run's span (Series.Brief). Rare: the site's brief allocations are at
+// the process's peak. Brief: freed within View.SpikeWindow (Series.Brief)
+// and within 5% of the run's span. Rare: the site's brief allocations are at
 // most a tenth of the busiest site's allocations in the process. Bytes is
 // the spike's height, its largest brief allocation. High severity when the
 // process's peak fell inside one of them (it set the peak), else medium.

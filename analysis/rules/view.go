@@ -192,8 +192,8 @@ type Series struct {
 	// Alloc counts every successful allocation; Live what was live at the
 	// end.
 	Alloc, Live finding.Usage
-	// LiveByDevice is Live.Bytes by device index; empty when nothing is
-	// live.
+	// LiveByDevice is Live.Bytes by device index, with every device the
+	// series allocated on (0 where nothing of it is live at the end).
 	LiveByDevice map[int32]uint64
 	// Brief are the allocations freed within View.SpikeWindow (device
 	// memory and tensors only); nil when none was.

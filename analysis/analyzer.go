@@ -166,6 +166,9 @@ type Analyzer struct {
 	insts map[uint32]*instance
 	// procIndex finds an instance's entry in Result.Processes (Finish).
 	procIndex map[uint32]int
+	// oomGeometry is the segments' geometry at each failed segment
+	// allocation of Result.Pools, by OOM.Index (Finish).
+	oomGeometry map[int]oomGeometry
 
 	// nvml is the device layer (NVML): status, devices and samples.
 	nvml nvmlState
@@ -890,7 +893,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 			a.iters.failed(sp.ix, e.Time, e.Stack)
 		}
 		g := a.group(groupKey{e.PID, e.Stack, sc})
-		g.failed.add(e.Size)
+		g.failed.Add(e.Size)
 		var f *Failure
 		if sp.firstFailure == nil {
 			f = a.failure(e, layer, sp)
@@ -923,12 +926,12 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	ch.New.Tag = ci
 	both(ls, sp, func(t *Totals) { t.Allocations++; t.AllocatedBytes += e.Size })
 
-	c.alloc.add(e.Size)
-	c.live.add(e.Size)
+	c.alloc.Add(e.Size)
+	c.live.Add(e.Size)
 	a.touch(sp, ci, c)
 	g := a.groups[c.group]
-	g.alloc.add(e.Size)
-	g.live.add(e.Size)
+	g.alloc.Add(e.Size)
+	g.live.Add(e.Size)
 	g.hist.set(a.leak, e.Time, g.live.Bytes)
 
 	// The peak is kept here, not read from the ledger: a flight
@@ -1043,10 +1046,10 @@ func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, t, liv
 func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live uint64) {
 	c := a.classes[old.Tag]
 	size := c.key.size
-	c.live.sub(size)
+	c.live.Sub(size)
 	a.touch(sp, old.Tag, c)
 	g := a.groups[c.group]
-	g.live.sub(size)
+	g.live.Sub(size)
 	g.hist.set(a.leak, t, g.live.Bytes)
 	ds := a.device(c.key.device, sp.key.sc)
 	ds.sub(size)

@@ -126,8 +126,8 @@ func TestFailedAllocationIsAnOOMFinding(t *testing.T) {
 	require.NotNil(t, p.FirstFailure)
 	assert.Equal(t, 2*GiB, p.FirstFailure.Size)
 	assert.Equal(t, 3*GiB, p.FirstFailure.LiveBytes)
-	assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{1, 3 * GiB}}}, p.FirstFailure.LiveStacks)
-	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{2, 3 * GiB}}}, p.Failed)
+	assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{Count: 1, Bytes: 3 * GiB}}}, p.FirstFailure.LiveStacks)
+	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{Count: 2, Bytes: 3 * GiB}}}, p.Failed)
 
 	oom := findings(r, KindOOM)
 	require.Len(t, oom, 1)
@@ -223,8 +223,8 @@ func TestPeak(t *testing.T) {
 		assert.Equal(t, uint64(10), p.PeakTime)
 		require.NotNil(t, p.PeakEvent)
 		assert.Equal(t, event.StackID(1), p.PeakEvent.Stack)
-		assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{1, MiB}}}, p.PeakStacks)
-		assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{1, MiB}}}, p.LiveAtEnd)
+		assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{Count: 1, Bytes: MiB}}}, p.PeakStacks)
+		assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{Count: 1, Bytes: MiB}}}, p.LiveAtEnd)
 	})
 	t.Run("set by stack, snapshot not disturbed by later events", func(t *testing.T) {
 		// t1 s1 +1 MiB (1), t2 s2 +2 MiB (3, peak), t3 free s1 (2),
@@ -241,8 +241,8 @@ func TestPeak(t *testing.T) {
 		assert.Equal(t, &Allocation{Time: 5, Addr: 0xd, Size: 512 * KiB, Device: 0, API: event.APICudaMalloc,
 			Layer: event.LayerSegment, Stack: 3}, p.PeakEvent)
 		assert.Equal(t, []StackUsage{
-			{Stack: 2, Usage: Usage{1, 2 * MiB}},
-			{Stack: 3, Usage: Usage{2, MiB + 512*KiB}},
+			{Stack: 2, Usage: Usage{Count: 1, Bytes: 2 * MiB}},
+			{Stack: 3, Usage: Usage{Count: 2, Bytes: MiB + 512*KiB}},
 		}, p.PeakStacks)
 		// The classes carry the same snapshot: one per (stack, size).
 		var peakSum, peakCount uint64
@@ -260,7 +260,7 @@ func TestPeak(t *testing.T) {
 		// to reduce (report words it, TestWordsPeak).
 		require.NotNil(t, peak[0].Peak)
 		assert.Equal(t, *p.PeakEvent, peak[0].Peak.Crossing)
-		assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{1, 2 * MiB}}}, peak[0].Peak.Largest)
+		assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{Count: 1, Bytes: 2 * MiB}}}, peak[0].Peak.Largest)
 	})
 	t.Run("devices and processes", func(t *testing.T) {
 		// pid 100: 1 MiB on dev 0, 2 MiB on dev 1 (process peak 3 MiB at t2).
@@ -524,26 +524,6 @@ func TestLeakDefaultWindows(t *testing.T) {
 	assert.Zero(t, l.CapacityBytes, "no projection without a capacity")
 	// The first window is about a sixth of the run, to within a grid bucket.
 	assert.InDelta(t, float64(10*sec), float64(ends[0]), float64(60*sec/32))
-}
-
-func TestIsLeak(t *testing.T) {
-	tests := []struct {
-		name string
-		live []uint64
-		want bool
-	}{
-		{"linear", []uint64{1, 2, 3, 4, 5, 6}, true},
-		{"rises in 3 of 5 steps", []uint64{1, 1, 2, 2, 3, 4}, true},
-		{"rises in 2 of 5 steps", []uint64{1, 1, 1, 2, 2, 3}, false},
-		{"one step up", []uint64{0, 0, 0, 1}, false},
-		{"falls once", []uint64{1, 2, 3, 2, 4, 5}, false},
-		{"flat", []uint64{5, 5, 5, 5}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, isLeak(tt.live))
-		})
-	}
 }
 
 func TestBlockLayer(t *testing.T) {

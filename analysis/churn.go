@@ -175,8 +175,8 @@ func (m *churnModel) segment(e *event.Event, ch *ledger.Change) {
 			cs.c.CycleBytes += e.Size
 			cs.c.CycleNs += r.duration + e.Duration
 			cs.c.CycleGapNs += e.Time - r.time
-			cs.freeStacks.Ref(uint64(r.stack) + 1).add(e.Size)
-			cs.allocStack.Ref(uint64(e.Stack) + 1).add(e.Size)
+			cs.freeStacks.Ref(uint64(r.stack) + 1).Add(e.Size)
+			cs.allocStack.Ref(uint64(e.Stack) + 1).Add(e.Size)
 		}
 	case event.KindFree:
 		cs.c.Frees++

@@ -56,7 +56,10 @@
 // free; the spikes, the timelines and the iteration logs are fed every
 // allocation made live or let go, once the aggregates counted it. The API
 // books and the VMM figures are models with their own state too. The
-// findings rules keep no state: they read all of them at Finish.
+// findings rules keep no state: they live in package analysis/rules, one
+// file each, and read all of them at Finish through a narrow View the
+// Analyzer builds then (view.go); their findings are package
+// analysis/finding's types, which this package re-exports (aliases.go).
 //
 // # Counting each allocation once
 //

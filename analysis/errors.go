@@ -56,15 +56,6 @@ var driverErrors = map[int32]string{
 	999: "CUDA_ERROR_UNKNOWN",
 }
 
-// outOfMemory is the out-of-memory code of both numberings
-// (cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY).
-const outOfMemory = 2
-
-// IsOutOfMemory reports whether an allocation's return code says the memory
-// ran out, as opposed to a setup or usage error (no device, no driver, an
-// invalid argument), which no amount of freeing would fix.
-func IsOutOfMemory(ret int32) bool { return ret == outOfMemory }
-
 // ErrorName renders the return code of a call to api with the name its
 // library gives it: "2 (cudaErrorMemoryAllocation)" from the runtime,
 // "3 (CUDA_ERROR_NOT_INITIALIZED)" from the driver, the bare number when
@@ -78,22 +69,6 @@ func ErrorName(api event.API, ret int32) string {
 		return fmt.Sprintf("%d (%s)", ret, n)
 	}
 	return fmt.Sprint(ret)
-}
-
-// FailedCalls are a process's failed allocation calls with one error (one
-// return code of one library), at the segment layer.
-type FailedCalls struct {
-	// Error is the code with its name (ErrorName).
-	Error string
-	Ret   int32
-	// Driver: the codes are CUresult (the driver's); else cudaError_t.
-	Driver bool
-	// Count and Bytes are the calls and the bytes they asked for.
-	Count, Bytes uint64
-	// First is the first such call.
-	First Allocation
-	// Stacks are the calls by stack, largest request first.
-	Stacks []StackUsage
 }
 
 // errorKey groups failures by library and code.
@@ -129,7 +104,7 @@ func (sp *space) noteFailure(e *event.Event, layer event.Layer) {
 		u = &Usage{}
 		ce.stacks[e.Stack] = u
 	}
-	u.add(e.Size)
+	u.Add(e.Size)
 }
 
 // failedCalls renders a process's error groups, first failure first.

@@ -4,73 +4,36 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/vramprof/vramprof/analysis/rules"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
 // findings derives every finding from the finished model and ranks them by
 // bytes at stake (RankFindings, then the first stack; report breaks the
 // remaining ties by wording). Each finding carries the figures of this run
-// its words will quote: no advice without evidence.
+// its words will quote: no advice without evidence. The peak and
+// failed_call findings are made here; every other rule is in package
+// rules, which reads the model through its View.
 func (a *Analyzer) findings(r *Result) {
-	leaks := a.leakFindings(r)
-	pools, explained := a.poolFindings(r)
+	v := a.view(r)
 	for i := range r.Processes {
-		p := &r.Processes[i]
-		if f := a.peakFinding(r, p); f != nil {
-			r.Findings = append(r.Findings, *f)
-		}
-		if explained[p.PID][p.Start] {
-			// The block layer explained its failures, one finding each.
-			continue
-		}
-		if f := a.oomFinding(r, p); f != nil {
+		if f := a.peakFinding(r, v, &r.Processes[i]); f != nil {
 			r.Findings = append(r.Findings, *f)
 		}
 	}
 	for i := range r.Processes {
-		r.Findings = append(r.Findings, a.failedCallFindings(r, &r.Processes[i])...)
+		r.Findings = append(r.Findings, a.failedCallFindings(v, &r.Processes[i])...)
 	}
-	r.Findings = append(r.Findings, leaks...)
-	r.Findings = append(r.Findings, a.cacheFindings(r)...)
-	r.Findings = append(r.Findings, pools...)
-	r.Findings = append(r.Findings, a.spikeFindings(r)...)
-	r.Findings = append(r.Findings, a.pinnedHostFindings(r)...)
-	if f := a.imbalanceFinding(r); f != nil {
-		r.Findings = append(r.Findings, *f)
-	}
+	r.Findings = append(r.Findings, rules.Run(v)...)
 	slices.SortStableFunc(r.Findings, func(x, y Finding) int {
 		return cmp.Or(RankFindings(&x, &y), cmp.Compare(FirstStack(&x), FirstStack(&y)))
 	})
 }
 
-func severityRank(s Severity) int {
-	switch s {
-	case SeverityCritical:
-		return 0
-	case SeverityHigh:
-		return 1
-	case SeverityMedium:
-		return 2
-	}
-	return 3
-}
-
-func (r *Result) findingStacks(us []StackUsage, n int) []FindingStack {
-	out := make([]FindingStack, 0, min(len(us), n))
-	for _, u := range us {
-		if len(out) == n {
-			break
-		}
-		out = append(out, FindingStack{Stack: u.Stack, Frames: r.Lines(u.Stack), Site: r.Site(u.Stack),
-			Count: u.Count, Bytes: u.Bytes})
-	}
-	return out
-}
-
 // peakFinding states a process's peak and the stacks that made it up. Its
 // remediation names the largest stacks at the peak until they cover half of
 // it (at most three).
-func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
+func (a *Analyzer) peakFinding(r *Result, v *rules.View, p *Process) *Finding {
 	peak := p.Totals.PeakBytes
 	if peak == 0 || p.PeakEvent == nil {
 		return nil
@@ -78,7 +41,7 @@ func (a *Analyzer) peakFinding(r *Result, p *Process) *Finding {
 	ev := &PeakEvidence{Crossing: *p.PeakEvent}
 	f := &Finding{
 		Kind: KindPeak, Severity: SeverityInfo, PID: p.PID, ProcessStart: p.Start, Bytes: peak, Time: p.PeakTime,
-		Stacks: r.findingStacks(p.PeakStacks, a.opts.TopStacks), Peak: ev,
+		Stacks: v.FindingStacks(p.PeakStacks, a.opts.TopStacks), Peak: ev,
 	}
 	ev.Largest = covering(p.PeakStacks, peak)
 	a.tensorsAtPeak(r, p, ev)
@@ -138,38 +101,6 @@ func (a *Analyzer) tensorsAtPeak(r *Result, p *Process, ev *PeakEvidence) {
 	ev.Tensors = covering(topStacks(byStack, 0), sp.peak)
 }
 
-// oomFinding reports a process's allocations that failed for want of
-// memory, led by the first one. Other errors are failed_call findings.
-func (a *Analyzer) oomFinding(r *Result, p *Process) *Finding {
-	ff := p.FirstOOM
-	if ff == nil {
-		return nil
-	}
-	var oom FailedCalls // the OOM groups of both libraries, merged
-	stacks := map[event.StackID]*Usage{}
-	for _, fc := range p.FailedCalls {
-		if !IsOutOfMemory(fc.Ret) {
-			continue
-		}
-		oom.Count += fc.Count
-		oom.Bytes += fc.Bytes
-		for _, s := range fc.Stacks {
-			u := stacks[s.Stack]
-			if u == nil {
-				u = &Usage{}
-				stacks[s.Stack] = u
-			}
-			u.Count += s.Count
-			u.Bytes += s.Bytes
-		}
-	}
-	return &Finding{
-		Kind: KindOOM, Severity: SeverityCritical, PID: p.PID, ProcessStart: p.Start, Bytes: ff.Size, Time: ff.Time,
-		Stacks:   r.findingStacks(topStacks(stacks, 0), a.opts.TopStacks),
-		OOMCalls: &OOMCalls{First: *ff, Count: oom.Count, Bytes: oom.Bytes},
-	}
-}
-
 // setupErrors are the codes that say CUDA cannot work in this process at
 // all (no driver, no device, a stub library...): the run failed, whatever
 // its sizes.
@@ -192,7 +123,7 @@ func IsSetupError(driver bool, ret int32) bool {
 // failedCallFindings reports each error other than out-of-memory that a
 // process's allocations returned: its name, how many calls and bytes, and
 // where. Freeing memory would not have helped them.
-func (a *Analyzer) failedCallFindings(r *Result, p *Process) []Finding {
+func (a *Analyzer) failedCallFindings(v *rules.View, p *Process) []Finding {
 	var out []Finding
 	for _, fc := range p.FailedCalls {
 		if IsOutOfMemory(fc.Ret) {
@@ -200,7 +131,7 @@ func (a *Analyzer) failedCallFindings(r *Result, p *Process) []Finding {
 		}
 		f := Finding{Kind: KindFailedCall, Severity: SeverityHigh, PID: p.PID, ProcessStart: p.Start,
 			Bytes: fc.Bytes, Time: fc.First.Time,
-			Stacks:     r.findingStacks(fc.Stacks, a.opts.TopStacks),
+			Stacks:     v.FindingStacks(fc.Stacks, a.opts.TopStacks),
 			FailedCall: &FailedCallEvidence{Calls: fc, Setup: IsSetupError(fc.Driver, fc.Ret)}}
 		if f.FailedCall.Setup {
 			f.Severity = SeverityCritical

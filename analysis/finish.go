@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"cmp"
+	"github.com/vramprof/vramprof/analysis/finding"
 	"slices"
 
 	"github.com/vramprof/vramprof/probes/event"
@@ -276,15 +277,5 @@ func (a *Analyzer) spaceTotals(pid uint32, sc scope) Totals {
 // topStacks sorts per-stack usage by bytes (then count, then stack ID, for a
 // stable order) and keeps the first n (all when n <= 0).
 func topStacks(m map[event.StackID]*Usage, n int) []StackUsage {
-	out := make([]StackUsage, 0, len(m))
-	for id, u := range m {
-		out = append(out, StackUsage{Stack: id, Usage: *u})
-	}
-	slices.SortFunc(out, func(x, y StackUsage) int {
-		return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(y.Count, x.Count), cmp.Compare(x.Stack, y.Stack))
-	})
-	if n > 0 && len(out) > n {
-		out = out[:n]
-	}
-	return out
+	return finding.TopStacks(m, n)
 }

@@ -48,8 +48,8 @@ type pool struct {
 	worstPending bool
 	// ooms are the failed segment allocations while blocks were traced;
 	// open is the last one while a retry may still follow.
-	ooms []*OOM
-	open *OOM
+	ooms []*oomRecord
+	open *oomRecord
 	// expandable is set once a mapped range (cuMemMap) came for the pool:
 	// the allocator grows its segments by mapping pages (PyTorch's
 	// expandable_segments:True). vmmRun sums the physical memory thread
@@ -157,6 +157,33 @@ func searchBlocks(blocks []poolBlock, addr uint64) (int, bool) {
 		}
 	}
 	return lo, lo < len(blocks) && blocks[lo].addr == addr
+}
+
+// smallSegment is PyTorch's small-pool segment (kSmallBuffer, 2 MiB):
+// large-pool segments are 20 MiB or at least 10 MiB, and only they are
+// released by garbage collection (garbage_collect_cached_blocks walks the
+// large pool's unsplit free blocks).
+const smallSegment = 2 << 20
+
+// oomRecord is a failed segment allocation being recorded: the OOM that
+// Result.Pools lists, with what the rules read of it beside (oomGeometry)
+// and the live blocks by stack until Finish ranks them (OOM.LiveStacks).
+type oomRecord struct {
+	OOM
+	blockStacks map[event.StackID]*Usage
+	geometry    oomGeometry
+}
+
+// oomGeometry is what the OOM forensics read of the segments at a failed
+// segment allocation besides OOM.State (Analyzer.oomGeometry, by
+// OOM.Index).
+type oomGeometry struct {
+	// maxSharedSegment is the largest segment holding live blocks
+	// smaller than the request.
+	maxSharedSegment uint64
+	// idleLarge sums the segments with no live block larger than a
+	// small-pool segment: what PyTorch's garbage collection could release.
+	idleLarge uint64
 }
 
 // poolBlock is one live block.
@@ -579,7 +606,7 @@ func (p *pool) liveBlocksByStack() map[event.StackID]*Usage {
 			u = &Usage{}
 			m[b.stack] = u
 		}
-		u.add(b.size)
+		u.Add(b.size)
 	}
 	for s := range p.segs.all() {
 		for _, b := range s.blocks() {
@@ -608,7 +635,7 @@ func (p *pool) classesAt(pid uint32, start uint64) []Class {
 			u = &Usage{}
 			m[k] = u
 		}
-		u.add(k.size)
+		u.Add(k.size)
 	}
 	for s := range p.segs.all() {
 		add(key{event.LayerSegment, s.stack, s.api, s.size})
@@ -652,8 +679,8 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event, request uint64, vmm bo
 		return
 	}
 	p.closeOpen()
-	o := &OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, API: e.API, Ret: e.Ret, RequestBytes: request,
-		Outcome: OOMPending, CostNs: e.Duration, Expandable: vmm}
+	o := &oomRecord{OOM: OOM{Time: e.Time, Device: e.Device, TID: e.TID, Stack: e.Stack, API: e.API, Ret: e.Ret,
+		RequestBytes: request, Outcome: OOMPending, CostNs: e.Duration, Expandable: vmm}}
 	if vmm {
 		o.PagesBytes = request
 	}
@@ -671,11 +698,11 @@ func (a *Analyzer) segmentFailed(p *pool, e *event.Event, request uint64, vmm bo
 	// segments are what garbage collection could have released.
 	for s := range p.segs.all() {
 		if len(s.blocks()) == 0 && s.size > smallSegment {
-			o.idleLarge += s.size
+			o.geometry.idleLarge += s.size
 		}
 		for _, b := range s.blocks() {
 			if b.size < e.Size {
-				o.maxSharedSegment = max(o.maxSharedSegment, s.size)
+				o.geometry.maxSharedSegment = max(o.geometry.maxSharedSegment, s.size)
 				break
 			}
 		}
@@ -707,7 +734,7 @@ func (m *poolModel) reported(e *event.Event) {
 	if p == nil || !p.blocks {
 		return
 	}
-	var o *OOM
+	var o *oomRecord
 	for i := len(p.ooms) - 1; i >= 0; i-- {
 		if p.ooms[i].TID == e.TID {
 			o = p.ooms[i]
@@ -872,6 +899,13 @@ func (m *poolModel) created(e *event.Event, ch *ledger.Change) {
 
 // finishPools completes the pools with block events into Result.Pools.
 func (a *Analyzer) finishPools(r *Result) {
+	type poolID struct {
+		pid    uint32
+		start  uint64
+		device int32
+	}
+	geos := make(map[poolID][]oomGeometry)
+	a.oomGeometry = make(map[int]oomGeometry)
 	for _, p := range a.pools.pools {
 		if !p.blocks {
 			continue
@@ -886,12 +920,14 @@ func (a *Analyzer) finishPools(r *Result) {
 		}
 		fp.AtEnd.Time = a.latest
 		p.snapshot(&fp.AtEnd)
+		geo := make([]oomGeometry, 0, len(p.ooms))
 		for _, o := range p.ooms {
-			c := *o
+			c := o.OOM
 			c.LiveStacks = topStacks(o.blockStacks, a.opts.TopStacks)
-			c.blockStacks = nil
 			fp.OOMs = append(fp.OOMs, c)
+			geo = append(geo, o.geometry)
 		}
+		geos[poolID{fp.PID, fp.ProcessStart, fp.Device}] = geo
 		r.Pools = append(r.Pools, fp)
 	}
 	slices.SortFunc(r.Pools, func(x, y Pool) int {
@@ -902,6 +938,8 @@ func (a *Analyzer) finishPools(r *Result) {
 		for j := range r.Pools[i].OOMs {
 			n++
 			r.Pools[i].OOMs[j].Index = n
+			pl := &r.Pools[i]
+			a.oomGeometry[n] = geos[poolID{pl.PID, pl.ProcessStart, pl.Device}][j]
 		}
 	}
 }

@@ -8,10 +8,6 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 )
 
-// NoStack is how a missing stack (StackID 0, or a stack record never seen)
-// is rendered.
-const NoStack = "[no stack]"
-
 // RenderFrame renders one frame for humans: "function (file:line)",
 // "function" when the file is unknown, "0x<addr> (<mapping basename>)" when
 // the function is unknown ("0x<addr>" alone without a mapping).

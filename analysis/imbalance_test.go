@@ -15,8 +15,8 @@ func TestDeviceImbalance(t *testing.T) {
 	require.Len(t, r.Devices, 2)
 	// Device 0's peak is its params, optimizer state and the gather.
 	assert.Equal(t, 768*MiB+gather, r.Devices[0].PeakBytes)
-	assert.Equal(t, []StackUsage{{Stack: 12, Usage: Usage{1, gather}}, {Stack: 11, Usage: Usage{1, 512 * MiB}},
-		{Stack: 10, Usage: Usage{1, 256 * MiB}}}, r.Devices[0].PeakStacks)
+	assert.Equal(t, []StackUsage{{Stack: 12, Usage: Usage{Count: 1, Bytes: gather}}, {Stack: 11, Usage: Usage{Count: 1, Bytes: 512 * MiB}},
+		{Stack: 10, Usage: Usage{Count: 1, Bytes: 256 * MiB}}}, r.Devices[0].PeakStacks)
 	fs := findings(r, KindDeviceImbalance)
 	require.Len(t, fs, 1)
 	f := fs[0]
@@ -71,7 +71,7 @@ func TestDevicePeakStacksRetired(t *testing.T) {
 	r := mustAnalyze(t, Options{}, s.End(10).Recs)
 	require.Len(t, r.Devices, 1)
 	assert.Equal(t, 16*MiB, r.Devices[0].PeakBytes)
-	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{2, 16 * MiB}}}, r.Devices[0].PeakStacks)
+	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{Count: 2, Bytes: 16 * MiB}}}, r.Devices[0].PeakStacks)
 }
 
 // TestDeviceImbalanceStackKeys: the same code in two ranks matches when

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/vramprof/vramprof/analysis/rules"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -644,7 +645,7 @@ func (a *Analyzer) iterations(r *Result) map[uint32]*loop {
 		}
 		sk := siteKey{pid: k.pid, block: k.sc == blockScope}
 		if st := a.stacks[k.stack]; st != nil && len(st.Frames) > 0 {
-			sk.src = sourceKey(st.Frames)
+			sk.src = rules.SourceKey(st.Frames)
 		} else {
 			sk.stack = k.stack
 		}
@@ -982,138 +983,8 @@ func (a *Analyzer) setIterations(r *Result) {
 			}
 			// Starts only: after the last one, teardown frees what the
 			// loop never touched.
-			it.LiveGrowthPerIteration = slopeAt(l.index, ys)
+			it.LiveGrowthPerIteration = rules.SlopeAt(l.index, ys)
 		}
 		r.Processes[i].Iterations = it
-	}
-}
-
-// leakRate fills a leak's per-iteration figures from the process's loop:
-// the least-squares slope of the stack's live bytes at the iteration
-// boundaries (every start, and the last start plus the period, at most the
-// last event), or, when the stack's change log cannot answer them (see
-// iterationModel.log), the windows' growth over the iterations that
-// started within them.
-func (a *Analyzer) leakRate(l *Leak, log siteLog, lp *loop) {
-	if lp == nil {
-		return
-	}
-	var per float64
-	if log != nil {
-		n := len(lp.seq)
-		xs, ys := make([]uint64, 0, n+1), make([]float64, 0, n+1)
-		for j, s := range lp.seq {
-			xs, ys = append(xs, lp.index[j]), append(ys, float64(log.before(s)))
-		}
-		end := min(lp.starts[n-1]+lp.period, a.lastEvent)
-		xs, ys = append(xs, lp.index[n-1]+1), append(ys, float64(log.at(end)))
-		per = slopeAt(xs, ys)
-	} else {
-		lo, hi := l.WindowEnds[0], l.WindowEnds[len(l.WindowEnds)-1]
-		n := 0
-		for _, t := range lp.starts {
-			if t > lo && t <= hi {
-				n++
-			}
-		}
-		if n == 0 {
-			return
-		}
-		per = float64(l.Live[len(l.Live)-1]-l.Live[0]) / float64(n)
-	}
-	if per <= 0 {
-		return
-	}
-	l.Iterations = lp.count
-	l.PeriodNs = lp.period
-	l.BytesPerIteration = per
-	l.BytesPerMinute = per * 60e9 / float64(lp.period)
-}
-
-// slopeAt is the least-squares slope of ys against xs.
-func slopeAt(xs []uint64, ys []float64) float64 {
-	n := float64(len(ys))
-	if n < 2 {
-		return 0
-	}
-	var mx, my float64
-	for i, y := range ys {
-		mx += float64(xs[i])
-		my += y
-	}
-	mx, my = mx/n, my/n
-	var sxy, sxx float64
-	for i, y := range ys {
-		dx := float64(xs[i]) - mx
-		sxy += dx * (y - my)
-		sxx += dx * dx
-	}
-	if sxx == 0 {
-		return 0
-	}
-	return sxy / sxx
-}
-
-// slope is the least-squares slope of ys against 0, 1, 2...
-func slope(ys []float64) float64 {
-	n := float64(len(ys))
-	if n < 2 {
-		return 0
-	}
-	mx := (n - 1) / 2
-	var my float64
-	for _, y := range ys {
-		my += y
-	}
-	my /= n
-	var sxy, sxx float64
-	for i, y := range ys {
-		dx := float64(i) - mx
-		sxy += dx * (y - my)
-		sxx += dx * dx
-	}
-	return sxy / sxx
-}
-
-// timeToOOM sets the leak's projected time to out-of-memory on the device
-// where the stack holds the most live bytes, when its capacity is known
-// (Options.Capacity, else NVML's DeviceInfo).
-func (a *Analyzer) timeToOOM(r *Result, l *Leak, gs []*groupState) {
-	if l.BytesPerMinute <= 0 {
-		return
-	}
-	byDev := make(map[int32]uint64)
-	for _, c := range a.classes {
-		if c.group >= 0 && slices.Contains(gs, a.groups[c.group]) {
-			byDev[c.key.device] += c.live.Bytes
-		}
-	}
-	dev, most := int32(0), uint64(0)
-	found := false
-	for d, b := range byDev {
-		if !found || b > most || b == most && d < dev {
-			dev, most, found = d, b, true
-		}
-	}
-	if !found {
-		return
-	}
-	capacity := a.opts.Capacity
-	if capacity == 0 {
-		capacity = a.capacity[dev]
-	}
-	if capacity == 0 {
-		return
-	}
-	var live uint64
-	for _, d := range r.Devices {
-		if d.Index == dev {
-			live = d.LiveBytesAtEnd
-		}
-	}
-	l.Device = dev
-	l.CapacityBytes = capacity
-	if capacity > live {
-		l.TimeToOOMSeconds = float64(capacity-live) / (l.BytesPerMinute / 60)
 	}
 }

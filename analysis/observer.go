@@ -6,7 +6,8 @@ import (
 )
 
 // The models kept beside the ledger are observers with their own state;
-// the findings rules read that state at Finish and keep none of their own.
+// the findings rules (package rules) read that state at Finish, through
+// the View (view.go), and keep none of their own.
 // Two kinds of observer exist, by what they need to see:
 //
 //   - an observer sees the calls that allocate or free device memory, with

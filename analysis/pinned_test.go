@@ -32,7 +32,7 @@ func TestPinnedHostGrowth(t *testing.T) {
 	_, perTime := RateBaseFor(observed)
 	assert.False(t, perTime)
 	require.NotNil(t, f.Pinned)
-	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{40, 40 * perIter}}}, f.Pinned.Growing)
+	assert.Equal(t, []StackUsage{{Stack: 2, Usage: Usage{Count: 40, Bytes: 40 * perIter}}}, f.Pinned.Growing)
 	assert.Equal(t, uint64(8*MiB+40*perIter), f.Pinned.HostLiveBytesAtEnd)
 	assert.Empty(t, f.Pinned.PinMemoryFrame, "no pin_memory frame in the stack")
 	// Host memory stays out of device figures and out of the leak rule.

@@ -94,7 +94,7 @@ func TestHostMemoryIsItsOwnSpace(t *testing.T) {
 	p := process(t, r, 100)
 	assert.Equal(t, wantHost, p.Host)
 	assert.Equal(t, MiB, p.Totals.PeakBytes, "the process's peak is device memory only")
-	assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{1, MiB}}}, p.PeakStacks)
+	assert.Equal(t, []StackUsage{{Stack: 1, Usage: Usage{Count: 1, Bytes: MiB}}}, p.PeakStacks)
 	// Books are device memory: the host calls are in neither.
 	assert.Equal(t, uint64(1), r.Books.Runtime.Allocations)
 	assert.Equal(t, uint64(1), r.Books.Driver.Allocations)
@@ -107,7 +107,7 @@ func TestHostMemoryIsItsOwnSpace(t *testing.T) {
 		u.Bytes += c.Peak.Bytes
 		bySpace[c.Space] = u
 	}
-	assert.Equal(t, map[MemorySpace]Usage{SpaceDevice: {1, MiB}, SpaceHost: {2, 12 * MiB}}, bySpace)
+	assert.Equal(t, map[MemorySpace]Usage{SpaceDevice: {Count: 1, Bytes: MiB}, SpaceHost: {Count: 2, Bytes: 12 * MiB}}, bySpace)
 	var spaces []MemorySpace
 	for _, tl := range r.Timelines {
 		spaces = append(spaces, tl.Space)

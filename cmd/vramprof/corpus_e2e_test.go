@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -364,9 +365,10 @@ func runCorpusProgram(t *testing.T, p corpusProgram) *corpusOutcome {
 // corpusRow is one finding kind's line of the table.
 type corpusRow struct{ tp, fp, miss int }
 
-// corpusTable writes the table: per finding kind, true positives, false
-// positives and misses; then each program, its label and what was found.
-func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean, healthyN, brokenFound, brokenN int) {
+// corpusRows counts, per finding kind, the judged programs' true
+// positives (labelled defects found), false positives (findings above info
+// that no label explains) and misses (labelled defects not found).
+func corpusRows(outs []*corpusOutcome) map[string]*corpusRow {
 	rows := map[string]*corpusRow{}
 	row := func(kind string) *corpusRow {
 		if rows[kind] == nil {
@@ -375,7 +377,7 @@ func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean
 		return rows[kind]
 	}
 	for _, o := range outs {
-		if o.err != nil {
+		if o == nil || o.err != nil {
 			continue
 		}
 		for i, d := range o.defects {
@@ -387,6 +389,18 @@ func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean
 		}
 		for _, j := range o.fp {
 			row(o.findings[j].Kind).fp++
+		}
+	}
+	return rows
+}
+
+// corpusTable writes the table: per finding kind, true positives, false
+// positives and misses; then each program, its label and what was found.
+func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean, healthyN, brokenFound, brokenN int) {
+	rows := corpusRows(outs)
+	for _, o := range outs {
+		if o.err != nil {
+			continue
 		}
 		if o.healthy {
 			healthyN++
@@ -481,6 +495,12 @@ func corpusTable(w io.Writer, title string, outs []*corpusOutcome) (healthyClean
 // (runCorpus).
 func TestFindingsCorpus(t *testing.T) {
 	probetest.RequirePrivilege(t)
+	runCorpus(t, fakeCorpus)
+}
+
+// fakeCorpusPrograms are testdata/corpus's programs (the fake caching
+// allocator), each run as built.
+func fakeCorpusPrograms(t *testing.T) []corpusProgram {
 	names := corpusPrograms(t)
 	var healthy, broken int
 	var progs []corpusProgram
@@ -495,7 +515,52 @@ func TestFindingsCorpus(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, healthy, 12, "the corpus: at least 12 healthy programs (h_*.c)")
 	require.GreaterOrEqual(t, broken, 10, "the corpus: at least 10 broken programs (b_*.c)")
-	runCorpus(t, "corpus", progs)
+	return progs
+}
+
+// corpusRecording is one corpus, recorded once per test binary however
+// many tests read it (TestFindingsCorpus and the per-rule corpus tests,
+// corpus_rules_e2e_test.go): the rules read time, so every reader judges
+// the same recordings, and the corpus takes minutes to record.
+type corpusRecording struct {
+	title string
+	// programs lists the corpus's programs (it may build them).
+	programs func(t *testing.T) []corpusProgram
+	once     sync.Once
+	progs    []corpusProgram
+	// outs are the programs' outcomes, in order; nil for one whose
+	// recording stopped (its record/<name> subtest says why).
+	outs []*corpusOutcome
+}
+
+var (
+	fakeCorpus  = &corpusRecording{title: "corpus", programs: fakeCorpusPrograms}
+	torchCorpus = &corpusRecording{title: "corpus on libc10_cuda.so", programs: torchCorpusPrograms}
+)
+
+// outcomes returns the corpus's programs and their outcomes, recording
+// them on the first call: each program in a subtest record/<name> of the
+// calling test, one at a time (the rules read time: windows, steadiness,
+// periods, and two recordings at once slow each other). A later caller
+// skips, or fails under CI=true, when the first could not list the
+// programs.
+func (c *corpusRecording) outcomes(t *testing.T) ([]corpusProgram, []*corpusOutcome) {
+	t.Helper()
+	c.once.Do(func() {
+		progs := c.programs(t)
+		outs := make([]*corpusOutcome, len(progs))
+		t.Run("record", func(t *testing.T) {
+			for i, p := range progs {
+				t.Run(p.name, func(t *testing.T) { outs[i] = runCorpusProgram(t, p) })
+			}
+		})
+		c.progs, c.outs = progs, outs
+	})
+	if c.progs == nil {
+		// The first reader skipped (no torchdrv) or failed listing them.
+		skipOrFail(t, "%s: not recorded (see the first test that read it)", c.title)
+	}
+	return c.progs, c.outs
 }
 
 // meetsBar says whether a judged program meets the bar: no finding above
@@ -520,18 +585,16 @@ func (o *corpusOutcome) meetsBar() bool {
 // label itself healthy, b_* broken. With VRAMPROF_CORPUS_TABLE set it
 // appends the table to the file it names and asserts only that every
 // program ran and was labelled (make bench).
-func runCorpus(t *testing.T, title string, progs []corpusProgram) {
+func runCorpus(t *testing.T, c *corpusRecording) {
 	t.Helper()
 	tablePath := os.Getenv(corpusTableEnv)
 	tableOnly := tablePath != ""
-	outs := make([]*corpusOutcome, len(progs))
+	progs, outs := c.outcomes(t)
 	t.Run("programs", func(t *testing.T) {
 		for i, p := range progs {
-			// One at a time: the rules read time (windows, steadiness,
-			// periods), and two recordings at once slow each other.
 			t.Run(p.name, func(t *testing.T) {
-				o := runCorpusProgram(t, p)
-				outs[i] = o
+				o := outs[i]
+				require.NotNil(t, o, "not recorded: see record/%s", p.name)
 				require.NoError(t, o.err)
 				switch {
 				case strings.HasPrefix(p.name, "h_"):
@@ -576,7 +639,7 @@ func runCorpus(t *testing.T, title string, progs []corpusProgram) {
 		}
 	}
 	var b strings.Builder
-	corpusTable(&b, title, judged)
+	corpusTable(&b, c.title, judged)
 	t.Log("\n" + b.String())
 	if tableOnly {
 		f, err := os.OpenFile(tablePath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)

@@ -586,10 +586,10 @@ func checkTorchProfile(t *testing.T, path string, truth *torchTruth) {
 	assert.Equal(t, want, got, "block samples by site")
 }
 
-// torchCorpus are torchdrv's scenarios, each labelled by the program
+// torchCorpusNames are torchdrv's scenarios, each labelled by the program
 // itself: the corpus's main cases (testdata/corpus) on the real allocator,
 // and the scenarios of TestTorchRealAllocator.
-var torchCorpus = []string{
+var torchCorpusNames = []string{
 	"h_warmup", "h_lazy_optim", "h_eval_every", "h_empty_cache_periodic", "h_grad_accum", "healthy",
 	"b_hidden_in_cache", "b_late_leak", "b_loss_history", "b_expandable_leak", "b_churn", "b_frag_oom", "b_capacity_oom",
 	"train", "train_nocache", "train_empty_cache", "frag_oom", "expandable", "expandable_oom",
@@ -613,15 +613,21 @@ var torchOpen = map[string]string{
 // allocator's statistics).
 func TestFindingsCorpusTorch(t *testing.T) {
 	probetest.RequirePrivilege(t)
+	runCorpus(t, torchCorpus)
+}
+
+// torchCorpusPrograms are torchdrv's scenarios of torchCorpusNames, on the
+// real libc10_cuda.so (built here when missing).
+func torchCorpusPrograms(t *testing.T) []corpusProgram {
 	bin := torchDriver(t)
 	var progs []corpusProgram
-	for _, name := range torchCorpus {
+	for _, name := range torchCorpusNames {
 		progs = append(progs, corpusProgram{name: name, argv: []string{bin, name}, open: torchOpen[name],
 			tensors: func(tb testing.TB, truthPath string) uint64 {
 				return mustReadJSON[torchTruth](tb, truthPath).Tensors.Allocations
 			}})
 	}
-	runCorpus(t, "corpus on libc10_cuda.so", progs)
+	return progs
 }
 
 // logTorchFindings prints what vramprof advises on the real allocator (the

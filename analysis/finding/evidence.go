@@ -1,10 +1,6 @@
-package analysis
+package finding
 
-import (
-	"cmp"
-
-	"github.com/vramprof/vramprof/probes/event"
-)
+import "github.com/vramprof/vramprof/probes/event"
 
 // A finding is facts: the figures, stacks and times its rule used, and
 // which variant of the advice applies. The analysis writes no sentence and
@@ -187,18 +183,115 @@ type ImbalanceStack struct {
 	HeavyBytes, LightBytes uint64
 }
 
-// RankFindings orders findings by bytes at stake, then severity, kind and
-// process: the order of Result.Findings. Findings that tie are ordered by
-// their wording, then their first stack (report sorts them so).
-func RankFindings(x, y *Finding) int {
-	return cmp.Or(cmp.Compare(y.Bytes, x.Bytes), cmp.Compare(severityRank(x.Severity), severityRank(y.Severity)),
-		cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.PID, y.PID), cmp.Compare(x.ProcessStart, y.ProcessStart))
+// CacheEvidence is what a cache_growth finding rests on (see doc.go, "The
+// cache"): a process's reserve (its segments, device memory at the segment
+// layer) against its tensors (the block layer), at their peaks and at the
+// end.
+type CacheEvidence struct {
+	// ReservedPeakBytes is the process's segment peak (the allocator's
+	// segments and any other device memory it got from CUDA) and
+	// ReservedPeakTime when it was first reached: the reserve never grew
+	// past it after.
+	ReservedPeakBytes uint64
+	ReservedPeakTime  uint64
+	// AllocatedPeakBytes is the most its tensors held at once and
+	// AllocatedPeakTime when.
+	AllocatedPeakBytes uint64
+	AllocatedPeakTime  uint64
+	// ReservedAtEnd and AllocatedAtEnd are both at the end.
+	ReservedAtEnd  uint64
+	AllocatedAtEnd uint64
+	// End is the process's last traced moment (the run's end): the
+	// reserve was flat from ReservedPeakTime to it at most.
+	End uint64
 }
 
-// FirstStack returns a finding's first stack; 0 when it names none.
-func FirstStack(f *Finding) event.StackID {
-	if len(f.Stacks) == 0 {
-		return 0
-	}
-	return f.Stacks[0].Stack
+// Leak is the evidence behind a leak finding: the stack's live bytes at the
+// end of each window (see the leak rule in doc.go).
+type Leak struct {
+	// GrowthBytes is the growth over the run (the Finding's Bytes): the
+	// live bytes at the end minus those at the start of tracing, from From
+	// (the process's first traced moment) to To (the end). Tracing knows
+	// no stack of memory allocated before it began, so a stack's live
+	// bytes at the start are 0 and its growth is what it allocated during
+	// the run and still held at the end.
+	GrowthBytes uint64
+	From, To    uint64
+	// WindowEnds are the windows' end times; the last is Run.End.
+	WindowEnds []uint64
+	// Live is the stack's live bytes at each window end.
+	Live []uint64
+	// WindowStart and WindowEnd are the end of the first window and the
+	// end of the last; WindowGrowthBytes is the growth between them
+	// (Live[W-1] - Live[0]): the leak rule's evidence, not the bytes at
+	// stake.
+	WindowStart, WindowEnd uint64
+	WindowGrowthBytes      uint64
+	// BytesPerSecond is the window growth divided by the time from the end
+	// of the first window to the end of the run.
+	BytesPerSecond float64
+	// Seconds is that time span in seconds.
+	Seconds float64
+	// Iterations is the process's iteration count and PeriodNs its
+	// period when a loop was detected; 0 otherwise, and then the
+	// per-iteration figures are 0 too.
+	Iterations uint64
+	PeriodNs   uint64
+	// BytesPerIteration is the least-squares slope of the stack's live
+	// bytes at the iteration boundaries; BytesPerMinute the same over the
+	// period.
+	BytesPerIteration float64
+	BytesPerMinute    float64
+	// CapacityBytes is the capacity of Device, where the stack holds the
+	// most, when known (0 otherwise); TimeToOOMSeconds is (capacity - live
+	// on that device at the end) / the rate, 0 when already past it.
+	Device           int32
+	CapacityBytes    uint64
+	TimeToOOMSeconds float64
+	// Layer is the stack's layer: event.LayerBlock for tensors (a
+	// caching allocator's blocks, which decide when they were traced),
+	// else the segment layer.
+	Layer event.Layer
+	// Since is when the growth began: the start of the first iteration
+	// from which the stack's live bytes at the iteration starts never
+	// fell; 0 when unknown (no loop, or the stack's change log
+	// overflowed).
+	Since uint64
+}
+
+// Churn is a process's traffic into the segment allocator (cudaMalloc,
+// cudaFree and the like, device memory, not nested) and its
+// release-and-reallocate cycles (see doc.go, "Churn").
+type Churn struct {
+	// Allocs and Frees count the calls (failed ones included); AllocNs and
+	// FreeNs the time spent inside them.
+	Allocs, Frees   uint64
+	AllocNs, FreeNs uint64
+	// CallsPerSecond is (Allocs + Frees) over the run's duration,
+	// ObservedNs; texts quote it per second only from a second observed
+	// (see doc.go, "Rates and projections").
+	CallsPerSecond float64
+	ObservedNs     uint64
+	// Cycles counts segments freed and a segment of the same size
+	// allocated again on the same device within ChurnWindow; CycleBytes
+	// sums their sizes; CycleNs is the time inside those frees and
+	// allocations; CycleGapNs sums the time each size stayed released.
+	Cycles     uint64
+	CycleBytes uint64
+	CycleNs    uint64
+	CycleGapNs uint64
+	// CostMsPerSecond is CycleNs in milliseconds per second of run.
+	CostMsPerSecond float64
+	// FreeStacks and AllocStacks are the cycles' frees and allocations by
+	// stack, largest first.
+	FreeStacks  []StackUsage
+	AllocStacks []StackUsage
+	// TensorFrees counts the tensor frees of the block layer (0 when it
+	// was not traced); PassedFrees those the allocator passed straight to
+	// cudaFree (a free of the same pointer and size, next on the thread).
+	TensorFrees, PassedFrees uint64
+	// CachingOff: nearly every tensor free was passed to cudaFree (see
+	// cachingOffShare): the allocator did not cache, so its cycles are the
+	// tensors' own, not a cache released by empty_cache().
+	CachingOff bool
 }

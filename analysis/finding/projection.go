@@ -1,4 +1,4 @@
-package analysis
+package finding
 
 // ProjectionFactor bounds every projection (see doc.go, "Rates and
 // projections"): a figure is projected at most this many times as far as

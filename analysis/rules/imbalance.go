@@ -1,4 +1,4 @@
-package analysis
+package rules
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vramprof/vramprof/analysis/finding"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -26,23 +27,30 @@ const (
 // same frames' bytes at the light device's peak.
 type imbalanceStack struct {
 	stack      event.StackID
-	heavy      Usage
+	heavy      finding.Usage
 	lightBytes uint64
 }
 
 func (s imbalanceStack) diff() uint64 { return s.heavy.Bytes - s.lightBytes }
 
-// imbalanceFinding compares the peaks of the devices in use (see doc.go,
-// "Device imbalance"); nil when they are balanced, fewer than two devices
-// held memory, or the processes holding device memory are not one process
-// tree.
-func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
-	if !oneTree(r) {
+// Imbalance compares the peaks of the devices in use (see the analysis
+// doc, "Device imbalance"): at most one finding, none when they are
+// balanced, fewer than two devices held memory, or the processes holding
+// device memory are not one process tree.
+func Imbalance(v *View) []finding.Finding {
+	if f := imbalance(v); f != nil {
+		return []finding.Finding{*f}
+	}
+	return nil
+}
+
+func imbalance(v *View) *finding.Finding {
+	if !oneTree(v) {
 		return nil
 	}
 	var used []*Device
-	for i := range r.Devices {
-		if d := &r.Devices[i]; d.Index != event.DeviceUnknown && d.PeakBytes > 0 {
+	for i := range v.Devices {
+		if d := &v.Devices[i]; d.Index != event.DeviceUnknown && d.PeakBytes > 0 {
 			used = append(used, d)
 		}
 	}
@@ -63,7 +71,7 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 		return nil
 	}
 
-	key, rep := stackKeys(r)
+	key, rep := stackKeys(v)
 	lightBy := make(map[string]uint64)
 	for _, s := range light.PeakStacks {
 		lightBy[key(s.Stack)] += s.Bytes
@@ -96,8 +104,7 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 	var owner *Process
 	var ownerPeak uint64
 	procs := map[int32][]uint32{}
-	for i := range r.Processes {
-		p := &r.Processes[i]
+	for _, p := range v.Processes {
 		for _, d := range p.Devices {
 			if d.PeakBytes == 0 {
 				continue
@@ -108,20 +115,20 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 			}
 		}
 	}
-	ev := &ImbalanceEvidence{Devices: len(used),
-		Heavy: DevicePeak{Index: heavy.Index, PeakBytes: heavy.PeakBytes, CapacityBytes: heavy.CapacityBytes, PIDs: pidSet(procs[heavy.Index])},
-		Light: DevicePeak{Index: light.Index, PeakBytes: light.PeakBytes, CapacityBytes: light.CapacityBytes, PIDs: pidSet(procs[light.Index])}}
-	f := &Finding{Kind: KindDeviceImbalance, Severity: SeverityMedium, Bytes: diff, Time: heavy.PeakTime, Imbalance: ev}
+	ev := &finding.ImbalanceEvidence{Devices: len(used),
+		Heavy: finding.DevicePeak{Index: heavy.Index, PeakBytes: heavy.PeakBytes, CapacityBytes: heavy.CapacityBytes, PIDs: pidSet(procs[heavy.Index])},
+		Light: finding.DevicePeak{Index: light.Index, PeakBytes: light.PeakBytes, CapacityBytes: light.CapacityBytes, PIDs: pidSet(procs[light.Index])}}
+	f := &finding.Finding{Kind: finding.KindDeviceImbalance, Severity: finding.SeverityMedium, Bytes: diff, Time: heavy.PeakTime, Imbalance: ev}
 	if owner != nil {
 		f.PID, f.ProcessStart = owner.PID, owner.Start
 	}
 	for i, s := range diffs {
-		if i < a.opts.TopStacks {
-			f.Stacks = append(f.Stacks, FindingStack{Stack: s.stack, Frames: r.Lines(s.stack), Site: r.Site(s.stack),
+		if i < v.TopStacks {
+			f.Stacks = append(f.Stacks, finding.FindingStack{Stack: s.stack, Frames: v.Lines(s.stack), Site: v.Site(s.stack),
 				Count: s.heavy.Count, Bytes: s.diff()})
 		}
 		if i < 3 {
-			ev.Stacks = append(ev.Stacks, ImbalanceStack{Stack: s.stack, HeavyBytes: s.heavy.Bytes, LightBytes: s.lightBytes})
+			ev.Stacks = append(ev.Stacks, finding.ImbalanceStack{Stack: s.stack, HeavyBytes: s.heavy.Bytes, LightBytes: s.lightBytes})
 		}
 	}
 	return f
@@ -139,7 +146,7 @@ func (a *Analyzer) imbalanceFinding(r *Result) *Finding {
 //
 // rep returns the stack to show for id: id itself, or the symbolized stack
 // it borrowed its key from.
-func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackID) event.StackID) {
+func stackKeys(v *View) (key func(event.StackID) string, rep func(event.StackID) event.StackID) {
 	symbolic := func(st *Stack) string {
 		var parts []string
 		for i, f := range st.Frames {
@@ -157,13 +164,13 @@ func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackI
 		return b.String()
 	}
 	byRaw := make(map[string]event.StackID)
-	ids := make([]event.StackID, 0, len(r.Stacks))
-	for id := range r.Stacks {
+	ids := make([]event.StackID, 0, len(v.Stacks))
+	for id := range v.Stacks {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if st := r.Stacks[id]; len(st.Frames) > 0 {
+		if st := v.Stacks[id]; len(st.Frames) > 0 {
 			if symbolic(st) != "" {
 				if _, ok := byRaw[raw(st)]; !ok {
 					byRaw[raw(st)] = id
@@ -172,7 +179,7 @@ func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackI
 		}
 	}
 	rep = func(id event.StackID) event.StackID {
-		st := r.Stacks[id]
+		st := v.Stacks[id]
 		if st == nil || len(st.Frames) == 0 || symbolic(st) != "" {
 			return id
 		}
@@ -182,9 +189,9 @@ func stackKeys(r *Result) (key func(event.StackID) string, rep func(event.StackI
 		return id
 	}
 	key = func(id event.StackID) string {
-		st := r.Stacks[rep(id)]
+		st := v.Stacks[rep(id)]
 		if st == nil || len(st.Frames) == 0 {
-			return NoStack
+			return finding.NoStack
 		}
 		if k := symbolic(st); k != "" {
 			return k
@@ -203,13 +210,13 @@ func pidSet(pids []uint32) []uint32 {
 // oneTree reports whether the processes that held device memory descend
 // from one traced process (by PPID): one job, a process and the workers or
 // ranks it started. Unrelated processes (attach --all) are not compared.
-func oneTree(r *Result) bool {
-	byPID := make(map[uint32]*Process, len(r.Processes))
-	for i := range r.Processes {
-		byPID[r.Processes[i].PID] = &r.Processes[i]
+func oneTree(v *View) bool {
+	byPID := make(map[uint32]*Process, len(v.Processes))
+	for _, p := range v.Processes {
+		byPID[p.PID] = p
 	}
 	root := func(p *Process) uint32 {
-		for range len(r.Processes) {
+		for range len(v.Processes) {
 			q := byPID[p.PPID]
 			if q == nil || q == p {
 				break
@@ -220,9 +227,8 @@ func oneTree(r *Result) bool {
 	}
 	var first uint32
 	seen := false
-	for i := range r.Processes {
-		p := &r.Processes[i]
-		if p.Totals.PeakBytes == 0 {
+	for _, p := range v.Processes {
+		if p.PeakBytes == 0 {
 			continue
 		}
 		rt := root(p)

@@ -30,23 +30,26 @@ import (
 // icicle at most flameMaxNodes frames. A 60 s run and a 10 h run of the same
 // program give pages of about the same size.
 
-//go:embed html/report.tmpl html/style.css
+//go:embed html/report.tmpl html/style.css html/report.js
 var htmlFiles embed.FS
 
 // htmlTopStacks is how many stacks a table of report.html lists before "n
 // more": the rest are in report.json and the profile.
 const htmlTopStacks = 20
 
-// htmlScript runs when the page loads. It draws nothing: it records on
-// <html> that the page rendered (data-rendered, data-charts) and any error
-// or blocked load (data-error), so a headless browser's DOM dump says
-// whether the page worked. Its hash is in the page's CSP; no other script
+// htmlScript is the page's one script (html/report.js): it marks on <html>
+// that the page rendered (data-rendered, data-charts) and any error or
+// blocked load (data-error), so a headless browser's DOM dump says whether
+// the page worked; and it makes the icicles and timelines explorable (zoom,
+// search, select a range). Its hash is in the page's CSP; no other script
 // may run.
-const htmlScript = `(function(){var d=document.documentElement;` +
-	`function fail(m){d.setAttribute("data-error",String(m))}` +
-	`window.addEventListener("error",function(e){fail(e.message||("load failed: "+(e.target&&(e.target.src||e.target.href))))},true);` +
-	`document.addEventListener("securitypolicyviolation",function(e){fail("blocked by CSP: "+e.violatedDirective+" "+e.blockedURI)});` +
-	`document.addEventListener("DOMContentLoaded",function(){d.setAttribute("data-charts",String(document.querySelectorAll("svg.chart").length));d.setAttribute("data-rendered","ok")})})();`
+var htmlScript = func() string {
+	b, err := htmlFiles.ReadFile("html/report.js")
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return string(b)
+}()
 
 // htmlCSP is the page's Content-Security-Policy: nothing is fetched, only
 // the inline style and htmlScript run.
@@ -71,13 +74,20 @@ var htmlStyle = func() template.CSS {
 	return template.CSS(b)
 }()
 
-// htmlBytes renders an exact byte count with its human units beside it.
-// Only digits and units: safe to mark as HTML.
+// htmlBytes renders a byte count for people: human units, the exact
+// bytes on hover (report.json has them too). Only digits and units: safe to
+// mark as HTML.
 func htmlBytes(n uint64) template.HTML {
+	return template.HTML(fmt.Sprintf(`<span class="b" title="%d bytes">%s</span>`, n, units.Bytes(n)))
+}
+
+// bytesText renders a byte count in a sentence or a tooltip: human units
+// first, the exact bytes after them.
+func bytesText(n uint64) string {
 	if n < 1024 {
-		return template.HTML(fmt.Sprintf(`<span class="n">%d</span>`, n))
+		return fmt.Sprintf("%d bytes", n)
 	}
-	return template.HTML(fmt.Sprintf(`<span class="n">%d</span> <span class="u">%s</span>`, n, units.Bytes(n)))
+	return fmt.Sprintf("%s (%d bytes)", units.Bytes(n), n)
 }
 
 // htmlPage is everything the template shows, computed in Go so that the
@@ -190,8 +200,14 @@ type htmlDevice struct {
 	LiveAtEnd   uint64
 	Capacity    uint64
 	NVMLSamples uint64
-	NVMLAtPeak  string
-	NVMLMax     string
+	NVMLAtPeak  template.HTML // bytesAt
+	NVMLMax     template.HTML
+}
+
+// bytesAt renders bytes at a time: "960.00 MiB at +1.41 s", the exact bytes
+// on hover.
+func bytesAt(res *analysis.Result, b, t uint64) template.HTML {
+	return htmlBytes(b) + template.HTML(" at "+template.HTMLEscapeString(secs(res, t)))
 }
 
 // htmlProcess is one row of the processes table.
@@ -265,8 +281,8 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res), Flight: flightLine(res),
-		Incomplete: incompleteLine(res)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res, atOffset), Flight: flightLine(res, atOffset),
+		Incomplete: incompleteLine(res, atOffset)}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}
@@ -290,7 +306,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		lost.Warn = true
 	}
 	failed := htmlFact{Label: "failed allocations", Value: template.HTML(strconv.FormatUint(t.FailedAllocations, 10)),
-		Note: fmt.Sprintf("%d bytes requested", t.FailedBytes), Warn: t.FailedAllocations > 0}
+		Note: units.Bytes(t.FailedBytes) + " requested", Warn: t.FailedAllocations > 0}
 	pg.Headline = []htmlFact{
 		{Label: "peak", Value: htmlBytes(t.PeakBytes), Note: "at " + secs(res, t.PeakTime)},
 		{Label: "live at end", Value: htmlBytes(t.LiveBytesAtEnd), Note: fmt.Sprintf("in %d allocations", t.LiveAllocationsAtEnd)},
@@ -364,9 +380,9 @@ func htmlDevices(res *analysis.Result) []htmlDevice {
 		if n := d.NVML; n != nil {
 			hd.NVMLSamples = n.Samples
 			if at := n.AtPeak; at != nil {
-				hd.NVMLAtPeak = fmt.Sprintf("%d (%s) at %s", at.UsedBytes, units.Bytes(at.UsedBytes), secs(res, at.Time))
+				hd.NVMLAtPeak = bytesAt(res, at.UsedBytes, at.Time)
 			}
-			hd.NVMLMax = fmt.Sprintf("%d (%s) at %s", n.Max.UsedBytes, units.Bytes(n.Max.UsedBytes), secs(res, n.Max.Time))
+			hd.NVMLMax = bytesAt(res, n.Max.UsedBytes, n.Max.Time)
 		}
 		out = append(out, hd)
 	}
@@ -395,9 +411,9 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 			continue
 		}
 		hf := htmlFailure{Label: procLabel(res, p), Count: p.Totals.FailedAllocations, Bytes: p.Totals.FailedBytes,
-			First: fmt.Sprintf("asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes (%s) live in the process, %d on that device",
-				ff.Size, units.Bytes(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
-				analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes, units.Bytes(ff.LiveBytes), ff.DeviceLiveBytes)}
+			First: fmt.Sprintf("asked for %s at %s on device %s at %s and returned %s, with %s live in the process, %s on that device",
+				bytesText(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
+				analysis.ErrorName(ff.API, ff.Ret), bytesText(ff.LiveBytes), bytesText(ff.DeviceLiveBytes))}
 		hf.Sites, hf.More = htmlSites(res, p.Failed)
 		fails = append(fails, hf)
 	}

@@ -70,7 +70,9 @@ func oomMoment(tb testing.TB, recs []event.Record) *analysis.Result {
 			break
 		}
 		require.NoError(tb, a.Add(r))
-		if e, ok := r.(*event.Event); ok && e.Kind == event.KindAlloc && analysis.IsOutOfMemory(e.Ret) {
+		// The program's request, not the driver call nested in it.
+		if e, ok := r.(*event.Event); ok && e.Kind == event.KindAlloc && e.Flags&event.FlagNested == 0 &&
+			e.Layer == event.LayerSegment && analysis.IsOutOfMemory(e.Ret) {
 			at := e.Time + 1000
 			require.NoError(tb, a.Add(&event.End{Time: at, Reason: analysis.MomentOOMReason}))
 			res := a.Finish()

@@ -206,7 +206,7 @@ func timelineCharts(res *analysis.Result) []*chart {
 		if d.CapacityBytes > 0 {
 			c.Caption += " of " + units.Bytes(d.CapacityBytes) + " capacity"
 		}
-		c.Caption += "." + leadInText(res, t0)
+		c.Caption += "." + leadInText(t0)
 		charts = append(charts, c)
 		charts = append(charts, leakCharts(res, t0, dur, d.Index)...)
 	}
@@ -219,7 +219,7 @@ func timelineCharts(res *analysis.Result) []*chart {
 	if len(host) > 0 {
 		c := newChart(res, "Pinned host memory", host, t0, dur, false, nil)
 		c.Caption = fmt.Sprintf("Live pinned host memory (not device memory); peak %s at %s.",
-			units.Bytes(res.Host.PeakBytes), secs(res, res.Host.PeakTime)) + leadInText(res, t0)
+			units.Bytes(res.Host.PeakBytes), secs(res, res.Host.PeakTime)) + leadInText(t0)
 		charts = append(charts, c)
 	}
 	return charts
@@ -316,11 +316,11 @@ func newAxes(title string, h int, t0, dur, ymax uint64) (*chart, scale) {
 }
 
 // leadInText says, in a caption, where the time axis starts when not at 0.
-func leadInText(res *analysis.Result, t0 uint64) string {
+func leadInText(t0 uint64) string {
 	if t0 == 0 {
 		return ""
 	}
-	return " The axis starts at " + secs(res, t0) + ": nothing was live before."
+	return " The axis starts at " + units.Offset(t0) + ": nothing was live before."
 }
 
 // seriesEnd is what a series ends at, when the Result says: a process's
@@ -812,7 +812,7 @@ func leakCharts(res *analysis.Result, t0, dur uint64, dev int32) []*chart {
 		if r := growthRate(l); r != "" {
 			c.Caption += ", " + r
 		}
-		c.Caption += "." + leadInText(res, t0)
+		c.Caption += "." + leadInText(t0)
 		var b strings.Builder
 		fmt.Fprintf(&b, "M%s %s", f1(sc.x(res.Rel(l.From))), f1(sc.y(0)))
 		for k, e := range l.WindowEnds {

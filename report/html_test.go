@@ -55,17 +55,17 @@ func TestHTMLContents(t *testing.T) {
 		"<dt>mode</dt><dd>run</dd>", "<dd>60.0 s</dd>", "exited, exit code 1", `<span class="n">183</span>`,
 		`<dt>lost events</dt><dd class="warn-text"><span class="n">4</span>`,
 		"/usr/lib/x86_64-linux-gnu/libcudart.so.12",
-		// Exact bytes with human units beside them.
-		`<span class="n">3405774848</span> <span class="u">3.17 GiB</span>`,
+		// Human units, the exact bytes on hover.
+		`<span class="b" title="3405774848 bytes">3.17 GiB</span>`,
 		// A chart per device, the peak and the OOM marked, the leak shaded.
 		`aria-label="Device 0"`, `aria-label="Device unknown"`, ">peak 3.17 GiB</text>",
 		">OOM: 4.00 GiB request</text>", "#3 leak &#43;944.00 MiB",
 		// Findings with remediation, the icicle, the leak table.
 		`id="finding-1"`, "free or detach the buffers allocated at record_metrics (train.py:77)",
-		"Stacks at the peak of pid 100: 3405774848 bytes", ">load_weights (train.py:12)</text>",
+		"Stacks at the peak of pid 100: 3.17 GiB (3405774848 bytes)", ">load_weights (train.py:12)</text>",
 		// The leak's growth over the run, 59 x 16 MiB = 989855744 bytes, at
 		// 16 MiB per second: per second, as the windows observed ~49 s.
-		`<td class="r"><span class="n">989855744</span> <span class="u">944.00 MiB</span></td><td class="r">16.00 MiB per second</td>`,
+		`<td class="r"><span class="b" title="989855744 bytes">944.00 MiB</span></td><td class="r">16.00 MiB per second</td>`,
 	} {
 		contains(t, page, want)
 	}
@@ -73,7 +73,7 @@ func TestHTMLContents(t *testing.T) {
 	assert.NotContains(t, page, "NVML samples")
 	attach := string(mustHTML(t, mustResult(t, attachRecords())))
 	contains(t, attach, "NVML samples")
-	contains(t, attach, `<g class="nvml">`)
+	contains(t, attach, `<g class="nvml"`)
 	// Pinned host memory gets its own chart, and VMM its table.
 	mixed := string(mustHTML(t, mustResult(t, mixedRecords())))
 	contains(t, mixed, `aria-label="Pinned host memory"`)
@@ -239,10 +239,10 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		recs   []event.Record
 		charts int
 	}{
-		{"train", trainRecords(), 2},
+		{"train", trainRecords(), 3}, // two devices and the leak's own chart
 		{"attach", attachRecords(), 2},
 		{"mixed", mixedRecords(), 3},
-		{"hostile", hostileRecords(), 2},
+		{"hostile", hostileRecords(), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := analysis.New(analysis.Options{})

@@ -84,6 +84,7 @@
       match.textContent = q === "" ? "" : hits + " frames match: " + bytes(sum) + " (" +
         (100 * sum / total).toFixed(1) + "% of the peak)";
       svg.setAttribute("data-hits", hits);
+      svg.classList.toggle("searching", q !== "");
     });
   }
 
@@ -100,7 +101,6 @@
     for (var i = 0; i < ms.length; i++) if (ms[i] * p >= raw) return ms[i] * p;
     return 10 * p;
   }
-  var SVGNS = "http://www.w3.org/2000/svg";
   function timeline(svg) {
     var T0 = num(svg, "data-t0"), T1 = num(svg, "data-t1"), L = num(svg, "data-px"), PW = num(svg, "data-pw");
     var data = svg.querySelector("svg.data"), axis = svg.querySelector("g.xaxis"), sel = svg.querySelector("rect.select");
@@ -113,7 +113,7 @@
       var s0 = a / 1e9, s1 = b / 1e9, step = niceStep(s1 - s0, 10);
       var dec = step < 1 ? Math.ceil(-Math.log10(step) - 1e-9) : 0;
       for (var i = Math.ceil(s0 / step - 1e-9); i * step <= s1 * 1.0000001; i++) {
-        var t = document.createElementNS(SVGNS, "text");
+        var t = document.createElementNS(svg.namespaceURI, "text");
         t.setAttribute("class", "axis"); t.setAttribute("text-anchor", "middle");
         t.setAttribute("x", (L + (i * step * 1e9 - a) / (b - a) * PW).toFixed(1));
         t.setAttribute("y", vb.height); t.setAttribute("dy", "-10");

@@ -84,15 +84,6 @@ func oomMoment(tb testing.TB, recs []event.Record) *analysis.Result {
 	return nil
 }
 
-func analyzed(tb testing.TB, recs []event.Record) *analysis.Result {
-	tb.Helper()
-	a := analysis.New(analysis.Options{})
-	for _, r := range recs {
-		require.NoError(tb, a.Add(r))
-	}
-	return a.Finish()
-}
-
 // layoutViews are the reports checked: synthetic runs (a leak and an OOM
 // over two devices; NVML; pinned host memory and VMM; markup in every
 // string) and two recorded by `vramprof run` from testdata programs: a
@@ -243,6 +234,17 @@ const layoutJS = `(() => {
 // and selects a span of the first timeline, checking the layout after
 // each.
 func (b *browser) exercise(t *testing.T, view string, width int, dir string) {
+	// checked checks the layout after an interaction, and keeps a
+	// screenshot of it at the first width.
+	checked := func(after string) {
+		t.Helper()
+		for _, p := range b.layout(t).Problems {
+			t.Errorf("after %s: %s", after, p)
+		}
+		if width == layoutWidths[0] {
+			b.screenshot(t, filepath.Join(dir, fmt.Sprintf("layout-%s-%d-%s.png", view, width, after)))
+		}
+	}
 	var flame struct {
 		Nodes   int
 		Name    string
@@ -282,10 +284,7 @@ func (b *browser) exercise(t *testing.T, view string, width int, dir string) {
 		assert.InDelta(t, 999.5, zoomed.TopWidth, 0.1, "the clicked frame spans the icicle")
 		assert.Equal(t, flame.Level+1, zoomed.Crumbs, "a way back up to each frame above")
 		assert.True(t, zoomed.Reset, "a reset button")
-		b.noProblems(t, "icicle zoomed")
-		if width == layoutWidths[0] {
-			b.screenshot(t, filepath.Join(dir, fmt.Sprintf("layout-%s-%d-icicle-zoomed.png", view, width)))
-		}
+		checked("icicle-zoomed")
 		b.eval(t, `document.querySelector(".flame-reset").click()`, nil)
 		var nodes int
 		b.eval(t, `[...document.querySelector("svg.flame").querySelectorAll("g")].filter(g => g.style.display !== "none").length`, &nodes)
@@ -309,10 +308,7 @@ func (b *browser) exercise(t *testing.T, view string, width int, dir string) {
 		assert.Equal(t, flame.Matches, found.Hits, "search %q", flame.Query)
 		assert.Equal(t, flame.Matches, found.Lit, "highlighted frames for %q", flame.Query)
 		assert.Regexp(t, `^\d+ frames match: [\d.]+ [KMGTP]?i?B \([\d.]+% of the peak\)$`, found.Match)
-		b.noProblems(t, "icicle searched")
-		if width == layoutWidths[0] {
-			b.screenshot(t, filepath.Join(dir, fmt.Sprintf("layout-%s-%d-icicle-search.png", view, width)))
-		}
+		checked("icicle-search")
 	}
 
 	// Drag across the middle of the first timeline's plot: the axis
@@ -355,22 +351,11 @@ func (b *browser) exercise(t *testing.T, view string, width int, dir string) {
 	assert.InDelta(t, chart.T0+0.6*span, z, 0.02*span, "the selection's end")
 	assert.NotEqual(t, chart.Ticks, zoomed.Ticks, "the time axis is drawn again for the span")
 	assert.True(t, zoomed.Unzoom, "a way back to the whole run")
-	b.noProblems(t, "timeline zoomed")
-	if width == layoutWidths[0] {
-		b.screenshot(t, filepath.Join(dir, fmt.Sprintf("layout-%s-%d-timeline-zoomed.png", view, width)))
-	}
+	checked("timeline-zoomed")
 	b.eval(t, `document.querySelector("button.unzoom").click()`, nil)
 	var back string
 	b.eval(t, `[...document.querySelector("svg.chart").querySelectorAll("g.xaxis text")].map(t => t.textContent).join(" ")`, &back)
 	assert.Equal(t, chart.Ticks, back, "the whole run's axis again")
-}
-
-// noProblems runs the layout check after an interaction.
-func (b *browser) noProblems(t *testing.T, after string) {
-	t.Helper()
-	for _, p := range b.layout(t).Problems {
-		t.Errorf("after %s: %s", after, p)
-	}
 }
 
 func (b *browser) layout(t *testing.T) layoutResult {

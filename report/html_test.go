@@ -26,6 +26,17 @@ func mustHTML(tb testing.TB, res *analysis.Result) []byte {
 	return buf.Bytes()
 }
 
+// analyzed is recs analysed as the tool does (default options: full
+// timelines), unlike mustResult's small ones.
+func analyzed(tb testing.TB, recs []event.Record) *analysis.Result {
+	tb.Helper()
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		require.NoError(tb, a.Add(r))
+	}
+	return a.Finish()
+}
+
 func TestHTMLGolden(t *testing.T) {
 	got := mustHTML(t, mustResult(t, trainRecords()))
 	path := filepath.Join("testdata", "train.html.golden")
@@ -245,12 +256,8 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		{"hostile", hostileRecords(), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := analysis.New(analysis.Options{})
-			for _, r := range tc.recs {
-				require.NoError(t, a.Add(r))
-			}
 			page := filepath.Join(dir, "report-"+tc.name+".html")
-			require.NoError(t, os.WriteFile(page, mustHTML(t, a.Finish()), 0o644))
+			require.NoError(t, os.WriteFile(page, mustHTML(t, analyzed(t, tc.recs)), 0o644))
 			png := filepath.Join(dir, "report-"+tc.name+".png")
 			_ = os.Remove(png)
 

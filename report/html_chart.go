@@ -24,9 +24,9 @@ const (
 	chartW      = 1000
 	chartH      = 260
 	chartLeft   = 76 // room for the byte axis labels
-	chartRight  = 16
+	chartRight  = 36 // room for the last time label, centred on the plot's edge
 	chartTop    = 22 // room for marker labels
-	chartBottom = 28 // room for the time axis labels
+	chartBottom = 32 // room for the time axis labels, clear of the byte axis's 0
 	// chartBins is how many columns a series is binned into: one per two
 	// units of plot width, so a band never needs more points than the
 	// chart has pixels, whatever the timeline holds.
@@ -711,9 +711,10 @@ func newSparkline(live []uint64) *sparkline {
 }
 
 // markCharW estimates the width of a mark label's character in SVG units
-// (600 11px system-ui averages about 6.3), rounded up: a box estimated too
-// wide only leaves some space, one too narrow would let labels overlap.
-const markCharW = 7.0
+// (600 13px system-ui, the size on a narrow page, averages about 7.5),
+// rounded up: a box estimated too wide only leaves some space, one too
+// narrow would let labels overlap.
+const markCharW = 8.0
 
 // labelBox is a label's box in SVG units.
 type labelBox struct{ x0, y0, x1, y1 float64 }

@@ -116,7 +116,7 @@
         var t = document.createElementNS(svg.namespaceURI, "text");
         t.setAttribute("class", "axis"); t.setAttribute("text-anchor", "middle");
         t.setAttribute("x", (L + (i * step * 1e9 - a) / (b - a) * PW).toFixed(1));
-        t.setAttribute("y", vb.height); t.setAttribute("dy", "-10");
+        t.setAttribute("y", vb.height); t.setAttribute("dy", "-8");
         t.textContent = (i * step + 0).toFixed(dec) + " s"; // + 0: never "-0"
         axis.appendChild(t);
       }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/analysis"
-	"github.com/vramprof/vramprof/probes/event"
 )
 
 // The layout test opens report.html in headless Chromium, driven through
@@ -35,54 +33,6 @@ import (
 // layoutWidths are the viewport widths every view is checked at: a desktop
 // window and a narrow one (a laptop's half screen).
 var layoutWidths = []int{1400, 800}
-
-// vptRecords reads a recorded trace from testdata: its header, then every
-// record.
-func vptRecords(tb testing.TB, name string) []event.Record {
-	tb.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
-	require.NoError(tb, err)
-	defer f.Close()
-	r, err := event.NewReader(bufio.NewReader(f))
-	require.NoError(tb, err)
-	recs := []event.Record{r.Header()}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return recs
-		}
-		require.NoError(tb, err)
-		if e, ok := rec.(*event.Event); ok {
-			c := *e // the reader reuses its Event
-			rec = &c
-		}
-		recs = append(recs, rec)
-	}
-}
-
-// oomMoment closes recs at their first out-of-memory failure, as the
-// recorder writes an oom moment report (report/recorder/moment.go).
-func oomMoment(tb testing.TB, recs []event.Record) *analysis.Result {
-	tb.Helper()
-	a := analysis.New(analysis.Options{})
-	for _, r := range recs {
-		if _, ok := r.(*event.End); ok {
-			break
-		}
-		require.NoError(tb, a.Add(r))
-		// The program's request, not the driver call nested in it.
-		if e, ok := r.(*event.Event); ok && e.Kind == event.KindAlloc && e.Flags&event.FlagNested == 0 &&
-			e.Layer == event.LayerSegment && analysis.IsOutOfMemory(e.Ret) {
-			at := e.Time + 1000
-			require.NoError(tb, a.Add(&event.End{Time: at, Reason: analysis.MomentOOMReason}))
-			res := a.Finish()
-			res.Run.Moment = &analysis.Moment{Kind: analysis.MomentOOM, Index: 1, Time: at, Request: e}
-			return res
-		}
-	}
-	tb.Fatal("no out-of-memory failure in the records")
-	return nil
-}
 
 // layoutViews are the reports checked: synthetic runs (a leak and an OOM
 // over two devices; NVML; pinned host memory and VMM; markup in every
@@ -102,7 +52,7 @@ func layoutViews(tb testing.TB) []struct {
 		{"mixed", analyzed(tb, mixedRecords())},
 		{"hostile", analyzed(tb, hostileRecords())},
 		{"step-leak", analyzed(tb, vptRecords(tb, "step_leak.vpt"))},
-		{"oom-moment", oomMoment(tb, vptRecords(tb, "oom.vpt"))},
+		{"oom-moment", oomMomentResult(tb)},
 	}
 }
 

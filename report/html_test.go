@@ -1,13 +1,17 @@
 package report
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -314,4 +318,150 @@ func chromium(tb testing.TB, browser string, args ...string) (stderr, stdout str
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	require.NoError(tb, cmd.Run(), "chromium %v:\n%s", args, errb.String())
 	return errb.String(), out.String()
+}
+
+// TestHTMLPlaceLabels: labels of marks at the same moment (a peak and an
+// OOM at the end of a run, a finding beside them, a leak's span) are laid
+// out apart and inside the chart; one that fits nowhere is dropped, its
+// mark kept.
+func TestHTMLPlaceLabels(t *testing.T) {
+	c, sc := newAxes("t", chartH, 0, 100, 100)
+	end := sc.x(100)
+	for _, m := range []mark{
+		{Kind: "peak", Label: "peak 960.00 MiB"},
+		{Kind: "oom", Label: "OOM: 384.00 MiB request"},
+		{Kind: "finding", Label: "#4 cache_growth"},
+	} {
+		placeLabel(&m, end, sc.y(100))
+		c.Marks = append(c.Marks, m)
+	}
+	c.Regions = []region{{Label: "#3 leak +60.00 MiB", x0: sc.x(80), x1: end}}
+	placeLabels(c)
+	var boxes []labelBox
+	add := func(label, x, y, anchor string) {
+		require.NotEmpty(t, label)
+		lx, err := strconv.ParseFloat(x, 64)
+		require.NoError(t, err)
+		ly, err := strconv.ParseFloat(y, 64)
+		require.NoError(t, err)
+		w := float64(len(label)) * markCharW
+		if anchor == "end" {
+			lx -= w
+		}
+		b := labelBox{lx, ly - 10, lx + w, ly + 3}
+		assert.GreaterOrEqual(t, b.x0, float64(chartLeft), label)
+		assert.LessOrEqual(t, b.x1, float64(chartW), label)
+		assert.GreaterOrEqual(t, b.y0, 0.0, label)
+		assert.LessOrEqual(t, b.y1, float64(chartH-chartBottom), label)
+		for _, o := range boxes {
+			assert.False(t, b.overlaps(o), "%s overlaps another label", label)
+		}
+		boxes = append(boxes, b)
+	}
+	for _, m := range c.Marks {
+		add(m.Label, m.LabelX, m.LabelY, m.Anchor)
+	}
+	add(c.Regions[0].Label, c.Regions[0].LabelX, c.Regions[0].LabelY, c.Regions[0].Anchor)
+
+	// No room at all: the label goes, the mark stays.
+	tiny, sc := newAxes("t", chartTop+chartBottom+10, 0, 100, 100)
+	for range 12 {
+		m := mark{Kind: "finding", Label: strings.Repeat("x", 40)}
+		placeLabel(&m, sc.x(50), chartTop)
+		tiny.Marks = append(tiny.Marks, m)
+	}
+	placeLabels(tiny)
+	assert.Len(t, tiny.Marks, 12)
+	assert.Empty(t, tiny.Marks[11].Label)
+}
+
+// TestHTMLOOMMoment: an oom moment report recorded from testdata/oom (its
+// allocations in the last 60 µs of 1.41 s) starts its time axis where
+// memory was first live, says so, and writes times as the page does
+// everywhere (no Go durations such as "1.409532893s"); the icicle starts
+// at the program's main, not at libc's unnamed frame.
+func TestHTMLOOMMoment(t *testing.T) {
+	res := oomMomentResult(t)
+	page := string(mustHTML(t, res))
+	charts := timelineCharts(res)
+	require.NotEmpty(t, charts)
+	assert.Greater(t, charts[0].T0, res.Run.Duration/2, "the axis starts near the allocations")
+	contains(t, page, "The axis starts at &#43;1.41 s: nothing was live before.")
+	contains(t, page, "these figures are the trace up to oom moment (oom 1, at &#43;1.41 s)")
+	contains(t, page, "a moment report (oom 1, at &#43;1.41 s)")
+	assert.NotRegexp(t, `\d\.\d{4,}s\b`, page, "a Go duration")
+	contains(t, page, ">OOM: 384.00 MiB request</text>")
+	assert.NotContains(t, page, `data-n="0x`, "an icicle frame without a symbol")
+	contains(t, page, `<g data-l="0" data-o="0" data-b="1006632960" data-n="main (scenarios/oom.c:62)">`)
+	// report.md keeps its exact duration.
+	var md bytes.Buffer
+	require.NoError(t, WriteMarkdown(&md, res))
+	assert.Regexp(t, `\(oom 1, 1\.\d+s after the start\)`, md.String())
+}
+
+// TestHTMLTimeTicks: the time axis of a span that starts late is labelled
+// from its start, never "-0 s".
+func TestHTMLTimeTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range timeTicks(960e6, 1140e6) {
+		labels = append(labels, tk.label)
+	}
+	assert.Equal(t, []string{"0.96 s", "0.98 s", "1.00 s", "1.02 s", "1.04 s", "1.06 s", "1.08 s", "1.10 s", "1.12 s", "1.14 s"}, labels)
+	assert.Equal(t, "0 s", timeTicks(0, 60e9)[0].label)
+}
+
+// vptRecords reads a recorded trace from testdata: its header, then every
+// record.
+func vptRecords(tb testing.TB, name string) []event.Record {
+	tb.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	require.NoError(tb, err)
+	defer f.Close()
+	r, err := event.NewReader(bufio.NewReader(f))
+	require.NoError(tb, err)
+	recs := []event.Record{r.Header()}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return recs
+		}
+		require.NoError(tb, err)
+		if e, ok := rec.(*event.Event); ok {
+			c := *e // the reader reuses its Event
+			rec = &c
+		}
+		recs = append(recs, rec)
+	}
+}
+
+// oomMoment closes recs at their first out-of-memory failure, as the
+// recorder writes an oom moment report (report/recorder/moment.go).
+func oomMoment(tb testing.TB, recs []event.Record) *analysis.Result {
+	tb.Helper()
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		if _, ok := r.(*event.End); ok {
+			break
+		}
+		require.NoError(tb, a.Add(r))
+		// The program's request, not the driver call nested in it.
+		if e, ok := r.(*event.Event); ok && e.Kind == event.KindAlloc && e.Flags&event.FlagNested == 0 &&
+			e.Layer == event.LayerSegment && analysis.IsOutOfMemory(e.Ret) {
+			at := e.Time + 1000
+			require.NoError(tb, a.Add(&event.End{Time: at, Reason: analysis.MomentOOMReason}))
+			res := a.Finish()
+			res.Run.Moment = &analysis.Moment{Kind: analysis.MomentOOM, Index: 1, Time: at, Request: e}
+			return res
+		}
+	}
+	tb.Fatal("no out-of-memory failure in the records")
+	return nil
+}
+
+// oomMomentResult is the oom moment report of testdata/oom, recorded by
+// `vramprof run` (testdata/oom.vpt): 1.41 s of Python-free start-up, then
+// five allocations and a failed one in 60 µs.
+func oomMomentResult(tb testing.TB) *analysis.Result {
+	tb.Helper()
+	return oomMoment(tb, vptRecords(tb, "oom.vpt"))
 }

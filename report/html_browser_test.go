@@ -94,6 +94,14 @@ func TestHTMLLayoutInChromium(t *testing.T) {
 				}
 				t.Logf("checked %d text elements, %d chart labels, %d icicle labels; scrolling inside their own box: %v",
 					got.Texts, got.ChartLabels, got.FlameLabels, got.Scrollers)
+				// What the page folds away (stacks, evidence, functions)
+				// must fit too, once opened.
+				var opened int
+				b.eval(t, `[...document.querySelectorAll("details")].map(d => d.open = true).length`, &opened)
+				for _, p := range b.layout(t).Problems {
+					t.Errorf("%s at %d px, %d <details> opened: %s", v.name, w, opened, p)
+				}
+				b.eval(t, `document.querySelectorAll("details").forEach(d => d.open = false)`, nil)
 				b.exercise(t, v.name, w, dir)
 			})
 		}

@@ -80,7 +80,7 @@ func TestHTMLContents(t *testing.T) {
 		"Stacks at the peak of pid 100: 3.17 GiB (3405774848 bytes)", ">load_weights (train.py:12)</text>",
 		// The leak's growth over the run, 59 x 16 MiB = 989855744 bytes, at
 		// 16 MiB per second: per second, as the windows observed ~49 s.
-		`<td class="r"><span class="b" title="989855744 bytes">944.00 MiB</span></td><td class="r">16.00 MiB per second</td>`,
+		`<td class="r"><span class="b" title="989855744 bytes">944.00 MiB</span></td><td class="r rate">16.00 MiB per second</td>`,
 	} {
 		contains(t, page, want)
 	}

@@ -295,11 +295,13 @@ func (b *browser) exercise(t *testing.T, view string, width int, dir string) {
 		Range  string
 		Ticks  string
 		Unzoom bool
+		Along  int // charts zoomed to the same span
 	}
 	b.eval(t, `(() => {
-	  const svg = document.querySelector("svg.chart");
-	  return {Range: svg.getAttribute("data-range") || "", Ticks: [...svg.querySelectorAll("g.xaxis text")].map(t => t.textContent).join(" "),
-	    Unzoom: !svg.parentNode.querySelector("button.unzoom").hidden};
+	  const svg = document.querySelector("svg.chart"), r = svg.getAttribute("data-range") || "";
+	  return {Range: r, Ticks: [...svg.querySelectorAll("g.xaxis text")].map(t => t.textContent).join(" "),
+	    Unzoom: !svg.parentNode.querySelector("button.unzoom").hidden,
+	    Along: [...document.querySelectorAll("svg.chart")].filter(s => s.getAttribute("data-range") === r).length};
 	})()`, &zoomed)
 	var a, z float64
 	_, err := fmt.Sscanf(zoomed.Range, "%g %g", &a, &z)
@@ -309,6 +311,7 @@ func (b *browser) exercise(t *testing.T, view string, width int, dir string) {
 	assert.InDelta(t, chart.T0+0.6*span, z, 0.02*span, "the selection's end")
 	assert.NotEqual(t, chart.Ticks, zoomed.Ticks, "the time axis is drawn again for the span")
 	assert.True(t, zoomed.Unzoom, "a way back to the whole run")
+	assert.Equal(t, chart.Charts, zoomed.Along, "every chart on the same time axis follows")
 	checked("timeline-zoomed")
 	b.eval(t, `document.querySelector("button.unzoom").click()`, nil)
 	var back string

@@ -88,11 +88,12 @@
     });
   }
 
-  // A timeline: drag across the plot to zoom into that span of time. The
-  // plot's contents sit in a nested <svg class="data"> whose viewBox
-  // narrows; marks (data-x) move along, hidden outside the span, and a label
-  // that would overlap one drawn already is hidden; the time axis is
-  // drawn again as the page's Go code draws it (timeTicks).
+  // A timeline: drag across the plot to zoom into that span of time; the
+  // charts that share its axis (a device's, its leaks') follow. The plot's
+  // contents sit in a nested <svg class="data"> whose viewBox narrows;
+  // marks (data-x) move along, hidden outside the span, and a label that
+  // would overlap one drawn already is hidden; the time axis is drawn again
+  // as the page's Go code draws it (timeTicks).
   function niceStep(span, n) {
     var raw = span / n;
     if (raw <= 0) return 1;
@@ -100,6 +101,10 @@
     var ms = [1, 2, 5, 10];
     for (var i = 0; i < ms.length; i++) if (ms[i] * p >= raw) return ms[i] * p;
     return 10 * p;
+  }
+  var timelines = [];
+  function zoomAll(svg, a, b) {
+    timelines.forEach(function (t) { if (t.t0 === num(svg, "data-t0") && t.t1 === num(svg, "data-t1")) t.show(a, b); });
   }
   function timeline(svg) {
     var T0 = num(svg, "data-t0"), T1 = num(svg, "data-t1"), L = num(svg, "data-px"), PW = num(svg, "data-pw");
@@ -159,10 +164,11 @@
       if (from === null) return;
       var x = px(e), lo = Math.min(x, from), hi = Math.max(x, from);
       from = null; sel.style.display = "none";
-      if (hi - lo >= 4) show(time(lo), time(hi));
+      if (hi - lo >= 4) zoomAll(svg, time(lo), time(hi));
     });
-    svg.addEventListener("dblclick", function () { show(T0, T1); });
-    unzoom.addEventListener("click", function () { show(T0, T1); });
+    svg.addEventListener("dblclick", function () { zoomAll(svg, T0, T1); });
+    unzoom.addEventListener("click", function () { zoomAll(svg, T0, T1); });
+    timelines.push({ t0: T0, t1: T1, show: show });
   }
 
   document.addEventListener("DOMContentLoaded", function () {

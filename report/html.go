@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -97,6 +98,45 @@ func bytesText(n uint64) string {
 		return fmt.Sprintf("%d bytes", n)
 	}
 	return fmt.Sprintf("%s (%d bytes)", units.Bytes(n), n)
+}
+
+// Sentences shared with the text outputs say "1006632960 bytes (960.00
+// MiB)": exact first, as a terminal or a diff wants. The page turns them
+// around (humanFirst) so that people read the human units first.
+var (
+	// exactThenHuman is "N bytes (H" with H a unit figure: the sign, N, H.
+	exactThenHuman = regexp.MustCompile(`([+-]?)(\d+) bytes \((\d+(?:\.\d+)? (?:B|[KMGTPE]iB))`)
+	// bareExact is "N bytes" not after a "(" (where humanFirst put it):
+	// what precedes, N, and a " (" that follows.
+	bareExact = regexp.MustCompile(`(^|[^(\d])(\d{4,}) bytes( \()?`)
+)
+
+// humanFirst rewrites a sentence's byte counts for the page: "1006632960
+// bytes (960.00 MiB, 12% of...)" reads "960.00 MiB (1006632960 bytes, 12%
+// of...)", and a bare "335544320 bytes" reads "320.00 MiB (335544320
+// bytes)". Counts under 1 KiB stay as they are.
+func humanFirst(s string) string {
+	s = exactThenHuman.ReplaceAllString(s, "$1$3 ($2 bytes")
+	return bareExact.ReplaceAllStringFunc(s, func(m string) string {
+		g := bareExact.FindStringSubmatch(m)
+		n, err := strconv.ParseUint(g[2], 10, 64)
+		if err != nil || n < 1024 {
+			return m
+		}
+		if g[3] != "" { // "N bytes (30.8% of..."
+			return g[1] + units.Bytes(n) + " (" + g[2] + " bytes, "
+		}
+		return g[1] + units.Bytes(n) + " (" + g[2] + " bytes)"
+	})
+}
+
+// humanFirstAll is humanFirst on each of ss, in a new slice.
+func humanFirstAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = humanFirst(s)
+	}
+	return out
 }
 
 // htmlPage is everything the template shows, computed in Go so that the
@@ -290,8 +330,8 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res, atOffset), Flight: flightLine(res, atOffset),
-		Incomplete: incompleteLine(res, atOffset)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: humanFirst(momentLine(res, atOffset)),
+		Flight: humanFirst(flightLine(res, atOffset)), Incomplete: humanFirst(incompleteLine(res, atOffset))}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}
@@ -350,8 +390,8 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 	var fs []htmlFinding
 	var leaks []htmlLeak
 	for i, f := range wordFindings(res) {
-		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
-			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: f.Remediation, Stacks: f.Stacks}
+		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: humanFirst(f.Summary), Bytes: f.Bytes,
+			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: humanFirstAll(f.Remediation), Stacks: f.Stacks}
 		if l := f.Leak; l != nil {
 			for k, e := range l.WindowEnds {
 				if k < len(l.Live) {
@@ -359,7 +399,7 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 				}
 			}
 			hf.Rate = growthRate(l)
-			hf.WindowGrowth = windowsText(res, l)
+			hf.WindowGrowth = humanFirst(windowsText(res, l))
 			if f.Kind != analysis.KindLeak {
 				// Pinned host growth: host memory, not a device leak.
 				fs = append(fs, hf)
@@ -407,12 +447,12 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 			Exe: p.Exe, Started: secs(res, p.Start), Peak: p.Totals.PeakBytes, PeakAt: secs(res, p.PeakTime),
 			LiveAtEnd: p.Totals.LiveBytesAtEnd, Allocs: p.Totals.Allocations, Frees: p.Totals.Frees,
 			Failed: p.Totals.FailedAllocations, Unknown: p.Totals.UnknownFrees, HostPeak: p.Host.PeakBytes,
-			Preexisting: preexistingText(res, p), Loop: iterationText(p)}
+			Preexisting: humanFirst(preexistingText(res, p)), Loop: humanFirst(iterationText(p))}
 		if p.SupersededAt != 0 {
 			hp.Ended = "ended by " + secs(res, p.SupersededAt) + " (its PID taken by a later process)"
 		}
 		if n := p.NVML; n != nil {
-			hp.NVML = gapText(n.Latest) + " at " + secs(res, n.Latest.Time)
+			hp.NVML = humanFirst(gapText(n.Latest)) + " at " + secs(res, n.Latest.Time)
 		}
 		procs = append(procs, hp)
 		ff := p.FirstFailure

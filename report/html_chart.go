@@ -575,10 +575,10 @@ func findingMarks(res *analysis.Result, sc scale, dev int32) ([]region, []mark) 
 			x0 := sc.x(res.Rel(l.From))
 			x1 := sc.x(res.Rel(l.To))
 			regions = append(regions, region{X: f1(x0), W: f1(max(x1-x0, 1)), Label: label + " +" + units.Bytes(f.Bytes),
-				Title: f.Summary, x0: x0, x1: x0 + max(x1-x0, 1)})
+				Title: humanFirst(f.Summary), x0: x0, x1: x0 + max(x1-x0, 1)})
 			continue
 		}
-		m := mark{Kind: "finding", Rule: true, Label: label, Title: f.Summary}
+		m := mark{Kind: "finding", Rule: true, Label: label, Title: humanFirst(f.Summary)}
 		placeLabel(&m, sc.x(res.Rel(f.Time)), chartTop)
 		m.LabelY = f1(chartTop + 24)
 		marks = append(marks, m)

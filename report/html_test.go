@@ -465,3 +465,19 @@ func oomMomentResult(tb testing.TB) *analysis.Result {
 	tb.Helper()
 	return oomMoment(tb, vptRecords(tb, "oom.vpt"))
 }
+
+func TestHTMLHumanFirst(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"peaked at 1006632960 bytes (960.00 MiB) at +1.41 s", "peaked at 960.00 MiB (1006632960 bytes) at +1.41 s"},
+		{"120852480 bytes (115.25 MiB, 21.5% of the peak) in 5", "115.25 MiB (120852480 bytes, 21.5% of the peak) in 5"},
+		{"(+53477376 bytes (51.00 MiB) from +1.00 s", "(+51.00 MiB (53477376 bytes) from +1.00 s"},
+		{"it: 335544320 bytes at grow_buffers", "it: 320.00 MiB (335544320 bytes) at grow_buffers"},
+		{"162779136 bytes (30.8% of the 528482304 reserved)", "155.24 MiB (162779136 bytes, 30.8% of the 528482304 reserved)"},
+		{"asked for 384.00 MiB (402653184 bytes) at", "asked for 384.00 MiB (402653184 bytes) at"},
+		{"512 bytes (512 B) and 1000 bytes", "512 B (512 bytes) and 1000 bytes"},
+		{"live bytes +167772160 per iteration", "live bytes +167772160 per iteration"},
+	} {
+		assert.Equal(t, tc.want, humanFirst(tc.in), tc.in)
+		assert.Equal(t, tc.want, humanFirst(humanFirst(tc.in)), "twice: %s", tc.in)
+	}
+}

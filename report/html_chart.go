@@ -149,13 +149,22 @@ func (s scale) bin(rel uint64, n int) int {
 // through the first fifth of the run or more (a Python import before the
 // first allocation; an OOM moment a second in, its allocations in its last
 // milliseconds). Then the axis starts at a round time at or before the
-// first point of any timeline, so that what happened fills the chart;
-// nothing is left out, as nothing was live before. The caption says so.
+// first point of any timeline (or NVML sample drawn), so that what happened
+// fills the chart; nothing traced is left out, as nothing traced was live
+// before. The caption says so.
 func axisStart(res *analysis.Result, dur uint64) uint64 {
 	first := uint64(math.MaxUint64)
 	for _, tl := range res.Timelines {
 		if len(tl.Points) > 0 {
 			first = min(first, res.Rel(tl.Points[0].Time))
+		}
+	}
+	for _, d := range res.Devices { // the NVML samples drawn
+		if n := d.NVML; n != nil {
+			first = min(first, res.Rel(n.Max.Time), res.Rel(n.Last.Time))
+			if n.AtPeak != nil {
+				first = min(first, res.Rel(n.AtPeak.Time))
+			}
 		}
 	}
 	if first == math.MaxUint64 || first < dur/5 {
@@ -320,7 +329,7 @@ func leadInText(t0 uint64) string {
 	if t0 == 0 {
 		return ""
 	}
-	return " The axis starts at " + units.Offset(t0) + ": nothing was live before."
+	return " The axis starts at " + units.Offset(t0) + ": nothing traced was live before."
 }
 
 // seriesEnd is what a series ends at, when the Result says: a process's

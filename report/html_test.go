@@ -386,7 +386,7 @@ func TestHTMLOOMMoment(t *testing.T) {
 	charts := timelineCharts(res)
 	require.NotEmpty(t, charts)
 	assert.Greater(t, charts[0].T0, res.Run.Duration/2, "the axis starts near the allocations")
-	contains(t, page, "The axis starts at &#43;1.41 s: nothing was live before.")
+	contains(t, page, "The axis starts at &#43;1.41 s: nothing traced was live before.")
 	contains(t, page, "these figures are the trace up to oom moment (oom 1, at &#43;1.41 s)")
 	contains(t, page, "a moment report (oom 1, at &#43;1.41 s)")
 	assert.NotRegexp(t, `\d\.\d{4,}s\b`, page, "a Go duration")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,11 +19,20 @@ import (
 )
 
 // report.html is one self-contained page: the CSS, the SVG charts and a
-// ten-line script are inline, and its Content-Security-Policy forbids
-// loading anything else, so it reads the same from an artifact store with no
-// network. Every string that came from the target (commands, symbols, file
-// names, library paths) reaches the page through html/template, which
-// escapes it for the context it lands in (text, attribute, SVG <title>).
+// small plain script (html/report.js) are inline, and its
+// Content-Security-Policy forbids loading anything else, so it reads the
+// same from an artifact store with no network. Every string that came from
+// the target (commands, symbols, file names, library paths) reaches the
+// page through html/template, which escapes it for the context it lands in
+// (text, attribute, SVG <title>); the script reads names back from data
+// attributes and writes them as text, never as markup.
+//
+// Everything is drawn in Go; the script only explores what is there: it
+// zooms an icicle into a frame and searches its frames, and zooms the
+// timelines into a span selected with the mouse. Figures read in human
+// units with the exact bytes on hover (report.json has them all). The
+// layout is checked in headless Chromium at 1400 and 800 px
+// (html_browser_test.go).
 //
 // Size does not grow with the number of events: the analysis keeps at most
 // Options.TimelinePoints points per timeline, charts bin those into
@@ -30,23 +40,26 @@ import (
 // icicle at most flameMaxNodes frames. A 60 s run and a 10 h run of the same
 // program give pages of about the same size.
 
-//go:embed html/report.tmpl html/style.css
+//go:embed html/report.tmpl html/style.css html/report.js
 var htmlFiles embed.FS
 
 // htmlTopStacks is how many stacks a table of report.html lists before "n
 // more": the rest are in report.json and the profile.
 const htmlTopStacks = 20
 
-// htmlScript runs when the page loads. It draws nothing: it records on
-// <html> that the page rendered (data-rendered, data-charts) and any error
-// or blocked load (data-error), so a headless browser's DOM dump says
-// whether the page worked. Its hash is in the page's CSP; no other script
+// htmlScript is the page's one script (html/report.js): it marks on <html>
+// that the page rendered (data-rendered, data-charts) and any error or
+// blocked load (data-error), so a headless browser's DOM dump says whether
+// the page worked; and it makes the icicles and timelines explorable (zoom,
+// search, select a range). Its hash is in the page's CSP; no other script
 // may run.
-const htmlScript = `(function(){var d=document.documentElement;` +
-	`function fail(m){d.setAttribute("data-error",String(m))}` +
-	`window.addEventListener("error",function(e){fail(e.message||("load failed: "+(e.target&&(e.target.src||e.target.href))))},true);` +
-	`document.addEventListener("securitypolicyviolation",function(e){fail("blocked by CSP: "+e.violatedDirective+" "+e.blockedURI)});` +
-	`document.addEventListener("DOMContentLoaded",function(){d.setAttribute("data-charts",String(document.querySelectorAll("svg.chart").length));d.setAttribute("data-rendered","ok")})})();`
+var htmlScript = func() string {
+	b, err := htmlFiles.ReadFile("html/report.js")
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return string(b)
+}()
 
 // htmlCSP is the page's Content-Security-Policy: nothing is fetched, only
 // the inline style and htmlScript run.
@@ -71,13 +84,59 @@ var htmlStyle = func() template.CSS {
 	return template.CSS(b)
 }()
 
-// htmlBytes renders an exact byte count with its human units beside it.
-// Only digits and units: safe to mark as HTML.
+// htmlBytes renders a byte count for people: human units, the exact
+// bytes on hover (report.json has them too). Only digits and units: safe to
+// mark as HTML.
 func htmlBytes(n uint64) template.HTML {
+	return template.HTML(fmt.Sprintf(`<span class="b" title="%d bytes">%s</span>`, n, units.Bytes(n)))
+}
+
+// bytesText renders a byte count in a sentence or a tooltip: human units
+// first, the exact bytes after them.
+func bytesText(n uint64) string {
 	if n < 1024 {
-		return template.HTML(fmt.Sprintf(`<span class="n">%d</span>`, n))
+		return fmt.Sprintf("%d bytes", n)
 	}
-	return template.HTML(fmt.Sprintf(`<span class="n">%d</span> <span class="u">%s</span>`, n, units.Bytes(n)))
+	return fmt.Sprintf("%s (%d bytes)", units.Bytes(n), n)
+}
+
+// Sentences shared with the text outputs say "1006632960 bytes (960.00
+// MiB)": exact first, as a terminal or a diff wants. The page turns them
+// around (humanFirst) so that people read the human units first.
+var (
+	// exactThenHuman is "N bytes (H" with H a unit figure: the sign, N, H.
+	exactThenHuman = regexp.MustCompile(`([+-]?)(\d+) bytes \((\d+(?:\.\d+)? (?:B|[KMGTPE]iB))`)
+	// bareExact is "N bytes" not after a "(" (where humanFirst put it):
+	// what precedes, N, and a " (" that follows.
+	bareExact = regexp.MustCompile(`(^|[^(\d])(\d{4,}) bytes( \()?`)
+)
+
+// humanFirst rewrites a sentence's byte counts for the page: "1006632960
+// bytes (960.00 MiB, 12% of...)" reads "960.00 MiB (1006632960 bytes, 12%
+// of...)", and a bare "335544320 bytes" reads "320.00 MiB (335544320
+// bytes)". Counts under 1 KiB stay as they are.
+func humanFirst(s string) string {
+	s = exactThenHuman.ReplaceAllString(s, "$1$3 ($2 bytes")
+	return bareExact.ReplaceAllStringFunc(s, func(m string) string {
+		g := bareExact.FindStringSubmatch(m)
+		n, err := strconv.ParseUint(g[2], 10, 64)
+		if err != nil || n < 1024 {
+			return m
+		}
+		if g[3] != "" { // "N bytes (30.8% of..."
+			return g[1] + units.Bytes(n) + " (" + g[2] + " bytes, "
+		}
+		return g[1] + units.Bytes(n) + " (" + g[2] + " bytes)"
+	})
+}
+
+// humanFirstAll is humanFirst on each of ss, in a new slice.
+func humanFirstAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = humanFirst(s)
+	}
+	return out
 }
 
 // htmlPage is everything the template shows, computed in Go so that the
@@ -190,8 +249,14 @@ type htmlDevice struct {
 	LiveAtEnd   uint64
 	Capacity    uint64
 	NVMLSamples uint64
-	NVMLAtPeak  string
-	NVMLMax     string
+	NVMLAtPeak  template.HTML // bytesAt
+	NVMLMax     template.HTML
+}
+
+// bytesAt renders bytes at a time: "960.00 MiB at +1.41 s", the exact bytes
+// on hover.
+func bytesAt(res *analysis.Result, b, t uint64) template.HTML {
+	return htmlBytes(b) + template.HTML(" at "+template.HTMLEscapeString(secs(res, t)))
 }
 
 // htmlProcess is one row of the processes table.
@@ -265,8 +330,8 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
 		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
-		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: momentLine(res), Flight: flightLine(res),
-		Incomplete: incompleteLine(res)}
+		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: humanFirst(momentLine(res, atOffset)),
+		Flight: humanFirst(flightLine(res, atOffset)), Incomplete: humanFirst(incompleteLine(res, atOffset))}
 	if pg.Run.Mode == "" {
 		pg.Run.Mode = "unknown"
 	}
@@ -290,7 +355,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 		lost.Warn = true
 	}
 	failed := htmlFact{Label: "failed allocations", Value: template.HTML(strconv.FormatUint(t.FailedAllocations, 10)),
-		Note: fmt.Sprintf("%d bytes requested", t.FailedBytes), Warn: t.FailedAllocations > 0}
+		Note: units.Bytes(t.FailedBytes) + " requested", Warn: t.FailedAllocations > 0}
 	pg.Headline = []htmlFact{
 		{Label: "peak", Value: htmlBytes(t.PeakBytes), Note: "at " + secs(res, t.PeakTime)},
 		{Label: "live at end", Value: htmlBytes(t.LiveBytesAtEnd), Note: fmt.Sprintf("in %d allocations", t.LiveAllocationsAtEnd)},
@@ -325,8 +390,8 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 	var fs []htmlFinding
 	var leaks []htmlLeak
 	for i, f := range wordFindings(res) {
-		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: f.Summary, Bytes: f.Bytes,
-			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: f.Remediation, Stacks: f.Stacks}
+		hf := htmlFinding{N: i + 1, Kind: f.Kind, Severity: string(f.Severity), Summary: humanFirst(f.Summary), Bytes: f.Bytes,
+			When: secs(res, f.Time), PID: res.Run.PIDText(f.PID), Remediation: humanFirstAll(f.Remediation), Stacks: f.Stacks}
 		if l := f.Leak; l != nil {
 			for k, e := range l.WindowEnds {
 				if k < len(l.Live) {
@@ -334,7 +399,7 @@ func htmlFindings(res *analysis.Result) ([]htmlFinding, []htmlLeak) {
 				}
 			}
 			hf.Rate = growthRate(l)
-			hf.WindowGrowth = windowsText(res, l)
+			hf.WindowGrowth = humanFirst(windowsText(res, l))
 			if f.Kind != analysis.KindLeak {
 				// Pinned host growth: host memory, not a device leak.
 				fs = append(fs, hf)
@@ -364,9 +429,9 @@ func htmlDevices(res *analysis.Result) []htmlDevice {
 		if n := d.NVML; n != nil {
 			hd.NVMLSamples = n.Samples
 			if at := n.AtPeak; at != nil {
-				hd.NVMLAtPeak = fmt.Sprintf("%d (%s) at %s", at.UsedBytes, units.Bytes(at.UsedBytes), secs(res, at.Time))
+				hd.NVMLAtPeak = bytesAt(res, at.UsedBytes, at.Time)
 			}
-			hd.NVMLMax = fmt.Sprintf("%d (%s) at %s", n.Max.UsedBytes, units.Bytes(n.Max.UsedBytes), secs(res, n.Max.Time))
+			hd.NVMLMax = bytesAt(res, n.Max.UsedBytes, n.Max.Time)
 		}
 		out = append(out, hd)
 	}
@@ -382,12 +447,12 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 			Exe: p.Exe, Started: secs(res, p.Start), Peak: p.Totals.PeakBytes, PeakAt: secs(res, p.PeakTime),
 			LiveAtEnd: p.Totals.LiveBytesAtEnd, Allocs: p.Totals.Allocations, Frees: p.Totals.Frees,
 			Failed: p.Totals.FailedAllocations, Unknown: p.Totals.UnknownFrees, HostPeak: p.Host.PeakBytes,
-			Preexisting: preexistingText(res, p), Loop: iterationText(p)}
+			Preexisting: humanFirst(preexistingText(res, p)), Loop: humanFirst(iterationText(p))}
 		if p.SupersededAt != 0 {
 			hp.Ended = "ended by " + secs(res, p.SupersededAt) + " (its PID taken by a later process)"
 		}
 		if n := p.NVML; n != nil {
-			hp.NVML = gapText(n.Latest) + " at " + secs(res, n.Latest.Time)
+			hp.NVML = humanFirst(gapText(n.Latest)) + " at " + secs(res, n.Latest.Time)
 		}
 		procs = append(procs, hp)
 		ff := p.FirstFailure
@@ -395,9 +460,9 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 			continue
 		}
 		hf := htmlFailure{Label: procLabel(res, p), Count: p.Totals.FailedAllocations, Bytes: p.Totals.FailedBytes,
-			First: fmt.Sprintf("asked for %d bytes (%s) at %s on device %s at %s and returned %s, with %d bytes (%s) live in the process, %d on that device",
-				ff.Size, units.Bytes(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
-				analysis.ErrorName(ff.API, ff.Ret), ff.LiveBytes, units.Bytes(ff.LiveBytes), ff.DeviceLiveBytes)}
+			First: fmt.Sprintf("asked for %s at %s on device %s at %s and returned %s, with %s live in the process, %s on that device",
+				bytesText(ff.Size), res.Site(ff.Stack), analysis.DeviceName(ff.Device), secs(res, ff.Time),
+				analysis.ErrorName(ff.API, ff.Ret), bytesText(ff.LiveBytes), bytesText(ff.DeviceLiveBytes))}
 		hf.Sites, hf.More = htmlSites(res, p.Failed)
 		fails = append(fails, hf)
 	}

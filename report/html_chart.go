@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
@@ -23,9 +24,9 @@ const (
 	chartW      = 1000
 	chartH      = 260
 	chartLeft   = 76 // room for the byte axis labels
-	chartRight  = 16
+	chartRight  = 36 // room for the last time label, centred on the plot's edge
 	chartTop    = 22 // room for marker labels
-	chartBottom = 28 // room for the time axis labels
+	chartBottom = 32 // room for the time axis labels, clear of the byte axis's 0
 	// chartBins is how many columns a series is binned into: one per two
 	// units of plot width, so a band never needs more points than the
 	// chart has pixels, whatever the timeline holds.
@@ -35,12 +36,18 @@ const (
 // chartColors tell processes apart, in the Result's process order.
 var chartColors = []string{"#2563eb", "#d97706", "#059669", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#9f1239"}
 
-// chart is one SVG timeline.
+// chart is one SVG timeline. The page's script zooms it to a range
+// selected with the mouse: the plot's contents sit in a nested <svg> whose
+// viewBox it narrows, the marks (data-x) move along and the time axis is
+// drawn again from T0 and T1.
 type chart struct {
 	Title   string
 	Caption string
 	W, H    int
-	Plot    rect
+	// T0 and T1 are the times, in ns since the run's start, at the time
+	// axis's ends.
+	T0, T1 uint64
+	Plot   rect
 	// Right and Bottom are the plot's right and bottom edges.
 	Right, Bottom string
 	XTicks        []tick
@@ -92,13 +99,18 @@ type mark struct {
 	Title  string // the tooltip
 	Rule   bool   // draw a vertical rule through the plot at X
 	Glyph  string // SVG path of the marker: a cross for an OOM, a diamond for NVML
+	x      float64
 }
 
 // region shades a span of time: the span a leak grew over.
 type region struct {
-	X, W  string
-	Label string
-	Title string
+	X, W   string
+	Label  string
+	LabelX string
+	LabelY string
+	Anchor string
+	Title  string
+	x0, x1 float64
 }
 
 // f1 renders a coordinate with one decimal: enough for the eye, and the
@@ -107,18 +119,59 @@ func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 
 // scale maps run time and bytes onto the plot area of a chart.
 type scale struct {
-	dur  uint64 // ns from the run's start to its end
-	ymax uint64
+	t0, dur uint64 // the time axis, in ns from the run's start: t0 to dur
+	ymax    uint64
+	h       int // the chart's height
 }
 
 func (s scale) x(rel uint64) float64 {
 	pw := float64(chartW - chartLeft - chartRight)
-	return chartLeft + pw*math.Min(float64(rel)/float64(s.dur), 1)
+	if rel <= s.t0 {
+		return chartLeft
+	}
+	return chartLeft + pw*math.Min(float64(rel-s.t0)/float64(s.dur-s.t0), 1)
 }
 
 func (s scale) y(b uint64) float64 {
-	ph := float64(chartH - chartTop - chartBottom)
-	return float64(chartH-chartBottom) - ph*math.Min(float64(b)/float64(s.ymax), 1)
+	ph := float64(s.h - chartTop - chartBottom)
+	return float64(s.h-chartBottom) - ph*math.Min(float64(b)/float64(s.ymax), 1)
+}
+
+// bin is the column of time rel, out of n.
+func (s scale) bin(rel uint64, n int) int {
+	if rel <= s.t0 {
+		return 0
+	}
+	return min(int(float64(rel-s.t0)/float64(s.dur-s.t0)*float64(n)), n-1)
+}
+
+// axisStart is where the time axis starts: at 0, unless nothing was live
+// through the first fifth of the run or more (a Python import before the
+// first allocation; an OOM moment a second in, its allocations in its last
+// milliseconds). Then the axis starts at a round time at or before the
+// first point of any timeline (or NVML sample drawn), so that what happened
+// fills the chart; nothing traced is left out, as nothing traced was live
+// before. The caption says so.
+func axisStart(res *analysis.Result, dur uint64) uint64 {
+	first := uint64(math.MaxUint64)
+	for _, tl := range res.Timelines {
+		if len(tl.Points) > 0 {
+			first = min(first, res.Rel(tl.Points[0].Time))
+		}
+	}
+	for _, d := range res.Devices { // the NVML samples drawn
+		if n := d.NVML; n != nil {
+			first = min(first, res.Rel(n.Max.Time), res.Rel(n.Last.Time))
+			if n.AtPeak != nil {
+				first = min(first, res.Rel(n.AtPeak.Time))
+			}
+		}
+	}
+	if first == math.MaxUint64 || first < dur/5 {
+		return 0
+	}
+	step := max(uint64(niceStep(float64(dur-first), 10)), 1)
+	return first - first%step
 }
 
 // seriesKey groups timelines drawn as one series.
@@ -138,6 +191,7 @@ func timelineCharts(res *analysis.Result) []*chart {
 		}
 	}
 	dur = max(dur, 1)
+	t0 := axisStart(res, dur)
 	hasBlock := slices.ContainsFunc(res.Timelines, func(tl analysis.Timeline) bool { return tl.Layer == event.LayerBlock })
 
 	var charts []*chart
@@ -155,14 +209,15 @@ func timelineCharts(res *analysis.Result) []*chart {
 		if d.Name != "" {
 			title += ": " + d.Name
 		}
-		c := newChart(res, title, tls, dur, hasBlock, &d)
-		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %s; peak %d bytes (%s) at %s",
-			units.Duration(dur), d.PeakBytes, units.Bytes(d.PeakBytes), secs(res, d.PeakTime))
+		c := newChart(res, title, tls, t0, dur, hasBlock, &d)
+		c.Caption = fmt.Sprintf("Live device memory (allocations and physical memory) over %s; peak %s at %s",
+			units.Duration(dur), units.Bytes(d.PeakBytes), secs(res, d.PeakTime))
 		if d.CapacityBytes > 0 {
-			c.Caption += fmt.Sprintf(" of %d (%s) capacity", d.CapacityBytes, units.Bytes(d.CapacityBytes))
+			c.Caption += " of " + units.Bytes(d.CapacityBytes) + " capacity"
 		}
-		c.Caption += "."
+		c.Caption += "." + leadInText(t0)
 		charts = append(charts, c)
+		charts = append(charts, leakCharts(res, t0, dur, d.Index)...)
 	}
 	var host []analysis.Timeline
 	for _, tl := range res.Timelines {
@@ -171,9 +226,9 @@ func timelineCharts(res *analysis.Result) []*chart {
 		}
 	}
 	if len(host) > 0 {
-		c := newChart(res, "Pinned host memory", host, dur, false, nil)
-		c.Caption = fmt.Sprintf("Live pinned host memory (not device memory); peak %d bytes (%s) at %s.",
-			res.Host.PeakBytes, units.Bytes(res.Host.PeakBytes), secs(res, res.Host.PeakTime))
+		c := newChart(res, "Pinned host memory", host, t0, dur, false, nil)
+		c.Caption = fmt.Sprintf("Live pinned host memory (not device memory); peak %s at %s.",
+			units.Bytes(res.Host.PeakBytes), secs(res, res.Host.PeakTime)) + leadInText(t0)
 		charts = append(charts, c)
 	}
 	return charts
@@ -182,7 +237,7 @@ func timelineCharts(res *analysis.Result) []*chart {
 // newChart draws tls (one device's, or pinned host memory's) on one chart.
 // dev is nil for the host chart; otherwise its peak, its NVML samples and
 // the OOMs and findings on it are marked.
-func newChart(res *analysis.Result, title string, tls []analysis.Timeline, dur uint64, hasBlock bool, dev *analysis.Device) *chart {
+func newChart(res *analysis.Result, title string, tls []analysis.Timeline, t0, dur uint64, hasBlock bool, dev *analysis.Device) *chart {
 	// Group by process instance and layer: a host chart merges a process's
 	// devices into one series.
 	var keys []seriesKey
@@ -206,16 +261,7 @@ func newChart(res *analysis.Result, title string, tls []analysis.Timeline, dur u
 			ymax = max(ymax, n.Max.UsedBytes)
 		}
 	}
-	ymax, yTicks := byteTicks(ymax)
-	sc := scale{dur: dur, ymax: ymax}
-	c := &chart{Title: title, W: chartW, H: chartH, Right: f1(chartW - chartRight), Bottom: f1(chartH - chartBottom),
-		Plot: rect{X: f1(chartLeft), Y: f1(chartTop), W: f1(chartW - chartLeft - chartRight), H: f1(chartH - chartTop - chartBottom)}}
-	for _, yt := range yTicks {
-		c.YTicks = append(c.YTicks, tick{Pos: f1(sc.y(yt.v)), Label: yt.label})
-	}
-	for _, xt := range timeTicks(dur) {
-		c.XTicks = append(c.XTicks, tick{Pos: f1(sc.x(xt.v)), Label: xt.label})
-	}
+	c, sc := newAxes(title, chartH, t0, dur, ymax)
 
 	for _, k := range keys {
 		endRel := res.Run.Duration
@@ -244,6 +290,7 @@ func newChart(res *analysis.Result, title string, tls []analysis.Timeline, dur u
 		if res.Host.PeakBytes > 0 {
 			c.Marks = append(c.Marks, peakMark(sc, res, res.Host.PeakTime, res.Host.PeakBytes, "host peak"))
 		}
+		placeLabels(c)
 		return c
 	}
 	if dev.PeakBytes > 0 {
@@ -257,7 +304,32 @@ func newChart(res *analysis.Result, title string, tls []analysis.Timeline, dur u
 	if dev.NVML != nil && res.NVML != nil && res.NVML.Available {
 		c.Notes = append(c.Notes, fmt.Sprintf("NVML (diamonds) counts every process's memory and the driver's on the device: %d samples; shown at the traced peak, at its maximum and last.", dev.NVML.Samples))
 	}
+	placeLabels(c)
 	return c
+}
+
+// newAxes starts a chart h units high whose time axis spans t0 to dur and
+// whose byte axis holds ymax.
+func newAxes(title string, h int, t0, dur, ymax uint64) (*chart, scale) {
+	ymax, yTicks := byteTicks(ymax)
+	sc := scale{t0: t0, dur: dur, ymax: ymax, h: h}
+	c := &chart{Title: title, W: chartW, H: h, T0: t0, T1: dur, Right: f1(chartW - chartRight), Bottom: f1(float64(h - chartBottom)),
+		Plot: rect{X: f1(chartLeft), Y: f1(chartTop), W: f1(chartW - chartLeft - chartRight), H: f1(float64(h - chartTop - chartBottom))}}
+	for _, yt := range yTicks {
+		c.YTicks = append(c.YTicks, tick{Pos: f1(sc.y(yt.v)), Label: yt.label})
+	}
+	for _, xt := range timeTicks(t0, dur) {
+		c.XTicks = append(c.XTicks, tick{Pos: f1(sc.x(xt.v)), Label: xt.label})
+	}
+	return c, sc
+}
+
+// leadInText says, in a caption, where the time axis starts when not at 0.
+func leadInText(t0 uint64) string {
+	if t0 == 0 {
+		return ""
+	}
+	return " The axis starts at " + units.Offset(t0) + ": nothing traced was live before."
 }
 
 // seriesEnd is what a series ends at, when the Result says: a process's
@@ -322,9 +394,7 @@ func newSeries(res *analysis.Result, tls []analysis.Timeline, sc scale, endRel u
 		return &series{}
 	}
 	slices.SortStableFunc(pts, func(a, b pt) int { return cmp.Compare(a.t, b.t) })
-	bin := func(rel uint64) int {
-		return min(int(float64(rel)/float64(sc.dur)*chartBins), chartBins-1)
-	}
+	bin := func(rel uint64) int { return sc.bin(rel, chartBins) }
 	first, last := bin(pts[0].t), max(bin(pts[len(pts)-1].t), bin(endRel))
 	lo, hi := make([]uint64, chartBins), make([]uint64, chartBins)
 	cur := make([]uint64, len(tls))
@@ -383,7 +453,7 @@ func newSeries(res *analysis.Result, tls []analysis.Timeline, sc scale, endRel u
 
 // placeLabel puts a marker's label beside it, inside the chart.
 func placeLabel(m *mark, x, y float64) {
-	m.X, m.Y = f1(x), f1(y)
+	m.X, m.Y, m.x = f1(x), f1(y), x
 	switch m.Kind {
 	case "oom":
 		m.Glyph = fmt.Sprintf("M%s %sL%s %sM%s %sL%s %s", f1(x-5), f1(y-5), f1(x+5), f1(y+5), f1(x-5), f1(y+5), f1(x+5), f1(y-5))
@@ -392,14 +462,11 @@ func placeLabel(m *mark, x, y float64) {
 	}
 	m.LabelY = f1(max(y-8, chartTop-6))
 	m.LabelX, m.Anchor = f1(x+6), "start"
-	if x > chartW*0.7 {
-		m.LabelX, m.Anchor = f1(x-6), "end"
-	}
 }
 
 func peakMark(sc scale, res *analysis.Result, t, b uint64, what string) mark {
 	m := mark{Kind: "peak", Label: what + " " + units.Bytes(b),
-		Title: fmt.Sprintf("%s: %d bytes (%s) at %s", what, b, units.Bytes(b), secs(res, t))}
+		Title: fmt.Sprintf("%s: %s at %s", what, bytesText(b), secs(res, t))}
 	placeLabel(&m, sc.x(res.Rel(t)), sc.y(b))
 	return m
 }
@@ -416,9 +483,9 @@ func oomMarks(res *analysis.Result, sc scale, dev int32) []mark {
 			continue
 		}
 		m := mark{Kind: "oom", Rule: true, Label: "OOM: " + units.Bytes(ff.Size) + " request",
-			Title: fmt.Sprintf("%s: a request for %d bytes (%s) at %s failed with %s at %s, %d bytes live on the device (%d failed allocations in all)",
-				procLabel(res, p), ff.Size, units.Bytes(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret),
-				secs(res, ff.Time), ff.DeviceLiveBytes, p.Totals.FailedAllocations)}
+			Title: fmt.Sprintf("%s: a request for %s at %s failed with %s at %s, %s live on the device (%d failed allocations in all)",
+				procLabel(res, p), bytesText(ff.Size), res.Site(ff.Stack), analysis.ErrorName(ff.API, ff.Ret),
+				secs(res, ff.Time), bytesText(ff.DeviceLiveBytes), p.Totals.FailedAllocations)}
 		placeLabel(&m, sc.x(res.Rel(ff.Time)), sc.y(ff.DeviceLiveBytes))
 		m.LabelY = f1(chartTop + 12)
 		out = append(out, m)
@@ -448,8 +515,8 @@ func nvmlMarks(res *analysis.Result, sc scale, d *analysis.Device) []mark {
 			continue
 		}
 		seen[s.s.Time] = true
-		m := mark{Kind: "nvml", Title: fmt.Sprintf("%s: %d bytes (%s) used of %d at %s, every process and the driver",
-			s.what, s.s.UsedBytes, units.Bytes(s.s.UsedBytes), s.s.TotalBytes, secs(res, s.s.Time))}
+		m := mark{Kind: "nvml", Title: fmt.Sprintf("%s: %s used of %s at %s, every process and the driver",
+			s.what, bytesText(s.s.UsedBytes), bytesText(s.s.TotalBytes), secs(res, s.s.Time))}
 		placeLabel(&m, sc.x(res.Rel(s.s.Time)), sc.y(s.s.UsedBytes))
 		out = append(out, m)
 	}
@@ -485,7 +552,7 @@ func iterationBands(res *analysis.Result, sc scale, keys []seriesKey) ([]iterBan
 		}
 		notes = append(notes, what+" (every other one shaded)")
 		var b strings.Builder
-		top, h := f1(chartTop), f1(chartH-chartTop-chartBottom)
+		top, h := f1(chartTop), f1(float64(sc.h-chartTop-chartBottom))
 		for i := 0; i < len(it.Starts); i += 2 {
 			end := it.Starts[i] + it.PeriodNs
 			if i+1 < len(it.Starts) {
@@ -517,10 +584,10 @@ func findingMarks(res *analysis.Result, sc scale, dev int32) ([]region, []mark) 
 			x0 := sc.x(res.Rel(l.From))
 			x1 := sc.x(res.Rel(l.To))
 			regions = append(regions, region{X: f1(x0), W: f1(max(x1-x0, 1)), Label: label + " +" + units.Bytes(f.Bytes),
-				Title: f.Summary})
+				Title: humanFirst(f.Summary), x0: x0, x1: x0 + max(x1-x0, 1)})
 			continue
 		}
-		m := mark{Kind: "finding", Rule: true, Label: label, Title: f.Summary}
+		m := mark{Kind: "finding", Rule: true, Label: label, Title: humanFirst(f.Summary)}
 		placeLabel(&m, sc.x(res.Rel(f.Time)), chartTop)
 		m.LabelY = f1(chartTop + 24)
 		marks = append(marks, m)
@@ -597,21 +664,25 @@ func byteTicks(ymax uint64) (uint64, []axisTick) {
 	return max(top, 1), ticks
 }
 
-// timeTicks labels the time axis in seconds since the run's start.
-func timeTicks(dur uint64) []axisTick {
-	secs := float64(dur) / 1e9
-	step := niceStep(secs, 10)
+// timeTicks labels the time axis from t0 to t1 (ns) in seconds since the
+// run's start. The page's script does the same when it zooms.
+func timeTicks(t0, t1 uint64) []axisTick {
+	from, to := float64(t0)/1e9, float64(t1)/1e9
+	step := niceStep(to-from, 10)
 	dec := 0
 	if step < 1 {
-		dec = int(math.Ceil(-math.Log10(step)))
+		dec = int(math.Ceil(-math.Log10(step) - 1e-9))
 	}
 	var out []axisTick
-	for i := 0; ; i++ {
-		v := float64(i) * step
-		if v > secs*1.0000001 {
+	for i := math.Ceil(from/step - 1e-9); ; i++ {
+		v := i * step
+		if v == 0 {
+			v = 0 // never "-0 s"
+		}
+		if v > to*1.0000001 {
 			break
 		}
-		out = append(out, axisTick{uint64(v * 1e9), strconv.FormatFloat(v, 'f', dec, 64) + " s"})
+		out = append(out, axisTick{uint64(math.Round(v * 1e9)), strconv.FormatFloat(v, 'f', dec, 64) + " s"})
 	}
 	return out
 }
@@ -646,4 +717,129 @@ func newSparkline(live []uint64) *sparkline {
 	}
 	s.Path = strings.TrimSpace(b.String())
 	return s
+}
+
+// markCharW estimates the width of a mark label's character in SVG units
+// (600 13px system-ui, the size on a narrow page, averages about 7.5),
+// rounded up: a box estimated too wide only leaves some space, one too
+// narrow would let labels overlap.
+const markCharW = 8.0
+
+// labelBox is a label's box in SVG units.
+type labelBox struct{ x0, y0, x1, y1 float64 }
+
+// overlaps says whether a and b come closer than a small gap.
+func (a labelBox) overlaps(b labelBox) bool {
+	return a.x0 < b.x1+3 && b.x0 < a.x1+3 && a.y0 < b.y1+1 && b.y0 < a.y1+1
+}
+
+// placeLabels lays out the labels of c's marks and leak spans so that none
+// overlaps another or leaves the plot's columns. In order (the peak, OOMs,
+// findings, then leak spans) each takes the free place nearest the line it
+// prefers: on a row above the plot or one of the rows down through it,
+// right of its point or left of it. A label that fits nowhere is not drawn;
+// the legend under the chart has it, and its mark's tooltip.
+func placeLabels(c *chart) {
+	rows := []float64{chartTop - 6}
+	for y := float64(chartTop + 12); y <= float64(c.H-chartBottom-4); y += 14 {
+		rows = append(rows, y)
+	}
+	var taken []labelBox
+	// place finds a place for label, starting right of xs or ending left
+	// of xe, nearest the baseline want.
+	place := func(label string, xs, xe, want float64) (x, y float64, anchor string, ok bool) {
+		w := float64(utf8.RuneCountInString(label)) * markCharW
+		order := slices.Clone(rows)
+		slices.SortStableFunc(order, func(a, b float64) int { return cmp.Compare(math.Abs(a-want), math.Abs(b-want)) })
+		for _, y := range order {
+			for _, b := range []labelBox{{xs, y - 10, xs + w, y + 3}, {xe - w, y - 10, xe, y + 3}} {
+				if b.x0 < chartLeft+2 || b.x1 > chartW-2 || slices.ContainsFunc(taken, b.overlaps) {
+					continue
+				}
+				taken = append(taken, b)
+				if b.x0 == xs {
+					return xs, y, "start", true
+				}
+				return xe, y, "end", true
+			}
+		}
+		return 0, 0, "", false
+	}
+	for i := range c.Marks {
+		m := &c.Marks[i]
+		if m.Label == "" {
+			continue
+		}
+		want, _ := strconv.ParseFloat(m.LabelY, 64)
+		x, y, anchor, ok := place(m.Label, m.x+6, m.x-6, want)
+		if !ok {
+			m.Label = ""
+			continue
+		}
+		m.LabelX, m.LabelY, m.Anchor = f1(x), f1(y), anchor
+	}
+	for i := range c.Regions {
+		r := &c.Regions[i]
+		x, y, anchor, ok := place(r.Label, r.x0+4, r.x1-4, chartTop+12)
+		if !ok {
+			r.Label = ""
+			continue
+		}
+		r.LabelX, r.LabelY, r.Anchor = f1(x), f1(y), anchor
+	}
+}
+
+// leakChartH is the height of a leak's own chart: a small one under its
+// device's.
+const leakChartH = 150
+
+// leakColor draws a leak's own chart, the leak table's trend color.
+const leakColor = "#c2410c"
+
+// leakCharts gives each leak on device dev a chart of its own: the leaking
+// site's live bytes at the end of each window, on the site's own scale,
+// since a leak of megabytes under gigabytes of peaks is a flat line on the
+// device's chart. The line starts at the process's first traced moment,
+// where tracing knew none of the site's bytes.
+func leakCharts(res *analysis.Result, t0, dur uint64, dev int32) []*chart {
+	var out []*chart
+	for i, f := range wordFindings(res) {
+		l := f.Leak
+		if f.Kind != analysis.KindLeak || l == nil || len(l.Live) == 0 || !findingOnDevice(res, f.Finding, dev) {
+			continue
+		}
+		site := analysis.NoStack
+		if len(f.Stacks) > 0 {
+			site = f.Stacks[0].Site
+		}
+		var top uint64
+		for _, v := range l.Live {
+			top = max(top, v)
+		}
+		c, sc := newAxes(fmt.Sprintf("Leak #%d on device %s: %s", i+1, analysis.DeviceName(dev), site), leakChartH, t0, dur, top)
+		c.Caption = fmt.Sprintf("The leaking site's own live bytes at the end of each window, on its own scale: +%s over the run",
+			units.Bytes(f.Bytes))
+		if r := growthRate(l); r != "" {
+			c.Caption += ", " + r
+		}
+		c.Caption += "." + leadInText(t0)
+		var b strings.Builder
+		fmt.Fprintf(&b, "M%s %s", f1(sc.x(res.Rel(l.From))), f1(sc.y(0)))
+		for k, e := range l.WindowEnds {
+			if k < len(l.Live) {
+				fmt.Fprintf(&b, "L%s %s", f1(sc.x(res.Rel(e))), f1(sc.y(l.Live[k])))
+			}
+		}
+		c.Series = []*series{{Label: fmt.Sprintf("pid %s: %s", res.Run.PIDText(f.PID), site), Color: leakColor, Line: b.String(), Max: top}}
+		last := len(l.Live) - 1
+		if last < len(l.WindowEnds) {
+			m := mark{Kind: "peak", Label: "+" + units.Bytes(f.Bytes),
+				Title: fmt.Sprintf("%s live at %s at %s", bytesText(l.Live[last]), site, secs(res, l.WindowEnds[last]))}
+			placeLabel(&m, sc.x(res.Rel(l.WindowEnds[last])), sc.y(l.Live[last]))
+			c.Marks = append(c.Marks, m)
+		}
+		placeLabels(c)
+		out = append(out, c)
+	}
+	return out
 }

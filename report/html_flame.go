@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/vramprof/vramprof/analysis"
-	"github.com/vramprof/vramprof/report/units"
 )
 
 // The icicle of report.html: the stacks live at a process's peak merged
@@ -30,25 +29,35 @@ const (
 	flameCharW = 6.6
 )
 
-// flame is one process's icicle.
+// flame is one process's icicle. The page's script zooms into a frame
+// when it is clicked and highlights the frames a search matches, from each
+// frame's data attributes (flameNode's Level, Offset, Bytes and Name).
 type flame struct {
 	Title   string
 	Caption string
 	W, H    int
+	Total   uint64 // the bytes the full width stands for
 	Nodes   []flameNode
 	Hidden  int // frames too narrow to draw
 	Stacks  []htmlSite
 	More    int
 }
 
-// flameNode is one frame drawn.
+// flameNode is one frame drawn. Nodes are in depth-first order, so a
+// frame's descendants follow it up to the next frame at its level or
+// above: the script zooms on that.
 type flameNode struct {
 	X, Y, W string
 	TextX   string
 	TextY   string
 	Label   string // cut to fit; empty when nothing fits
 	Title   string // the tooltip: the whole frame and its bytes
+	Name    string // the whole frame, for the script's labels and search
 	Fill    string
+	Level   int
+	// Offset is the bytes left of the frame in the full icicle; Bytes its
+	// own.
+	Offset, Bytes uint64
 }
 
 // frameNode is a frame of the merged tree.
@@ -89,7 +98,17 @@ func newFlame(res *analysis.Result, p *analysis.Process) *flame {
 			rt = s.Runtime
 		}
 		n := root
-		for i := len(lines) - 1; i >= 0; i-- { // Lines are leaf first
+		// The outermost frames without a symbol (libc's
+		// __libc_start_call_main as a bare address) say nothing and
+		// would split the same caller by return address: start at the
+		// first named frame, merging what is under them.
+		top := len(lines) - 1
+		if s := res.Stacks[u.Stack]; s != nil && len(s.Frames) == len(lines) {
+			for top > 0 && s.Frames[top].Function == "" {
+				top--
+			}
+		}
+		for i := top; i >= 0; i-- { // Lines are leaf first
 			n = n.child(lines[i], rt != nil && rt[i])
 			n.bytes += u.Bytes
 			n.count += u.Count
@@ -98,13 +117,14 @@ func newFlame(res *analysis.Result, p *analysis.Process) *flame {
 	if root.bytes == 0 {
 		return nil
 	}
-	f := &flame{W: flameW,
-		Title: fmt.Sprintf("Stacks at the peak of %s: %d bytes (%s) at %s", procLabel(res, p), p.Totals.PeakBytes,
-			units.Bytes(p.Totals.PeakBytes), secs(res, p.PeakTime)),
-		Caption: "Outermost frame on top, the allocating call at the bottom; each frame is as wide as the bytes live under it at the peak. Hover a frame for its exact bytes."}
+	f := &flame{W: flameW, Total: root.bytes,
+		Title: fmt.Sprintf("Stacks at the peak of %s: %s at %s", procLabel(res, p), bytesText(p.Totals.PeakBytes),
+			secs(res, p.PeakTime)),
+		Caption: "Outermost frame on top, the allocating call at the bottom; each frame is as wide as the bytes live under it at the peak. " +
+			"Hover a frame for its bytes, click it to zoom in; search highlights the frames whose names match."}
 	depth := 0
-	var walk func(n *frameNode, x float64, level int)
-	walk = func(n *frameNode, x float64, level int) {
+	var walk func(n *frameNode, x float64, off uint64, level int)
+	walk = func(n *frameNode, x float64, off uint64, level int) {
 		slices.SortStableFunc(n.children, func(a, b *frameNode) int {
 			return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(a.name, b.name))
 		})
@@ -113,20 +133,23 @@ func newFlame(res *analysis.Result, p *analysis.Process) *flame {
 			if w < flameMinWidth || len(f.Nodes) >= flameMaxNodes {
 				f.Hidden++
 				x += w
+				off += c.bytes
 				continue
 			}
 			y := float64(level * flameRow)
 			depth = max(depth, level+1)
 			node := flameNode{X: f1(x), Y: f1(y), W: f1(max(w-0.5, 0.5)), TextX: f1(x + 3), TextY: f1(y + 12.5),
-				Label: fitLabel(c.name, w-6), Fill: frameColor(c.name, c.runtime),
-				Title: fmt.Sprintf("%s\n%d bytes (%s), %.1f%% of the peak, in %d allocations", c.name, c.bytes,
-					units.Bytes(c.bytes), pct(c.bytes, p.Totals.PeakBytes), c.count)}
+				Label: fitLabel(c.name, w-6), Fill: frameColor(c.name, c.runtime), Name: c.name,
+				Level: level, Offset: off, Bytes: c.bytes,
+				Title: fmt.Sprintf("%s\n%s, %.1f%% of the peak, in %d allocations", c.name, bytesText(c.bytes),
+					pct(c.bytes, p.Totals.PeakBytes), c.count)}
 			f.Nodes = append(f.Nodes, node)
-			walk(c, x, level+1)
+			walk(c, x, off, level+1)
 			x += w
+			off += c.bytes
 		}
 	}
-	walk(root, 0, 0)
+	walk(root, 0, 0, 0)
 	f.H = max(depth, 1) * flameRow
 	f.Stacks, f.More = htmlSites(res, p.PeakStacks)
 	return f

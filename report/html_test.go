@@ -1,13 +1,17 @@
 package report
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +28,17 @@ func mustHTML(tb testing.TB, res *analysis.Result) []byte {
 	var buf bytes.Buffer
 	require.NoError(tb, WriteHTML(&buf, res))
 	return buf.Bytes()
+}
+
+// analyzed is recs analysed as the tool does (default options: full
+// timelines), unlike mustResult's small ones.
+func analyzed(tb testing.TB, recs []event.Record) *analysis.Result {
+	tb.Helper()
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		require.NoError(tb, a.Add(r))
+	}
+	return a.Finish()
 }
 
 func TestHTMLGolden(t *testing.T) {
@@ -55,17 +70,17 @@ func TestHTMLContents(t *testing.T) {
 		"<dt>mode</dt><dd>run</dd>", "<dd>60.0 s</dd>", "exited, exit code 1", `<span class="n">183</span>`,
 		`<dt>lost events</dt><dd class="warn-text"><span class="n">4</span>`,
 		"/usr/lib/x86_64-linux-gnu/libcudart.so.12",
-		// Exact bytes with human units beside them.
-		`<span class="n">3405774848</span> <span class="u">3.17 GiB</span>`,
+		// Human units, the exact bytes on hover.
+		`<span class="b" title="3405774848 bytes">3.17 GiB</span>`,
 		// A chart per device, the peak and the OOM marked, the leak shaded.
 		`aria-label="Device 0"`, `aria-label="Device unknown"`, ">peak 3.17 GiB</text>",
 		">OOM: 4.00 GiB request</text>", "#3 leak &#43;944.00 MiB",
 		// Findings with remediation, the icicle, the leak table.
 		`id="finding-1"`, "free or detach the buffers allocated at record_metrics (train.py:77)",
-		"Stacks at the peak of pid 100: 3405774848 bytes", ">load_weights (train.py:12)</text>",
+		"Stacks at the peak of pid 100: 3.17 GiB (3405774848 bytes)", ">load_weights (train.py:12)</text>",
 		// The leak's growth over the run, 59 x 16 MiB = 989855744 bytes, at
 		// 16 MiB per second: per second, as the windows observed ~49 s.
-		`<td class="r"><span class="n">989855744</span> <span class="u">944.00 MiB</span></td><td class="r">16.00 MiB per second</td>`,
+		`<td class="r"><span class="b" title="989855744 bytes">944.00 MiB</span></td><td class="r rate">16.00 MiB per second</td>`,
 	} {
 		contains(t, page, want)
 	}
@@ -73,7 +88,7 @@ func TestHTMLContents(t *testing.T) {
 	assert.NotContains(t, page, "NVML samples")
 	attach := string(mustHTML(t, mustResult(t, attachRecords())))
 	contains(t, attach, "NVML samples")
-	contains(t, attach, `<g class="nvml">`)
+	contains(t, attach, `<g class="nvml"`)
 	// Pinned host memory gets its own chart, and VMM its table.
 	mixed := string(mustHTML(t, mustResult(t, mixedRecords())))
 	contains(t, mixed, `aria-label="Pinned host memory"`)
@@ -239,18 +254,14 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		recs   []event.Record
 		charts int
 	}{
-		{"train", trainRecords(), 2},
+		{"train", trainRecords(), 3}, // two devices and the leak's own chart
 		{"attach", attachRecords(), 2},
 		{"mixed", mixedRecords(), 3},
-		{"hostile", hostileRecords(), 2},
+		{"hostile", hostileRecords(), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := analysis.New(analysis.Options{})
-			for _, r := range tc.recs {
-				require.NoError(t, a.Add(r))
-			}
 			page := filepath.Join(dir, "report-"+tc.name+".html")
-			require.NoError(t, os.WriteFile(page, mustHTML(t, a.Finish()), 0o644))
+			require.NoError(t, os.WriteFile(page, mustHTML(t, analyzed(t, tc.recs)), 0o644))
 			png := filepath.Join(dir, "report-"+tc.name+".png")
 			_ = os.Remove(png)
 
@@ -307,4 +318,166 @@ func chromium(tb testing.TB, browser string, args ...string) (stderr, stdout str
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	require.NoError(tb, cmd.Run(), "chromium %v:\n%s", args, errb.String())
 	return errb.String(), out.String()
+}
+
+// TestHTMLPlaceLabels: labels of marks at the same moment (a peak and an
+// OOM at the end of a run, a finding beside them, a leak's span) are laid
+// out apart and inside the chart; one that fits nowhere is dropped, its
+// mark kept.
+func TestHTMLPlaceLabels(t *testing.T) {
+	c, sc := newAxes("t", chartH, 0, 100, 100)
+	end := sc.x(100)
+	for _, m := range []mark{
+		{Kind: "peak", Label: "peak 960.00 MiB"},
+		{Kind: "oom", Label: "OOM: 384.00 MiB request"},
+		{Kind: "finding", Label: "#4 cache_growth"},
+	} {
+		placeLabel(&m, end, sc.y(100))
+		c.Marks = append(c.Marks, m)
+	}
+	c.Regions = []region{{Label: "#3 leak +60.00 MiB", x0: sc.x(80), x1: end}}
+	placeLabels(c)
+	var boxes []labelBox
+	add := func(label, x, y, anchor string) {
+		require.NotEmpty(t, label)
+		lx, err := strconv.ParseFloat(x, 64)
+		require.NoError(t, err)
+		ly, err := strconv.ParseFloat(y, 64)
+		require.NoError(t, err)
+		w := float64(len(label)) * markCharW
+		if anchor == "end" {
+			lx -= w
+		}
+		b := labelBox{lx, ly - 10, lx + w, ly + 3}
+		assert.GreaterOrEqual(t, b.x0, float64(chartLeft), label)
+		assert.LessOrEqual(t, b.x1, float64(chartW), label)
+		assert.GreaterOrEqual(t, b.y0, 0.0, label)
+		assert.LessOrEqual(t, b.y1, float64(chartH-chartBottom), label)
+		for _, o := range boxes {
+			assert.False(t, b.overlaps(o), "%s overlaps another label", label)
+		}
+		boxes = append(boxes, b)
+	}
+	for _, m := range c.Marks {
+		add(m.Label, m.LabelX, m.LabelY, m.Anchor)
+	}
+	add(c.Regions[0].Label, c.Regions[0].LabelX, c.Regions[0].LabelY, c.Regions[0].Anchor)
+
+	// No room at all: the label goes, the mark stays.
+	tiny, sc := newAxes("t", chartTop+chartBottom+10, 0, 100, 100)
+	for range 12 {
+		m := mark{Kind: "finding", Label: strings.Repeat("x", 40)}
+		placeLabel(&m, sc.x(50), chartTop)
+		tiny.Marks = append(tiny.Marks, m)
+	}
+	placeLabels(tiny)
+	assert.Len(t, tiny.Marks, 12)
+	assert.Empty(t, tiny.Marks[11].Label)
+}
+
+// TestHTMLOOMMoment: an oom moment report recorded from testdata/oom (its
+// allocations in the last 60 µs of 1.41 s) starts its time axis where
+// memory was first live, says so, and writes times as the page does
+// everywhere (no Go durations such as "1.409532893s"); the icicle starts
+// at the program's main, not at libc's unnamed frame.
+func TestHTMLOOMMoment(t *testing.T) {
+	res := oomMomentResult(t)
+	page := string(mustHTML(t, res))
+	charts := timelineCharts(res)
+	require.NotEmpty(t, charts)
+	assert.Greater(t, charts[0].T0, res.Run.Duration/2, "the axis starts near the allocations")
+	contains(t, page, "The axis starts at &#43;1.41 s: nothing traced was live before.")
+	contains(t, page, "these figures are the trace up to oom moment (oom 1, at &#43;1.41 s)")
+	contains(t, page, "a moment report (oom 1, at &#43;1.41 s)")
+	assert.NotRegexp(t, `\d\.\d{4,}s\b`, page, "a Go duration")
+	contains(t, page, ">OOM: 384.00 MiB request</text>")
+	assert.NotContains(t, page, `data-n="0x`, "an icicle frame without a symbol")
+	contains(t, page, `<g data-l="0" data-o="0" data-b="1006632960" data-n="main (scenarios/oom.c:62)">`)
+	// report.md keeps its exact duration.
+	var md bytes.Buffer
+	require.NoError(t, WriteMarkdown(&md, res))
+	assert.Regexp(t, `\(oom 1, 1\.\d+s after the start\)`, md.String())
+}
+
+// TestHTMLTimeTicks: the time axis of a span that starts late is labelled
+// from its start, never "-0 s".
+func TestHTMLTimeTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range timeTicks(960e6, 1140e6) {
+		labels = append(labels, tk.label)
+	}
+	assert.Equal(t, []string{"0.96 s", "0.98 s", "1.00 s", "1.02 s", "1.04 s", "1.06 s", "1.08 s", "1.10 s", "1.12 s", "1.14 s"}, labels)
+	assert.Equal(t, "0 s", timeTicks(0, 60e9)[0].label)
+}
+
+// vptRecords reads a recorded trace from testdata: its header, then every
+// record.
+func vptRecords(tb testing.TB, name string) []event.Record {
+	tb.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	require.NoError(tb, err)
+	defer f.Close()
+	r, err := event.NewReader(bufio.NewReader(f))
+	require.NoError(tb, err)
+	recs := []event.Record{r.Header()}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return recs
+		}
+		require.NoError(tb, err)
+		if e, ok := rec.(*event.Event); ok {
+			c := *e // the reader reuses its Event
+			rec = &c
+		}
+		recs = append(recs, rec)
+	}
+}
+
+// oomMoment closes recs at their first out-of-memory failure, as the
+// recorder writes an oom moment report (report/recorder/moment.go).
+func oomMoment(tb testing.TB, recs []event.Record) *analysis.Result {
+	tb.Helper()
+	a := analysis.New(analysis.Options{})
+	for _, r := range recs {
+		if _, ok := r.(*event.End); ok {
+			break
+		}
+		require.NoError(tb, a.Add(r))
+		// The program's request, not the driver call nested in it.
+		if e, ok := r.(*event.Event); ok && e.Kind == event.KindAlloc && e.Flags&event.FlagNested == 0 &&
+			e.Layer == event.LayerSegment && analysis.IsOutOfMemory(e.Ret) {
+			at := e.Time + 1000
+			require.NoError(tb, a.Add(&event.End{Time: at, Reason: analysis.MomentOOMReason}))
+			res := a.Finish()
+			res.Run.Moment = &analysis.Moment{Kind: analysis.MomentOOM, Index: 1, Time: at, Request: e}
+			return res
+		}
+	}
+	tb.Fatal("no out-of-memory failure in the records")
+	return nil
+}
+
+// oomMomentResult is the oom moment report of testdata/oom, recorded by
+// `vramprof run` (testdata/oom.vpt): 1.41 s of Python-free start-up, then
+// five allocations and a failed one in 60 µs.
+func oomMomentResult(tb testing.TB) *analysis.Result {
+	tb.Helper()
+	return oomMoment(tb, vptRecords(tb, "oom.vpt"))
+}
+
+func TestHTMLHumanFirst(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"peaked at 1006632960 bytes (960.00 MiB) at +1.41 s", "peaked at 960.00 MiB (1006632960 bytes) at +1.41 s"},
+		{"120852480 bytes (115.25 MiB, 21.5% of the peak) in 5", "115.25 MiB (120852480 bytes, 21.5% of the peak) in 5"},
+		{"(+53477376 bytes (51.00 MiB) from +1.00 s", "(+51.00 MiB (53477376 bytes) from +1.00 s"},
+		{"it: 335544320 bytes at grow_buffers", "it: 320.00 MiB (335544320 bytes) at grow_buffers"},
+		{"162779136 bytes (30.8% of the 528482304 reserved)", "155.24 MiB (162779136 bytes, 30.8% of the 528482304 reserved)"},
+		{"asked for 384.00 MiB (402653184 bytes) at", "asked for 384.00 MiB (402653184 bytes) at"},
+		{"512 bytes (512 B) and 1000 bytes", "512 B (512 bytes) and 1000 bytes"},
+		{"live bytes +167772160 per iteration", "live bytes +167772160 per iteration"},
+	} {
+		assert.Equal(t, tc.want, humanFirst(tc.in), tc.in)
+		assert.Equal(t, tc.want, humanFirst(humanFirst(tc.in)), "twice: %s", tc.in)
+	}
 }

@@ -933,5 +933,5 @@ func jsonFlight(res *analysis.Result) *JSONFlight {
 		return nil
 	}
 	return &JSONFlight{KeptEvents: res.Run.Events, SummarisedEvents: f.SummarisedEvents, RestoredAllocations: f.Restored,
-		WindowStartNs: res.Rel(f.CutTime), Note: flightLine(res)}
+		WindowStartNs: res.Rel(f.CutTime), Note: flightLine(res, afterStart)}
 }

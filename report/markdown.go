@@ -33,13 +33,13 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	// Title and one line on the run: what, how, how long, how it ended.
 	p("# vramprof report\n\n")
 	p("%s\n\n", runLine(res))
-	if l := incompleteLine(res); l != "" {
+	if l := incompleteLine(res, afterStart); l != "" {
 		p("**Incomplete recording:** %s.\n\n", l)
 	}
-	if l := momentLine(res); l != "" {
+	if l := momentLine(res, afterStart); l != "" {
 		p("**Moment:** %s.\n\n", l)
 	}
-	if l := flightLine(res); l != "" {
+	if l := flightLine(res, afterStart); l != "" {
 		p("**Note:** %s.\n\n", l)
 	}
 	if l := noCallsLine(&run); l != "" {

@@ -32,7 +32,7 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 	p("vramprof: %s\n", runLine(res))
 	// A process attached mid-run is said on the line of memory from
 	// before tracing.
-	for _, l := range cutReasons(res) {
+	for _, l := range cutReasons(res, afterStart) {
 		p("incomplete:         %s\n", l)
 	}
 	if l := noCallsLine(&res.Run); l != "" {
@@ -141,7 +141,7 @@ func WriteSummary(w io.Writer, res *analysis.Result) error {
 		lost += fmt.Sprintf("; %d events late (after the reorder window: may be misordered against calls on the same address)", res.LateEvents)
 	}
 	p("lost events:        %s\n", lost)
-	if l := flightLine(res); l != "" {
+	if l := flightLine(res, afterStart); l != "" {
 		p("%s\n", l)
 	}
 	return bw.Flush()

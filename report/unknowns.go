@@ -82,21 +82,32 @@ func processUnknown(res *analysis.Result) []string {
 // IncompleteReasons says why res does not cover the whole recording, one
 // line per reason; nil when it does. A gate must not pass on such figures
 // (report.json's run.complete, read by `vramprof check`).
-func IncompleteReasons(res *analysis.Result) []string {
-	out := cutReasons(res)
+func IncompleteReasons(res *analysis.Result) []string { return incompleteReasons(res, afterStart) }
+
+func incompleteReasons(res *analysis.Result, at sinceStart) []string {
+	out := cutReasons(res, at)
 	if l := midRunLine(res); l != "" {
 		out = append(out, l)
 	}
 	return out
 }
 
+// sinceStart renders a time since the run's start as a phrase: the text
+// outputs say "1.409532893s after the start" (afterStart, exact), the page
+// says "at +1.41 s" (atOffset), as its charts and tables do.
+type sinceStart func(ns uint64) string
+
+func afterStart(ns uint64) string { return time.Duration(ns).String() + " after the start" }
+
+func atOffset(ns uint64) string { return "at " + units.Offset(ns) }
+
 // cutReasons are IncompleteReasons but for a process attached mid-run:
 // the recording stops before its end.
-func cutReasons(res *analysis.Result) []string {
+func cutReasons(res *analysis.Result, at sinceStart) []string {
 	var out []string
 	if m := res.Run.Moment; m != nil {
-		out = append(out, fmt.Sprintf("a moment report (%s %d, %s after the start): the figures stop at the moment, while the recording went on",
-			m.Kind, m.Index, time.Duration(res.Rel(m.Time))))
+		out = append(out, fmt.Sprintf("a moment report (%s %d, %s): the figures stop at the moment, while the recording went on",
+			m.Kind, m.Index, at(res.Rel(m.Time))))
 	} else if !res.Run.Ended {
 		out = append(out, "cut short: the trace ends without its End record (vramprof was killed or crashed, or the disk filled), "+
 			"so the figures cover only what was recorded before the cut")
@@ -137,19 +148,19 @@ func midRunLine(res *analysis.Result) string {
 }
 
 // incompleteLine is IncompleteReasons in one line; "" when complete.
-func incompleteLine(res *analysis.Result) string {
-	return strings.Join(IncompleteReasons(res), "; ")
+func incompleteLine(res *analysis.Result, at sinceStart) string {
+	return strings.Join(incompleteReasons(res, at), "; ")
 }
 
 // momentLine says, in a moment report, that the figures are the trace's up
 // to that moment and which request failed; "" in any other report.
-func momentLine(res *analysis.Result) string {
+func momentLine(res *analysis.Result, at sinceStart) string {
 	m := res.Run.Moment
 	if m == nil {
 		return ""
 	}
-	line := fmt.Sprintf("these figures are the trace up to %s (%s %d, %s after the start); the recording went on",
-		res.Run.EndReason, m.Kind, m.Index, time.Duration(res.Rel(m.Time)))
+	line := fmt.Sprintf("these figures are the trace up to %s (%s %d, %s); the recording went on",
+		res.Run.EndReason, m.Kind, m.Index, at(res.Rel(m.Time)))
 	if e := m.Request; e != nil {
 		line += fmt.Sprintf("; the failed request: %s of %d bytes (%s) by pid %d on device %s, %s",
 			e.API, e.Size, units.Bytes(e.Size), e.PID, analysis.DeviceName(e.Device), analysis.ErrorName(e.API, e.Ret))
@@ -160,7 +171,7 @@ func momentLine(res *analysis.Result) string {
 // flightLine says, in a report of a flight recorder's trace, how much of
 // the run the events kept cover and what the checkpoint summarised; "" in
 // any other report.
-func flightLine(res *analysis.Result) string {
+func flightLine(res *analysis.Result, at sinceStart) string {
 	f := res.Run.Flight
 	if f == nil {
 		return ""
@@ -173,9 +184,9 @@ func flightLine(res *analysis.Result) string {
 	case f.PeakStacks:
 		covers = "totals, books, peaks and the stacks live at them cover the whole run; timelines before the window do not"
 	}
-	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s after the start); %d earlier events summarised in a checkpoint "+
+	return fmt.Sprintf("flight recorder: kept the last %d / %d events (from %s); %d earlier events summarised in a checkpoint "+
 		"(%d allocations live at the cut restored exactly; %s; churn, spikes and iterations are found in the kept events only)",
-		res.Run.Events, n, time.Duration(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored, covers)
+		res.Run.Events, n, at(res.Rel(f.CutTime)), f.SummarisedEvents, f.Restored, covers)
 }
 
 // lostCause says why res's records were lost (LostCause).

@@ -114,7 +114,7 @@ func TestImportUnknowns(t *testing.T) {
 // checkpoint carried over the cut and which cover the kept events only.
 func TestFlightLine(t *testing.T) {
 	res := &analysis.Result{}
-	assert.Empty(t, flightLine(res), "not a flight recording")
+	assert.Empty(t, flightLine(res, afterStart), "not a flight recording")
 	res.Run.Start, res.Run.Events = 1_000, 700
 	res.Run.Flight = &analysis.Flight{SummarisedEvents: 300, Restored: 4, CutTime: 2_001_000}
 	for _, tc := range []struct {
@@ -128,7 +128,7 @@ func TestFlightLine(t *testing.T) {
 		res.Run.Flight.PeakStacks, res.Run.Flight.Timelines = tc.peaks, tc.timelines
 		// 700 kept of 700+300; the cut 2,000,000 ns after the start.
 		assert.Equal(t, "flight recorder: kept the last 700 / 1000 events (from 2ms after the start); 300 earlier events summarised in a checkpoint "+
-			"(4 allocations live at the cut restored exactly; "+tc.covers+"; churn, spikes and iterations are found in the kept events only)", flightLine(res))
+			"(4 allocations live at the cut restored exactly; "+tc.covers+"; churn, spikes and iterations are found in the kept events only)", flightLine(res, afterStart))
 	}
 }
 

@@ -2,8 +2,8 @@
 // address-space model of every traced process, its peak and what made it up,
 // what was still live at the end, timelines, and findings with remediation.
 //
-// It imports probes/event and the standard library only, so it runs (and
-// is tested) without root, a kernel or a GPU. It formats no byte count,
+// It imports no BPF, NVML or report package (see the list at the end), so
+// it runs (and is tested) without root, a kernel or a GPU. It formats no byte count,
 // duration or rate for people and writes no sentence (it only names
 // things: sites, frames, devices, PIDs, error codes): a finding is facts
 // (the figures, stacks and times its rule used, and which advice
@@ -683,4 +683,7 @@
 //
 // An Analyzer is used by one goroutine. A Result is read-only once Finish
 // returns it and may then be shared.
+//
+// Imports, besides the standard library: analysis/finding, analysis/ledger,
+// analysis/rules and probes/event.
 package analysis

@@ -41,4 +41,9 @@
 //
 // Tracing needs Linux: elsewhere only the sentinel errors build, so that
 // callers compile everywhere.
+//
+// Imports, besides the standard library: probes/allocspec, probes/event,
+// probes/python, probes/sigstate, probes/symbolize, probes/usdt,
+// github.com/cilium/ebpf, github.com/ianlancetaylor/demangle,
+// github.com/prometheus/procfs and golang.org/x/sys.
 package probes

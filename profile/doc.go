@@ -59,8 +59,11 @@
 // The profile's comments always carry "lost_events: N", so a reader of the
 // profile alone still learns that records were lost.
 //
-// This package imports analysis, probes/event and github.com/google/pprof
-// (aliased gprofile, since this folder is also named profile); it neither
-// reads nor changes anything but its arguments, and is safe for concurrent
-// use on distinct or shared Results.
+// github.com/google/pprof's profile package is imported as gprofile, since
+// this folder is also named profile. The package neither reads nor changes
+// anything but its arguments, and is safe for concurrent use on distinct
+// or shared Results.
+//
+// Imports, besides the standard library: analysis, probes/event and
+// github.com/google/pprof.
 package profile

@@ -70,8 +70,11 @@
 // Judging and comparing recordings (check's verdicts, baselines, JUnit and
 // GitHub outputs, diff) is report/compare's, on report.json's figures.
 //
-// The package imports analysis, report/units and the standard library only. Its functions
-// read the Result without changing it and are safe for concurrent use.
+// Its functions read the Result without changing it and are safe for
+// concurrent use.
+//
+// Imports, besides the standard library: analysis, probes/event and
+// report/units.
 package report
 
 import "errors"

@@ -10,6 +10,7 @@
 // hold (the events to restore, the per-API books, the per-scope counts,
 // peaks and live sets at the peaks, the timelines), so that a report made
 // from a checkpoint agrees with the whole stream's. The record type and
-// its encoding are the trace format's (probes/event). The package imports
-// the ledger and the event model only.
+// its encoding are the trace format's (probes/event).
+//
+// Imports, besides the standard library: analysis/ledger and probes/event.
 package checkpoint

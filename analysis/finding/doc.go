@@ -5,4 +5,6 @@
 // (analysis/aliases.go); package analysis/rules returns them; package
 // report words them. It holds data and the ordering of findings only: no
 // rule and no model.
+//
+// Imports, besides the standard library: probes/event.
 package finding

@@ -16,6 +16,7 @@
 // flight recorder's tracker (analysis/checkpoint) drives it as the
 // analysis does, keeping the events it restores beside it (Entry.Tag,
 // TagMapping) and forgetting superseded instances (Forget); the live
-// status line only reads levels after Apply. The package imports the
-// event model only: no report, no cmd.
+// status line only reads levels after Apply.
+//
+// Imports, besides the standard library: probes/event.
 package ledger

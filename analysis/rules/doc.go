@@ -13,4 +13,6 @@
 // test. If it needs a figure the View lacks, add the field to View with
 // its meaning (units, layer, per process or device) and fill it in
 // analysis/view.go.
+//
+// Imports, besides the standard library: analysis/finding and probes/event.
 package rules

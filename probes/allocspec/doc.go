@@ -13,4 +13,6 @@
 // The package is pure Go (the standard library, a demangler and an x86
 // decoder): parsing, matching and disassembly are testable without a
 // kernel.
+//
+// Imports, besides the standard library: golang.org/x/arch.
 package allocspec

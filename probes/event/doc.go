@@ -29,6 +29,8 @@
 // are here; the tracker that follows a stream to write one is
 // analysis/checkpoint's, on the model of live memory (analysis/ledger).
 //
-// The package imports the standard library only, so that analysis, profile
+// It imports nothing but the standard library, so that analysis, profile
 // and report can depend on it without pulling in BPF or NVML.
+//
+// Imports, besides the standard library: nothing.
 package event

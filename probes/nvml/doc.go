@@ -26,4 +26,7 @@
 // vramprof attached: the analysis reports the gap to the traced segments
 // instead of hiding it. NVML numbers devices in PCI bus order, which CUDA's
 // device numbering need not follow; the UUID identifies a device in both.
+//
+// Imports, besides the standard library: probes/event,
+// github.com/NVIDIA/go-nvml and golang.org/x/sys.
 package nvml

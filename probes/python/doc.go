@@ -24,7 +24,7 @@
 //     CPython's PyFrame_GetLineNumber does (linetable.go).
 //
 // Supported: CPython 3.10 to 3.14, x86-64, release (non-debug) builds with
-// the GIL. Free-threaded builds are refused (ErrUnsupported). The package
-// imports only the standard library and vramprof's event and symbolize
-// packages.
+// the GIL. Free-threaded builds are refused (ErrUnsupported).
+//
+// Imports, besides the standard library: probes/event and probes/symbolize.
 package python

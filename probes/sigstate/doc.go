@@ -24,4 +24,6 @@
 // SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSTKFLT, SIGSYS) reach a child
 // with their default action even when inherited as ignored; Lost lists
 // them.
+//
+// Imports, besides the standard library: golang.org/x/sys and cgo.
 package sigstate

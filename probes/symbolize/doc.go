@@ -21,4 +21,7 @@
 // is the probed function's entry address; the rest are return addresses,
 // which point after a call instruction and are looked up one byte earlier so
 // that a call at the very end of a function resolves to that function.
+//
+// Imports, besides the standard library: probes/event and
+// github.com/ianlancetaylor/demangle.
 package symbolize

@@ -26,7 +26,8 @@
 //     indexed) are KindUnsupported, never guessed.
 //
 // Only x86-64 argument syntax is understood; note parsing is
-// architecture-neutral (32- and 64-bit, either byte order). The package
-// imports only the standard library. Functions are safe for concurrent use;
-// the values they return are not shared.
+// architecture-neutral (32- and 64-bit, either byte order). Functions are
+// safe for concurrent use; the values they return are not shared.
+//
+// Imports, besides the standard library: nothing.
 package usdt

@@ -63,4 +63,7 @@
 // the other way: fed a trace's records, it builds the Snapshot of one
 // process (a snapshot is one allocator's; the recording's root process by
 // default) that Encode writes as a protocol 2 pickle.
+//
+// Imports, besides the standard library: analysis/ledger, probes/event and
+// github.com/nlpodyssey/gopickle.
 package snapshot

@@ -27,4 +27,7 @@
 // Functions and types here hold no global state; a Verdict or a Diff is
 // not safe for concurrent mutation but may be rendered from several
 // goroutines once built.
+//
+// Imports, besides the standard library: analysis, probes/event, report,
+// report/pytests, report/units and github.com/jstemmer/go-junit-report/v2.
 package compare

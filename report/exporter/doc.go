@@ -73,4 +73,7 @@
 //
 // An Exporter is safe for concurrent use: the session's reader writes
 // records while HTTP handlers read snapshots.
+//
+// Imports, besides the standard library: analysis, probes/event, profile,
+// github.com/google/pprof and github.com/prometheus/client_golang.
 package exporter

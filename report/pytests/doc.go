@@ -54,4 +54,6 @@
 //
 // A Tracker is fed a stream's records in order (Add) and read at the end
 // (Tests). It is not safe for concurrent use.
+//
+// Imports, besides the standard library: analysis/ledger and probes/event.
 package pytests

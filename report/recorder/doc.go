@@ -27,4 +27,8 @@
 // The package imports neither cilium/ebpf nor go-nvml: the session and the
 // NVML sampler write records into a Recorder through its Write, and the
 // caller supplies the clock the records are stamped with.
+//
+// Imports, besides the standard library: analysis, analysis/checkpoint,
+// probes/event, profile, profile/snapshot, report, report/compare and
+// report/pytests.
 package recorder

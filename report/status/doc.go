@@ -12,4 +12,7 @@
 // of the trace (report/recorder), never from this package. It imports
 // neither cilium/ebpf nor go-nvml: the session's counters come through a
 // callback.
+//
+// Imports, besides the standard library: analysis/ledger, probes/event,
+// report/units and golang.org/x/term.
 package status

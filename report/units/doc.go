@@ -7,7 +7,9 @@
 // (ParseSize). analysis does not use it: it formats no byte count, duration
 // or rate for people.
 //
-// It imports the standard library only, so that report and the commands
-// can both use it without an import cycle. Its functions are pure and safe
+// It imports nothing but the standard library, so that report and the
+// commands can both use it without an import cycle. Its functions are pure and safe
 // for concurrent use.
+//
+// Imports, besides the standard library: nothing.
 package units

@@ -6,4 +6,6 @@
 // instructions as vramprof does, and Attach, by uretprobes as it did
 // before) it prices what giving up uretprobes costs. Nothing in vramprof's
 // own path imports it.
+//
+// Imports, besides the standard library: github.com/cilium/ebpf.
 package bare

@@ -82,3 +82,74 @@ func TestScopeTargets(t *testing.T) {
 		})
 	}
 }
+
+// TestScopeEvents runs PyTorch's real allocator (torchdrv b_churn: 40
+// steps, torch.cuda.empty_cache() after each, from release_every_step)
+// and the fake one (pool_empty_cache: C10_EMPTY_CACHE in each step) under
+// a session: every emptyCache call is a begin and an end on its thread at
+// the same rsp; the begin's stack is the function, then its direct caller
+// (which a walk from a function's entry skips: the recorded return
+// address puts it back); and the segment frees of the release fall
+// between them.
+func TestScopeEvents(t *testing.T) {
+	torchdrv := filepath.Join(probetest.Root(), "testdata", "torch", "build", "bin", "torchdrv")
+	for _, tc := range []struct {
+		name   string
+		argv   func(t *testing.T) []string
+		calls  int    // emptyCache calls made
+		caller string // the begin's frame 1
+	}{
+		{name: "libc10_cuda", calls: 40, caller: "(anonymous namespace)::release_every_step", argv: func(t *testing.T) []string {
+			if _, err := os.Stat(torchdrv); err != nil {
+				t.Skipf("torchdrv is not built (make torch): %v", err)
+			}
+			return []string{torchdrv, "b_churn"}
+		}},
+		// The fake's emptyCache is called by its C API's c10_empty_cache.
+		{name: "fake", calls: 21, caller: "c10_empty_cache", argv: func(t *testing.T) []string {
+			return []string{probetest.Bin(t, "pool_empty_cache")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			probetest.RequirePrivilege(t)
+			sink, code := runProgram(t, tc.argv(t), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"))
+			require.Zero(t, code)
+			assert.Zero(t, sink.lost, "lost events")
+			type open struct {
+				sp    uint64
+				frees int
+			}
+			inScope := make(map[uint32]*open)
+			var begins, ends, freesInside int
+			for _, e := range sink.events {
+				switch {
+				case e.API == event.APIC10EmptyCache && e.Kind == event.KindScopeBegin:
+					begins++
+					assert.Equal(t, event.LayerBlock, e.Layer)
+					require.Nil(t, inScope[e.TID], "scopes do not nest here")
+					inScope[e.TID] = &open{sp: e.Addr}
+					st := sink.stacks[e.Stack]
+					require.NotNil(t, st, "a begin has its stack")
+					require.GreaterOrEqual(t, len(st.Frames), 3)
+					assert.Equal(t, tc.caller, st.Frames[1].Function, "the direct caller of emptyCache")
+				case e.API == event.APIC10EmptyCache && e.Kind == event.KindScopeEnd:
+					ends++
+					o := inScope[e.TID]
+					require.NotNil(t, o, "an end after its begin")
+					assert.Equal(t, o.sp, e.Addr, "the end's rsp is the begin's")
+					freesInside += o.frees
+					delete(inScope, e.TID)
+				case e.API == event.APICudaFree && e.Flags&event.FlagNested == 0:
+					if o := inScope[e.TID]; o != nil {
+						o.frees++
+					}
+				}
+			}
+			assert.Equal(t, tc.calls, begins, "a begin per emptyCache call")
+			assert.Equal(t, tc.calls, ends, "an end per emptyCache call")
+			assert.Empty(t, inScope, "every scope ended")
+			assert.Positive(t, freesInside, "the release's cudaFree calls are inside its scopes")
+			t.Logf("%d emptyCache scopes, %d cudaFree inside", begins, freesInside)
+		})
+	}
+}

@@ -713,7 +713,7 @@ func (a *Analyzer) event(e *event.Event) {
 	}
 	switch layer {
 	case event.LayerSegment:
-		a.segment(a.scopes.attribute(e))
+		a.segment(a.scopes.attribute(e, a.stacks))
 	case event.LayerBlock:
 		switch e.Kind {
 		case event.KindAlloc, event.KindFree:
@@ -721,7 +721,7 @@ func (a *Analyzer) event(e *event.Event) {
 		case event.KindOOMReport:
 			a.pools.reported(e)
 		case event.KindScopeBegin, event.KindScopeEnd:
-			a.scopes.mark(e)
+			a.scopes.mark(e, a.stacks[e.Stack])
 		default:
 			a.layer(scope{layer: layer}).totals.IgnoredEvents++
 			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++

@@ -11,15 +11,19 @@ import "github.com/vramprof/vramprof/probes/event"
 // allocator function is probed as a scope instead (event.KindScopeBegin at
 // its entry, whose stack names its caller, and event.KindScopeEnd at its
 // returns), and every segment release a thread makes inside a scope takes
-// the scope's stack: the site of a release is where it was asked for. It
-// is done here, as the events come in, so that every model downstream
-// (books, churn, forensics) sees one stack per release.
+// the scope's stack when its own lost the scope's caller: the site of a
+// release is where it was asked for. A release whose stack reaches the
+// caller (an allocator built with frame pointers) keeps its own, which
+// says the same and more. It is done here, as the events come in, so that
+// every model downstream (books, churn, forensics) sees one stack per
+// release.
 
-// openScope is a scope in flight on a thread: rsp at its entry, and its
-// entry stack.
+// openScope is a scope in flight on a thread: rsp at its entry, its entry
+// stack, and the return address into its caller (the stack's frame 1; 0
+// when unknown).
 type openScope struct {
-	sp    uint64
-	stack event.StackID
+	sp, caller uint64
+	stack      event.StackID
 }
 
 // threadKey is a thread of a process instance.
@@ -38,8 +42,9 @@ type scopeModel struct {
 // mark applies a scope event: a begin opens a scope, and an end closes the
 // scope at its rsp. Both first close every scope of the thread at or
 // below their rsp: a call an exception unwound through never reached a
-// return, and its frame is gone once the thread is back above it.
-func (m *scopeModel) mark(e *event.Event) {
+// return, and its frame is gone once the thread is back above it. st is
+// the begin's stack, nil when it has none.
+func (m *scopeModel) mark(e *event.Event, st *event.Stack) {
 	k := threadKey{e.PID, e.TID}
 	s := m.open[k]
 	for len(s) > 0 && s[len(s)-1].sp <= e.Addr {
@@ -50,7 +55,11 @@ func (m *scopeModel) mark(e *event.Event) {
 		if m.open == nil {
 			m.open = make(map[threadKey][]openScope)
 		}
-		s = append(s, openScope{sp: e.Addr, stack: e.Stack})
+		o := openScope{sp: e.Addr, stack: e.Stack}
+		if st != nil && len(st.Frames) > 1 {
+			o.caller = st.Frames[1].Addr
+		}
+		s = append(s, o)
 		m.n++
 	}
 	if len(s) == 0 {
@@ -68,15 +77,23 @@ func releases(k event.Kind) bool {
 }
 
 // attribute returns e, or a copy of it with the stack of the outermost
-// scope in flight on its thread when e is a segment release made inside
-// one (the outermost: its caller is the program's code).
-func (m *scopeModel) attribute(e *event.Event) *event.Event {
+// scope in flight on its thread (its caller is the program's code) when e
+// is a segment release made inside one whose own stack, stacks[e.Stack],
+// does not reach that scope's caller.
+func (m *scopeModel) attribute(e *event.Event, stacks map[event.StackID]*event.Stack) *event.Event {
 	if m.n == 0 || !releases(e.Kind) {
 		return e
 	}
 	s := m.open[threadKey{e.PID, e.TID}]
 	if len(s) == 0 || s[0].stack == 0 || s[0].stack == e.Stack {
 		return e
+	}
+	if own := stacks[e.Stack]; own != nil && s[0].caller != 0 {
+		for _, f := range own.Frames {
+			if f.Addr == s[0].caller {
+				return e
+			}
+		}
 	}
 	c := *e
 	c.Stack = s[0].stack

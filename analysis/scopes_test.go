@@ -49,36 +49,48 @@ func TestChurnReleaseScope(t *testing.T) {
 
 // TestScopeNesting: scopes pair by rsp; an end above a begin that never
 // returned (an exception unwound through it) closes it too, and a release
-// on another thread is not the scope's.
+// on another thread is not the scope's; a release whose own stack reaches
+// the scope's caller keeps it.
 func TestScopeNesting(t *testing.T) {
 	var m scopeModel
+	stacks := map[event.StackID]*event.Stack{
+		3: {ID: 3, Frames: []event.Frame{{Addr: 0x4ef60}, {Addr: 0x55c2}, {Addr: 0x5600}}},
+		// Through the scope's function to its caller: whole.
+		7: {ID: 7, Frames: []event.Frame{{Addr: 0x7f00}, {Addr: 0x4f000}, {Addr: 0x55c2}, {Addr: 0x5600}}},
+		// Cut short in the allocator.
+		9: {ID: 9, Frames: []event.Frame{{Addr: 0x7f00}, {Addr: 0x4e900}}},
+	}
+	mark := func(e *event.Event) { m.mark(e, stacks[e.Stack]) }
+	attribute := func(e *event.Event) *event.Event { return m.attribute(e, stacks) }
 	ev := func(k event.Kind, tid uint32, sp uint64, st event.StackID) *event.Event {
 		return &event.Event{PID: 1, TID: tid, Addr: sp, Stack: st, Kind: k, Layer: event.LayerBlock}
 	}
 	free := &event.Event{PID: 1, TID: 1, Kind: event.KindFree, Stack: 9}
-	assert.Same(t, free, m.attribute(free), "no scope")
+	assert.Same(t, free, attribute(free), "no scope")
 
-	m.mark(ev(event.KindScopeBegin, 1, 0x1000, 3))
-	m.mark(ev(event.KindScopeBegin, 1, 0x0f00, 4)) // nested: lower rsp
-	assert.Equal(t, event.StackID(3), m.attribute(free).Stack, "the outermost scope's stack")
+	mark(ev(event.KindScopeBegin, 1, 0x1000, 3))
+	mark(ev(event.KindScopeBegin, 1, 0x0f00, 4)) // nested: lower rsp
+	assert.Equal(t, event.StackID(3), attribute(free).Stack, "the outermost scope's stack")
 	other := &event.Event{PID: 1, TID: 2, Kind: event.KindFree, Stack: 9}
-	assert.Same(t, other, m.attribute(other), "another thread")
+	assert.Same(t, other, attribute(other), "another thread")
 	alloc := &event.Event{PID: 1, TID: 1, Kind: event.KindAlloc, Stack: 9}
-	assert.Same(t, alloc, m.attribute(alloc), "not a release")
+	assert.Same(t, alloc, attribute(alloc), "not a release")
 	unmap := &event.Event{PID: 1, TID: 1, Kind: event.KindUnmap, Stack: 9}
-	assert.Equal(t, event.StackID(3), m.attribute(unmap).Stack, "an unmap is a release")
+	assert.Equal(t, event.StackID(3), attribute(unmap).Stack, "an unmap is a release")
+	whole := &event.Event{PID: 1, TID: 1, Kind: event.KindFree, Stack: 7}
+	assert.Same(t, whole, attribute(whole), "its own stack reaches the scope's caller")
 
 	// The outer call's return: the inner one, below it, is gone too.
-	m.mark(ev(event.KindScopeEnd, 1, 0x1000, 0))
+	mark(ev(event.KindScopeEnd, 1, 0x1000, 0))
 	assert.Zero(t, m.n)
 	assert.Empty(t, m.open)
-	assert.Same(t, free, m.attribute(free))
+	assert.Same(t, free, attribute(free))
 
 	// A begin that never ended, then another call at the same rsp.
-	m.mark(ev(event.KindScopeBegin, 1, 0x1000, 3))
-	m.mark(ev(event.KindScopeBegin, 1, 0x1000, 5))
+	mark(ev(event.KindScopeBegin, 1, 0x1000, 3))
+	mark(ev(event.KindScopeBegin, 1, 0x1000, 5))
 	assert.Equal(t, 1, m.n)
-	assert.Equal(t, event.StackID(5), m.attribute(free).Stack)
-	m.mark(ev(event.KindScopeEnd, 1, 0x1000, 0))
+	assert.Equal(t, event.StackID(5), attribute(free).Stack)
+	mark(ev(event.KindScopeEnd, 1, 0x1000, 0))
 	assert.Zero(t, m.n)
 }

@@ -81,11 +81,12 @@ type probedFile struct {
 	StrippedRuntime bool
 }
 
-// cudaSymbols lists the CUDA functions probed in the file (not the loader's).
+// cudaSymbols lists the CUDA functions probed in the file (not the
+// loader's); a scope function once, not again for each of its returns.
 func (pf *probedFile) cudaSymbols() []string {
 	var syms []string
 	for _, t := range pf.Targets {
-		if t.Spec.Prog != progLoader {
+		if t.Spec.Prog != progLoader && !t.scopeEnd() {
 			syms = append(syms, t.Spec.Symbol)
 		}
 	}

@@ -158,3 +158,9 @@ func scopeTarget(api event.API, kind event.Kind, off uint64, spec string) target
 		USDT:   &usdt.Probe{Provider: "c10", Name: api.String(), Args: args},
 	}
 }
+
+// scopeEnd reports whether t is a scope function's return instruction
+// (scopeTargets), not a function of its own.
+func (t *target) scopeEnd() bool {
+	return t.Spec.Prog == progUSDT && t.Spec.Kind == event.KindFree && t.Spec.API == event.APIC10EmptyCache
+}

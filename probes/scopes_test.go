@@ -59,6 +59,8 @@ func TestScopeTargets(t *testing.T) {
 				}
 			}
 			require.Len(t, begins, 1, "one entry")
+			assert.Equal(t, 1, countOf(pf.cudaSymbols(), event.APIC10EmptyCache.String()),
+				"the library record names it once")
 			require.NotEmpty(t, ends, "its returns")
 			if tc.entry != 0 {
 				assert.Equal(t, tc.entry, begins[0].Offset)
@@ -152,4 +154,14 @@ func TestScopeEvents(t *testing.T) {
 			t.Logf("%d emptyCache scopes, %d cudaFree inside", begins, freesInside)
 		})
 	}
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }

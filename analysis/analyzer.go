@@ -191,6 +191,9 @@ type Analyzer struct {
 	pools *poolModel
 	churn *churnModel
 	ch    ledger.Change
+	// scopes are the allocator release scopes in flight per thread
+	// (scopes.go): a segment release inside one takes its stack.
+	scopes scopeModel
 
 	// spikes are the short-lived device allocations per site (spikes.go),
 	// timelines each process's live bytes over time (timelines.go), iters
@@ -713,13 +716,15 @@ func (a *Analyzer) event(e *event.Event) {
 	}
 	switch layer {
 	case event.LayerSegment:
-		a.segment(e)
+		a.segment(a.scopes.attribute(e, a.stacks))
 	case event.LayerBlock:
 		switch e.Kind {
 		case event.KindAlloc, event.KindFree:
 			a.deviceCall(e, layer)
 		case event.KindOOMReport:
 			a.pools.reported(e)
+		case event.KindScopeBegin, event.KindScopeEnd:
+			a.scopes.mark(e, a.stacks[e.Stack])
 		default:
 			a.layer(scope{layer: layer}).totals.IgnoredEvents++
 			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++

@@ -583,7 +583,12 @@
 // pointer and size, the thread's next call): when nine in ten were, the
 // allocator is not caching (PYTORCH_NO_CUDA_MEMORY_CACHING=1), and the
 // cycles are the tensors' own, not a cache released by empty_cache()
-// (Churn.CachingOff).
+// (Churn.CachingOff). A segment release (free, unmap, release) made on a
+// thread inside an allocator's release scope (event.KindScopeBegin and
+// KindScopeEnd: PyTorch's emptyCache, paired by rsp) takes the scope's
+// entry stack as the events come in (scopes.go), so a cycle's release
+// stack names the code that emptied the cache even when the walk from
+// cudaFree stopped inside the allocator.
 //
 // # Findings
 //

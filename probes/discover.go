@@ -81,11 +81,12 @@ type probedFile struct {
 	StrippedRuntime bool
 }
 
-// cudaSymbols lists the CUDA functions probed in the file (not the loader's).
+// cudaSymbols lists the CUDA functions probed in the file (not the
+// loader's); a scope function once, not again for each of its returns.
 func (pf *probedFile) cudaSymbols() []string {
 	var syms []string
 	for _, t := range pf.Targets {
-		if t.Spec.Prog != progLoader {
+		if t.Spec.Prog != progLoader && !t.scopeEnd() {
 			syms = append(syms, t.Spec.Symbol)
 		}
 	}
@@ -133,6 +134,7 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 	// One open for the cheap screening of every mapped file; the symbol
 	// tables are read (symbolize.OpenFile) only for the few that pass.
 	var sites []target
+	var scopeSkipped []string
 	if withUSDT {
 		if sites, err = usdtTargets(ef); err != nil {
 			return nil, fmt.Errorf("read USDT notes of %s: %w", c.Path, err)
@@ -142,13 +144,19 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 			return nil, fmt.Errorf("read dynamic symbols of %s: %w", c.Path, err)
 		}
 		sites = append(sites, reports...)
+		scopes, skipped, err := scopeTargets(ef, c)
+		if err != nil {
+			return nil, err
+		}
+		sites = append(sites, scopes...)
+		scopeSkipped = skipped
 	}
 	spec := specAllocators(c.Path, allocs)
 	if len(spec) == 0 && !stringTablesMention(ef, specs) {
 		if len(sites) == 0 {
 			return nil, nil
 		}
-		return &probedFile{candidate: c, BuildID: symbolize.ReadBuildID(ef), Targets: sites}, nil
+		return &probedFile{candidate: c, BuildID: symbolize.ReadBuildID(ef), Targets: sites, Skipped: scopeSkipped}, nil
 	}
 	f, err := symbolize.OpenFile(c.OpenPath)
 	if err != nil {
@@ -195,10 +203,11 @@ func scanELF(ef *elf.File, c candidate, specs []probeSpec, withUSDT bool, allocs
 		pf.Targets = append(pf.Targets, t)
 	}
 	pf.Targets = append(pf.Targets, sites...)
+	pf.Skipped = append(pf.Skipped, scopeSkipped...)
 	if len(spec) > 0 {
 		targets, skipped := specTargets(f, spec)
 		pf.Targets = append(pf.Targets, targets...)
-		pf.Skipped = skipped
+		pf.Skipped = append(pf.Skipped, skipped...)
 	}
 	if len(pf.Targets) == 0 && len(pf.Skipped) == 0 {
 		return nil, nil

@@ -91,6 +91,19 @@ func decodeRecord(b []byte, r *rawRecord) error {
 		// request it gave up on, no memory of its own.
 		r.ev.Kind = event.KindOOMReport
 	}
+	if r.ev.API == event.APIC10EmptyCache {
+		// A scope probe (see scopeProbes): its entry, probed as an
+		// allocation so that usdt_block walks the stack, carries the
+		// return address into its caller in Size; a return instruction,
+		// probed as a free, only rsp. Neither is memory.
+		switch r.ev.Kind {
+		case event.KindAlloc:
+			r.ev.Kind, r.caller, r.ev.Size = event.KindScopeBegin, r.ev.Size, 0
+		case event.KindFree:
+			r.ev.Kind = event.KindScopeEnd
+			r.ev.Device = event.DeviceUnknown
+		}
+	}
 	if r.flags&recFlagNested != 0 {
 		r.ev.Flags = event.FlagNested
 	}

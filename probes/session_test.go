@@ -54,8 +54,16 @@ func (m *memSink) Flush() error { return nil }
 func runScenario(t *testing.T, name string, env ...string) (*memSink, *probetest.Truth, int) {
 	t.Helper()
 	probetest.RequirePrivilege(t)
-	bin := probetest.Bin(t, name)
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
+	sink, code := runProgram(t, []string{probetest.Bin(t, name)}, append(env, "VRAMPROF_TRUTH="+truthPath)...)
+	return sink, probetest.MustReadTruth(t, truthPath), code
+}
+
+// runProgram runs argv under a session, with env added to the test's, and
+// returns what the session recorded and the program's exit code.
+func runProgram(t *testing.T, argv []string, env ...string) (*memSink, int) {
+	t.Helper()
+	probetest.RequirePrivilege(t)
 
 	sink := &memSink{}
 	s, err := NewSession(Options{Sink: sink})
@@ -63,8 +71,8 @@ func runScenario(t *testing.T, name string, env ...string) (*memSink, *probetest
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 
 	cmd, err := s.Launch(LaunchOptions{
-		Argv:   []string{bin},
-		Env:    append(append(os.Environ(), "VRAMPROF_TRUTH="+truthPath), env...),
+		Argv:   argv,
+		Env:    append(os.Environ(), env...),
 		Stdout: os.Stderr, Stderr: os.Stderr,
 	})
 	require.NoError(t, err)
@@ -78,7 +86,7 @@ func runScenario(t *testing.T, name string, env ...string) (*memSink, *probetest
 		code = cmd.ProcessState.ExitCode()
 	}
 	require.NoError(t, <-done)
-	return sink, probetest.MustReadTruth(t, truthPath), code
+	return sink, code
 }
 
 // callKey identifies a call by what both sides see of it.

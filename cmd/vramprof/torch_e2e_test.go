@@ -231,8 +231,9 @@ func TestTorchRealAllocator(t *testing.T) {
 					c10 = l.Symbols
 				}
 			}
-			assert.ElementsMatch(t, []string{"pytorch:free", "pytorch:free", "pytorch:malloc"}, notes,
-				"libc10_cuda.so's three USDT sites are probed")
+			assert.ElementsMatch(t, []string{"pytorch:free", "pytorch:free", "pytorch:malloc",
+				"c10::cuda::CUDACachingAllocator::emptyCache"}, notes,
+				"libc10_cuda.so's three USDT sites are probed, and emptyCache as a scope")
 			assert.Equal(t, []string{"c10::reportOutOfMemoryToProfiler"}, c10,
 				"libc10.so's out-of-memory report is probed")
 
@@ -598,13 +599,7 @@ var torchCorpusNames = []string{
 // torchOpen are the torchdrv scenarios that do not meet the bar yet on the
 // real libc10_cuda.so, and why (issue 18 keeps them open; runCorpus fails
 // when one of them meets the bar, so the list only shrinks).
-var torchOpen = map[string]string{
-	"b_churn": "the churn is found with its exact bytes, but the release stack stops inside Debian's " +
-		"libc10_cuda.so: the allocator function two frames above cudaFree keeps a pointer in rbp (no frame " +
-		"pointer), so the walk loses the two frames above it and release_every_step (gdb's .eh_frame unwind " +
-		"shows them); emptyCache frees no tensor, so no other event of the thread names release_every_step " +
-		"and the site falls back to cudaFree: it needs an unwinder that reads .eh_frame",
-}
+var torchOpen = map[string]string{}
 
 // TestFindingsCorpusTorch holds vramprof's findings on PyTorch's own
 // CUDACachingAllocator (Debian's libc10_cuda.so) to the corpus's bar

@@ -42,10 +42,23 @@ const (
 	// counts them; Device the allocator's device. Appended to the format:
 	// older traces have none.
 	KindOOMReport
+	// KindScopeBegin and KindScopeEnd bracket a call of a framework
+	// allocator function that gives memory back in bulk (block layer;
+	// PyTorch's emptyCache, APIC10EmptyCache) on thread TID. They change no
+	// memory. A begin is the call's entry and carries its Stack (the
+	// function, then its caller outward); an end is one of its return
+	// instructions. Addr is rsp at either, which is the same for the begin
+	// and the end of one call: it pairs them, and an end whose Addr is
+	// above a begin's also ends that one (an exception unwound through
+	// it). The segment releases a thread makes inside a scope are the
+	// scope caller's doing. Appended to the format: older traces have none.
+	KindScopeBegin
+	KindScopeEnd
 )
 
 var kindNames = [...]string{"invalid", "alloc", "free", "host_alloc", "host_free",
-	"reserve", "unreserve", "create", "release", "map", "unmap", "set_device", "oom_report"}
+	"reserve", "unreserve", "create", "release", "map", "unmap", "set_device", "oom_report",
+	"scope_begin", "scope_end"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -133,6 +146,12 @@ const (
 	// which PyTorch's CUDA caching allocator calls at every out-of-memory
 	// error before raising it (KindOOMReport).
 	APIC10ReportOOM
+	// APIC10EmptyCache is libc10_cuda.so's
+	// c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::emptyCache(),
+	// which torch.cuda.empty_cache() calls (through the CUDAAllocator
+	// vtable) to give every cached segment back to CUDA (KindScopeBegin,
+	// KindScopeEnd).
+	APIC10EmptyCache
 )
 
 // apiNames are the exported symbol names, as pprof's api label shows them.
@@ -147,7 +166,7 @@ var apiNames = [...]string{"unknown", "cudaMalloc", "cudaFree",
 	"cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
 	"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz",
 	"pytorch:malloc", "pytorch:free", "allocspec:alloc", "allocspec:free",
-	"c10::reportOutOfMemoryToProfiler"}
+	"c10::reportOutOfMemoryToProfiler", "c10::cuda::CUDACachingAllocator::emptyCache"}
 
 // Driver reports whether a is a driver API (libcuda) call.
 func (a API) Driver() bool {

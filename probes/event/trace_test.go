@@ -879,3 +879,24 @@ func TestOOMReportRoundTrip(t *testing.T) {
 	assert.Equal(t, "oom_report", KindOOMReport.String())
 	assert.Equal(t, "c10::reportOutOfMemoryToProfiler", APIC10ReportOOM.String())
 }
+
+// TestScopeRoundTrip: an allocator's emptyCache scope (two kinds appended
+// to the format) keeps its rsp (Addr), thread and entry stack through a
+// trace, around the segment free made inside it.
+func TestScopeRoundTrip(t *testing.T) {
+	stack := &Stack{ID: 1, PID: 7, Frames: []Frame{{Addr: 0x4ef60}, {Addr: 0x55c2, Function: "release_every_step"}}}
+	begin := &Event{Time: 100, Addr: 0x7ffd_0000_1000, PID: 7, TID: 8, Stack: 1, Device: DeviceUnknown,
+		Kind: KindScopeBegin, Layer: LayerBlock, API: APIC10EmptyCache}
+	free := &Event{Time: 150, Duration: 20, Addr: 0x7f20_0000_0000, PID: 7, TID: 8, Device: 0,
+		Kind: KindFree, Layer: LayerSegment, API: APICudaFree}
+	end := &Event{Time: 200, Addr: 0x7ffd_0000_1000, PID: 7, TID: 8, Device: DeviceUnknown,
+		Kind: KindScopeEnd, Layer: LayerBlock, API: APIC10EmptyCache}
+	data := mustTrace(t, testHeader(), stack, begin, free, end)
+	_, recs, err := readAll(t, data)
+	require.NoError(t, err)
+	require.Len(t, recs, 4)
+	assert.Equal(t, []Record{stack, begin, free, end}, recs)
+	assert.Equal(t, "scope_begin", KindScopeBegin.String())
+	assert.Equal(t, "scope_end", KindScopeEnd.String())
+	assert.Equal(t, "c10::cuda::CUDACachingAllocator::emptyCache", APIC10EmptyCache.String())
+}

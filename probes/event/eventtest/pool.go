@@ -56,6 +56,22 @@ func (s *PoolStream) OOMReport(tid uint32, request, allocated, reserved uint64) 
 		Layer: event.LayerBlock, Kind: event.KindOOMReport, API: event.APIC10ReportOOM})
 }
 
+// EmptyCache brackets the segment frees of addrs on thread 1 with an
+// emptyCache scope (PyTorch's NativeCachingAllocator::emptyCache) whose
+// entry stack is stack, as the probes record it: a begin and an end at the
+// same rsp, the frees in between without a stack of their own (the walk
+// lost it in the allocator).
+func (s *PoolStream) EmptyCache(stack event.StackID, addrs ...uint64) {
+	const sp = 0x7ffd_0000_1000
+	s.Ev(event.Event{Time: s.Next(), Addr: sp, Stack: stack, TID: 1, Device: event.DeviceUnknown,
+		Layer: event.LayerBlock, Kind: event.KindScopeBegin, API: event.APIC10EmptyCache})
+	for _, a := range addrs {
+		s.SegFree(a)
+	}
+	s.Ev(event.Event{Time: s.Next(), Addr: sp, TID: 1, Device: event.DeviceUnknown,
+		Layer: event.LayerBlock, Kind: event.KindScopeEnd, API: event.APIC10EmptyCache})
+}
+
 // Finish ends the stream on the next tick and returns its records.
 func (s *PoolStream) Finish() []event.Record {
 	s.End(s.Next())

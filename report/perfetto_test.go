@@ -1,0 +1,506 @@
+package report
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// The Perfetto trace is checked three ways: against a JSON Schema of the
+// Trace Event Format (testdata/trace_event_format.schema.json, written from
+// the format's document: no trace processor is reachable here), for its
+// own promises (counters exact, every slice begun and ended once, ids
+// unique among overlapping slices, times in order per track, lost events
+// shown), and against arithmetic on the recorded events themselves.
+
+// traceEvent is one event of a Perfetto trace, as the tests read it.
+type traceEvent struct {
+	Ph   string                  `json:"ph"`
+	Name string                  `json:"name"`
+	Cat  string                  `json:"cat"`
+	PID  uint32                  `json:"pid"`
+	TID  uint32                  `json:"tid"`
+	TS   json.Number             `json:"ts"`
+	S    string                  `json:"s"`
+	ID2  *struct{ Local string } `json:"id2"`
+	Args map[string]any          `json:"args"`
+}
+
+// perfettoTrace is a Perfetto trace, as the tests read it.
+type perfettoTrace struct {
+	TraceEvents     []traceEvent `json:"traceEvents"`
+	DisplayTimeUnit string       `json:"displayTimeUnit"`
+	Metadata        struct {
+		Clock      string `json:"clock"`
+		LostEvents uint64 `json:"lost_events"`
+		LateEvents uint64 `json:"late_events"`
+		Slices     struct {
+			Written, Omitted uint64
+		} `json:"slices"`
+	} `json:"metadata"`
+}
+
+// ns reads a ts (µs, three decimals) back to integer nanoseconds.
+func ns(tb testing.TB, ts json.Number) uint64 {
+	tb.Helper()
+	whole, frac, ok := strings.Cut(string(ts), ".")
+	require.True(tb, ok && len(frac) == 3, "ts %s: µs with three decimals", ts)
+	us, err := strconv.ParseUint(whole, 10, 64)
+	require.NoError(tb, err)
+	f, err := strconv.ParseUint(frac, 10, 64)
+	require.NoError(tb, err)
+	return us*1000 + f
+}
+
+// mustFixtureRecords reads probes/event's recorded trace NAME (format 1),
+// its Header first.
+func mustFixtureRecords(tb testing.TB, name string) []event.Record {
+	tb.Helper()
+	f, err := os.Open(filepath.Join("..", "probes", "event", "testdata", "v1", name+".vpt.gz"))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = f.Close() })
+	zr, err := gzip.NewReader(f)
+	require.NoError(tb, err)
+	r, err := event.NewReader(zr)
+	require.NoError(tb, err)
+	h := *r.Header()
+	recs := []event.Record{&h}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return recs
+		}
+		require.NoError(tb, err)
+		if e, ok := rec.(*event.Event); ok { // the reader reuses its Event
+			c := *e
+			rec = &c
+		}
+		recs = append(recs, rec)
+	}
+}
+
+// perfettoOf analyses recs while writing their Perfetto trace, as
+// `vramprof report --format perfetto` does.
+func perfettoOf(tb testing.TB, recs []event.Record, opts PerfettoOptions) (*analysis.Result, []byte) {
+	tb.Helper()
+	var buf bytes.Buffer
+	p := NewPerfetto(&buf, opts)
+	a := analysis.New(analysis.Options{Watch: p.Watch})
+	for _, rec := range recs {
+		require.NoError(tb, p.Record(rec))
+		require.NoError(tb, a.Add(rec))
+	}
+	res := a.Finish()
+	require.NoError(tb, p.Finish(res))
+	return res, buf.Bytes()
+}
+
+var traceSchema = func() func(tb testing.TB) *jsonschema.Schema {
+	var s *jsonschema.Schema
+	var err error
+	return func(tb testing.TB) *jsonschema.Schema {
+		tb.Helper()
+		if s == nil && err == nil {
+			s, err = jsonschema.NewCompiler().Compile(filepath.Join("testdata", "trace_event_format.schema.json"))
+		}
+		require.NoError(tb, err, "compile the Trace Event Format schema")
+		return s
+	}
+}()
+
+// checkSchema validates a trace against the Trace Event Format's schema.
+func checkSchema(tb testing.TB, data []byte) {
+	tb.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	require.NoError(tb, err)
+	assert.NoError(tb, traceSchema(tb).Validate(doc))
+}
+
+// mustParseTrace parses a trace; numbers stay json.Number.
+func mustParseTrace(tb testing.TB, data []byte) *perfettoTrace {
+	tb.Helper()
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var tr perfettoTrace
+	require.NoError(tb, d.Decode(&tr))
+	return &tr
+}
+
+// counterSeries is one counter series read back: its values in file order.
+type counterSeries struct {
+	values []uint64
+	times  []uint64
+}
+
+// counterSeriesKey names a counter series: Perfetto's track "<name> <arg>" of a
+// process.
+type counterSeriesKey struct {
+	pid  uint32
+	name string
+}
+
+// checkPerfetto checks what a trace promises, against the analysis it was
+// written with, and returns its counter series.
+func checkPerfetto(t *testing.T, res *analysis.Result, data []byte) (*perfettoTrace, map[counterSeriesKey]*counterSeries) {
+	t.Helper()
+	checkSchema(t, data)
+	tr := mustParseTrace(t, data)
+	assert.Equal(t, "ms", tr.DisplayTimeUnit)
+	assert.Equal(t, res.LostEvents, tr.Metadata.LostEvents, "metadata: lost events")
+	assert.Equal(t, res.LateEvents, tr.Metadata.LateEvents, "metadata: late events")
+
+	counters := map[counterSeriesKey]*counterSeries{}
+	type sliceKey struct {
+		pid      uint32
+		name, id string
+	}
+	type span struct{ begin, end uint64 }
+	open := map[sliceKey]uint64{}
+	spans := map[sliceKey][]span{}
+	var begun, ended, lostInstants, findings int
+	origin := ns(t, "0.000")
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "i" && e.Name == fmt.Sprintf("vramprof: %d events lost", res.LostEvents) {
+			origin = ns(t, e.TS)
+		}
+	}
+	end := origin + res.Run.End - res.Run.Start
+	for _, e := range tr.TraceEvents {
+		switch e.Ph {
+		case "C":
+			require.Len(t, e.Args, 1, "one series per counter event")
+			for k, v := range e.Args {
+				n, ok := v.(json.Number)
+				require.True(t, ok, "counter value %v", v)
+				x, err := strconv.ParseUint(string(n), 10, 64)
+				require.NoError(t, err, "counter values are exact byte integers")
+				sk := counterSeriesKey{e.PID, e.Name + " " + k}
+				s := counters[sk]
+				if s == nil {
+					s = &counterSeries{}
+					counters[sk] = s
+				}
+				at := ns(t, e.TS)
+				if len(s.times) > 0 {
+					assert.GreaterOrEqual(t, at, s.times[len(s.times)-1], "%v: times in order", sk)
+				}
+				s.values, s.times = append(s.values, x), append(s.times, at)
+			}
+		case "b":
+			require.NotNil(t, e.ID2, "async slice id")
+			k := sliceKey{e.PID, e.Name, e.ID2.Local}
+			_, dup := open[k]
+			require.False(t, dup, "%v begun twice before it ended", k)
+			open[k] = ns(t, e.TS)
+			begun++
+			assert.Equal(t, "alloc", e.Cat)
+			for _, a := range []string{"bytes", "address", "device", "stack", "live_at_peak"} {
+				assert.Contains(t, e.Args, a)
+			}
+		case "e":
+			k := sliceKey{e.PID, e.Name, e.ID2.Local}
+			b, ok := open[k]
+			require.True(t, ok, "%v ended without its begin", k)
+			delete(open, k)
+			at := ns(t, e.TS)
+			assert.GreaterOrEqual(t, at, b, "%v ends after it begins", k)
+			if e.Args["live_at_end"] == true {
+				assert.Equal(t, end, at, "%v: live at the end ends with the run", k)
+			}
+			spans[k] = append(spans[k], span{b, at})
+			ended++
+		case "i":
+			switch e.Cat {
+			case "vramprof":
+				lostInstants++
+				assert.Equal(t, "g", e.S)
+				assert.Equal(t, json.Number(strconv.FormatUint(res.LostEvents, 10)), e.Args["lost_events"])
+			case "finding":
+				findings++
+				assert.Contains(t, e.Args, "summary")
+			}
+		}
+	}
+	assert.Empty(t, open, "every slice ends")
+	assert.Equal(t, begun, ended)
+	assert.EqualValues(t, tr.Metadata.Slices.Written, begun, "metadata: slices written")
+	assert.Equal(t, 1, lostInstants, "the lost events are shown, even 0")
+	assert.Len(t, res.Findings, findings, "one instant per finding")
+	for k, ss := range spans {
+		for i := 1; i < len(ss); i++ {
+			assert.GreaterOrEqual(t, ss[i].begin, ss[i-1].end, "%v: one id, two slices at once", k)
+		}
+	}
+
+	// The counters are the report's: per process and device, the last
+	// value is what was live at the end, the largest the peak.
+	pids := map[uint32]int{}
+	for _, p := range res.Processes {
+		pids[p.PID]++
+	}
+	for _, p := range res.Processes {
+		if pids[p.PID] > 1 {
+			continue // a reused PID: its instances share the process's tracks
+		}
+		for _, d := range p.Devices {
+			s := counters[counterSeriesKey{p.PID, "GPU " + analysis.DeviceName(d.Index) + " live"}]
+			if d.PeakBytes == 0 && s == nil {
+				continue
+			}
+			require.NotNil(t, s, "pid %d device %d", p.PID, d.Index)
+			assert.Equal(t, d.LiveBytesAtEnd, s.values[len(s.values)-1], "pid %d device %d: live at the end", p.PID, d.Index)
+			assert.Equal(t, d.PeakBytes, maxOf(s.values), "pid %d device %d: peak", p.PID, d.Index)
+			assert.Equal(t, end, s.times[len(s.times)-1], "pid %d device %d: the series reaches the end", p.PID, d.Index)
+		}
+	}
+	return tr, counters
+}
+
+func maxOf(v []uint64) uint64 {
+	var m uint64
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+// truthOf is arithmetic on a trace's own events, independent of the
+// analysis: per process and device, the live bytes of the segment layer
+// (non-nested allocations that succeeded, less what their frees
+// released) after every call, and the allocations made in every layer.
+type truthOf struct {
+	live, peak map[counterSeriesKey]uint64
+	allocs     uint64
+	changes    uint64
+}
+
+func arithmetic(recs []event.Record) truthOf {
+	type key struct {
+		pid   uint32
+		block bool
+		addr  uint64
+	}
+	type alloc struct {
+		size   uint64
+		device int32
+	}
+	out := truthOf{live: map[counterSeriesKey]uint64{}, peak: map[counterSeriesKey]uint64{}}
+	live := map[key]alloc{}
+	for _, r := range recs {
+		e, ok := r.(*event.Event)
+		if !ok || e.Flags&event.FlagNested != 0 || e.Ret != 0 {
+			continue
+		}
+		block := e.Layer == event.LayerBlock
+		k := key{e.PID, block, e.Addr}
+		name := func(d int32) counterSeriesKey {
+			if block {
+				return counterSeriesKey{e.PID, "GPU " + analysis.DeviceName(d) + " blocks"}
+			}
+			return counterSeriesKey{e.PID, "GPU " + analysis.DeviceName(d) + " live"}
+		}
+		switch e.Kind {
+		case event.KindAlloc:
+			if e.Size == 0 || e.Addr == 0 {
+				continue
+			}
+			if old, ok := live[k]; ok { // a missed free
+				out.live[name(old.device)] -= old.size
+				out.changes++
+			}
+			live[k] = alloc{e.Size, e.Device}
+			sk := name(e.Device)
+			out.live[sk] += e.Size
+			out.peak[sk] = max(out.peak[sk], out.live[sk])
+			out.allocs++
+			out.changes++
+		case event.KindFree:
+			if old, ok := live[k]; ok {
+				delete(live, k)
+				out.live[name(old.device)] -= old.size
+				out.changes++
+			}
+		}
+	}
+	return out
+}
+
+// TestPerfettoFixtures writes the Perfetto trace of recorded traces and
+// checks it against the format, its promises and the events' arithmetic.
+func TestPerfettoFixtures(t *testing.T) {
+	for _, name := range []string{"steady", "leak", "spike", "oom", "threads", "four_devices", "async_streams", "hashed"} {
+		t.Run(name, func(t *testing.T) {
+			recs := mustFixtureRecords(t, name)
+			res, data := perfettoOf(t, recs, PerfettoOptions{})
+			tr, counters := checkPerfetto(t, res, data)
+			want := arithmetic(recs)
+			for k, v := range want.live {
+				s := counters[k]
+				require.NotNil(t, s, "%v", k)
+				assert.Equal(t, v, s.values[len(s.values)-1], "%v: live at the end", k)
+				assert.Equal(t, want.peak[k], maxOf(s.values), "%v: peak", k)
+			}
+			// One point per allocation and free, and one at the end per
+			// series that had changed before it.
+			var points uint64
+			for _, s := range counters {
+				points += uint64(len(s.values))
+			}
+			assert.LessOrEqual(t, want.changes, points)
+			assert.LessOrEqual(t, points, want.changes+uint64(len(counters)))
+			// Nothing left out of these small runs: a slice per allocation.
+			assert.Equal(t, want.allocs, tr.Metadata.Slices.Written)
+			assert.Zero(t, tr.Metadata.Slices.Omitted)
+			assert.Equal(t, "unix", tr.Metadata.Clock, "recorded with the wall clock")
+			t.Logf("%s: %d bytes, %d events, %d slices", name, len(data), len(tr.TraceEvents), tr.Metadata.Slices.Written)
+		})
+	}
+}
+
+// TestPerfettoOOMInstants: the oom fixture's failed request is an
+// instant of its process, with the error named.
+func TestPerfettoOOMInstants(t *testing.T) {
+	recs := mustFixtureRecords(t, "oom")
+	var failed []*event.Event
+	for _, r := range recs {
+		if e, ok := r.(*event.Event); ok && e.Ret != 0 && e.Flags&event.FlagNested == 0 && analysis.IsOutOfMemory(e.Ret) {
+			failed = append(failed, e)
+		}
+	}
+	require.NotEmpty(t, failed, "the fixture runs out of memory")
+	res, data := perfettoOf(t, recs, PerfettoOptions{})
+	tr := mustParseTrace(t, data)
+	var got []traceEvent
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "i" && e.Cat == "oom" {
+			got = append(got, e)
+		}
+	}
+	require.Len(t, got, len(failed))
+	for i, e := range got {
+		assert.Equal(t, "p", e.S)
+		assert.Equal(t, failed[i].PID, e.PID)
+		assert.Equal(t, json.Number(strconv.FormatUint(failed[i].Size, 10)), e.Args["bytes"])
+		assert.Equal(t, analysis.ErrorName(failed[i].API, failed[i].Ret), e.Args["error"])
+		assert.Equal(t, ns(t, got[i].TS)-ns(t, tr.TraceEvents[0].TS), failed[i].Time-firstChange(recs),
+			"at the failure's time")
+	}
+	_ = res
+}
+
+// firstChange is the time of a trace's first allocation that succeeded:
+// the first counter point's.
+func firstChange(recs []event.Record) uint64 {
+	for _, r := range recs {
+		if e, ok := r.(*event.Event); ok && e.Kind == event.KindAlloc && e.Ret == 0 && e.Flags&event.FlagNested == 0 && e.Size > 0 {
+			return e.Time
+		}
+	}
+	return 0
+}
+
+// TestPerfettoBounded: a run of many allocations keeps, per process, the
+// largest of those live at its peak and the largest of the others, and
+// counts the rest; the counters keep every point.
+func TestPerfettoBounded(t *testing.T) {
+	const pid, limit = 42, 8
+	h := &event.Header{Version: event.Version, Start: 1000, PID: pid, Mode: "run"}
+	recs := []event.Record{h, &event.Process{PID: pid, Time: 1000, Command: []string{"train"}}}
+	tm := uint64(1000)
+	ev := func(kind event.Kind, addr, size uint64) {
+		tm += 10
+		recs = append(recs, &event.Event{Time: tm, PID: pid, TID: pid, Kind: kind, API: event.APICudaMalloc,
+			Layer: event.LayerSegment, Addr: addr, Size: size})
+	}
+	// Phase 1: 10 allocations of 1000..1009 KiB, freed: a first peak of
+	// 10045 KiB. Phase 2: 200 of 1..200 KiB held at once: the peak, 20100
+	// KiB, then all freed but the last 10, which stay live to the end.
+	for i := uint64(0); i < 10; i++ {
+		ev(event.KindAlloc, 0x10000000+i<<20, (1000+i)<<10)
+	}
+	for i := uint64(0); i < 10; i++ {
+		ev(event.KindFree, 0x10000000+i<<20, 0)
+	}
+	for i := uint64(1); i <= 200; i++ {
+		ev(event.KindAlloc, 0x40000000+i<<20, i<<10)
+	}
+	for i := uint64(1); i <= 190; i++ {
+		ev(event.KindFree, 0x40000000+i<<20, 0)
+	}
+	recs = append(recs, &event.End{Time: tm + 10, Reason: "exited"})
+
+	res, data := perfettoOf(t, recs, PerfettoOptions{MaxSlices: limit})
+	tr, counters := checkPerfetto(t, res, data)
+	s := counters[counterSeriesKey{pid, "GPU 0 live"}]
+	require.NotNil(t, s)
+	assert.Len(t, s.values, 210+200+1, "a point per allocation and free, and the end's")
+	assert.Equal(t, uint64(200*201/2)<<10, maxOf(s.values))
+	assert.Equal(t, uint64((191+200)*10/2)<<10, s.values[len(s.values)-1])
+
+	// Live at the peak: phase 2's 200, the 8 largest kept (193..200 KiB,
+	// the live ones among them); the others: phase 1's 10 and phase 2's
+	// 192 smaller, of which the 8 largest (phase 1's 1002..1009 KiB).
+	var atPeak, others []uint64
+	for _, e := range tr.TraceEvents {
+		if e.Ph != "b" {
+			continue
+		}
+		n, err := strconv.ParseUint(string(e.Args["bytes"].(json.Number)), 10, 64)
+		require.NoError(t, err)
+		if e.Args["live_at_peak"] == true {
+			atPeak = append(atPeak, n>>10)
+		} else {
+			others = append(others, n>>10)
+		}
+	}
+	assert.ElementsMatch(t, []uint64{193, 194, 195, 196, 197, 198, 199, 200}, atPeak)
+	assert.ElementsMatch(t, []uint64{1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009}, others)
+	assert.EqualValues(t, 2*limit, tr.Metadata.Slices.Written)
+	assert.EqualValues(t, 210-2*limit, tr.Metadata.Slices.Omitted)
+}
+
+// TestPerfettoLostEvents: the lost events are in the metadata and in the
+// global instant at the start.
+func TestPerfettoLostEvents(t *testing.T) {
+	recs := mustFixtureRecords(t, "steady")
+	end := recs[len(recs)-1]
+	recs = append(recs[:len(recs)-1], &event.Lost{Time: recs[0].(*event.Header).Start + 1, Total: 7}, end)
+	res, data := perfettoOf(t, recs, PerfettoOptions{})
+	require.EqualValues(t, 7, res.LostEvents)
+	checkPerfetto(t, res, data)
+}
+
+// TestPerfettoSchemaRejects: the schema is no rubber stamp.
+func TestPerfettoSchemaRejects(t *testing.T) {
+	for name, doc := range map[string]string{
+		"no traceEvents":       `{"displayTimeUnit":"ms"}`,
+		"counter without args": `{"traceEvents":[{"ph":"C","name":"x","pid":1,"ts":1}]}`,
+		"counter text":         `{"traceEvents":[{"ph":"C","name":"x","pid":1,"ts":1,"args":{"v":"lots"}}]}`,
+		"async without id":     `{"traceEvents":[{"ph":"b","cat":"alloc","name":"x","pid":1,"ts":1}]}`,
+		"instant scope":        `{"traceEvents":[{"ph":"i","s":"x","name":"x","pid":1,"ts":1}]}`,
+		"metadata name":        `{"traceEvents":[{"ph":"M","name":"process_title","pid":1,"args":{"name":"x"}}]}`,
+		"negative ts":          `{"traceEvents":[{"ph":"i","s":"g","name":"x","pid":1,"ts":-1}]}`,
+		"complete without dur": `{"traceEvents":[{"ph":"X","name":"x","pid":1,"tid":1,"ts":1}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			v, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+			require.NoError(t, err)
+			assert.Error(t, traceSchema(t).Validate(v))
+		})
+	}
+}

@@ -291,9 +291,9 @@ type truthOf struct {
 
 func arithmetic(recs []event.Record) truthOf {
 	type key struct {
-		pid   uint32
-		block bool
-		addr  uint64
+		pid         uint32
+		block, host bool
+		addr        uint64
 	}
 	type alloc struct {
 		size   uint64
@@ -306,16 +306,23 @@ func arithmetic(recs []event.Record) truthOf {
 		if !ok || e.Flags&event.FlagNested != 0 || e.Ret != 0 {
 			continue
 		}
-		block := e.Layer == event.LayerBlock
-		k := key{e.PID, block, e.Addr}
+		host := e.Kind == event.KindHostAlloc || e.Kind == event.KindHostFree
+		k := key{e.PID, e.Layer == event.LayerBlock, host, e.Addr}
 		name := func(d int32) counterSeriesKey {
-			if block {
+			switch {
+			case k.block:
 				return counterSeriesKey{e.PID, "GPU " + analysis.DeviceName(d) + " blocks"}
+			case host:
+				return counterSeriesKey{e.PID, "pinned host live"}
 			}
 			return counterSeriesKey{e.PID, "GPU " + analysis.DeviceName(d) + " live"}
 		}
 		switch e.Kind {
-		case event.KindAlloc:
+		case event.KindCreate:
+			if e.Size > 0 && e.Addr != 0 {
+				out.allocs++ // a slice; physical memory is not followed here
+			}
+		case event.KindAlloc, event.KindHostAlloc:
 			if e.Size == 0 || e.Addr == 0 {
 				continue
 			}
@@ -329,7 +336,7 @@ func arithmetic(recs []event.Record) truthOf {
 			out.peak[sk] = max(out.peak[sk], out.live[sk])
 			out.allocs++
 			out.changes++
-		case event.KindFree:
+		case event.KindFree, event.KindHostFree:
 			if old, ok := live[k]; ok {
 				delete(live, k)
 				out.live[name(old.device)] -= old.size
@@ -343,12 +350,20 @@ func arithmetic(recs []event.Record) truthOf {
 // TestPerfettoFixtures writes the Perfetto trace of recorded traces and
 // checks it against the format, its promises and the events' arithmetic.
 func TestPerfettoFixtures(t *testing.T) {
-	for _, name := range []string{"steady", "leak", "spike", "oom", "threads", "four_devices", "async_streams", "hashed"} {
+	for _, name := range []string{"steady", "leak", "spike", "oom", "threads", "four_devices", "async_streams", "hashed",
+		"pool_steady", "managed_pinned", "vmm", "static_runtime", "dlopen_late"} {
 		t.Run(name, func(t *testing.T) {
 			recs := mustFixtureRecords(t, name)
 			res, data := perfettoOf(t, recs, PerfettoOptions{})
 			tr, counters := checkPerfetto(t, res, data)
 			want := arithmetic(recs)
+			if name == "vmm" {
+				// Physical memory is live until released and unmapped: the
+				// arithmetic above does not follow it; checkPerfetto held
+				// the series to the report's figures.
+				assert.Equal(t, want.allocs, tr.Metadata.Slices.Written)
+				return
+			}
 			for k, v := range want.live {
 				s := counters[k]
 				require.NotNil(t, s, "%v", k)

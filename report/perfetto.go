@@ -112,10 +112,13 @@ type counterKey struct {
 	layer  event.Layer
 }
 
-// counterTrack is a series' last point: time (ns from start) and value.
+// counterTrack is a series' last point, time (ns from start) and value,
+// and the text of its events around their time (head, ts, tail, value).
 type counterTrack struct {
 	last  uint64
 	value uint64
+	head  []byte
+	tail  []byte
 }
 
 // sliceKey is a live allocation: the analysis's key space and address.
@@ -304,21 +307,16 @@ func (p *Perfetto) counter(k counterKey, t, v uint64) {
 	rel := p.rel(t)
 	if tr == nil {
 		tr = &counterTrack{}
+		pid := strconv.FormatUint(uint64(k.pid), 10)
+		tr.head = []byte(`{"ph":"C","pid":` + pid + `,"tid":` + pid + `,"ts":`)
+		tr.tail = []byte(`,"name":"` + counterName(k) + `","args":{"` + seriesName(k) + `":`)
 		p.tracks[k] = tr
 	}
 	rel = max(rel, tr.last)
 	tr.last, tr.value = rel, v
-	b := append(p.buf[:0], `{"ph":"C","pid":`...)
-	b = strconv.AppendUint(b, uint64(k.pid), 10)
-	b = append(b, `,"tid":`...)
-	b = strconv.AppendUint(b, uint64(k.pid), 10)
-	b = append(b, `,"ts":`...)
+	b := append(p.buf[:0], tr.head...)
 	b = p.appendTS(b, rel)
-	b = append(b, `,"name":"`...)
-	b = append(b, counterName(k)...)
-	b = append(b, `","args":{"`...)
-	b = append(b, seriesName(k)...)
-	b = append(b, `":`...)
+	b = append(b, tr.tail...)
 	b = strconv.AppendUint(b, v, 10)
 	b = append(b, "}}"...)
 	p.buf = b
@@ -647,12 +645,16 @@ func (p *Perfetto) runInstant(res *analysis.Result) {
 // two of one size first out, so the earlier stays).
 type sliceHeap []allocSlice
 
-func (h sliceHeap) Len() int { return len(h) }
-func (h sliceHeap) Less(i, j int) bool {
-	if h[i].size != h[j].size {
-		return h[i].size < h[j].size
+func (h sliceHeap) Len() int           { return len(h) }
+func (h sliceHeap) Less(i, j int) bool { return smaller(h[i], h[j]) }
+
+// smaller orders the slices a sliceHeap keeps: by size, then the later
+// first.
+func smaller(a, b allocSlice) bool {
+	if a.size != b.size {
+		return a.size < b.size
 	}
-	return h[i].seq > h[j].seq
+	return a.seq > b.seq
 }
 func (h sliceHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *sliceHeap) Push(x any)   { *h = append(*h, x.(allocSlice)) }
@@ -665,6 +667,9 @@ func (h *sliceHeap) Pop() any {
 
 // keep adds s, and returns the smallest when more than limit are kept.
 func (h *sliceHeap) keep(s allocSlice, limit int) (allocSlice, bool) {
+	if len(*h) >= limit && !smaller((*h)[0], s) {
+		return s, true // the smallest already: most are, in a long run
+	}
 	heap.Push(h, s)
 	if h.Len() <= limit {
 		return allocSlice{}, false

@@ -34,7 +34,10 @@ func reportPerfetto(o ReportOptions, tracePath string, stdout io.Writer) error {
 	if o.Out == "" {
 		bw := bufio.NewWriter(stdout)
 		_, err := analyze(bw)
-		if ferr := bw.Flush(); ferr != nil && (err == nil || errors.Is(err, ErrTruncated)) {
+		if err != nil && !errors.Is(err, ErrTruncated) {
+			return err // what was streamed already stays: the exit code says
+		}
+		if ferr := bw.Flush(); ferr != nil {
 			return fmt.Errorf("write perfetto trace: %w", ferr)
 		}
 		return err // ErrTruncated, after writing what the trace holds

@@ -374,8 +374,7 @@ func (p *Perfetto) Finish(res *analysis.Result) error {
 
 	// The last counter points: each series reaches the end of the run.
 	keys := slices.SortedFunc(maps.Keys(p.tracks), func(a, b counterKey) int {
-		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.device, b.device),
-			boolCompare(a.host, b.host), cmp.Compare(a.layer, b.layer))
+		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(counterName(a), counterName(b)), cmp.Compare(a.layer, b.layer))
 	})
 	for _, k := range keys {
 		tr := p.tracks[k]
@@ -443,16 +442,6 @@ func (p *Perfetto) Finish(res *analysis.Result) error {
 		p.err = p.w.Flush()
 	}
 	return p.err
-}
-
-func boolCompare(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case !a:
-		return -1
-	}
-	return 1
 }
 
 // perfettoMeta is the trace's "metadata".

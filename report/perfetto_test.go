@@ -3,13 +3,11 @@ package report
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -19,53 +17,14 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/perfettotest"
 )
 
 // The Perfetto trace is checked three ways: against a JSON Schema of the
-// Trace Event Format (testdata/trace_event_format.schema.json, written from
-// the format's document: no trace processor is reachable here), for its
-// own promises (counters exact, every slice begun and ended once, ids
-// unique among overlapping slices, times in order per track, lost events
+// Trace Event Format and for the promises every trace makes (package
+// perfettotest: no trace processor is reachable here), for what it says
+// of the run (its counters are the analysis's figures, the lost events
 // shown), and against arithmetic on the recorded events themselves.
-
-// traceEvent is one event of a Perfetto trace, as the tests read it.
-type traceEvent struct {
-	Ph   string                  `json:"ph"`
-	Name string                  `json:"name"`
-	Cat  string                  `json:"cat"`
-	PID  uint32                  `json:"pid"`
-	TID  uint32                  `json:"tid"`
-	TS   json.Number             `json:"ts"`
-	S    string                  `json:"s"`
-	ID2  *struct{ Local string } `json:"id2"`
-	Args map[string]any          `json:"args"`
-}
-
-// perfettoTrace is a Perfetto trace, as the tests read it.
-type perfettoTrace struct {
-	TraceEvents     []traceEvent `json:"traceEvents"`
-	DisplayTimeUnit string       `json:"displayTimeUnit"`
-	Metadata        struct {
-		Clock      string `json:"clock"`
-		LostEvents uint64 `json:"lost_events"`
-		LateEvents uint64 `json:"late_events"`
-		Slices     struct {
-			Written, Omitted uint64
-		} `json:"slices"`
-	} `json:"metadata"`
-}
-
-// ns reads a ts (µs, three decimals) back to integer nanoseconds.
-func ns(tb testing.TB, ts json.Number) uint64 {
-	tb.Helper()
-	whole, frac, ok := strings.Cut(string(ts), ".")
-	require.True(tb, ok && len(frac) == 3, "ts %s: µs with three decimals", ts)
-	us, err := strconv.ParseUint(whole, 10, 64)
-	require.NoError(tb, err)
-	f, err := strconv.ParseUint(frac, 10, 64)
-	require.NoError(tb, err)
-	return us*1000 + f
-}
 
 // mustFixtureRecords reads probes/event's recorded trace NAME (format 1),
 // its Header first.
@@ -110,140 +69,52 @@ func perfettoOf(tb testing.TB, recs []event.Record, opts PerfettoOptions) (*anal
 	return res, buf.Bytes()
 }
 
-var traceSchema = func() func(tb testing.TB) *jsonschema.Schema {
-	var s *jsonschema.Schema
-	var err error
-	return func(tb testing.TB) *jsonschema.Schema {
-		tb.Helper()
-		if s == nil && err == nil {
-			s, err = jsonschema.NewCompiler().Compile(filepath.Join("testdata", "trace_event_format.schema.json"))
-		}
-		require.NoError(tb, err, "compile the Trace Event Format schema")
-		return s
-	}
-}()
-
-// checkSchema validates a trace against the Trace Event Format's schema.
-func checkSchema(tb testing.TB, data []byte) {
-	tb.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	require.NoError(tb, err)
-	assert.NoError(tb, traceSchema(tb).Validate(doc))
-}
-
-// mustParseTrace parses a trace; numbers stay json.Number.
-func mustParseTrace(tb testing.TB, data []byte) *perfettoTrace {
-	tb.Helper()
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var tr perfettoTrace
-	require.NoError(tb, d.Decode(&tr))
-	return &tr
-}
-
-// counterSeries is one counter series read back: its values in file order.
-type counterSeries struct {
-	values []uint64
-	times  []uint64
-}
-
-// counterSeriesKey names a counter series: Perfetto's track "<name> <arg>" of a
-// process.
-type counterSeriesKey struct {
-	pid  uint32
-	name string
-}
+// counterSeriesKey names a counter series (perfettotest.SeriesKey).
+type counterSeriesKey = perfettotest.SeriesKey
 
 // checkPerfetto checks what a trace promises, against the analysis it was
 // written with, and returns its counter series.
-func checkPerfetto(t *testing.T, res *analysis.Result, data []byte) (*perfettoTrace, map[counterSeriesKey]*counterSeries) {
+func checkPerfetto(t *testing.T, res *analysis.Result, data []byte) (*perfettotest.Trace, map[counterSeriesKey]*perfettotest.Series) {
 	t.Helper()
-	checkSchema(t, data)
-	tr := mustParseTrace(t, data)
+	perfettotest.Validate(t, data)
+	tr := perfettotest.Parse(t, data)
 	assert.Equal(t, "ms", tr.DisplayTimeUnit)
 	assert.Equal(t, res.LostEvents, tr.Metadata.LostEvents, "metadata: lost events")
 	assert.Equal(t, res.LateEvents, tr.Metadata.LateEvents, "metadata: late events")
 
-	counters := map[counterSeriesKey]*counterSeries{}
-	type sliceKey struct {
-		pid      uint32
-		name, id string
-	}
-	type span struct{ begin, end uint64 }
-	open := map[sliceKey]uint64{}
-	spans := map[sliceKey][]span{}
-	var begun, ended, lostInstants, findings int
-	origin := ns(t, "0.000")
+	// The run's start is the lost-events instant's time; its end is as far
+	// on as the analysis's.
+	var lostInstants, findings int
+	var origin uint64
 	for _, e := range tr.TraceEvents {
-		if e.Ph == "i" && e.Name == fmt.Sprintf("vramprof: %d events lost", res.LostEvents) {
-			origin = ns(t, e.TS)
+		if e.Ph != "i" {
+			continue
+		}
+		switch e.Cat {
+		case "vramprof":
+			lostInstants++
+			assert.Equal(t, fmt.Sprintf("vramprof: %d events lost", res.LostEvents), e.Name)
+			assert.Equal(t, "g", e.S)
+			assert.Equal(t, res.LostEvents, perfettotest.Uint(t, e.Args["lost_events"]))
+			origin = perfettotest.NS(t, e.TS)
+		case "finding":
+			findings++
+			assert.Contains(t, e.Args, "summary")
 		}
 	}
-	end := origin + res.Run.End - res.Run.Start
-	for _, e := range tr.TraceEvents {
-		switch e.Ph {
-		case "C":
-			require.Len(t, e.Args, 1, "one series per counter event")
-			for k, v := range e.Args {
-				n, ok := v.(json.Number)
-				require.True(t, ok, "counter value %v", v)
-				x, err := strconv.ParseUint(string(n), 10, 64)
-				require.NoError(t, err, "counter values are exact byte integers")
-				sk := counterSeriesKey{e.PID, e.Name + " " + k}
-				s := counters[sk]
-				if s == nil {
-					s = &counterSeries{}
-					counters[sk] = s
-				}
-				at := ns(t, e.TS)
-				if len(s.times) > 0 {
-					assert.GreaterOrEqual(t, at, s.times[len(s.times)-1], "%v: times in order", sk)
-				}
-				s.values, s.times = append(s.values, x), append(s.times, at)
-			}
-		case "b":
-			require.NotNil(t, e.ID2, "async slice id")
-			k := sliceKey{e.PID, e.Name, e.ID2.Local}
-			_, dup := open[k]
-			require.False(t, dup, "%v begun twice before it ended", k)
-			open[k] = ns(t, e.TS)
-			begun++
-			assert.Equal(t, "alloc", e.Cat)
-			for _, a := range []string{"bytes", "address", "device", "stack", "live_at_peak"} {
-				assert.Contains(t, e.Args, a)
-			}
-		case "e":
-			k := sliceKey{e.PID, e.Name, e.ID2.Local}
-			b, ok := open[k]
-			require.True(t, ok, "%v ended without its begin", k)
-			delete(open, k)
-			at := ns(t, e.TS)
-			assert.GreaterOrEqual(t, at, b, "%v ends after it begins", k)
-			if e.Args["live_at_end"] == true {
-				assert.Equal(t, end, at, "%v: live at the end ends with the run", k)
-			}
-			spans[k] = append(spans[k], span{b, at})
-			ended++
-		case "i":
-			switch e.Cat {
-			case "vramprof":
-				lostInstants++
-				assert.Equal(t, "g", e.S)
-				assert.Equal(t, json.Number(strconv.FormatUint(res.LostEvents, 10)), e.Args["lost_events"])
-			case "finding":
-				findings++
-				assert.Contains(t, e.Args, "summary")
-			}
-		}
-	}
-	assert.Empty(t, open, "every slice ends")
-	assert.Equal(t, begun, ended)
-	assert.EqualValues(t, tr.Metadata.Slices.Written, begun, "metadata: slices written")
 	assert.Equal(t, 1, lostInstants, "the lost events are shown, even 0")
 	assert.Len(t, res.Findings, findings, "one instant per finding")
-	for k, ss := range spans {
-		for i := 1; i < len(ss); i++ {
-			assert.GreaterOrEqual(t, ss[i].begin, ss[i-1].end, "%v: one id, two slices at once", k)
+	end := origin + res.Run.End - res.Run.Start
+
+	counters := tr.Counters(t)
+	slices := tr.Slices(t)
+	assert.EqualValues(t, tr.Metadata.Slices.Written, len(slices), "metadata: slices written")
+	for _, s := range slices {
+		for _, a := range []string{"bytes", "address", "device", "stack", "live_at_peak"} {
+			assert.Contains(t, s.Args, a)
+		}
+		if s.EndArgs["live_at_end"] == true {
+			assert.Equal(t, end, s.End, "%s: live at the end ends with the run", s.Name)
 		}
 	}
 
@@ -258,25 +129,17 @@ func checkPerfetto(t *testing.T, res *analysis.Result, data []byte) (*perfettoTr
 			continue // a reused PID: its instances share the process's tracks
 		}
 		for _, d := range p.Devices {
-			s := counters[counterSeriesKey{p.PID, "GPU " + analysis.DeviceName(d.Index) + " live"}]
+			s := counters[counterSeriesKey{PID: p.PID, Name: "GPU " + analysis.DeviceName(d.Index) + " live"}]
 			if d.PeakBytes == 0 && s == nil {
 				continue
 			}
 			require.NotNil(t, s, "pid %d device %d", p.PID, d.Index)
-			assert.Equal(t, d.LiveBytesAtEnd, s.values[len(s.values)-1], "pid %d device %d: live at the end", p.PID, d.Index)
-			assert.Equal(t, d.PeakBytes, maxOf(s.values), "pid %d device %d: peak", p.PID, d.Index)
-			assert.Equal(t, end, s.times[len(s.times)-1], "pid %d device %d: the series reaches the end", p.PID, d.Index)
+			assert.Equal(t, d.LiveBytesAtEnd, s.Last(), "pid %d device %d: live at the end", p.PID, d.Index)
+			assert.Equal(t, d.PeakBytes, s.Max(), "pid %d device %d: peak", p.PID, d.Index)
+			assert.Equal(t, end, s.Times[len(s.Times)-1], "pid %d device %d: the series reaches the end", p.PID, d.Index)
 		}
 	}
 	return tr, counters
-}
-
-func maxOf(v []uint64) uint64 {
-	var m uint64
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
 }
 
 // truthOf is arithmetic on a trace's own events, independent of the
@@ -311,11 +174,11 @@ func arithmetic(recs []event.Record) truthOf {
 		name := func(d int32) counterSeriesKey {
 			switch {
 			case k.block:
-				return counterSeriesKey{e.PID, "GPU " + analysis.DeviceName(d) + " blocks"}
+				return counterSeriesKey{PID: e.PID, Name: "GPU " + analysis.DeviceName(d) + " blocks"}
 			case host:
-				return counterSeriesKey{e.PID, "pinned host live"}
+				return counterSeriesKey{PID: e.PID, Name: "pinned host live"}
 			}
-			return counterSeriesKey{e.PID, "GPU " + analysis.DeviceName(d) + " live"}
+			return counterSeriesKey{PID: e.PID, Name: "GPU " + analysis.DeviceName(d) + " live"}
 		}
 		switch e.Kind {
 		case event.KindCreate:
@@ -367,14 +230,14 @@ func TestPerfettoFixtures(t *testing.T) {
 			for k, v := range want.live {
 				s := counters[k]
 				require.NotNil(t, s, "%v", k)
-				assert.Equal(t, v, s.values[len(s.values)-1], "%v: live at the end", k)
-				assert.Equal(t, want.peak[k], maxOf(s.values), "%v: peak", k)
+				assert.Equal(t, v, s.Last(), "%v: live at the end", k)
+				assert.Equal(t, want.peak[k], s.Max(), "%v: peak", k)
 			}
 			// One point per allocation and free, and one at the end per
 			// series that had changed before it.
 			var points uint64
 			for _, s := range counters {
-				points += uint64(len(s.values))
+				points += uint64(len(s.Values))
 			}
 			assert.LessOrEqual(t, want.changes, points)
 			assert.LessOrEqual(t, points, want.changes+uint64(len(counters)))
@@ -399,8 +262,8 @@ func TestPerfettoOOMInstants(t *testing.T) {
 	}
 	require.NotEmpty(t, failed, "the fixture runs out of memory")
 	res, data := perfettoOf(t, recs, PerfettoOptions{})
-	tr := mustParseTrace(t, data)
-	var got []traceEvent
+	tr := perfettotest.Parse(t, data)
+	var got []perfettotest.Event
 	for _, e := range tr.TraceEvents {
 		if e.Ph == "i" && e.Cat == "oom" {
 			got = append(got, e)
@@ -410,9 +273,9 @@ func TestPerfettoOOMInstants(t *testing.T) {
 	for i, e := range got {
 		assert.Equal(t, "p", e.S)
 		assert.Equal(t, failed[i].PID, e.PID)
-		assert.Equal(t, json.Number(strconv.FormatUint(failed[i].Size, 10)), e.Args["bytes"])
+		assert.Equal(t, failed[i].Size, perfettotest.Uint(t, e.Args["bytes"]))
 		assert.Equal(t, analysis.ErrorName(failed[i].API, failed[i].Ret), e.Args["error"])
-		assert.Equal(t, ns(t, got[i].TS)-ns(t, tr.TraceEvents[0].TS), failed[i].Time-firstChange(recs),
+		assert.Equal(t, perfettotest.NS(t, got[i].TS)-perfettotest.NS(t, tr.TraceEvents[0].TS), failed[i].Time-firstChange(recs),
 			"at the failure's time")
 	}
 	_ = res
@@ -461,23 +324,19 @@ func TestPerfettoBounded(t *testing.T) {
 
 	res, data := perfettoOf(t, recs, PerfettoOptions{MaxSlices: limit})
 	tr, counters := checkPerfetto(t, res, data)
-	s := counters[counterSeriesKey{pid, "GPU 0 live"}]
+	s := counters[counterSeriesKey{PID: pid, Name: "GPU 0 live"}]
 	require.NotNil(t, s)
-	assert.Len(t, s.values, 210+200+1, "a point per allocation and free, and the end's")
-	assert.Equal(t, uint64(200*201/2)<<10, maxOf(s.values))
-	assert.Equal(t, uint64((191+200)*10/2)<<10, s.values[len(s.values)-1])
+	assert.Len(t, s.Values, 210+200+1, "a point per allocation and free, and the end's")
+	assert.Equal(t, uint64(200*201/2)<<10, s.Max())
+	assert.Equal(t, uint64((191+200)*10/2)<<10, s.Last())
 
 	// Live at the peak: phase 2's 200, the 8 largest kept (193..200 KiB,
 	// the live ones among them); the others: phase 1's 10 and phase 2's
 	// 192 smaller, of which the 8 largest (phase 1's 1002..1009 KiB).
 	var atPeak, others []uint64
-	for _, e := range tr.TraceEvents {
-		if e.Ph != "b" {
-			continue
-		}
-		n, err := strconv.ParseUint(string(e.Args["bytes"].(json.Number)), 10, 64)
-		require.NoError(t, err)
-		if e.Args["live_at_peak"] == true {
+	for _, sl := range tr.Slices(t) {
+		n := perfettotest.Uint(t, sl.Args["bytes"])
+		if sl.Args["live_at_peak"] == true {
 			atPeak = append(atPeak, n>>10)
 		} else {
 			others = append(others, n>>10)
@@ -515,7 +374,7 @@ func TestPerfettoSchemaRejects(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			v, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
 			require.NoError(t, err)
-			assert.Error(t, traceSchema(t).Validate(v))
+			assert.Error(t, perfettotest.Schema(t).Validate(v))
 		})
 	}
 }

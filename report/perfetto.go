@@ -47,7 +47,8 @@ import (
 //
 // Times are microseconds with nanosecond decimals: since the Unix epoch
 // when the recording has its wall-clock start (as PyTorch's profiler
-// traces are), so both open side by side; else since the run's start.
+// traces are), so the two can be read against each other; else since the
+// run's start.
 // Events that reached the recorder late (Result.LateEvents) are counted
 // where they arrived: a counter point never goes back in time on its
 // track.
@@ -151,7 +152,6 @@ type allocSlice struct {
 type perfettoProc struct {
 	peak, peakSeq uint64
 	havePeak      bool
-	allocs        uint64
 	atPeak        sliceHeap // live at the current peak, largest kept
 	others        sliceHeap // the largest of the rest
 	omitted       uint64
@@ -255,7 +255,6 @@ func (p *Perfetto) Watch(c *analysis.Change) {
 	}
 	sk := sliceKey{inst: c.Instance, layer: c.Layer, space: c.Space, addr: c.Addr}
 	if c.Alloc {
-		pp.allocs++
 		p.live[sk] = allocSlice{seq: p.seq, born: c.Born, addr: c.Addr, size: c.Size, pid: c.PID, inst: c.Instance,
 			device: c.Device, layer: c.Layer, space: c.Space, api: c.API, stack: c.Stack, restored: c.Restored}
 		if c.Layer == event.LayerSegment && c.Space != analysis.SpaceHost && c.Live > pp.peak {
@@ -362,7 +361,8 @@ func (p *Perfetto) appendTS(b []byte, rel uint64) []byte {
 
 // Finish writes what needs the whole run (the slices, the instants, the
 // processes' names, the last counter points and the metadata) and
-// flushes. It returns the first write error.
+// flushes. It returns the first write error. Call it once, after the
+// analysis's Finish.
 func (p *Perfetto) Finish(res *analysis.Result) error {
 	if res == nil {
 		return ErrNilResult

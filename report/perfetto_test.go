@@ -378,3 +378,13 @@ func TestPerfettoSchemaRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfettoDeterministic: a replay of one trace writes the same bytes
+// (the live allocations left at the end are kept whatever order a map
+// gives them in).
+func TestPerfettoDeterministic(t *testing.T) {
+	recs := mustFixtureRecords(t, "leak")
+	_, a := perfettoOf(t, recs, PerfettoOptions{MaxSlices: 16})
+	_, b := perfettoOf(t, recs, PerfettoOptions{MaxSlices: 16})
+	assert.Equal(t, string(a), string(b))
+}

@@ -59,6 +59,11 @@ type Options struct {
 	// It bounds the Analyzer's memory per site, whatever the stream's
 	// length; a long-lived consumer (vramprof serve) sets it lower.
 	IterationLog int
+	// Watch, when set, is called with every allocation made live or let
+	// go, in every layer and memory space, in stream order, once the
+	// analysis counted it (see Change). The Change is valid during the
+	// call only.
+	Watch func(*Change)
 }
 
 func (o Options) withDefaults() Options {
@@ -208,6 +213,8 @@ type Analyzer struct {
 	// change is the change being fed to them: one buffer, passed by
 	// pointer, not a copy per observer.
 	change liveChange
+	// watched is the change fed to Options.Watch, one buffer too.
+	watched Change
 
 	// Copies of the descriptive records, by key.
 	stacks    map[event.StackID]*event.Stack
@@ -924,7 +931,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		// A free was missed: the old allocation went as if freed now,
 		// just before the new one came.
 		both(ls, sp, func(t *Totals) { t.ReplacedAllocations++ })
-		a.release(ch.Old, e.Time, ls, sp, true, live.Bytes-e.Size)
+		a.release(ch.Old, e.Addr, e.Time, ls, sp, true, live.Bytes-e.Size)
 	}
 	ci := a.class(classKey{e.Size, e.PID, e.Stack, e.Device, e.API, layer, mem})
 	c := a.classes[ci]
@@ -973,6 +980,9 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
 	a.notify(true, false, a.inTimelines(e), e.Time, e.Time, e.Size, e.Device, layer, mem, g, sp, live.Bytes, pd.live)
+	if a.opts.Watch != nil {
+		a.watch(&a.change, e.PID, e.Addr, e.Stack, e.API)
+	}
 	return true
 }
 
@@ -1026,29 +1036,29 @@ func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch 
 	case ledger.Unknown:
 		both(ls, sp, func(t *Totals) { t.UnknownFrees++ })
 	case ledger.Freed:
-		a.droppedIn(ls, sp, ch.Old, e.Time, ch.Inst.Bytes)
+		a.droppedIn(ls, sp, ch.Old, e.Addr, e.Time, ch.Inst.Bytes)
 	}
 }
 
 // dropped counts as a free at time t a live allocation of pid in scope sc
 // that the ledger let go; inst is the process's level just after.
-func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, t uint64, inst ledger.Level) {
-	a.droppedIn(a.layer(sc), a.space(pid, sc), old, t, inst.Bytes)
+func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, addr, t uint64, inst ledger.Level) {
+	a.droppedIn(a.layer(sc), a.space(pid, sc), old, addr, t, inst.Bytes)
 }
 
 // droppedIn is dropped given the scope's totals and the process's space
 // (freed has them: not looked up twice per free); live is the process's
 // live bytes just after.
-func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, t, live uint64) {
+func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, addr, t, live uint64) {
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
-	a.release(old, t, ls, sp, false, live)
+	a.release(old, addr, t, ls, sp, false, live)
 }
 
 // release takes a live allocation out of every aggregate at time t;
 // replaced says another allocation took its address (its free was
 // missed), and live is the bytes the process had live just after.
-func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space, replaced bool, live uint64) {
+func (a *Analyzer) release(old ledger.Entry, addr, t uint64, ls *layerState, sp *space, replaced bool, live uint64) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.Sub(size)
@@ -1064,6 +1074,9 @@ func (a *Analyzer) release(old ledger.Entry, t uint64, ls *layerState, sp *space
 	pd := sp.device(c.key.device)
 	pd.live -= size
 	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live, pd.live)
+	if a.opts.Watch != nil {
+		a.watch(&a.change, c.key.pid, addr, c.key.stack, c.key.api)
+	}
 }
 
 // failure copies a failed allocation with what was live at that moment. It

@@ -85,3 +85,57 @@ type liveChange struct {
 type liveObserver interface {
 	changed(c *liveChange)
 }
+
+// Change is one allocation made live or let go, as the analysis counted
+// it, for a watcher outside the package (Options.Watch): the Perfetto
+// trace draws its counters and slices from these, so its levels are the
+// report's. The levels it carries are those after the change. A missed
+// free (an allocation replaced at its address) is a let-go change with
+// Replaced set, followed by a live one at the same time.
+type Change struct {
+	// Alloc is set when the allocation became live, clear when it went.
+	// Replaced is set when it went because another allocation took its
+	// address (its free was missed), not by a free. Restored is set for an
+	// allocation a flight recorder's checkpoint restored: it was live when
+	// the kept stretch of the trace began.
+	Alloc, Replaced, Restored bool
+	// Time is the change's time (ns, the trace's clock); Born the
+	// allocation's time (Time itself for a live change).
+	Time, Born uint64
+	// PID is the process's PID, Instance its instance's id (the PID itself
+	// unless the PID was reused: see analysis/ledger).
+	PID, Instance uint32
+	// Addr is the allocation's address (a physical allocation's handle).
+	Addr uint64
+	// Size is its size in bytes, Device its device (DeviceUnknown: -1).
+	Size   uint64
+	Device int32
+	// Layer and Space are the allocation's layer and memory space, API
+	// the call that made it; Stack its allocation stack (Result.Stacks
+	// renders it).
+	Layer event.Layer
+	Space MemorySpace
+	API   event.API
+	Stack event.StackID
+	// Live is the process instance's live bytes in the allocation's scope
+	// (its layer; device and physical memory together, or pinned host
+	// memory), and DeviceLive its live bytes on Device in that scope.
+	Live, DeviceLive uint64
+}
+
+// watch feeds the change just fed to the liveObservers to Options.Watch,
+// with what they do not need: the instance, the address, the stack and
+// the API.
+func (a *Analyzer) watch(c *liveChange, inst uint32, addr uint64, stack event.StackID, api event.API) {
+	w := &a.watched
+	w.Alloc, w.Replaced, w.Restored = c.alloc, c.replaced, c.restored
+	w.Time, w.Born = c.time, c.born
+	w.Instance, w.PID = inst, inst
+	if in := a.ledger.Instance(inst); in != nil {
+		w.PID = in.PID
+	}
+	w.Addr, w.Size, w.Device = addr, c.size, c.device
+	w.Layer, w.Space, w.API, w.Stack = c.layer, c.mem, api, stack
+	w.Live, w.DeviceLive = c.live, c.deviceLive
+	a.opts.Watch(w)
+}

@@ -238,7 +238,7 @@ func (a *Analyzer) unmapRange(e *event.Event) {
 func (a *Analyzer) unmapped(pid uint32, us []ledger.Unmapping, t uint64) {
 	for _, u := range us {
 		if u.Freed {
-			a.dropped(pid, deviceScope, u.Old, t, u.Inst)
+			a.dropped(pid, deviceScope, u.Old, u.Handle, t, u.Inst)
 		}
 	}
 }

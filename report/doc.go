@@ -67,6 +67,13 @@
 // Bytes are exact integers everywhere; human units ("1.50 GiB") are only
 // ever printed next to them. Lost events are always shown, even when 0.
 //
+// The Perfetto trace (perfetto.go: `report --format perfetto`) is the one
+// output written while the analysis runs rather than from its Result: it
+// is fed every allocation made live or let go (analysis.Options.Watch),
+// so its counters are the analysis's own levels at every change, and it
+// streams them; the slices, instants and metadata follow at Finish. Its
+// layout, time base and size bounds are in perfetto.go's comment.
+//
 // Judging and comparing recordings (check's verdicts, baselines, JUnit and
 // GitHub outputs, diff) is report/compare's, on report.json's figures.
 //

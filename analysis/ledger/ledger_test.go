@@ -115,11 +115,12 @@ func TestPhysicalOutlivesRelease(t *testing.T) {
 	require.Equal(t, Mapped, u.Verdict)
 	require.Len(t, u.Unmapped, 2)
 	// Each carries the instance's level just after it: 6 MiB less 2, then
-	// less 4 more; the peak is both handles' 6 MiB, reached at 2.
+	// less 4 more; the peak is both handles' 6 MiB, reached at 2. Each
+	// names the handle its range mapped.
 	assert.Equal(t, Unmapping{Size: 2 * mib, Device: 3, Freed: true, Old: Entry{Time: 1, Size: 2 * mib, Device: 3},
-		Inst: Level{Count: 1, Bytes: 4 * mib, Peak: 6 * mib, PeakTime: 2}}, u.Unmapped[0])
+		Inst: Level{Count: 1, Bytes: 4 * mib, Peak: 6 * mib, PeakTime: 2}, Handle: h1}, u.Unmapped[0])
 	assert.Equal(t, Unmapping{Size: 4 * mib, Device: 3, Freed: true, Old: Entry{Time: 2, Size: 4 * mib, Device: 3},
-		Inst: Level{Peak: 6 * mib, PeakTime: 2}}, u.Unmapped[1])
+		Inst: Level{Peak: 6 * mib, PeakTime: 2}, Handle: h2}, u.Unmapped[1])
 	assert.Equal(t, Level{Peak: 6 * mib, PeakTime: 2}, l.Level(phys))
 	assert.Equal(t, Unknown, l.Unmap(1, ev(event.KindUnmap, 1, 0x7000000, 6*mib, 9)).Verdict)
 

@@ -48,6 +48,9 @@ type Unmapping struct {
 	Inst  Level
 	// Tag is the mapping's tag (see TagMapping).
 	Tag int32
+	// Handle is the physical allocation the range mapped (cuMemMap's
+	// handle): Old's key when Freed.
+	Handle uint64
 }
 
 // MapChange is what a Map or Unmap call did.
@@ -175,7 +178,7 @@ func (l *Ledger) Unmap(inst uint32, e *event.Event) MapChange {
 func (l *Ledger) unmapOne(rk rangeKey) {
 	m := l.mapped[rk]
 	delete(l.mapped, rk)
-	u := Unmapping{Size: m.size, Device: m.device, Tag: m.tag}
+	u := Unmapping{Size: m.size, Device: m.device, Tag: m.tag, Handle: m.handle}
 	hk := handleKey{rk.inst, m.handle}
 	if hs := l.handles[hk]; hs != nil {
 		hs.maps--

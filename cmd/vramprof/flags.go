@@ -13,6 +13,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/vramprof/vramprof/probes/allocspec"
+	"github.com/vramprof/vramprof/report"
 	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/exporter"
 	"github.com/vramprof/vramprof/report/recorder"
@@ -77,6 +78,8 @@ func newParser(w io.Writer) (*kong.Kong, error) {
 			"grace":          exporter.DefaultGrace.String(),
 			"ttl":            exporter.DefaultTTL.String(),
 			"snapshotFile":   recorder.SnapshotFile,
+			"perfettoFile":   recorder.PerfettoFile,
+			"perfettoSlices": strconv.Itoa(report.DefaultPerfettoSlices),
 			"baselineSchema": compare.BaselineSchema,
 			"segmentPattern": recorder.SegmentPattern,
 		},
@@ -358,7 +361,7 @@ func (p *pythonFlags) check(cmd string) error {
 type reportFlags struct {
 	Output   string   `short:"o" placeholder:"DIR" help:"write trace outputs (profile, report.json, report.md, report.html) into DIR"`
 	Force    bool     `help:"overwrite the outputs of an earlier report in DIR (refused without it)"`
-	Format   string   `default:"text" placeholder:"text|md|json|html|snapshot" help:"what to print: text, md, json, html, or snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/${snapshotFile} instead)"`
+	Format   string   `default:"text" placeholder:"text|md|json|html|snapshot|perfetto" help:"what to print: text, md, json, html, snapshot (a PyTorch memory snapshot pickle; with -o, written to DIR/${snapshotFile} instead), or perfetto (a trace for ui.perfetto.dev, Chrome JSON: live bytes per process and device at every allocation and free, allocations as slices, the ${perfettoSlices} largest live at each process's peak and the ${perfettoSlices} largest others, OOMs and findings as instants; with -o, written to DIR/${perfettoFile} instead)"`
 	PID      *string  `name:"pid" placeholder:"PID" help:"with --format snapshot: the process to export (default: the recorded process, else the highest segment peak)"`
 	Capacity *string  `placeholder:"SIZE" help:"each device's memory size (e.g. 80GiB), for the projected time to OOM when NVML cannot tell"`
 	Input    []string `arg:"" optional:"" name:"INPUT" help:"an output DIR, a .vpt trace or a PyTorch snapshot .pickle"`
@@ -387,9 +390,9 @@ func (f *reportFlags) check() error {
 	}
 	o.Input = f.Input[0]
 	switch o.Format {
-	case "text", "md", "json", "html", "snapshot":
+	case "text", "md", "json", "html", "snapshot", "perfetto":
 	default:
-		return usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html or snapshot", o.Format))
+		return usageError(fmt.Errorf("report: unknown --format %q; use text, md, json, html, snapshot or perfetto", o.Format))
 	}
 	if o.PIDSet && o.Format != "snapshot" {
 		return usageError(errors.New("report: --pid chooses the process of --format snapshot; the other formats cover every process"))

@@ -60,10 +60,10 @@ func WriteFileAtomic(path string, write func(io.Writer) error) (err error) {
 
 // RecordingFiles are the files a recording (run, attach) writes into its
 // directory; ReportFiles those Report writes with -o: the same but the
-// trace, and the snapshot.
+// trace, and the snapshot and the Perfetto trace.
 var (
 	RecordingFiles = []string{TraceFile, ProfileFile, JSONFile, MarkdownFile, HTMLFile, MomentsDir}
-	ReportFiles    = []string{ProfileFile, JSONFile, MarkdownFile, HTMLFile, SnapshotFile}
+	ReportFiles    = []string{ProfileFile, JSONFile, MarkdownFile, HTMLFile, SnapshotFile, PerfettoFile}
 )
 
 // Dir is an output directory, opened once: every file is created

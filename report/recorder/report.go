@@ -23,8 +23,9 @@ type ReportOptions struct {
 	Out   string
 	Force bool
 	// Format is what is printed on stdout: "text", "md", "json", "html",
-	// or "snapshot" (a PyTorch memory snapshot pickle; with Out, written
-	// to Out/SnapshotFile instead).
+	// "snapshot" (a PyTorch memory snapshot pickle; with Out, written to
+	// Out/SnapshotFile instead) or "perfetto" (a Perfetto trace, Chrome
+	// JSON; with Out, written to Out/PerfettoFile instead).
 	Format string
 	// PID, when PIDSet, is the process Format "snapshot" exports.
 	PID    uint32
@@ -44,6 +45,9 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %s: %w", ErrInput, o.Input, err)
 	} else if st.IsDir() {
 		tracePath = filepath.Join(tracePath, TraceFile)
+	}
+	if o.Format == "perfetto" {
+		return reportPerfetto(o, tracePath, stdout)
 	}
 	// One read of the input (a pipe or a FIFO is read once: newSource),
 	// the snapshot exported from it too; a --pid without events fails

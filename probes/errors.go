@@ -19,9 +19,13 @@ var (
 	// ErrNoCUDA: the process maps no library that defines the CUDA
 	// allocation API (yet: see AttachOptions.Wait).
 	ErrNoCUDA = errors.New("no CUDA runtime in process")
-	// ErrCommandNotFound: the command to run does not exist or is not
-	// executable.
+	// ErrCommandNotFound: the command to run does not exist (a shell's
+	// exit 127).
 	ErrCommandNotFound = errors.New("command not found")
+	// ErrCommandNotExecutable: the command to run exists but cannot be
+	// executed: no execute permission, a directory, not a program (a
+	// shell's exit 126).
+	ErrCommandNotExecutable = errors.New("command not executable")
 	// ErrNoBPF: the kernel lacks a BPF feature vramprof needs.
 	ErrNoBPF = errors.New("kernel lacks BPF support")
 	// ErrTraced: another vramprof session traces the process. The error

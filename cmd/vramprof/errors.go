@@ -43,6 +43,7 @@ var hints = []struct {
 	{probes.ErrStrippedRuntime, "pass --wait to trace the driver's calls from the process's first CUDA call on (if it has a driver to load), or rebuild it unstripped or with nvcc --cudart shared to trace the runtime's"},
 	{probes.ErrNoCUDA, "the process has not loaded libcudart or libcuda; pass --wait to wait for it, or check the PID"},
 	{probes.ErrCommandNotFound, "check the command name and PATH"},
+	{probes.ErrCommandNotExecutable, "check the file's execute permission (chmod +x) and that it is a program or a script with a #! line"},
 	{recorder.ErrOutputLink, "give -o the directory's real path: vramprof does not write through symbolic links"},
 	{recorder.ErrOutputExists, "choose a new directory with -o, remove the old files, or pass --force to overwrite them"},
 	{recorder.ErrOutputDir, "choose a writable directory with -o"},
@@ -57,6 +58,21 @@ var hints = []struct {
 	{compare.ErrRecording, "give a vramprof output directory, its trace.vpt, or its report.json"},
 	{recorder.ErrInput, "INPUT must be a vramprof output directory (holding trace.vpt), a .vpt trace or a PyTorch memory snapshot .pickle"},
 	{recorder.ErrTruncated, "the outputs cover the whole records before the cut and say the run was cut short"},
+}
+
+// exitCodeOf is the exit code of a command that failed with err: a shell's
+// 127 for a command `run` cannot find and 126 for one it cannot execute, as
+// `sh -c CMD` would exit, else 2 (exitToolError). check keeps 2 for these:
+// its codes say pass, fail, or could not judge.
+func exitCodeOf(cmd string, err error) int {
+	switch {
+	case cmd != "run":
+	case errors.Is(err, probes.ErrCommandNotFound):
+		return exitCommandNotFound
+	case errors.Is(err, probes.ErrCommandNotExecutable):
+		return exitCommandNotExecutable
+	}
+	return exitToolError
 }
 
 // explain turns err into the one line the user sees: what went wrong, then

@@ -14,6 +14,10 @@ var (
 	// vramprof needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE and
 	// CAP_DAC_READ_SEARCH to read another user's process).
 	ErrNotPermitted = errors.New("not permitted")
+	// ErrNoAccess: the kernel refuses this process a look at another's
+	// memory map although it holds the privileges to trace (a user
+	// namespace, a sandbox). The error is an *AccessError, which says why.
+	ErrNoAccess = errors.New("no access to the process")
 	// ErrNoProcess: the PID does not exist (or exited).
 	ErrNoProcess = errors.New("no such process")
 	// ErrNoCUDA: the process maps no library that defines the CUDA

@@ -145,6 +145,9 @@ func (s *Session) Attach(pid int, wait bool) error {
 	if _, err := procStartTime(pid); err != nil {
 		return err
 	}
+	if err := checkAccess(pid); err != nil {
+		return err
+	}
 	// Only this process: probes on a shared library fire in every process
 	// that maps it, and the perf-level filter keeps the others from
 	// trapping at all.

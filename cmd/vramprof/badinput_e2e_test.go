@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -266,6 +267,26 @@ func TestBadInput(t *testing.T) {
 			assertToolError(t, r, "corrupt")
 			assertNoOutputs(t, out, "")
 		})
+	})
+
+	// A process the kernel keeps out of reach even of root with
+	// CAP_SYS_PTRACE: one line that says why and what to do, not "open
+	// /proc/N/maps: permission denied". This machine's sandbox does that to
+	// its pid 1 (a sandbox's security module; this kernel lets root read
+	// any other process's maps, Landlock's or not, so it cannot be made
+	// here on demand).
+	t.Run("attach_out_of_reach", func(t *testing.T) {
+		probetest.RequirePrivilege(t)
+		if _, err := os.ReadFile("/proc/1/maps"); !errors.Is(err, os.ErrPermission) {
+			t.Skipf("pid 1 is within reach here (%v): no process the kernel keeps from root", err)
+		}
+		t.Parallel()
+		cwd := t.TempDir()
+		out := filepath.Join(t.TempDir(), "out")
+		r := vramprof(t, execOpts{dir: cwd}, "attach", "-p", "1", "-o", out)
+		assertToolError(t, r, "pid 1's memory map", "permission denied", "security module",
+			"run vramprof where the process runs")
+		assertNoOutputs(t, out, cwd)
 	})
 
 	t.Run("not_root", func(t *testing.T) {

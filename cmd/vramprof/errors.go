@@ -37,6 +37,7 @@ var hints = []struct {
 }{
 	{probes.ErrNotPermitted, "run as root (sudo), or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep vramprof)"},
 	{probes.ErrNoBPF, "this kernel lacks BPF features vramprof needs (uprobes, ring buffer, attach cookies): use Linux 5.15 or newer"},
+	{probes.ErrNoAccess, "run vramprof where the process runs: in its container or sandbox, or on the host for a host process"},
 	{probes.ErrNoProcess, "check the PID (ps -ef); it may have exited"},
 	{probes.ErrTraced, "one vramprof session per process: stop that session first, or read its outputs"},
 	{probes.ErrLock, "make /run/vramprof a writable directory holding only vramprof's lock files (remove any link or other file there): vramprof locks each traced process in it so two sessions never trace one"},

@@ -124,11 +124,11 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	}
 	info := procInfo(uint32(pid))
 	info.Command = o.Argv // as launched: the shell's view, not /proc's
+	info.FromStart = true
 	p, err := s.track(uint32(pid), info)
 	if err != nil {
 		return fail(err)
 	}
-	p.fromStart = true
 	if err := s.scan(p); err != nil {
 		return fail(err)
 	}

@@ -22,28 +22,14 @@ const (
 // the error can say which privilege is missing instead of "permission
 // denied".
 func missingCaps() []string {
-	root, err := procFS()
-	if err != nil {
-		return nil // cannot tell: let the kernel decide
-	}
-	self, err := root.Self()
-	if err != nil {
-		return nil
-	}
-	status, err := self.NewStatus()
-	if err != nil {
-		return nil
-	}
-	eff := status.CapEff
-	has := func(c uint) bool { return eff&(1<<c) != 0 }
-	if has(capSysAdmin) {
+	if hasCap(capSysAdmin) { // stands in for both; true when unknown
 		return nil
 	}
 	var missing []string
-	if !has(capBPF) {
+	if !hasCap(capBPF) {
 		missing = append(missing, "CAP_BPF")
 	}
-	if !has(capPerfmon) {
+	if !hasCap(capPerfmon) {
 		missing = append(missing, "CAP_PERFMON")
 	}
 	return missing

@@ -242,6 +242,13 @@ func (s *Session) forgetExited(dueOnly bool) {
 // allocation API or the loader rendezvous. It is called at start and after
 // every change the loader announces.
 func (s *Session) scan(p *proc) error {
+	// The BPF walker learns the interpreter before the first probe is
+	// placed: a process attached to runs on while its files are probed,
+	// and a call in between would have a stack without Python frames (a
+	// launched one is stopped then, which hid this from run).
+	if err := s.findPython(p); err != nil {
+		return err
+	}
 	files, err := s.probeFiles(p.pid)
 	if err != nil {
 		return err
@@ -251,9 +258,6 @@ func (s *Session) scan(p *proc) error {
 	// gone before its stacks are read.
 	if err := s.sym.Prepare(p.pid); err != nil {
 		return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
-	}
-	if err := s.findPython(p); err != nil {
-		return err
 	}
 	var maps []symbolize.MapEntry // read once, when a file has USDT semaphores
 	for _, f := range files {

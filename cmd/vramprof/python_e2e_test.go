@@ -26,13 +26,7 @@ import (
 // that execs the real interpreter), so the run also crosses execs.
 func TestRunPython(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("python3 not found; CI=true: the CPython test must run")
-		}
-		t.Skip("python3 not found")
-	}
+	python := requirePython3(t)
 	t.Parallel()
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
@@ -69,13 +63,7 @@ func TestRunPython(t *testing.T) {
 // ("0x7f... (libffi.so.8)").
 func TestAttachPythonSites(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("python3 not found; CI=true: the CPython test must run")
-		}
-		t.Skip("python3 not found")
-	}
+	python := requirePython3(t)
 	script := filepath.Join(probetest.Root(), "testdata", "python", "train_long.py")
 	lib := "FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12")
 
@@ -135,4 +123,18 @@ func pythonSites(t *testing.T, path string) map[string]bool {
 		sites[strings.Join(frames, " <- ")] = true
 	}
 	return sites
+}
+
+// requirePython3 is the path of python3, or skips the test without one
+// (fails under CI=true: the CPython tests must run).
+func requirePython3(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found; CI=true: the CPython test must run")
+		}
+		t.Skip("python3 not found")
+	}
+	return python
 }

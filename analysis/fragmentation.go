@@ -947,7 +947,13 @@ func (a *Analyzer) finishPools(r *Result) {
 // OOMProfileName is the file the CLI writes what was live at an OOM into,
 // in the output directory: "oom-<Index>.pb.gz".
 func OOMProfileName(o *OOM) string {
-	return fmt.Sprintf("oom-%d.pb.gz", o.Index)
+	return OOMProfileFile(fmt.Sprint(o.Index))
+}
+
+// OOMProfileFile is the name of the OOM profile numbered n; the help gives
+// it "<n>".
+func OOMProfileFile(n string) string {
+	return "oom-" + n + ".pb.gz"
 }
 
 // AtOOM returns a view of r whose allocation classes are what the failing

@@ -19,7 +19,8 @@ type instance struct {
 	// info is the Process record; nil when none described the instance.
 	info *event.Process
 	// fromStart says the instance was traced from its first instruction:
-	// a run-mode root, or a child forked by a traced process.
+	// the probes saw it start (event.Process.FromStart), or, in a trace of
+	// run, it is the root or a child forked by a traced process.
 	fromStart bool
 	// nvml are the NVML ticks that listed the instance, in stream order.
 	nvml []procSample
@@ -69,7 +70,9 @@ func (a *Analyzer) process(r *event.Process) {
 	in := a.facts(li.ID)
 	// The root is the first instance of the root PID (its id is the PID).
 	root := r.PID == a.run.PID && li.ID == r.PID
-	in.fromStart = a.run.Mode == "run" && (in.fromStart || inherited || root || parentTraced)
+	// The probes say so for a process they saw start (FromStart: any
+	// mode); older traces of run are judged here.
+	in.fromStart = r.FromStart || a.run.Mode == "run" && (in.fromStart || inherited || root || parentTraced)
 }
 
 // retire takes an instance's live memory out of the all-process figures

@@ -3,6 +3,8 @@
 package probes
 
 import (
+	"errors"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,4 +30,36 @@ func TestMissingCaps(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, missingCaps())
+}
+
+// TestAccessError: a memory map the kernel refuses says why: a missing
+// CAP_SYS_PTRACE matches ErrNotPermitted (the CLI says to run as root or
+// grant it); a user namespace or a sandbox matches ErrNoAccess.
+func TestAccessError(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		ptrace, userNS bool
+		sentinel       error
+		words          []string
+	}{
+		{"no CAP_SYS_PTRACE", false, false, ErrNotPermitted, []string{"lacks CAP_SYS_PTRACE", "pid 1: uid"}},
+		{"user namespace", true, true, ErrNoAccess, []string{"user namespace"}},
+		{"sandbox", true, false, ErrNoAccess, []string{"has CAP_SYS_PTRACE", "security module", "pid 1 is outside"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &AccessError{PID: 1, Err: os.ErrPermission}
+			e.Reason, e.Missing = accessReason(1, tc.ptrace, tc.userNS)
+			assert.ErrorIs(t, e, tc.sentinel)
+			assert.ErrorIs(t, e, os.ErrPermission)
+			other := ErrNoAccess
+			if tc.sentinel == ErrNoAccess {
+				other = ErrNotPermitted
+			}
+			assert.False(t, errors.Is(e, other))
+			assert.Contains(t, e.Error(), "cannot read pid 1's memory map")
+			for _, w := range tc.words {
+				assert.Contains(t, e.Error(), w)
+			}
+		})
+	}
 }

@@ -14,14 +14,22 @@ var (
 	// vramprof needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE and
 	// CAP_DAC_READ_SEARCH to read another user's process).
 	ErrNotPermitted = errors.New("not permitted")
+	// ErrNoAccess: the kernel refuses this process a look at another's
+	// memory map although it holds the privileges to trace (a user
+	// namespace, a sandbox). The error is an *AccessError, which says why.
+	ErrNoAccess = errors.New("no access to the process")
 	// ErrNoProcess: the PID does not exist (or exited).
 	ErrNoProcess = errors.New("no such process")
 	// ErrNoCUDA: the process maps no library that defines the CUDA
 	// allocation API (yet: see AttachOptions.Wait).
 	ErrNoCUDA = errors.New("no CUDA runtime in process")
-	// ErrCommandNotFound: the command to run does not exist or is not
-	// executable.
+	// ErrCommandNotFound: the command to run does not exist (a shell's
+	// exit 127).
 	ErrCommandNotFound = errors.New("command not found")
+	// ErrCommandNotExecutable: the command to run exists but cannot be
+	// executed: no execute permission, a directory, not a program (a
+	// shell's exit 126).
+	ErrCommandNotExecutable = errors.New("command not executable")
 	// ErrNoBPF: the kernel lacks a BPF feature vramprof needs.
 	ErrNoBPF = errors.New("kernel lacks BPF support")
 	// ErrTraced: another vramprof session traces the process. The error

@@ -23,6 +23,34 @@ type LaunchOptions struct {
 	Stdout, Stderr io.Writer
 }
 
+// LookCommand finds the command name as a shell would (exec.LookPath): the
+// error wraps ErrCommandNotFound when there is no such file (a shell's exit
+// 127), ErrCommandNotExecutable when there is one that cannot be run (126).
+func LookCommand(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", commandError(name, err)
+	}
+	return path, nil
+}
+
+// commandError is the error of a command that could not be started: not
+// found (no such file, or not in PATH) or found but not executable.
+func commandError(name string, err error) error {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %s", ErrCommandNotFound, name)
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err // ee names the command again
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrCommandNotExecutable, name, err)
+}
+
 // Launch starts a command with tracing in place before its first
 // instruction: the child stops right after execve (ptrace), when only the
 // executable and the dynamic loader are mapped; the loader rendezvous and
@@ -45,9 +73,9 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	if len(o.Argv) == 0 {
 		return nil, errors.New("launch: empty command")
 	}
-	path, err := exec.LookPath(o.Argv[0])
+	path, err := LookCommand(o.Argv[0])
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrCommandNotFound, o.Argv[0])
+		return nil, err
 	}
 	cmd := exec.Command(path, o.Argv[1:]...)
 	cmd.Args[0] = o.Argv[0]
@@ -71,8 +99,9 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	err = cmd.Start()
 	inherited()
 	if err != nil {
-		if errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrCommandNotFound, o.Argv[0], err)
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) ||
+			errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EISDIR) {
+			return nil, commandError(o.Argv[0], err)
 		}
 		return nil, fmt.Errorf("start %s: %w", o.Argv[0], err)
 	}
@@ -95,11 +124,11 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	}
 	info := procInfo(uint32(pid))
 	info.Command = o.Argv // as launched: the shell's view, not /proc's
+	info.FromStart = true
 	p, err := s.track(uint32(pid), info)
 	if err != nil {
 		return fail(err)
 	}
-	p.fromStart = true
 	if err := s.scan(p); err != nil {
 		return fail(err)
 	}
@@ -114,6 +143,9 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 // loader and probes the runtime when it arrives.
 func (s *Session) Attach(pid int, wait bool) error {
 	if _, err := procStartTime(pid); err != nil {
+		return err
+	}
+	if err := checkAccess(pid); err != nil {
 		return err
 	}
 	// Only this process: probes on a shared library fire in every process

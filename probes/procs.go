@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -363,6 +364,17 @@ func procStartTime(pid int) (uint64, error) {
 		return 0, err
 	}
 	return st.Starttime, nil
+}
+
+// bootTicks is the time since boot in the clock ticks /proc/PID/stat
+// counts process start times in (CLOCK_BOOTTIME, as start_boottime), cut
+// to the tick: a process whose start tick is greater started after now.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano()) / clockTicksNs
 }
 
 // procState is the state letter of /proc/PID/stat ('T': stopped), 0 when

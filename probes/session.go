@@ -123,6 +123,10 @@ type Session struct {
 
 	// late: runtimes loaded after the session began (late.go).
 	late lateState
+	// watchedFrom is when AttachAll's watch on every process's mappings
+	// began, in /proc/PID/stat's clock ticks since boot; 0 before. A
+	// process that started in a later tick was traced from its start.
+	watchedFrom uint64
 }
 
 // NewSession loads the BPF objects and opens the ring buffer. Nothing is
@@ -198,6 +202,8 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 		info = procInfo(pid)
 	}
 	info.PID, info.Time, info.Start = pid, MonotonicNow(), p.startTime
+	info.FromStart = info.FromStart || s.watchedFrom != 0 && p.startTime > s.watchedFrom
+	p.fromStart = info.FromStart
 	if err := s.describe(p, info); err != nil {
 		return nil, err
 	}
@@ -236,6 +242,13 @@ func (s *Session) forgetExited(dueOnly bool) {
 // allocation API or the loader rendezvous. It is called at start and after
 // every change the loader announces.
 func (s *Session) scan(p *proc) error {
+	// The BPF walker learns the interpreter before the first probe is
+	// placed: a process attached to runs on while its files are probed,
+	// and a call in between would have a stack without Python frames (a
+	// launched one is stopped then, which hid this from run).
+	if err := s.findPython(p); err != nil {
+		return err
+	}
 	files, err := s.probeFiles(p.pid)
 	if err != nil {
 		return err
@@ -245,9 +258,6 @@ func (s *Session) scan(p *proc) error {
 	// gone before its stacks are read.
 	if err := s.sym.Prepare(p.pid); err != nil {
 		return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
-	}
-	if err := s.findPython(p); err != nil {
-		return err
 	}
 	var maps []symbolize.MapEntry // read once, when a file has USDT semaphores
 	for _, f := range files {
@@ -495,6 +505,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			// process is what it now runs.
 			info := procInfo(p.pid)
 			info.Time, info.Start = MonotonicNow(), p.startTime
+			info.FromStart = p.fromStart // its new image too
 			err = s.describe(p, info)
 			s.dropPython(p) // the BPF side forgot it too
 		}
@@ -607,6 +618,11 @@ func (s *Session) AttachAll() error {
 	if err := s.watchMappings(); err != nil {
 		return fmt.Errorf("attach all: %w", err)
 	}
+	// From now on a process that starts is seen from its start: the
+	// probes on the files already known fire in it, and the watch
+	// announces the others before their first call (late.go). Its start
+	// tick is later than this one.
+	s.watchedFrom = bootTicks()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return fmt.Errorf("attach all: %w", err)
@@ -674,7 +690,8 @@ func (s *Session) forked(r *rawRecord) error {
 		s.retire(old)
 		s.dropPython(old)
 	}
-	info := &event.Process{PPID: parent}
+	// Added to the targets before it ran: traced from its start.
+	info := &event.Process{PPID: parent, FromStart: true}
 	if pp := s.procs[parent]; pp != nil {
 		// A fork child is in its parent's cgroup until something moves
 		// it: what the parent's record says is right when the child is
@@ -691,7 +708,6 @@ func (s *Session) forked(r *rawRecord) error {
 	if err != nil {
 		return err
 	}
-	p.fromStart = true
 	if pp := s.procs[parent]; pp != nil {
 		// Same mappings as the parent until it execs (then the loader
 		// announces the new ones).

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/probetest"
@@ -16,7 +17,7 @@ import (
 
 // TestAttachAll runs `vramprof attach --all` while longrun (already mapping
 // the runtime) and then a fresh steady process run: both are traced, each
-// process's figures equal its own truth. Other tests' processes may be
+// process's figures equal its own truth; longrun was attached mid-run. Other tests' processes may be
 // traced too (tests run in parallel), so figures are compared per PID.
 func TestAttachAll(t *testing.T) {
 	probetest.RequirePrivilege(t)
@@ -34,4 +35,7 @@ func TestAttachAll(t *testing.T) {
 	for _, truthPath := range []string{steadyTruth, lr.truth} {
 		assertTruth(t, procs, probetest.MustReadTruth(t, truthPath), stderr)
 	}
+	// longrun ran before the session: attached mid-run, however the
+	// processes started later are judged (attach_all_late_e2e_test.go).
+	assert.NotEqual(t, "traced_from_start", procs[uint32(lr.pid)].PreexistingBasis, "longrun ran before the session")
 }

@@ -100,6 +100,12 @@ type allProcess struct {
 	AllocatedBytes uint64 `json:"allocated_bytes"`
 	PeakBytes      uint64 `json:"peak_bytes"`
 	LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+	// PreexistingBasis is "traced_from_start" for a process traced from
+	// its start, else how its memory from before the attach was judged.
+	PreexistingBasis string `json:"preexisting_basis"`
+	Devices          []struct {
+		Index int32 `json:"index"`
+	} `json:"devices"`
 }
 
 // assertTruth compares a process's figures with its truth (an attached
@@ -124,11 +130,30 @@ func assertTruth(t *testing.T, procs map[uint32]allProcess, truth *probetest.Tru
 // no process had mapped when `attach --all` started is traced from its
 // first call: its figures equal the scenario's truth. (Before, its calls
 // ran while the new copy was being probed, and some or all were missed.)
+//
+// A process that started after the session began was traced from its
+// start: it is not "attached mid-run", and its device is known as run
+// knows it (a thread that chose none uses device 0), not "unknown".
 func TestAttachAllLateRuntime(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	stop, stderr := startAll(t)
 	truth := lateRuntime(t)
-	assertTruth(t, stop(), truth, stderr)
+	procs := stop()
+	assertTruth(t, procs, truth, stderr)
+	assertFromStart(t, procs[truth.PID])
+}
+
+// assertFromStart checks that a process started after the session began is
+// reported as traced from its start, on device 0 alone (the scenarios
+// choose no device).
+func assertFromStart(t *testing.T, p allProcess) {
+	t.Helper()
+	assert.Equal(t, "traced_from_start", p.PreexistingBasis, "pid %d started after the session began", p.PID)
+	var devices []int32
+	for _, d := range p.Devices {
+		devices = append(devices, d.Index)
+	}
+	assert.Equal(t, []int32{0}, devices, "pid %d's devices (-1: unknown)", p.PID)
 }
 
 // TestAttachAllLateRuntimeOverlay is TestAttachAllLateRuntime in a
@@ -147,6 +172,11 @@ func TestAttachAllLateRuntimeOverlay(t *testing.T) {
 	procs := stop()
 	assertTruth(t, procs, first, stderr)
 	assertTruth(t, procs, second, stderr)
+	// The first was stopped at its dlopen of a new file, and adopted
+	// then; the second, loading a known file, runs on, and under load may
+	// exit before the reader reaches its first record: never described,
+	// its start is unknown, and it is called attached mid-run.
+	assertFromStart(t, procs[first.PID])
 }
 
 // TestAttachAllNewExecutable: an executable with the runtime linked in
@@ -181,7 +211,9 @@ func TestAttachAllNewExecutable(t *testing.T) {
 	require.NoError(t, err, "static_runtime:\n%s", out)
 	truth := probetest.MustReadTruth(t, truthPath)
 	require.NotZero(t, truth.Totals.Allocations)
-	assertTruth(t, stop(), truth, stderr)
+	procs := stop()
+	assertTruth(t, procs, truth, stderr)
+	assertFromStart(t, procs[truth.PID])
 }
 
 // TestServeLateRuntime is TestAttachAllLateRuntime for `vramprof serve`:

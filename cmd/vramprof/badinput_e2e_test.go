@@ -175,17 +175,46 @@ func TestBadInput(t *testing.T) {
 		assertNoOutputs(t, "", cwd)
 	})
 
+	// A command run cannot start exits as `sh -c CMD` does: 127 when there
+	// is no such command, 126 when it is not executable; check keeps 2.
 	t.Run("run_no_command", func(t *testing.T) {
 		probetest.RequirePrivilege(t)
 		t.Parallel()
 		cwd := t.TempDir()
-		out := filepath.Join(t.TempDir(), "out")
-		r := vramprof(t, execOpts{dir: cwd}, "run", "-o", out, "--", "/nonexistent/cmd")
-		assertToolError(t, r, "not found", "/nonexistent/cmd")
-		assertNoOutputs(t, out, "")
-		r = vramprof(t, execOpts{dir: cwd}, "run", "--", "/nonexistent/cmd")
-		assertToolError(t, r, "not found")
+		noexec := filepath.Join(t.TempDir(), "noexec")
+		require.NoError(t, os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644))
+		for _, tc := range []struct {
+			name, cmd string
+			code      int
+			words     []string
+		}{
+			{"missing path", "/nonexistent/cmd", 127, []string{"not found", "/nonexistent/cmd"}},
+			{"missing name", "vramprof-no-such-command", 127, []string{"not found", "PATH"}},
+			{"not executable", noexec, 126, []string{"not executable", "permission denied", "chmod +x"}},
+			{"directory", cwd, 126, []string{"not executable", "is a directory"}},
+		} {
+			sh := exec.Command("sh", "-c", tc.cmd)
+			sh.Dir = cwd
+			err := sh.Run()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, tc.name)
+			require.Equal(t, tc.code, ee.ExitCode(), "%s: sh -c's exit code", tc.name)
+
+			out := filepath.Join(t.TempDir(), "out")
+			r := vramprof(t, execOpts{dir: cwd}, "run", "-o", out, "--", tc.cmd)
+			assert.Equal(t, tc.code, r.code, "%s: stderr:\n%s", tc.name, r.stderr)
+			if lines := r.stderrLines(); assert.Len(t, lines, 1, "%s: stderr:\n%s", tc.name, r.stderr) {
+				for _, w := range tc.words {
+					assert.Contains(t, lines[0], w, tc.name)
+				}
+			}
+			assertNoOutputs(t, out, "")
+		}
+		r := vramprof(t, execOpts{dir: cwd}, "run", "--", "/nonexistent/cmd")
+		assert.Equal(t, 127, r.code, "stderr:\n%s", r.stderr)
 		assertNoOutputs(t, "", cwd)
+		r = vramprof(t, execOpts{dir: cwd}, "check", "--max-peak", "1GiB", "--", "/nonexistent/cmd")
+		assertToolError(t, r, "not found")
 	})
 
 	t.Run("run_unwritable_dir", func(t *testing.T) {
@@ -238,6 +267,26 @@ func TestBadInput(t *testing.T) {
 			assertToolError(t, r, "corrupt")
 			assertNoOutputs(t, out, "")
 		})
+	})
+
+	// A process the kernel keeps out of reach even of root with
+	// CAP_SYS_PTRACE: one line that says why and what to do, not "open
+	// /proc/N/maps: permission denied". This machine's sandbox does that to
+	// its pid 1 (a sandbox's security module; this kernel lets root read
+	// any other process's maps, Landlock's or not, so it cannot be made
+	// here on demand).
+	t.Run("attach_out_of_reach", func(t *testing.T) {
+		probetest.RequirePrivilege(t)
+		if _, err := os.ReadFile("/proc/1/maps"); !errors.Is(err, os.ErrPermission) {
+			t.Skipf("pid 1 is within reach here (%v): no process the kernel keeps from root", err)
+		}
+		t.Parallel()
+		cwd := t.TempDir()
+		out := filepath.Join(t.TempDir(), "out")
+		r := vramprof(t, execOpts{dir: cwd}, "attach", "-p", "1", "-o", out)
+		assertToolError(t, r, "pid 1's memory map", "permission denied", "security module",
+			"run vramprof where the process runs")
+		assertNoOutputs(t, out, cwd)
 	})
 
 	t.Run("not_root", func(t *testing.T) {

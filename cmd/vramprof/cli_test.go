@@ -1,12 +1,17 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/report/exporter"
+	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // TestHelpOnStdout: -h, --help and help [COMMAND] print on stdout and exit
@@ -176,4 +181,45 @@ func parse[F command](name string, args []string) (F, error) {
 	c, err := parseCommand(name, args)
 	f, _ := c.(F)
 	return f, err
+}
+
+// TestHelpDefaults: every flag with a default shows it in its command's
+// help, no hidden argument shows as [<extra> ...], and the top-level help
+// names the moment directories and OOM profiles as the code names them.
+func TestHelpDefaults(t *testing.T) {
+	k, err := newParser(nil)
+	require.NoError(t, err)
+	for _, node := range k.Model.Children {
+		t.Run(node.Name, func(t *testing.T) {
+			var b strings.Builder
+			printHelp(&b, node.Name, "--help")
+			help := strings.Join(strings.Fields(b.String()), " ") // unwrapped
+			assert.NotContains(t, help, "<extra>")
+			for _, f := range node.Flags {
+				if f.Default == "" || f.IsBool() {
+					continue
+				}
+				assert.Contains(t, help, "(default: "+f.Default+")", "--%s", f.Name)
+			}
+		})
+	}
+	for _, tc := range []struct{ cmd, flag, def string }{
+		{"serve", "listen", defaultListen},
+		{"serve", "grace", exporter.DefaultGrace.String()},
+		{"serve", "ttl", exporter.DefaultTTL.String()},
+		{"run", "moment-interval", defaultMomentInterval.String()},
+		{"attach", "moment-interval", defaultMomentInterval.String()},
+	} {
+		var b strings.Builder
+		printHelp(&b, tc.cmd, "--help")
+		help := strings.Join(strings.Fields(b.String()), " ")
+		assert.Regexp(t, `--`+tc.flag+`=\S+ (?:\S| [^-])*? \(default: `+regexp.QuoteMeta(tc.def)+`\)`, help, "%s --%s", tc.cmd, tc.flag)
+	}
+	var b strings.Builder
+	printHelp(&b, "--help")
+	help := strings.Join(strings.Fields(b.String()), " ")
+	assert.Contains(t, help, "DIR/moments/"+recorder.MomentName(analysis.MomentOOM, "<n>", "<time>")+"/")
+	assert.Contains(t, help, "oom-<n>.pb.gz")
+	assert.Equal(t, "oom-3.pb.gz", analysis.OOMProfileName(&analysis.OOM{Index: 3}))
+	assert.NotContains(t, help, "<extra>")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/report"
 	"github.com/vramprof/vramprof/report/compare"
@@ -46,10 +47,19 @@ type cli struct {
 	Serve  serveFlags  `cmd:"" help:"a node daemon: trace every CUDA process, serve Prometheus metrics (/metrics) and pprof (/debug/pprof/: allocs, heap, peak)"`
 }
 
-// description is the text under the usage line of `vramprof --help`.
-const description = `vramprof profiles CUDA GPU memory with eBPF.
+// description is the text under the usage line of `vramprof --help`. The
+// names of the outputs come from the code that writes them (recorder,
+// analysis), so that the help says what is written.
+var description = `vramprof profiles CUDA GPU memory with eBPF.
 
-Outputs in DIR: trace.vpt, profile.pb.gz (go tool pprof -http=: DIR/profile.pb.gz), report.json, report.md, report.html; with a caching allocator traced, oom-<n>.pb.gz at each failed allocation.`
+Outputs in DIR: ` + recorder.TraceFile + `, ` + recorder.ProfileFile + ` (go tool pprof -http=: DIR/` + recorder.ProfileFile + `), ` +
+	recorder.JSONFile + `, ` + recorder.MarkdownFile + `, ` + recorder.HTMLFile + `; ` + momentHelp + `.`
+
+// momentHelp says where moment reports and the out-of-memory profiles go.
+var momentHelp = `at an out-of-memory failure, that moment's outputs in DIR/` +
+	recorder.MomentsDir + "/" + recorder.MomentName(analysis.MomentOOM, "<n>", "<time>") + `/ (on SIGUSR1, ` +
+	recorder.MomentsDir + "/" + recorder.MomentName(analysis.MomentSignal, "<n>", "<time>") + `/); with a caching allocator traced, ` +
+	analysis.OOMProfileFile("<n>") + ` (what was live at each failed allocation)`
 
 // errHelp: help or the version was printed; main exits 0.
 var errHelp = errors.New("help printed")
@@ -69,6 +79,7 @@ func newParser(w io.Writer) (*kong.Kong, error) {
 		kong.Description(description),
 		kong.Writers(w, os.Stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
+		kong.ValueFormatter(helpWithDefault),
 		kong.Vars{
 			"version":        versionLine(),
 			"momentInterval": defaultMomentInterval.String(),
@@ -85,6 +96,16 @@ func newParser(w io.Writer) (*kong.Kong, error) {
 		},
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)
+}
+
+// helpWithDefault is a flag's help with its default, "(default: auto)",
+// when it has one that its text does not already give.
+func helpWithDefault(v *kong.Value) string {
+	h := kong.DefaultHelpValueFormatter(v)
+	if v.Default == "" || v.IsBool() || kong.HasInterpolatedVar(v.OrigHelp, "default") {
+		return h
+	}
+	return h + " (default: " + v.Default + ")"
 }
 
 // parseCommand parses `vramprof name args...` into the command's flags and
@@ -314,15 +335,11 @@ type attachFlags struct {
 	Wait     bool          `help:"wait for a process that has not loaded CUDA yet"`
 	liveFlags
 	recordFlags
-	Extra []string `arg:"" optional:"" hidden:""`
 }
 
 func (f *attachFlags) check() error {
 	if err := f.liveFlags.check("attach", &f.recordFlags); err != nil {
 		return err
-	}
-	if len(f.Extra) > 0 {
-		return usageError(fmt.Errorf("attach: unexpected argument %q; usage: vramprof attach -p PID [-o DIR]", f.Extra[0]))
 	}
 	switch {
 	case f.All && f.PID != 0:
@@ -439,6 +456,5 @@ type serveFlags struct {
 	// group (command, cgroup, container, pod_uid).
 	PerProcess bool `name:"per-process" help:"a set of series per process (pid and start labels); default: per command, cgroup, container and pod"`
 	probeFlags
-	Quiet bool     `short:"q" help:"no banner and no notes (errors are still printed)"`
-	Extra []string `arg:"" optional:"" hidden:""`
+	Quiet bool `short:"q" help:"no banner and no notes (errors are still printed)"`
 }

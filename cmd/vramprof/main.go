@@ -43,8 +43,13 @@ func versionLine() string {
 }
 
 // Exit codes: a launched command's own code passes through `run`; 2 is
-// vramprof's usage or tool error.
-const exitToolError = 2
+// vramprof's usage or tool error; a command `run` cannot start exits as a
+// shell's would: 127 not found, 126 not executable.
+const (
+	exitToolError            = 2
+	exitCommandNotExecutable = 126
+	exitCommandNotFound      = 127
+)
 
 func main() {
 	os.Exit(mainCode(os.Args[1:]))
@@ -78,7 +83,7 @@ func mainCode(args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "vramprof: %s\n", explain(err))
-		return exitToolError
+		return exitCodeOf(args[0], err)
 	}
 	return code
 }

@@ -3,10 +3,15 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,13 +26,7 @@ import (
 // that execs the real interpreter), so the run also crosses execs.
 func TestRunPython(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("python3 not found; CI=true: the CPython test must run")
-		}
-		t.Skip("python3 not found")
-	}
+	python := requirePython3(t)
 	t.Parallel()
 	tmp := t.TempDir()
 	truthPath := filepath.Join(tmp, "truth.json")
@@ -54,4 +53,88 @@ func TestRunPython(t *testing.T) {
 	}
 	assert.Zero(t, val(t, "lost_events", rep.Totals.LostEvents))
 	checkReplay(t, dir)
+}
+
+// TestAttachPythonSites attaches to a running CPython trainer and runs the
+// same program under run: both name the same Python sites (function,
+// file:line) for every allocation, and none is left without Python frames.
+// Before, attach placed its probes before the BPF walker knew the
+// interpreter, and the calls in between had native frames only
+// ("0x7f... (libffi.so.8)").
+func TestAttachPythonSites(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	python := requirePython3(t)
+	script := filepath.Join(probetest.Root(), "testdata", "python", "train_long.py")
+	lib := "FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12")
+
+	// attach: to the trainer once it has loaded the runtime and runs.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	trainer := exec.CommandContext(ctx, python, script, "3")
+	trainer.Env = append(os.Environ(), lib)
+	out, err := trainer.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, trainer.Start())
+	t.Cleanup(func() { _ = trainer.Process.Kill(); _ = trainer.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	a := startAttach(t, trainer.Process.Pid)
+	require.Equal(t, 0, a.wait(t, 30*time.Second), "stderr:\n%s", a.stderr.String())
+	attached := pythonSites(t, filepath.Join(a.dir, "profile.pb.gz"))
+
+	dir := filepath.Join(t.TempDir(), "run")
+	r := vramprof(t, execOpts{dir: t.TempDir(), env: []string{lib}}, "run", "-q", "-o", dir, "--", python, script, "0.5")
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	ran := pythonSites(t, filepath.Join(dir, "profile.pb.gz"))
+
+	require.Len(t, ran, 2, "run: the two lines of alloc: %v", ran)
+	assert.Equal(t, ran, attached)
+}
+
+// pythonSites is the set of Python stacks ("func file:line <- ...") of the
+// allocations in a profile; a stack without a Python frame is "native".
+func pythonSites(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	p := mustParseProfile(t, path)
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "alloc_objects" {
+			idx = i
+		}
+	}
+	require.GreaterOrEqual(t, idx, 0)
+	sites := map[string]bool{}
+	for _, s := range p.Sample {
+		if s.Value[idx] == 0 {
+			continue
+		}
+		var frames []string
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if l.Function != nil && strings.HasSuffix(l.Function.Filename, ".py") {
+					frames = append(frames, fmt.Sprintf("%s %s:%d", l.Function.Name, filepath.Base(l.Function.Filename), l.Line))
+				}
+			}
+		}
+		if len(frames) == 0 {
+			frames = []string{"native"}
+		}
+		sites[strings.Join(frames, " <- ")] = true
+	}
+	return sites
+}
+
+// requirePython3 is the path of python3, or skips the test without one
+// (fails under CI=true: the CPython tests must run).
+func requirePython3(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found; CI=true: the CPython test must run")
+		}
+		t.Skip("python3 not found")
+	}
+	return python
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -27,8 +26,8 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 		// The default name carries the child's PID, known only once it runs.
 		dir = fmt.Sprintf(".vramprof-pending-%d", os.Getpid())
 	}
-	if _, err := exec.LookPath(o.Command[0]); err != nil {
-		return 0, fmt.Errorf("%w: %s", probes.ErrCommandNotFound, o.Command[0])
+	if _, err := probes.LookCommand(o.Command[0]); err != nil {
+		return 0, err
 	}
 	rec, err := startRecording(dir, &event.Header{Mode: "run", Command: o.Command}, &o.liveFlags, &o.recordFlags,
 		o.probeFlags.options(false, nil))

@@ -17,15 +17,11 @@ const (
 )
 
 func (f *serveFlags) check() error {
-	const usage = "usage: vramprof serve [--listen " + defaultListen + "] [--grace D] [--ttl D] [--pool auto|off] [--nvml auto|off] [--allocators FILE] [--python auto|off] [--python-depth N] [--per-process] [-q]"
 	if err := f.probeFlags.check("serve"); err != nil {
 		return err
 	}
 	if err := checkAutoOff("serve", "nvml", f.NVML); err != nil {
 		return err
-	}
-	if len(f.Extra) > 0 {
-		return usageError(fmt.Errorf("serve: unexpected argument %q; %s", f.Extra[0], usage))
 	}
 	if f.Grace <= 0 || f.TTL < f.Grace {
 		return usageError(fmt.Errorf("serve: need 0 < --grace (%s) <= --ttl (%s)", f.Grace, f.TTL))

@@ -279,6 +279,11 @@ type Process struct {
 	// process instance. 0 when unknown (gone already). Appended to the
 	// format: older traces read with 0.
 	Start uint64
+	// FromStart says the process was traced from its first instruction:
+	// launched by run, forked by a traced process, or started after an
+	// attach --all or serve session began watching. Nothing it did predates
+	// the trace. Appended to the format: older traces read with false.
+	FromStart bool
 }
 
 // Library is a file whose functions were probed.

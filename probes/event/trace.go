@@ -1294,6 +1294,7 @@ func (e *encoder) process(p *Process) {
 	e.uint(p.Time)
 	e.str(p.Cgroup)
 	e.uint(p.Start)
+	e.bool(p.FromStart)
 }
 
 func (e *encoder) library(l *Library) {
@@ -1530,6 +1531,9 @@ func (d *decoder) process(p *Process) {
 	if len(d.b) > 0 { // appended fields: absent from older traces
 		p.Cgroup = d.str()
 		p.Start = d.uint()
+	}
+	if len(d.b) > 0 {
+		p.FromStart = d.bool()
 	}
 }
 

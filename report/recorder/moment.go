@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -228,6 +229,17 @@ func momentReason(kind string) string {
 	return analysis.MomentSignalReason
 }
 
+// momentTimeLayout is the time in a moment report's directory name: local
+// time to the second, sorting as it reads.
+const momentTimeLayout = "20060102-150405"
+
+// MomentName is the name of a moment report's directory under MomentsDir:
+// "<kind>-<n>-<time>" (oom-1-20260101-120000), kind analysis.MomentOOM or
+// analysis.MomentSignal, n counted per kind from 1.
+func MomentName(kind, n, time string) string {
+	return kind + "-" + n + "-" + time
+}
+
 // writeMoment analyses the trace up to req and writes the outputs into a
 // new directory under DIR/moments; it returns that directory's path.
 func (r *Recorder) writeMoment(req momentRequest) (string, error) {
@@ -235,7 +247,7 @@ func (r *Recorder) writeMoment(req momentRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("%s-%d-%s", req.kind, req.index, time.Now().Format("20060102-150405"))
+	name := MomentName(req.kind, strconv.Itoa(req.index), time.Now().Format(momentTimeLayout))
 	r.mu.Lock() // r.out.path changes when run renames the directory
 	od, err := r.out.Subdir(MomentsDir, name)
 	r.mu.Unlock()

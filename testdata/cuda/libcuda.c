@@ -27,9 +27,11 @@
  * FAKECUDA_NVML_DIR names a directory, the driver keeps the file DIR/PID
  * up to date, one line per device "DEV USED CONTEXT" (decimal bytes):
  * USED as above, CONTEXT the cost of the device's primary context,
- * FAKECUDA_CONTEXT_BYTES (default 300 MiB) from its first
- * cuDevicePrimaryCtxRetain until its last release, as a real context costs
- * a few hundred MiB the runtime never asked for. The context is NVML's
+ * FAKECUDA_CONTEXT_BYTES (default 300 MiB), charged when the context comes
+ * to be (its first cuDevicePrimaryCtxRetain, or the first allocation on the
+ * device, as CUDA creates the context at the first call that needs it)
+ * until its last release, as a real context costs a few hundred MiB the
+ * runtime never asked for. The context is NVML's
  * figure only: it is not counted against the capacity. The file is
  * rewritten (a temporary file renamed over it, so a reader sees one whole
  * state) under the lock at every change, before the call returns, and
@@ -242,6 +244,15 @@ static void publish(void)
 	published = pid;
 }
 
+/* charge_context charges dev's context at its creation; under the lock. */
+static void charge_context(int dev)
+{
+	if (context[dev] != 0 || context_bytes == 0)
+		return;
+	context[dev] = context_bytes;
+	publish();
+}
+
 /* unpublish removes the file at exit: NVML lists running processes only. */
 __attribute__((destructor)) static void unpublish(void)
 {
@@ -361,6 +372,7 @@ static CUresult dev_alloc(CUdeviceptr *dptr, size_t size, int dev)
 	if (dev < 0 || dev >= NDEV)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
+	charge_context(dev);
 	if (size > capacity || used[dev] > capacity - size) {
 		books.failed_allocs++;
 		books.failed_alloc_bytes += size;
@@ -518,10 +530,8 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (dev < 0 || dev >= NDEV)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
-	if (primary[dev].refs++ == 0) {
-		context[dev] = context_bytes;
-		publish();
-	}
+	primary[dev].refs++;
+	charge_context(dev);
 	unlock();
 	*pctx = &primary[dev];
 	return CUDA_SUCCESS;
@@ -820,6 +830,7 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	if (dev < 0 || dev >= NDEV)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
+	charge_context(dev);
 	if (size > capacity || used[dev] > capacity - size) {
 		books.failed_creates++;
 		books.failed_create_bytes += size;

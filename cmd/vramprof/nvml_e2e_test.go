@@ -152,15 +152,27 @@ func checkNVMLReport(t *testing.T, dir string, pid int, end driverState, traced 
 	return rep
 }
 
-// TestNVMLStandInRun: under `vramprof run` longrun is traced from its
-// start, so NVML's figure for it less the traced bytes is its context, to
-// the byte, in report.json and in the summary.
-func TestNVMLStandInRun(t *testing.T) {
-	probetest.RequirePrivilege(t)
-	state := useStandInNVML(t, "LONGRUN_MAX_SECONDS=20")
-	out := filepath.Join(t.TempDir(), "out")
+// useStandInLibrary is useStandInNVML with the library from
+// testdata/build/<lib> ("nvml", or "nvml-v1" without the versioned entry
+// points).
+func useStandInLibrary(t *testing.T, lib string, env ...string) string {
+	t.Helper()
+	dir := useStandInNVML(t, env...)
+	abs, err := filepath.Abs(filepath.Join("../../testdata/build", lib))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(abs, "libnvidia-ml.so.1"))
+	require.NoError(t, err, "make testdata builds %s", lib)
+	t.Setenv("LD_LIBRARY_PATH", abs)
+	return dir
+}
+
+// runLongrun runs longrun under `vramprof run -o out`, both phases, and
+// ends it once NVML has seen it idle; it returns the driver's state then
+// and vramprof's stderr (the summary).
+func runLongrun(t *testing.T, state, out string) (pid int, end driverState, summary string) {
+	t.Helper()
 	cmd := exec.Command(binPath, "run", "-o", out, "--", probetest.Bin(t, "longrun"))
-	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"))
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
@@ -194,30 +206,90 @@ func TestNVMLStandInRun(t *testing.T) {
 			}
 		}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(expect("ready"), "ready")))
+	pid, err = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(expect("ready"), "ready")))
 	require.NoError(t, err)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGUSR1))
 	expect("done")
 	time.Sleep(settle)
-	end := mustDriverState(t, state, pid)
+	end = mustDriverState(t, state, pid)
 	assert.Equal(t, contextBytes, end.context, "the driver charged its context")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
 	for range lines {
 	}
 	require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
-
-	// Traced from its start: the driver's bytes are the traced ones.
-	rep := checkNVMLReport(t, out, pid, end, end.used)
-	p := rep.Processes[0]
-	assert.Equal(t, int64(contextBytes), p.NVML.Latest.GapBytes, "the gap is the context")
-	assert.Equal(t, "traced_from_start", p.PreexistingBasis)
-
-	summary := stderr.String()
-	assert.Contains(t, summary, fmt.Sprintf("NVML %d bytes (", end.nvml()))
-	assert.Contains(t, summary, fmt.Sprintf("vs %d traced (", end.used))
-	assert.Contains(t, summary, fmt.Sprintf("gap +%d bytes (300.00 MiB)", contextBytes))
 	_, err = os.Stat(filepath.Join(state, strconv.Itoa(pid)))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the driver's state is removed at exit")
+	return pid, end, stderr.String()
+}
+
+// TestNVMLStandInRun: under `vramprof run` longrun is traced from its
+// start, so NVML's figure for it less the traced bytes is its context, to
+// the byte, in report.json and in the summary: through the versioned entry
+// points (nvmlDeviceGetMemoryInfo_v2 with its version field, the 24-byte
+// process records of _v3) and through a library without them (v1: the
+// 16-byte records), which must give the same figures.
+func TestNVMLStandInRun(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	for _, lib := range []string{"nvml", "nvml-v1"} {
+		t.Run(lib, func(t *testing.T) {
+			state := useStandInLibrary(t, lib)
+			out := filepath.Join(t.TempDir(), "out")
+			pid, end, summary := runLongrun(t, state, out)
+
+			// Traced from its start: the driver's bytes are the traced ones.
+			rep := checkNVMLReport(t, out, pid, end, end.used)
+			p := rep.Processes[0]
+			assert.Equal(t, int64(contextBytes), p.NVML.Latest.GapBytes, "the gap is the context")
+			assert.Equal(t, "traced_from_start", p.PreexistingBasis)
+
+			assert.Contains(t, summary, fmt.Sprintf("NVML: %d samples\n", rep.NVML.Samples))
+			assert.Contains(t, summary, fmt.Sprintf("NVML %d bytes (", end.nvml()))
+			assert.Contains(t, summary, fmt.Sprintf("vs %d traced (", end.used))
+			assert.Contains(t, summary, fmt.Sprintf("gap +%d bytes (300.00 MiB)", contextBytes))
+		})
+	}
+}
+
+// TestNVMLStandInFailures: NVML failing in ways a GPU machine's does, each
+// one line in the report, every traced figure exact.
+func TestNVMLStandInFailures(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	t.Run("gpu_lost", func(t *testing.T) {
+		// The third tick's call finds the GPU gone (Open's call and two
+		// ticks succeed): sampling stops with one interruption.
+		state := useStandInLibrary(t, "nvml", "FAKENVML_LOST_AFTER=3")
+		out := filepath.Join(t.TempDir(), "out")
+		pid, end, summary := runLongrun(t, state, out)
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+		require.NotNil(t, rep.NVML)
+		const last = "device 0: nvmlDeviceGetMemoryInfo_v2: GPU is lost"
+		assert.True(t, rep.NVML.Available)
+		assert.Equal(t, uint64(2), rep.NVML.Samples, "nvml.samples")
+		assert.Equal(t, uint64(1), rep.NVML.Interruptions, "nvml.interruptions")
+		assert.Equal(t, last, rep.NVML.LastError)
+		assert.Contains(t, summary, "NVML: 2 samples, sampling interrupted 1 times (last: "+last+")\n")
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+	})
+	t.Run("processes_not_supported", func(t *testing.T) {
+		// MIG or a vGPU guest: no process list, the device figures stay.
+		state := useStandInLibrary(t, "nvml", "FAKENVML_PROCESSES=not_supported")
+		out := filepath.Join(t.TempDir(), "out")
+		pid, end, summary := runLongrun(t, state, out)
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+		require.NotNil(t, rep.NVML)
+		assert.True(t, rep.NVML.Available)
+		assert.Zero(t, rep.NVML.Interruptions)
+		i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+		require.GreaterOrEqual(t, i, 0)
+		assert.Equal(t, standInTotal, val(t, "capacity_bytes", rep.Devices[i].CapacityBytes))
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+		assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+		assert.NotContains(t, summary, fmt.Sprintf("pid %d at", pid))
+	})
 }
 
 // TestNVMLStandInAttach: attached between longrun's phases, vramprof's

@@ -23,8 +23,10 @@
  * driver's library.
  *
  * Failures on demand, from the environment of the process that loads it:
- *   FAKENVML_LOST_AFTER=N     after N successful memory-info calls, every
- *                             device call fails with NVML_ERROR_GPU_IS_LOST
+ *   FAKENVML_LOST_AFTER=N     the memory-info call after N successful ones,
+ *                             and every device call after it, fail with
+ *                             NVML_ERROR_GPU_IS_LOST (a tick is whole: its
+ *                             process lists are the GPU's)
  *   FAKENVML_PROCESSES=not_supported
  *                             process lists fail with NVML_ERROR_NOT_SUPPORTED
  *                             (MIG, vGPU guests)
@@ -59,6 +61,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inits;
 static struct nvmlDevice_st device0 = {0};
 static unsigned long long memory_calls;
+static int lost; /* FAKENVML_LOST_AFTER reached: the GPU is gone for good */
 
 struct proc {
 	unsigned pid;
@@ -139,7 +142,7 @@ static nvmlReturn_t check_device(nvmlDevice_t device)
 		r = NVML_ERROR_UNINITIALIZED;
 	else if (device.handle != &device0)
 		r = NVML_ERROR_INVALID_ARGUMENT;
-	else if (memory_calls >= env_ull("FAKENVML_LOST_AFTER", ~0ULL))
+	else if (lost)
 		r = NVML_ERROR_GPU_IS_LOST;
 	pthread_mutex_unlock(&mu);
 	return r;
@@ -160,6 +163,11 @@ static nvmlReturn_t memory(nvmlDevice_t device, unsigned long long *tot, unsigne
 		nanosleep(&ts, NULL);
 	}
 	pthread_mutex_lock(&mu);
+	if (memory_calls >= env_ull("FAKENVML_LOST_AFTER", ~0ULL)) {
+		lost = 1;
+		pthread_mutex_unlock(&mu);
+		return NVML_ERROR_GPU_IS_LOST;
+	}
 	n = read_procs(ps);
 	for (unsigned i = 0; i < n; i++)
 		sum += ps[i].used;

@@ -325,6 +325,51 @@ func TestNVMLStandInAttach(t *testing.T) {
 	assert.Contains(t, a.stderr.String(), fmt.Sprintf("gap +%d bytes (", end.nvml()-truth.Totals.LiveBytesAtEnd))
 }
 
+// TestNVMLStandInSlow: an NVML whose every memory call takes 5 s (a GPU
+// falling off the bus, a driver under load) delays neither the traced
+// command's start nor the end of the recording, nor serve's start and
+// scrapes; the report says in one line that NVML did not answer, and the
+// traced figures are exact.
+func TestNVMLStandInSlow(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const delay = 5 * time.Second
+	t.Run("run", func(t *testing.T) {
+		state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKENVML_DELAY_MS=%d", delay.Milliseconds()))
+		out := filepath.Join(t.TempDir(), "out")
+		start := time.Now()
+		pid, end, summary := runLongrun(t, state, out)
+		took := time.Since(start)
+		assert.Less(t, took, delay, "a slow NVML stalled the recording")
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+		require.NotNil(t, rep.NVML)
+		const reason = "no answer within 500ms of the end: an NVML call was still in progress"
+		assert.False(t, rep.NVML.Available)
+		assert.Equal(t, reason, rep.NVML.Reason)
+		assert.Contains(t, summary, "\nNVML unavailable: "+reason+"\n")
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+		t.Logf("longrun under run with NVML calls of %s: %s", delay, took)
+	})
+	t.Run("serve", func(t *testing.T) {
+		useStandInLibrary(t, "nvml", fmt.Sprintf("FAKENVML_DELAY_MS=%d", delay.Milliseconds()))
+		addr := freeLoopback(t)
+		start := time.Now()
+		_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr)
+		ready := time.Since(start)
+		start = time.Now()
+		scrapeMetrics(t, "http://"+addr)
+		scraped := time.Since(start)
+		start = time.Now()
+		stop()
+		stopped := time.Since(start)
+		assert.Less(t, ready, delay, "serve's start waited for NVML")
+		assert.Less(t, scraped, delay, "a scrape waited for NVML")
+		assert.Less(t, stopped, delay, "serve's end waited for NVML")
+		t.Logf("serve with NVML calls of %s: ready in %s, scraped in %s, stopped in %s", delay, ready, scraped, stopped)
+	})
+}
+
 // TestNVMLStandInServe: serve's device and per-process NVML gauges are the
 // fake driver's figures. Three processes, more than go-nvml's first buffer
 // for the process list holds (one entry): the list comes after

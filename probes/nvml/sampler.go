@@ -350,16 +350,29 @@ func (s *Sampler) Run(ctx context.Context, every time.Duration, emit func(event.
 	if every <= 0 {
 		every = DefaultInterval
 	}
+	if s.announce(emit) {
+		s.sample(ctx, every, emit)
+	}
+}
+
+// announce emits Run's first records: the Status and each DeviceInfo; false
+// when the Sampler is closed.
+func (s *Sampler) announce(emit func(event.Record)) bool {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return
+		return false
 	}
 	emit(&event.NVMLStatus{Time: s.clock(), Available: true})
 	for _, info := range s.Devices() {
 		emit(&info)
 	}
+	return true
+}
+
+// sample is Run's loop, after announce.
+func (s *Sampler) sample(ctx context.Context, every time.Duration, emit func(event.Record)) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	failing := "" // the reason last emitted; empty while sampling works
@@ -398,11 +411,12 @@ const StopWait = 500 * time.Millisecond
 var ErrNoAnswer = fmt.Errorf("no answer within %s of the end: an NVML call was still in progress", StopWait)
 
 // Start samples NVML with opts into write (Open, then Run every
-// DefaultInterval) in a goroutine of its own until stop is called: it
-// returns at once, so a slow library never delays what the caller does
-// next. stop waits at most StopWait for the goroutine; a call that is
-// still in progress then is left to finish on its own, and nothing is
-// written after stop returns. write's errors are dropped: a full disk
+// DefaultInterval) in a goroutine of its own until stop is called. It
+// returns once Open's records are written (the Status and each
+// DeviceInfo), or after StopWait when Open takes longer, so a slow library
+// never delays what the caller does next by more than that. stop waits at
+// most StopWait for the goroutine; a call that is still in progress then
+// is left to finish on its own, and nothing is written after stop returns. write's errors are dropped: a full disk
 // shows in the caller's other writes. write is called from that goroutine
 // and from stop, never concurrently.
 //
@@ -431,16 +445,26 @@ func Start(opts Options, write func(event.Record) error) (stop func() error, err
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var closeErr error
+	ready := make(chan struct{}) // Open's records are written
 	go func() {
 		defer close(done)
 		s, err := Open(opts)
 		if err != nil {
 			emit(Status(clock(), err))
+			close(ready)
 			return
 		}
-		s.Run(ctx, DefaultInterval, emit)
+		announced := s.announce(emit)
+		close(ready)
+		if announced {
+			s.sample(ctx, DefaultInterval, emit)
+		}
 		closeErr = s.Close()
 	}()
+	select {
+	case <-ready:
+	case <-time.After(StopWait):
+	}
 	return func() error {
 		cancel()
 		select {

@@ -222,6 +222,36 @@ func runLongrun(t *testing.T, state, out string) (pid int, end driverState, summ
 	return pid, end, stderr.String()
 }
 
+// checkNVMLDocuments checks NVML's figures in report.md and report.html:
+// the device's name, UUID and capacity, and the process's NVML bytes,
+// traced bytes and gap, exact.
+func checkNVMLDocuments(t *testing.T, dir string, pid int, end driverState, traced uint64) {
+	t.Helper()
+	gap := end.nvml() - traced
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	require.NoError(t, err)
+	for name, doc := range map[string]string{"report.md": string(md), "report.html": string(html)} {
+		for _, want := range []string{standInName, standInUUID, strconv.FormatUint(standInTotal, 10)} {
+			assert.True(t, strings.Contains(doc, want), "%s has no %q", name, want)
+		}
+	}
+	row := ""
+	for line := range strings.Lines(string(md)) {
+		if strings.HasPrefix(line, "| ") && strings.Contains(line, strconv.Itoa(pid)) && strings.Contains(line, strconv.FormatUint(gap, 10)) {
+			row = line
+		}
+	}
+	if assert.NotEmpty(t, row, "report.md: no row for pid %d with its gap %d", pid, gap) {
+		assert.Contains(t, row, strconv.FormatUint(end.nvml(), 10), "report.md: NVML bytes")
+		assert.Contains(t, row, strconv.FormatUint(traced, 10), "report.md: traced bytes")
+	}
+	for _, n := range []uint64{end.nvml(), traced, gap} {
+		assert.True(t, strings.Contains(string(html), strconv.FormatUint(n, 10)), "report.html has no %d", n)
+	}
+}
+
 // TestNVMLStandInRun: under `vramprof run` longrun is traced from its
 // start, so NVML's figure for it less the traced bytes is its context, to
 // the byte, in report.json and in the summary: through the versioned entry
@@ -246,6 +276,7 @@ func TestNVMLStandInRun(t *testing.T) {
 			assert.Contains(t, summary, fmt.Sprintf("NVML %d bytes (", end.nvml()))
 			assert.Contains(t, summary, fmt.Sprintf("vs %d traced (", end.used))
 			assert.Contains(t, summary, fmt.Sprintf("gap +%d bytes (300.00 MiB)", contextBytes))
+			checkNVMLDocuments(t, out, pid, end, end.used)
 		})
 	}
 }
@@ -323,6 +354,7 @@ func TestNVMLStandInAttach(t *testing.T) {
 	assert.Equal(t, before.nvml(), val(t, "preexisting_bytes_estimate", p.PreexistingBytesEstimate),
 		"pre-existing: phase 1's memory and the context")
 	assert.Contains(t, a.stderr.String(), fmt.Sprintf("gap +%d bytes (", end.nvml()-truth.Totals.LiveBytesAtEnd))
+	checkNVMLDocuments(t, a.dir, lr.pid, end, truth.Totals.LiveBytesAtEnd)
 }
 
 // TestNVMLStandInSlow: an NVML whose every memory call takes 5 s (a GPU

@@ -168,8 +168,9 @@ func useStandInLibrary(t *testing.T, lib string, env ...string) string {
 
 // runLongrun runs longrun under `vramprof run -o out`, both phases, and
 // ends it once NVML has seen it idle; it returns the driver's state then
-// and vramprof's stderr (the summary).
-func runLongrun(t *testing.T, state, out string) (pid int, end driverState, summary string) {
+// and vramprof's stderr (the summary). With moment, a SIGUSR1 moment is
+// taken while longrun is idle, and its directory returned.
+func runLongrun(t *testing.T, state, out string, moment bool) (pid int, end driverState, summary, momentDir string) {
 	t.Helper()
 	cmd := exec.Command(binPath, "run", "-o", out, "--", probetest.Bin(t, "longrun"))
 	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
@@ -211,6 +212,20 @@ func runLongrun(t *testing.T, state, out string) (pid int, end driverState, summ
 	require.NoError(t, syscall.Kill(pid, syscall.SIGUSR1))
 	expect("done")
 	time.Sleep(settle)
+	if moment {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+		deadline := time.Now().Add(15 * time.Second)
+		for momentDir == "" {
+			// Each file is renamed into place whole: wait for the three.
+			m, _ := filepath.Glob(filepath.Join(out, "moments", "usr1-1-*", "report.*"))
+			if len(m) == 3 {
+				momentDir = filepath.Dir(m[0])
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no SIGUSR1 moment after 15 s; stderr:\n%s", stderr.String())
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	end = mustDriverState(t, state, pid)
 	assert.Equal(t, contextBytes, end.context, "the driver charged its context")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
@@ -219,7 +234,7 @@ func runLongrun(t *testing.T, state, out string) (pid int, end driverState, summ
 	require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
 	_, err = os.Stat(filepath.Join(state, strconv.Itoa(pid)))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the driver's state is removed at exit")
-	return pid, end, stderr.String()
+	return pid, end, stderr.String(), momentDir
 }
 
 // checkNVMLDocuments checks NVML's figures in report.md and report.html:
@@ -264,7 +279,7 @@ func TestNVMLStandInRun(t *testing.T) {
 		t.Run(lib, func(t *testing.T) {
 			state := useStandInLibrary(t, lib)
 			out := filepath.Join(t.TempDir(), "out")
-			pid, end, summary := runLongrun(t, state, out)
+			pid, end, summary, moment := runLongrun(t, state, out, true)
 
 			// Traced from its start: the driver's bytes are the traced ones.
 			rep := checkNVMLReport(t, out, pid, end, end.used)
@@ -277,6 +292,10 @@ func TestNVMLStandInRun(t *testing.T) {
 			assert.Contains(t, summary, fmt.Sprintf("vs %d traced (", end.used))
 			assert.Contains(t, summary, fmt.Sprintf("gap +%d bytes (300.00 MiB)", contextBytes))
 			checkNVMLDocuments(t, out, pid, end, end.used)
+
+			// The SIGUSR1 moment, taken while longrun was idle: the same.
+			checkNVMLReport(t, moment, pid, end, end.used)
+			checkNVMLDocuments(t, moment, pid, end, end.used)
 		})
 	}
 }
@@ -290,7 +309,7 @@ func TestNVMLStandInFailures(t *testing.T) {
 		// ticks succeed): sampling stops with one interruption.
 		state := useStandInLibrary(t, "nvml", "FAKENVML_LOST_AFTER=3")
 		out := filepath.Join(t.TempDir(), "out")
-		pid, end, summary := runLongrun(t, state, out)
+		pid, end, summary, _ := runLongrun(t, state, out, false)
 		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
 		require.NotNil(t, rep.NVML)
 		const last = "device 0: nvmlDeviceGetMemoryInfo_v2: GPU is lost"
@@ -307,7 +326,7 @@ func TestNVMLStandInFailures(t *testing.T) {
 		// MIG or a vGPU guest: no process list, the device figures stay.
 		state := useStandInLibrary(t, "nvml", "FAKENVML_PROCESSES=not_supported")
 		out := filepath.Join(t.TempDir(), "out")
-		pid, end, summary := runLongrun(t, state, out)
+		pid, end, summary, _ := runLongrun(t, state, out, false)
 		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
 		require.NotNil(t, rep.NVML)
 		assert.True(t, rep.NVML.Available)
@@ -369,7 +388,7 @@ func TestNVMLStandInSlow(t *testing.T) {
 		state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKENVML_DELAY_MS=%d", delay.Milliseconds()))
 		out := filepath.Join(t.TempDir(), "out")
 		start := time.Now()
-		pid, end, summary := runLongrun(t, state, out)
+		pid, end, summary, _ := runLongrun(t, state, out, false)
 		took := time.Since(start)
 		assert.Less(t, took, delay, "a slow NVML stalled the recording")
 		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))

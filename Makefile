@@ -96,9 +96,14 @@ bench: build
 		-run '^TestFindingsCorpus(Torch)?$$' ./cmd/vramprof/ && \
 		cat $$t; rc=$$?; rm -f $$t; exit $$rc
 
+# The demo's NVML is the stand-in libnvidia-ml.so.1 (testdata/nvml), found
+# through LD_LIBRARY_PATH, which reads the fake driver's state from a
+# directory of its own: an 80 GiB H100 whose figures are the run's.
 demo: build
 	rm -rf $(DEMO_OUT)
-	$(SUDO) ./$(BIN) run -o $(DEMO_OUT) -- testdata/build/bin/demo
+	d=$$(mktemp -d) && $(SUDO) env LD_LIBRARY_PATH=$(CURDIR)/testdata/build/nvml FAKECUDA_NVML_DIR=$$d \
+		FAKECUDA_CAPACITY=85899345920 ./$(BIN) run -o $(DEMO_OUT) -- testdata/build/bin/demo; \
+		rc=$$?; rm -rf $$d; exit $$rc
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -350,16 +350,29 @@ func (s *Sampler) Run(ctx context.Context, every time.Duration, emit func(event.
 	if every <= 0 {
 		every = DefaultInterval
 	}
+	if s.announce(emit) {
+		s.sample(ctx, every, emit)
+	}
+}
+
+// announce emits Run's first records: the Status and each DeviceInfo; false
+// when the Sampler is closed.
+func (s *Sampler) announce(emit func(event.Record)) bool {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return
+		return false
 	}
 	emit(&event.NVMLStatus{Time: s.clock(), Available: true})
 	for _, info := range s.Devices() {
 		emit(&info)
 	}
+	return true
+}
+
+// sample is Run's loop, after announce.
+func (s *Sampler) sample(ctx context.Context, every time.Duration, emit func(event.Record)) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	failing := "" // the reason last emitted; empty while sampling works
@@ -387,33 +400,85 @@ func (s *Sampler) Run(ctx context.Context, every time.Duration, emit func(event.
 	}
 }
 
-// Start opens NVML with opts and samples it into write (Run, every
-// DefaultInterval) in a goroutine of its own until stop is called; stop
-// waits for the last record and closes the Sampler. write's errors are
-// dropped there: a full disk shows in the caller's other writes.
+// StopWait is how long stop (Start's) waits for an NVML call in progress:
+// a normal call takes microseconds, so the last tick is kept; a call that
+// hangs (a GPU falling off the bus, a driver under load) must not hold the
+// end of a recording or of serve.
+const StopWait = 500 * time.Millisecond
+
+// ErrNoAnswer is the reason written when NVML had not finished opening
+// when stop was called: its first calls were still in progress.
+var ErrNoAnswer = fmt.Errorf("no answer within %s of the end: an NVML call was still in progress", StopWait)
+
+// Start samples NVML with opts into write (Open, then Run every
+// DefaultInterval) in a goroutine of its own until stop is called. It
+// returns once Open's records are written (the Status and each
+// DeviceInfo), or after StopWait when Open takes longer, so a slow library
+// never delays what the caller does next by more than that. stop waits at
+// most StopWait for the goroutine; a call that is still in progress then
+// is left to finish on its own, and nothing is written after stop returns. write's errors are dropped: a full disk
+// shows in the caller's other writes. write is called from that goroutine
+// and from stop, never concurrently.
 //
 // When Open fails (no library, no driver, no device) that is not an error:
-// Start writes the Status record that says why, and stop does nothing. err
-// is only write's error for that record.
+// the Status record that says why is written. When Open has not returned
+// by the end, the Status says so (ErrNoAnswer). err is always nil; it is
+// kept for callers that may one day need it.
 func Start(opts Options, write func(event.Record) error) (stop func() error, err error) {
-	s, err := Open(opts)
-	if err != nil {
-		clock := opts.Clock
-		if clock == nil {
-			clock = monotonicNow
+	clock := opts.Clock
+	if clock == nil {
+		clock = monotonicNow
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		opened  bool // a Status record has been written
+	)
+	emit := func(rec event.Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			_ = write(rec)
+			opened = true
 		}
-		return func() error { return nil }, write(Status(clock(), err))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var closeErr error
+	ready := make(chan struct{}) // Open's records are written
 	go func() {
 		defer close(done)
-		s.Run(ctx, DefaultInterval, func(rec event.Record) { _ = write(rec) })
+		s, err := Open(opts)
+		if err != nil {
+			emit(Status(clock(), err))
+			close(ready)
+			return
+		}
+		announced := s.announce(emit)
+		close(ready)
+		if announced {
+			s.sample(ctx, DefaultInterval, emit)
+		}
+		closeErr = s.Close()
 	}()
+	select {
+	case <-ready:
+	case <-time.After(StopWait):
+	}
 	return func() error {
 		cancel()
-		<-done
-		return s.Close()
+		select {
+		case <-done:
+			return closeErr
+		case <-time.After(StopWait):
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !opened {
+			_ = write(Status(clock(), unavailable(ErrNoAnswer)))
+		}
+		stopped = true
+		return nil
 	}, nil
 }
 

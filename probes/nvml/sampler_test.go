@@ -325,7 +325,52 @@ func TestStart(t *testing.T) {
 	writeErr := errors.New("disk full")
 	stop, err = Start(Options{Library: fromInterface(newMockNVML(true, nvml.ERROR_DRIVER_NOT_LOADED)), Clock: testClock()},
 		func(r event.Record) error { got = append(got, r); return writeErr })
-	require.ErrorIs(t, err, writeErr)
-	assert.Equal(t, []event.Record{&event.NVMLStatus{Time: 1000, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}}, got)
+	require.NoError(t, err, "write's errors are dropped")
 	require.NoError(t, stop())
+	assert.Equal(t, []event.Record{&event.NVMLStatus{Time: 1000, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}}, got)
+}
+
+// slowLibrary is a Library whose Init takes as long as its caller says.
+type slowLibrary struct {
+	Library
+	release chan struct{}
+}
+
+func (l *slowLibrary) Init() error {
+	<-l.release
+	return l.Library.Init()
+}
+
+// TestStartSlow: an NVML that does not answer delays Start and stop by
+// StopWait each, no more; the Status says it did not answer, and
+// nothing is written once stop has returned.
+func TestStartSlow(t *testing.T) {
+	lib := &slowLibrary{Library: fromInterface(newMockNVML(true, nvml.SUCCESS, twoGPUs()...)), release: make(chan struct{})}
+	var (
+		mu  sync.Mutex
+		got []event.Record
+	)
+	write := func(r event.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r)
+		return nil
+	}
+	start := time.Now()
+	stop, err := Start(Options{Library: lib, Clock: testClock()}, write)
+	require.NoError(t, err)
+	took := time.Since(start)
+	assert.GreaterOrEqual(t, took, StopWait)
+	assert.Less(t, took, StopWait+time.Second, "Start waits StopWait at most")
+	start = time.Now()
+	require.NoError(t, stop())
+	took = time.Since(start)
+	assert.GreaterOrEqual(t, took, StopWait)
+	assert.Less(t, took, StopWait+time.Second, "stop waits StopWait at most")
+	close(lib.release) // the call returns after the end
+	time.Sleep(3 * DefaultInterval)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 1, "the Status alone, nothing after stop: %v", got)
+	assert.Equal(t, "NVML unavailable: "+ErrNoAnswer.Error(), got[0].(*event.NVMLStatus).Reason)
 }

@@ -22,6 +22,20 @@
  * helpers), so a probe on one never fires inside another. One mutex; nothing
  * sleeps. After fork() the child starts with an empty driver, as a fresh
  * CUDA context would: its pointers may coincide with the parent's.
+ *
+ * NVML's view (the stand-in libnvidia-ml.so.1, ../nvml/nvml.c): when
+ * FAKECUDA_NVML_DIR names a directory, the driver keeps the file DIR/PID
+ * up to date, one line per device "DEV USED CONTEXT" (decimal bytes):
+ * USED as above, CONTEXT the cost of the device's primary context,
+ * FAKECUDA_CONTEXT_BYTES (default 300 MiB), charged when the context comes
+ * to be (its first cuDevicePrimaryCtxRetain, or the first allocation on the
+ * device, as CUDA creates the context at the first call that needs it)
+ * until its last release, as a real context costs a few hundred MiB the
+ * runtime never asked for. The context is NVML's
+ * figure only: it is not counted against the capacity. The file is
+ * rewritten (a temporary file renamed over it, so a reader sees one whole
+ * state) under the lock at every change, before the call returns, and
+ * removed at exit.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -32,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -43,6 +58,7 @@
 #define PITCH_ALIGN ((size_t)512)
 #define GRANULARITY ((size_t)2 << 20)
 #define DEFAULT_CAPACITY ((size_t)16 << 30)
+#define DEFAULT_CONTEXT_BYTES ((size_t)300 << 20)
 #define MAGIC_STREAM 0x57524d53u
 #define MAGIC_POOL 0x504f4f4cu
 
@@ -113,6 +129,12 @@ static size_t nstreams, cstreams;
 static __thread CUcontext current;
 static struct fakecuda_counters books;
 
+/* NVML's view: see the top of the file. */
+static const char *nvml_dir;
+static size_t context_bytes;
+static size_t context[NDEV];
+static pid_t published;
+
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
 	if (n < *cap)
@@ -165,23 +187,81 @@ __attribute__((constructor)) static void setup(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+/* env_bytes is the environment variable name as a byte count, else def. */
+static size_t env_bytes(const char *name, size_t def)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long long v;
+
+	if (s == NULL || *s == '\0')
+		return def;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return def;
+	return (size_t)v;
+}
+
 static void init_locked(void)
 {
 	const char *s;
-	char *end;
-	unsigned long long v;
 
 	if (initialized)
 		return;
 	initialized = 1;
-	capacity = DEFAULT_CAPACITY;
-	s = getenv("FAKECUDA_CAPACITY");
-	if (s && *s) {
-		errno = 0;
-		v = strtoull(s, &end, 10);
-		if (errno == 0 && *end == '\0')
-			capacity = (size_t)v;
+	capacity = env_bytes("FAKECUDA_CAPACITY", DEFAULT_CAPACITY);
+	context_bytes = env_bytes("FAKECUDA_CONTEXT_BYTES", DEFAULT_CONTEXT_BYTES);
+	s = getenv("FAKECUDA_NVML_DIR");
+	if (s && *s)
+		nvml_dir = strdup(s);
+}
+
+/* publish rewrites this process's file in FAKECUDA_NVML_DIR; under the lock. */
+static void publish(void)
+{
+	char path[4096], tmp[4096];
+	FILE *f;
+	pid_t pid;
+
+	if (nvml_dir == NULL)
+		return;
+	pid = getpid();
+	snprintf(path, sizeof(path), "%s/%d", nvml_dir, (int)pid);
+	snprintf(tmp, sizeof(tmp), "%s/.%d.tmp", nvml_dir, (int)pid);
+	f = fopen(tmp, "w");
+	if (f == NULL) {
+		fprintf(stderr, "libcuda: %s: %s\n", tmp, strerror(errno));
+		return;
 	}
+	for (int d = 0; d < NDEV; d++)
+		fprintf(f, "%d %zu %zu\n", d, used[d], context[d]);
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		fprintf(stderr, "libcuda: %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		return;
+	}
+	published = pid;
+}
+
+/* charge_context charges dev's context at its creation; under the lock. */
+static void charge_context(int dev)
+{
+	if (context[dev] != 0 || context_bytes == 0)
+		return;
+	context[dev] = context_bytes;
+	publish();
+}
+
+/* unpublish removes the file at exit: NVML lists running processes only. */
+__attribute__((destructor)) static void unpublish(void)
+{
+	char path[4096];
+
+	if (nvml_dir == NULL || published != getpid())
+		return;
+	snprintf(path, sizeof(path), "%s/%d", nvml_dir, (int)published);
+	unlink(path);
 }
 
 static void lock(void)
@@ -215,6 +295,7 @@ static void count_device(void)
 	MAX_TO(books.peak_reserved_bytes, books.reserved_bytes);
 	MAX_TO(books.peak_mapped_bytes, books.mapped_bytes);
 	MAX_TO(books.peak_device_bytes, books.device_bytes);
+	publish();
 }
 
 /* arena_alloc places reserved bytes first-fit at an align-aligned address
@@ -291,6 +372,7 @@ static CUresult dev_alloc(CUdeviceptr *dptr, size_t size, int dev)
 	if (dev < 0 || dev >= NDEV)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
+	charge_context(dev);
 	if (size > capacity || used[dev] > capacity - size) {
 		books.failed_allocs++;
 		books.failed_alloc_bytes += size;
@@ -449,6 +531,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
 	primary[dev].refs++;
+	charge_context(dev);
 	unlock();
 	*pctx = &primary[dev];
 	return CUDA_SUCCESS;
@@ -463,8 +546,10 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	lock();
 	if (primary[dev].refs == 0)
 		r = CUDA_ERROR_INVALID_VALUE;
-	else
-		primary[dev].refs--;
+	else if (--primary[dev].refs == 0) {
+		context[dev] = 0;
+		publish();
+	}
 	unlock();
 	return r;
 }
@@ -745,6 +830,7 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	if (dev < 0 || dev >= NDEV)
 		return CUDA_ERROR_INVALID_DEVICE;
 	lock();
+	charge_context(dev);
 	if (size > capacity || used[dev] > capacity - size) {
 		books.failed_creates++;
 		books.failed_create_bytes += size;

@@ -1,0 +1,460 @@
+package main
+
+// NVML through its real C ABI: vramprof loads testdata's stand-in
+// libnvidia-ml.so.1 (testdata/nvml) through go-nvml's cgo path, as on a GPU
+// machine, and every NVML figure is compared with the fake driver's own
+// state, which the driver publishes for the stand-in (FAKECUDA_NVML_DIR).
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/probetest"
+	"github.com/vramprof/vramprof/report/exporter"
+)
+
+// The stand-in's device: testdata/nvml/nvml.c.
+const (
+	standInName  = "NVIDIA H100 80GB HBM3"
+	standInUUID  = "GPU-f4ce0000-5ca1-4e55-8d1e-000000000000"
+	standInTotal = uint64(80) << 30
+	// contextBytes is the fake driver's default context cost.
+	contextBytes = uint64(300) << 20
+	// settle is long enough for several NVML ticks (100 ms apart) to see
+	// a process that has stopped allocating.
+	settle = 600 * time.Millisecond
+)
+
+// useStandInNVML makes every process the test starts load the stand-in
+// NVML (LD_LIBRARY_PATH) and share a fresh state directory with the fake
+// driver, which it returns; env are more variables to set. It sets the
+// environment, so the test cannot be parallel.
+func useStandInNVML(t *testing.T, env ...string) string {
+	t.Helper()
+	lib, err := filepath.Abs("../../testdata/build/nvml")
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(lib, "libnvidia-ml.so.1"))
+	require.NoError(t, err, "make testdata builds the stand-in NVML")
+	dir := t.TempDir()
+	t.Setenv("LD_LIBRARY_PATH", lib)
+	t.Setenv("FAKECUDA_NVML_DIR", dir)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	return dir
+}
+
+// driverState is what the fake driver of one process says it holds on
+// device 0: the bytes allocated and its context's cost.
+type driverState struct{ used, context uint64 }
+
+// nvml is what NVML counts for the process.
+func (s driverState) nvml() uint64 { return s.used + s.context }
+
+func mustDriverState(t *testing.T, dir string, pid int) driverState {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, strconv.Itoa(pid)))
+	require.NoError(t, err, "the fake driver's state for pid %d", pid)
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var dev int
+		var s driverState
+		_, err := fmt.Sscanf(sc.Text(), "%d %d %d", &dev, &s.used, &s.context)
+		require.NoError(t, err, "line %q", sc.Text())
+		if dev == 0 {
+			return s
+		}
+	}
+	t.Fatalf("no device 0 in the fake driver's state for pid %d", pid)
+	return driverState{}
+}
+
+// nvmlReport is report.json's NVML-derived part.
+type nvmlReport struct {
+	NVML *struct {
+		Available     bool   `json:"available"`
+		Reason        string `json:"reason"`
+		Samples       uint64 `json:"samples"`
+		Interruptions uint64 `json:"interruptions"`
+		LastError     string `json:"last_error"`
+	} `json:"nvml"`
+	Devices   []nvmlDevice `json:"devices"`
+	Processes []struct {
+		PID            uint32 `json:"pid"`
+		LiveBytesAtEnd uint64 `json:"live_bytes_at_end"`
+		NVML           *struct {
+			Samples uint64 `json:"samples"`
+			Latest  struct {
+				NVMLUsedBytes   uint64 `json:"nvml_used_bytes"`
+				TracedLiveBytes uint64 `json:"traced_live_bytes"`
+				GapBytes        int64  `json:"gap_bytes"`
+			} `json:"latest"`
+		} `json:"nvml"`
+		PreexistingBytesEstimate *uint64 `json:"preexisting_bytes_estimate"`
+		PreexistingBasis         string  `json:"preexisting_basis"`
+	} `json:"processes"`
+}
+
+// nvmlDevice is a device of report.json, NVML's part.
+type nvmlDevice struct {
+	Index         int32   `json:"index"`
+	CapacityBytes *uint64 `json:"capacity_bytes"`
+	ProductName   string  `json:"product_name"`
+	UUID          string  `json:"uuid"`
+	NVMLSamples   uint64  `json:"nvml_samples"`
+}
+
+// checkNVMLReport checks dir's report.json against the driver's state at
+// the end (the process idle for the last ticks) and the traced live bytes,
+// and returns the report.
+func checkNVMLReport(t *testing.T, dir string, pid int, end driverState, traced uint64) *nvmlReport {
+	t.Helper()
+	rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+	require.NotNil(t, rep.NVML, "report.json nvml")
+	assert.True(t, rep.NVML.Available, "nvml.available; reason %q", rep.NVML.Reason)
+	assert.Zero(t, rep.NVML.Interruptions, "nvml.interruptions; last %q", rep.NVML.LastError)
+	// Device 0 alone, beside "unknown" (-1) when an attach saw frees of
+	// memory from before it.
+	i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+	require.GreaterOrEqual(t, i, 0, "device 0 in %+v", rep.Devices)
+	for _, d := range rep.Devices {
+		assert.Contains(t, []int32{-1, 0}, d.Index, "devices")
+	}
+	d := rep.Devices[i]
+	assert.Equal(t, standInTotal, val(t, "capacity_bytes", d.CapacityBytes))
+	assert.Equal(t, standInName, d.ProductName)
+	assert.Equal(t, standInUUID, d.UUID)
+	assert.Positive(t, d.NVMLSamples)
+	require.Len(t, rep.Processes, 1)
+	p := rep.Processes[0]
+	require.Equal(t, uint32(pid), p.PID)
+	assert.Equal(t, traced, p.LiveBytesAtEnd, "live_bytes_at_end")
+	require.NotNil(t, p.NVML, "process nvml")
+	assert.Positive(t, p.NVML.Samples)
+	l := p.NVML.Latest
+	assert.Equal(t, end.nvml(), l.NVMLUsedBytes, "nvml.latest.nvml_used_bytes: the driver's bytes and context")
+	assert.Equal(t, traced, l.TracedLiveBytes, "nvml.latest.traced_live_bytes")
+	assert.Equal(t, int64(end.nvml())-int64(traced), l.GapBytes, "nvml.latest.gap_bytes")
+	return rep
+}
+
+// useStandInLibrary is useStandInNVML with the library from
+// testdata/build/<lib> ("nvml", or "nvml-v1" without the versioned entry
+// points).
+func useStandInLibrary(t *testing.T, lib string, env ...string) string {
+	t.Helper()
+	dir := useStandInNVML(t, env...)
+	abs, err := filepath.Abs(filepath.Join("../../testdata/build", lib))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(abs, "libnvidia-ml.so.1"))
+	require.NoError(t, err, "make testdata builds %s", lib)
+	t.Setenv("LD_LIBRARY_PATH", abs)
+	return dir
+}
+
+// runLongrun runs longrun under `vramprof run -o out`, both phases, and
+// ends it once NVML has seen it idle; it returns the driver's state then
+// and vramprof's stderr (the summary). With moment, a SIGUSR1 moment is
+// taken while longrun is idle, and its directory returned.
+func runLongrun(t *testing.T, state, out string, moment bool) (pid int, end driverState, summary, momentDir string) {
+	t.Helper()
+	cmd := exec.Command(binPath, "run", "-o", out, "--", probetest.Bin(t, "longrun"))
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for range lines {
+		}
+		_ = cmd.Wait()
+	})
+	expect := func(prefix string) string {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				require.True(t, ok, "longrun ended before %q; stderr:\n%s", prefix, stderr.String())
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("no %q from longrun; stderr:\n%s", prefix, stderr.String())
+			}
+		}
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(expect("ready"), "ready")))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGUSR1))
+	expect("done")
+	time.Sleep(settle)
+	if moment {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+		deadline := time.Now().Add(15 * time.Second)
+		for momentDir == "" {
+			// Each file is renamed into place whole: wait for the three.
+			m, _ := filepath.Glob(filepath.Join(out, "moments", "usr1-1-*", "report.*"))
+			if len(m) == 3 {
+				momentDir = filepath.Dir(m[0])
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no SIGUSR1 moment after 15 s; stderr:\n%s", stderr.String())
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	end = mustDriverState(t, state, pid)
+	assert.Equal(t, contextBytes, end.context, "the driver charged its context")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
+	for range lines {
+	}
+	require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
+	_, err = os.Stat(filepath.Join(state, strconv.Itoa(pid)))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the driver's state is removed at exit")
+	return pid, end, stderr.String(), momentDir
+}
+
+// checkNVMLDocuments checks NVML's figures in report.md and report.html:
+// the device's name, UUID and capacity, and the process's NVML bytes,
+// traced bytes and gap, exact.
+func checkNVMLDocuments(t *testing.T, dir string, pid int, end driverState, traced uint64) {
+	t.Helper()
+	gap := end.nvml() - traced
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	require.NoError(t, err)
+	for name, doc := range map[string]string{"report.md": string(md), "report.html": string(html)} {
+		for _, want := range []string{standInName, standInUUID, strconv.FormatUint(standInTotal, 10)} {
+			assert.True(t, strings.Contains(doc, want), "%s has no %q", name, want)
+		}
+	}
+	row := ""
+	for line := range strings.Lines(string(md)) {
+		if strings.HasPrefix(line, "| ") && strings.Contains(line, strconv.Itoa(pid)) && strings.Contains(line, strconv.FormatUint(gap, 10)) {
+			row = line
+		}
+	}
+	if assert.NotEmpty(t, row, "report.md: no row for pid %d with its gap %d", pid, gap) {
+		assert.Contains(t, row, strconv.FormatUint(end.nvml(), 10), "report.md: NVML bytes")
+		assert.Contains(t, row, strconv.FormatUint(traced, 10), "report.md: traced bytes")
+	}
+	for _, n := range []uint64{end.nvml(), traced, gap} {
+		assert.True(t, strings.Contains(string(html), strconv.FormatUint(n, 10)), "report.html has no %d", n)
+	}
+}
+
+// TestNVMLStandInRun: under `vramprof run` longrun is traced from its
+// start, so NVML's figure for it less the traced bytes is its context, to
+// the byte, in report.json and in the summary: through the versioned entry
+// points (nvmlDeviceGetMemoryInfo_v2 with its version field, the 24-byte
+// process records of _v3) and through a library without them (v1: the
+// 16-byte records), which must give the same figures.
+func TestNVMLStandInRun(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	for _, lib := range []string{"nvml", "nvml-v1"} {
+		t.Run(lib, func(t *testing.T) {
+			state := useStandInLibrary(t, lib)
+			out := filepath.Join(t.TempDir(), "out")
+			pid, end, summary, moment := runLongrun(t, state, out, true)
+
+			// Traced from its start: the driver's bytes are the traced ones.
+			rep := checkNVMLReport(t, out, pid, end, end.used)
+			p := rep.Processes[0]
+			assert.Equal(t, int64(contextBytes), p.NVML.Latest.GapBytes, "the gap is the context")
+			assert.Equal(t, "traced_from_start", p.PreexistingBasis)
+
+			assert.Contains(t, summary, fmt.Sprintf("NVML: %d samples\n", rep.NVML.Samples))
+			assert.Contains(t, summary, fmt.Sprintf("NVML %d bytes (", end.nvml()))
+			assert.Contains(t, summary, fmt.Sprintf("vs %d traced (", end.used))
+			assert.Contains(t, summary, fmt.Sprintf("gap +%d bytes (300.00 MiB)", contextBytes))
+			checkNVMLDocuments(t, out, pid, end, end.used)
+
+			// The SIGUSR1 moment, taken while longrun was idle: the same.
+			checkNVMLReport(t, moment, pid, end, end.used)
+			checkNVMLDocuments(t, moment, pid, end, end.used)
+		})
+	}
+}
+
+// TestNVMLStandInFailures: NVML failing in ways a GPU machine's does, each
+// one line in the report, every traced figure exact.
+func TestNVMLStandInFailures(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	t.Run("gpu_lost", func(t *testing.T) {
+		// The third tick's call finds the GPU gone (Open's call and two
+		// ticks succeed): sampling stops with one interruption.
+		state := useStandInLibrary(t, "nvml", "FAKENVML_LOST_AFTER=3")
+		out := filepath.Join(t.TempDir(), "out")
+		pid, end, summary, _ := runLongrun(t, state, out, false)
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+		require.NotNil(t, rep.NVML)
+		const last = "device 0: nvmlDeviceGetMemoryInfo_v2: GPU is lost"
+		assert.True(t, rep.NVML.Available)
+		assert.Equal(t, uint64(2), rep.NVML.Samples, "nvml.samples")
+		assert.Equal(t, uint64(1), rep.NVML.Interruptions, "nvml.interruptions")
+		assert.Equal(t, last, rep.NVML.LastError)
+		assert.Contains(t, summary, "NVML: 2 samples, sampling interrupted 1 times (last: "+last+")\n")
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+	})
+	t.Run("processes_not_supported", func(t *testing.T) {
+		// MIG or a vGPU guest: no process list, the device figures stay.
+		state := useStandInLibrary(t, "nvml", "FAKENVML_PROCESSES=not_supported")
+		out := filepath.Join(t.TempDir(), "out")
+		pid, end, summary, _ := runLongrun(t, state, out, false)
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+		require.NotNil(t, rep.NVML)
+		assert.True(t, rep.NVML.Available)
+		assert.Zero(t, rep.NVML.Interruptions)
+		i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+		require.GreaterOrEqual(t, i, 0)
+		assert.Equal(t, standInTotal, val(t, "capacity_bytes", rep.Devices[i].CapacityBytes))
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+		assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+		assert.NotContains(t, summary, fmt.Sprintf("pid %d at", pid))
+	})
+}
+
+// TestNVMLStandInAttach: attached between longrun's phases, vramprof's
+// pre-existing estimate is NVML's figure at its first tick (phase 1's
+// memory and the context), and the final gap is what phase 1 left plus the
+// context.
+func TestNVMLStandInAttach(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	state := useStandInNVML(t)
+	lr := startLongrun(t)
+	before := mustDriverState(t, state, lr.pid)
+	assert.Equal(t, contextBytes, before.context)
+	a := startAttach(t, lr.pid)
+	time.Sleep(settle) // NVML sizes the process before phase 2
+	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+	lr.expect(t, "done")
+	time.Sleep(settle)
+	end := mustDriverState(t, state, lr.pid)
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, a.wait(t, 20*time.Second), "stderr:\n%s", a.stderr.String())
+
+	truth := probetest.MustReadTruth(t, lr.truth)
+	require.NotNil(t, truth.Preexisting)
+	assert.Equal(t, truth.Preexisting.Bytes, before.used, "the driver's bytes before the attach are the truth's preexisting")
+	// Phase 2 freed 16 MiB of phase 1's memory.
+	assert.Equal(t, truth.Preexisting.Bytes-16<<20+truth.Totals.LiveBytesAtEnd, end.used, "driver vs truth at the end")
+
+	rep := checkNVMLReport(t, a.dir, lr.pid, end, truth.Totals.LiveBytesAtEnd)
+	p := rep.Processes[0]
+	assert.Equal(t, "nvml_estimate", p.PreexistingBasis)
+	assert.Equal(t, before.nvml(), val(t, "preexisting_bytes_estimate", p.PreexistingBytesEstimate),
+		"pre-existing: phase 1's memory and the context")
+	assert.Contains(t, a.stderr.String(), fmt.Sprintf("gap +%d bytes (", end.nvml()-truth.Totals.LiveBytesAtEnd))
+	checkNVMLDocuments(t, a.dir, lr.pid, end, truth.Totals.LiveBytesAtEnd)
+}
+
+// TestNVMLStandInSlow: an NVML whose every memory call takes 5 s (a GPU
+// falling off the bus, a driver under load) delays neither the traced
+// command's start nor the end of the recording, nor serve's start and
+// scrapes; the report says in one line that NVML did not answer, and the
+// traced figures are exact.
+func TestNVMLStandInSlow(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const delay = 5 * time.Second
+	t.Run("run", func(t *testing.T) {
+		state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKENVML_DELAY_MS=%d", delay.Milliseconds()))
+		out := filepath.Join(t.TempDir(), "out")
+		start := time.Now()
+		pid, end, summary, _ := runLongrun(t, state, out, false)
+		took := time.Since(start)
+		assert.Less(t, took, delay, "a slow NVML stalled the recording")
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+		require.NotNil(t, rep.NVML)
+		const reason = "no answer within 500ms of the end: an NVML call was still in progress"
+		assert.False(t, rep.NVML.Available)
+		assert.Equal(t, reason, rep.NVML.Reason)
+		assert.Contains(t, summary, "\nNVML unavailable: "+reason+"\n")
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+		t.Logf("longrun under run with NVML calls of %s: %s", delay, took)
+	})
+	t.Run("serve", func(t *testing.T) {
+		useStandInLibrary(t, "nvml", fmt.Sprintf("FAKENVML_DELAY_MS=%d", delay.Milliseconds()))
+		addr := freeLoopback(t)
+		start := time.Now()
+		_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr)
+		ready := time.Since(start)
+		start = time.Now()
+		scrapeMetrics(t, "http://"+addr)
+		scraped := time.Since(start)
+		start = time.Now()
+		stop()
+		stopped := time.Since(start)
+		assert.Less(t, ready, delay, "serve's start waited for NVML")
+		assert.Less(t, scraped, delay, "a scrape waited for NVML")
+		assert.Less(t, stopped, delay, "serve's end waited for NVML")
+		t.Logf("serve with NVML calls of %s: ready in %s, scraped in %s, stopped in %s", delay, ready, scraped, stopped)
+	})
+}
+
+// TestNVMLStandInServe: serve's device and per-process NVML gauges are the
+// fake driver's figures. Three processes, more than go-nvml's first buffer
+// for the process list holds (one entry): the list comes after
+// NVML_ERROR_INSUFFICIENT_SIZE retries, every process in it.
+func TestNVMLStandInServe(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	state := useStandInNVML(t)
+	lr := startLongrun(t)
+	idle := []*longrun{startLongrun(t), startLongrun(t)} // phase 1 throughout
+	addr := freeLoopback(t)
+	_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
+	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
+	lr.expect(t, "done")
+	time.Sleep(settle)
+	ends := map[int]driverState{}
+	var used uint64
+	for _, p := range append([]*longrun{lr}, idle...) {
+		ends[p.pid] = mustDriverState(t, state, p.pid)
+		used += ends[p.pid].nvml()
+	}
+	fams := scrapeMetrics(t, "http://"+addr)
+	stop()
+
+	assert.Equal(t, map[string]float64{"0": float64(standInTotal)}, nvmlGauges(fams, exporter.MetricDeviceTotalBytes))
+	assert.Equal(t, map[string]float64{"0": float64(used)}, nvmlGauges(fams, exporter.MetricDeviceUsedBytes),
+		"device used: the three longruns are the only processes in this test's NVML")
+	assert.Equal(t, map[string]float64{"0": float64(standInTotal - used)}, nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
+	for pid, end := range ends {
+		v, ok := metricValue(fams, exporter.MetricNVMLProcessUsedBytes, strconv.Itoa(pid))
+		if assert.True(t, ok, "%s{pid=%d}", exporter.MetricNVMLProcessUsedBytes, pid) {
+			assert.Equal(t, float64(end.nvml()), v, "pid %d", pid)
+		}
+	}
+	avail, reason, ok := nvmlReason(fams)
+	assert.True(t, ok)
+	assert.Equal(t, float64(1), avail, "reason %q", reason)
+}

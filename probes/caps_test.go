@@ -52,7 +52,7 @@ func TestAccessError(t *testing.T) {
 			assert.ErrorIs(t, e, tc.sentinel)
 			assert.ErrorIs(t, e, os.ErrPermission)
 			other := ErrNoAccess
-			if tc.sentinel == ErrNoAccess {
+			if errors.Is(tc.sentinel, ErrNoAccess) {
 				other = ErrNotPermitted
 			}
 			assert.False(t, errors.Is(e, other))

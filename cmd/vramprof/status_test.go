@@ -108,7 +108,7 @@ func TestQuiet(t *testing.T) {
 		assert.NotContains(t, r.stderr, "vramprof", "only the command's own error message")
 		assert.Contains(t, r.stderr, "CUDA out of memory")
 		r = vramprof(t, execOpts{dir: tmp}, "run", "-q", "-o", filepath.Join(tmp, "out2"), "--", "/nonexistent/cmd")
-		assert.Equal(t, exitToolError, r.code)
+		assert.Equal(t, 127, r.code, "a command that does not exist: 127, as a shell gives")
 		assert.Contains(t, r.stderr, "vramprof: ", "errors are still printed")
 	})
 	t.Run("attach-q", func(t *testing.T) {

@@ -476,7 +476,10 @@
 // workspaces and memory allocated before attach; it is reported, never
 // hidden, and can be negative (NVML lags; allocations traced just before a
 // tick may not be in it yet). Process.NVML has it at the latest tick and at
-// the latest tick at or before the process's traced peak.
+// the latest tick at or before the process's traced peak. A device whose
+// DeviceInfo carries a ProcessesNote (NVML lists no processes on it: MIG
+// partitions, vGPU guests) gives no per-process figure; the note becomes
+// one line of NVML.Notes, and the device's own figures are kept.
 //
 // Pre-existing memory (Process.Preexisting): a process traced from its
 // first instruction (run mode, the launched command or a child forked by a

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
@@ -31,7 +32,9 @@ type nvmlState struct {
 // at the end (32 bytes a sample: a day at 10 per second is 28 MB a device).
 type nvmlDevice struct {
 	name, uuid string
-	samples    []DeviceSample
+	// note is the latest DeviceInfo's ProcessesNote that was not empty.
+	note    string
+	samples []DeviceSample
 }
 
 // nvmlTick gathers the samples of one sampling tick (the sampler stamps
@@ -64,6 +67,9 @@ func (a *Analyzer) deviceInfo(r *event.DeviceInfo) {
 	a.nvml.seen = true
 	d := a.nvmlDevice(r.Index)
 	d.name, d.uuid = r.Name, r.UUID
+	if r.ProcessesNote != "" {
+		d.note = r.ProcessesNote
+	}
 }
 
 func (a *Analyzer) nvmlStatus(r *event.NVMLStatus) {
@@ -150,6 +156,14 @@ func (a *Analyzer) finishNVML(r *Result) {
 		n.Reason = a.nvml.reason
 		if n.Reason == "" {
 			n.Reason = "no NVML status said why"
+		}
+	}
+	if n.Available {
+		idx := slices.Sorted(maps.Keys(a.nvml.devices))
+		for _, i := range idx {
+			if note := a.nvml.devices[i].note; note != "" {
+				n.Notes = append(n.Notes, "NVML device "+DeviceName(i)+": "+note)
+			}
 		}
 	}
 	r.NVML = n

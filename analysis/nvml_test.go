@@ -136,6 +136,26 @@ func TestNVMLInterruption(t *testing.T) {
 	assert.Equal(t, &NVML{Available: true, Interruptions: 1, LastError: "device 0: GPU is lost"}, r.NVML)
 }
 
+// TestNVMLProcessesNote: a device NVML lists no processes on (its
+// DeviceInfo written again with a ProcessesNote) keeps its figures and
+// gives one line of NVML.Notes; the process has no NVML figure.
+func TestNVMLProcessesNote(t *testing.T) {
+	const note = "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: Not Supported"
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	info := &event.DeviceInfo{Index: 0, Name: "NVIDIA H100", UUID: "GPU-a", TotalBytes: 80 * GiB, Time: 1 * sec}
+	noted := *info
+	noted.ProcessesNote = note
+	s.Add(&event.NVMLStatus{Time: 1 * sec, Available: true}, info, &noted)
+	s.Alloc(2*sec, 0xa, GiB, 1)
+	s.Add(nvmlSample(3*sec, 0, 80*GiB, GiB+300*MiB)).End(4 * sec)
+	r := mustAnalyze(t, Options{}, s.Recs)
+	assert.Equal(t, &NVML{Available: true, Samples: 1, Notes: []string{"NVML device 0: " + note}}, r.NVML)
+	require.Len(t, r.Devices, 1)
+	require.NotNil(t, r.Devices[0].NVML)
+	assert.Equal(t, GiB+300*MiB, r.Devices[0].NVML.Last.UsedBytes)
+	assert.Nil(t, process(t, r, 100).NVML)
+}
+
 func TestPreexisting(t *testing.T) {
 	tests := []struct {
 		name  string

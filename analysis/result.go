@@ -278,6 +278,11 @@ type NVML struct {
 	// (a status turning unavailable); LastError is the last such reason.
 	Interruptions uint64
 	LastError     string
+	// Notes are one line each about figures NVML could not give while it
+	// sampled, by device: "NVML device 0: per-process figures not
+	// available: ..." (its process list not supported). Empty when not
+	// Available.
+	Notes []string
 }
 
 // NVMLUnavailablePrefix starts every rendering of NVML.Reason.

@@ -188,6 +188,7 @@ type htmlRun struct {
 	Nested    uint64
 	Lost      uint64
 	NVML      string
+	NVMLNotes []string // NVML.Notes
 	Python    []string // interpreterLines
 	DeviceSw  uint64
 	Inferred  uint64
@@ -328,7 +329,7 @@ func newHTMLPage(res *analysis.Result) *htmlPage {
 	pg.Title = "vramprof: " + cmd
 	pg.Run = htmlRun{Command: cmd, Mode: run.Mode, Tool: run.Tool, Host: run.Host, PID: run.PIDText(run.PID),
 		Duration: durationText(&run), Events: run.Events, Nested: run.NestedEvents,
-		Lost: res.LostEvents, NVML: nvmlLine(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
+		Lost: res.LostEvents, NVML: nvmlLine(res), NVMLNotes: nvmlNotes(res), DeviceSw: run.DeviceSwitches, Inferred: run.DevicesInferred,
 		Libraries: len(run.Libraries), Processes: len(res.Processes), Python: interpreterLines(&run),
 		NoCalls: noCallsLine(&run), Stripped: strippedRuntimeLines(&run), Moment: humanFirst(momentLine(res, atOffset)),
 		Flight: humanFirst(flightLine(res, atOffset)), Incomplete: humanFirst(incompleteLine(res, atOffset))}

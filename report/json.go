@@ -195,6 +195,10 @@ type JSONNVML struct {
 	// LastError is the last reason.
 	Interruptions uint64 `json:"interruptions,omitempty"`
 	LastError     string `json:"last_error,omitempty"`
+	// Notes are one line each about figures NVML could not give while it
+	// sampled: "NVML device 0: per-process figures not available: ..."
+	// when a device lists no processes (MIG partitions, vGPU guests).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // JSONDevice is one device. Index is the device index and stays an integer:
@@ -839,7 +843,8 @@ func jsonNVML(n *analysis.NVML) *JSONNVML {
 	if !n.Available {
 		return &JSONNVML{Reason: n.Reason}
 	}
-	return &JSONNVML{Available: true, Samples: n.Samples, Interruptions: n.Interruptions, LastError: n.LastError}
+	return &JSONNVML{Available: true, Samples: n.Samples, Interruptions: n.Interruptions, LastError: n.LastError,
+		Notes: n.Notes}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -30,6 +30,15 @@ func nvmlLine(res *analysis.Result) string {
 	return line
 }
 
+// nvmlNotes are the lines about figures NVML could not give while it
+// sampled (NVML.Notes), each printed under nvmlLine.
+func nvmlNotes(res *analysis.Result) []string {
+	if res.NVML == nil {
+		return nil
+	}
+	return res.NVML.Notes
+}
+
 // gapText renders a reconciliation: "NVML 2860 MiB vs 2048 MiB traced,
 // gap +812 MiB" with exact bytes.
 func gapText(r analysis.Reconciliation) string {
@@ -111,6 +120,9 @@ func procLabel(res *analysis.Result, p *analysis.Process) string {
 // writeNVMLMarkdown writes the device layer's section of report.md.
 func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
 	p("## Device memory (NVML)\n\n%s\n\n", nvmlLine(res))
+	for _, note := range nvmlNotes(res) {
+		p("%s\n\n", note)
+	}
 	if res.NVML == nil || !res.NVML.Available {
 		return
 	}
@@ -159,7 +171,7 @@ func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
 // summaryNVMLLines are the terminal summary's device-layer lines: the
 // status line, then the gap of up to summaryStacks processes.
 func summaryNVMLLines(res *analysis.Result) []string {
-	out := []string{nvmlLine(res)}
+	out := append([]string{nvmlLine(res)}, nvmlNotes(res)...)
 	if res.NVML == nil || !res.NVML.Available {
 		return out
 	}

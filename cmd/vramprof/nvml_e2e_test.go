@@ -8,6 +8,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"html"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,11 +87,12 @@ func mustDriverState(t *testing.T, dir string, pid int) driverState {
 // nvmlReport is report.json's NVML-derived part.
 type nvmlReport struct {
 	NVML *struct {
-		Available     bool   `json:"available"`
-		Reason        string `json:"reason"`
-		Samples       uint64 `json:"samples"`
-		Interruptions uint64 `json:"interruptions"`
-		LastError     string `json:"last_error"`
+		Available     bool     `json:"available"`
+		Reason        string   `json:"reason"`
+		Samples       uint64   `json:"samples"`
+		Interruptions uint64   `json:"interruptions"`
+		LastError     string   `json:"last_error"`
+		Notes         []string `json:"notes"`
 	} `json:"nvml"`
 	Devices   []nvmlDevice `json:"devices"`
 	Processes []struct {
@@ -127,6 +129,7 @@ func checkNVMLReport(t *testing.T, dir string, pid int, end driverState, traced 
 	require.NotNil(t, rep.NVML, "report.json nvml")
 	assert.True(t, rep.NVML.Available, "nvml.available; reason %q", rep.NVML.Reason)
 	assert.Zero(t, rep.NVML.Interruptions, "nvml.interruptions; last %q", rep.NVML.LastError)
+	assert.Empty(t, rep.NVML.Notes, "nvml.notes")
 	// Device 0 alone, beside "unknown" (-1) when an attach saw frees of
 	// memory from before it.
 	i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
@@ -323,22 +326,45 @@ func TestNVMLStandInFailures(t *testing.T) {
 		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
 	})
 	t.Run("processes_not_supported", func(t *testing.T) {
-		// MIG or a vGPU guest: no process list, the device figures stay.
+		// MIG or a vGPU guest: no process list, the device figures stay,
+		// and every output says in one line why there is no per-process
+		// figure.
 		state := useStandInLibrary(t, "nvml", "FAKENVML_PROCESSES=not_supported")
 		out := filepath.Join(t.TempDir(), "out")
-		pid, end, summary, _ := runLongrun(t, state, out, false)
-		rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
-		require.NotNil(t, rep.NVML)
-		assert.True(t, rep.NVML.Available)
-		assert.Zero(t, rep.NVML.Interruptions)
-		i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
-		require.GreaterOrEqual(t, i, 0)
-		assert.Equal(t, standInTotal, val(t, "capacity_bytes", rep.Devices[i].CapacityBytes))
-		require.Len(t, rep.Processes, 1)
-		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
-		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
-		assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+		pid, end, summary, moment := runLongrun(t, state, out, true)
+		const note = "NVML device 0: per-process figures not available: nvmlDeviceGetComputeRunningProcesses: " +
+			"Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"
+		assert.Contains(t, summary, "\n"+note+"\n")
 		assert.NotContains(t, summary, fmt.Sprintf("pid %d at", pid))
+		for _, dir := range []string{out, moment} {
+			rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+			require.NotNil(t, rep.NVML)
+			assert.True(t, rep.NVML.Available)
+			assert.Zero(t, rep.NVML.Interruptions)
+			assert.Positive(t, rep.NVML.Samples)
+			assert.Equal(t, []string{note}, rep.NVML.Notes, "%s: nvml.notes", dir)
+			i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+			require.GreaterOrEqual(t, i, 0)
+			d := rep.Devices[i]
+			assert.Equal(t, standInTotal, val(t, "capacity_bytes", d.CapacityBytes))
+			assert.Equal(t, standInName, d.ProductName)
+			assert.Equal(t, standInUUID, d.UUID)
+			assert.Equal(t, rep.NVML.Samples, d.NVMLSamples, "one device")
+			require.Len(t, rep.Processes, 1)
+			assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+			assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+			assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+			assert.Equal(t, "traced_from_start", rep.Processes[0].PreexistingBasis)
+			for _, name := range []string{"report.md", "report.html"} {
+				doc, err := os.ReadFile(filepath.Join(dir, name))
+				require.NoError(t, err)
+				text := string(doc)
+				if name == "report.html" {
+					text = html.UnescapeString(text)
+				}
+				assert.Equal(t, 1, strings.Count(text, note), "%s: the note, once", name)
+			}
+		}
 	})
 }
 

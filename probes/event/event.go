@@ -397,6 +397,11 @@ type DeviceInfo struct {
 	UUID       string // "GPU-..."; stable across reboots, unlike Index
 	TotalBytes uint64 // memory capacity
 	Time       uint64 // ns, CLOCK_MONOTONIC, when it was read
+	// ProcessesNote is empty while NVML lists the device's processes;
+	// otherwise the one-line reason it has no per-process figure for it
+	// (MIG partitions, vGPU guests), which a report prints verbatim. The
+	// sampler writes the DeviceInfo again when it finds that out.
+	ProcessesNote string
 }
 
 // Sample is one device's memory as NVML reported it at Time (the device

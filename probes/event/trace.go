@@ -55,7 +55,8 @@ package event
 // after them as events. A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
 // TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
-// UsedBytes. Empty lists decode as nil. Header.Version is not in the
+// UsedBytes. A DeviceInfo's ProcessesNote was appended later: a payload
+// that ends before it has none. Empty lists decode as nil. Header.Version is not in the
 // payload: it is the preamble's version. Both versions share these.
 //
 // Events, version 2. Events are the hot path (millions per trace, ~10k a
@@ -1327,6 +1328,7 @@ func (e *encoder) deviceInfo(x *DeviceInfo) {
 	e.str(x.UUID)
 	e.uint(x.TotalBytes)
 	e.uint(x.Time)
+	e.str(x.ProcessesNote)
 }
 
 func (e *encoder) sample(x *Sample) {
@@ -1573,6 +1575,9 @@ func (d *decoder) deviceInfo(x *DeviceInfo) {
 	x.UUID = d.str()
 	x.TotalBytes = d.uint()
 	x.Time = d.uint()
+	if len(d.b) > 0 { // appended field: absent from older traces
+		x.ProcessesNote = d.str()
+	}
 }
 
 func (d *decoder) sample(x *Sample) {

@@ -140,6 +140,8 @@ func TestRoundTrip(t *testing.T) {
 		{"device info", testRecords()[5]},
 		{"device info extremes", &DeviceInfo{Index: -2147483648, Name: "\xff", UUID: strings.Repeat("u", 300),
 			TotalBytes: ^uint64(0), Time: ^uint64(0)}},
+		{"device info with a processes note", &DeviceInfo{Index: 1, Name: "GPU", TotalBytes: 1 << 30, Time: 9,
+			ProcessesNote: "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: Not Supported"}},
 		{"device info empty", &DeviceInfo{}},
 		{"sample", testRecords()[7]},
 		{"sample no processes", &Sample{Time: 1, Device: 3, TotalBytes: 80 << 30, UsedBytes: 1 << 30, FreeBytes: 79 << 30}},

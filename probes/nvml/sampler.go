@@ -141,6 +141,9 @@ type device struct {
 	// noCompute and noGraphics remember that a process list is not
 	// supported, so it is not asked for again every tick.
 	noCompute, noGraphics bool
+	// noted says Run has written the DeviceInfo that carries the
+	// device's ProcessesNote.
+	noted bool
 }
 
 // Open initialises NVML and reads the name, UUID and capacity of every
@@ -220,9 +223,11 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// Devices returns the devices Open found, by index. The slice is the
-// caller's.
+// Devices returns the devices Open found, by index, with what sampling has
+// learnt since (ProcessesNote). The slice is the caller's.
 func (s *Sampler) Devices() []event.DeviceInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return slices.Clone(s.info)
 }
 
@@ -241,27 +246,45 @@ func (s *Sampler) Skipped() []error {
 // both is counted once, as NVML reports one figure per process and MIG
 // partition in each list. Within one device's lists, a process's usage in
 // several MIG partitions is summed.
+//
+// A device whose compute process list is not supported (MIG partitions,
+// vGPU guests) still gives its memory figures; its DeviceInfo (Devices)
+// then carries a ProcessesNote that says so.
 func (s *Sampler) Sample(now uint64) ([]event.Sample, error) {
+	out, _, err := s.read(func() uint64 { return now })
+	return out, err
+}
+
+// read is Sample with the time taken by stamp once every device has
+// answered, and returned: the figures are never later than their stamp,
+// and a slow call does not leave the stamp behind the figures (a process
+// allocating while NVML answers would show a gap it never had).
+func (s *Sampler) read(stamp func() uint64) ([]event.Sample, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	out := make([]event.Sample, 0, len(s.devices))
 	var errs []error
 	for i := range s.devices {
 		d := &s.devices[i]
-		sample, err := s.sampleDevice(d, now)
+		sample, err := s.sampleDevice(i, d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("device %d: %w", d.index, err))
 			continue
 		}
 		out = append(out, sample)
 	}
-	return out, joinErrors(errs)
+	now := stamp()
+	for i := range out {
+		out[i].Time = now
+	}
+	return out, now, joinErrors(errs)
 }
 
-func (s *Sampler) sampleDevice(d *device, now uint64) (event.Sample, error) {
+// sampleDevice reads the i-th device, d, leaving the sample's Time 0.
+func (s *Sampler) sampleDevice(i int, d *device) (event.Sample, error) {
 	m, err := d.dev.MemoryInfo()
 	if err != nil {
 		return event.Sample{}, err
@@ -270,12 +293,14 @@ func (s *Sampler) sampleDevice(d *device, now uint64) (event.Sample, error) {
 	if err != nil {
 		return event.Sample{}, err
 	}
+	if d.noCompute && s.info[i].ProcessesNote == "" {
+		s.info[i].ProcessesNote = processesNote
+	}
 	graphics, err := processes(d.dev.GraphicsProcesses, &d.noGraphics)
 	if err != nil {
 		return event.Sample{}, err
 	}
 	return event.Sample{
-		Time:       now,
 		Device:     d.index,
 		TotalBytes: m.Total,
 		UsedBytes:  m.Used,
@@ -283,6 +308,13 @@ func (s *Sampler) sampleDevice(d *device, now uint64) (event.Sample, error) {
 		Processes:  mergeProcesses(s.pids, compute, graphics),
 	}, nil
 }
+
+// processesNote is DeviceInfo.ProcessesNote for a device whose compute
+// process list is not supported. CUDA processes are in that list only, so
+// the graphics list alone being unsupported (common on compute GPUs) takes
+// nothing away.
+const processesNote = "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: " +
+	"Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"
 
 // processes calls list unless it was found unsupported before; an
 // unsupported list is empty, not an error.
@@ -296,6 +328,21 @@ func processes(list func() ([]Process, error), unsupported *bool) ([]Process, er
 		return nil, nil
 	}
 	return ps, err
+}
+
+// newNotes returns the DeviceInfo of each device whose ProcessesNote Run
+// has not written yet, and marks them written.
+func (s *Sampler) newNotes() []event.DeviceInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []event.DeviceInfo
+	for i := range s.devices {
+		if d := &s.devices[i]; !d.noted && s.info[i].ProcessesNote != "" {
+			d.noted = true
+			out = append(out, s.info[i])
+		}
+	}
+	return out
 }
 
 // mergeProcesses turns NVML's process lists into one figure per process,
@@ -340,7 +387,10 @@ func mergeProcesses(keep func(uint32) bool, lists ...[]Process) []event.ProcessU
 // them itself, for instance through a channel to its writer.
 //
 // Records, in order: an NVMLStatus (Available), the DeviceInfo of every
-// device, then the Samples of each tick, the first one at once. When a tick
+// device, then the Samples of each tick, the first one at once, stamped
+// when the tick's last NVML call returned. A device's DeviceInfo is written
+// again, before the tick's samples, when that tick found its process list
+// not supported (with its ProcessesNote). When a tick
 // fails for some device an NVMLStatus (not Available, with the reason) is
 // emitted, and another (Available) when sampling recovers; the samples of
 // the devices that did answer are emitted either way. Ticks missed while
@@ -377,10 +427,12 @@ func (s *Sampler) sample(ctx context.Context, every time.Duration, emit func(eve
 	defer ticker.Stop()
 	failing := "" // the reason last emitted; empty while sampling works
 	for ctx.Err() == nil {
-		now := s.clock()
-		samples, err := s.Sample(now)
+		samples, now, err := s.read(s.clock)
 		if errors.Is(err, ErrClosed) {
 			return
+		}
+		for _, info := range s.newNotes() {
+			emit(&info)
 		}
 		for i := range samples {
 			emit(&samples[i])

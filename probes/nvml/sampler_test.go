@@ -374,3 +374,99 @@ func TestStartSlow(t *testing.T) {
 	require.Len(t, got, 1, "the Status alone, nothing after stop: %v", got)
 	assert.Equal(t, "NVML unavailable: "+ErrNoAnswer.Error(), got[0].(*event.NVMLStatus).Reason)
 }
+
+// runTicks runs s until it has emitted n ticks' samples of device 0 and
+// returns every record.
+func runTicks(t *testing.T, s *Sampler, n int) []event.Record {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var got []event.Record
+	ticks := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, time.Millisecond, func(r event.Record) {
+			got = append(got, r)
+			if sa, ok := r.(*event.Sample); ok && sa.Device == 0 {
+				if ticks++; ticks == n {
+					cancel()
+				}
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	return got
+}
+
+// TestRunStampsAfterCalls: a tick is stamped when its last NVML call has
+// returned, not before its first: with calls that take 2 s between them
+// (a busy driver), the sample's time is the clock after the process
+// lists, so a process that allocated while NVML answered is not compared
+// with traced bytes from 6 s earlier.
+func TestRunStampsAfterCalls(t *testing.T) {
+	const call = uint64(2e9) // ns each NVML call takes
+	var (
+		mu    sync.Mutex
+		clock uint64 = 1e9
+	)
+	now := func() uint64 { mu.Lock(); defer mu.Unlock(); return clock }
+	slow := func() { mu.Lock(); defer mu.Unlock(); clock += call }
+	g := &gpu{name: "g", uuid: "GPU-1", total: 16 * gib, free: 4 * gib, compute: []nvml.ProcessInfo{proc(100, gib)}}
+	m := newMockNVML(true, nvml.SUCCESS, g)
+	d := m.devices[0]
+	memory, compute, graphics := d.GetMemoryInfo_v2Func, d.GetComputeRunningProcessesFunc, d.GetGraphicsRunningProcessesFunc
+	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { slow(); return memory() }
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { slow(); return compute() }
+	d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { slow(); return graphics() }
+	s := mustOpen(t, m, Options{Clock: now})
+	// Open read the memory once: the clock is 1 s + 2 s.
+	require.Equal(t, 3*call/2, now())
+	got := runTicks(t, s, 2)
+	var times []uint64
+	for _, r := range got {
+		if sa, ok := r.(*event.Sample); ok {
+			times = append(times, sa.Time)
+		}
+	}
+	// Tick k (from 1) returns after 3k calls past Open's: 3 s + 6 s k.
+	assert.Equal(t, []uint64{3e9 + 6e9, 3e9 + 12e9}, times)
+}
+
+// TestRunProcessesNotSupported: a device without a compute process list
+// (MIG, vGPU) keeps its memory figures, and its DeviceInfo is written
+// again, once, before the first tick's samples, with the note that says
+// why there is no per-process figure; Devices carries it too.
+func TestRunProcessesNotSupported(t *testing.T) {
+	gpus := twoGPUs()
+	gpus[1].computeRet = nvml.ERROR_NOT_SUPPORTED
+	gpus[1].graphicsRet = nvml.ERROR_NOT_SUPPORTED
+	gpus[0].graphicsRet = nvml.ERROR_NOT_SUPPORTED // compute list kept: no note
+	gpus[0].compute = []nvml.ProcessInfo{proc(100, gib)}
+	m := newMockNVML(true, nvml.SUCCESS, gpus...)
+	s := mustOpen(t, m, Options{Clock: testClock()}) // DeviceInfo at 1000 and 2000
+	info := s.Devices()
+	got := runTicks(t, s, 2)
+
+	noted := info[1]
+	noted.ProcessesNote = "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: Not Supported " +
+		"(NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"
+	sample := func(now uint64, dev int32, ps []event.ProcessUsage) *event.Sample {
+		g := gpus[dev]
+		return &event.Sample{Time: now, Device: dev, TotalBytes: g.total, FreeBytes: g.free,
+			UsedBytes: g.total - g.reserved - g.free, Processes: ps}
+	}
+	want := []event.Record{
+		&event.NVMLStatus{Time: 3000, Available: true},
+		&info[0], &info[1],
+		&noted, sample(4000, 0, []event.ProcessUsage{usage(100, gib)}), sample(4000, 1, nil),
+		sample(5000, 0, []event.ProcessUsage{usage(100, gib)}), sample(5000, 1, nil),
+	}
+	assert.Equal(t, want, got)
+	assert.Equal(t, []event.DeviceInfo{info[0], noted}, s.Devices())
+	assert.Len(t, m.devices[1].GetComputeRunningProcessesCalls(), 1, "not asked again once known unsupported")
+}

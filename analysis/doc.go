@@ -237,9 +237,14 @@
 // changes, and one of them mid-burst of its own changes) falls back to
 // the windows' growth over the iterations that started within them. With the device's capacity known (Options.Capacity,
 // else NVML's DeviceInfo) on the device where the stack holds the most,
-// the projected time to out-of-memory is (capacity - live bytes on that
-// device at the end, all processes) / (bytes per second). Texts quote it
-// only within the projection rule (see "Rates and projections").
+// the projected time to out-of-memory is the device's headroom at the end
+// / (bytes per second). The headroom is NVML's free bytes at its last
+// sample (at or before the root process's exit when it exited: later
+// samples have its memory back), which counts every process on the device,
+// CUDA contexts and the driver's own memory; without an NVML sample, or
+// with Options.Capacity, it is capacity - live bytes on that device at the
+// end, all traced processes (Leak.HeadroomBytes, HeadroomNVML). Texts quote
+// it only within the projection rule (see "Rates and projections").
 //
 // # Rates and projections
 //

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -181,4 +182,36 @@ func TestSiteLoopStallsMakeNoMode(t *testing.T) {
 	require.NotNil(t, l)
 	assert.Equal(t, uint64(steps), l.count)
 	assert.Equal(t, uint64(100_000), l.period, "85 µs + 3 x 5 µs")
+}
+
+// TestLeakTimeToOOMFromNVML: with NVML samples the time to OOM counts down
+// NVML's free bytes at its last sample before the end, which takes out what
+// the trace cannot see (another process's 2 GiB, the context's 300 MiB),
+// not capacity - traced; a sample after the process exited (its memory
+// back) is not the one read. Options.Capacity still wins.
+func TestLeakTimeToOOMFromNVML(t *testing.T) {
+	s := eventtest.LeakStream(true)
+	end := s.Recs[len(s.Recs)-1].(*event.End)
+	const traced = 125132800 // live at the end: the leak (TestIterationsAndLeakRate)
+	free := 40*GiB - traced - 300*MiB - 2*GiB
+	before := &event.Sample{Time: end.Time - 500_000, Device: 0, TotalBytes: 40 * GiB, FreeBytes: free, UsedBytes: 40*GiB - free}
+	after := &event.Sample{Time: end.Time + 100e6, Device: 0, TotalBytes: 40 * GiB, FreeBytes: 38 * GiB, UsedBytes: 2 * GiB}
+	recs := append(slices.Clone(s.Recs[:len(s.Recs)-1]), &event.NVMLStatus{Time: 1, Available: true}, before, end, after)
+
+	r := mustAnalyze(t, Options{}, recs)
+	leaks := findings(r, KindLeak)
+	require.Len(t, leaks, 1)
+	l := leaks[0].Leak
+	assert.Equal(t, 40*GiB, l.CapacityBytes)
+	assert.True(t, l.HeadroomNVML)
+	assert.Equal(t, free, l.HeadroomBytes)
+	assert.Equal(t, before.Time, l.HeadroomTime)
+	assert.InEpsilon(t, float64(free)/(l.BytesPerMinute/60), l.TimeToOOMSeconds, 1e-9)
+
+	r = mustAnalyze(t, Options{Capacity: GiB}, recs)
+	l = findings(r, KindLeak)[0].Leak
+	assert.False(t, l.HeadroomNVML)
+	assert.Equal(t, GiB-traced, l.HeadroomBytes)
+	assert.Zero(t, l.HeadroomTime)
+	assert.InEpsilon(t, float64(GiB-traced)/(l.BytesPerMinute/60), l.TimeToOOMSeconds, 1e-9)
 }

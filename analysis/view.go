@@ -31,6 +31,20 @@ func (a *Analyzer) view(r *Result) *rules.View {
 	if a.leak != nil {
 		v.Grid = leakGrid{a.leak}
 	}
+	if a.nvml.samples > 0 {
+		// finishNVML has sorted each device's samples by time.
+		v.NVMLFree = func(device int32, t uint64) (free, at uint64, ok bool) {
+			d := a.nvml.devices[device]
+			if d == nil {
+				return 0, 0, false
+			}
+			j := latestAtOrBefore(len(d.samples), func(k int) uint64 { return d.samples[k].Time }, t)
+			if j < 0 {
+				return 0, 0, false
+			}
+			return d.samples[j].FreeBytes, d.samples[j].Time, true
+		}
+	}
 
 	// The processes, by instance id: those Result.Processes lists, in its
 	// order, then any other a stack of the model names.

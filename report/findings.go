@@ -191,8 +191,7 @@ func leakWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 		fix := fmt.Sprintf("each iteration keeps %.0f more bytes (%s) allocated at %s: release what the iteration no longer needs at its end (drop the reference, detach the tensor from the graph, or keep a bounded cache)",
 			lk.BytesPerIteration, units.FloatBytes(lk.BytesPerIteration), site)
 		if lk.TimeToOOMProjectable() {
-			fix += fmt.Sprintf("; at this rate device %s's %d bytes run out in %s",
-				analysis.DeviceName(lk.Device), lk.CapacityBytes, units.Seconds(lk.TimeToOOMSeconds))
+			fix += fmt.Sprintf("; at this rate %s run out in %s", headroomText(lk), units.Seconds(lk.TimeToOOMSeconds))
 		}
 		rem = append(rem, fix)
 	}
@@ -224,6 +223,18 @@ func cacheWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	return summary, rem
 }
 
+// headroomText names what a leak's time to out-of-memory counts down:
+// "device 0's 85899345920 bytes" (its capacity, less the traced memory at
+// the end), or, from NVML, "device 0's 85520809984 free bytes (79.65 GiB,
+// NVML's last sample)".
+func headroomText(l *analysis.Leak) string {
+	if l.HeadroomNVML {
+		return fmt.Sprintf("device %s's %d free bytes (%s, NVML's last sample)", analysis.DeviceName(l.Device),
+			l.HeadroomBytes, units.Bytes(l.HeadroomBytes))
+	}
+	return fmt.Sprintf("device %s's %d bytes", analysis.DeviceName(l.Device), l.CapacityBytes)
+}
+
 // rateWords renders a leak's rates for a summary, following the projection
 // rule (see analysis's doc.go, "Rates and projections"): per iteration
 // with a loop; per second, minute or hour only when that much time was
@@ -246,6 +257,9 @@ func rateWords(l *analysis.Leak, what string) string {
 		if l.TimeToOOMProjectable() {
 			s += fmt.Sprintf("; at that rate device %s (%d bytes, %s) runs out in %s",
 				analysis.DeviceName(l.Device), l.CapacityBytes, units.Bytes(l.CapacityBytes), units.Seconds(l.TimeToOOMSeconds))
+			if l.HeadroomNVML {
+				s += fmt.Sprintf(", from its %d free bytes (%s) at NVML's last sample", l.HeadroomBytes, units.Bytes(l.HeadroomBytes))
+			}
 		} else {
 			s += fmt.Sprintf("; run too short to project when device %s (%d bytes, %s) runs out: %s grew by %d bytes (%s) over %s",
 				analysis.DeviceName(l.Device), l.CapacityBytes, units.Bytes(l.CapacityBytes), what,

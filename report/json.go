@@ -455,6 +455,15 @@ type JSONLeak struct {
 	// device is full at this rate.
 	CapacityBytes    uint64   `json:"capacity_bytes,omitempty"`
 	TimeToOOMSeconds *float64 `json:"time_to_oom_s,omitempty"`
+	// HeadroomBytes, set with TimeToOOMSeconds, is what it counts down:
+	// with HeadroomBasis "nvml_free", NVML's free bytes on the device at
+	// its last sample, at or before the root process's exit when it
+	// exited (HeadroomTimeNs), every
+	// process's memory and the driver's counted; with "capacity", the
+	// capacity less the traced memory on the device at the end.
+	HeadroomBytes  *uint64 `json:"headroom_bytes,omitempty"`
+	HeadroomBasis  string  `json:"headroom_basis,omitempty"`
+	HeadroomTimeNs *uint64 `json:"headroom_time_ns,omitempty"`
 	// TimeToOOMProjected, set with TimeToOOMSeconds, says whether it is
 	// within ProjectionHorizonS: the texts quote it only then, and say the
 	// run was too short to project otherwise.
@@ -727,6 +736,10 @@ func NewJSON(res *analysis.Result) *JSON {
 				jl.CapacityBytes = l.CapacityBytes
 				jl.TimeToOOMSeconds = ptr(l.TimeToOOMSeconds)
 				jl.TimeToOOMProjected = ptr(l.TimeToOOMProjectable())
+				jl.HeadroomBytes, jl.HeadroomBasis = ptr(l.HeadroomBytes), "capacity"
+				if l.HeadroomNVML {
+					jl.HeadroomBasis, jl.HeadroomTimeNs = "nvml_free", ptr(res.Rel(l.HeadroomTime))
+				}
 			}
 			for _, e := range l.WindowEnds {
 				jl.WindowEndsNs = append(jl.WindowEndsNs, res.Rel(e))

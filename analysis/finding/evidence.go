@@ -243,11 +243,22 @@ type Leak struct {
 	BytesPerIteration float64
 	BytesPerMinute    float64
 	// CapacityBytes is the capacity of Device, where the stack holds the
-	// most, when known (0 otherwise); TimeToOOMSeconds is (capacity - live
-	// on that device at the end) / the rate, 0 when already past it.
+	// most, when known (0 otherwise); TimeToOOMSeconds is HeadroomBytes /
+	// the rate, 0 when nothing is left.
 	Device           int32
 	CapacityBytes    uint64
 	TimeToOOMSeconds float64
+	// HeadroomBytes is what Device had left for the growth at the end.
+	// With HeadroomNVML it is NVML's free bytes at its latest sample, at
+	// or before the root process's exit when it exited (HeadroomTime):
+	// every process's memory, CUDA contexts
+	// and the driver's reservations are out of it. Otherwise (no NVML
+	// sample, or a capacity the user gave) it is the capacity less what
+	// the traced processes held on the device at the end, and HeadroomTime
+	// is 0.
+	HeadroomBytes uint64
+	HeadroomTime  uint64
+	HeadroomNVML  bool
 	// Layer is the stack's layer: event.LayerBlock for tensors (a
 	// caching allocator's blocks, which decide when they were traced),
 	// else the segment layer.

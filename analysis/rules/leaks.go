@@ -3,6 +3,7 @@ package rules
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -459,7 +460,12 @@ func SlopeAt(xs []uint64, ys []float64) float64 {
 
 // timeToOOM sets the leak's projected time to out-of-memory on the device
 // where the site's stacks hold the most live bytes, when its capacity is
-// known (View.Capacity).
+// known (View.Capacity): the device's headroom at the end over the rate.
+// The headroom is NVML's free bytes when NVML sampled the device (unless
+// the user gave the capacity), read at the last sample, or the last at or
+// before the root process's exit when it exited: a sample taken after the
+// exit has the process's memory back. Samples after the leak's last event
+// count: the memory is still held while the process idles.
 func timeToOOM(v *View, l *finding.Leak, site []*Series) {
 	if l.BytesPerMinute <= 0 {
 		return
@@ -492,7 +498,16 @@ func timeToOOM(v *View, l *finding.Leak, site []*Series) {
 	}
 	l.Device = dev
 	l.CapacityBytes = capacity
-	if capacity > live {
-		l.TimeToOOMSeconds = float64(capacity-live) / (l.BytesPerMinute / 60)
+	end := uint64(math.MaxUint64)
+	if v.RootEnded {
+		end = v.RootEnd
+	}
+	if free, at, ok := v.nvmlFree(dev, end); ok && v.CapacityOption == 0 {
+		l.HeadroomBytes, l.HeadroomTime, l.HeadroomNVML = free, at, true
+	} else if capacity > live {
+		l.HeadroomBytes = capacity - live
+	}
+	if l.HeadroomBytes > 0 {
+		l.TimeToOOMSeconds = float64(l.HeadroomBytes) / (l.BytesPerMinute / 60)
 	}
 }

@@ -66,6 +66,10 @@ type View struct {
 	// Stacks are the stack records by ID (Result.Stacks): Lines and Site
 	// read them.
 	Stacks map[event.StackID]*Stack
+	// NVMLFree returns NVML's free bytes on device at its latest sample at
+	// or before t, and that sample's time; ok is false when there is none.
+	// Nil when the recording has no NVML sample.
+	NVMLFree func(device int32, t uint64) (free, at uint64, ok bool)
 }
 
 // Process is one process instance as the rules read it.
@@ -263,6 +267,14 @@ func (v *View) Capacity(device int32) uint64 {
 		return v.CapacityOption
 	}
 	return v.Capacities[device]
+}
+
+// nvmlFree is NVMLFree, false when it is nil.
+func (v *View) nvmlFree(device int32, t uint64) (free, at uint64, ok bool) {
+	if v.NVMLFree == nil {
+		return 0, 0, false
+	}
+	return v.NVMLFree(device, t)
 }
 
 // Lines returns the rendered frames of stack id, leaf first;

@@ -24,6 +24,7 @@ import (
 
 	"github.com/vramprof/vramprof/probes/probetest"
 	"github.com/vramprof/vramprof/report/exporter"
+	"github.com/vramprof/vramprof/report/units"
 )
 
 // The stand-in's device: testdata/nvml/nvml.c.
@@ -109,6 +110,19 @@ type nvmlReport struct {
 		PreexistingBytesEstimate *uint64 `json:"preexisting_bytes_estimate"`
 		PreexistingBasis         string  `json:"preexisting_basis"`
 	} `json:"processes"`
+	Findings []struct {
+		Kind string `json:"kind"`
+		Leak *struct {
+			Iterations         uint64   `json:"iterations"`
+			BytesPerIteration  float64  `json:"bytes_per_iteration"`
+			BytesPerMinute     float64  `json:"bytes_per_minute"`
+			TimeToOOMProjected *bool    `json:"time_to_oom_projected"`
+			CapacityBytes      uint64   `json:"capacity_bytes"`
+			TimeToOOMSeconds   *float64 `json:"time_to_oom_s"`
+			HeadroomBytes      *uint64  `json:"headroom_bytes"`
+			HeadroomBasis      string   `json:"headroom_basis"`
+		} `json:"leak"`
+	} `json:"findings"`
 }
 
 // nvmlDevice is a device of report.json, NVML's part.
@@ -483,4 +497,50 @@ func TestNVMLStandInServe(t *testing.T) {
 	avail, reason, ok := nvmlReason(fams)
 	assert.True(t, ok)
 	assert.Equal(t, float64(1), avail, "reason %q", reason)
+}
+
+// TestNVMLStandInTimeToOOM: longrun's leaky_step keeps 64 KiB an
+// iteration; on a 400 MiB device the leak's time to OOM counts down NVML's
+// free bytes at the end, which is the capacity less the driver's bytes and
+// its 300 MiB context (what capacity - traced would miss), and the text
+// says so.
+func TestNVMLStandInTimeToOOM(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const capacity = uint64(400) << 20
+	state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity), "LONGRUN_ITERATIONS=100")
+	out := filepath.Join(t.TempDir(), "out")
+	_, end, _, _ := runLongrun(t, state, out, false)
+	rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))
+
+	free := capacity - end.nvml() // NVML's free: nothing else runs on this stand-in
+	t.Logf("driver at the end: %d bytes and a %d-byte context; NVML free %d of %d", end.used, end.context, free, capacity)
+	var leaks int
+	for _, f := range rep.Findings {
+		if f.Kind != "leak" {
+			continue
+		}
+		leaks++
+		l := f.Leak
+		require.NotNil(t, l, "the leak's figures")
+		assert.Equal(t, uint64(100), l.Iterations, "leak.iterations")
+		assert.InEpsilon(t, 64<<10, l.BytesPerIteration, 0.01, "leak.bytes_per_iteration: leaky_step's 64 KiB")
+		assert.Equal(t, capacity, l.CapacityBytes, "leak.capacity_bytes")
+		assert.Equal(t, "nvml_free", l.HeadroomBasis, "leak.headroom_basis")
+		assert.Equal(t, free, val(t, "leak.headroom_bytes", l.HeadroomBytes), "NVML's free: capacity - used - context")
+		require.Positive(t, l.BytesPerMinute)
+		require.NotNil(t, l.TimeToOOMSeconds, "leak.time_to_oom_s")
+		oom := *l.TimeToOOMSeconds
+		assert.InEpsilon(t, float64(free)/(l.BytesPerMinute/60), oom, 1e-9)
+		t.Logf("leak: %.0f bytes per iteration, %.0f per minute; time to OOM %.2f s (capacity - traced would give %.2f s)",
+			l.BytesPerIteration, l.BytesPerMinute, oom, float64(capacity-end.used)/(l.BytesPerMinute/60))
+		// 19 s is within 10 x the ~2 s the rate was observed over: the
+		// finding's text quotes it, and from what.
+		if assert.NotNil(t, l.TimeToOOMProjected) && assert.True(t, *l.TimeToOOMProjected) {
+			md, err := os.ReadFile(filepath.Join(out, "report.md"))
+			require.NoError(t, err)
+			assert.Contains(t, string(md), fmt.Sprintf(", from its %d free bytes (", free))
+			assert.Contains(t, string(md), fmt.Sprintf("free bytes (%s, NVML's last sample) run out in", units.Bytes(free)))
+		}
+	}
+	assert.Equal(t, 1, leaks, "leak findings: leaky_step's")
 }

@@ -288,11 +288,13 @@ func checkNVMLDocuments(t *testing.T, dir string, pid int, end driverState, trac
 // start, so NVML's figure for it less the traced bytes is its context, to
 // the byte, in report.json and in the summary: through the versioned entry
 // points (nvmlDeviceGetMemoryInfo_v2 with its version field, the 24-byte
-// process records of _v3) and through a library without them (v1: the
-// 16-byte records), which must give the same figures.
+// process records of _v3), through a library without them (v1: the
+// 16-byte records) and through one with the versioned ones only (latest:
+// no nvmlInit, nvmlDeviceGetMemoryInfo or v1 process list), which must
+// give the same figures.
 func TestNVMLStandInRun(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	for _, lib := range []string{"nvml", "nvml-v1"} {
+	for _, lib := range []string{"nvml", "nvml-v1", "nvml-latest"} {
 		t.Run(lib, func(t *testing.T) {
 			state := useStandInLibrary(t, lib)
 			out := filepath.Join(t.TempDir(), "out")
@@ -344,42 +346,58 @@ func TestNVMLStandInFailures(t *testing.T) {
 		// and every output says in one line why there is no per-process
 		// figure.
 		state := useStandInLibrary(t, "nvml", "FAKENVML_PROCESSES=not_supported")
-		out := filepath.Join(t.TempDir(), "out")
-		pid, end, summary, moment := runLongrun(t, state, out, true)
-		const note = "NVML device 0: per-process figures not available: nvmlDeviceGetComputeRunningProcesses: " +
-			"Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"
-		assert.Contains(t, summary, "\n"+note+"\n")
-		assert.NotContains(t, summary, fmt.Sprintf("pid %d at", pid))
-		for _, dir := range []string{out, moment} {
-			rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
-			require.NotNil(t, rep.NVML)
-			assert.True(t, rep.NVML.Available)
-			assert.Zero(t, rep.NVML.Interruptions)
-			assert.Positive(t, rep.NVML.Samples)
-			assert.Equal(t, []string{note}, rep.NVML.Notes, "%s: nvml.notes", dir)
-			i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
-			require.GreaterOrEqual(t, i, 0)
-			d := rep.Devices[i]
-			assert.Equal(t, standInTotal, val(t, "capacity_bytes", d.CapacityBytes))
-			assert.Equal(t, standInName, d.ProductName)
-			assert.Equal(t, standInUUID, d.UUID)
-			assert.Equal(t, rep.NVML.Samples, d.NVMLSamples, "one device")
-			require.Len(t, rep.Processes, 1)
-			assert.Equal(t, uint32(pid), rep.Processes[0].PID)
-			assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
-			assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
-			assert.Equal(t, "traced_from_start", rep.Processes[0].PreexistingBasis)
-			for _, name := range []string{"report.md", "report.html"} {
-				doc, err := os.ReadFile(filepath.Join(dir, name))
-				require.NoError(t, err)
-				text := string(doc)
-				if name == "report.html" {
-					text = html.UnescapeString(text)
-				}
-				assert.Equal(t, 1, strings.Count(text, note), "%s: the note, once", name)
-			}
-		}
+		checkNoProcessList(t, state, "NVML device 0: per-process figures not available: nvmlDeviceGetComputeRunningProcesses: "+
+			"Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's")
 	})
+	t.Run("process_lists_missing", func(t *testing.T) {
+		// A library that exports no process list under any version: the
+		// same, in its own words, and no call to the functions it lacks
+		// (which would end vramprof).
+		state := useStandInLibrary(t, "nvml-noprocs")
+		checkNoProcessList(t, state, "NVML device 0: per-process figures not available: nvmlDeviceGetComputeRunningProcesses: "+
+			"not exported by libnvidia-ml.so.1 (an older or partial NVML library); the device's figures are NVML's")
+	})
+}
+
+// checkNoProcessList runs longrun (with a SIGUSR1 moment) under an NVML
+// that gives no process list and checks every output: note, once, in the
+// summary, report.json, report.md and report.html; the device's figures;
+// the traced figures exact; no per-process NVML figure.
+func checkNoProcessList(t *testing.T, state, note string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	pid, end, summary, moment := runLongrun(t, state, out, true)
+	assert.Contains(t, summary, "\n"+note+"\n")
+	assert.NotContains(t, summary, fmt.Sprintf("pid %d at", pid))
+	for _, dir := range []string{out, moment} {
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+		require.NotNil(t, rep.NVML)
+		assert.True(t, rep.NVML.Available)
+		assert.Zero(t, rep.NVML.Interruptions)
+		assert.Positive(t, rep.NVML.Samples)
+		assert.Equal(t, []string{note}, rep.NVML.Notes, "%s: nvml.notes", dir)
+		i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+		require.GreaterOrEqual(t, i, 0)
+		d := rep.Devices[i]
+		assert.Equal(t, standInTotal, val(t, "capacity_bytes", d.CapacityBytes))
+		assert.Equal(t, standInName, d.ProductName)
+		assert.Equal(t, standInUUID, d.UUID)
+		assert.Equal(t, rep.NVML.Samples, d.NVMLSamples, "one device")
+		require.Len(t, rep.Processes, 1)
+		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
+		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
+		assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+		assert.Equal(t, "traced_from_start", rep.Processes[0].PreexistingBasis)
+		for _, name := range []string{"report.md", "report.html"} {
+			doc, err := os.ReadFile(filepath.Join(dir, name))
+			require.NoError(t, err)
+			text := string(doc)
+			if name == "report.html" {
+				text = html.UnescapeString(text)
+			}
+			assert.Equal(t, 1, strings.Count(text, note), "%s: the note, once", name)
+		}
+	}
 }
 
 // TestNVMLStandInAttach: attached between longrun's phases, vramprof's

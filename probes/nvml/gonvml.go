@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -27,6 +28,9 @@ type goNVML struct {
 	// for an injected nvml.Interface (tests).
 	path     string
 	memoryV2 bool
+	// missing are the process lists the library exports under none of
+	// their names, by function (see processLists).
+	missing map[string]bool
 }
 
 func newGoNVML(path string) Library {
@@ -52,9 +56,11 @@ func (g *goNVML) Init() error {
 		// go-nvml drops dlopen's message, and a library without the
 		// functions it binds ends the process at the first call (a lazy
 		// binding failure). Check first, in the loader's words.
-		if err := preflight(g.path); err != nil {
+		missing, err := preflight(g.path)
+		if err != nil {
 			return &Error{Func: "nvmlInit", Code: int(nvml.ERROR_LIBRARY_NOT_FOUND), Text: err.Error()}
 		}
+		g.missing = missing
 	}
 	created := g.path != "" && controlNodeMissing()
 	ret := g.lib.Init()
@@ -68,32 +74,86 @@ func (g *goNVML) Init() error {
 	return nil
 }
 
-// required are the functions go-nvml calls for the Sampler, by the names
-// every driver exports (go-nvml switches to a _v2 or _v3 only when the
-// library has it).
-var required = []string{
-	"nvmlInit", "nvmlShutdown", "nvmlErrorString",
-	"nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
-	"nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetMemoryInfo",
-	"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+// required are the functions go-nvml calls for the Sampler, each by every
+// name it may call it by: go-nvml binds the newest version the library
+// exports (nvmlInit_v2 over nvmlInit), and the Sampler chooses between the
+// two memory calls itself. A library needs one name of each; binding is
+// lazy, so the names it lacks are never called.
+var required = [][]string{
+	{"nvmlInit", "nvmlInit_v2"}, {"nvmlShutdown"}, {"nvmlErrorString"},
+	{"nvmlDeviceGetCount", "nvmlDeviceGetCount_v2"},
+	{"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2"},
+	{"nvmlDeviceGetName"}, {"nvmlDeviceGetUUID"},
+	{"nvmlDeviceGetMemoryInfo", memoryInfoV2},
 }
 
+// processLists are the two process lists, by all their names, first the
+// one they are known by. A library without one under any name still gives
+// device figures: the list's calls fail with errMissing instead.
+var processLists = [][]string{
+	{computeProcesses, computeProcesses + "_v2", computeProcesses + "_v3"},
+	{graphicsProcesses, graphicsProcesses + "_v2", graphicsProcesses + "_v3"},
+}
+
+const (
+	computeProcesses  = "nvmlDeviceGetComputeRunningProcesses"
+	graphicsProcesses = "nvmlDeviceGetGraphicsRunningProcesses"
+)
+
 // preflight loads path on its own and checks it exports what go-nvml will
-// call. The loader counts references, so go-nvml's own dlopen that follows
-// finds the library already mapped.
-func preflight(path string) error {
+// call; it returns the process lists it lacks (see processLists). The
+// loader counts references, so go-nvml's own dlopen that follows finds the
+// library already mapped.
+func preflight(path string) (missing map[string]bool, err error) {
 	lib := dl.New(path, dl.RTLD_LAZY|dl.RTLD_LOCAL)
 	if err := lib.Open(); err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = lib.Close() }()
-	for _, sym := range required {
-		if err := lib.Lookup(sym); err != nil {
-			return fmt.Errorf("%s is not NVIDIA's management library: %w", path, err)
+	// exports returns nil when lib has one of names, else the first
+	// lookup's error (dlsym's words).
+	exports := func(names []string) error {
+		var first error
+		for _, name := range names {
+			err := lib.Lookup(name)
+			if err == nil {
+				return nil
+			}
+			if first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	for _, names := range required {
+		if err := exports(names); err != nil {
+			if names[0] == "nvmlInit" {
+				return nil, fmt.Errorf("%s is not NVIDIA's management library: %w", path, err)
+			}
+			return nil, fmt.Errorf("%s lacks %s, which vramprof needs: %w", path, strings.Join(names, " and "), err)
 		}
 	}
-	return nil
+	for _, names := range processLists {
+		if exports(names) != nil {
+			if missing == nil {
+				missing = make(map[string]bool)
+			}
+			missing[names[0]] = true
+		}
+	}
+	return missing, nil
 }
+
+// missingError is a call to a function the library does not export. It
+// matches ErrNotSupported: the figure it would give is not available, and
+// asking again will not change that.
+type missingError struct{ fn, path string }
+
+func (e *missingError) Error() string {
+	return e.fn + ": not exported by " + e.path + " (an older or partial NVML library)"
+}
+
+func (e *missingError) Is(target error) bool { return target == ErrNotSupported }
 
 // NVML's nvmlInit, run as root, creates the driver's control node
 // /dev/nvidiactl (character device 195:255) before finding that no driver
@@ -168,13 +228,19 @@ func (d *goDevice) MemoryInfo() (Memory, error) {
 }
 
 func (d *goDevice) ComputeProcesses() ([]Process, error) {
+	if d.g.missing[computeProcesses] {
+		return nil, &missingError{fn: computeProcesses, path: d.g.path}
+	}
 	ps, ret := d.d.GetComputeRunningProcesses()
-	return convertProcesses(ps), d.g.check("nvmlDeviceGetComputeRunningProcesses", ret)
+	return convertProcesses(ps), d.g.check(computeProcesses, ret)
 }
 
 func (d *goDevice) GraphicsProcesses() ([]Process, error) {
+	if d.g.missing[graphicsProcesses] {
+		return nil, &missingError{fn: graphicsProcesses, path: d.g.path}
+	}
 	ps, ret := d.d.GetGraphicsRunningProcesses()
-	return convertProcesses(ps), d.g.check("nvmlDeviceGetGraphicsRunningProcesses", ret)
+	return convertProcesses(ps), d.g.check(graphicsProcesses, ret)
 }
 
 func convertProcesses(ps []nvml.ProcessInfo) []Process {

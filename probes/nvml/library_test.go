@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/probetest"
 )
 
 // fetched is testdata/nvidia/fetch.sh's result, run once per test binary.
@@ -108,8 +111,8 @@ func TestRealLibraryNoDriver(t *testing.T) {
 }
 
 // TestRealLibrarySymbols checks the names the adapter relies on against a
-// real driver's library: the functions preflight requires, and the v2
-// memory call it looks up.
+// real driver's library: every name preflight knows, each version of the
+// functions it requires and of the process lists, all exported.
 func TestRealLibrarySymbols(t *testing.T) {
 	f, err := elf.Open(mustRealNVML(t))
 	require.NoError(t, err)
@@ -122,8 +125,10 @@ func TestRealLibrarySymbols(t *testing.T) {
 			exported[s.Name] = true
 		}
 	}
-	for _, name := range append(required, memoryInfoV2) {
-		assert.True(t, exported[name], "%s is not exported by %s", name, f)
+	for _, names := range append(slices.Clone(required), processLists...) {
+		for _, name := range names {
+			assert.True(t, exported[name], "%s is not exported by %s", name, f)
+		}
 	}
 }
 
@@ -183,4 +188,39 @@ func TestDefaultLibraryChild(t *testing.T) {
 	}
 	require.True(t, errors.Is(err, ErrUnavailable), "%v", err)
 	fmt.Printf("OPEN: %v\n", err)
+}
+
+// TestPreflightStandIns: preflight against testdata's stand-in builds
+// (testdata/nvml/nvml.c). A library with only the newest version of each
+// function (nvml-latest) or only the oldest (nvml-v1) lacks nothing, as
+// go-nvml calls whichever it has; one without process lists (nvml-noprocs)
+// still opens, the lists it lacks named; NVIDIA's missing nvmlInit under
+// both names is not NVML at all.
+func TestPreflightStandIns(t *testing.T) {
+	probetest.Build(t)
+	lib := func(variant string) string {
+		return filepath.Join(probetest.Root(), "testdata", "build", variant, DefaultLibraryPath)
+	}
+	for _, tt := range []struct {
+		variant string
+		missing map[string]bool
+	}{
+		{"nvml", nil},
+		{"nvml-v1", nil},
+		{"nvml-latest", nil},
+		{"nvml-noprocs", map[string]bool{computeProcesses: true, graphicsProcesses: true}},
+	} {
+		t.Run(tt.variant, func(t *testing.T) {
+			missing, err := preflight(lib(tt.variant))
+			require.NoError(t, err)
+			assert.Equal(t, tt.missing, missing)
+		})
+	}
+	_, err := preflight("libm.so.6")
+	assert.ErrorContains(t, err, "libm.so.6 is not NVIDIA's management library: ")
+
+	e := &missingError{fn: computeProcesses, path: lib("nvml-noprocs")}
+	assert.ErrorIs(t, e, ErrNotSupported, "a list the library lacks is one it cannot give")
+	assert.Equal(t, "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: not exported by "+
+		lib("nvml-noprocs")+" (an older or partial NVML library); the device's figures are NVML's", processesNote(e))
 }

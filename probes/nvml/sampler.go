@@ -32,7 +32,8 @@ var (
 	// or there is no device. The error's text says which, in one line.
 	ErrUnavailable = errors.New("NVML unavailable")
 	// ErrNotSupported matches an *Error for NVML_ERROR_NOT_SUPPORTED: the
-	// device or driver cannot answer that query.
+	// device or driver cannot answer that query. It also matches a call to
+	// a function the library does not export.
 	ErrNotSupported = errors.New("not supported by this device or driver")
 	// ErrClosed is returned by Sample after Close.
 	ErrClosed = errors.New("NVML sampler closed")
@@ -289,14 +290,14 @@ func (s *Sampler) sampleDevice(i int, d *device) (event.Sample, error) {
 	if err != nil {
 		return event.Sample{}, err
 	}
-	compute, err := processes(d.dev.ComputeProcesses, &d.noCompute)
+	compute, unsupported, err := processes(d.dev.ComputeProcesses, &d.noCompute)
 	if err != nil {
 		return event.Sample{}, err
 	}
-	if d.noCompute && s.info[i].ProcessesNote == "" {
-		s.info[i].ProcessesNote = processesNote
+	if unsupported != nil {
+		s.info[i].ProcessesNote = processesNote(unsupported)
 	}
-	graphics, err := processes(d.dev.GraphicsProcesses, &d.noGraphics)
+	graphics, _, err := processes(d.dev.GraphicsProcesses, &d.noGraphics)
 	if err != nil {
 		return event.Sample{}, err
 	}
@@ -310,24 +311,32 @@ func (s *Sampler) sampleDevice(i int, d *device) (event.Sample, error) {
 }
 
 // processesNote is DeviceInfo.ProcessesNote for a device whose compute
-// process list is not supported. CUDA processes are in that list only, so
-// the graphics list alone being unsupported (common on compute GPUs) takes
-// nothing away.
-const processesNote = "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: " +
-	"Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"
+// process list is not supported, err saying why. CUDA processes are in
+// that list only, so the graphics list alone being unsupported (common on
+// compute GPUs) takes nothing away.
+func processesNote(err error) string {
+	why := ""
+	var e *Error
+	if errors.As(err, &e) {
+		// NVML's own answer: the device cannot list its processes.
+		why = " (NVML lists no processes on MIG partitions and vGPU guests)"
+	}
+	return "per-process figures not available: " + err.Error() + why + "; the device's figures are NVML's"
+}
 
 // processes calls list unless it was found unsupported before; an
-// unsupported list is empty, not an error.
-func processes(list func() ([]Process, error), unsupported *bool) ([]Process, error) {
-	if *unsupported {
-		return nil, nil
+// unsupported list is empty, not an error. unsupported is the error that
+// found it so, returned once.
+func processes(list func() ([]Process, error), known *bool) (ps []Process, unsupported, err error) {
+	if *known {
+		return nil, nil, nil
 	}
-	ps, err := list()
+	ps, err = list()
 	if errors.Is(err, ErrNotSupported) {
-		*unsupported = true
-		return nil, nil
+		*known = true
+		return nil, err, nil
 	}
-	return ps, err
+	return ps, nil, err
 }
 
 // newNotes returns the DeviceInfo of each device whose ProcessesNote Run

@@ -17,10 +17,14 @@
  * Exports the entry points go-nvml binds for vramprof's sampler, each
  * versioned one beside its unversioned ancestor (the v1 process lists use
  * the 16-byte nvmlProcessInfo_v1_t, _v2 and _v3 the 24-byte
- * nvmlProcessInfo_t). Built twice (testdata/Makefile): build/nvml/ with
- * everything, build/nvml-v1/ (-DFAKENVML_V1_ONLY) without
+ * nvmlProcessInfo_t). Built four times (testdata/Makefile): build/nvml/
+ * with everything; build/nvml-v1/ (-DFAKENVML_V1_ONLY) without
  * nvmlDeviceGetMemoryInfo_v2 and the _v2/_v3 process lists, as an older
- * driver's library.
+ * driver's library; build/nvml-latest/ (-DFAKENVML_LATEST_ONLY) with only
+ * the newest version of each function (nvmlInit_v2, nvmlDeviceGetCount_v2,
+ * nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetMemoryInfo_v2, the _v3
+ * process lists); build/nvml-noprocs/ (-DFAKENVML_NO_PROCESS_LISTS)
+ * without any process list.
  *
  * Failures on demand, from the environment of the process that loads it:
  *   FAKENVML_LOST_AFTER=N     the memory-info call after N successful ones,
@@ -179,6 +183,7 @@ static nvmlReturn_t memory(nvmlDevice_t device, unsigned long long *tot, unsigne
 	return NVML_SUCCESS;
 }
 
+#ifndef FAKENVML_NO_PROCESS_LISTS
 /* processes is every process list: elem bytes per entry, v1 without the
  * instance ids. */
 static nvmlReturn_t processes(nvmlDevice_t device, unsigned *count, void *infos, size_t elem, int compute)
@@ -221,6 +226,7 @@ static nvmlReturn_t processes(nvmlDevice_t device, unsigned *count, void *infos,
 	pthread_mutex_unlock(&mu);
 	return NVML_SUCCESS;
 }
+#endif
 
 /* ---- initialization ---- */
 
@@ -232,10 +238,12 @@ static nvmlReturn_t init(void)
 	return NVML_SUCCESS;
 }
 
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlInit(void)
 {
 	return init();
 }
+#endif
 
 API nvmlReturn_t nvmlInit_v2(void)
 {
@@ -300,10 +308,12 @@ static nvmlReturn_t count(unsigned *n)
 	return r;
 }
 
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
 {
 	return count(deviceCount);
 }
+#endif
 
 API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -323,10 +333,12 @@ static nvmlReturn_t handle(unsigned index, nvmlDevice_t *device)
 	return NVML_SUCCESS;
 }
 
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
 {
 	return handle(index, device);
 }
+#endif
 
 API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -371,12 +383,14 @@ API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 
 /* ---- memory ---- */
 
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m)
 {
 	if (m == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	return memory(device, &m->total, &m->free, &m->used);
 }
+#endif
 
 #ifndef FAKENVML_V1_ONLY
 /* The caller states the layout it passes: anything but nvmlMemory_v2 is
@@ -394,6 +408,8 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t
 
 /* ---- running processes ---- */
 
+#ifndef FAKENVML_NO_PROCESS_LISTS
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
 						      nvmlProcessInfo_v1_t *infos)
 {
@@ -405,13 +421,16 @@ API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsi
 {
 	return processes(device, infoCount, infos, sizeof(*infos), 0);
 }
+#endif
 
 #ifndef FAKENVML_V1_ONLY
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
 							 nvmlProcessInfo_t *infos)
 {
 	return processes(device, infoCount, infos, sizeof(*infos), 1);
 }
+#endif
 
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
 							 nvmlProcessInfo_t *infos)
@@ -419,11 +438,13 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, un
 	return processes(device, infoCount, infos, sizeof(*infos), 1);
 }
 
+#ifndef FAKENVML_LATEST_ONLY
 API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
 							  nvmlProcessInfo_t *infos)
 {
 	return processes(device, infoCount, infos, sizeof(*infos), 0);
 }
+#endif
 
 API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
 							  nvmlProcessInfo_t *infos)
@@ -431,3 +452,4 @@ API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, u
 	return processes(device, infoCount, infos, sizeof(*infos), 0);
 }
 #endif
+#endif /* FAKENVML_NO_PROCESS_LISTS */

@@ -419,12 +419,17 @@ func (s *Sampler) Run(ctx context.Context, every time.Duration, emit func(event.
 func (s *Sampler) announce(emit func(event.Record)) bool {
 	s.mu.Lock()
 	closed := s.closed
+	infos := slices.Clone(s.info)
+	for i := range s.devices {
+		// A note found by an earlier Sample goes out with this DeviceInfo.
+		s.devices[i].noted = infos[i].ProcessesNote != ""
+	}
 	s.mu.Unlock()
 	if closed {
 		return false
 	}
 	emit(&event.NVMLStatus{Time: s.clock(), Available: true})
-	for _, info := range s.Devices() {
+	for _, info := range infos {
 		emit(&info)
 	}
 	return true

@@ -469,4 +469,12 @@ func TestRunProcessesNotSupported(t *testing.T) {
 	assert.Equal(t, want, got)
 	assert.Equal(t, []event.DeviceInfo{info[0], noted}, s.Devices())
 	assert.Len(t, m.devices[1].GetComputeRunningProcessesCalls(), 1, "not asked again once known unsupported")
+
+	// Run again: the note is known from the start, in the first
+	// DeviceInfo, and not written twice.
+	got = runTicks(t, s, 1)
+	require.Len(t, got, 5)
+	assert.Equal(t, []event.Record{&info[0], &noted}, got[1:3])
+	assert.IsType(t, &event.Sample{}, got[3])
+	assert.IsType(t, &event.Sample{}, got[4])
 }

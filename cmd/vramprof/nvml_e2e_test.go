@@ -521,11 +521,30 @@ func TestNVMLStandInServe(t *testing.T) {
 // iteration; on a 400 MiB device the leak's time to OOM counts down NVML's
 // free bytes at the end, which is the capacity less the driver's bytes and
 // its 300 MiB context (what capacity - traced would miss), and the text
-// says so.
+// says so. The same without process lists (not supported, or not in the
+// library): the device's figures do not depend on them.
 func TestNVMLStandInTimeToOOM(t *testing.T) {
 	probetest.RequirePrivilege(t)
+	for _, tt := range []struct{ name, lib, env string }{
+		{"processes", "nvml", ""},
+		{"processes_not_supported", "nvml", "FAKENVML_PROCESSES=not_supported"},
+		{"process_lists_missing", "nvml-noprocs", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := []string{"LONGRUN_ITERATIONS=100"}
+			if tt.env != "" {
+				env = append(env, tt.env)
+			}
+			checkTimeToOOM(t, tt.lib, env...)
+		})
+	}
+}
+
+// checkTimeToOOM is TestNVMLStandInTimeToOOM through lib, with env.
+func checkTimeToOOM(t *testing.T, lib string, env ...string) {
+	t.Helper()
 	const capacity = uint64(400) << 20
-	state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity), "LONGRUN_ITERATIONS=100")
+	state := useStandInLibrary(t, lib, append(env, fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity))...)
 	out := filepath.Join(t.TempDir(), "out")
 	_, end, _, _ := runLongrun(t, state, out, false)
 	rep := mustReadJSON[nvmlReport](t, filepath.Join(out, "report.json"))

@@ -230,35 +230,16 @@ func TestRun(t *testing.T) {
 	clock := testClock()
 	s := mustOpen(t, m, Options{Clock: clock}) // DeviceInfo at 1000 and 2000
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var got []event.Record
-	ticks := 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Run(ctx, time.Millisecond, func(r event.Record) {
-			got = append(got, r)
-			// Tick k samples at clock 3000 + 1000k (3000 is the first
-			// status). GPU 1 is lost on the second tick only.
-			if sa, ok := r.(*event.Sample); ok && sa.Device == 0 {
-				ticks++
-				switch ticks {
-				case 1:
-					gpus[1].memoryRet = nvml.ERROR_GPU_IS_LOST
-				case 2:
-					gpus[1].memoryRet = nvml.SUCCESS
-				case 3:
-					cancel()
-				}
-			}
-		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
+	// Tick k samples at clock 3000 + 1000k (3000 is the first status).
+	// GPU 1 is lost on the second tick only.
+	got := runTicksWith(t, s, 3, func(tick int) {
+		switch tick {
+		case 1:
+			gpus[1].memoryRet = nvml.ERROR_GPU_IS_LOST
+		case 2:
+			gpus[1].memoryRet = nvml.SUCCESS
+		}
+	})
 
 	info := s.Devices()
 	sample := func(now uint64, dev int32) *event.Sample {
@@ -379,6 +360,13 @@ func TestStartSlow(t *testing.T) {
 // returns every record.
 func runTicks(t *testing.T, s *Sampler, n int) []event.Record {
 	t.Helper()
+	return runTicksWith(t, s, n, func(int) {})
+}
+
+// runTicksWith is runTicks calling onTick(k) when tick k's sample of
+// device 0 is out (k from 1), before the next tick.
+func runTicksWith(t *testing.T, s *Sampler, n int, onTick func(tick int)) []event.Record {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var got []event.Record
@@ -389,7 +377,9 @@ func runTicks(t *testing.T, s *Sampler, n int) []event.Record {
 		s.Run(ctx, time.Millisecond, func(r event.Record) {
 			got = append(got, r)
 			if sa, ok := r.(*event.Sample); ok && sa.Device == 0 {
-				if ticks++; ticks == n {
+				ticks++
+				onTick(ticks)
+				if ticks == n {
 					cancel()
 				}
 			}

@@ -31,6 +31,9 @@ type churnState struct {
 	freeStacks ledger.Table[Usage]
 	allocStack ledger.Table[Usage]
 	releases   map[int32]*ledger.Table[*releaseQueue]
+	// lastCycle is the latest cycle's allocation time: a cycle whose
+	// release came after it starts another round (Churn.Releases).
+	lastCycle uint64
 	// last caches releases[lastDev] (the hot path).
 	last    *ledger.Table[*releaseQueue]
 	lastDev int32
@@ -171,6 +174,10 @@ func (m *churnModel) segment(e *event.Event, ch *ledger.Change) {
 		}
 		if q.len() > 0 {
 			r := q.pop()
+			if cs.c.Cycles == 0 || r.time > cs.lastCycle {
+				cs.c.Releases++
+			}
+			cs.lastCycle = e.Time
 			cs.c.Cycles++
 			cs.c.CycleBytes += e.Size
 			cs.c.CycleNs += r.duration + e.Duration

@@ -584,7 +584,9 @@
 // layer, their time inside (Event.Duration), and release-and-reallocate
 // cycles: a segment freed and a segment of the same size allocated again
 // on the same device within Options.ChurnWindow (default 2 s), the oldest
-// pending release matched first. A cycle's cost is the free's and the
+// pending release matched first; a cycle whose segment was freed after
+// the previous cycle's allocation begins a round (Churn.Releases: the
+// cache emptied, then refilled). A cycle's cost is the free's and the
 // allocation's durations, reported in ms per second of run. With the
 // block layer traced, each tensor free is counted, and so is each one the
 // allocator passed straight to cudaFree (a segment free of the same
@@ -627,8 +629,11 @@
 // free range reaches half of it, medium; or, with the evidence for
 // garbage_collection_threshold, at a failure the flush-and-retry survived,
 // medium; see "Fragmentation"). churn (bytes = the cycles' bytes; at least
-// 3 cycles in a process whose block layer was traced; medium from 1 ms per
-// second or 10 cycles, else info, and info when the allocator was not
+// 3 cycles in a process whose block layer was traced; medium when the
+// cache was released and refilled in at least every other iteration of
+// the process's loop (Churn.Releases against Iterations.Count) or the
+// cycles cost 10 ms per second, else info (a release after each evaluation
+// is a choice, priced at info), and info when the allocator was not
 // caching (the cause is that setting); the release stacks come first when the
 // frees carry stacks: imported snapshots do, the live probes take none at
 // a free). pinned_host_growth (bytes = the growing stacks' growth over

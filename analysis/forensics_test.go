@@ -191,12 +191,63 @@ func TestChurn(t *testing.T) {
 	assert.Equal(t, uint64(61), c.TensorFrees)
 	assert.Equal(t, uint64(1), c.PassedFrees)
 	assert.False(t, c.CachingOff)
-	assert.Equal(t, SeverityMedium, fs[0].Severity, "57 cycles")
+	// Steps 2..20 each begin with a release's segments coming back.
+	assert.Equal(t, uint64(19), c.Releases)
 
 	// The same calls 3 s apart are phases, not churn.
 	r2 := mustAnalyze(t, Options{ChurnWindow: 1}, s.Recs)
 	assert.Zero(t, process(t, r2, 100).Churn.Cycles)
 	assert.Empty(t, findings(r2, KindChurn))
+}
+
+// TestChurnReleaseRounds: 60 steps 20 ms apart, each a 10 MiB tensor
+// in a 20 MiB segment and a 1 MiB one in a 2 MiB segment; every `every`
+// steps the cache is emptied (both segments freed), so the next step
+// allocates both again: 2 cycles a round. Every step: 59 rounds in 60
+// iterations, medium, though the cycles cost 59 x 2 x 2 x 10 us = 2.36 ms
+// of a 1.2 s run (about 2 ms per second). Every 20 steps: 2 rounds (steps
+// 21 and 41; the release after step 60 is never taken back), 4 cycles,
+// below every other iteration: info.
+func TestChurnReleaseRounds(t *testing.T) {
+	for _, tt := range []struct {
+		every            int
+		cycles, releases uint64
+		sev              Severity
+	}{{1, 118, 59, SeverityMedium}, {20, 4, 2, SeverityInfo}} {
+		s := eventtest.NewPoolStream()
+		s.Stack(4, "forward", 4)
+		cached := false
+		for step := 1; step <= 60; step++ {
+			if !cached {
+				s.Seg(eventtest.SegBase, 20*MiB)
+				s.Seg(eventtest.SegBase+20*MiB, 2*MiB)
+				cached = true
+			}
+			for _, b := range []struct{ addr, size uint64 }{{eventtest.SegBase, 10 * MiB}, {eventtest.SegBase + 20*MiB, MiB}} {
+				s.Block(b.addr, b.size)
+				s.Recs[len(s.Recs)-1].(*event.Event).Stack = 4
+				s.BlockFree(b.addr)
+			}
+			if step%tt.every == 0 {
+				s.SegFree(eventtest.SegBase)
+				s.SegFree(eventtest.SegBase + 20*MiB)
+				cached = false
+			}
+			s.Pause(20e6)
+		}
+		r := poolResult(t, s)
+		p := process(t, r, 100)
+		require.NotNil(t, p.Iterations, "every %d", tt.every)
+		assert.Equal(t, uint64(60), p.Iterations.Count, "every %d", tt.every)
+		require.NotNil(t, p.Churn)
+		assert.Equal(t, tt.cycles, p.Churn.Cycles, "every %d", tt.every)
+		assert.Equal(t, tt.releases, p.Churn.Releases, "every %d", tt.every)
+		assert.Equal(t, uint64(60), p.Churn.Iterations, "every %d", tt.every)
+		assert.Less(t, p.Churn.CostMsPerSecond, 10.0)
+		fs := findings(r, KindChurn)
+		require.Len(t, fs, 1, "every %d", tt.every)
+		assert.Equal(t, tt.sev, fs[0].Severity, "every %d", tt.every)
+	}
 }
 
 // TestChurnCachingOff: an allocator that passes every tensor free to

@@ -986,5 +986,8 @@ func (a *Analyzer) setIterations(r *Result) {
 			it.LiveGrowthPerIteration = rules.SlopeAt(l.index, ys)
 		}
 		r.Processes[i].Iterations = it
+		if c := r.Processes[i].Churn; c != nil {
+			c.Iterations = l.count
+		}
 	}
 }

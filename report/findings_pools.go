@@ -196,6 +196,15 @@ func gcWords(res *analysis.Result, ev *analysis.GCThreshold) string {
 		o.ReleasedSegments, o.ReleasedBytes, units.Duration(o.CostNs))
 }
 
+// churnRounds says how often the cache was released and refilled: per
+// iteration of the loop when one was found.
+func churnRounds(c *analysis.Churn) string {
+	if c.Iterations > 0 {
+		return fmt.Sprintf("the cache was released and refilled %d times in %d iterations", c.Releases, c.Iterations)
+	}
+	return fmt.Sprintf("the cache was released and refilled %d times", c.Releases)
+}
+
 // churnWords prices a process's release-and-reallocate cycles.
 func churnWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	c := f.Churn
@@ -206,9 +215,9 @@ func churnWords(res *analysis.Result, f *analysis.Finding) (string, []string) {
 	if _, ok := analysis.RateBaseFor(c.ObservedNs); ok {
 		calls = fmt.Sprintf("%.1f per second", c.CallsPerSecond)
 	}
-	summary := fmt.Sprintf("process %s released %d segments (%d bytes, %s) that a segment of the same size replaced within %s on average: %d cudaMalloc and %d cudaFree calls (%s, %s inside them); the cycles cost %.3f ms per second of run",
+	summary := fmt.Sprintf("process %s released %d segments (%d bytes, %s) that a segment of the same size replaced within %s on average: %d cudaMalloc and %d cudaFree calls (%s, %s inside them); the cycles cost %.3f ms per second of run; %s",
 		res.Run.PIDText(f.PID), c.Cycles, c.CycleBytes, units.Bytes(c.CycleBytes), gap, c.Allocs, c.Frees, calls,
-		units.Duration(c.AllocNs+c.FreeNs), c.CostMsPerSecond)
+		units.Duration(c.AllocNs+c.FreeNs), c.CostMsPerSecond, churnRounds(c))
 	// The release stacks first (where empty_cache() is called), when the
 	// frees had stacks; then the allocations that took the memory back.
 	where := "the release sites (no stack was captured at the frees)"

@@ -94,11 +94,15 @@ type JSONChurn struct {
 	CallsPerSecond float64 `json:"calls_per_second"`
 	// ObservedNs is the span CallsPerSecond was measured over (the run):
 	// the texts quote a rate per second only from a second observed.
-	ObservedNs      uint64      `json:"observed_ns"`
-	Cycles          uint64      `json:"cycles"`
-	CycleBytes      uint64      `json:"cycle_bytes"`
-	CycleNs         uint64      `json:"cycle_ns"`
-	CycleGapNs      uint64      `json:"cycle_gap_ns"`
+	ObservedNs uint64 `json:"observed_ns"`
+	Cycles     uint64 `json:"cycles"`
+	CycleBytes uint64 `json:"cycle_bytes"`
+	CycleNs    uint64 `json:"cycle_ns"`
+	CycleGapNs uint64 `json:"cycle_gap_ns"`
+	// Releases counts the rounds of cycles (analysis.Churn.Releases).
+	Releases uint64 `json:"releases"`
+	// Iterations is the process's loop's iteration count (0: none found).
+	Iterations      uint64      `json:"iterations"`
 	CostMsPerSecond float64     `json:"cost_ms_per_second"`
 	FreeStacks      []JSONStack `json:"free_stacks"`
 	AllocStacks     []JSONStack `json:"alloc_stacks"`
@@ -158,6 +162,6 @@ func jsonChurn(res *analysis.Result, c *analysis.Churn) *JSONChurn {
 	}
 	return &JSONChurn{Allocs: c.Allocs, Frees: c.Frees, AllocNs: c.AllocNs, FreeNs: c.FreeNs,
 		CallsPerSecond: c.CallsPerSecond, ObservedNs: c.ObservedNs, Cycles: c.Cycles, CycleBytes: c.CycleBytes, CycleNs: c.CycleNs,
-		CycleGapNs: c.CycleGapNs, CostMsPerSecond: c.CostMsPerSecond,
+		CycleGapNs: c.CycleGapNs, Releases: c.Releases, Iterations: c.Iterations, CostMsPerSecond: c.CostMsPerSecond,
 		FreeStacks: jsonStacks(res, c.FreeStacks), AllocStacks: jsonStacks(res, c.AllocStacks), CachingOff: c.CachingOff}
 }

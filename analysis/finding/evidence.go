@@ -291,6 +291,13 @@ type Churn struct {
 	CycleBytes uint64
 	CycleNs    uint64
 	CycleGapNs uint64
+	// Releases counts the rounds of cycles: a cycle whose segment was
+	// freed after the previous cycle's allocation starts one (a cache
+	// emptied, then refilled). empty_cache() every step makes one a step.
+	Releases uint64
+	// Iterations is the process's loop's iteration count (0 when no loop
+	// was found): the rounds are weighed against it.
+	Iterations uint64
 	// CostMsPerSecond is CycleNs in milliseconds per second of run.
 	CostMsPerSecond float64
 	// FreeStacks and AllocStacks are the cycles' frees and allocations by

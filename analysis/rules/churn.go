@@ -6,6 +6,15 @@ import "github.com/vramprof/vramprof/analysis/finding"
 // not a habit worth a finding.
 const minChurnCycles = 3
 
+// churnCostMsPerSecond is the cycles' measured cost, in ms per second of
+// run, from which they are worth removing whatever their pattern: 1% of
+// the run spent inside cudaFree and cudaMalloc for memory given back.
+// Below it the cost alone is no evidence: on a short run a few cycles
+// after an evaluation reach a millisecond per second (h_empty_cache_periodic:
+// 7 cycles, 0.8-0.9 ms per second of a 0.35 s run, more on a loaded host),
+// though their program releases once every 25 steps.
+const churnCostMsPerSecond = 10
+
 // Churn prices each process's release-and-reallocate cycles
 // (Process.Churn; see the analysis doc, "Churn"). Only a process whose
 // caching allocator was traced qualifies (Process.Pooled): there the
@@ -24,7 +33,7 @@ func Churn(v *View) []finding.Finding {
 		// With caching off the cycles are every tensor's own cudaMalloc
 		// and cudaFree: no empty_cache() to remove, and the setting is a
 		// choice (a memory debugging run), so it is said, at info.
-		if !c.CachingOff && (c.CostMsPerSecond >= 1 || c.Cycles >= 10) {
+		if !c.CachingOff && (habitualRelease(c, p.Loop) || c.CostMsPerSecond >= churnCostMsPerSecond) {
 			sev = finding.SeverityMedium
 		}
 		f := finding.Finding{Kind: finding.KindChurn, Severity: sev, PID: p.PID, ProcessStart: p.Start,
@@ -42,4 +51,13 @@ func Churn(v *View) []finding.Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// habitualRelease reports whether the cache was released and refilled in
+// at least every other iteration of the process's loop (at least
+// minChurnCycles rounds): empty_cache() inside the step, the habit the
+// finding asks to remove. A release after each evaluation or epoch is a
+// round every many steps, a choice whose cost the measured figure prices.
+func habitualRelease(c *finding.Churn, l *Loop) bool {
+	return l != nil && l.Count > 0 && c.Releases >= minChurnCycles && 2*c.Releases >= l.Count
 }

@@ -22,6 +22,9 @@ func NewPoolStream() *PoolStream {
 // Next advances the clock by 1 ms and returns it.
 func (s *PoolStream) Next() uint64 { s.t += 1e6; return s.t }
 
+// Pause advances the clock by ns without an event (the rest of a step).
+func (s *PoolStream) Pause(ns uint64) { s.t += ns }
+
 // Seg maps a segment of size bytes at addr.
 func (s *PoolStream) Seg(addr, size uint64) {
 	s.Ev(event.Event{Time: s.Next(), Duration: 10e3, Addr: addr, Size: size, Stack: 1, TID: 1, Kind: event.KindAlloc, API: event.APICudaMalloc})

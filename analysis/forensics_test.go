@@ -205,7 +205,7 @@ func TestChurn(t *testing.T) {
 // steps the cache is emptied (both segments freed), so the next step
 // allocates both again: 2 cycles a round. Every step: 59 rounds in 60
 // iterations, medium, though the cycles cost 59 x 2 x 2 x 10 us = 2.36 ms
-// of a 1.2 s run (about 2 ms per second). Every 20 steps: 2 rounds (steps
+// of a 60 x (8 events x 1 ms + 20 ms) = 1.68 s run (1.4 ms per second). Every 20 steps: 2 rounds (steps
 // 21 and 41; the release after step 60 is never taken back), 4 cycles,
 // below every other iteration: info.
 func TestChurnReleaseRounds(t *testing.T) {

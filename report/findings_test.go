@@ -280,7 +280,8 @@ func TestWordsChurn(t *testing.T) {
 	assert.Contains(t, fs[0].Summary, "within 5.00 ms on average: 61 cudaMalloc and 61 cudaFree calls (in 245 ms, 1.22 ms inside them)")
 	assert.NotContains(t, fs[0].Summary, "per second,")
 	// Steps 2..20 took back what the step before released; the loop found
-	// is every allocation of this evenly clocked stream (61).
+	// is every tensor allocation of this evenly clocked stream, 1 + 20 x 3
+	// = 61.
 	assert.Contains(t, fs[0].Summary, "; the cache was released and refilled 19 times in 61 iterations")
 }
 

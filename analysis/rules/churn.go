@@ -11,7 +11,8 @@ const minChurnCycles = 3
 // the run spent inside cudaFree and cudaMalloc for memory given back.
 // Below it the cost alone is no evidence: on a short run a few cycles
 // after an evaluation reach a millisecond per second (h_empty_cache_periodic:
-// 7 cycles, 0.8-0.9 ms per second of a 0.35 s run, more on a loaded host),
+// 7 cycles in 2 rounds, 0.80-0.95 ms per second of a 0.35 s run, more on
+// a loaded host),
 // though their program releases once every 25 steps.
 const churnCostMsPerSecond = 10
 

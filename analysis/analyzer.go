@@ -108,6 +108,9 @@ type Analyzer struct {
 	// events written out of effect order.
 	lost, late uint64
 	lostCauses event.LostCauses
+	// stops are the End record's stop counts (event.End.Stops), by PID
+	// and start time; nil when it did not count them.
+	stops map[event.ProcessStops]uint64
 	// latest is the latest time seen in any record: the end of a stream cut
 	// short.
 	latest uint64
@@ -552,6 +555,12 @@ func (a *Analyzer) Add(rec event.Record) error {
 	case *event.End:
 		if r != nil {
 			a.run.Ended = true
+			if r.StopsCounted {
+				a.stops = make(map[event.ProcessStops]uint64, len(r.Stops))
+				for _, s := range r.Stops {
+					a.stops[event.ProcessStops{PID: s.PID, Start: s.Start}] += s.Count
+				}
+			}
 			a.run.EndReason = r.Reason
 			a.run.ExitCode = r.ExitCode
 			a.run.End = r.Time

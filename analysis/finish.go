@@ -238,6 +238,14 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		p.Failed = topStacks(ag.failed, 0)
 		p.NVML, p.Preexisting = a.processNVML(in, &p)
 		p.Churn = a.churn.finish(pid, r.Run.Duration)
+		if a.stops != nil {
+			var start uint64
+			if in.info != nil {
+				start = in.info.Start
+			}
+			n := a.stops[event.ProcessStops{PID: in.pid, Start: start}]
+			p.Stops = &n
+		}
 		r.Processes = append(r.Processes, p)
 		ids = append(ids, pid)
 	}

@@ -350,6 +350,11 @@ type Process struct {
 	// Churn is the process's segment allocator traffic; nil when it made
 	// no device allocation or free call.
 	Churn *Churn
+	// Stops is how many times the recorder stopped the process at a
+	// library load or exec (a stop is seen by the process: a thread's
+	// interrupted wait returns EINTR); nil when the trace does not say
+	// (cut short, or recorded before stops were counted).
+	Stops *uint64
 	// Iterations is the process's training loop, detected from its
 	// allocations (see doc.go, "Iterations"); nil when no regular loop.
 	Iterations *Iterations

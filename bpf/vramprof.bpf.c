@@ -105,21 +105,23 @@
  *            (allocator specs, vramprof/specs.h; apart from threads and slots).
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
  *            built there, and it seeds new spec_calls slots.
- *   known_files  LRU hash {st_dev, inode} -> u8 (trace_all): files user
- *            space has examined (code probed or found to hold nothing to
- *            probe, or a file that is not ELF: data).
- *   pending  LRU hash tgid -> u8 (trace_all): a process that is no target
- *            faulted on a mapping of an unexamined file since its loader's
- *            last rendezvous; that rendezvous then stops it (loader_state).
- *   resolve_key  hash tid -> file_key (trace_all): the key of the file a
- *            thread of vramprof's own faulted on (overlayfs, late.go).
+ *   known_files  LRU hash {st_dev, inode} -> u8 (trace_all, quiet): files
+ *            user space has examined (code probed or found to hold nothing
+ *            to probe, or a file that is not ELF: data).
+ *   pending  LRU hash tgid -> u8 (trace_all, quiet): a process faulted on a
+ *            mapping of an unexamined file since its loader's last
+ *            rendezvous; that rendezvous then stops it (loader_state).
+ *   resolve_key  hash tid -> file_key: the key of the file a thread of
+ *            vramprof's own faulted on (overlayfs, late.go).
  *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
  *            function's arguments are (cookie bits 32-63).
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
  * Set from Go before load: wakeup_bytes, trace_all (every process is a
- * target: attach --all), self_tgid (vramprof's own process). BPF's own:
+ * target: attach --all), self_tgid (vramprof's own process). Set from Go
+ * once the file fault watch is attached: quiet (stop a target only for a
+ * file not examined yet). BPF's own:
  * stop_seq (numbers the stops).
  *
  * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf).
@@ -400,10 +402,13 @@ static __always_inline int may_stop_other(void)
  * calls around every change to the link map (dlopen, dlclose, and the
  * initial load). The target is stopped so that user space can scan its new
  * mappings and attach before the first call into a new CUDA library; user
- * space sends SIGCONT when it is done. With trace_all, other processes are
- * announced but not stopped (stopping every process on the host at every
- * dlopen is not ours to do), unless it mapped a file user space has not
- * examined yet (pending, see file_faulted) and may_stop_other allows it.
+ * space sends SIGCONT when it is done. quiet: only when it mapped a file
+ * user space has not examined yet (pending, see file_faulted): a stop is
+ * seen by the target (a thread's interrupted wait returns EINTR, a SIGCONT
+ * handler runs), and a file examined already needs none. With trace_all,
+ * other processes are announced but not stopped (stopping every process
+ * on the host at every dlopen is not ours to do), unless they are pending
+ * and may_stop_other allows it.
  */
 SEC("uprobe/loader_state")
 int loader_state(struct pt_regs *ctx)
@@ -421,13 +426,13 @@ int loader_state(struct pt_regs *ctx)
 		return 0;
 	}
 	fill_common(r, id, REC_LOADER);
-	if (target)
-		stop_target(r, tgid);
-	else if (bpf_map_lookup_elem(&pending, &tgid)) {
+	int due = bpf_map_lookup_elem(&pending, &tgid) != 0;
+	if (due)
 		bpf_map_delete_elem(&pending, &tgid);
-		if (may_stop_other())
-			stop_target(r, tgid);
-	}
+	if (target && (due || !quiet))
+		stop_target(r, tgid);
+	else if (!target && due && may_stop_other())
+		stop_target(r, tgid);
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
@@ -448,13 +453,12 @@ struct address_space {
 
 /*
  * file_faulted makes the calling process pending when mapping's file is
- * not in known_files (trace_all; a process that is not a target: targets
- * are stopped at every rendezvous anyway). A fault of vramprof's own only
- * answers resolve_key.
+ * not in known_files (trace_all: any process; quiet: a target). A fault
+ * of vramprof's own only answers resolve_key.
  */
 static __always_inline void file_faulted(struct address_space *mapping)
 {
-	if (!trace_all || !mapping)
+	if ((!trace_all && !quiet) || !mapping)
 		return;
 	struct inode *in = mapping->host;
 	if (!in)
@@ -473,7 +477,9 @@ static __always_inline void file_faulted(struct address_space *mapping)
 			*slot = key;
 		return;
 	}
-	if (bpf_map_lookup_elem(&targets, &tgid))
+	if (!quiet && bpf_map_lookup_elem(&targets, &tgid))
+		return; /* stopped at every rendezvous anyway */
+	if (!trace_all && !bpf_map_lookup_elem(&targets, &tgid))
 		return;
 	if (bpf_map_lookup_elem(&known_files, &key))
 		return;
@@ -482,7 +488,7 @@ static __always_inline void file_faulted(struct address_space *mapping)
 }
 
 /*
- * map_fault, map_pages (trace_all only; attached by AttachAll): a process's
+ * map_fault, map_pages (attached by watchMappings, for trace_all and quiet): a process's
  * page fault on a file mapping (filemap_fault; filemap_map_pages, the
  * fault-around of pages already cached). The loader reads a library it
  * maps (its dynamic section, symbols, relocations) before the rendezvous

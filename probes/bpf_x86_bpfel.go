@@ -298,6 +298,7 @@ const (
 	bpfVarCallContractTypes = "call_contract_types"
 	bpfVarContractTypes     = "contract_types"
 	bpfVarLost              = "lost"
+	bpfVarQuiet             = "quiet"
 	bpfVarSelfTgid          = "self_tgid"
 	bpfVarSpecContractTypes = "spec_contract_types"
 	bpfVarStopSeq           = "stop_seq"
@@ -395,6 +396,7 @@ type bpfVariableSpecs struct {
 	CallContractTypes *ebpf.VariableSpec `ebpf:"call_contract_types"`
 	ContractTypes     *ebpf.VariableSpec `ebpf:"contract_types"`
 	Lost              *ebpf.VariableSpec `ebpf:"lost"`
+	Quiet             *ebpf.VariableSpec `ebpf:"quiet"`
 	SelfTgid          *ebpf.VariableSpec `ebpf:"self_tgid"`
 	SpecContractTypes *ebpf.VariableSpec `ebpf:"spec_contract_types"`
 	StopSeq           *ebpf.VariableSpec `ebpf:"stop_seq"`
@@ -475,6 +477,7 @@ type bpfVariables struct {
 	CallContractTypes *ebpf.Variable `ebpf:"call_contract_types"`
 	ContractTypes     *ebpf.Variable `ebpf:"contract_types"`
 	Lost              *ebpf.Variable `ebpf:"lost"`
+	Quiet             *ebpf.Variable `ebpf:"quiet"`
 	SelfTgid          *ebpf.Variable `ebpf:"self_tgid"`
 	SpecContractTypes *ebpf.Variable `ebpf:"spec_contract_types"`
 	StopSeq           *ebpf.Variable `ebpf:"stop_seq"`

@@ -62,8 +62,10 @@ import (
 )
 
 // watchMappings attaches map_fault and map_pages, which mark processes
-// that fault on an unexamined file. Called by AttachAll before it scans
-// /proc, so that no mapping falls between the scan and the watch.
+// that fault on an unexamined file, and makes the BPF side quiet (see
+// preload.go). Called by NewSession, before any process is probed: under
+// Options.All, before AttachAll scans /proc, so that no mapping falls
+// between the scan and the watch.
 func (s *Session) watchMappings() error {
 	for _, prog := range []*ebpf.Program{s.objs.MapFault, s.objs.MapPages} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
@@ -72,6 +74,10 @@ func (s *Session) watchMappings() error {
 		}
 		s.lifeLinks = append(s.lifeLinks, l)
 	}
+	if err := s.objs.Quiet.Set(uint8(1)); err != nil {
+		return fmt.Errorf("set quiet: %w", err)
+	}
+	s.watching = true
 	return nil
 }
 
@@ -121,11 +127,11 @@ func isELF(path string) bool {
 
 // examined tells the kernel that the file k, opened at path, has been
 // looked at (probed, or found to hold nothing to probe, or data): mapping
-// it stops nobody from now on. Only under Options.All, where map_fault and
-// map_pages run. An error is ignored: the worst outcome is one more stop
-// of a process that maps the file.
+// it stops nobody from now on. Only while map_fault and map_pages run
+// (watching). An error is ignored: the worst outcome is one more stop of a
+// process that maps the file.
 func (s *Session) examined(k fileKey, path string) {
-	if !s.opts.All || s.late.known[k] {
+	if !s.watching || s.late.known[k] {
 		return
 	}
 	if s.late.known == nil || len(s.late.known) >= maxKnown {
@@ -257,14 +263,79 @@ type deferredStop struct {
 	seq   uint64 // the stopped map's key
 }
 
-// deferStop keeps stop seq of pid for resumeDeferred.
+// deferStop keeps stop seq of pid for resumeDeferred, and leaves a marker
+// for the session that holds pid (see takeDeferred).
 func (s *Session) deferStop(pid uint32, seq uint64) {
 	st, err := procStartTime(int(pid))
 	if err != nil {
 		s.resumed(seq) // gone: nothing to resume
 		return
 	}
-	s.late.deferred = append(s.late.deferred, deferredStop{pid: pid, start: st, seq: seq})
+	d := deferredStop{pid: pid, start: st, seq: seq}
+	if f, err := os.OpenFile(d.marker(), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644); err == nil {
+		_ = f.Close()
+	}
+	s.late.deferred = append(s.late.deferred, d)
+}
+
+// marker is the file that tells the session holding d's process that
+// this session stopped it and waits for it to resume it:
+// LockDir/<pid>-<start>.<this session's PID>-<seq>.deferred.
+func (d deferredStop) marker() string {
+	return filepath.Join(LockDir, fmt.Sprintf("%d-%d.%d-%d.deferred", d.pid, d.start, os.Getpid(), d.seq))
+}
+
+// settle forgets d: its stop ended (or its process), or this session ends.
+func (s *Session) settle(d deferredStop) {
+	_ = os.Remove(d.marker())
+	s.resumed(d.seq)
+}
+
+// takeDeferred resumes the targets of this session (one that holds its
+// processes' locks) that an Options.All session stopped and left to it
+// (deferStop's markers): such a session stops a process at a rendezvous
+// where this one may have stopped it too, and leaves the SIGCONT to this
+// one, which sends it once it has probed. A quiet session (preload.go) may
+// not have stopped it at all: the file was examined here already. Then
+// nobody else would resume it. So at each tick, a target with a marker
+// that is stopped while this session has no stop of its own in the
+// stopped map is resumed (resume: not when the user's stop signal is
+// pending). Markers of a session that is gone are removed.
+func (s *Session) takeDeferred() {
+	if s.opts.All {
+		return
+	}
+	for pid, p := range s.procs {
+		if p.exited || p.lock == nil {
+			continue
+		}
+		found, _ := filepath.Glob(filepath.Join(LockDir, fmt.Sprintf("%d-%d.*.deferred", pid, p.startTime)))
+		if len(found) == 0 {
+			continue
+		}
+		if procState(int(pid)) == 'T' && !s.stoppedHere(pid) {
+			if user, err := resume(int(pid)); err == nil && user != 0 && s.opts.Note != nil {
+				s.opts.Note(fmt.Sprintf("pid %d was sent %v while stopped at a library load: left stopped", pid, user))
+			}
+		}
+		for _, f := range found {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+// stoppedHere reports whether this session's stopped map lists a stop of
+// pid that it has not resumed yet.
+func (s *Session) stoppedHere(pid uint32) bool {
+	var seq uint64
+	var st bpfStop
+	it := s.objs.Stopped.Iterate()
+	for it.Next(&seq, &st) {
+		if st.Tgid == pid {
+			return true
+		}
+	}
+	return false
 }
 
 // resumeDeferred settles the deferred stops (from tick). A process that
@@ -280,14 +351,14 @@ func (s *Session) resumeDeferred() error {
 		st, err := procStartTime(int(d.pid))
 		switch {
 		case err != nil || st != d.start:
-			s.resumed(d.seq) // gone
+			s.settle(d) // gone
 		case procState(int(d.pid)) != 'T':
-			s.resumed(d.seq) // resumed by its session
+			s.settle(d) // resumed by its session
 		case heldBy(d.pid, d.start) == 0:
 			if _, kerr := resume(int(d.pid)); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
 				errs = append(errs, fmt.Errorf("resume pid %d: %w", d.pid, kerr))
 			}
-			s.resumed(d.seq)
+			s.settle(d)
 		default:
 			kept = append(kept, d)
 		}

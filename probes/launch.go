@@ -132,6 +132,11 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	if err := s.scan(p); err != nil {
 		return fail(err)
 	}
+	env := o.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	s.preload(p, env)
 	if err := syscall.PtraceDetach(pid); err != nil {
 		return fail(fmt.Errorf("resume %s: %w", o.Argv[0], err))
 	}
@@ -161,6 +166,7 @@ func (s *Session) Attach(pid int, wait bool) error {
 	if err := s.scan(p); err != nil {
 		return err
 	}
+	s.preload(p, procEnviron(pid))
 	if !p.cuda && !wait {
 		if len(p.stripped) > 0 {
 			// --wait would wait for a runtime that is already there,

@@ -59,9 +59,9 @@ func newLoader(opts *Options) (*loader, error) {
 		if err := spec.Variables[bpfVarTraceAll].Set(uint8(1)); err != nil {
 			return nil, fmt.Errorf("set trace_all: %w", err)
 		}
-		if err := spec.Variables[bpfVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
-			return nil, fmt.Errorf("set self_tgid: %w", err)
-		}
+	}
+	if err := spec.Variables[bpfVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
+		return nil, fmt.Errorf("set self_tgid: %w", err)
 	}
 	l := &loader{}
 	if err := spec.LoadAndAssign(&l.objs, nil); err != nil {

@@ -3,6 +3,7 @@
 package probes
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +101,8 @@ type Session struct {
 	rd *reader
 	// stops counts the stop records read, for the test hook dieAtStop.
 	stops int
+	// stopsOf counts them per traced process (Stops).
+	stopsOf map[event.ProcessStops]uint64
 	// heldForTest: the test hook holdAtStop has held its stop.
 	heldForTest bool
 
@@ -123,6 +126,10 @@ type Session struct {
 
 	// late: runtimes loaded after the session began (late.go).
 	late lateState
+	// watching: the file fault watch is attached (late.go) and the BPF
+	// side is quiet: a target is stopped at its loader's rendezvous only
+	// for a file not examined yet (preload.go).
+	watching bool
 	// watchedFrom is when AttachAll's watch on every process's mappings
 	// began, in /proc/PID/stat's clock ticks since boot; 0 before. A
 	// process that started in a later tick was traced from its start.
@@ -160,11 +167,35 @@ func NewSession(opts Options) (*Session, error) {
 		order:      newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
 	}
 	s.procTable = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
+	if err := s.watchMappings(); err != nil {
+		if opts.All {
+			_ = l.close()
+			return nil, err
+		}
+		// Without the watch, targets stop at every rendezvous: seen by
+		// them, but nothing is missed.
+	}
 	s.startPrefetch()
 	if !opts.NoPool {
 		s.allocs = append(allocspec.Builtin(), opts.Allocators...)
 	}
 	return s, nil
+}
+
+// Stops returns how many times each traced process was stopped at a
+// library load or exec (after its first exec, under Launch, which ptrace
+// stops), by PID and start time, ordered by PID; processes never stopped
+// are not listed.
+func (s *Session) Stops() []event.ProcessStops {
+	out := make([]event.ProcessStops, 0, len(s.stopsOf))
+	for k, n := range s.stopsOf {
+		k.Count = n
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b event.ProcessStops) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Start, b.Start))
+	})
+	return out
 }
 
 // Stats returns the session's live counters.
@@ -174,7 +205,9 @@ func (s *Session) Stats() *Stats { return &s.stats }
 // stopped and the session has not resumed yet (and no other process: one
 // the user stopped stays stopped), ends the guardian, closes the readers
 // and unloads the BPF objects, in that order (loader.close), then releases
-// the symbolizer and the targets' locks. It returns the first error.
+// the symbolizer and the targets' locks. It returns the first error. The
+// markers of its deferred stops stay: the session that holds such a
+// process resumes it (takeDeferred).
 func (s *Session) Close() error {
 	if s.closed {
 		return nil
@@ -347,6 +380,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 // tick does the periodic work: noticing exits, lost-record accounting.
 func (s *Session) tick() error {
 	s.sweep()
+	s.takeDeferred()
 	if err := s.resumeDeferred(); err != nil {
 		return err
 	}
@@ -498,6 +532,12 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		}
 	}
 	p := s.procs[r.ev.PID]
+	if p != nil && r.flags&recFlagStopped != 0 {
+		if s.stopsOf == nil {
+			s.stopsOf = make(map[event.ProcessStops]uint64)
+		}
+		s.stopsOf[event.ProcessStops{PID: p.pid, Start: p.startTime}]++
+	}
 	var err error
 	if p != nil && !p.exited {
 		if r.kind == recExec {
@@ -511,6 +551,12 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		}
 		if err == nil {
 			err = s.scan(p)
+		}
+		if err == nil && r.flags&recFlagStopped != 0 && s.watching {
+			s.knowData(p.pid) // else a fault on them would stop it again
+			// What the files it maps now would load (their RUNPATHs: the
+			// driver beside a runtime dlopen()ed by its path).
+			s.preload(p, procEnviron(int(p.pid)))
 		}
 	}
 	if r.flags&recFlagStopped != 0 && s.opts.All && heldNow(r.ev.PID) {
@@ -614,9 +660,6 @@ func holdForTest(dir string, pid uint32) (handled func()) {
 func (s *Session) AttachAll() error {
 	if !s.opts.All {
 		return errors.New("attach all: the session was not created with Options.All")
-	}
-	if err := s.watchMappings(); err != nil {
-		return fmt.Errorf("attach all: %w", err)
 	}
 	// From now on a process that starts is seen from its start: the
 	// probes on the files already known fire in it, and the watch

@@ -297,6 +297,11 @@ type JSONProcess struct {
 	// Churn is the process's cudaMalloc/cudaFree traffic and its
 	// release-and-reallocate cycles; absent without such calls.
 	Churn *JSONChurn `json:"churn,omitempty"`
+	// Stops is how many times vramprof stopped the process at a library
+	// load or exec to probe what it mapped (each is seen by the process:
+	// a thread's interrupted wait returns EINTR); null when the recording
+	// does not say (cut short, or older).
+	Stops *uint64 `json:"stops"`
 }
 
 // JSONProcNVML is one process's NVML figures next to the traced ones.
@@ -815,6 +820,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		StartNs:          res.Rel(p.Start),
 		PreexistingBasis: string(p.Preexisting.Basis),
 		Churn:            jsonChurn(res, p.Churn),
+		Stops:            p.Stops,
 	}
 	if p.SupersededAt != 0 {
 		jp.SupersededNs = ptr(res.Rel(p.SupersededAt))

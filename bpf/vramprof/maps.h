@@ -30,8 +30,17 @@ struct ctx_key {
 /* Set from Go before load. */
 volatile const __u64 wakeup_bytes = 256 * 1024;
 volatile const __u8 trace_all = 0;
-/* vramprof's own process (trace_all): its faults only answer resolve_key. */
+/* vramprof's own process: its faults only answer resolve_key. */
 volatile const __u32 self_tgid = 0;
+
+/*
+ * Set from Go after load, once map_fault and map_pages watch every file
+ * mapping (probes/late.go): a target is stopped at its loader's
+ * rendezvous only when it faulted on a file user space has not examined
+ * since its last stop (pending), not at every rendezvous. 0 (the watch
+ * could not be attached): at every one.
+ */
+volatile __u8 quiet = 0;
 
 /* Read from Go. */
 __u64 lost = 0;
@@ -59,12 +68,14 @@ struct stop {
 };
 
 /*
- * Late runtimes (trace_all only): a page fault on a mapping of a file user
- * space has not examined yet makes its process "pending"; the loader's next
- * rendezvous in that process stops it (see loader_state), so a CUDA library
- * dlopen()ed after the session began is probed before its first call. Each
- * file stops at most the processes that map it before user space has
- * examined it once (it then goes into known_files).
+ * Late runtimes (trace_all, or a quiet session's targets): a page fault on
+ * a mapping of a file user space has not examined yet makes its process
+ * "pending"; the loader's next rendezvous in that process stops it (see
+ * loader_state), so a CUDA library dlopen()ed after the session began is
+ * probed before its first call. Each file stops at most the processes that
+ * map it before user space has examined it once (it then goes into
+ * known_files); a file examined before any process maps it (a CUDA library
+ * on a target's search path) stops nobody.
  */
 struct file_key {
 	__u64 dev; /* as stat(2) gives st_dev (new_encode_dev) */
@@ -86,7 +97,7 @@ struct {
 } pending SEC(".maps");
 
 /*
- * resolve_key (trace_all): a thread of vramprof's own (self_tgid) that
+ * resolve_key (trace_all or quiet): a thread of vramprof's own (self_tgid) that
  * user space put here gets the key of the next file it faults on. On a
  * stacked file system (overlayfs: every container's root) stat(2) gives
  * the overlay's device, while a fault's mapping is the file underneath:

@@ -133,6 +133,7 @@ func (r *recording) run(ctx context.Context, shared bool) error {
 // and prints the summary (none with -q). It returns its error, else
 // runErr, what run returned.
 func (r *recording) finish(end *event.End, runErr error) error {
+	end.StopsCounted, end.Stops = true, r.session.Stops()
 	if err := r.rec.Finish(end, r.out, errors.Join(r.stopNVML(), r.session.Close())); err != nil {
 		return err
 	}

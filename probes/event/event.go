@@ -350,6 +350,20 @@ type End struct {
 	Time     uint64
 	Reason   string // "exited", "signal", "duration", "target exited", ...
 	ExitCode int    // the launched command's exit code in run mode, else 0
+	// StopsCounted says Stops was recorded: Stops lists every traced
+	// process the loader probe stopped at least once (a stop is seen by
+	// the process: probes/preload.go), and a process not listed was
+	// never stopped. Appended to the format: older traces read false.
+	StopsCounted bool
+	Stops        []ProcessStops
+}
+
+// ProcessStops is how many times the session stopped one process at a
+// library load or exec, for user space to probe what it mapped.
+type ProcessStops struct {
+	PID   uint32
+	Start uint64 // the process's start time, as Process.Start
+	Count uint64
 }
 
 // Header opens every stream.

@@ -1320,6 +1320,13 @@ func (e *encoder) end(x *End) {
 	e.uint(x.Time)
 	e.str(x.Reason)
 	e.int(int64(x.ExitCode))
+	e.bool(x.StopsCounted)
+	e.uint(uint64(len(x.Stops)))
+	for _, s := range x.Stops {
+		e.uint(uint64(s.PID))
+		e.uint(s.Start)
+		e.uint(s.Count)
+	}
 }
 
 func (e *encoder) deviceInfo(x *DeviceInfo) {
@@ -1567,6 +1574,13 @@ func (d *decoder) end(x *End) {
 	x.Time = d.uint()
 	x.Reason = d.str()
 	x.ExitCode = int(d.int())
+	if len(d.b) > 0 { // appended fields: absent from older traces
+		x.StopsCounted = d.bool()
+		n := d.uint()
+		for i := uint64(0); i < n && len(d.b) > 0; i++ {
+			x.Stops = append(x.Stops, ProcessStops{PID: d.u32(), Start: d.uint(), Count: d.uint()})
+		}
+	}
 }
 
 func (d *decoder) deviceInfo(x *DeviceInfo) {

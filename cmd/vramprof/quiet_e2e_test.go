@@ -116,4 +116,3 @@ func processStops(t *testing.T, dir string) []int {
 	}
 	return out
 }
-

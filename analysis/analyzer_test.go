@@ -591,3 +591,33 @@ func BenchmarkMonotonic(b *testing.B) {
 		monotonic(b, 100_000)
 	}
 }
+
+// TestProcessStops: the End record's stop counts land on the process they
+// name, by PID and start time; a process it does not list was stopped 0
+// times; a trace whose End did not count them (or that has no End) says
+// nothing (nil).
+func TestProcessStops(t *testing.T) {
+	build := func() *eventtest.Stream {
+		s := eventtest.NewStream().Stack(1, "f", 10)
+		s.Add(&event.Process{PID: 100, Command: []string{"python", "train.py"}, Start: 555})
+		s.Add(&event.Process{PID: 200, PPID: 100, Command: []string{"worker"}, Start: 556})
+		s.Alloc(1, 0xa, MiB, 1)
+		s.Ev(event.Event{Time: 2, PID: 200, Addr: 0xb, Size: MiB, Kind: event.KindAlloc, API: event.APICudaMalloc, Device: 0})
+		return s
+	}
+	s := build()
+	s.Add(&event.End{Time: 10, Reason: "exited", StopsCounted: true, Stops: []event.ProcessStops{
+		{PID: 100, Start: 555, Count: 3},
+		{PID: 100, Start: 1, Count: 9}, // another process on PID 100: not this one
+	}})
+	r := mustAnalyze(t, Options{}, s.Recs)
+	require.NotNil(t, process(t, r, 100).Stops)
+	assert.Equal(t, uint64(3), *process(t, r, 100).Stops)
+	require.NotNil(t, process(t, r, 200).Stops)
+	assert.Equal(t, uint64(0), *process(t, r, 200).Stops, "not listed: never stopped")
+
+	r = mustAnalyze(t, Options{}, build().End(10).Recs)
+	assert.Nil(t, process(t, r, 100).Stops, "an End that did not count stops")
+	r = mustAnalyze(t, Options{}, build().Recs)
+	assert.Nil(t, process(t, r, 100).Stops, "no End: cut short")
+}

@@ -116,3 +116,21 @@ func processStops(t *testing.T, dir string) []int {
 	}
 	return out
 }
+
+// TestQuietBesideServe: serve stops a process that maps a file serve has
+// not examined, and leaves its resumption to the run session that holds
+// the process (the per-process lock). The run, quiet, did not stop it (it
+// had probed the runtime before the load), so it resumes serve's stop
+// itself (probes takeDeferred); without that the process stayed stopped
+// for as long as the run waited for it to exit: for ever.
+func TestQuietBesideServe(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	cmd, done, stderr := startServe(t)
+	defer stopServe(t, cmd, done, stderr)
+	for i := 0; i < 3; i++ {
+		tmp := t.TempDir()
+		truth, dir := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "out")
+		r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truth}}, "run", "-q", "-o", dir, "--", probetest.Bin(t, "dlopen_quiet"))
+		assertExact(t, dir, truth, r)
+	}
+}

@@ -137,6 +137,9 @@ func TestRoundTrip(t *testing.T) {
 		{"lost causes", &Lost{Time: 1, Total: 1<<40 + 8, Causes: LostCauses{RingFull: 1 << 40, Unpaired: 7, Malformed: 1}}},
 		{"end", &End{Time: 9, Reason: "signal", ExitCode: -9}},
 		{"end empty", &End{}},
+		{"end stops", &End{Time: 9, Reason: "exited", StopsCounted: true,
+			Stops: []ProcessStops{{PID: 7, Start: 1234, Count: 2}, {PID: ^uint32(0), Start: ^uint64(0), Count: 1}}}},
+		{"end no stops", &End{Time: 9, Reason: "exited", StopsCounted: true}},
 		{"device info", testRecords()[5]},
 		{"device info extremes", &DeviceInfo{Index: -2147483648, Name: "\xff", UUID: strings.Repeat("u", 300),
 			TotalBytes: ^uint64(0), Time: ^uint64(0)}},
@@ -399,6 +402,15 @@ func TestLostWithoutLate(t *testing.T) {
 	_, got, err := readAll(t, data)
 	require.NoError(t, err)
 	assert.Equal(t, []Record{&Lost{Time: 5, Total: 6}}, got)
+}
+
+// TestEndWithoutStops reads an End written before stops were counted
+// (Time, Reason, ExitCode): StopsCounted reads false.
+func TestEndWithoutStops(t *testing.T) {
+	data := appendFrameV1(traceV1(), recEnd, []byte{5, 1, 'x', 6}) // Time 5, Reason "x", ExitCode 3 (zigzag)
+	_, got, err := readAll(t, data)
+	require.NoError(t, err)
+	assert.Equal(t, []Record{&End{Time: 5, Reason: "x", ExitCode: 3}}, got)
 }
 
 // TestLostWithoutCauses reads a Lost written before Causes was appended

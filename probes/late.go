@@ -44,6 +44,7 @@ package probes
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -51,8 +52,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -272,11 +276,19 @@ func (s *Session) deferStop(pid uint32, seq uint64) {
 		return
 	}
 	d := deferredStop{pid: pid, start: st, seq: seq}
-	if f, err := os.OpenFile(d.marker(), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644); err == nil {
-		_ = f.Close()
+	if !noMarkers {
+		if f, err := os.OpenFile(d.marker(), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644); err == nil {
+			_ = f.Close()
+		}
 	}
 	s.late.deferred = append(s.late.deferred, d)
 }
+
+// noMarkers is a test hook, from $VRAMPROF_TEST_NO_DEFER_MARKERS=1: an
+// All session defers its stops without markers, as sessions of versions
+// before them did, so that tests can check that the holder still resumes
+// what they stopped. Never set it outside tests.
+var noMarkers = os.Getenv("VRAMPROF_TEST_NO_DEFER_MARKERS") == "1"
 
 // marker is the file that tells the session holding d's process that
 // this session stopped it and waits for it to resume it:
@@ -292,28 +304,33 @@ func (s *Session) settle(d deferredStop) {
 }
 
 // takeDeferred resumes the targets of this session (one that holds its
-// processes' locks) that an Options.All session stopped and left to it
-// (deferStop's markers): such a session stops a process at a rendezvous
+// processes' locks) that another session stopped at a library load and
+// left to it. An Options.All session stops a process at a rendezvous
 // where this one may have stopped it too, and leaves the SIGCONT to this
-// one, which sends it once it has probed. A quiet session (preload.go) may
-// not have stopped it at all: the file was examined here already. Then
-// nobody else would resume it. So at each tick, a target with a marker
-// that is stopped while this session has no stop of its own in the
-// stopped map is resumed (resume: not when the user's stop signal is
-// pending). Markers of a session that is gone are removed.
+// one, which sends it once it has probed (deferStop). A quiet session
+// (preload.go) may not have stopped it at all: the file was examined here
+// already, and nobody else would resume it. So a target is resumed here
+// when it is stopped while this session has no stop of its own in the
+// stopped map, and stopped at the loader's rendezvous (atRendezvous: not
+// a stop of the user's, which lands anywhere else), and resume finds no
+// stop signal of the user's pending. Looked at for a process an All
+// session left a marker for (deferStop), or whose loader announced a
+// change without a stop of this session's in the last rendezvousWatch;
+// markers are removed once looked at.
 func (s *Session) takeDeferred() {
 	if s.opts.All {
 		return
 	}
+	now := MonotonicNow()
 	for pid, p := range s.procs {
 		if p.exited || p.lock == nil {
 			continue
 		}
 		found, _ := filepath.Glob(filepath.Join(LockDir, fmt.Sprintf("%d-%d.*.deferred", pid, p.startTime)))
-		if len(found) == 0 {
+		if len(found) == 0 && (p.rendezvousAt == 0 || now-p.rendezvousAt > uint64(rendezvousWatch)) {
 			continue
 		}
-		if procState(int(pid)) == 'T' && !s.stoppedHere(pid) {
+		if procState(int(pid)) == 'T' && !s.stoppedHere(pid) && s.atRendezvous(pid) {
 			if user, err := resume(int(pid)); err == nil && user != 0 && s.opts.Note != nil {
 				s.opts.Note(fmt.Sprintf("pid %d was sent %v while stopped at a library load: left stopped", pid, user))
 			}
@@ -322,6 +339,73 @@ func (s *Session) takeDeferred() {
 			_ = os.Remove(f)
 		}
 	}
+}
+
+// rendezvousWatch is how long after a rendezvous this session did not stop
+// at it takeDeferred looks for another session's stop there: that stop
+// lasts until someone resumes it, so one look after it took effect is
+// enough; the watch bounds the /proc reads to processes that just loaded.
+const rendezvousWatch = 2 * time.Second
+
+// atRendezvous reports whether a thread of pid is stopped at the loader's
+// rendezvous (_dl_debug_state, which this session probes): its program
+// counter in the function (past the probed instruction), or just past a
+// call to it, where it is when the function is a lone ret that the uprobe
+// emulated. /proc/PID/task/TID/syscall gives a thread's stack pointer and
+// program counter when it is blocked outside a system call: "-1 SP PC".
+func (s *Session) atRendezvous(pid uint32) bool {
+	maps, err := symbolize.ReadMaps(int(pid))
+	if err != nil {
+		return false
+	}
+	var fns []uint64 // runtime addresses of _dl_debug_state in pid
+	for _, c := range candidates(int(pid), maps) {
+		pf := s.att.files[c.Key]
+		if pf == nil {
+			continue
+		}
+		for _, t := range pf.Targets {
+			if t.Spec.Prog != progLoader {
+				continue
+			}
+			for _, m := range maps {
+				if m.Path == c.Path && m.Exec() && t.Offset >= m.Offset && t.Offset < m.Offset+(m.End-m.Start) {
+					fns = append(fns, m.Start+t.Offset-m.Offset)
+				}
+			}
+		}
+	}
+	if len(fns) == 0 {
+		return false
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return false
+	}
+	defer mem.Close()
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, task.Name()))
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 3 || f[0] != "-1" {
+			continue
+		}
+		pc, err := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 64)
+		if err != nil || pc < 5 {
+			continue
+		}
+		var call [5]byte
+		_, rerr := mem.ReadAt(call[:], int64(pc-5))
+		for _, fn := range fns {
+			if pc >= fn && pc < fn+16 {
+				return true
+			}
+			if rerr == nil && call[0] == 0xe8 && pc+uint64(int64(int32(binary.LittleEndian.Uint32(call[1:])))) == fn {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stoppedHere reports whether this session's stopped map lists a stop of

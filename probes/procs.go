@@ -31,11 +31,15 @@ type proc struct {
 	// forget: exited, but records of it may still wait in the ring buffer,
 	// and they need its maps to symbolize. Dropped once the ring is empty,
 	// or once due and every record in the ring when it became due is read.
-	forget  bool
-	due     bool
-	py      *pyProc // its CPython, once found
-	pyNoted bool    // a CPython was found that cannot be read: said once
-	lock    *procLock
+	forget bool
+	due    bool
+	// rendezvousAt is when its loader last announced a change this
+	// session did not stop it for (MonotonicNow; 0: never): another
+	// session may have (takeDeferred).
+	rendezvousAt uint64
+	py           *pyProc // its CPython, once found
+	pyNoted      bool    // a CPython was found that cannot be read: said once
+	lock         *procLock
 }
 
 // procHost is what the process lifecycle needs of the system: /proc, the

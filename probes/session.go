@@ -532,6 +532,9 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 		}
 	}
 	p := s.procs[r.ev.PID]
+	if p != nil && r.flags&recFlagStopped == 0 && r.kind == recLoader {
+		p.rendezvousAt = MonotonicNow()
+	}
 	if p != nil && r.flags&recFlagStopped != 0 {
 		if s.stopsOf == nil {
 			s.stopsOf = make(map[event.ProcessStops]uint64)

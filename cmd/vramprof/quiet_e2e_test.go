@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,17 +121,47 @@ func processStops(t *testing.T, dir string) []int {
 // TestQuietBesideServe: serve stops a process that maps a file serve has
 // not examined, and leaves its resumption to the run session that holds
 // the process (the per-process lock). The run, quiet, did not stop it (it
-// had probed the runtime before the load), so it resumes serve's stop
-// itself (probes takeDeferred); without that the process stayed stopped
-// for as long as the run waited for it to exit: for ever.
+// had probed the runtime and the driver before they were loaded), so it
+// resumes serve's stop itself (probes takeDeferred): told by serve's
+// marker, or, from a serve that leaves none (older versions), by finding
+// the process stopped at the loader's rendezvous. Without that the
+// process stayed stopped for as long as the run waited for it to exit:
+// for ever. The scenario runs from a private copy of its executable and
+// libraries, files serve has never examined, so that serve stops it at
+// both loads (the runtime's and the driver's).
 func TestQuietBesideServe(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	cmd, done, stderr := startServe(t)
-	defer stopServe(t, cmd, done, stderr)
-	for i := 0; i < 3; i++ {
-		tmp := t.TempDir()
-		truth, dir := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "out")
-		r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truth}}, "run", "-q", "-o", dir, "--", probetest.Bin(t, "dlopen_quiet"))
-		assertExact(t, dir, truth, r)
+	for _, markers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("markers=%v", markers), func(t *testing.T) {
+			var env []string
+			if !markers {
+				env = []string{"VRAMPROF_TEST_NO_DEFER_MARKERS=1"}
+			}
+			cmd, done, stderr := startServeEnv(t, env)
+			defer stopServe(t, cmd, done, stderr)
+			bin := privateCopy(t, "dlopen_quiet")
+			for i := 0; i < 2; i++ {
+				tmp := t.TempDir()
+				truth, dir := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "out")
+				r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truth}}, "run", "-q", "-o", dir, "--", bin)
+				assertExact(t, dir, truth, r)
+			}
+		})
 	}
+}
+
+// privateCopy copies the scenario name and the fake runtime and driver
+// into a fresh bin/ and lib/ (its RUNPATH is $ORIGIN/../lib), and returns
+// the executable's path: new files, that no session has examined.
+func privateCopy(t *testing.T, name string) string {
+	t.Helper()
+	root := t.TempDir()
+	src := filepath.Dir(filepath.Dir(probetest.Bin(t, name)))
+	for _, rel := range []string{"bin/" + name, "lib/libcudart.so.12", "lib/libcuda.so.1"} {
+		b, err := os.ReadFile(filepath.Join(src, rel))
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(rel)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, rel), b, 0o755))
+	}
+	return filepath.Join(root, "bin", name)
 }

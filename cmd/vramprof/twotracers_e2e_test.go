@@ -57,9 +57,16 @@ func lostCauses(t *testing.T, dir string) string {
 // until it serves. It is killed at cleanup if still running.
 func startServe(t *testing.T) (cmd *exec.Cmd, done chan error, stderr *syncBuffer) {
 	t.Helper()
+	return startServeEnv(t, nil)
+}
+
+// startServeEnv is startServe with env added to serve's environment.
+func startServeEnv(t *testing.T, env []string) (cmd *exec.Cmd, done chan error, stderr *syncBuffer) {
+	t.Helper()
 	addr := freeLoopback(t)
 	stderr = &syncBuffer{}
 	cmd = exec.Command(binPath, "serve", "--listen", addr)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	done = make(chan error, 1)

@@ -105,9 +105,11 @@
  *            (allocator specs, vramprof/specs.h; apart from threads and slots).
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
  *            built there, and it seeds new spec_calls slots.
- *   known_files  LRU hash {st_dev, inode} -> u8 (trace_all, quiet): files
- *            user space has examined (code probed or found to hold nothing
- *            to probe, or a file that is not ELF: data).
+ *   known_files  LRU hash {st_dev, inode} -> enum known (trace_all, quiet):
+ *            files user space has examined (code probed, or found to hold
+ *            nothing to probe, or a file that is not ELF: data).
+ *   mapped   LRU hash {file_key, tgid} -> u8 (trace_all, quiet): a process
+ *            announced its mapping of a probed file (REC_MAPPED).
  *   pending  LRU hash tgid -> u8 (trace_all, quiet): a process faulted on a
  *            mapping of an unexamined file since its loader's last
  *            rendezvous; that rendezvous then stops it (loader_state).
@@ -389,11 +391,17 @@ int BPF_PROG(process_exit, struct task_struct *p)
  * may be stopped at its loader's rendezvous. Not when a debugger traces it
  * (it would see the SIGSTOP), nor when it has a controlling terminal: a
  * shell's job control would see the stop, take the terminal back and leave
- * the job in the background after the SIGCONT.
+ * the job in the background after the SIGCONT. Nor a child of vramprof's
+ * own process (self_tgid): its guardian, a re-exec of vramprof that loads
+ * its libraries while the session may not read yet (the session's Close
+ * waits for a guardian it would have stopped), and the command of a `run`
+ * in the same process, which its own session stops.
  */
 static __always_inline int may_stop_other(void)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->group_leader->real_parent->tgid == (int)self_tgid)
+		return 0;
 	return !task->ptrace && !task->signal->tty;
 }
 
@@ -452,9 +460,32 @@ struct address_space {
 } __attribute__((preserve_access_index));
 
 /*
+ * announce_mapped sends REC_MAPPED for tgid's mapping of the probed file
+ * key, the first time it faults on it.
+ */
+static __always_inline void announce_mapped(__u64 id, struct file_key *key)
+{
+	struct mapped_key mk = {.dev = key->dev, .ino = key->ino, .tgid = id >> 32};
+	if (bpf_map_lookup_elem(&mapped, &mk))
+		return;
+	__u8 one = 1;
+	bpf_map_update_elem(&mapped, &mk, &one, BPF_ANY);
+	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
+	if (!r) {
+		__sync_fetch_and_add(&lost, 1);
+		return;
+	}
+	fill_common(r, id, REC_MAPPED);
+	r->addr = key->dev;
+	r->size = key->ino;
+	bpf_ringbuf_submit(r, wakeup_flag());
+}
+
+/*
  * file_faulted makes the calling process pending when mapping's file is
- * not in known_files (trace_all: any process; quiet: a target). A fault
- * of vramprof's own only answers resolve_key.
+ * not in known_files (trace_all: any process; quiet: a target), and
+ * announces its first fault on a probed file (REC_MAPPED). A fault of
+ * vramprof's own only answers resolve_key.
  */
 static __always_inline void file_faulted(struct address_space *mapping)
 {
@@ -481,8 +512,12 @@ static __always_inline void file_faulted(struct address_space *mapping)
 		return; /* stopped at every rendezvous anyway */
 	if (!trace_all && !bpf_map_lookup_elem(&targets, &tgid))
 		return;
-	if (bpf_map_lookup_elem(&known_files, &key))
+	enum known *known = bpf_map_lookup_elem(&known_files, &key);
+	if (known) {
+		if (*known == KNOWN_PROBED)
+			announce_mapped(id, &key);
 		return;
+	}
 	__u8 one = 1;
 	bpf_map_update_elem(&pending, &tgid, &one, BPF_ANY);
 }

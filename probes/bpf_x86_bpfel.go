@@ -81,6 +81,21 @@ type bpfFileKey struct {
 	Ino uint64
 }
 
+type bpfKnown uint32
+
+const (
+	bpfKnownKNOWN_EXAMINED bpfKnown = 1
+	bpfKnownKNOWN_PROBED   bpfKnown = 2
+)
+
+type bpfMappedKey struct {
+	_    structs.HostLayout
+	Dev  uint64
+	Ino  uint64
+	Tgid uint32
+	Pad  uint32
+}
+
 type bpfPyBuf struct {
 	_     structs.HostLayout
 	Wbase uint64
@@ -151,6 +166,7 @@ const (
 	bpfRecKindREC_FORK       bpfRecKind = 101
 	bpfRecKindREC_EXEC       bpfRecKind = 102
 	bpfRecKindREC_EXIT       bpfRecKind = 103
+	bpfRecKindREC_MAPPED     bpfRecKind = 104
 )
 
 type bpfRecord struct {
@@ -267,6 +283,7 @@ const (
 	bpfMapContexts          = "contexts"
 	bpfMapEvents            = "events"
 	bpfMapKnownFiles        = "known_files"
+	bpfMapMapped            = "mapped"
 	bpfMapPending           = "pending"
 	bpfMapPyNew             = "py_new"
 	bpfMapPyProcs           = "py_procs"
@@ -372,6 +389,7 @@ type bpfMapSpecs struct {
 	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	KnownFiles   *ebpf.MapSpec `ebpf:"known_files"`
+	Mapped       *ebpf.MapSpec `ebpf:"mapped"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
 	PyNew        *ebpf.MapSpec `ebpf:"py_new"`
 	PyProcs      *ebpf.MapSpec `ebpf:"py_procs"`
@@ -429,6 +447,7 @@ type bpfMaps struct {
 	Contexts     *ebpf.Map `ebpf:"contexts"`
 	Events       *ebpf.Map `ebpf:"events"`
 	KnownFiles   *ebpf.Map `ebpf:"known_files"`
+	Mapped       *ebpf.Map `ebpf:"mapped"`
 	Pending      *ebpf.Map `ebpf:"pending"`
 	PyNew        *ebpf.Map `ebpf:"py_new"`
 	PyProcs      *ebpf.Map `ebpf:"py_procs"`
@@ -452,6 +471,7 @@ func (m *bpfMaps) Close() error {
 		m.Contexts,
 		m.Events,
 		m.KnownFiles,
+		m.Mapped,
 		m.Pending,
 		m.PyNew,
 		m.PyProcs,

@@ -109,7 +109,7 @@ func (s *Session) knowData(pid uint32) {
 			continue
 		}
 		if !isELF(p) {
-			s.examined(k, p)
+			s.examined(k, p, false)
 		}
 	}
 }
@@ -131,21 +131,52 @@ func isELF(path string) bool {
 
 // examined tells the kernel that the file k, opened at path, has been
 // looked at (probed, or found to hold nothing to probe, or data): mapping
-// it stops nobody from now on. Only while map_fault and map_pages run
-// (watching). An error is ignored: the worst outcome is one more stop of a
-// process that maps the file.
-func (s *Session) examined(k fileKey, path string) {
+// it stops nobody from now on. A probed file's first fault in each process
+// is announced instead (REC_MAPPED, see mappedFile). Only while map_fault
+// and map_pages run (watching). An error is ignored: the worst outcome is
+// one more stop of a process that maps the file, or a Library record left
+// to the scan at its next rendezvous.
+func (s *Session) examined(k fileKey, path string, probed bool) {
 	if !s.watching || s.late.known[k] {
 		return
 	}
 	if s.late.known == nil || len(s.late.known) >= maxKnown {
 		s.late.known = make(map[fileKey]bool)
+		s.late.under = make(map[fileKey]fileKey)
 	}
 	s.late.known[k] = true
-	_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, uint8(1), ebpf.UpdateAny)
-	if rk, ok := s.realKey(path); ok && rk != k {
-		_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: rk.Dev, Ino: rk.Inode}, uint8(1), ebpf.UpdateAny)
+	v := bpfKnownKNOWN_EXAMINED
+	if probed {
+		v = bpfKnownKNOWN_PROBED
 	}
+	_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, v, ebpf.UpdateAny)
+	if rk, ok := s.realKey(path); ok && rk != k {
+		_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: rk.Dev, Ino: rk.Inode}, v, ebpf.UpdateAny)
+		s.late.under[rk] = k
+	}
+}
+
+// mappedFile writes the Library record of a probed file a process mapped
+// without a stop (REC_MAPPED: the file was probed before, by preload or
+// for another process), unless its scan did already. The record comes
+// from the page fault itself: a process that exits before the reader
+// reads its maps still gets it. A file with USDT semaphores is left to
+// the scan, which raises them from the process's maps.
+func (s *Session) mappedFile(r *rawRecord) error {
+	p := s.procs[r.ev.PID]
+	if p == nil || p.exited {
+		return nil
+	}
+	k := fileKey{Dev: r.ev.Addr, Inode: r.ev.Size}
+	if over, ok := s.late.under[k]; ok {
+		k = over
+	}
+	pf := s.att.files[k]
+	if pf == nil || p.libraries[k] || len(semaphoreSites(pf)) > 0 {
+		return nil
+	}
+	p.libraries[k] = true
+	return s.writeLibrary(p, pf)
 }
 
 // overlayMagic is overlayfs's file system type (statfs(2) f_type).
@@ -243,6 +274,9 @@ type lateState struct {
 	// once; cleared when it reaches maxKnown (the BPF map is an LRU of
 	// that size: an entry put again costs a map update).
 	known map[fileKey]bool
+	// under maps the key a page fault on an examined overlayfs file
+	// carries (realKey) to the key stat gives, for REC_MAPPED.
+	under map[fileKey]fileKey
 	// deferred are this session's stops of held processes.
 	deferred []deferredStop
 }

@@ -124,7 +124,7 @@ for _ in sys.stdin:
 	for _, m := range maps {
 		if m.Path != "" && m.Path[0] == '/' && !m.Deleted {
 			p := fmt.Sprintf("/proc/%d/root%s", pid, m.Path)
-			s.examined(statKey(t, p), p)
+			s.examined(statKey(t, p), p, false)
 		}
 	}
 	pending := func() bool {
@@ -137,12 +137,12 @@ for _ in sys.stdin:
 	}
 
 	s.late.known[over] = true // as examined put it before realKey
-	require.NoError(t, s.objs.KnownFiles.Update(bpfFileKey{Dev: over.Dev, Ino: over.Inode}, uint8(1), ebpf.UpdateAny))
+	require.NoError(t, s.objs.KnownFiles.Update(bpfFileKey{Dev: over.Dev, Ino: over.Inode}, bpfKnownKNOWN_EXAMINED, ebpf.UpdateAny))
 	assert.True(t, pending(), "control: with stat's key only, the fault makes the child pending")
 
 	delete(s.late.known, over)
-	s.examined(over, path)
-	var v uint8
+	s.examined(over, path, false)
+	var v bpfKnown
 	assert.NoError(t, s.objs.KnownFiles.Lookup(bpfFileKey{Dev: under.Dev, Ino: under.Inode}, &v), "the key underneath is known")
 	assert.False(t, pending(), "examined through the overlay: the fault stops nobody")
 }

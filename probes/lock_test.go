@@ -3,11 +3,13 @@
 package probes
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,4 +182,48 @@ func TestLockUnavailableRefuses(t *testing.T) {
 		assert.ErrorIs(t, err, unix.EROFS)
 		assert.ErrorIs(t, CheckTraced(os.Getpid()), ErrLock, "attach -p refuses before it traces")
 	})
+}
+
+// TestAllNeverStopsOwnGuardian: a session tracing every process stops a
+// process at its loader's rendezvous when it maps a file not examined yet,
+// and a guardian is a fresh exec of vramprof that does. Another session of
+// the same vramprof started while the --all session does not read (here:
+// never) would have its guardian stopped, and its Close would wait for
+// that guardian for ever. Children of vramprof's own process are never
+// stopped by its --all sessions.
+func TestAllNeverStopsOwnGuardian(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	lr := exec.Command(probetest.Bin(t, "longrun"))
+	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
+	out, err := lr.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, lr.Start())
+	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
+	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
+	require.NoError(t, err)
+
+	// Not AttachAll: that would adopt every CUDA process on the machine.
+	// Adopting one probes the loader, for every process that uses it.
+	all, err := NewSession(Options{Sink: &memSink{}, All: true})
+	require.NoError(t, err)
+	defer all.Close()
+	require.NoError(t, all.adopt(uint32(lr.Process.Pid)))
+
+	single, err := NewSession(Options{Sink: &memSink{}})
+	require.NoError(t, err)
+	guard := single.guard.cmd.Process.Pid
+	closed := make(chan error, 1)
+	go func() { closed <- single.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", guard))
+		t.Fatalf("the single session's Close still waits for its guardian after 30 s; guardian: %s", st)
+	}
+	var seq uint64
+	var st bpfStop
+	for it := all.objs.Stopped.Iterate(); it.Next(&seq, &st); {
+		assert.NotEqual(t, uint32(guard), st.Tgid, "the --all session stopped the guardian (pid %d)", guard)
+	}
 }

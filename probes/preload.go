@@ -26,6 +26,7 @@ package probes
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,14 +66,18 @@ func (s *Session) preload(p *proc, env []string) {
 		if syscall.Stat(open, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 			continue
 		}
-		c := candidate{Key: fileKey{Dev: st.Dev, Inode: st.Ino}, Path: path, OpenPath: open}
+		// The name /proc/PID/maps will show once it is mapped, for its
+		// Library record: links resolved (libcuda.so -> libcuda.so.1,
+		// /lib -> usr/lib).
+		path = resolveIn(root, path)
+		c := candidate{Key: fileKey{Dev: st.Dev, Inode: st.Ino}, Path: path, OpenPath: filepath.Join(root, path)}
 		if s.notCUDA[c.Key] || s.att.files[c.Key] != nil {
 			continue
 		}
 		pf, err := scanFile(c, specs, !s.opts.NoPool, s.allocs)
 		if err != nil || pf == nil {
 			s.notCUDA[c.Key] = true
-			s.examined(c.Key, c.OpenPath)
+			s.examined(c.Key, c.OpenPath, false)
 			continue
 		}
 		if pf.StrippedRuntime || len(pf.Skipped) > 0 || len(semaphoreSites(pf)) > 0 {
@@ -86,7 +91,7 @@ func (s *Session) preload(p *proc, env []string) {
 		if err := s.att.attach(pf); err != nil {
 			continue // left to the stop, which attaches or says why
 		}
-		s.examined(c.Key, c.OpenPath)
+		s.examined(c.Key, c.OpenPath, true)
 	}
 }
 
@@ -253,4 +258,41 @@ func procEnviron(pid int) []string {
 		}
 	}
 	return env
+}
+
+// maxLinks bounds the links resolveIn follows, as the kernel's path walk
+// does (ELOOP after 40).
+const maxLinks = 40
+
+// resolveIn returns path with every symbolic link in it resolved, as a
+// process whose root directory is root (/proc/PID/root) resolves it, or
+// path itself when that fails.
+func resolveIn(root, path string) string {
+	out := "/"
+	rest := strings.Split(path, "/")
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			out = filepath.Dir(out)
+			continue
+		}
+		next := filepath.Join(out, c)
+		target, err := os.Readlink(filepath.Join(root, next))
+		if errors.Is(err, syscall.EINVAL) { // not a link
+			out = next
+			continue
+		}
+		if links++; err != nil || links > maxLinks {
+			return path
+		}
+		if filepath.IsAbs(target) {
+			out = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return out
 }

@@ -18,6 +18,7 @@ const (
 	recFork   = uint8(bpfRecKindREC_FORK)
 	recExec   = uint8(bpfRecKindREC_EXEC)
 	recExit   = uint8(bpfRecKindREC_EXIT)
+	recMapped = uint8(bpfRecKindREC_MAPPED)
 
 	recFlagStopped = uint8(bpfRecFlagsREC_F_STOPPED)
 	recFlagNested  = uint8(bpfRecFlagsREC_F_NESTED)

@@ -130,7 +130,7 @@ func TestRecordKinds(t *testing.T) {
 	// The BPF-only kinds lie above every event kind the BPF side sends, so
 	// decodeRecord never takes one for an event.
 	assert.Equal(t, event.Kind(bpfRecKindREC_SET_DEVICE), lastEventKind)
-	for _, k := range []bpfRecKind{bpfRecKindREC_LOADER, bpfRecKindREC_FORK, bpfRecKindREC_EXEC, bpfRecKindREC_EXIT} {
+	for _, k := range []bpfRecKind{bpfRecKindREC_LOADER, bpfRecKindREC_FORK, bpfRecKindREC_EXEC, bpfRecKindREC_EXIT, bpfRecKindREC_MAPPED} {
 		assert.Greater(t, uint32(k), uint32(lastEventKind), "kind %d", k)
 		assert.LessOrEqual(t, uint32(k), uint32(0xff), "kind %d must fit the record's u8", k)
 	}

@@ -316,19 +316,28 @@ func (s *Session) scan(p *proc) error {
 					"until now: tensors it made before were not seen (its device memory was)", p.pid, f.Path))
 			}
 		}
-		syms := f.cudaSymbols()
-		if len(syms) == 0 && len(f.Skipped) == 0 && !f.StrippedRuntime {
-			continue // the loader: not a CUDA library
+		if err := s.writeLibrary(p, f); err != nil {
+			return err
 		}
-		p.cuda = p.cuda || len(syms) > 0
-		if f.StrippedRuntime {
-			p.stripped = append(p.stripped, f.Path)
-		}
-		lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms, Skipped: f.Skipped,
-			StrippedRuntime: f.StrippedRuntime}
-		if err := s.opts.Sink.Write(lib); err != nil {
-			return fmt.Errorf("write library record: %w", err)
-		}
+	}
+	return nil
+}
+
+// writeLibrary writes the Library record of f, a probed file p maps (with
+// its path as p sees it), unless f is the loader only.
+func (s *Session) writeLibrary(p *proc, f *probedFile) error {
+	syms := f.cudaSymbols()
+	if len(syms) == 0 && len(f.Skipped) == 0 && !f.StrippedRuntime {
+		return nil // the loader: not a CUDA library
+	}
+	p.cuda = p.cuda || len(syms) > 0
+	if f.StrippedRuntime {
+		p.stripped = append(p.stripped, f.Path)
+	}
+	lib := &event.Library{PID: p.pid, Path: f.Path, BuildID: f.BuildID, Symbols: syms, Skipped: f.Skipped,
+		StrippedRuntime: f.StrippedRuntime}
+	if err := s.opts.Sink.Write(lib); err != nil {
+		return fmt.Errorf("write library record: %w", err)
 	}
 	return nil
 }
@@ -359,7 +368,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				// Nothing to probe there, or unreadable (then it cannot be
 				// probed either): one file must not stop the others.
 				s.notCUDA[c.Key] = true
-				s.examined(c.Key, c.OpenPath)
+				s.examined(c.Key, c.OpenPath, false)
 				continue
 			}
 			if err := s.att.attach(pf); err != nil {
@@ -368,7 +377,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				}
 				return nil, err
 			}
-			s.examined(c.Key, c.OpenPath)
+			s.examined(c.Key, c.OpenPath, true)
 		}
 		mapped := *pf
 		mapped.candidate = c // this process's path to it
@@ -406,6 +415,8 @@ func (s *Session) handle(r *rawRecord) error {
 		return s.loaderChanged(r)
 	case r.kind == recFork:
 		return s.forked(r)
+	case r.kind == recMapped:
+		return s.mappedFile(r)
 	case r.kind == recExit:
 		if p := s.procs[r.ev.PID]; p != nil {
 			s.noteExit(p.pid, r.ev.Addr)

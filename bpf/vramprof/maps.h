@@ -82,12 +82,39 @@ struct file_key {
 	__u64 ino;
 };
 
+/* known_files values. */
+enum known {
+	KNOWN_EXAMINED = 1, /* nothing to probe there, or data */
+	KNOWN_PROBED = 2,   /* probed: a mapping of it is announced (REC_MAPPED) */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct file_key);
-	__type(value, __u8);
+	__type(value, enum known);
 } known_files SEC(".maps");
+
+/*
+ * mapped: the processes that have announced mapping a probed file
+ * (REC_MAPPED), once each. A file probed before a process maps it stops
+ * nobody, and the process may be gone before user space reads its maps:
+ * the record names the file, so that its Library record is written all
+ * the same.
+ */
+struct mapped_key {
+	__u64 dev;
+	__u64 ino;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct mapped_key);
+	__type(value, __u8);
+} mapped SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

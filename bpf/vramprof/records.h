@@ -32,6 +32,7 @@ enum rec_kind {
 	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
 	REC_EXEC = 102,   /* a target exec'd: new maps; stopped like REC_LOADER */
 	REC_EXIT = 103,   /* a target's main thread exited */
+	REC_MAPPED = 104, /* a process mapped a probed file: addr st_dev, size inode */
 };
 
 enum rec_flags {

@@ -46,6 +46,7 @@ struct task_struct {
 	struct signal_struct *signal;
 	struct thread_struct thread;
 	struct task_struct *group_leader;
+	struct task_struct *real_parent; /* the process that forked it */
 	__u64 start_boottime;
 } __attribute__((preserve_access_index));
 

@@ -3,7 +3,7 @@
 package probes
 
 import (
-	"slices"
+	"sort"
 
 	"github.com/vramprof/vramprof/probes/event"
 )
@@ -76,7 +76,7 @@ const DefaultReorderWindow = 2_000_000_000 // ns
 // heldLimit): past it the oldest go out early, and a release that arrives
 // behind them is written where it arrives and counted late, as any late
 // event. Memory is bounded by that limit, not by rate times window: the
-// held array never has more than limit+1 slots (heldEvent, 72 bytes), and
+// held array never has more than limit+1 slots (an event.Event, 72 bytes), and
 // it shrinks again once it is mostly empty.
 
 // heldPerRecord is the fewest ring buffer bytes a record takes: the ring's
@@ -86,7 +86,7 @@ const heldPerRecord = 8 + recordHeaderSize
 
 // heldLimit is the most events the reorder buffer holds for a ring buffer
 // of ringBytes: as many as the ring buffer itself holds records at most,
-// 209,715 for the default 16 MiB (14.4 MiB of heldEvents). Events that
+// 209,715 for the default 16 MiB (14.4 MiB of events). Events that
 // could be reordered against each other were in the ring at the same time,
 // unless the reader is behind by more than a ring, when records are lost
 // anyway.
@@ -114,23 +114,23 @@ func effectTime(e *event.Event) uint64 {
 	return e.Time
 }
 
-// heldEvent is an event waiting in the reorder buffer; seq is its arrival
-// number, which keeps arrival order among events of the same effect time
-// (a thread's own calls, ordered by the thread already).
-type heldEvent struct {
-	ev  event.Event
-	seq uint64
-}
-
-// reorder is the reorder buffer: a min-heap on (effect time, arrival). It
-// allocates only when it grows. Not safe for concurrent use.
+// reorder is the reorder buffer: the events held, sorted on effect time
+// and, among equal times, on arrival (a thread's own calls, ordered by the
+// thread already). Records arrive in return order, which is effect order
+// but for releases (placed at their entry) and preempted threads: an event
+// is inserted at most a few places from the newest end, found from there,
+// and the oldest goes out from the other end, each in constant time. The
+// array is circular, so neither end moves the others. It allocates only
+// when it grows or shrinks. Not safe for concurrent use.
 type reorder struct {
 	window uint64
 	// limit is the most events held (see heldLimit): pop releases the
 	// oldest once more are.
 	limit int
-	held  []heldEvent
-	seq   uint64
+	// held is the circular array: n events from head, in order; its
+	// length is its capacity.
+	held    []event.Event
+	head, n int
 	// now is the clock the window runs on: the newest return time seen, or
 	// a clock reading taken before the ring buffer was found empty.
 	now uint64
@@ -151,6 +151,15 @@ func newReorder(window uint64, limit int) *reorder {
 	return &reorder{window: window, limit: limit}
 }
 
+// at is the i-th event held, the oldest first.
+func (r *reorder) at(i int) *event.Event {
+	j := r.head + i
+	if j >= len(r.held) {
+		j -= len(r.held)
+	}
+	return &r.held[j]
+}
+
 // add takes an event as it arrives, its Time being its return time, and
 // sets Time to its effect time. It holds the event and returns false, or,
 // when the event took effect before events already written, returns true:
@@ -163,14 +172,41 @@ func (r *reorder) add(e *event.Event) bool {
 		r.late++
 		return true
 	}
-	if len(r.held) == cap(r.held) {
-		r.resize(min(max(2*cap(r.held), minHeldCap), r.limit+1))
+	if r.n == len(r.held) {
+		r.resize(min(max(2*len(r.held), minHeldCap), r.limit+1))
 	}
-	r.held = append(r.held, heldEvent{ev: *e, seq: r.seq})
-	r.seq++
-	r.up(len(r.held) - 1)
+	// Its place: after every event of its time or before (they arrived
+	// first). Nearly always among the newest few.
+	p := r.n
+	for stop := max(p-insertScan, 0); p > stop && r.at(p-1).Time > e.Time; p-- {
+	}
+	if p > 0 && r.at(p-1).Time > e.Time {
+		p = sort.Search(p, func(i int) bool { return r.at(i).Time > e.Time })
+	}
+	// Make room by moving the shorter side: the newer events one slot on,
+	// or the older ones one slot back.
+	if p >= r.n-p {
+		for i := r.n; i > p; i-- {
+			*r.at(i) = *r.at(i - 1)
+		}
+	} else {
+		r.head--
+		if r.head < 0 {
+			r.head += len(r.held)
+		}
+		for i := 0; i < p; i++ {
+			*r.at(i) = *r.at(i + 1)
+		}
+	}
+	*r.at(p) = *e
+	r.n++
 	return false
 }
+
+// insertScan is how far add looks for an event's place one by one before
+// it searches: a release that spent longer in its call than that many
+// events took to arrive is found by bisection.
+const insertScan = 16
 
 // setMark tells that every event that took effect before m has been added:
 // they can all go out.
@@ -181,34 +217,37 @@ func (r *reorder) setMark(m uint64) { r.mark = max(r.mark, m) }
 // read).
 func (r *reorder) advance(t uint64) { r.now = max(r.now, t) }
 
-// resize moves the held events to an array of capacity n (at least as many
-// as are held): append would grow it past the limit, and never shrink it.
+// resize moves the held events to an array of n slots (at least as many
+// as are held), the oldest first: add would grow it past the limit, and
+// never shrink it.
 func (r *reorder) resize(n int) {
-	held := make([]heldEvent, len(r.held), max(n, len(r.held)))
-	copy(held, r.held)
-	r.held = held
+	held := make([]event.Event, max(n, r.n))
+	if r.n > 0 {
+		k := copy(held, r.held[r.head:min(r.head+r.n, len(r.held))])
+		copy(held[k:], r.held[:r.n-k])
+	}
+	r.held, r.head = held, 0
 }
 
 // pop returns the next event due, in effect order, or nil when none is:
 // due once it is before the mark or the clock is a window past it, or at
 // once when more than the limit are held or all is true (the stream ends).
 func (r *reorder) pop(all bool) *event.Event {
-	if len(r.held) == 0 {
+	if r.n == 0 {
 		return nil
 	}
-	top := &r.held[0]
-	if !all && len(r.held) <= r.limit && top.ev.Time >= r.mark && top.ev.Time+r.window > r.now {
+	top := &r.held[r.head]
+	if !all && r.n <= r.limit && top.Time >= r.mark && top.Time+r.window > r.now {
 		return nil
 	}
-	r.out = top.ev
+	r.out = *top
 	r.written = max(r.written, r.out.Time)
-	last := len(r.held) - 1
-	r.held[0] = r.held[last]
-	r.held = r.held[:last]
-	if last > 0 {
-		r.down(0)
+	r.head++
+	if r.head == len(r.held) {
+		r.head = 0
 	}
-	if c := cap(r.held); c > minHeldCap && last < c/4 {
+	r.n--
+	if c := len(r.held); c > minHeldCap && r.n < c/4 {
 		r.resize(max(c/2, minHeldCap)) // halving at a quarter: amortised O(1) per event
 	}
 	return &r.out
@@ -220,67 +259,19 @@ func (r *reorder) pop(all bool) *event.Event {
 // The high-water mark is left alone, so that other processes' events held
 // meanwhile are not taken for late ones.
 func (r *reorder) flushPID(pid uint32) []event.Event {
-	var sel []heldEvent
-	keep := r.held[:0] // filtered in place: no second array of the held events
-	for _, h := range r.held {
-		if h.ev.PID == pid {
-			sel = append(sel, h)
-		} else {
-			keep = append(keep, h)
+	var out []event.Event
+	kept := 0 // filtered in place, in order: no second array of the held events
+	for i := range r.n {
+		e := r.at(i)
+		if e.PID == pid {
+			out = append(out, *e)
+			continue
 		}
-	}
-	if len(sel) == 0 {
-		return nil
-	}
-	clear(r.held[len(keep):])
-	r.held = keep
-	for i := len(r.held)/2 - 1; i >= 0; i-- {
-		r.down(i)
-	}
-	slices.SortFunc(sel, func(a, b heldEvent) int {
-		if less(&a, &b) {
-			return -1
+		if kept != i {
+			*r.at(kept) = *e
 		}
-		return 1
-	})
-	out := make([]event.Event, len(sel))
-	for i, h := range sel {
-		out[i] = h.ev
+		kept++
 	}
+	r.n = kept
 	return out
-}
-
-func less(a, b *heldEvent) bool {
-	return a.ev.Time < b.ev.Time || a.ev.Time == b.ev.Time && a.seq < b.seq
-}
-
-func (r *reorder) up(i int) {
-	h := r.held
-	for i > 0 {
-		p := (i - 1) / 2
-		if !less(&h[i], &h[p]) {
-			return
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (r *reorder) down(i int) {
-	h := r.held
-	n := len(h)
-	for {
-		c := 2*i + 1
-		if c >= n {
-			return
-		}
-		if c+1 < n && less(&h[c+1], &h[c]) {
-			c++
-		}
-		if !less(&h[c], &h[i]) {
-			return
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
 }

@@ -3,6 +3,9 @@
 package probes
 
 import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -103,7 +106,7 @@ func TestReorderEffectOrder(t *testing.T) {
 			assert.Empty(t, late, "late")
 			assert.Equal(t, tc.want, steps(out))
 			assert.Zero(t, r.late)
-			assert.Empty(t, r.held)
+			assert.Zero(t, r.n)
 		})
 	}
 }
@@ -176,7 +179,7 @@ func TestReorderFlushPID(t *testing.T) {
 	got := r.flushPID(7)
 	assert.Equal(t, []step{{event.KindFree, 1, 100}, {event.KindAlloc, 1, 300}}, steps(got))
 	assert.Nil(t, r.flushPID(7))
-	require.Len(t, r.held, 1)
+	require.Equal(t, 1, r.n)
 	late := record(event.KindAlloc, 2, 0, 250, 0x4)
 	late.PID = 8
 	assert.False(t, r.add(&late), "pid 8's events are not late for pid 7's flush")
@@ -264,8 +267,8 @@ func TestReorderBound(t *testing.T) {
 		e := record(event.KindAlloc, 1, 10*i-1, 10*i, i)
 		require.False(t, r.add(&e), "in order: never late")
 		pop()
-		require.LessOrEqual(t, len(r.held), limit, "after %d events", i)
-		require.LessOrEqual(t, cap(r.held), limit+1, "after %d events", i)
+		require.LessOrEqual(t, r.n, limit, "after %d events", i)
+		require.LessOrEqual(t, len(r.held), limit+1, "after %d events", i)
 	}
 	assert.Len(t, out, n-limit, "the oldest went out, one per event past the limit")
 	assert.Zero(t, r.late)
@@ -292,8 +295,135 @@ func TestReorderBound(t *testing.T) {
 	for i, a := range allocs {
 		require.Equal(t, uint64(i+1), a, "effect order")
 	}
-	assert.Empty(t, r.held)
-	assert.Equal(t, minHeldCap, cap(r.held), "shrunk once drained")
+	assert.Zero(t, r.n)
+	assert.Equal(t, minHeldCap, len(r.held), "shrunk once drained")
+}
+
+// TestReorderMatchesSort checks the buffer against the plainest model of
+// its contract: events held in a slice sorted on effect time, arrival
+// order among equal times,
+// the oldest due one going out first. Random traffic covers the ways an
+// event finds its place: at the newest end, a few places back, and far
+// back (a release long in its call: bisection, the older side moved), in
+// a circular array that wraps, grows, shrinks and hits its limit, with
+// marks, clock moves, flushes of a process and late events.
+func TestReorderMatchesSort(t *testing.T) {
+	for seed := range uint64(10) {
+		rng := rand.New(rand.NewPCG(seed, 21))
+		limit := minHeldCap + rng.IntN(3*minHeldCap)
+		window := uint64(1 + rng.IntN(200_000))
+		r := newReorder(window, limit)
+		m := &sortedModel{window: window, limit: limit}
+		var got, want []event.Event
+		now := uint64(1_000_000)
+		for i := range 40_000 {
+			now += uint64(rng.IntN(20))
+			kind := event.KindAlloc
+			if rng.IntN(2) == 0 {
+				kind = event.KindFree
+			}
+			dur := uint64(rng.IntN(50))
+			switch rng.IntN(100) {
+			case 0:
+				dur = uint64(rng.IntN(100_000)) // far back
+			case 1, 2:
+				dur = uint64(rng.IntN(2000))
+			}
+			e := record(kind, uint32(1+rng.IntN(16)), now-min(dur, now), now, uint64(i))
+			e.PID = uint32(7 + rng.IntN(3))
+			e2 := e
+			if r.add(&e) {
+				got = append(got, e)
+			}
+			if m.add(&e2) {
+				want = append(want, e2)
+			}
+			switch rng.IntN(5000) {
+			case 0:
+				mark := now - uint64(rng.IntN(200_000))
+				r.setMark(mark)
+				m.mark = max(m.mark, mark)
+			case 1:
+				got = append(got, r.flushPID(8)...)
+				want = append(want, m.flushPID(8)...)
+			case 2:
+				r.advance(now + uint64(rng.IntN(100_000)))
+				m.now = max(m.now, r.now)
+			}
+			all := rng.IntN(20_000) == 0
+			for ev := r.pop(all); ev != nil; ev = r.pop(all) {
+				got = append(got, *ev)
+			}
+			for ev := m.pop(all); ev != nil; ev = m.pop(all) {
+				want = append(want, *ev)
+			}
+			require.LessOrEqual(t, len(r.held), limit+1)
+		}
+		for ev := r.pop(true); ev != nil; ev = r.pop(true) {
+			got = append(got, *ev)
+		}
+		for ev := m.pop(true); ev != nil; ev = m.pop(true) {
+			want = append(want, *ev)
+		}
+		require.Equal(t, len(want), len(got), "seed %d", seed)
+		for i := range want {
+			require.Equal(t, want[i], got[i], "seed %d, event %d", seed, i)
+		}
+		require.Equal(t, m.late, r.late, "seed %d", seed)
+		require.Equal(t, minHeldCap, len(r.held), "seed %d: shrunk once drained", seed)
+	}
+}
+
+// sortedModel is the reorder buffer's contract at its plainest: a slice
+// kept sorted on effect time, arrival order among equal times.
+type sortedModel struct {
+	window             uint64
+	limit              int
+	held               []event.Event
+	now, mark, written uint64
+	late               uint64
+	out                event.Event
+}
+
+func (m *sortedModel) add(e *event.Event) bool {
+	ret := e.Time
+	e.Time = effectTime(e)
+	m.now = max(m.now, ret)
+	if e.Time < m.written {
+		m.late++
+		return true
+	}
+	// After every event of its time or before: they arrived first.
+	i, _ := slices.BinarySearchFunc(m.held, e.Time+1, func(h event.Event, t uint64) int { return cmp.Compare(h.Time, t) })
+	m.held = slices.Insert(m.held, i, *e)
+	return false
+}
+
+func (m *sortedModel) pop(all bool) *event.Event {
+	if len(m.held) == 0 {
+		return nil
+	}
+	top := m.held[0]
+	if !all && len(m.held) <= m.limit && top.Time >= m.mark && top.Time+m.window > m.now {
+		return nil
+	}
+	m.out = top
+	m.written = max(m.written, top.Time)
+	m.held = m.held[1:]
+	return &m.out
+}
+
+func (m *sortedModel) flushPID(pid uint32) []event.Event {
+	var out, keep []event.Event
+	for _, e := range m.held {
+		if e.PID == pid {
+			out = append(out, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	m.held = keep
+	return out
 }
 
 // TestHeldLimit: the default ring holds at most 16 MiB / 80 B records, and

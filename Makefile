@@ -85,6 +85,8 @@ bench: build
 	$(GO) test -run '^$$' -bench '^(BenchmarkTraceSize|BenchmarkReplay)$$' -benchtime 3x -count 1 ./probes/event/
 	$(GO) test -run '^$$' -bench '^(BenchmarkLiveMemory|BenchmarkAnalyze)$$' -benchtime 1x -count 1 ./analysis/
 	$(GO) test -run '^$$' -bench '^BenchmarkImportMemory$$' -benchtime 1x -count 1 ./profile/snapshot/
+	# The reader's CPU per event (ring buffer sample to trace record), against its 300 ns budget; no BPF.
+	$(GO) test -run '^$$' -bench '^BenchmarkReader$$' -benchtime 2000000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report/status"
 )
 
 // readerTarget is the reader's budget per event, in ns of CPU (issue 21):
@@ -52,15 +53,20 @@ func (r *replayRing) SetDeadline(time.Time) {}
 func (r *replayRing) AvailableBytes() int { return 0 }
 
 // lockedSink is a trace writer behind a lock, as the recorder's is (the
-// NVML sampler writes to it too).
+// NVML sampler writes to it too), with the recorder's Observe hook: the
+// live status line follows every record with it.
 type lockedSink struct {
-	mu sync.Mutex
-	w  *event.Writer
+	mu      sync.Mutex
+	w       *event.Writer
+	observe func(event.Record)
 }
 
 func (s *lockedSink) Write(rec event.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.observe != nil {
+		s.observe(rec)
+	}
 	return s.w.Write(rec)
 }
 
@@ -134,8 +140,16 @@ func trainerRecords(pid uint32, threads, sites, pairs int) (samples [][]byte, sp
 // record encoded (into nothing), the reader loop's own clock and polling
 // included; no BPF. b.N is the number of records. ns/event is wall time,
 // cpu-ns/event the process's CPU time (the garbage collector's included),
-// allocs/event the heap allocations; all next to the 300 ns budget.
+// allocs/event the heap allocations; all next to the 300 ns budget. It
+// runs with the trace writer alone (trace), then with the live status
+// line's model beside it (status), as vramprof run and attach have it
+// unless --quiet.
 func BenchmarkReader(b *testing.B) {
+	b.Run("trace", func(b *testing.B) { benchReader(b, nil) })
+	b.Run("status", func(b *testing.B) { benchReader(b, status.NewLive().Observe) })
+}
+
+func benchReader(b *testing.B, observe func(event.Record)) {
 	const pid = 1 << 30 // no such process: stacks keep their addresses
 	samples, span := trainerRecords(pid, 16, 64, 4096)
 	old := ReaderNice
@@ -144,7 +158,7 @@ func BenchmarkReader(b *testing.B) {
 
 	w, err := event.NewWriter(io.Discard, &event.Header{Start: 1})
 	require.NoError(b, err)
-	sink := &lockedSink{w: w}
+	sink := &lockedSink{w: w, observe: observe}
 	ring := &replayRing{samples: samples, span: span}
 	s := mustBenchSession(b, sink, ring, pid)
 
@@ -180,9 +194,9 @@ func BenchmarkReader(b *testing.B) {
 		if cpu > readerTarget {
 			verdict = "OVER"
 		}
-		fmt.Printf("\nreader, per event (ring buffer sample to trace record), %d events:\n"+
+		fmt.Printf("\nreader (%s), per event (ring buffer sample to trace record), %d events:\n"+
 			"  %6.0f ns of CPU (%s the %d ns target), %.0f ns wall, %.5f allocations, %.1f bytes allocated\n",
-			b.N, cpu, verdict, readerTarget, wall, allocs, bytes)
+			b.Name(), b.N, cpu, verdict, readerTarget, wall, allocs, bytes)
 	}
 }
 

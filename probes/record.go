@@ -48,15 +48,25 @@ type rawRecord struct {
 	ev     event.Event // Stack is not set: stacks are interned later
 	kind   uint8
 	flags  uint8
-	caller uint64   // return address into the probed function's caller
-	frames []uint64 // raw user stack, leaf first; reused between records
-	// py holds the Python frames, innermost first, as (code, instr) pairs
-	// (see the contract header); reused between records.
-	py []uint64
+	caller uint64 // return address into the probed function's caller
+	// stack is the sample's raw user stack, leaf first, then its Python
+	// frames, innermost first, as (code, instr) pairs (see the contract
+	// header): little-endian uint64s read in place, not copied, so valid
+	// until the next read. frames and pyFrames split it.
+	stack []byte
+	// nframes and npy count the native and the Python frames in stack.
+	nframes, npy int
 }
 
+// frames is the raw user stack, as little-endian uint64s.
+func (r *rawRecord) frames() []byte { return r.stack[:8*r.nframes] }
+
+// pyFrames are the raw Python frames, as little-endian uint64s.
+func (r *rawRecord) pyFrames() []byte { return r.stack[8*r.nframes:] }
+
 // decodeRecord decodes b, laid out as the BPF contract header says, into r.
-// r.frames is reused, so decoding allocates nothing once warm.
+// The stacks are left in b (r.stack): decoding copies and allocates
+// nothing.
 func decodeRecord(b []byte, r *rawRecord) error {
 	if len(b) < recordHeaderSize {
 		return fmt.Errorf("%w: %d bytes, want at least %d", errShortRecord, len(b), recordHeaderSize)
@@ -83,6 +93,8 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	if n > maxFrames || npy > maxPyFrames || len(b) < recordHeaderSize+8*n+16*npy {
 		return fmt.Errorf("%w: %d frames and %d Python frames in %d bytes", errShortRecord, n, npy, len(b))
 	}
+	r.stack = b[recordHeaderSize : recordHeaderSize+8*n+16*npy]
+	r.nframes, r.npy = n, npy
 	if r.kind != 0 && event.Kind(r.kind) <= lastEventKind {
 		r.ev.Kind = event.Kind(r.kind)
 	}
@@ -111,31 +123,20 @@ func decodeRecord(b []byte, r *rawRecord) error {
 	if r.flags&recFlagBlock != 0 {
 		r.ev.Layer = event.LayerBlock
 	}
-	r.frames = r.frames[:0]
-	for i := range n {
-		r.frames = append(r.frames, le.Uint64(b[recordHeaderSize+8*i:]))
-	}
-	r.py = r.py[:0]
-	for i := range 2 * npy {
-		r.py = append(r.py, le.Uint64(b[recordHeaderSize+8*n+8*i:]))
-	}
 	return nil
 }
 
-// withCaller returns the user stack with the direct caller's return address
-// in place. A frame-pointer walk that starts at a function's first
-// instruction skips the direct caller, since rbp still holds the caller's
-// frame: frames[1] is then the caller's caller. Kernels that fix this up
-// themselves already have frames[1] == caller, and nothing changes.
-func withCaller(frames []uint64, caller uint64) []uint64 {
-	if len(frames) == 0 || caller == 0 {
-		return frames
+// appendFrames appends to key frames (a raw user stack, little-endian
+// uint64s, leaf first) with the direct caller's return address in place.
+// A frame-pointer walk that starts at a function's first instruction skips
+// the direct caller, since rbp still holds the caller's frame: frames[1] is
+// then the caller's caller. Kernels that fix this up themselves already
+// have frames[1] == caller, and nothing changes; nor without a caller (0).
+func appendFrames(key, frames []byte, caller uint64) []byte {
+	if len(frames) == 0 || caller == 0 || len(frames) > 8 && binary.LittleEndian.Uint64(frames[8:]) == caller {
+		return append(key, frames...)
 	}
-	if len(frames) > 1 && frames[1] == caller {
-		return frames
-	}
-	frames = append(frames, 0)
-	copy(frames[2:], frames[1:])
-	frames[1] = caller
-	return frames
+	key = append(key, frames[:8]...)
+	key = binary.LittleEndian.AppendUint64(key, caller)
+	return append(key, frames[8:]...)
 }

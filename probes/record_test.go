@@ -74,8 +74,8 @@ func TestDecodeRecord(t *testing.T) {
 	assert.Equal(t, event.Event{Time: 1000, Duration: 20, Addr: 0x7f0000, Size: 4096, Stream: 7, PID: 42, TID: 43,
 		Ret: 2, Device: -1, Kind: event.KindAlloc, Layer: event.LayerSegment, API: event.APICuMemAlloc,
 		Flags: event.FlagNested}, r.ev)
-	assert.Equal(t, []uint64{0x100, 0x200, 0x300}, r.frames)
-	assert.Equal(t, []uint64{0xc0de1, 0x1_0000_0000_00aa, 0xc0de2, 0xbb}, r.py)
+	assert.Equal(t, le64(0x100, 0x200, 0x300), r.frames())
+	assert.Equal(t, le64(0xc0de1, 0x1_0000_0000_00aa, 0xc0de2, 0xbb), r.pyFrames())
 	assert.Equal(t, uint64(0xc0ffee), r.caller)
 
 	// A header that promises more frames than the sample holds.
@@ -84,7 +84,7 @@ func TestDecodeRecord(t *testing.T) {
 	require.ErrorIs(t, decodeRecord(b[:10], &r), errShortRecord)
 }
 
-func TestWithCaller(t *testing.T) {
+func TestAppendFrames(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		frames []uint64
@@ -98,9 +98,20 @@ func TestWithCaller(t *testing.T) {
 		{"no stack", nil, 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, withCaller(append([]uint64(nil), tc.frames...), tc.caller))
+			prefix := []byte{0xaa}
+			got := appendFrames(prefix, le64(tc.frames...), tc.caller)
+			assert.Equal(t, append([]byte{0xaa}, le64(tc.want...)...), got)
 		})
 	}
+}
+
+// le64 lays out vs as the BPF side does stacks: little-endian uint64s.
+func le64(vs ...uint64) []byte {
+	b := []byte{}
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
 }
 
 // TestRecordKinds pins the C enum rec_kind (through the bpf2go types)

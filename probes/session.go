@@ -442,8 +442,8 @@ func (s *Session) handle(r *rawRecord) error {
 			}
 		}
 	}
-	if len(r.frames) > 0 || len(r.py) > 0 {
-		id, err := s.intern(r.ev.PID, withCaller(r.frames, r.caller), r.py, r.flags&(recFlagPyTrunc|recFlagPyBroke), s.pythonOf(r.ev.PID))
+	if len(r.stack) > 0 {
+		id, err := s.intern(r.ev.PID, r.frames(), r.caller, r.flags&(recFlagPyTrunc|recFlagPyBroke), r.pyFrames(), s.pythonOf(r.ev.PID))
 		if err != nil {
 			return err
 		}

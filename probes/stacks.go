@@ -43,25 +43,35 @@ func (t *stackTable) forgetStacks(pid uint32) {
 	}
 }
 
-// intern returns the StackID of the raw stack of pid, symbolizing it and
-// writing its Mapping and Stack records the first time it is seen. py is
-// the process's CPython, nil when it has none (its Python frames then stay
-// out of the stack).
-func (t *stackTable) intern(pid uint32, frames, raw []uint64, pyFlags uint8, py *pyProc) (event.StackID, error) {
-	key := t.stackKey[:0]
-	key = binary.LittleEndian.AppendUint32(key, pid)
-	key = binary.LittleEndian.AppendUint16(key, uint16(len(frames)))
-	for _, f := range frames {
-		key = binary.LittleEndian.AppendUint64(key, f)
-	}
+// intern returns the StackID of a raw stack of pid, symbolizing it and
+// writing its Mapping and Stack records the first time it is seen. frames
+// and raw are the record's native and Python frames as little-endian
+// uint64s (rawRecord.frames, rawRecord.pyFrames), caller its caller's
+// return address (see appendFrames). py is the process's CPython, nil when
+// it has none (its Python frames then stay out of the stack).
+//
+// The key is built by copying the frames whole, and nothing is decoded or
+// allocated, unless the stack is new.
+func (t *stackTable) intern(pid uint32, frames []byte, caller uint64, pyFlags uint8, raw []byte, py *pyProc) (event.StackID, error) {
+	key := binary.LittleEndian.AppendUint32(t.stackKey[:0], pid)
+	key = append(key, 0, 0) // the frame count, once known
+	key = appendFrames(key, frames, caller)
+	n := (len(key) - 6) / 8
+	binary.LittleEndian.PutUint16(key[4:], uint16(n))
 	key = append(key, pyFlags)
-	for _, f := range raw {
-		key = binary.LittleEndian.AppendUint64(key, f)
-	}
+	key = append(key, raw...)
 	t.stackKey = key
 	if id, ok := t.stacks[string(key)]; ok { // no allocation: the compiler sees the lookup
 		return id, nil
 	}
+	return t.internNew(pid, key, n, pyFlags, py)
+}
+
+// internNew interns a stack not seen yet, key being its key (see intern) and n
+// its native frames.
+func (t *stackTable) internNew(pid uint32, key []byte, n int, pyFlags uint8, py *pyProc) (event.StackID, error) {
+	frames := uint64s(key[6 : 6+8*n])
+	raw := uint64s(key[6+8*n+1:])
 	// Python code objects first: they are read from the process's memory,
 	// which an exiting process frees soon; the native symbols come from
 	// files and can wait (the first lookup in a large library with DWARF
@@ -92,4 +102,13 @@ func (t *stackTable) intern(pid uint32, frames, raw []uint64, pyFlags uint8, py 
 		return 0, fmt.Errorf("write stack record: %w", err)
 	}
 	return id, nil
+}
+
+// uint64s decodes little-endian uint64s.
+func uint64s(b []byte) []uint64 {
+	out := make([]uint64, len(b)/8)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	return out
 }

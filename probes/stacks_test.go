@@ -33,7 +33,7 @@ func TestStackTableIntern(t *testing.T) {
 	t.Cleanup(func() { _ = st.sym.Close() })
 	intern := func(pid uint32, frames ...uint64) event.StackID {
 		t.Helper()
-		id, err := st.intern(pid, frames, nil, 0, nil)
+		id, err := st.intern(pid, le64(frames...), 0, 0, nil, nil)
 		require.NoError(t, err)
 		return id
 	}
@@ -50,7 +50,7 @@ func TestStackTableIntern(t *testing.T) {
 	assert.Len(t, sink.stacks, 4)
 
 	// The Python frames' flags are part of the stack.
-	id, err := st.intern(other, []uint64{0x1000, 0x2000}, nil, recFlagPyTrunc, nil)
+	id, err := st.intern(other, le64(0x1000, 0x2000), 0, recFlagPyTrunc, nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, event.StackID(5), id)
 }

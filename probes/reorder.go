@@ -77,7 +77,7 @@ const DefaultReorderWindow = 2_000_000_000 // ns
 // behind them is written where it arrives and counted late, as any late
 // event. Memory is bounded by that limit, not by rate times window: the
 // held array never has more than limit+1 slots (an event.Event, 72 bytes), and
-// it shrinks again once it is mostly empty.
+// it shrinks again once it has been mostly empty for a poll (trim).
 
 // heldPerRecord is the fewest ring buffer bytes a record takes: the ring's
 // 8-byte record header and the record header of the BPF contract (a record
@@ -131,6 +131,8 @@ type reorder struct {
 	// length is its capacity.
 	held    []event.Event
 	head, n int
+	// peak is the most events held since the last trim.
+	peak int
 	// now is the clock the window runs on: the newest return time seen, or
 	// a clock reading taken before the ring buffer was found empty.
 	now uint64
@@ -152,13 +154,7 @@ func newReorder(window uint64, limit int) *reorder {
 }
 
 // at is the i-th event held, the oldest first.
-func (r *reorder) at(i int) *event.Event {
-	j := r.head + i
-	if j >= len(r.held) {
-		j -= len(r.held)
-	}
-	return &r.held[j]
-}
+func (r *reorder) at(i int) *event.Event { return &r.held[r.phys(i)] }
 
 // add takes an event as it arrives, its Time being its return time, and
 // sets Time to its effect time. It holds the event and returns false, or,
@@ -186,21 +182,59 @@ func (r *reorder) add(e *event.Event) bool {
 	// Make room by moving the shorter side: the newer events one slot on,
 	// or the older ones one slot back.
 	if p >= r.n-p {
-		for i := r.n; i > p; i-- {
-			*r.at(i) = *r.at(i - 1)
-		}
+		r.moveUp(p)
 	} else {
 		r.head--
 		if r.head < 0 {
 			r.head += len(r.held)
 		}
-		for i := 0; i < p; i++ {
-			*r.at(i) = *r.at(i + 1)
-		}
+		r.moveDown(p)
 	}
 	*r.at(p) = *e
 	r.n++
+	r.peak = max(r.peak, r.n)
 	return false
+}
+
+// phys is the slot of the i-th event held.
+func (r *reorder) phys(i int) int {
+	j := r.head + i
+	if j >= len(r.held) {
+		j -= len(r.held)
+	}
+	return j
+}
+
+// moveUp moves the events at places p to n-1 one place on, a run of
+// adjacent slots at a time, from the newest back.
+func (r *reorder) moveUp(p int) {
+	for i := r.n; i > p; {
+		dst, src := r.phys(i), r.phys(i-1)
+		if dst == 0 { // src is the last slot
+			r.held[0] = r.held[src]
+			i--
+			continue
+		}
+		k := min(i-p, src+1)
+		copy(r.held[dst-k+1:dst+1], r.held[src-k+1:src+1])
+		i -= k
+	}
+}
+
+// moveDown moves the events at places 1 to p one place back, a run of
+// adjacent slots at a time, from the oldest on.
+func (r *reorder) moveDown(p int) {
+	for i := 0; i < p; {
+		dst, src := r.phys(i), r.phys(i+1)
+		if src == 0 { // dst is the last slot
+			r.held[dst] = r.held[0]
+			i++
+			continue
+		}
+		k := min(p-i, len(r.held)-src)
+		copy(r.held[dst:dst+k], r.held[src:src+k])
+		i += k
+	}
 }
 
 // insertScan is how far add looks for an event's place one by one before
@@ -247,10 +281,18 @@ func (r *reorder) pop(all bool) *event.Event {
 		r.head = 0
 	}
 	r.n--
-	if c := len(r.held); c > minHeldCap && r.n < c/4 {
-		r.resize(max(c/2, minHeldCap)) // halving at a quarter: amortised O(1) per event
-	}
 	return &r.out
+}
+
+// trim halves the array when no more than a quarter of it was used since
+// the last trim, and no smaller than minHeldCap. Called about once a poll:
+// the buffer fills between marks and empties at each, and an array resized
+// with every fill would be garbage at the rate of events.
+func (r *reorder) trim() {
+	if c := len(r.held); c > minHeldCap && r.peak < c/4 {
+		r.resize(max(c/2, minHeldCap))
+	}
+	r.peak = r.n
 }
 
 // flushPID removes the held events of pid and returns them in effect order,

@@ -296,6 +296,9 @@ func TestReorderBound(t *testing.T) {
 		require.Equal(t, uint64(i+1), a, "effect order")
 	}
 	assert.Zero(t, r.n)
+	for range 4 {
+		r.trim() // a poll each
+	}
 	assert.Equal(t, minHeldCap, len(r.held), "shrunk once drained")
 }
 
@@ -305,8 +308,8 @@ func TestReorderBound(t *testing.T) {
 // the oldest due one going out first. Random traffic covers the ways an
 // event finds its place: at the newest end, a few places back, and far
 // back (a release long in its call: bisection, the older side moved), in
-// a circular array that wraps, grows, shrinks and hits its limit, with
-// marks, clock moves, flushes of a process and late events.
+// a circular array that wraps, grows, shrinks (trim) and hits its limit,
+// with marks, clock moves, flushes of a process and late events.
 func TestReorderMatchesSort(t *testing.T) {
 	for seed := range uint64(10) {
 		rng := rand.New(rand.NewPCG(seed, 21))
@@ -349,6 +352,8 @@ func TestReorderMatchesSort(t *testing.T) {
 			case 2:
 				r.advance(now + uint64(rng.IntN(100_000)))
 				m.now = max(m.now, r.now)
+			case 3, 4, 5:
+				r.trim()
 			}
 			all := rng.IntN(20_000) == 0
 			for ev := r.pop(all); ev != nil; ev = r.pop(all) {
@@ -370,6 +375,9 @@ func TestReorderMatchesSort(t *testing.T) {
 			require.Equal(t, want[i], got[i], "seed %d, event %d", seed, i)
 		}
 		require.Equal(t, m.late, r.late, "seed %d", seed)
+		for range 4 {
+			r.trim()
+		}
 		require.Equal(t, minHeldCap, len(r.held), "seed %d: shrunk once drained", seed)
 	}
 }

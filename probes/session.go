@@ -386,10 +386,12 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 	return out, nil
 }
 
-// tick does the periodic work: noticing exits, lost-record accounting.
+// tick does the periodic work: noticing exits, lost-record accounting,
+// giving back the reorder buffer's memory it no longer needs.
 func (s *Session) tick() error {
 	s.sweep()
 	s.takeDeferred()
+	s.order.trim()
 	if err := s.resumeDeferred(); err != nil {
 		return err
 	}

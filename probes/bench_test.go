@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
@@ -37,6 +40,16 @@ func (s traceSink) Write(rec event.Record) error {
 	return s.w.Write(rec)
 }
 func (s traceSink) Flush() error { return s.w.Flush() }
+
+// threadCPU is the CPU time the calling thread has used; 0 when the
+// kernel cannot tell (before 2.6.26).
+func threadCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // pairCost runs bench_pairs for n pairs and returns its own ns/pair figure.
 func pairCost(b *testing.B, out *bytes.Buffer) float64 {
@@ -72,11 +85,12 @@ type workload struct {
 // uretprobe variant, when the workload has one) and under a full vramprof
 // session, interleaved round by round so that machine noise hits them all
 // alike, and reports the medians and their ratios. probed/bare is
-// vramprof's own cost over the floor any uprobe tracer pays.
+// vramprof's own cost over the floor any uprobe tracer pays. It also
+// reports the CPU time of the session's reader thread per event.
 func measure(b *testing.B, w workload) {
 	n := strconv.Itoa(b.N)
 	const rounds = 15
-	var unprobed, counted, uret, probed []float64
+	var unprobed, counted, uret, probed, reader []float64
 	argv := append(slices.Clone(w.argv), n)
 	env := append(os.Environ(), w.env...)
 	runPlain := func() float64 {
@@ -111,10 +125,20 @@ func measure(b *testing.B, w workload) {
 		cmd, err := s.Launch(LaunchOptions{Argv: argv, Env: env, Stdout: &out})
 		require.NoError(b, err)
 		done := make(chan error, 1)
-		go func() { done <- s.Run(context.Background()) }()
+		var runCPU time.Duration
+		go func() {
+			// Locked first, so the thread's CPU time is the reader's
+			// alone (Run locks it for good).
+			runtime.LockOSThread()
+			start := threadCPU()
+			err := s.Run(context.Background())
+			runCPU = threadCPU() - start
+			done <- err
+		}()
 		require.NoError(b, cmd.Wait())
 		require.NoError(b, <-done)
 		probed = append(probed, pairCost(b, &out))
+		reader = append(reader, float64(runCPU.Nanoseconds())/float64(s.Stats().Events.Load()))
 		// Every event of every pair (and of the warm-up) was recorded, and
 		// nothing was lost.
 		require.EqualValues(b, w.events(b.N+100), s.Stats().Events.Load())
@@ -136,6 +160,12 @@ func measure(b *testing.B, w workload) {
 	fmt.Printf("\nper %s pair, median of %d interleaved rounds of %d pairs:\n"+
 		"  unprobed %8.0f ns\n  bare     %8.0f ns  (%.2fx unprobed)\n  vramprof %8.0f ns  (%.2fx unprobed, %.2fx bare%s)\n",
 		w.name, rounds, b.N, u, c, c/u, p, p/u, p/c, w.target)
+	rd := med(reader)
+	b.ReportMetric(rd, "reader-cpu-ns/event")
+	// Over a whole run: the reader's thread also symbolizes each stack
+	// once, and wakes for the few events of each poll.
+	fmt.Printf("  reader   %8.0f ns of CPU per event over the run, the ring buffer read to the trace record "+
+		"(target <= %d ns at full rate: BenchmarkReader)\n", rd, readerTarget)
 	if len(uret) > 0 {
 		// The bare probe both ways: the entries are the same uprobes, so
 		// what differs is the returns. Per call: (probed - unprobed) over

@@ -24,7 +24,7 @@ import (
 // event.KindScopeEnd by their API. Both carry rsp (the same at the entry
 // and at a return), which pairs them; the entry also carries the return
 // address at rsp, the caller, which a frame-pointer walk from a function's
-// first instruction skips (withCaller puts it back).
+// first instruction skips (appendFrames puts it back).
 var scopeProbes = []struct {
 	// Symbol is the function's mangled name, for files whose symbol tables
 	// name it.

@@ -33,6 +33,7 @@ const readerTarget = 300
 type replayRing struct {
 	samples [][]byte
 	span    uint64 // the time a pass over samples covers
+	base    uint64 // added to every time
 	i, n    int
 }
 
@@ -41,7 +42,7 @@ func (r *replayRing) ReadInto(rec *ringbuf.Record) error {
 		return ringbuf.ErrClosed
 	}
 	s := r.samples[r.i%len(r.samples)]
-	shift := uint64(r.i/len(r.samples)) * r.span
+	shift := r.base + uint64(r.i/len(r.samples))*r.span
 	r.i++
 	rec.RawSample = append(rec.RawSample[:0], s...)
 	binary.LittleEndian.PutUint64(rec.RawSample, binary.LittleEndian.Uint64(s)+shift)

@@ -3,9 +3,12 @@
 package probes
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -133,4 +136,80 @@ func TestReaderPosition(t *testing.T) {
 	}
 	assert.Equal(t, at, rd.consumed, "reached once all are read")
 	assert.Equal(t, at, rd.position(), "the ring is empty")
+}
+
+// gappyRing is a replayRing that finds itself empty (the deadline passes)
+// after every gap records, as a reader that keeps up does between bursts.
+type gappyRing struct {
+	*replayRing
+	gap, since int
+}
+
+func (r *gappyRing) ReadInto(rec *ringbuf.Record) error {
+	if r.since == r.gap {
+		r.since = 0
+		return os.ErrDeadlineExceeded
+	}
+	r.since++
+	return r.replayRing.ReadInto(rec)
+}
+
+// TestReaderRunBatches runs a session's reader loop over a trainer's
+// records, in batches cut by the ring running dry (gaps shorter and longer
+// than a batch) and by the batch size: every record comes out once, in
+// effect order, none late or lost, each stack written once, and the trace
+// reads back whole.
+func TestReaderRunBatches(t *testing.T) {
+	const pid = 1 << 30
+	samples, span := trainerRecords(pid, 16, 8, 1000)
+	for _, gap := range []int{1, 100, batchRecords, 3 * batchRecords, 1 << 30} {
+		t.Run(strconv.Itoa(gap), func(t *testing.T) {
+			var trace bytes.Buffer
+			w, err := event.NewWriter(&trace, &event.Header{Start: 1})
+			require.NoError(t, err)
+			sink := &lockedSink{w: w}
+			n := len(samples) + len(samples)/2 // past the end: times shifted on
+			// Calls that return in an hour: the clock readings taken as the
+			// ring runs dry must not pass them.
+			base := MonotonicNow() + 3600e9
+			ring := &gappyRing{replayRing: &replayRing{samples: samples, span: span, base: base, n: n}, gap: gap}
+			s := mustBenchSession(t, sink, ring, pid)
+			s.order.window = 100_000 // 80 records: released as the reader goes
+			var flushed int
+			sink.observe = func(rec event.Record) {
+				if _, ok := rec.(*event.Event); ok && s.order.n > 0 {
+					flushed++
+				}
+			}
+			require.NoError(t, runReader(s))
+			require.NoError(t, w.Flush())
+			assert.Greater(t, flushed, n/2, "events written while others are held")
+
+			assert.Equal(t, uint64(n), s.stats.Events.Load())
+			assert.Zero(t, s.order.late, "late")
+			assert.Zero(t, s.order.n, "held")
+			r, err := event.NewReader(&trace)
+			require.NoError(t, err)
+			var events, stacks int
+			var last uint64
+			for {
+				rec, err := r.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err)
+				switch rec := rec.(type) {
+				case *event.Event:
+					events++
+					require.GreaterOrEqual(t, rec.Time, last, "effect order, event %d", events)
+					last = rec.Time
+				case *event.Stack:
+					stacks++
+				}
+			}
+			assert.False(t, r.Truncated())
+			assert.Equal(t, n, events)
+			assert.Equal(t, 8, stacks, "one Stack record per call site")
+		})
+	}
 }

@@ -169,8 +169,8 @@ func (s *Session) Run(ctx context.Context) error {
 const batchRecords = 512
 
 // readBatch reads and handles up to batchRecords records, waiting for each
-// until the deadline set before it. ringErr is nil once it has read them
-// all, else the ring's error that stopped it: os.ErrDeadlineExceeded once
+// until the deadline set before it, or up to a process's exit. ringErr is
+// nil once it has read them, else the ring's error that stopped it: os.ErrDeadlineExceeded once
 // the ring stayed empty up to the deadline (at once when that is past),
 // ringbuf.ErrClosed once the ring is closed. err is the error of handling
 // a record.
@@ -180,7 +180,9 @@ func (s *Session) readBatch() (ringErr, err error) {
 		if ringErr != nil {
 			return ringErr, nil
 		}
+		exit := false
 		if r != nil { // nil: short, counted
+			exit = r.kind == recExit
 			if err := s.handle(r); err != nil {
 				return nil, err
 			}
@@ -194,6 +196,11 @@ func (s *Session) readBatch() (ringErr, err error) {
 			if err := s.release(false); err != nil {
 				return nil, err
 			}
+		}
+		if exit {
+			// Run sees at once whether every target has gone, rather
+			// than waiting on an empty ring for the deadline.
+			return nil, nil
 		}
 	}
 	return nil, nil

@@ -461,7 +461,11 @@ struct address_space {
 
 /*
  * announce_mapped sends REC_MAPPED for tgid's mapping of the probed file
- * key, the first time it faults on it.
+ * key, the first time it faults on it: addr st_dev, size the inode, and
+ * who the process is, for a process gone before user space can read
+ * /proc (a short job under serve): duration its start_boottime, ret its
+ * parent's tgid, and stack its command line (NUL-separated, at most
+ * MAPPED_ARGS bytes; device the bytes sent, nframes the u64 words).
  */
 static __always_inline void announce_mapped(__u64 id, struct file_key *key)
 {
@@ -470,7 +474,7 @@ static __always_inline void announce_mapped(__u64 id, struct file_key *key)
 		return;
 	__u8 one = 1;
 	bpf_map_update_elem(&mapped, &mk, &one, BPF_ANY);
-	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
+	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE + MAPPED_ARGS, 0);
 	if (!r) {
 		__sync_fetch_and_add(&lost, 1);
 		return;
@@ -478,6 +482,24 @@ static __always_inline void announce_mapped(__u64 id, struct file_key *key)
 	fill_common(r, id, REC_MAPPED);
 	r->addr = key->dev;
 	r->size = key->ino;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *leader = task->group_leader;
+	r->duration = leader->start_boottime;
+	r->ret = leader->real_parent->tgid;
+	__u64 len = 0;
+	struct mm_struct *mm = task->mm;
+	if (mm) {
+		/* 0 until exec has copied them (a fault of exec's own). */
+		unsigned long start = mm->arg_start, end = mm->arg_end;
+		len = end > start ? end - start : 0;
+		if (len > MAPPED_ARGS)
+			len = MAPPED_ARGS;
+		if (bpf_probe_read_user(r->stack, len & (2 * MAPPED_ARGS - 1), (void *)start))
+			len = 0;
+	}
+	r->device = len;
+	r->nframes = (len + 7) / 8;
+	r->npy = 0;
 	bpf_ringbuf_submit(r, wakeup_flag());
 }
 

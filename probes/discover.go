@@ -93,6 +93,18 @@ func (pf *probedFile) cudaSymbols() []string {
 	return syms
 }
 
+// library reports whether the file gets a Library record where it is
+// mapped: CUDA functions probed in it, or ones it holds that could not be
+// (Skipped, a stripped runtime). The loader alone does not.
+func (pf *probedFile) library() bool {
+	for _, t := range pf.Targets {
+		if t.Spec.Prog != progLoader {
+			return true
+		}
+	}
+	return len(pf.Skipped) > 0 || pf.StrippedRuntime
+}
+
 // scanFile looks for specs' symbols in the ELF file at c.OpenPath. It
 // returns nil, nil for a file that holds none of them, so the caller can
 // remember not to look again. The check is two-stage: string tables are

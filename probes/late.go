@@ -43,6 +43,7 @@ package probes
 // session ends or dies (resumeStopped).
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -62,6 +63,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/symbolize"
 )
 
@@ -258,6 +260,11 @@ func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
 		s.heldRecord(r)
 		return true, nil
 	}
+	if r.kind == recMapped && s.procs[pid] == nil {
+		if err := s.adoptGone(r); err != nil {
+			return false, err
+		}
+	}
 	if r.kind == recLoader && r.flags&recFlagStopped != 0 {
 		s.knowData(pid)
 	}
@@ -266,6 +273,49 @@ func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
 			"(it has a controlling terminal or a debugger): its calls before the probes were in place are missed", pid))
 	}
 	return false, nil
+}
+
+// adoptGone tracks, as its REC_MAPPED record describes it, a process that
+// mapped a probed file and was gone before adopt could read /proc (a short
+// job under serve or attach --all), so that its calls are not counted
+// under a process with no command, start or cgroup. The record gives its
+// command line (its first MAPPED_ARGS bytes), start time and parent; its
+// cgroup is its parent's (a process stays in the cgroup it was forked in
+// unless something moves it), read while the parent lives. A PID that is
+// alive (adopt chose not to trace it) or another process's by now is left.
+func (s *Session) adoptGone(r *rawRecord) error {
+	pid := r.ev.PID
+	if _, err := procStartTime(int(pid)); err == nil {
+		return nil
+	}
+	info := &event.Process{
+		PPID:    uint32(r.ev.Ret),
+		Start:   r.ev.Duration / clockTicksNs,
+		Command: splitArgs(r.frames()[:max(0, min(int(r.ev.Device), len(r.frames())))]),
+	}
+	if pp := s.procs[info.PPID]; pp != nil && !pp.exited {
+		info.Cgroup = pp.info.Cgroup
+	} else if p, err := procOf(int(info.PPID)); err == nil {
+		info.Cgroup = procCgroup(p)
+	}
+	_, err := s.track(pid, info)
+	var held *TracedError
+	if err != nil && !errors.As(err, &held) && !errors.Is(err, ErrNoProcess) {
+		s.giveUp(pid, err)
+	}
+	return nil
+}
+
+// splitArgs splits a command line as /proc/PID/cmdline holds it (each
+// argument NUL-terminated; the last may be cut short) into its arguments.
+func splitArgs(b []byte) []string {
+	var args []string
+	for len(b) > 0 {
+		arg, rest, _ := bytes.Cut(b, []byte{0})
+		args = append(args, string(arg))
+		b = rest
+	}
+	return args
 }
 
 // lateState is a Session's part in this file.

@@ -91,7 +91,7 @@ func (s *Session) preload(p *proc, env []string) {
 		if err := s.att.attach(pf); err != nil {
 			continue // left to the stop, which attaches or says why
 		}
-		s.examined(c.Key, c.OpenPath, true)
+		s.examined(c.Key, c.OpenPath, pf.library())
 	}
 }
 

@@ -234,6 +234,9 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 	if info == nil {
 		info = procInfo(pid)
 	}
+	if p.startTime == 0 {
+		p.startTime = info.Start // gone already: as its record said (adoptGone)
+	}
 	info.PID, info.Time, info.Start = pid, MonotonicNow(), p.startTime
 	info.FromStart = info.FromStart || s.watchedFrom != 0 && p.startTime > s.watchedFrom
 	p.fromStart = info.FromStart
@@ -326,10 +329,10 @@ func (s *Session) scan(p *proc) error {
 // writeLibrary writes the Library record of f, a probed file p maps (with
 // its path as p sees it), unless f is the loader only.
 func (s *Session) writeLibrary(p *proc, f *probedFile) error {
-	syms := f.cudaSymbols()
-	if len(syms) == 0 && len(f.Skipped) == 0 && !f.StrippedRuntime {
+	if !f.library() {
 		return nil // the loader: not a CUDA library
 	}
+	syms := f.cudaSymbols()
 	p.cuda = p.cuda || len(syms) > 0
 	if f.StrippedRuntime {
 		p.stripped = append(p.stripped, f.Path)
@@ -377,7 +380,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				}
 				return nil, err
 			}
-			s.examined(c.Key, c.OpenPath, true)
+			s.examined(c.Key, c.OpenPath, pf.library())
 		}
 		mapped := *pf
 		mapped.candidate = c // this process's path to it

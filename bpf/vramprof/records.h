@@ -14,6 +14,7 @@
 #define MAX_FRAMES 127 /* kernel.perf_event_max_stack default */
 #define MAX_PY_FRAMES 64 /* Python frames a record can hold */
 #define PY_SLOTS 256     /* stack[]: native frames, then 2 u64 per Python frame */
+#define MAPPED_ARGS 256  /* REC_MAPPED: bytes of the command line sent */
 #define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
 /* Record kinds: event.Kind's numbering, plus two that stay between BPF and
  * Go. */
@@ -32,7 +33,7 @@ enum rec_kind {
 	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
 	REC_EXEC = 102,   /* a target exec'd: new maps; stopped like REC_LOADER */
 	REC_EXIT = 103,   /* a target's main thread exited */
-	REC_MAPPED = 104, /* a process mapped a probed file: addr st_dev, size inode */
+	REC_MAPPED = 104, /* a process mapped a probed file: see announce_mapped */
 };
 
 enum rec_flags {

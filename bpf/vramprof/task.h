@@ -35,6 +35,7 @@ struct uprobes_state {
 
 struct mm_struct {
 	struct uprobes_state uprobes_state;
+	unsigned long arg_start, arg_end; /* argv, NUL-separated */
 } __attribute__((preserve_access_index));
 
 struct task_struct {

@@ -38,7 +38,11 @@ const fleetJobs = 40
 //     test's cgroup), its counters the sum of the 40 truths, the cgroup
 //     label read at adoption though every process is gone;
 //   - --per-process: one per process, 40 pids, each labelled with its
-//     command and cgroup (none empty), as every process had before.
+//     command, cgroup and start (none empty), as every process had before.
+//
+// Every job is labelled, including one gone before serve read its first
+// record: serve adopts it from the record of its mapping of the runtime
+// (probes adoptGone). Before, such jobs fell into command="", start 0.
 //
 // A longrun another session (attach -p) traces before both serves start is
 // skipped by them: it has no series in either.
@@ -95,10 +99,8 @@ func TestServeFleetSeries(t *testing.T) {
 	ours := func(l map[string]string) bool { return pids[l["pid"]] }
 
 	// Every record reaches serve within its reorder window. The per
-	// process serve tells the 40 apart by pid, whether serve adopted them
-	// while they ran (labelled) or they were gone first (command="",
-	// start 0: nothing left to read); the grouped one counts the adopted
-	// ones in the group, each with one job's figures.
+	// process serve tells the 40 apart by pid; the grouped one counts them
+	// in the group, each with one job's figures.
 	group := map[string]string{"command": name}
 	var famsG, famsP famSets
 	deadline := time.Now().Add(60 * time.Second)
@@ -116,6 +118,7 @@ func TestServeFleetSeries(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	adoptedG := uint64(famsG.sum(exporter.MetricTracedProcesses))
+	require.Equal(t, uint64(fleetJobs), adoptedG, "every job in the group, the ones gone before serve read their records too")
 
 	t.Run("grouped", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -149,9 +152,6 @@ func TestServeFleetSeries(t *testing.T) {
 		for metric, f := range famsP {
 			for _, l := range f.series {
 				seen[l["pid"]] = true
-				if l["command"] == "" {
-					continue // gone before serve could adopt it
-				}
 				assert.Equal(t, name, l["command"], "%s{pid=%s}", metric, l["pid"])
 				assert.Equal(t, cgroup, l["cgroup"], "%s{pid=%s}", metric, l["pid"])
 				assert.NotEqual(t, "0", l["start"], "%s{pid=%s}", metric, l["pid"])
@@ -177,11 +177,11 @@ func TestServeFleetSeries(t *testing.T) {
 	})
 
 	// The grouped serve's series for the jobs: the group's, and those of
-	// the one group of processes gone before adoption (command="", shared
-	// with any other such process on the host).
+	// the group of processes it could not describe (command="", shared
+	// with any other such process on the host; none of the jobs).
 	g := famsG.count() + fleetFamilies(scrapeMetrics(t, "http://"+grouped), map[string]string{"command": ""}).count()
 	p := famsP.count()
-	t.Logf("%d short processes of one command (%d adopted while running by the grouped serve, %d by the per-process one): "+
+	t.Logf("%d short processes of one command (%d labelled by the grouped serve, %d by the per-process one): "+
 		"%d series grouped (default) against %d per process (--per-process; before, every process had its own)",
 		fleetJobs, adoptedG, adoptedP, g, p)
 	assert.Less(t, g*5, p, "grouping cuts the series")

@@ -108,8 +108,8 @@
  *   known_files  LRU hash {st_dev, inode} -> enum known (trace_all, quiet):
  *            files user space has examined (code probed, or found to hold
  *            nothing to probe, or a file that is not ELF: data).
- *   mapped   LRU hash {file_key, tgid} -> u8 (trace_all, quiet): a process
- *            announced its mapping of a probed file (REC_MAPPED).
+ *   mapped   LRU hash {file_key, start time, tgid} -> u8 (trace_all, quiet):
+ *            a process announced its mapping of a probed file (REC_MAPPED).
  *   pending  LRU hash tgid -> u8 (trace_all, quiet): a process faulted on a
  *            mapping of an unexamined file since its loader's last
  *            rendezvous; that rendezvous then stops it (loader_state).
@@ -469,7 +469,9 @@ struct address_space {
  */
 static __always_inline void announce_mapped(__u64 id, struct file_key *key)
 {
-	struct mapped_key mk = {.dev = key->dev, .ino = key->ino, .tgid = id >> 32};
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *leader = task->group_leader;
+	struct mapped_key mk = {.dev = key->dev, .ino = key->ino, .start = leader->start_boottime, .tgid = id >> 32};
 	if (bpf_map_lookup_elem(&mapped, &mk))
 		return;
 	__u8 one = 1;
@@ -482,9 +484,7 @@ static __always_inline void announce_mapped(__u64 id, struct file_key *key)
 	fill_common(r, id, REC_MAPPED);
 	r->addr = key->dev;
 	r->size = key->ino;
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct task_struct *leader = task->group_leader;
-	r->duration = leader->start_boottime;
+	r->duration = mk.start;
 	r->ret = leader->real_parent->tgid;
 	__u64 len = 0;
 	struct mm_struct *mm = task->mm;

@@ -89,11 +89,12 @@ const (
 )
 
 type bpfMappedKey struct {
-	_    structs.HostLayout
-	Dev  uint64
-	Ino  uint64
-	Tgid uint32
-	Pad  uint32
+	_     structs.HostLayout
+	Dev   uint64
+	Ino   uint64
+	Start uint64
+	Tgid  uint32
+	Pad   uint32
 }
 
 type bpfPyBuf struct {

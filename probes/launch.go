@@ -129,7 +129,7 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := s.scan(p); err != nil {
+	if err := s.scan(p, false); err != nil {
 		return fail(err)
 	}
 	env := o.Env
@@ -163,7 +163,7 @@ func (s *Session) Attach(pid int, wait bool) error {
 	if err != nil {
 		return err
 	}
-	if err := s.scan(p); err != nil {
+	if err := s.scan(p, false); err != nil {
 		return err
 	}
 	s.preload(p, procEnviron(pid))

@@ -276,8 +276,9 @@ func (s *Session) forgetExited(dueOnly bool) {
 
 // scan examines the files p maps and probes the ones that define the CUDA
 // allocation API or the loader rendezvous. It is called at start and after
-// every change the loader announces.
-func (s *Session) scan(p *proc) error {
+// every change the loader announces. running: for a rendezvous that did
+// not stop p (quiet), which runs on, maybe in the middle of mapping a file.
+func (s *Session) scan(p *proc, running bool) error {
 	// The BPF walker learns the interpreter before the first probe is
 	// placed: a process attached to runs on while its files are probed,
 	// and a call in between would have a stack without Python frames (a
@@ -298,6 +299,13 @@ func (s *Session) scan(p *proc) error {
 	var maps []symbolize.MapEntry // read once, when a file has USDT semaphores
 	for _, f := range files {
 		if p.libraries[f.Key] {
+			continue
+		}
+		if running && len(semaphoreSites(f)) > 0 {
+			// Its semaphores written now can be mapped over by the
+			// loader mapping f's data (three PyTorch processes in one
+			// run: two saw no tensor). Never known (probeFiles), f stops
+			// p at its loader's next rendezvous: raised there.
 			continue
 		}
 		p.libraries[f.Key] = true
@@ -380,7 +388,14 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				}
 				return nil, err
 			}
-			s.examined(c.Key, c.OpenPath, pf.library())
+			if len(semaphoreSites(pf)) == 0 {
+				s.examined(c.Key, c.OpenPath, pf.library())
+			}
+			// Else never known: every process that maps it stops at its
+			// loader's rendezvous and has its USDT semaphores raised
+			// there, before it runs on (semaphore.go); without that stop
+			// the kernel left them at 0 in every process but the first
+			// (three PyTorch processes in one run: 404 of 1212 tensors).
 		}
 		mapped := *pf
 		mapped.candidate = c // this process's path to it
@@ -569,7 +584,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			s.dropPython(p) // the BPF side forgot it too
 		}
 		if err == nil {
-			err = s.scan(p)
+			err = s.scan(p, s.watching && r.kind == recLoader && r.flags&recFlagStopped == 0)
 		}
 		if err == nil && r.flags&recFlagStopped != 0 && s.watching {
 			s.knowData(p.pid) // else a fault on them would stop it again
@@ -730,7 +745,7 @@ func (s *Session) adopt(pid uint32) error {
 				}
 				return nil
 			}
-			if err := s.scan(p); err != nil {
+			if err := s.scan(p, false); err != nil {
 				s.untrack(p)
 				if !errors.Is(err, ErrNoProcess) {
 					s.giveUp(pid, err)

@@ -96,8 +96,9 @@ struct {
 } known_files SEC(".maps");
 
 /*
- * mapped: the processes that have announced mapping a probed file
- * (REC_MAPPED), once each. A file probed before a process maps it stops
+ * mapped: the processes (tgid and start time: a reused PID is another
+ * process) that have announced mapping a probed file (REC_MAPPED), once
+ * each. A file probed before a process maps it stops
  * nobody, and the process may be gone before user space reads its maps:
  * the record names the file, so that its Library record is written all
  * the same.
@@ -105,6 +106,7 @@ struct {
 struct mapped_key {
 	__u64 dev;
 	__u64 ino;
+	__u64 start; /* task->group_leader->start_boottime */
 	__u32 tgid;
 	__u32 pad;
 };

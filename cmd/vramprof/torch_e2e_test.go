@@ -663,3 +663,37 @@ func TestTorchBesideServe(t *testing.T) {
 	}
 	stopServe(t, cmd, done, stderr)
 }
+
+// TestTorchProcessesInOneRun: three PyTorch processes one after another
+// under one run (a script that trains, evaluates, exports): each one's
+// tensors are all seen. libc10_cuda.so's USDT semaphores must be raised in
+// each process before it runs on; the first maps the library while the
+// session probes it, the others map a file probed already. With the
+// loader's stop taken only for unexamined files, the others were raised
+// while they ran, and the loader then mapped the library's data over
+// them: 404 of 1212 tensors seen (two of the three processes saw none).
+func TestTorchProcessesInOneRun(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	bin := torchDriver(t)
+	tmp := t.TempDir()
+	var script []string
+	var truths []string
+	for i := range 3 {
+		truth := filepath.Join(tmp, fmt.Sprintf("truth-%d.json", i))
+		truths = append(truths, truth)
+		script = append(script, fmt.Sprintf("VRAMPROF_TRUTH=%s %s train", truth, bin))
+	}
+	dir := filepath.Join(tmp, "out")
+	r := vramprof(t, execOpts{}, "run", "-q", "-o", dir, "--", "sh", "-ec", strings.Join(script, "; "))
+	require.Equal(t, 0, r.code, "stderr:\n%s", r.stderr)
+	var want uint64
+	for _, p := range truths {
+		tr := mustReadJSON[torchTruth](t, p)
+		require.NotZero(t, tr.Tensors.Allocations, p)
+		want += tr.Tensors.Allocations
+	}
+	rep := mustReadJSON[torchReport](t, filepath.Join(dir, "report.json"))
+	require.NotNil(t, rep.Blocks, "report.json has the block layer")
+	assert.Equal(t, want, rep.Blocks.Allocations, "tensors of the three processes")
+	assert.Zero(t, rep.Totals.LostEvents, "lost")
+}

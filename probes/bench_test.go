@@ -206,6 +206,31 @@ func BenchmarkOverhead(b *testing.B) {
 	})
 }
 
+// benchThreads is BenchmarkThreadsOverhead's thread count: as many threads
+// as churn_threads runs, calling at once.
+const benchThreads = 16
+
+// BenchmarkThreadsOverhead prices the same pairs made by 16 threads at
+// once on this host's cores: the wall time of a round of 16 pairs, where
+// the reader competes with the traced threads for the CPU. b.N is the
+// pairs per thread; use -benchtime 2000x.
+func BenchmarkThreadsOverhead(b *testing.B) {
+	probetest.RequirePrivilege(b)
+	if b.N < 1000 {
+		return // sizing call; see BenchmarkOverhead
+	}
+	atRets, _ := barePairs(b)
+	measure(b, workload{
+		name:       fmt.Sprintf("round of %d concurrent cudaMalloc+cudaFree", benchThreads),
+		argv:       []string{probetest.Bin(b, "bench_pairs")},
+		env:        []string{fmt.Sprintf("BENCH_THREADS=%d", benchThreads)},
+		attachBare: atRets,
+		calls:      4,
+		events:     func(pairs int) uint64 { return uint64(4 * pairs * benchThreads) },
+		target:     "; target <= 1.03x bare",
+	})
+}
+
 // barePairs returns the bare counting probe's attach for a
 // cudaMalloc+cudaFree workload: the functions one pair goes through,
 // cudaMalloc and cudaFree in the runtime, cuMemAlloc_v2 and cuMemFree_v2

@@ -281,16 +281,18 @@ func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
 // under a process with no command, start or cgroup. The record gives its
 // command line (its first MAPPED_ARGS bytes), start time and parent; its
 // cgroup is its parent's (a process stays in the cgroup it was forked in
-// unless something moves it), read while the parent lives. A PID that is
-// alive (adopt chose not to trace it) or another process's by now is left.
+// unless something moves it), read while the parent lives. A zombie (its
+// maps are empty: adopt found nothing to probe) is gone too; a PID that
+// is another process's by now is left.
 func (s *Session) adoptGone(r *rawRecord) error {
 	pid := r.ev.PID
-	if _, err := procStartTime(int(pid)); err == nil {
+	start := r.ev.Duration / clockTicksNs
+	if now, err := procStartTime(int(pid)); err == nil && now != start {
 		return nil
 	}
 	info := &event.Process{
 		PPID:    uint32(r.ev.Ret),
-		Start:   r.ev.Duration / clockTicksNs,
+		Start:   start,
 		Command: splitArgs(r.frames()[:max(0, min(int(r.ev.Device), len(r.frames())))]),
 	}
 	if pp := s.procs[info.PPID]; pp != nil && !pp.exited {

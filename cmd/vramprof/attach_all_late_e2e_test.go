@@ -160,7 +160,8 @@ func assertFromStart(t *testing.T, p allProcess) {
 // container's root: the runtime's copy is on overlayfs, where stat(2) gives
 // the overlay's device and the kernel's faults and probes the layer's file
 // underneath. Two processes load it one after the other: both are traced
-// exactly (the second after the file is known, probes/late.go).
+// exactly and from their start (the second after the file is known,
+// probes/late.go).
 func TestAttachAllLateRuntimeOverlay(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	lower, merged := probetest.Overlay(t)
@@ -174,9 +175,11 @@ func TestAttachAllLateRuntimeOverlay(t *testing.T) {
 	assertTruth(t, procs, second, stderr)
 	// The first was stopped at its dlopen of a new file, and adopted
 	// then; the second, loading a known file, runs on, and under load may
-	// exit before the reader reaches its first record: never described,
-	// its start is unknown, and it is called attached mid-run.
+	// exit before the reader reaches its first record: it is described by
+	// the record of its mapping of the runtime (probes adoptGone), so it
+	// too is traced from its start, on device 0.
 	assertFromStart(t, procs[first.PID])
+	assertFromStart(t, procs[second.PID])
 }
 
 // TestAttachAllNewExecutable: an executable with the runtime linked in

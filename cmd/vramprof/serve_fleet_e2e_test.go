@@ -165,6 +165,15 @@ func TestServeFleetSeries(t *testing.T) {
 				adoptedP++
 			}
 		}
+		// Started after serve began: traced from their start, so a thread
+		// that chose no device is on device 0, as under run, not "unknown".
+		peaks := famsP[exporter.MetricPeakBytes]
+		if assert.NotNil(t, peaks, exporter.MetricPeakBytes) {
+			assert.Len(t, peaks.series, fleetJobs, "a peak series per job")
+			for _, l := range peaks.series {
+				assert.Equal(t, "0", l["device"], "%s{pid=%s}", exporter.MetricPeakBytes, l["pid"])
+			}
+		}
 	})
 
 	t.Run("skipped", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,6 +234,26 @@ func TestCheckBaseline(t *testing.T) {
 	assert.Contains(t, string(md), "## vramprof check: FAIL: memory regression")
 	assert.Contains(t, string(md), "| max-increase | **FAIL** |")
 	assert.Contains(t, string(md), "save_checkpoint")
+
+	// A limit's annotation names the site in the repository (file= and
+	// line=, relative to the directory check runs in), so that it shows
+	// in the pull request's diff: the function holding the most at the
+	// peak by the truth, at one of its allocation calls.
+	r = vramprof(t, execOpts{dir: probetest.Root(), env: []string{"GITHUB_ACTIONS=true"}}, "check", "--max-peak", "1", out)
+	assert.Equal(t, exitCheckRegression, r.code, "stdout:\n%s", r.stdout)
+	m := regexp.MustCompile(`(?m)^::error file=(testdata/scenarios/spike\.c),line=(\d+),title=vramprof check%3A max-peak::` +
+		`peak \d+ bytes .*the most at the peak: (\d+) bytes .* at (\w+) \(`).FindStringSubmatch(r.stdout)
+	if assert.NotNil(t, m, "a max-peak annotation with file= and line=:\n%s", r.stdout) {
+		top := topPeakFunction(spike)
+		assert.Equal(t, top, m[4], "the site holding the most at the peak")
+		assert.Equal(t, strconv.FormatUint(spike.ByFunction[top].LiveBytesAtPeak, 10), m[3])
+		src, err := os.ReadFile(filepath.Join(probetest.Root(), m[1]))
+		require.NoError(t, err)
+		n, _ := strconv.Atoi(m[2])
+		lines := strings.Split(string(src), "\n")
+		require.Less(t, n-1, len(lines))
+		assert.Contains(t, lines[n-1], "TRUTH_MALLOC", "line %d of %s is an allocation call", n, m[1])
+	}
 
 	// A percentage just above the increase passes; just below fails. Judged
 	// from the kept recording.

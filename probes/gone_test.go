@@ -27,15 +27,7 @@ import (
 // serve).
 func TestAllNamesGoneProcess(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	bin := probetest.Bin(t, "longrun")
-	first := exec.Command(bin)
-	first.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
-	out, err := first.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, first.Start())
-	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
-	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
-	require.NoError(t, err)
+	first := startLongrun(t)
 
 	// Not AttachAll: that would adopt every CUDA process on the machine.
 	// Adopting one probes the runtime (and its files are examined).
@@ -47,7 +39,7 @@ func TestAllNamesGoneProcess(t *testing.T) {
 
 	// The reader does not run until the second process is gone.
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
-	second := exec.Command(bin, "--tag", "gone-process")
+	second := exec.Command(probetest.Bin(t, "longrun"), "--tag", "gone-process")
 	second.Env = append(os.Environ(), "VRAMPROF_TRUTH="+truthPath, "LONGRUN_MAX_SECONDS=20", "LONGRUN_PAUSE_MS=1")
 	out2, err := second.StdoutPipe()
 	require.NoError(t, err)

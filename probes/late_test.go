@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -38,14 +37,7 @@ func awaitState(t *testing.T, pid int, want byte, is bool) {
 // and the process is still stopped, this session resumes it.
 func TestDeferredStop(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	lr := exec.Command(probetest.Bin(t, "longrun"))
-	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
-	out, err := lr.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, lr.Start())
-	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
-	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
-	require.NoError(t, err)
+	lr := startLongrun(t)
 	pid := lr.Process.Pid
 
 	single, err := NewSession(Options{Sink: &memSink{}})

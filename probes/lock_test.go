@@ -50,14 +50,7 @@ func TestLockProc(t *testing.T) {
 // traces alone, and says so once.
 func TestAllSkipsHeld(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	lr := exec.Command(probetest.Bin(t, "longrun"))
-	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
-	out, err := lr.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, lr.Start())
-	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
-	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
-	require.NoError(t, err)
+	lr := startLongrun(t)
 
 	first, err := NewSession(Options{Sink: &memSink{}})
 	require.NoError(t, err)
@@ -84,14 +77,7 @@ func TestAllSkipsHeld(t *testing.T) {
 // and says so.
 func TestAllTakesNoLock(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	lr := exec.Command(probetest.Bin(t, "longrun"))
-	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
-	out, err := lr.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, lr.Start())
-	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
-	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
-	require.NoError(t, err)
+	lr := startLongrun(t)
 	pid := uint32(lr.Process.Pid)
 
 	// Not AttachAll: that would adopt every CUDA process on the machine.
@@ -113,6 +99,21 @@ func TestAllTakesNoLock(t *testing.T) {
 	assert.Contains(t, all.held, pid)
 	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(int(pid)) +
 		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes)
+}
+
+// startLongrun starts longrun (killed at the test's end) and waits for its
+// "ready <pid>" line: the runtime is mapped, its first allocations made.
+func startLongrun(t *testing.T) *exec.Cmd {
+	t.Helper()
+	lr := exec.Command(probetest.Bin(t, "longrun"))
+	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
+	out, err := lr.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, lr.Start())
+	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
+	_, err = out.Read(make([]byte, 64))
+	require.NoError(t, err)
+	return lr
 }
 
 // useLockDir points LockDir at dir for the test.
@@ -193,14 +194,7 @@ func TestLockUnavailableRefuses(t *testing.T) {
 // stopped by its --all sessions.
 func TestAllNeverStopsOwnGuardian(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	lr := exec.Command(probetest.Bin(t, "longrun"))
-	lr.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(t.TempDir(), "truth.json"), "LONGRUN_MAX_SECONDS=20")
-	out, err := lr.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, lr.Start())
-	t.Cleanup(func() { _ = lr.Process.Kill(); _ = lr.Wait() })
-	_, err = out.Read(make([]byte, 64)) // "ready <pid>": the runtime is mapped
-	require.NoError(t, err)
+	lr := startLongrun(t)
 
 	// Not AttachAll: that would adopt every CUDA process on the machine.
 	// Adopting one probes the loader, for every process that uses it.

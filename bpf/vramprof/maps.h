@@ -98,10 +98,9 @@ struct {
 /*
  * mapped: the processes (tgid and start time: a reused PID is another
  * process) that have announced mapping a probed file (REC_MAPPED), once
- * each. A file probed before a process maps it stops
- * nobody, and the process may be gone before user space reads its maps:
- * the record names the file, so that its Library record is written all
- * the same.
+ * each. A file probed before a process maps it stops nobody, and the
+ * process may be gone before user space reads its maps: the record names
+ * the file and the process, so that both are described all the same.
  */
 struct mapped_key {
 	__u64 dev;

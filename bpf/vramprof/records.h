@@ -16,8 +16,8 @@
 #define PY_SLOTS 256     /* stack[]: native frames, then 2 u64 per Python frame */
 #define MAPPED_ARGS 256  /* REC_MAPPED: bytes of the command line sent */
 #define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
-/* Record kinds: event.Kind's numbering, plus two that stay between BPF and
- * Go. */
+/* Record kinds: event.Kind's numbering, plus those from REC_LOADER on, which
+ * stay between BPF and Go. */
 enum rec_kind {
 	REC_IDLE = 0, /* a slot with no call in progress */
 	REC_ALLOC = 1,

@@ -33,9 +33,9 @@
 // Lifecycle: NewSession loads and checks privileges; Launch or Attach (or
 // AttachAll) names targets; Run reads until its context ends or the targets
 // exit; Close releases everything in reverse order and resumes the targets
-// the loader probe left stopped (only those). A guardian process resumes
-// them instead when the session's process dies (guardian.go), and is
-// started again if it dies first. A stop of the user's sent while a target
+// the loader probe left stopped (only those). Two guardian processes
+// resume them instead when the session's process dies (guardian.go); one
+// that dies first is replaced while the other guards. A stop of the user's sent while a target
 // is held stays (resume.go). A Session is
 // not safe for concurrent use, except Stats.
 //

@@ -45,10 +45,11 @@ import (
 // the kernel one descriptor at a time and may stop one more process after
 // the pipe closed. Then it exits.
 //
-// The guardian can die first (killed by a user, by the OOM killer): the
-// session waits on it and starts another at once, on the same map (see
-// guardian.watch), so that a vramprof killed next still leaves nothing
-// stopped.
+// The guardian can die first (killed by a user, by the OOM killer): so a
+// session keeps two running, each on a pipe of its own and the same map,
+// and starts another at once when one dies (see guardian.watch). A
+// vramprof killed right after a guardian still leaves nothing stopped: the
+// other resumes it.
 //
 // The guardian is entered from this package's init, before main, when
 // guardianEnv is set: any program that imports probes (vramprof, and the
@@ -73,35 +74,75 @@ func init() {
 	os.Exit(guardianMain(os.Getenv(guardianEnv)))
 }
 
-// guardian is a session's guardian: the running guardian process, and a
-// goroutine that waits for it. A guardian that dies before the session ends
-// (killed, OOM-killed) would leave nobody to resume what the BPF side
-// stopped should vramprof die next: the goroutine notices at once (its
-// Wait returns) and starts another, on the same stopped map; if that
-// fails, it resumes what the map lists now (the session's probing of
-// those processes may then miss their first calls, but none is left
-// stopped) and says so.
+// guardianCount is how many guardians a session keeps running: two, so
+// that the death of one (killed by a user, by the OOM killer) never leaves
+// a moment in which no process outside vramprof holds the stopped map.
+// With one, a vramprof killed between its guardian's death and the start
+// of the next one left the target stopped for ever.
+const guardianCount = 2
+
+// guardian is a session's guardians: guardianCount guardian processes, each
+// on a pipe of its own and the same stopped map, and for each a goroutine
+// that waits for it. Whichever notices vramprof's death first resumes what
+// the map lists (resumeStopped claims each entry by deleting it, so a
+// process is resumed once). A guardian that dies before the session ends
+// is replaced at once by its goroutine (its Wait returns), while the other
+// keeps guarding; if no other can start and none is left, the goroutine
+// resumes what the map lists now (the session's probing of those
+// processes may then miss their first calls, but none is left stopped) and
+// says so.
 type guardian struct {
 	m *ebpf.Map // the stopped map, for each guardian started
 
 	mu      sync.Mutex
-	cmd     *exec.Cmd // the guardian running now; nil once none could start
-	pipe    *os.File  // its pipe's write end: vramprof's life, as it sees it
-	closing bool      // close was called: an exit is expected
-	waitErr error     // the last guardian's exit, once closing
+	procs   [guardianCount]guardianProc
+	closing bool  // close was called: exits are expected
+	waitErr error // the first guardian exit that was an error, once closing
 
-	done chan struct{} // closed when watch returns
+	watchers sync.WaitGroup // one per slot, until its watch returns
 }
 
-// startGuardian starts the guardian of a session whose stopped map is m.
+// guardianProc is one running guardian; cmd is nil once its slot is empty
+// (none could start).
+type guardianProc struct {
+	cmd  *exec.Cmd
+	pipe *os.File // its pipe's write end: vramprof's life, as it sees it
+}
+
+// startGuardian starts the guardians of a session whose stopped map is m.
 func startGuardian(m *ebpf.Map) (*guardian, error) {
-	cmd, pipe, exited, err := spawnGuardian(m)
-	if err != nil {
-		return nil, err
+	g := &guardian{m: m}
+	exits := make([]chan error, guardianCount)
+	for i := range g.procs {
+		cmd, pipe, exited, err := spawnGuardian(m)
+		if err != nil {
+			for _, p := range g.procs[:i] { // nothing is stopped yet: they go at once
+				_, _ = p.pipe.Write([]byte{guardianBye})
+				_ = p.pipe.Close()
+			}
+			return nil, err
+		}
+		g.procs[i] = guardianProc{cmd, pipe}
+		exits[i] = exited
 	}
-	g := &guardian{m: m, cmd: cmd, pipe: pipe, done: make(chan struct{})}
-	go g.watch(exited)
+	for i := range g.procs {
+		g.watchers.Add(1)
+		go g.watch(i, exits[i])
+	}
 	return g, nil
+}
+
+// pids returns the PIDs of the guardians running now.
+func (g *guardian) pids() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []int
+	for _, p := range g.procs {
+		if p.cmd != nil {
+			out = append(out, p.cmd.Process.Pid)
+		}
+	}
+	return out
 }
 
 // spawnGuardian starts one guardian process; exited receives its Wait's
@@ -144,50 +185,66 @@ func spawnGuardianNow(m *ebpf.Map) (cmd *exec.Cmd, pipe *os.File, exited chan er
 	return cmd, w, exited, nil
 }
 
-// watch waits for each guardian to exit, and starts another while the
-// session is not closing.
-func (g *guardian) watch(exited chan error) {
-	defer close(g.done)
+// watch waits for each guardian of slot i to exit, and starts another
+// while the session is not closing.
+func (g *guardian) watch(i int, exited chan error) {
+	defer g.watchers.Done()
 	for {
 		err := <-exited
 		g.mu.Lock()
 		if g.closing {
-			g.waitErr = err
+			if err != nil && g.waitErr == nil {
+				g.waitErr = err
+			}
 			g.mu.Unlock()
 			return
 		}
-		old := g.cmd.Process.Pid
-		_ = g.pipe.Close()
+		old := g.procs[i]
+		_ = old.pipe.Close()
 		cmd, pipe, next, serr := spawnGuardian(g.m)
 		if serr != nil {
-			g.cmd, g.pipe = nil, nil
+			g.procs[i] = guardianProc{}
+			alone := true
+			for _, p := range g.procs {
+				alone = alone && p.cmd == nil
+			}
 			g.mu.Unlock()
+			if !alone {
+				fmt.Fprintf(os.Stderr, "vramprof: a guardian (pid %d) died (%v) and no other could start (%v): "+
+					"one guards the processes stopped at a library load\n", old.cmd.Process.Pid, err, serr)
+				return
+			}
 			resumed := resumeStopped(g.m, os.Getpid())
 			fmt.Fprintf(os.Stderr, "vramprof: the guardian (pid %d) died (%v) and no other could start (%v): "+
 				"resumed the %d processes stopped at a library load now; if vramprof dies at a later one, "+
-				"resume it with kill -CONT\n", old, err, serr, len(resumed))
+				"resume it with kill -CONT\n", old.cmd.Process.Pid, err, serr, len(resumed))
 			return
 		}
-		g.cmd, g.pipe = cmd, pipe
+		g.procs[i] = guardianProc{cmd, pipe}
 		g.mu.Unlock()
-		fmt.Fprintf(os.Stderr, "vramprof: the guardian (pid %d) died (%v): started another (pid %d)\n", old, err, cmd.Process.Pid)
+		fmt.Fprintf(os.Stderr, "vramprof: the guardian (pid %d) died (%v): started another (pid %d)\n", old.cmd.Process.Pid, err, cmd.Process.Pid)
 		exited = next
 	}
 }
 
-// close tells the guardian that vramprof is ending normally and waits for
-// it to exit.
+// close tells the guardians that vramprof is ending normally and waits for
+// them to exit.
 func (g *guardian) close() error {
 	g.mu.Lock()
 	g.closing = true
-	pipe := g.pipe
+	procs := g.procs
 	g.mu.Unlock()
 	var err error
-	if pipe != nil {
-		_, _ = pipe.Write([]byte{guardianBye})
-		err = pipe.Close()
+	for _, p := range procs {
+		if p.pipe == nil {
+			continue
+		}
+		_, _ = p.pipe.Write([]byte{guardianBye})
+		if cerr := p.pipe.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
-	<-g.done
+	g.watchers.Wait()
 	if g.waitErr != nil && err == nil {
 		err = fmt.Errorf("guardian: %w", g.waitErr)
 	}
@@ -271,8 +328,15 @@ func resumeStopped(m *ebpf.Map, owner int) []uint32 {
 	}
 	var resumed []uint32
 	for _, e := range all {
-		// By its own stop's key: a process stopped again meanwhile has
-		// an entry of its own, for the next look.
+		// Claimed by deleting it: of the guardians and the session looking
+		// at once, the one whose delete takes the entry resumes the
+		// process, once (a second SIGCONT would run a handler of the
+		// target's again, and resend the stops resume passes on). By its
+		// own stop's key: a process stopped again meanwhile has an entry
+		// of its own, for the next look.
+		if m.Delete(e.seq) != nil {
+			continue
+		}
 		// A stop the user sent meanwhile stays (resume.go).
 		if sameStart(e.st.Tgid, e.st.Start) && !heldByOther(e.st.Tgid, e.st.Start/clockTicksNs, owner) {
 			user, err := resume(int(e.st.Tgid))
@@ -283,7 +347,6 @@ func resumeStopped(m *ebpf.Map, owner int) []uint32 {
 				resumed = append(resumed, e.st.Tgid)
 			}
 		}
-		_ = m.Delete(e.seq)
 	}
 	return resumed
 }

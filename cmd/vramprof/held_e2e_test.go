@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -196,21 +197,27 @@ func TestUserStopSurvivesGuardian(t *testing.T) {
 	h := startHeldAtStop(t, []string{"VRAMPROF_TRUTH=" + filepath.Join(tmp, "truth.json"), "VRAMPROF_TEST_CODE=" + codeFile},
 		"sh", "-c", wrappedScript, probetest.Bin(t, "dlopen_late"))
 	g := guardians(t, h.cmd.Process.Pid)
-	require.Len(t, g, 1, "vramprof's guardian")
+	require.Len(t, g, guardianCount, "vramprof's guardians")
 	require.NoError(t, syscall.Kill(h.pid, syscall.SIGSTOP))
 	require.NoError(t, h.cmd.Process.Kill())
-	awaitGone(t, g[0])
+	for _, p := range g {
+		awaitGone(t, p)
+	}
 	assert.True(t, stopPending(t, h.pid), "the user's SIGSTOP is still pending")
 	assert.Equal(t, byte('T'), procState(t, h.pid), "left stopped by the guardian")
 	require.NoError(t, syscall.Kill(h.pid, syscall.SIGCONT))
 	assert.Equal(t, 0, awaitTargetEnd(t, codeFile, 20*time.Second), "the target's exit code")
 }
 
-// TestGuardianDiesFirst: the guardian is killed while vramprof holds a
+// guardianCount is how many guardians a session keeps running
+// (probes/guardian.go).
+const guardianCount = 2
+
+// TestGuardianDiesFirst: a guardian is killed while vramprof holds a
 // process stopped; vramprof starts another at once; vramprof is then killed
-// too, and the new guardian resumes the process, which finishes (exit 0,
-// truth written). Before, nobody was left to resume it: it stayed in state
-// T for ever.
+// too, and the guardians resume the process, which finishes (exit 0, truth
+// written). Before, nobody was left to resume it: it stayed in state T for
+// ever.
 func TestGuardianDiesFirst(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
@@ -219,13 +226,13 @@ func TestGuardianDiesFirst(t *testing.T) {
 		"sh", "-c", wrappedScript, probetest.Bin(t, "dlopen_late"))
 	vp := h.cmd.Process.Pid
 	g := guardians(t, vp)
-	require.Len(t, g, 1, "vramprof's guardian")
+	require.Len(t, g, guardianCount, "vramprof's guardians")
 	require.NoError(t, syscall.Kill(g[0], syscall.SIGKILL))
 	deadline := time.Now().Add(10 * time.Second)
 	var next []int
 	for {
 		next = guardians(t, vp)
-		if len(next) == 1 && next[0] != g[0] {
+		if len(next) == guardianCount && !slices.Contains(next, g[0]) {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "vramprof started no other guardian after pid %d died (guardians now: %v)", g[0], next)
@@ -244,5 +251,46 @@ func TestGuardianDiesFirst(t *testing.T) {
 		t.Fatal("vramprof's stderr never closed")
 	}
 	assert.Contains(t, h.stderr.String(), fmt.Sprintf("the guardian (pid %d) died", g[0]), "vramprof says so")
-	assert.Contains(t, h.stderr.String(), "resumed it", "the new guardian's note")
+	assert.Equal(t, 1, strings.Count(h.stderr.String(), fmt.Sprintf("pid %d stopped at a library load or exec: resumed it", h.pid)),
+		"one guardian's note: the process is resumed once")
+}
+
+// TestGuardianKilledWithVramprof: a guardian and vramprof are killed
+// together (0 to 10 ms apart, in both orders of the guardians) while
+// vramprof holds a process stopped, 30 times. There is no moment for
+// vramprof to start a replacement in: the other guardian resumes the
+// process, once, and it finishes (exit 0, truth written). With one
+// guardian, the target was left in state T whenever vramprof died before
+// the replacement had started.
+func TestGuardianKilledWithVramprof(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	bin := probetest.Bin(t, "dlopen_late")
+	gaps := []time.Duration{0, 0, 100 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond}
+	for round := range 30 {
+		gap := gaps[round%len(gaps)]
+		tmp := t.TempDir()
+		codeFile, truthFile := filepath.Join(tmp, "code"), filepath.Join(tmp, "truth.json")
+		h := startHeldAtStop(t, []string{"VRAMPROF_TRUTH=" + truthFile, "VRAMPROF_TEST_CODE=" + codeFile},
+			"sh", "-c", wrappedScript, bin)
+		g := guardians(t, h.cmd.Process.Pid)
+		require.Len(t, g, guardianCount, "vramprof's guardians, round %d", round)
+		victim := g[(round/len(gaps))%len(g)]
+		require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+		if gap > 0 {
+			time.Sleep(gap)
+		}
+		require.NoError(t, h.cmd.Process.Kill())
+		require.Equal(t, 0, awaitTargetEnd(t, codeFile, 20*time.Second),
+			"the target's exit code: guardian %d and vramprof killed %v apart, round %d", victim, gap, round)
+		truth, err := probetest.ReadTruth(truthFile)
+		require.NoError(t, err, "the target's truth, round %d", round)
+		require.Equal(t, "dlopen_late", truth.Scenario)
+		select { // vramprof's stderr is complete once every writer is gone
+		case <-h.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("vramprof's stderr never closed, round %d", round)
+		}
+		require.Equal(t, 1, strings.Count(h.stderr.String(), fmt.Sprintf("pid %d stopped at a library load or exec: resumed it", h.pid)),
+			"one guardian resumed the process, once, round %d; stderr:\n%s", round, h.stderr.String())
+	}
 }

@@ -15,7 +15,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata pythons nvidia torch generate test race bench demo lint clean release install uninstall image
+.PHONY: all build testdata pythons nvidia torch kube generate test race bench demo lint clean release install uninstall image
 
 all: build
 
@@ -31,7 +31,7 @@ generate:
 # -p 1: packages one at a time. attach --all (cmd/vramprof) adopts every CUDA
 # process on the machine, other packages' test processes included, and two
 # sessions resuming the same stopped process race each other.
-test: testdata pythons nvidia torch
+test: testdata pythons nvidia torch kube
 	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 # The race detector on every package whose tests load no BPF (the
@@ -73,6 +73,13 @@ nvidia:
 # for the Pythons.
 torch: testdata
 	-testdata/torch/fetch.sh >/dev/null && $(MAKE) -s -C testdata/torch
+
+# Kubernetes' OpenAPI document (the release of go.mod's k8s.io/api) and
+# kubeconform, through the Go module proxy, for the deploy manifests'
+# schema test: about 22 MB downloaded once, kept under testdata/kube/build.
+# A failure is left to the test, as for the Pythons.
+kube:
+	-testdata/kube/fetch.sh >/dev/null
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) for the CUDA API and for the block layer (--pool), and attach

@@ -772,13 +772,9 @@ func (a *Analyzer) segment(e *event.Event) {
 			a.widenRange(e.PID, e.Device, e.Addr, e.Size)
 		}
 	}
-	switch e.Kind {
-	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve,
-		event.KindMap, event.KindUnmap, event.KindRelease:
-		// Pinned host memory and reserved address space are on no device
-		// (the probes mark them DeviceUnknown); a mapping and a release
-		// are on their handle's device, which cuMemCreate named. The
-		// caller's device, often not chosen yet, must not list a device.
+	switch e.Kind.DeviceRule() {
+	case event.DeviceNone, event.DeviceHandle:
+		// No device, or one that cuMemCreate's event listed already.
 	default:
 		if !a.seenLast.device || a.lastDevice != e.Device {
 			a.seenDevices[e.Device] = true

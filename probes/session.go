@@ -447,18 +447,13 @@ func (s *Session) handle(r *rawRecord) error {
 		s.rd.countUnknown()
 		return nil
 	}
-	switch r.ev.Kind {
-	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve:
-		// Pinned host memory and virtual address space belong to no
-		// device, whatever device the calling thread had chosen.
+	switch r.ev.Kind.DeviceRule() {
+	case event.DeviceNone:
 		r.ev.Device = event.DeviceUnknown
-	case event.KindAlloc, event.KindFree:
+	case event.DeviceCaller:
 		if r.ev.Device == event.DeviceUnknown {
-			// A thread that has not chosen a device uses device 0 (CUDA's
-			// default), but that is known only for a process seen from
-			// its start: attached later, it may have chosen before.
 			if p := s.procs.procs[r.ev.PID]; p != nil && p.fromStart {
-				r.ev.Device = 0
+				r.ev.Device = 0 // CUDA's default
 			}
 		}
 	}

@@ -15,7 +15,6 @@ package recorder
 // queue full is skipped and counted, never waited for.
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -261,39 +260,39 @@ func (r *Recorder) writeMoment(req momentRequest) (string, error) {
 	return od.path, nil
 }
 
-// analyzeMoment reads the first req.traceBytes of the trace, which the
-// recording goes on appending to, and closes it at the moment.
+// analyzeMoment reads the trace up to the moment req, which the recording
+// goes on appending to, and closes it at the moment: the first
+// req.traceBytes of trace.vpt, or a flight recorder's segments kept at the
+// moment, the last one up to req.traceBytes.
 func (r *Recorder) analyzeMoment(req momentRequest) (*analysis.Result, error) {
+	name, segs, names := "trace", []io.Reader(nil), []string{TraceFile}
 	if req.segments != nil {
-		return r.analyzeFlightMoment(req)
-	}
-	f, err := r.out.root.Open(TraceFile)
-	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
-	}
-	defer f.Close()
-	tr, err := event.NewReader(bufio.NewReaderSize(io.LimitReader(f, req.traceBytes), 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read trace: %w", err)
-	}
-	a := analysis.New(r.opts.Analysis)
-	if err := a.Add(tr.Header()); err != nil {
-		return nil, fmt.Errorf("analyze trace: %w", err)
-	}
-	for {
-		rec, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+		defer closeAll(req.segments)
+		name = "trace segments"
+		segs, names = make([]io.Reader, len(req.segments)), make([]string, len(req.segments))
+		for i, f := range req.segments {
+			segs[i], names[i] = f, f.Name()
 		}
+	} else {
+		f, err := r.out.root.Open(TraceFile)
 		if err != nil {
-			return nil, fmt.Errorf("read trace: %w", err)
+			return nil, fmt.Errorf("open trace: %w", err)
 		}
-		if err := a.Add(rec); err != nil {
-			return nil, fmt.Errorf("analyze trace: %w", err)
-		}
+		defer f.Close()
+		segs = []io.Reader{f}
 	}
-	if tr.Truncated() {
+	last := len(segs) - 1
+	segs[last] = io.LimitReader(segs[last], req.traceBytes)
+	a := analysis.New(r.opts.Analysis)
+	rr, err := replaySegments(a, name, segs, names)
+	if err != nil {
+		return nil, err
+	}
+	if rr.truncated {
 		// The prefix ends where a flush did: never inside a record.
+		if req.segments != nil {
+			return nil, fmt.Errorf("read trace: the first %d bytes of the last segment end inside a record", req.traceBytes)
+		}
 		return nil, fmt.Errorf("read trace: the first %d bytes end inside a record", req.traceBytes)
 	}
 	return r.finishMoment(a, req)
@@ -308,27 +307,6 @@ func (r *Recorder) finishMoment(a *analysis.Analyzer, req momentRequest) (*analy
 	res.Run.Moment = &analysis.Moment{Kind: req.kind, Index: req.index, Time: req.time, Request: req.request,
 		SkippedOOMs: req.skipped, TraceBytes: uint64(req.traceBytes)}
 	return res, nil
-}
-
-// analyzeFlightMoment reads the segments kept at the moment, the last one
-// up to req.traceBytes, and closes them at the moment.
-func (r *Recorder) analyzeFlightMoment(req momentRequest) (*analysis.Result, error) {
-	defer closeAll(req.segments)
-	segs := make([]io.Reader, len(req.segments))
-	names := make([]string, len(req.segments))
-	for i, f := range req.segments {
-		segs[i], names[i] = f, f.Name()
-	}
-	segs[len(segs)-1] = io.LimitReader(req.segments[len(segs)-1], req.traceBytes)
-	a := analysis.New(r.opts.Analysis)
-	rr, err := replaySegments(a, "trace segments", segs, names)
-	if err != nil {
-		return nil, err
-	}
-	if rr.truncated {
-		return nil, fmt.Errorf("read trace: the first %d bytes of the last segment end inside a record", req.traceBytes)
-	}
-	return r.finishMoment(a, req)
 }
 
 // summary says, at exit, which moment reports were written and how many

@@ -16,8 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/vramprof/vramprof/probes/sigstate"
 )
@@ -71,10 +69,7 @@ func mainCode(args []string) int {
 	// program would, and as the commands it runs will): the Go runtime
 	// replaced those dispositions with its own handler before main.
 	sigstate.Keep()
-	ctx, stop := context.Background(), func() {}
-	if sigs := sigstate.Wanted(os.Interrupt, syscall.SIGTERM); len(sigs) > 0 {
-		ctx, stop = signal.NotifyContext(ctx, sigs...)
-	}
+	ctx, stop := signalContext(context.Background())
 	defer stop()
 
 	code, err := dispatch(ctx, args[0], args[1:])

@@ -8,9 +8,10 @@
 // Options.MaxTrace a flight recorder's ring of segments trace-NNNNNN.vpt,
 // each restoring what came before it from a checkpoint), and the moment
 // reports (the full outputs at an out-of-memory failure, rate limited, or
-// on SIGUSR1) written under moments/ while the recording goes on. Finish
-// ends the trace and replays it into the outputs: profile.pb.gz,
-// report.json, report.md, report.html and oom-<n>.pb.gz.
+// when SignalMoment asks: the command line calls it on SIGUSR1; the
+// package handles no signal) written under moments/ while the recording
+// goes on. Finish ends the trace and replays it into the outputs:
+// profile.pb.gz, report.json, report.md, report.html and oom-<n>.pb.gz.
 //
 // The outputs always come from a replay of the trace (Analyze), never from
 // live state: that is what makes `vramprof report` byte-identical to the

@@ -3,7 +3,8 @@ package recorder
 // Moment reports: the full outputs of a recording at the moment it matters,
 // written while the recording goes on. A run that dies of out-of-memory
 // hours in wants the picture at the failure, not only at the end, and a
-// user watching a long run wants one on demand (SIGUSR1).
+// user watching a long run wants one on demand (SIGUSR1, which the command
+// line turns into a call of Recorder.SignalMoment).
 //
 // How: at a moment, the trace sink (under the recording's lock, so between
 // two records) flushes the trace to the file and notes its length. A worker
@@ -19,12 +20,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -83,25 +82,22 @@ type moments struct {
 	// skippedTotal counts every OOM without a moment of its own.
 	skippedTotal uint64
 
-	sigs chan os.Signal
-	wg   sync.WaitGroup // the worker and the signal goroutine
+	wg sync.WaitGroup // the worker
 
 	// written lists the moment directories written (the worker's alone
 	// until wg is done).
 	written []string
 }
 
-// startMoments turns moment reports on: OOM moments from the sink, SIGUSR1
-// moments from the signal, until Finish or Abort. Options.MomentInterval
+// startMoments turns moment reports on: OOM moments from the sink, signal
+// moments from SignalMoment, until Finish or Abort. Options.MomentInterval
 // is the rate limit; Options.Note prints progress lines.
 func (r *Recorder) startMoments() {
-	m := &moments{interval: r.opts.MomentInterval, note: r.opts.Note, queue: make(chan momentRequest, momentQueue),
-		sigs: make(chan os.Signal, 1)}
+	m := &moments{interval: r.opts.MomentInterval, note: r.opts.Note, queue: make(chan momentRequest, momentQueue)}
 	r.mu.Lock()
 	r.moments = m
 	r.mu.Unlock()
-	signal.Notify(m.sigs, syscall.SIGUSR1)
-	m.wg.Add(2)
+	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		for req := range m.queue {
@@ -114,17 +110,17 @@ func (r *Recorder) startMoments() {
 			m.note("%s: wrote %s", momentReason(req.kind), dir)
 		}
 	}()
-	go func() {
-		defer m.wg.Done()
-		for range m.sigs {
-			r.mu.Lock()
-			err := r.takeMoment(analysis.MomentSignal, nil)
-			r.mu.Unlock()
-			if err != nil {
-				m.note("SIGUSR1 snapshot: %v", err)
-			}
-		}
-	}()
+}
+
+// SignalMoment takes a moment report on the user's request (SIGUSR1):
+// the trace so far, written under DIR/moments like an out-of-memory one,
+// without a rate limit. It returns an error when earlier moments are still
+// waiting to be written; after Finish or Abort it does nothing. Safe for
+// concurrent use with Write.
+func (r *Recorder) SignalMoment() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.takeMoment(analysis.MomentSignal, nil)
 }
 
 // stopMoments stops taking moments and waits for the ones queued to be
@@ -139,8 +135,6 @@ func (r *Recorder) stopMoments() {
 	}
 	m.closed = true
 	close(m.queue)
-	signal.Stop(m.sigs)
-	close(m.sigs)
 	r.mu.Unlock()
 	m.wg.Wait()
 }

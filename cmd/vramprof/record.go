@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/nvml"
-	"github.com/vramprof/vramprof/report/recorder"
 	"github.com/vramprof/vramprof/report/status"
 )
 

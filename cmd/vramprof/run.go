@@ -11,10 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/sigstate"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // exec launches the command under the probes and returns its exit code.

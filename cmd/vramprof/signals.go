@@ -7,8 +7,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes/sigstate"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // The signals vramprof handles, all of them here:

@@ -1,6 +1,8 @@
-// Package recorder drives a recording and its outputs: what `vramprof run`,
-// `attach` and `report` do between the probes and the files, so that any
-// front end (the CLI, a daemon) records and replays the same way.
+// Package recorder is vramprof's recording path: what `vramprof run`,
+// `attach`, `check` and `report` do between the probes and the files (the
+// trace written, read back, and turned into the outputs). It is internal to
+// the command, its only user; the packages below it (probes, analysis,
+// profile, report) know nothing of it.
 //
 // A Recorder is the sink a probes session writes into. It owns the output
 // directory (Dir: opened once, never written through a symbolic link, an

@@ -772,13 +772,9 @@ func (a *Analyzer) segment(e *event.Event) {
 			a.widenRange(e.PID, e.Device, e.Addr, e.Size)
 		}
 	}
-	switch e.Kind {
-	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve,
-		event.KindMap, event.KindUnmap, event.KindRelease:
-		// Pinned host memory and reserved address space are on no device
-		// (the probes mark them DeviceUnknown); a mapping and a release
-		// are on their handle's device, which cuMemCreate named. The
-		// caller's device, often not chosen yet, must not list a device.
+	switch e.Kind.DeviceRule() {
+	case event.DeviceNone, event.DeviceHandle:
+		// No device, or one that cuMemCreate's event listed already.
 	default:
 		if !a.seenLast.device || a.lastDevice != e.Device {
 			a.seenDevices[e.Device] = true
@@ -988,28 +984,41 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 		sp.peakEvent = Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack}
 	}
-	a.notify(true, false, a.inTimelines(e), e.Time, e.Time, e.Size, e.Device, layer, mem, g, sp, live.Bytes, pd.live)
+	a.notify(g, sp, notice{alloc: true, restored: a.inTimelines(e), time: e.Time, born: e.Time,
+		size: e.Size, device: e.Device, layer: layer, mem: mem, live: live.Bytes, deviceLive: pd.live})
 	if a.opts.Watch != nil {
 		a.watch(&a.change, e.PID, e.Addr, e.Stack, e.API)
 	}
 	return true
 }
 
-// notify fills a.change (see liveChange for the fields) and feeds it to
-// the liveObservers. The fields are stored one by one: a composite
-// literal is built on the stack and copied, and the copy's wide loads of
-// what narrow stores just wrote stalled on every event.
-func (a *Analyzer) notify(alloc, replaced, restored bool, t, born, size uint64, device int32, layer event.Layer,
-	mem MemorySpace, g *groupState, sp *space, live, deviceLive uint64) {
-	sp.last = max(sp.last, t)
+// notice is the caller's part of a liveChange (the fields mean the same
+// there): what changed, for notify to complete from the allocation's group
+// and process.
+type notice struct {
+	alloc, replaced, restored bool
+	time, born, size          uint64
+	device                    int32
+	layer                     event.Layer
+	mem                       MemorySpace
+	live, deviceLive          uint64
+}
+
+// notify fills a.change from n, g (the allocation's group) and sp (its
+// process's space) and feeds it to the liveObservers. The fields are
+// stored one by one: a composite literal is built on the stack and
+// copied, and the copy's wide loads of what narrow stores just wrote
+// stalled on every event.
+func (a *Analyzer) notify(g *groupState, sp *space, n notice) {
+	sp.last = max(sp.last, n.time)
 	c := &a.change
-	c.alloc, c.replaced, c.restored = alloc, replaced, restored
-	c.seq, c.time, c.born = a.run.Events, t, born
-	c.size, c.device = size, device
-	c.layer, c.mem, c.sc = layer, mem, g.key.sc
+	c.alloc, c.replaced, c.restored = n.alloc, n.replaced, n.restored
+	c.seq, c.time, c.born = a.run.Events, n.time, n.born
+	c.size, c.device = n.size, n.device
+	c.layer, c.mem, c.sc = n.layer, n.mem, g.key.sc
 	c.group, c.groupLive = g.ix, g.live.Bytes
 	c.space, c.allocated = sp.ix, sp.totals.AllocatedBytes
-	c.live, c.deviceLive = live, deviceLive
+	c.live, c.deviceLive = n.live, n.deviceLive
 	a.spikes.changed(c)
 	a.timelines.changed(c)
 	a.iters.changed(c)
@@ -1082,7 +1091,8 @@ func (a *Analyzer) release(old ledger.Entry, addr, t uint64, ls *layerState, sp 
 	}
 	pd := sp.device(c.key.device)
 	pd.live -= size
-	a.notify(false, replaced, false, t, old.Time, size, c.key.device, c.key.layer, c.key.mem, g, sp, live, pd.live)
+	a.notify(g, sp, notice{replaced: replaced, time: t, born: old.Time,
+		size: size, device: c.key.device, layer: c.key.layer, mem: c.key.mem, live: live, deviceLive: pd.live})
 	if a.opts.Watch != nil {
 		a.watch(&a.change, c.key.pid, addr, c.key.stack, c.key.api)
 	}

@@ -116,7 +116,8 @@
 // index a segment-layer event carried is listed in Devices, "unknown" (-1)
 // included, with zeros when nothing was allocated there; but for pinned
 // host memory and reserved address space, which are on no device, and for
-// cuMemMap, cuMemUnmap and cuMemRelease, which are on their handle's.
+// cuMemMap, cuMemUnmap and cuMemRelease, which are on their handle's (the
+// event's Kind.DeviceRule says which).
 //
 // # Peak
 //

@@ -330,6 +330,27 @@ func TestHostAndReservedMemoryListNoDevice(t *testing.T) {
 	assert.Equal(t, MiB, r.Host.LiveBytesAtEnd)
 }
 
+// TestHandleCallsListNoDevice: a map, an unmap and a release carry the
+// calling thread's device (event.DeviceHandle), not the memory's, which
+// the cuMemCreate named: only the create's device is listed.
+func TestHandleCallsListNoDevice(t *testing.T) {
+	const handle, addr, caller = 0xc0de, 0x7e00_0000_0000, 3
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Ev(event.Event{Time: 1, Addr: addr, Size: 8 * MiB, Stack: 1, Device: event.DeviceUnknown, Kind: event.KindReserve, API: event.APICuMemAddressReserve}).
+		Ev(event.Event{Time: 2, Addr: handle, Size: 2 * MiB, Stack: 1, Device: 1, Kind: event.KindCreate, API: event.APICuMemCreate}).
+		Ev(event.Event{Time: 3, Addr: addr, Size: 2 * MiB, Stream: handle, Stack: 1, Device: caller, Kind: event.KindMap, API: event.APICuMemMap}).
+		Ev(event.Event{Time: 4, Addr: addr, Size: 2 * MiB, Stack: 1, Device: caller, Kind: event.KindUnmap, API: event.APICuMemUnmap}).
+		Ev(event.Event{Time: 5, Addr: handle, Stack: 1, Device: caller, Kind: event.KindRelease, API: event.APICuMemRelease}).
+		End(6)
+	r := mustAnalyze(t, Options{}, s.Recs)
+	var listed []int32
+	for _, d := range r.Devices {
+		listed = append(listed, d.Index)
+	}
+	assert.Equal(t, []int32{1}, listed)
+	assert.Equal(t, 2*MiB, r.VMM.PhysicalPeakBytes, "the page was counted")
+}
+
 // TestDeviceInferredFromAddressRange: an allocation whose device was not
 // seen (the thread chose it before an attach) takes the device whose
 // address range holds it; between two devices' ranges it stays unknown.

@@ -19,6 +19,6 @@ func (t *procTable) noteExit(pid uint32, status uint64) {
 // did not see it exit. Call it after Run has returned (not safe for use
 // concurrent with Run).
 func (s *Session) ExitStatus(pid uint32) (status syscall.WaitStatus, ok bool) {
-	status, ok = s.exits[pid]
+	status, ok = s.procs.exits[pid]
 	return status, ok
 }

@@ -73,14 +73,14 @@ import (
 // Options.All, before AttachAll scans /proc, so that no mapping falls
 // between the scan and the watch.
 func (s *Session) watchMappings() error {
-	for _, prog := range []*ebpf.Program{s.objs.MapFault, s.objs.MapPages} {
+	for _, prog := range []*ebpf.Program{s.loader.objs.MapFault, s.loader.objs.MapPages} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 		if err != nil {
 			return fmt.Errorf("attach file fault watch %s: %w", prog, wrapPerm(err))
 		}
-		s.lifeLinks = append(s.lifeLinks, l)
+		s.loader.lifeLinks = append(s.loader.lifeLinks, l)
 	}
-	if err := s.objs.Quiet.Set(uint8(1)); err != nil {
+	if err := s.loader.objs.Quiet.Set(uint8(1)); err != nil {
 		return fmt.Errorf("set quiet: %w", err)
 	}
 	s.watching = true
@@ -151,9 +151,9 @@ func (s *Session) examined(k fileKey, path string, probed bool) {
 	if probed {
 		v = bpfKnownKNOWN_PROBED
 	}
-	_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, v, ebpf.UpdateAny)
+	_ = s.loader.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, v, ebpf.UpdateAny)
 	if rk, ok := s.realKey(path); ok && rk != k {
-		_ = s.objs.KnownFiles.Update(bpfFileKey{Dev: rk.Dev, Ino: rk.Inode}, v, ebpf.UpdateAny)
+		_ = s.loader.objs.KnownFiles.Update(bpfFileKey{Dev: rk.Dev, Ino: rk.Inode}, v, ebpf.UpdateAny)
 		s.late.under[rk] = k
 	}
 }
@@ -165,7 +165,7 @@ func (s *Session) examined(k fileKey, path string, probed bool) {
 // reads its maps still gets it. A file with USDT semaphores is left to
 // the scan, which raises them from the process's maps.
 func (s *Session) mappedFile(r *rawRecord) error {
-	p := s.procs[r.ev.PID]
+	p := s.procs.procs[r.ev.PID]
 	if p == nil || p.exited {
 		return nil
 	}
@@ -173,7 +173,7 @@ func (s *Session) mappedFile(r *rawRecord) error {
 	if over, ok := s.late.under[k]; ok {
 		k = over
 	}
-	pf := s.att.files[k]
+	pf := s.loader.att.files[k]
 	if pf == nil || p.libraries[k] || len(semaphoreSites(pf)) > 0 {
 		return nil
 	}
@@ -207,13 +207,13 @@ func (s *Session) realKey(path string) (fileKey, bool) {
 	if !touchFirstPage(f) { // the warm-up: empty or unmappable files end here
 		return fileKey{}, false
 	}
-	if s.objs.ResolveKey.Update(tid, bpfFileKey{}, ebpf.UpdateAny) != nil {
+	if s.loader.objs.ResolveKey.Update(tid, bpfFileKey{}, ebpf.UpdateAny) != nil {
 		return fileKey{}, false
 	}
-	defer func() { _ = s.objs.ResolveKey.Delete(tid) }()
+	defer func() { _ = s.loader.objs.ResolveKey.Delete(tid) }()
 	touchFirstPage(f)
 	var key bpfFileKey
-	if s.objs.ResolveKey.Lookup(tid, &key) != nil || key == (bpfFileKey{}) {
+	if s.loader.objs.ResolveKey.Lookup(tid, &key) != nil || key == (bpfFileKey{}) {
 		return fileKey{}, false
 	}
 	return fileKey{Dev: key.Dev, Inode: key.Ino}, true
@@ -252,15 +252,15 @@ func touchFirstPage(f *os.File) (ok bool) {
 // probed a new file for it means the process ran on meanwhile: that is
 // said once, since calls made before the probes were in place are missed.
 func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
-	pid, before := r.ev.PID, len(s.att.files)
+	pid, before := r.ev.PID, len(s.loader.att.files)
 	if err := s.adopt(pid); err != nil {
 		return false, err
 	}
-	if _, ok := s.held[pid]; ok {
+	if _, ok := s.procs.held[pid]; ok {
 		s.heldRecord(r)
 		return true, nil
 	}
-	if r.kind == recMapped && s.procs[pid] == nil {
+	if r.kind == recMapped && s.procs.procs[pid] == nil {
 		if err := s.adoptGone(r); err != nil {
 			return false, err
 		}
@@ -268,7 +268,7 @@ func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
 	if r.kind == recLoader && r.flags&recFlagStopped != 0 {
 		s.knowData(pid)
 	}
-	if r.kind == recLoader && r.flags&recFlagStopped == 0 && len(s.att.files) > before && s.procs[pid] != nil && s.opts.Note != nil {
+	if r.kind == recLoader && r.flags&recFlagStopped == 0 && len(s.loader.att.files) > before && s.procs.procs[pid] != nil && s.opts.Note != nil {
 		s.opts.Note(fmt.Sprintf("pid %d loaded a CUDA library no probe covered yet and was not stopped for it "+
 			"(it has a controlling terminal or a debugger): its calls before the probes were in place are missed", pid))
 	}
@@ -295,7 +295,7 @@ func (s *Session) adoptGone(r *rawRecord) error {
 		Start:   start,
 		Command: splitArgs(r.frames()[:max(0, min(int(r.ev.Device), len(r.frames())))]),
 	}
-	if pp := s.procs[info.PPID]; pp != nil && !pp.exited {
+	if pp := s.procs.procs[info.PPID]; pp != nil && !pp.exited {
 		info.Cgroup = pp.info.Cgroup
 	} else if p, err := procOf(int(info.PPID)); err == nil {
 		info.Cgroup = procCgroup(p)
@@ -303,7 +303,7 @@ func (s *Session) adoptGone(r *rawRecord) error {
 	_, err := s.track(pid, info)
 	var held *TracedError
 	if err != nil && !errors.As(err, &held) && !errors.Is(err, ErrNoProcess) {
-		s.giveUp(pid, err)
+		s.procs.giveUp(pid, err)
 	}
 	return nil
 }
@@ -408,7 +408,7 @@ func (s *Session) takeDeferred() {
 		return
 	}
 	now := MonotonicNow()
-	for pid, p := range s.procs {
+	for pid, p := range s.procs.procs {
 		if p.exited || p.lock == nil {
 			continue
 		}
@@ -446,7 +446,7 @@ func (s *Session) atRendezvous(pid uint32) bool {
 	}
 	var fns []uint64 // runtime addresses of _dl_debug_state in pid
 	for _, c := range candidates(int(pid), maps) {
-		pf := s.att.files[c.Key]
+		pf := s.loader.att.files[c.Key]
 		if pf == nil {
 			continue
 		}
@@ -499,7 +499,7 @@ func (s *Session) atRendezvous(pid uint32) bool {
 func (s *Session) stoppedHere(pid uint32) bool {
 	var seq uint64
 	var st bpfStop
-	it := s.objs.Stopped.Iterate()
+	it := s.loader.objs.Stopped.Iterate()
 	for it.Next(&seq, &st) {
 		if st.Tgid == pid {
 			return true

@@ -50,7 +50,7 @@ func TestDeferredStop(t *testing.T) {
 	require.NoError(t, err)
 	defer all.Close()
 	require.NoError(t, all.adopt(uint32(pid)))
-	require.Contains(t, all.held, uint32(pid), "held by the single-process session")
+	require.Contains(t, all.procs.held, uint32(pid), "held by the single-process session")
 
 	// Resumed by the session that holds it: forgotten.
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
@@ -120,22 +120,22 @@ for _ in sys.stdin:
 		}
 	}
 	pending := func() bool {
-		_ = s.objs.Pending.Delete(pid)
+		_ = s.loader.objs.Pending.Delete(pid)
 		_, err := in.Write([]byte("go\n"))
 		require.NoError(t, err)
 		require.True(t, lines.Scan(), "child done")
 		var v uint8
-		return s.objs.Pending.Lookup(pid, &v) == nil
+		return s.loader.objs.Pending.Lookup(pid, &v) == nil
 	}
 
 	s.late.known[over] = true // as examined put it before realKey
-	require.NoError(t, s.objs.KnownFiles.Update(bpfFileKey{Dev: over.Dev, Ino: over.Inode}, bpfKnownKNOWN_EXAMINED, ebpf.UpdateAny))
+	require.NoError(t, s.loader.objs.KnownFiles.Update(bpfFileKey{Dev: over.Dev, Ino: over.Inode}, bpfKnownKNOWN_EXAMINED, ebpf.UpdateAny))
 	assert.True(t, pending(), "control: with stat's key only, the fault makes the child pending")
 
 	delete(s.late.known, over)
 	s.examined(over, path, false)
 	var v bpfKnown
-	assert.NoError(t, s.objs.KnownFiles.Lookup(bpfFileKey{Dev: under.Dev, Ino: under.Inode}, &v), "the key underneath is known")
+	assert.NoError(t, s.loader.objs.KnownFiles.Lookup(bpfFileKey{Dev: under.Dev, Ino: under.Inode}, &v), "the key underneath is known")
 	assert.False(t, pending(), "examined through the overlay: the fault stops nobody")
 }
 

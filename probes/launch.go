@@ -156,8 +156,8 @@ func (s *Session) Attach(pid int, wait bool) error {
 	// Only this process: probes on a shared library fire in every process
 	// that maps it, and the perf-level filter keeps the others from
 	// trapping at all.
-	if len(s.att.links) == 0 {
-		s.att.pid = pid
+	if len(s.loader.att.links) == 0 {
+		s.loader.att.pid = pid
 	}
 	p, err := s.track(uint32(pid), nil)
 	if err != nil {

@@ -65,8 +65,8 @@ func TestAllSkipsHeld(t *testing.T) {
 	pid := uint32(lr.Process.Pid)
 	require.NoError(t, all.adopt(pid))
 	require.NoError(t, all.adopt(pid))
-	assert.Nil(t, all.procs[pid], "not traced")
-	assert.Contains(t, all.held, pid)
+	assert.Nil(t, all.procs.procs[pid], "not traced")
+	assert.Contains(t, all.procs.held, pid)
 	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(lr.Process.Pid) +
 		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes, "said once")
 }
@@ -86,8 +86,8 @@ func TestAllTakesNoLock(t *testing.T) {
 	require.NoError(t, err)
 	defer all.Close()
 	require.NoError(t, all.adopt(pid))
-	require.NotNil(t, all.procs[pid], "traced by the --all session")
-	assert.Zero(t, heldBy(pid, all.procs[pid].startTime), "an --all session holds no lock")
+	require.NotNil(t, all.procs.procs[pid], "traced by the --all session")
+	assert.Zero(t, heldBy(pid, all.procs.procs[pid].startTime), "an --all session holds no lock")
 
 	single, err := NewSession(Options{Sink: &memSink{}})
 	require.NoError(t, err)
@@ -95,8 +95,8 @@ func TestAllTakesNoLock(t *testing.T) {
 	require.NoError(t, single.Attach(int(pid), false), "attach -p while --all traces the process")
 
 	require.NoError(t, all.tick())
-	assert.True(t, all.procs[pid].exited, "left to the single-process session")
-	assert.Contains(t, all.held, pid)
+	assert.True(t, all.procs.procs[pid].exited, "left to the single-process session")
+	assert.Contains(t, all.procs.held, pid)
 	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(int(pid)) +
 		": already traced by another vramprof session (vramprof pid " + strconv.Itoa(os.Getpid()) + ")"}, notes)
 }
@@ -205,7 +205,7 @@ func TestAllNeverStopsOwnGuardian(t *testing.T) {
 
 	single, err := NewSession(Options{Sink: &memSink{}})
 	require.NoError(t, err)
-	guards := single.guard.pids()
+	guards := single.loader.guard.pids()
 	closed := make(chan error, 1)
 	go func() { closed <- single.Close() }()
 	select {
@@ -222,7 +222,7 @@ func TestAllNeverStopsOwnGuardian(t *testing.T) {
 	require.Len(t, guards, guardianCount, "the single session's guardians")
 	var seq uint64
 	var st bpfStop
-	for it := all.objs.Stopped.Iterate(); it.Next(&seq, &st); {
+	for it := all.loader.objs.Stopped.Iterate(); it.Next(&seq, &st); {
 		assert.NotContains(t, guards, int(st.Tgid), "the --all session stopped a guardian (pid %d)", st.Tgid)
 	}
 }

@@ -71,7 +71,7 @@ func (s *Session) preload(p *proc, env []string) {
 		// /lib -> usr/lib).
 		path = resolveIn(root, path)
 		c := candidate{Key: fileKey{Dev: st.Dev, Inode: st.Ino}, Path: path, OpenPath: filepath.Join(root, path)}
-		if s.notCUDA[c.Key] || s.att.files[c.Key] != nil {
+		if s.notCUDA[c.Key] || s.loader.att.files[c.Key] != nil {
 			continue
 		}
 		pf, err := scanFile(c, specs, !s.opts.NoPool, s.allocs)
@@ -88,7 +88,7 @@ func (s *Session) preload(p *proc, env []string) {
 			// target maps it.
 			continue
 		}
-		if err := s.att.attach(pf); err != nil {
+		if err := s.loader.att.attach(pf); err != nil {
 			continue // left to the stop, which attaches or says why
 		}
 		s.examined(c.Key, c.OpenPath, pf.library())

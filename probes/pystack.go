@@ -62,7 +62,7 @@ func (s *Session) findPython(p *proc) error {
 		// nothing to say; the next scan looks again.
 		return nil
 	}
-	if err := s.objs.PyProcs.Put(p.pid, pyProcFor(in, s.opts.PythonDepth)); err != nil {
+	if err := s.loader.objs.PyProcs.Put(p.pid, pyProcFor(in, s.opts.PythonDepth)); err != nil {
 		return fmt.Errorf("describe python of pid %d to BPF: %w", p.pid, err)
 	}
 	s.setPython(p, &pyProc{in: in, res: python.NewResolver(int(p.pid), in)})
@@ -128,14 +128,14 @@ type pyPrefetch struct {
 // loader closes the ring, and the loader waits for it.
 func (s *Session) startPrefetch() {
 	s.prefetch = pyPrefetch{res: make(map[uint32]*python.Resolver)}
-	s.readers.Go(s.prefetchLoop)
+	s.loader.readers.Go(s.prefetchLoop)
 }
 
 func (s *Session) prefetchLoop() {
 	var rec ringbuf.Record
 	codes := make([]uint64, 0, maxPyFrames)
 	for {
-		if err := s.pyRing.ReadInto(&rec); err != nil {
+		if err := s.loader.pyRing.ReadInto(&rec); err != nil {
 			return // closed (Close), or broken: the records still resolve, later
 		}
 		b := rec.RawSample
@@ -160,7 +160,7 @@ func (s *Session) prefetchLoop() {
 // pythonOf is the CPython of traced process pid, nil when it has none (or
 // is not traced).
 func (s *Session) pythonOf(pid uint32) *pyProc {
-	if p := s.procs[pid]; p != nil {
+	if p := s.procs.procs[pid]; p != nil {
 		return p.py
 	}
 	return nil

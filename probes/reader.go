@@ -112,7 +112,7 @@ func (s *Session) Run(ctx context.Context) error {
 	lastFlush := time.Now()
 	lastTick := lastFlush
 	for {
-		if ctx.Err() != nil || s.allExited() {
+		if ctx.Err() != nil || s.procs.allExited() {
 			return s.drain()
 		}
 		s.rd.setDeadline(time.Now().Add(s.opts.Poll))

@@ -218,14 +218,14 @@ func mustBenchSession(tb testing.TB, sink Sink, ring ring, pid uint32) *Session 
 	p.fromStart = true
 	opts := Options{Sink: sink, Poll: 50 * time.Millisecond, FlushEvery: time.Second, ReorderWindow: DefaultReorderWindow}
 	s := &Session{
-		opts:       opts,
-		procTable:  f.procTable,
-		stackTable: newStackTable(sink),
-		rd:         &reader{ring: ring, lostVar: fakeVar{}, unpairedVar: fakeVar{}},
-		notCUDA:    make(map[fileKey]bool),
-		order:      newReorder(uint64(opts.ReorderWindow), heldLimit(16<<20)),
-		noMark:     true,
+		opts:    opts,
+		procs:   f.procTable,
+		stacks:  newStackTable(sink),
+		rd:      &reader{ring: ring, lostVar: fakeVar{}, unpairedVar: fakeVar{}},
+		notCUDA: make(map[fileKey]bool),
+		order:   newReorder(uint64(opts.ReorderWindow), heldLimit(16<<20)),
+		noMark:  true,
 	}
-	tb.Cleanup(func() { _ = s.sym.Close() })
+	tb.Cleanup(func() { _ = s.stacks.sym.Close() })
 	return s
 }

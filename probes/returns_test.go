@@ -48,10 +48,10 @@ func TestNoUretprobe(t *testing.T) {
 			}
 			progs := make(map[ebpf.ProgramID]string)
 			for name, p := range map[string]*ebpf.Program{
-				"call_enter": s.objs.CallEnter, "call_enter_multi": s.objs.CallEnterMulti,
-				"call_return": s.objs.CallReturn, "call_return_multi": s.objs.CallReturnMulti,
-				"usdt_block": s.objs.UsdtBlock, "spec_enter": s.objs.SpecEnter,
-				"spec_return": s.objs.SpecReturn, "loader_state": s.objs.LoaderState,
+				"call_enter": s.loader.objs.CallEnter, "call_enter_multi": s.loader.objs.CallEnterMulti,
+				"call_return": s.loader.objs.CallReturn, "call_return_multi": s.loader.objs.CallReturnMulti,
+				"usdt_block": s.loader.objs.UsdtBlock, "spec_enter": s.loader.objs.SpecEnter,
+				"spec_return": s.loader.objs.SpecReturn, "loader_state": s.loader.objs.LoaderState,
 			} {
 				info, err := p.Info()
 				require.NoError(t, err)

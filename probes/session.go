@@ -94,11 +94,11 @@ type Stats struct {
 // stack table symbolizes. Close releases them in reverse order. Its methods
 // are not safe for concurrent use, except Stats. A Session must be Closed.
 type Session struct {
-	opts Options
-	*loader
-	*procTable
-	*stackTable
-	rd *reader
+	opts   Options
+	loader *loader
+	procs  *procTable
+	stacks *stackTable
+	rd     *reader
 	// stops counts the stop records read, for the test hook dieAtStop.
 	stops int
 	// stopsOf counts them per traced process (Stops).
@@ -159,14 +159,14 @@ func NewSession(opts Options) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{
-		opts:       opts,
-		loader:     l,
-		stackTable: newStackTable(opts.Sink),
-		rd:         newReader(l),
-		notCUDA:    make(map[fileKey]bool),
-		order:      newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
+		opts:    opts,
+		loader:  l,
+		stacks:  newStackTable(opts.Sink),
+		rd:      newReader(l),
+		notCUDA: make(map[fileKey]bool),
+		order:   newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
 	}
-	s.procTable = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
+	s.procs = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
 	if err := s.watchMappings(); err != nil {
 		if opts.All {
 			_ = l.close()
@@ -214,8 +214,8 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	err := s.loader.close()
-	s.sym.Close()
-	for _, p := range s.procs {
+	s.stacks.sym.Close()
+	for _, p := range s.procs.procs {
 		s.dropPython(p)
 		p.lock.release()
 	}
@@ -227,7 +227,7 @@ func (s *Session) Close() error {
 // when given (a fork child is its parent's image until it execs: reading
 // /proc later races with that exec, or with its exit).
 func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
-	p, added, err := s.add(pid, info != nil)
+	p, added, err := s.procs.add(pid, info != nil)
 	if err != nil || !added {
 		return p, err
 	}
@@ -267,10 +267,10 @@ func (s *Session) describe(p *proc, info *event.Process) error {
 // the ring buffer was last found empty (or, with dueOnly, before the mark
 // the reader has now reached was taken): none of their records remain.
 func (s *Session) forgetExited(dueOnly bool) {
-	s.reap(func(p *proc) {
-		s.sym.Forget(p.pid)
+	s.procs.reap(func(p *proc) {
+		s.stacks.sym.Forget(p.pid)
 		s.dropPython(p)
-		s.forgetStacks(p.pid)
+		s.stacks.forgetStacks(p.pid)
 	}, dueOnly)
 }
 
@@ -293,7 +293,7 @@ func (s *Session) scan(p *proc, running bool) error {
 	// The symbolizer learns the new maps now, while the process is alive
 	// (stopped, when called for the loader): a short-lived process may be
 	// gone before its stacks are read.
-	if err := s.sym.Prepare(p.pid); err != nil {
+	if err := s.stacks.sym.Prepare(p.pid); err != nil {
 		return fmt.Errorf("%w: %d: %w", ErrNoProcess, p.pid, err)
 	}
 	var maps []symbolize.MapEntry // read once, when a file has USDT semaphores
@@ -372,7 +372,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 		if s.notCUDA[c.Key] {
 			continue
 		}
-		pf := s.att.files[c.Key]
+		pf := s.loader.att.files[c.Key]
 		if pf == nil {
 			pf, err = scanFile(c, specs, !s.opts.NoPool, s.allocs)
 			if err != nil || pf == nil {
@@ -382,7 +382,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				s.examined(c.Key, c.OpenPath, false)
 				continue
 			}
-			if err := s.att.attach(pf); err != nil {
+			if err := s.loader.att.attach(pf); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					continue // gone (the process exited): maybe next time
 				}
@@ -407,7 +407,7 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 // tick does the periodic work: noticing exits, lost-record accounting,
 // giving back the reorder buffer's memory it no longer needs.
 func (s *Session) tick() error {
-	s.sweep()
+	s.procs.sweep()
 	s.takeDeferred()
 	s.order.trim()
 	if err := s.resumeDeferred(); err != nil {
@@ -418,11 +418,11 @@ func (s *Session) tick() error {
 
 // handle passes one decoded record on.
 func (s *Session) handle(r *rawRecord) error {
-	if _, ok := s.held[r.ev.PID]; ok {
+	if _, ok := s.procs.held[r.ev.PID]; ok {
 		s.heldRecord(r) // another session's (All): left alone (see tick)
 		return nil
 	}
-	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
+	if s.opts.All && s.procs.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
@@ -438,32 +438,27 @@ func (s *Session) handle(r *rawRecord) error {
 	case r.kind == recMapped:
 		return s.mappedFile(r)
 	case r.kind == recExit:
-		if p := s.procs[r.ev.PID]; p != nil {
-			s.noteExit(p.pid, r.ev.Addr)
-			s.untrack(p)
+		if p := s.procs.procs[r.ev.PID]; p != nil {
+			s.procs.noteExit(p.pid, r.ev.Addr)
+			s.procs.untrack(p)
 		}
 		return nil
 	case r.ev.Kind == event.KindInvalid:
 		s.rd.countUnknown()
 		return nil
 	}
-	switch r.ev.Kind {
-	case event.KindHostAlloc, event.KindHostFree, event.KindReserve, event.KindUnreserve:
-		// Pinned host memory and virtual address space belong to no
-		// device, whatever device the calling thread had chosen.
+	switch r.ev.Kind.DeviceRule() {
+	case event.DeviceNone:
 		r.ev.Device = event.DeviceUnknown
-	case event.KindAlloc, event.KindFree:
+	case event.DeviceCaller:
 		if r.ev.Device == event.DeviceUnknown {
-			// A thread that has not chosen a device uses device 0 (CUDA's
-			// default), but that is known only for a process seen from
-			// its start: attached later, it may have chosen before.
-			if p := s.procs[r.ev.PID]; p != nil && p.fromStart {
-				r.ev.Device = 0
+			if p := s.procs.procs[r.ev.PID]; p != nil && p.fromStart {
+				r.ev.Device = 0 // CUDA's default
 			}
 		}
 	}
 	if len(r.stack) > 0 {
-		id, err := s.intern(r.ev.PID, r.frames(), r.caller, r.flags&(recFlagPyTrunc|recFlagPyBroke), r.pyFrames(), s.pythonOf(r.ev.PID))
+		id, err := s.stacks.intern(r.ev.PID, r.frames(), r.caller, r.flags&(recFlagPyTrunc|recFlagPyBroke), r.pyFrames(), s.pythonOf(r.ev.PID))
 		if err != nil {
 			return err
 		}
@@ -500,7 +495,7 @@ func (s *Session) watermark() uint64 {
 	mark := t0
 	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := s.objs.Threads.BatchLookup(&cursor, s.markKeys, s.markThreads, nil)
+		n, err := s.loader.objs.Threads.BatchLookup(&cursor, s.markKeys, s.markThreads, nil)
 		for _, th := range s.markThreads[:n] {
 			if th.Since != 0 && th.Since >= horizon && th.Since < mark {
 				mark = th.Since
@@ -526,7 +521,7 @@ func (s *Session) watermark() uint64 {
 // window or the reorder buffer's limit; and processes known to have exited
 // now are forgotten then (forgetExited), not only when the ring is empty.
 func (s *Session) takeMark() {
-	s.markDue()
+	s.procs.markDue()
 	s.mark = s.watermark()
 	s.markAt = s.rd.position()
 }
@@ -562,7 +557,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 			select {}
 		}
 	}
-	p := s.procs[r.ev.PID]
+	p := s.procs.procs[r.ev.PID]
 	if p != nil && r.flags&recFlagStopped == 0 && r.kind == recLoader {
 		p.rendezvousAt = MonotonicNow()
 	}
@@ -630,7 +625,7 @@ func (s *Session) loaderChanged(r *rawRecord) error {
 // the process, this delete once took that later entry away: a vramprof
 // killed at the later stop then left the process stopped.
 func (s *Session) resumed(seq uint64) {
-	_ = s.objs.Stopped.Delete(seq)
+	_ = s.loader.objs.Stopped.Delete(seq)
 }
 
 // dieAtStop is a test hook, from $VRAMPROF_TEST_DIE_AT_STOP: the session
@@ -728,7 +723,7 @@ func (s *Session) adopt(pid uint32) error {
 		if errors.Is(err, ErrNoProcess) || isPermission(err) {
 			return nil
 		}
-		s.giveUp(pid, err)
+		s.procs.giveUp(pid, err)
 		return nil
 	}
 	for _, f := range files {
@@ -736,19 +731,19 @@ func (s *Session) adopt(pid uint32) error {
 			p, err := s.track(pid, nil)
 			var held *TracedError
 			if errors.As(err, &held) {
-				s.hold(pid, held)
+				s.procs.hold(pid, held)
 				return nil
 			}
 			if err != nil {
 				if !errors.Is(err, ErrNoProcess) {
-					s.giveUp(pid, err)
+					s.procs.giveUp(pid, err)
 				}
 				return nil
 			}
 			if err := s.scan(p, false); err != nil {
-				s.untrack(p)
+				s.procs.untrack(p)
 				if !errors.Is(err, ErrNoProcess) {
-					s.giveUp(pid, err)
+					s.procs.giveUp(pid, err)
 				}
 			}
 			return nil
@@ -761,15 +756,15 @@ func (s *Session) adopt(pid uint32) error {
 // to the targets map, so none of its calls were missed).
 func (s *Session) forked(r *rawRecord) error {
 	child, parent := r.ev.PID, uint32(r.ev.Addr)
-	if old := s.procs[child]; old != nil {
+	if old := s.procs.procs[child]; old != nil {
 		// The PID belonged to a process whose exit was not seen (its
 		// records are all before this one): this is another process.
-		s.retire(old)
+		s.procs.retire(old)
 		s.dropPython(old)
 	}
 	// Added to the targets before it ran: traced from its start.
 	info := &event.Process{PPID: parent, FromStart: true}
-	if pp := s.procs[parent]; pp != nil {
+	if pp := s.procs.procs[parent]; pp != nil {
 		// A fork child is in its parent's cgroup until something moves
 		// it: what the parent's record says is right when the child is
 		// gone before /proc could be read.
@@ -779,13 +774,13 @@ func (s *Session) forked(r *rawRecord) error {
 	if errors.Is(err, ErrTraced) {
 		// Another session took it first (it attached to the new PID in
 		// the moment since the fork): it is that session's.
-		_ = s.objs.Targets.Delete(child)
+		_ = s.loader.objs.Targets.Delete(child)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if pp := s.procs[parent]; pp != nil {
+	if pp := s.procs.procs[parent]; pp != nil {
 		// Same mappings as the parent until it execs (then the loader
 		// announces the new ones).
 		for k := range pp.libraries {
@@ -800,8 +795,8 @@ func (s *Session) forked(r *rawRecord) error {
 	// Learn its maps while it lives: a short-lived worker may be gone
 	// before its stacks are read. Until then, and if it is gone already,
 	// the parent's: a fork copies them.
-	s.sym.Inherit(child, parent)
-	_ = s.sym.Prepare(child)
+	s.stacks.sym.Inherit(child, parent)
+	_ = s.stacks.sym.Prepare(child)
 	return nil
 }
 

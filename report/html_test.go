@@ -435,7 +435,8 @@ func vptRecords(tb testing.TB, name string) []event.Record {
 }
 
 // oomMoment closes recs at their first out-of-memory failure, as the
-// recorder writes an oom moment report (report/recorder/moment.go).
+// recorder writes an oom moment report
+// (cmd/vramprof/internal/recorder/moment.go).
 func oomMoment(tb testing.TB, recs []event.Record) *analysis.Result {
 	tb.Helper()
 	a := analysis.New(analysis.Options{})

@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // exec traces a running process until ctx is done (Ctrl-C, SIGTERM), the

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/report/compare"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // Exit codes of `vramprof check`: 0 every check passed, 1 a memory

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/report/exporter"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // TestHelpOnStdout: -h, --help and help [COMMAND] print on stdout and exit

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/report/compare"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 func (o *diffFlags) check() error {

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/report/compare"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 var (

@@ -13,11 +13,11 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes/allocspec"
 	"github.com/vramprof/vramprof/report"
 	"github.com/vramprof/vramprof/report/compare"
 	"github.com/vramprof/vramprof/report/exporter"
-	"github.com/vramprof/vramprof/report/recorder"
 	"github.com/vramprof/vramprof/report/units"
 )
 

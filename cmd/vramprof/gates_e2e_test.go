@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // TestFailedPitchedRequest: managed_pinned's pitched_too_big asks

@@ -5,10 +5,11 @@
 // The command line is read by kong (flags.go), into a flags struct per
 // subcommand; its exec method does the work and returns an error, and main
 // turns that error into one line that says what to do. The work itself
-// lives in library packages: probes traces, report/recorder records,
-// replays and loads recordings, report/compare judges and compares them,
-// report/status draws the live status line, report/exporter serves
-// metrics and profiles.
+// lives in packages: probes traces, internal/recorder (this command's
+// own) records, replays and loads recordings, report/compare judges and
+// compares them, report/status draws the live status line,
+// report/exporter serves metrics and profiles. Every signal vramprof
+// handles is handled in signals.go.
 package main
 
 import (
@@ -16,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/vramprof/vramprof/probes/sigstate"
 )
@@ -71,10 +70,7 @@ func mainCode(args []string) int {
 	// program would, and as the commands it runs will): the Go runtime
 	// replaced those dispositions with its own handler before main.
 	sigstate.Keep()
-	ctx, stop := context.Background(), func() {}
-	if sigs := sigstate.Wanted(os.Interrupt, syscall.SIGTERM); len(sigs) > 0 {
-		ctx, stop = signal.NotifyContext(ctx, sigs...)
-	}
+	ctx, stop := signalContext(context.Background())
 	defer stop()
 
 	code, err := dispatch(ctx, args[0], args[1:])

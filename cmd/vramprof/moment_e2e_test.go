@@ -25,9 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/probetest"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // momentReport is the part of a moment's report.json these tests read.

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/nvml"
-	"github.com/vramprof/vramprof/report/recorder"
 	"github.com/vramprof/vramprof/report/status"
 )
 
@@ -33,6 +33,9 @@ type recording struct {
 	live *status.Live
 	// out receives the banner and the summary: stderr, or nothing with -q.
 	out io.Writer
+	// stopUSR1 stops taking moments on SIGUSR1 (momentsOnSIGUSR1); nil
+	// until started.
+	stopUSR1 func()
 }
 
 // The depth flag's bound is the probes' limit.
@@ -66,10 +69,12 @@ func startRecording(dir string, h *event.Header, l *liveFlags, r *recordFlags, o
 	rec := &recording{started: time.Now(), out: os.Stderr}
 	ro := recorder.Options{Dir: dir, Force: l.Force, Header: h, Clock: probes.MonotonicNow, MaxTrace: l.maxTrace,
 		MomentInterval: l.MomentInterval, Analysis: analysis.Options{Capacity: r.capacity}}
+	note := func(string, ...any) {}
 	if r.Quiet {
 		rec.out = io.Discard
 	} else {
-		ro.Note = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "vramprof: "+format+"\n", args...) }
+		note = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "vramprof: "+format+"\n", args...) }
+		ro.Note = note
 		rec.live = status.NewLive()
 		ro.Observe = rec.live.Observe
 	}
@@ -78,6 +83,7 @@ func startRecording(dir string, h *event.Header, l *liveFlags, r *recordFlags, o
 	if rec.rec, err = recorder.Create(ro); err != nil {
 		return nil, err
 	}
+	rec.stopUSR1 = momentsOnSIGUSR1(rec.rec, note)
 	opts.Sink = rec.rec
 	if rec.session, err = probes.NewSession(opts); err != nil {
 		rec.abort()
@@ -110,6 +116,7 @@ func (r *recording) abort() {
 	if r.session != nil {
 		_ = r.session.Close()
 	}
+	r.stopUSR1()
 	r.rec.Abort()
 }
 
@@ -134,7 +141,11 @@ func (r *recording) run(ctx context.Context, shared bool) error {
 // runErr, what run returned.
 func (r *recording) finish(end *event.End, runErr error) error {
 	end.StopsCounted, end.Stops = true, r.session.Stops()
-	if err := r.rec.Finish(end, r.out, errors.Join(r.stopNVML(), r.session.Close())); err != nil {
+	stopped := errors.Join(r.stopNVML(), r.session.Close())
+	// No moment once the recording ends: a SIGUSR1 has its default
+	// action again.
+	r.stopUSR1()
+	if err := r.rec.Finish(end, r.out, stopped); err != nil {
 		return err
 	}
 	return runErr

@@ -7,10 +7,10 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/vramprof/vramprof/report/recorder"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 )
 
-// exec re-analyses a recorded trace (report/recorder). It needs no
+// exec re-analyses a recorded trace (internal/recorder). It needs no
 // privileges. Notes (which process a snapshot holds) go to stderr.
 func (o *reportFlags) exec(context.Context) (int, error) {
 	if o.Format == "snapshot" && o.Output == "" && term.IsTerminal(int(os.Stdout.Fd())) {

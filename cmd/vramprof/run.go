@@ -6,16 +6,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/sigstate"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // exec launches the command under the probes and returns its exit code.
@@ -37,15 +36,9 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 	// The child runs in a session of its own (see probes.Launch), so the
 	// terminal's signals reach vramprof alone: Ctrl-C, Ctrl-\, a hang-up
 	// and a SIGTERM are passed on, and vramprof keeps recording until the
-	// child is gone, whatever it does with them. One that vramprof started
-	// with ignored is not: a shell would not deliver it to the command
-	// (nohup's SIGHUP, a background job's SIGINT and SIGQUIT), and the
-	// command ignores it too (probes.Launch).
-	sigs := make(chan os.Signal, 4)
-	if wanted := sigstate.Wanted(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT); len(wanted) > 0 {
-		signal.Notify(sigs, wanted...)
-	}
-	defer signal.Stop(sigs)
+	// child is gone, whatever it does with them (commandSignals).
+	sigs, stopSigs := commandSignals()
+	defer stopSigs()
 	// A Ctrl-C or SIGTERM that came while the probes were being set up,
 	// before the handler above, reached only main's context: the command
 	// is not started, as a shell would not start it.
@@ -82,12 +75,7 @@ func (o *runFlags) exec(ctx context.Context) (int, error) {
 			rec.rec.SetDir(final)
 		}
 	}
-	go func() {
-		for sig := range sigs {
-			// To its process group, as a terminal would: its own children too.
-			_ = syscall.Kill(-cmd.Process.Pid, sig.(syscall.Signal))
-		}
-	}()
+	forwardSignals(sigs, cmd.Process.Pid)
 
 	// Not ctx: a Ctrl-C ends the child, and the recording ends with it
 	// (a child stopped at a dlopen after the reader had stopped would wait

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vramprof/vramprof/report/recorder"
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 )
 
 // snapshotFixture is the current-generation fixture of profile/snapshot;

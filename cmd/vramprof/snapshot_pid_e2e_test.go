@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes/probetest"
 	pysnapshot "github.com/vramprof/vramprof/profile/snapshot"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // segTruth is a segment as a truth file states it: the pointer and size of

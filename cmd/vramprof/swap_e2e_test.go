@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/cmd/vramprof/internal/recorder"
 	"github.com/vramprof/vramprof/probes/probetest"
-	"github.com/vramprof/vramprof/report/recorder"
 )
 
 // TestRunOutputSwappedForLink: `vramprof run -o DIR` whose DIR is renamed

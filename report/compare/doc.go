@@ -16,8 +16,8 @@
 // unsymbolized addresses blanked (ASLR moves them from run to run). A
 // Snapshot comes from a report.json (LoadReport, FromReport) or a baseline
 // (LoadBaseline); analysing a trace into a report is the caller's business
-// (report/recorder's LoadSnapshot), so that this package needs neither root
-// nor a scenario to be tested.
+// (cmd/vramprof/internal/recorder's LoadSnapshot), so that this package
+// needs neither root nor a scenario to be tested.
 //
 // Verdicts are exact: sizes and percentages are compared as integers and
 // rationals (math/big), never as floating point, so that a limit set to the

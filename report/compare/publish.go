@@ -24,7 +24,7 @@ type Outputs struct {
 	Baseline string
 	Tool     string
 	// WriteFile writes the file at path with what write writes, whole or
-	// not at all (report/recorder's WriteFileAtomic).
+	// not at all (cmd/vramprof/internal/recorder's WriteFileAtomic).
 	WriteFile func(path string, write func(io.Writer) error) error
 }
 

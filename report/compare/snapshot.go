@@ -63,8 +63,8 @@ type Snapshot struct {
 	// (see OOM); nil when nothing ran out of memory.
 	OOMs []OOM
 	// Tests are the pytest tests' own figures (package pytests), read from
-	// the recording's trace by the caller (report/recorder's Tests);
-	// TestsRead says they were read: a report.json has none.
+	// the recording's trace by the caller (cmd/vramprof/internal/recorder's
+	// Tests); TestsRead says they were read: a report.json has none.
 	Tests     []pytests.Test
 	TestsRead bool
 	// StacksComplete is false for a baseline, which keeps only the top

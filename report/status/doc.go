@@ -9,9 +9,9 @@
 // below a scroll region), elsewhere a plain line every PlainEvery.
 //
 // The figures here are for the eye only: the outputs come from a replay
-// of the trace (report/recorder), never from this package. It imports
-// neither cilium/ebpf nor go-nvml: the session's counters come through a
-// callback.
+// of the trace (cmd/vramprof/internal/recorder), never from this package.
+// It imports neither cilium/ebpf nor go-nvml: the session's counters come
+// through a callback.
 //
 // Imports, besides the standard library: analysis/ledger, probes/event,
 // report/units and golang.org/x/term.

@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -43,14 +42,6 @@ func SegmentsOf(tracePath string) []string {
 	return traceSegments(filepath.Dir(tracePath))
 }
 
-// replayResult is what replaying a trace tells beyond the analysis: where
-// and whether its last segment was cut.
-type replayResult struct {
-	truncated bool
-	offset    int64
-	records   int64
-}
-
 // replaySegments feeds a trace, one or more segments of it in order, into a. The
 // first segment is read whole (its checkpoint restores what came before
 // it); a later one adds its events only: its descriptive records, its
@@ -73,51 +64,12 @@ func replaySegmentsTo(add func(event.Record) error, name string, segs []io.Reade
 // another recording is then named against the newest one, which holds the
 // end of the run, rather than against its neighbour.
 func replaySegmentsFrom(add func(event.Record) error, name string, segs []io.Reader, names []string, newest func() (*event.Identity, bool)) (replayResult, error) {
-	var rr replayResult
-	var prev *event.Reader
-	for i, seg := range segs {
-		r, err := event.NewReader(bufio.NewReaderSize(seg, 1<<20))
-		if err != nil {
-			return rr, fmt.Errorf("read trace %s: %w", names[i], err)
+	return replayTrace(name, segs, names, func(rec event.Record) error {
+		if err := add(rec); err != nil {
+			return fmt.Errorf("analyze %s: %w", name, err)
 		}
-		if i == 0 {
-			if err := add(r.Header()); err != nil {
-				return rr, fmt.Errorf("analyze %s: %w", name, err)
-			}
-		} else if err := followSegment(prev, r, names, i, newest); err != nil {
-			return rr, fmt.Errorf("read trace %s: %w", name, err)
-		}
-		// top: a later segment's top, up to its checkpoint, which is
-		// already in a; then the events it restores, also in a.
-		top := i > 0
-		for {
-			rec, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return rr, fmt.Errorf("read trace %s: %w", names[i], err)
-			}
-			if top {
-				if _, ok := rec.(*event.Checkpoint); ok {
-					top = false
-				}
-				continue
-			}
-			if e, ok := rec.(*event.Event); ok && i > 0 && e.Flags&event.FlagRestored != 0 {
-				continue
-			}
-			if err := add(rec); err != nil {
-				return rr, fmt.Errorf("analyze %s: %w", name, err)
-			}
-		}
-		rr.records += r.Records()
-		if i == len(segs)-1 {
-			rr.truncated, rr.offset = r.Truncated(), r.Offset()
-		}
-		prev = r
-	}
-	return rr, nil
+		return nil
+	}, newest)
 }
 
 // followSegment checks that segment i (r) follows segment i-1 (prev, read

@@ -3,7 +3,8 @@ package recorder
 // Moment reports: the full outputs of a recording at the moment it matters,
 // written while the recording goes on. A run that dies of out-of-memory
 // hours in wants the picture at the failure, not only at the end, and a
-// user watching a long run wants one on demand (SIGUSR1).
+// user watching a long run wants one on demand (SIGUSR1, which the command
+// line turns into a call of Recorder.SignalMoment).
 //
 // How: at a moment, the trace sink (under the recording's lock, so between
 // two records) flushes the trace to the file and notes its length. A worker
@@ -15,17 +16,14 @@ package recorder
 // queue full is skipped and counted, never waited for.
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/vramprof/vramprof/analysis"
@@ -84,25 +82,22 @@ type moments struct {
 	// skippedTotal counts every OOM without a moment of its own.
 	skippedTotal uint64
 
-	sigs chan os.Signal
-	wg   sync.WaitGroup // the worker and the signal goroutine
+	wg sync.WaitGroup // the worker
 
 	// written lists the moment directories written (the worker's alone
 	// until wg is done).
 	written []string
 }
 
-// startMoments turns moment reports on: OOM moments from the sink, SIGUSR1
-// moments from the signal, until Finish or Abort. Options.MomentInterval
+// startMoments turns moment reports on: OOM moments from the sink, signal
+// moments from SignalMoment, until Finish or Abort. Options.MomentInterval
 // is the rate limit; Options.Note prints progress lines.
 func (r *Recorder) startMoments() {
-	m := &moments{interval: r.opts.MomentInterval, note: r.opts.Note, queue: make(chan momentRequest, momentQueue),
-		sigs: make(chan os.Signal, 1)}
+	m := &moments{interval: r.opts.MomentInterval, note: r.opts.Note, queue: make(chan momentRequest, momentQueue)}
 	r.mu.Lock()
 	r.moments = m
 	r.mu.Unlock()
-	signal.Notify(m.sigs, syscall.SIGUSR1)
-	m.wg.Add(2)
+	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		for req := range m.queue {
@@ -115,17 +110,17 @@ func (r *Recorder) startMoments() {
 			m.note("%s: wrote %s", momentReason(req.kind), dir)
 		}
 	}()
-	go func() {
-		defer m.wg.Done()
-		for range m.sigs {
-			r.mu.Lock()
-			err := r.takeMoment(analysis.MomentSignal, nil)
-			r.mu.Unlock()
-			if err != nil {
-				m.note("SIGUSR1 snapshot: %v", err)
-			}
-		}
-	}()
+}
+
+// SignalMoment takes a moment report on the user's request (SIGUSR1):
+// the trace so far, written under DIR/moments like an out-of-memory one,
+// without a rate limit. It returns an error when earlier moments are still
+// waiting to be written; after Finish or Abort it does nothing. Safe for
+// concurrent use with Write.
+func (r *Recorder) SignalMoment() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.takeMoment(analysis.MomentSignal, nil)
 }
 
 // stopMoments stops taking moments and waits for the ones queued to be
@@ -140,8 +135,6 @@ func (r *Recorder) stopMoments() {
 	}
 	m.closed = true
 	close(m.queue)
-	signal.Stop(m.sigs)
-	close(m.sigs)
 	r.mu.Unlock()
 	m.wg.Wait()
 }
@@ -261,39 +254,39 @@ func (r *Recorder) writeMoment(req momentRequest) (string, error) {
 	return od.path, nil
 }
 
-// analyzeMoment reads the first req.traceBytes of the trace, which the
-// recording goes on appending to, and closes it at the moment.
+// analyzeMoment reads the trace up to the moment req, which the recording
+// goes on appending to, and closes it at the moment: the first
+// req.traceBytes of trace.vpt, or a flight recorder's segments kept at the
+// moment, the last one up to req.traceBytes.
 func (r *Recorder) analyzeMoment(req momentRequest) (*analysis.Result, error) {
+	name, segs, names := "trace", []io.Reader(nil), []string{TraceFile}
 	if req.segments != nil {
-		return r.analyzeFlightMoment(req)
-	}
-	f, err := r.out.root.Open(TraceFile)
-	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
-	}
-	defer f.Close()
-	tr, err := event.NewReader(bufio.NewReaderSize(io.LimitReader(f, req.traceBytes), 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read trace: %w", err)
-	}
-	a := analysis.New(r.opts.Analysis)
-	if err := a.Add(tr.Header()); err != nil {
-		return nil, fmt.Errorf("analyze trace: %w", err)
-	}
-	for {
-		rec, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+		defer closeAll(req.segments)
+		name = "trace segments"
+		segs, names = make([]io.Reader, len(req.segments)), make([]string, len(req.segments))
+		for i, f := range req.segments {
+			segs[i], names[i] = f, f.Name()
 		}
+	} else {
+		f, err := r.out.root.Open(TraceFile)
 		if err != nil {
-			return nil, fmt.Errorf("read trace: %w", err)
+			return nil, fmt.Errorf("open trace: %w", err)
 		}
-		if err := a.Add(rec); err != nil {
-			return nil, fmt.Errorf("analyze trace: %w", err)
-		}
+		defer f.Close()
+		segs = []io.Reader{f}
 	}
-	if tr.Truncated() {
+	last := len(segs) - 1
+	segs[last] = io.LimitReader(segs[last], req.traceBytes)
+	a := analysis.New(r.opts.Analysis)
+	rr, err := replaySegments(a, name, segs, names)
+	if err != nil {
+		return nil, err
+	}
+	if rr.truncated {
 		// The prefix ends where a flush did: never inside a record.
+		if req.segments != nil {
+			return nil, fmt.Errorf("read trace: the first %d bytes of the last segment end inside a record", req.traceBytes)
+		}
 		return nil, fmt.Errorf("read trace: the first %d bytes end inside a record", req.traceBytes)
 	}
 	return r.finishMoment(a, req)
@@ -308,27 +301,6 @@ func (r *Recorder) finishMoment(a *analysis.Analyzer, req momentRequest) (*analy
 	res.Run.Moment = &analysis.Moment{Kind: req.kind, Index: req.index, Time: req.time, Request: req.request,
 		SkippedOOMs: req.skipped, TraceBytes: uint64(req.traceBytes)}
 	return res, nil
-}
-
-// analyzeFlightMoment reads the segments kept at the moment, the last one
-// up to req.traceBytes, and closes them at the moment.
-func (r *Recorder) analyzeFlightMoment(req momentRequest) (*analysis.Result, error) {
-	defer closeAll(req.segments)
-	segs := make([]io.Reader, len(req.segments))
-	names := make([]string, len(req.segments))
-	for i, f := range req.segments {
-		segs[i], names[i] = f, f.Name()
-	}
-	segs[len(segs)-1] = io.LimitReader(req.segments[len(segs)-1], req.traceBytes)
-	a := analysis.New(r.opts.Analysis)
-	rr, err := replaySegments(a, "trace segments", segs, names)
-	if err != nil {
-		return nil, err
-	}
-	if rr.truncated {
-		return nil, fmt.Errorf("read trace: the first %d bytes of the last segment end inside a record", req.traceBytes)
-	}
-	return r.finishMoment(a, req)
 }
 
 // summary says, at exit, which moment reports were written and how many

@@ -1,6 +1,8 @@
-// Package recorder drives a recording and its outputs: what `vramprof run`,
-// `attach` and `report` do between the probes and the files, so that any
-// front end (the CLI, a daemon) records and replays the same way.
+// Package recorder is vramprof's recording path: what `vramprof run`,
+// `attach`, `check` and `report` do between the probes and the files (the
+// trace written, read back, and turned into the outputs). It is internal to
+// the command, its only user; the packages below it (probes, analysis,
+// profile, report) know nothing of it.
 //
 // A Recorder is the sink a probes session writes into. It owns the output
 // directory (Dir: opened once, never written through a symbolic link, an
@@ -8,9 +10,10 @@
 // Options.MaxTrace a flight recorder's ring of segments trace-NNNNNN.vpt,
 // each restoring what came before it from a checkpoint), and the moment
 // reports (the full outputs at an out-of-memory failure, rate limited, or
-// on SIGUSR1) written under moments/ while the recording goes on. Finish
-// ends the trace and replays it into the outputs: profile.pb.gz,
-// report.json, report.md, report.html and oom-<n>.pb.gz.
+// when SignalMoment asks: the command line calls it on SIGUSR1; the
+// package handles no signal) written under moments/ while the recording
+// goes on. Finish ends the trace and replays it into the outputs:
+// profile.pb.gz, report.json, report.md, report.html and oom-<n>.pb.gz.
 //
 // The outputs always come from a replay of the trace (Analyze), never from
 // live state: that is what makes `vramprof report` byte-identical to the

@@ -3,12 +3,14 @@ package recorder
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
 )
 
@@ -124,4 +126,26 @@ func TestMomentRule(t *testing.T) {
 		assert.Equal(t, uint64(1), skipped, "the OOM that found the queue full")
 		assert.Equal(t, 1, oomN)
 	})
+}
+
+// TestSignalMoment: SignalMoment (what the command line calls on SIGUSR1)
+// writes the trace so far as a moment of its own kind, numbered from 1,
+// without a rate limit; once the moments are stopped it takes none.
+func TestSignalMoment(t *testing.T) {
+	r, sink := mustRecording(t, time.Hour)
+	require.NoError(t, sink.Write(alloc(10, 0x1000, 3<<20)))
+	require.NoError(t, r.SignalMoment())
+	require.NoError(t, sink.Write(alloc(20, 0x2000, 1<<20)))
+	require.NoError(t, r.SignalMoment())
+	r.stopMoments()
+	require.NoError(t, r.SignalMoment(), "after the end: nothing, no error")
+
+	require.Len(t, r.moments.written, 2)
+	for i, want := range []uint64{3 << 20, 4 << 20} { // the bytes live at each moment
+		dir := r.moments.written[i]
+		assert.Regexp(t, `^`+analysis.MomentSignal+`-`+strconv.Itoa(i+1)+`-`, filepath.Base(dir))
+		rep := mustReadJSON[momentReport](t, filepath.Join(dir, JSONFile))
+		require.NotNil(t, rep.Totals.LiveBytesAtEnd)
+		assert.Equal(t, want, *rep.Totals.LiveBytesAtEnd)
+	}
 }

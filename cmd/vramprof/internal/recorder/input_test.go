@@ -174,7 +174,7 @@ func TestReportReadsAStream(t *testing.T) {
 		// The fixture's scenario (profile/snapshot/testdata/make_fixtures.py):
 		// segments A (2 MiB, before the trace), B (20 MiB) and C (2 MiB on
 		// device 1, freed); the peak while C lived, 24 MiB; A and B live.
-		pickle := filepath.Join("..", "..", "profile", "snapshot", "testdata", "current.pickle")
+		pickle := filepath.Join("..", "..", "..", "..", "profile", "snapshot", "testdata", "current.pickle")
 		var rep totalsReport
 		require.NoError(t, json.Unmarshal(reportJSON(t, ReportOptions{Input: pipeOf(t, pickle)}), &rep))
 		const mib = 1 << 20

@@ -73,29 +73,14 @@ func (s *source) replay(add func(event.Record) error) (int64, error) {
 		}
 		return 0, nil
 	}
-	r, err := event.NewReader(s.br)
+	rr, err := replayTrace(s.name, []io.Reader{s.br}, []string{s.name}, add, nil)
 	if err != nil {
-		return 0, fmt.Errorf("read trace %s: %w", s.name, err)
+		return rr.records, err
 	}
-	if err := add(r.Header()); err != nil {
-		return 0, err
+	if rr.truncated {
+		return rr.records, fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", ErrTruncated, s.name, rr.offset, rr.records)
 	}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return r.Records(), fmt.Errorf("read trace %s: %w", s.name, err)
-		}
-		if err := add(rec); err != nil {
-			return r.Records(), err
-		}
-	}
-	if r.Truncated() {
-		return r.Records(), fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", ErrTruncated, s.name, r.Offset(), r.Records())
-	}
-	return r.Records(), nil
+	return rr.records, nil
 }
 
 // analyze runs the analysis on s, and also feeds every record to also

@@ -73,7 +73,7 @@ type Recorder struct {
 
 // Create prepares the output directory, opens the trace, writes its header
 // and starts taking moments (out-of-memory failures written to it, and
-// SIGUSR1). On error nothing it created is left behind.
+// SignalMoment's). On error nothing it created is left behind.
 func Create(opts Options) (*Recorder, error) {
 	if opts.Clock == nil {
 		return nil, errors.New("recorder: no Clock")

@@ -517,6 +517,53 @@ func TestNVMLStandInServe(t *testing.T) {
 	assert.Equal(t, float64(1), avail, "reason %q", reason)
 }
 
+// TestNVMLStandInServeNoProcessList: under an NVML that lists no processes
+// (not supported on MIG and vGPU; not in the library) serve keeps the
+// device's gauges, the driver's figures, serves no per-process NVML gauge,
+// and says why on the GPU's vramprof_nvml_processes_available (0, the
+// note as its reason) and once on its stderr, in the reports' words.
+func TestNVMLStandInServeNoProcessList(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	for _, tt := range []struct{ name, lib, env, note string }{
+		{"processes_not_supported", "nvml", "FAKENVML_PROCESSES=not_supported", "per-process figures not available: " +
+			"nvmlDeviceGetComputeRunningProcesses: Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"},
+		{"process_lists_missing", "nvml-noprocs", "", "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: " +
+			"not exported by libnvidia-ml.so.1 (an older or partial NVML library); the device's figures are NVML's"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var env []string
+			if tt.env != "" {
+				env = append(env, tt.env)
+			}
+			state := useStandInLibrary(t, tt.lib, env...)
+			lr := startLongrun(t)
+			addr := freeLoopback(t)
+			stderr, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
+			time.Sleep(settle)
+			end := mustDriverState(t, state, lr.pid)
+			fams := scrapeMetrics(t, "http://"+addr)
+			stop()
+
+			assert.Equal(t, map[string]float64{"0": float64(standInTotal)}, nvmlGauges(fams, exporter.MetricDeviceTotalBytes))
+			assert.Equal(t, map[string]float64{"0": float64(end.nvml())}, nvmlGauges(fams, exporter.MetricDeviceUsedBytes),
+				"device used: longrun's bytes and context")
+			assert.Equal(t, map[string]float64{"0": float64(standInTotal - end.nvml())}, nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
+			assert.Nil(t, fams[exporter.MetricNVMLProcessUsedBytes], "no per-process NVML figure")
+			assert.Equal(t, map[string]float64{"0": 0}, nvmlGauges(fams, exporter.MetricNVMLProcessesAvailable))
+			if f := fams[exporter.MetricNVMLProcessesAvailable]; assert.NotNil(t, f) && assert.Len(t, f.Metric, 1) {
+				var reason string
+				for _, l := range f.Metric[0].Label {
+					if l.GetName() == "reason" {
+						reason = l.GetValue()
+					}
+				}
+				assert.Equal(t, tt.note, reason)
+			}
+			assert.Equal(t, 1, strings.Count(stderr.String(), "vramprof: NVML device 0: "+tt.note+"\n"), "serve's stderr:\n%s", stderr.String())
+		})
+	}
+}
+
 // TestNVMLStandInTimeToOOM: longrun's leaky_step keeps 64 KiB an
 // iteration; on a 400 MiB device the leak's time to OOM counts down NVML's
 // free bytes at the end, which is the capacity less the driver's bytes and

@@ -286,6 +286,10 @@ type JSONProcess struct {
 	// NVML reconciles NVML's figure for the process with the traced one;
 	// null when no NVML sample sized the process.
 	NVML *JSONProcNVML `json:"nvml"`
+	// NVMLAbsent says in one line why nvml is null while NVML sampled
+	// (listed without a size, no sample while traced, no process lists,
+	// never listed); absent otherwise.
+	NVMLAbsent string `json:"nvml_absent,omitempty"`
 	// PreexistingBytesEstimate is the memory the process held before
 	// tracing began: 0 when traced from its start (preexisting_basis
 	// "traced_from_start"), NVML's figure minus the traced one at the first
@@ -821,6 +825,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		PreexistingBasis: string(p.Preexisting.Basis),
 		Churn:            jsonChurn(res, p.Churn),
 		Stops:            p.Stops,
+		NVMLAbsent:       p.NVMLAbsent,
 	}
 	if p.SupersededAt != 0 {
 		jp.SupersededNs = ptr(res.Rel(p.SupersededAt))

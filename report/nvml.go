@@ -153,7 +153,11 @@ func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
 		pr := &res.Processes[i]
 		n := pr.NVML
 		if n == nil {
-			p("| %s | no sample sized it | | | | | | | |\n", procLabel(res, pr))
+			why := pr.NVMLAbsent
+			if why == "" {
+				why = "no sample sized it"
+			}
+			p("| %s | %s | | | | | | | |\n", procLabel(res, pr), cell(why))
 			continue
 		}
 		l := n.Latest

@@ -107,6 +107,7 @@ type nvmlReport struct {
 				GapBytes        int64  `json:"gap_bytes"`
 			} `json:"latest"`
 		} `json:"nvml"`
+		NVMLAbsent               string  `json:"nvml_absent"`
 		PreexistingBytesEstimate *uint64 `json:"preexisting_bytes_estimate"`
 		PreexistingBasis         string  `json:"preexisting_basis"`
 	} `json:"processes"`
@@ -162,6 +163,7 @@ func checkNVMLReport(t *testing.T, dir string, pid int, end driverState, traced 
 	assert.Equal(t, traced, p.LiveBytesAtEnd, "live_bytes_at_end")
 	require.NotNil(t, p.NVML, "process nvml")
 	assert.Positive(t, p.NVML.Samples)
+	assert.Empty(t, p.NVMLAbsent, "nvml_absent beside a figure")
 	l := p.NVML.Latest
 	assert.Equal(t, end.nvml(), l.NVMLUsedBytes, "nvml.latest.nvml_used_bytes: the driver's bytes and context")
 	assert.Equal(t, traced, l.TracedLiveBytes, "nvml.latest.traced_live_bytes")
@@ -359,6 +361,10 @@ func TestNVMLStandInFailures(t *testing.T) {
 	})
 }
 
+// noListWhy is report.md's and report.json's line for a process without an
+// NVML figure because NVML lists no processes.
+const noListWhy = "NVML listed no processes on the devices it sampled (see the note above)"
+
 // checkNoProcessList runs longrun (with a SIGUSR1 moment) under an NVML
 // that gives no process list and checks every output: note, once, in the
 // summary, report.json, report.md and report.html; the device's figures;
@@ -387,6 +393,7 @@ func checkNoProcessList(t *testing.T, state, note string) {
 		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
 		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
 		assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+		assert.Equal(t, noListWhy, rep.Processes[0].NVMLAbsent, "%s: nvml_absent", dir)
 		assert.Equal(t, "traced_from_start", rep.Processes[0].PreexistingBasis)
 		for _, name := range []string{"report.md", "report.html"} {
 			doc, err := os.ReadFile(filepath.Join(dir, name))
@@ -396,6 +403,12 @@ func checkNoProcessList(t *testing.T, state, note string) {
 				text = html.UnescapeString(text)
 			}
 			assert.Equal(t, 1, strings.Count(text, note), "%s: the note, once", name)
+			if name == "report.md" {
+				// The process's row says why it has no NVML figure.
+				assert.Contains(t, text, fmt.Sprintf("| pid %d | %s |", pid, noListWhy), "report.md: pid %d's row", pid)
+			} else {
+				assert.Contains(t, text, "no NVML figure: "+noListWhy, "report.html")
+			}
 		}
 	}
 }

@@ -233,6 +233,12 @@ type JSONDevice struct {
 	// NVMLMaxUsedTimeNs.
 	NVMLMaxUsedBytes  *uint64 `json:"nvml_max_used_bytes"`
 	NVMLMaxUsedTimeNs *uint64 `json:"nvml_max_used_time_ns"`
+	// NVMLLastUsedBytes and NVMLLastFreeBytes are NVML's latest sample,
+	// at NVMLLastTimeNs: in a moment report, the device as NVML last saw
+	// it at or before the moment (an oom moment's free memory).
+	NVMLLastUsedBytes *uint64 `json:"nvml_last_used_bytes"`
+	NVMLLastFreeBytes *uint64 `json:"nvml_last_free_bytes"`
+	NVMLLastTimeNs    *uint64 `json:"nvml_last_time_ns"`
 }
 
 // JSONProcess is one traced process at the segment layer. Command is the
@@ -703,6 +709,8 @@ func NewJSON(res *analysis.Result) *JSON {
 				jd.NVMLUsedAtPeakBytes, jd.NVMLUsedAtPeakTimeNs = ptr(at.UsedBytes), ptr(res.Rel(at.Time))
 			}
 			jd.NVMLMaxUsedBytes, jd.NVMLMaxUsedTimeNs = ptr(n.Max.UsedBytes), ptr(res.Rel(n.Max.Time))
+			jd.NVMLLastUsedBytes, jd.NVMLLastFreeBytes = ptr(n.Last.UsedBytes), ptr(n.Last.FreeBytes)
+			jd.NVMLLastTimeNs = ptr(res.Rel(n.Last.Time))
 		}
 		j.Devices = append(j.Devices, jd)
 	}

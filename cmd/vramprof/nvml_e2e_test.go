@@ -133,6 +133,9 @@ type nvmlDevice struct {
 	ProductName   string  `json:"product_name"`
 	UUID          string  `json:"uuid"`
 	NVMLSamples   uint64  `json:"nvml_samples"`
+	NVMLLastUsed  *uint64 `json:"nvml_last_used_bytes"`
+	NVMLLastFree  *uint64 `json:"nvml_last_free_bytes"`
+	NVMLLastTime  *uint64 `json:"nvml_last_time_ns"`
 }
 
 // checkNVMLReport checks dir's report.json against the driver's state at
@@ -574,6 +577,72 @@ func TestNVMLStandInServeNoProcessList(t *testing.T) {
 			}
 			assert.Equal(t, 1, strings.Count(stderr.String(), "vramprof: NVML device 0: "+tt.note+"\n"), "serve's stderr:\n%s", stderr.String())
 		})
+	}
+}
+
+// TestNVMLStandInOOMMoment: oom_loop holds 512 MiB on a 1 GiB device and
+// asks for 1 GiB every 5 ms; every oom moment after the first (300 ms
+// apart, so NVML has sampled the device since the 512 MiB came) carries
+// NVML's device figures as its last sample before the moment gave them:
+// used the driver's bytes and context, free the rest of the capacity, and
+// the process's NVML bytes and gap, exact, in report.json and report.md.
+func TestNVMLStandInOOMMoment(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const capacity = uint64(1) << 30
+	state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity), "OOM_LOOP_COUNT=200")
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "out")
+	cmd := exec.Command(binPath, "run", "-o", out, "--moment-interval", "300ms", "--", probetest.Bin(t, "oom_loop"))
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"))
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	// The driver's state while the loop fails: the weights and the
+	// context, unchanged by failed requests.
+	var pid int
+	var held driverState
+	deadline := time.Now().Add(15 * time.Second)
+	for held.used == 0 {
+		require.True(t, time.Now().Before(deadline), "no driver state with the weights; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+		ents, _ := os.ReadDir(state)
+		for _, e := range ents {
+			if p, err := strconv.Atoi(e.Name()); err == nil {
+				pid, held = p, mustDriverState(t, state, p)
+			}
+		}
+	}
+	require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
+	assert.Equal(t, uint64(512)<<20, held.used, "the driver holds the weights")
+	assert.Equal(t, contextBytes, held.context)
+
+	names := momentDirs(t, out)
+	require.GreaterOrEqual(t, len(names), 2, "oom moments 300ms apart over a second of failures")
+	for _, name := range names[1:] {
+		dir := filepath.Join(out, "moments", name)
+		m := mustReadMoment(t, filepath.Join(dir, "report.json"))
+		assert.Equal(t, "oom", m.Run.Moment.Kind)
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+		i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+		require.GreaterOrEqual(t, i, 0, "%s: device 0", name)
+		d := rep.Devices[i]
+		assert.Equal(t, capacity, val(t, "capacity_bytes", d.CapacityBytes), name)
+		assert.Equal(t, held.nvml(), val(t, "nvml_last_used_bytes", d.NVMLLastUsed), "%s: NVML's used at the moment", name)
+		assert.Equal(t, capacity-held.nvml(), val(t, "nvml_last_free_bytes", d.NVMLLastFree), "%s: NVML's free at the moment", name)
+		assert.LessOrEqual(t, val(t, "nvml_last_time_ns", d.NVMLLastTime), m.Run.Moment.TimeNs, "%s: a sample before the moment", name)
+		require.Len(t, rep.Processes, 1)
+		p := rep.Processes[0]
+		assert.Equal(t, uint32(pid), p.PID)
+		if assert.NotNil(t, p.NVML, "%s: the process's NVML figure", name) {
+			assert.Equal(t, held.nvml(), p.NVML.Latest.NVMLUsedBytes, name)
+			assert.Equal(t, held.used, p.NVML.Latest.TracedLiveBytes, name)
+			assert.Equal(t, int64(contextBytes), p.NVML.Latest.GapBytes, name)
+		}
+		md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+		require.NoError(t, err)
+		assert.Contains(t, string(md), fmt.Sprintf(" | %d, %d (at ", held.nvml(), capacity-held.nvml()), "%s: report.md's device row", name)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -68,21 +69,29 @@ func (s driverState) nvml() uint64 { return s.used + s.context }
 
 func mustDriverState(t *testing.T, dir string, pid int) driverState {
 	t.Helper()
+	s, ok := mustDriverStates(t, dir, pid)[0]
+	require.True(t, ok, "no device 0 in the fake driver's state for pid %d", pid)
+	return s
+}
+
+// mustDriverStates is what the fake driver of one process says it holds on
+// each of its devices.
+func mustDriverStates(t *testing.T, dir string, pid int) map[int]driverState {
+	t.Helper()
 	f, err := os.Open(filepath.Join(dir, strconv.Itoa(pid)))
 	require.NoError(t, err, "the fake driver's state for pid %d", pid)
 	defer func() { _ = f.Close() }()
+	out := map[int]driverState{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var dev int
 		var s driverState
 		_, err := fmt.Sscanf(sc.Text(), "%d %d %d", &dev, &s.used, &s.context)
 		require.NoError(t, err, "line %q", sc.Text())
-		if dev == 0 {
-			return s
-		}
+		out[dev] = s
 	}
-	t.Fatalf("no device 0 in the fake driver's state for pid %d", pid)
-	return driverState{}
+	require.NoError(t, sc.Err())
+	return out
 }
 
 // nvmlReport is report.json's NVML-derived part.
@@ -644,6 +653,183 @@ func TestNVMLStandInOOMMoment(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, string(md), fmt.Sprintf(" | %d, %d (at ", held.nvml(), capacity-held.nvml()), "%s: report.md's device row", name)
 	}
+}
+
+// fourDevicesLive is four_devices's live bytes per device at its end, from
+// its own arithmetic (testdata/scenarios/four_devices.c).
+var fourDevicesLive = []uint64{19922944, 33554432, 50331648, 72351744}
+
+// standInDeviceUUID is the stand-in's UUID of device i (testdata/nvml/nvml.c).
+func standInDeviceUUID(i int) string {
+	return fmt.Sprintf("GPU-f4ce0000-5ca1-4e55-8d1e-00000000000%d", i)
+}
+
+// startFourDevices starts four_devices in the environment of the test,
+// held at its end (its truth written) behind a FIFO until release is
+// called; it returns once the process is there, with its pid and truth.
+// With prefix (vramprof run ... --) it runs under that command.
+func startFourDevices(t *testing.T, prefix ...string) (pid int, truth string, cmd *exec.Cmd, stderr *syncBuffer, release func()) {
+	t.Helper()
+	tmp := t.TempDir()
+	gate := filepath.Join(tmp, "gate")
+	require.NoError(t, syscall.Mkfifo(gate, 0o600))
+	truth = filepath.Join(tmp, "truth.json")
+	cmdline := append(prefix, probetest.Bin(t, "four_devices"))
+	cmd = exec.Command(cmdline[0], cmdline[1:]...)
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+truth, "VRAMPROF_TRUTH_EXIT_GATE="+gate)
+	stderr = &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+		require.NoError(t, err, "open the exit gate")
+		require.NoError(t, f.Close())
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(truth); err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "four_devices wrote no truth; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	return int(probetest.MustReadTruth(t, truth).PID), truth, cmd, stderr, release
+}
+
+// TestNVMLStandInDevices: a stand-in NVML with four devices, each the fake
+// driver's device of the same index. four_devices allocates on all four
+// and is held at its end; every NVML figure per device (capacity, product
+// name, UUID, NVML's used and free bytes, the process's use on it) is the
+// driver's, in report.json and report.md (a SIGUSR1 moment at the end),
+// the summary, and serve's gauges; the process's NVML figure, summed over
+// the devices of a tick, is its bytes and four contexts.
+func TestNVMLStandInDevices(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const capacity = uint64(16) << 30
+	env := []string{"FAKENVML_DEVICES=4", fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity)}
+	// checkDriver checks the driver's state against four_devices's
+	// arithmetic and returns it with the process's NVML total.
+	checkDriver := func(t *testing.T, state string, pid int) (map[int]driverState, uint64) {
+		t.Helper()
+		ds := mustDriverStates(t, state, pid)
+		var sum uint64
+		for i, live := range fourDevicesLive {
+			assert.Equal(t, live, ds[i].used, "the driver's device %d vs four_devices's arithmetic", i)
+			assert.Equal(t, contextBytes, ds[i].context, "device %d's context", i)
+			sum += ds[i].nvml()
+		}
+		return ds, sum
+	}
+
+	t.Run("run", func(t *testing.T) {
+		state := useStandInLibrary(t, "nvml", env...)
+		out := filepath.Join(t.TempDir(), "out")
+		pid, truthPath, cmd, stderr, release := startFourDevices(t, binPath, "run", "-o", out, "--")
+		time.Sleep(settle)
+		ds, sum := checkDriver(t, state, pid)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+		var moment string
+		deadline := time.Now().Add(15 * time.Second)
+		for moment == "" {
+			m, _ := filepath.Glob(filepath.Join(out, "moments", "usr1-1-*", "report.*"))
+			if len(m) == 3 {
+				moment = filepath.Dir(m[0])
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no SIGUSR1 moment; stderr:\n%s", stderr.String())
+			time.Sleep(50 * time.Millisecond)
+		}
+		release()
+		require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
+		truth := probetest.MustReadTruth(t, truthPath)
+		require.Equal(t, truth.Totals.LiveBytesAtEnd, sum-4*contextBytes, "the driver's bytes are the truth's live bytes")
+
+		for _, dir := range []string{moment, out} {
+			rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+			require.NotNil(t, rep.NVML)
+			assert.True(t, rep.NVML.Available)
+			assert.Empty(t, rep.NVML.Notes)
+			require.Len(t, rep.Devices, 4, "%s: devices", dir)
+			for i, d := range rep.Devices {
+				require.Equal(t, int32(i), d.Index)
+				assert.Equal(t, capacity, val(t, "capacity_bytes", d.CapacityBytes), "device %d", i)
+				assert.Equal(t, standInName, d.ProductName, "device %d", i)
+				assert.Equal(t, standInDeviceUUID(i), d.UUID, "device %d", i)
+				assert.Positive(t, d.NVMLSamples, "device %d", i)
+				if dir == moment {
+					// Taken while four_devices sat at its end: NVML's last
+					// sample is the driver's state.
+					assert.Equal(t, ds[i].nvml(), val(t, "nvml_last_used_bytes", d.NVMLLastUsed), "device %d: NVML used", i)
+					assert.Equal(t, capacity-ds[i].nvml(), val(t, "nvml_last_free_bytes", d.NVMLLastFree), "device %d: NVML free", i)
+				}
+			}
+			require.Len(t, rep.Processes, 1)
+			p := rep.Processes[0]
+			assert.Equal(t, uint32(pid), p.PID)
+			assert.Equal(t, truth.Totals.LiveBytesAtEnd, p.LiveBytesAtEnd)
+			if assert.NotNil(t, p.NVML, "%s: the process's NVML figure", dir) {
+				assert.Equal(t, sum, p.NVML.Latest.NVMLUsedBytes, "%s: NVML's bytes over the four devices", dir)
+				assert.Equal(t, truth.Totals.LiveBytesAtEnd, p.NVML.Latest.TracedLiveBytes, dir)
+				assert.Equal(t, int64(4*contextBytes), p.NVML.Latest.GapBytes, "%s: the gap is four contexts", dir)
+			}
+		}
+		md, err := os.ReadFile(filepath.Join(moment, "report.md"))
+		require.NoError(t, err)
+		for i := range fourDevicesLive {
+			assert.Contains(t, string(md), fmt.Sprintf("| %d | %s | %s | %d |", i, standInName, standInDeviceUUID(i), capacity), "report.md: device %d", i)
+			assert.Contains(t, string(md), fmt.Sprintf(" | %d, %d (at ", ds[i].nvml(), capacity-ds[i].nvml()), "report.md: device %d's last sample", i)
+		}
+		assert.Contains(t, stderr.String(), fmt.Sprintf("pid %d at ", pid))
+		assert.Contains(t, stderr.String(), fmt.Sprintf("NVML %d bytes (", sum), "summary")
+		assert.Contains(t, stderr.String(), fmt.Sprintf("gap +%d bytes (1.17 GiB)", 4*contextBytes), "summary")
+	})
+
+	t.Run("serve", func(t *testing.T) {
+		state := useStandInLibrary(t, "nvml", env...)
+		pid, _, _, _, release := startFourDevices(t)
+		defer release()
+		addr := freeLoopback(t)
+		_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
+		ds, _ := checkDriver(t, state, pid)
+		// NVML's first ticks after serve adopted the process.
+		var fams map[string]*dto.MetricFamily
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			fams = scrapeMetrics(t, "http://"+addr)
+			if f := fams[exporter.MetricNVMLProcessUsedBytes]; f != nil && len(f.Metric) == 4 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no NVML gauge of pid %d on four GPUs", pid)
+			time.Sleep(100 * time.Millisecond)
+		}
+		stop()
+		want := func(f func(i int) uint64) map[string]float64 {
+			out := map[string]float64{}
+			for i := range fourDevicesLive {
+				out[strconv.Itoa(i)] = float64(f(i))
+			}
+			return out
+		}
+		assert.Equal(t, want(func(int) uint64 { return capacity }), nvmlGauges(fams, exporter.MetricDeviceTotalBytes))
+		assert.Equal(t, want(func(i int) uint64 { return ds[i].nvml() }), nvmlGauges(fams, exporter.MetricDeviceUsedBytes))
+		assert.Equal(t, want(func(i int) uint64 { return capacity - ds[i].nvml() }), nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
+		assert.Equal(t, want(func(int) uint64 { return 1 }), nvmlGauges(fams, exporter.MetricNVMLProcessesAvailable))
+		for i := range fourDevicesLive {
+			v, ok := metricValue(fams, exporter.MetricNVMLProcessUsedBytes, strconv.Itoa(pid), "gpu", strconv.Itoa(i), "UUID", standInDeviceUUID(i))
+			if assert.True(t, ok, "%s{pid=%d,gpu=%d}", exporter.MetricNVMLProcessUsedBytes, pid, i) {
+				assert.Equal(t, float64(ds[i].nvml()), v, "pid %d on gpu %d", pid, i)
+			}
+		}
+	})
 }
 
 // TestNVMLStandInTimeToOOM: longrun's leaky_step keeps 64 KiB an

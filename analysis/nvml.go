@@ -265,7 +265,7 @@ func (a *Analyzer) nvmlAbsent(in *instance) string {
 	case taken == 0:
 		return "no NVML sample was taken while it was traced"
 	case unlisted:
-		return "NVML listed no processes on the devices it sampled (see the note above)"
+		return "NVML listed no processes on the devices it sampled (the NVML note says why)"
 	}
 	return fmt.Sprintf("NVML never listed it in the %d samples taken while it was traced: no CUDA context on a sampled GPU then, "+
 		"or NVML knows it by another PID (a container's PID namespace)", taken)

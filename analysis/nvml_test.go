@@ -180,7 +180,7 @@ func TestNVMLAbsent(t *testing.T) {
 				"or NVML knows it by another PID (a container's PID namespace)"},
 		{"no process lists", func() *eventtest.Stream { return eventtest.NewStream().Add(&noted) },
 			[]*event.Sample{nvmlSample(3*sec, 0, 80*GiB, 2*GiB)},
-			"NVML listed no processes on the devices it sampled (see the note above)"},
+			"NVML listed no processes on the devices it sampled (the NVML note says why)"},
 		// Attached at 1 s: the one sample, at 0.5 s, came before.
 		{"no sample while traced", attachStream, []*event.Sample{nvmlSample(sec/2, 0, 80*GiB, 2*GiB)},
 			"no NVML sample was taken while it was traced"},

@@ -375,7 +375,7 @@ func TestNVMLStandInFailures(t *testing.T) {
 
 // noListWhy is report.md's and report.json's line for a process without an
 // NVML figure because NVML lists no processes.
-const noListWhy = "NVML listed no processes on the devices it sampled (see the note above)"
+const noListWhy = "NVML listed no processes on the devices it sampled (the NVML note says why)"
 
 // checkNoProcessList runs longrun (with a SIGUSR1 moment) under an NVML
 // that gives no process list and checks every output: note, once, in the

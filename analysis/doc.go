@@ -485,7 +485,10 @@
 // the latest tick at or before the process's traced peak. A device whose
 // DeviceInfo carries a ProcessesNote (NVML lists no processes on it: MIG
 // partitions, vGPU guests) gives no per-process figure; the note becomes
-// one line of NVML.Notes, and the device's own figures are kept.
+// one line of NVML.Notes, and the device's own figures are kept. A process
+// no tick sized says why in one line (Process.NVMLAbsent): listed without a
+// size, no sample while it was traced, no process lists on the devices
+// sampled, or never listed in the samples taken while it was traced.
 //
 // Pre-existing memory (Process.Preexisting): a process traced from its
 // first instruction (run mode, the launched command or a child forked by a

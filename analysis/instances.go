@@ -24,6 +24,9 @@ type instance struct {
 	fromStart bool
 	// nvml are the NVML ticks that listed the instance, in stream order.
 	nvml []procSample
+	// nvmlUnsized counts the ticks that listed the instance without a
+	// size on any device (NVML_VALUE_NOT_AVAILABLE).
+	nvmlUnsized uint64
 	// supersededAt is when a later instance took the PID; 0 while current.
 	supersededAt uint64
 }

@@ -2,7 +2,9 @@ package analysis
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -132,10 +134,11 @@ func (a *Analyzer) closeTick() {
 		return
 	}
 	for id, used := range t.used {
+		in := a.facts(id)
 		if used == 0 {
+			in.nvmlUnsized++
 			continue
 		}
-		in := a.facts(id)
 		in.nvml = append(in.nvml, procSample{time: t.time, nvml: used, traced: t.traced[id]})
 	}
 	clear(t.used)
@@ -207,6 +210,7 @@ func (a *Analyzer) processNVML(in *instance, p *Process) (*ProcessNVML, Preexist
 	}
 	ss := in.nvml
 	if len(ss) == 0 {
+		p.NVMLAbsent = a.nvmlAbsent(in)
 		return nil, pre
 	}
 	slices.SortStableFunc(ss, func(x, y procSample) int { return cmp.Compare(x.time, y.time) })
@@ -229,6 +233,42 @@ func (a *Analyzer) processNVML(in *instance, p *Process) (*ProcessNVML, Preexist
 		pre = Preexisting{Basis: PreexistingEstimate, Bytes: uint64(max(at.GapBytes, 0)), At: &at}
 	}
 	return pn, pre
+}
+
+// nvmlAbsent says in one line why no NVML sample sized instance in; empty
+// when NVML did not sample. Device samples must be sorted (finishNVML).
+func (a *Analyzer) nvmlAbsent(in *instance) string {
+	if !a.nvml.available {
+		return ""
+	}
+	if in.nvmlUnsized > 0 {
+		return fmt.Sprintf("NVML listed it in %d samples without a size (NVML_VALUE_NOT_AVAILABLE: a container without the host's process table, or Windows WDDM)", in.nvmlUnsized)
+	}
+	until := uint64(math.MaxUint64)
+	if in.supersededAt != 0 {
+		until = in.supersededAt
+	}
+	// The most samples one device took while the instance was traced, and
+	// whether every device sampled then lists no processes.
+	var taken uint64
+	unlisted := true
+	for _, d := range a.nvml.devices {
+		t := func(k int) uint64 { return d.samples[k].Time }
+		n := latestAtOrBefore(len(d.samples), t, until) - latestAtOrBefore(len(d.samples), t, in.start-min(in.start, 1))
+		if n <= 0 {
+			continue
+		}
+		taken = max(taken, uint64(n))
+		unlisted = unlisted && d.note != ""
+	}
+	switch {
+	case taken == 0:
+		return "no NVML sample was taken while it was traced"
+	case unlisted:
+		return "NVML listed no processes on the devices it sampled (the NVML note says why)"
+	}
+	return fmt.Sprintf("NVML never listed it in the %d samples taken while it was traced: no CUDA context on a sampled GPU then, "+
+		"or NVML knows it by another PID (a container's PID namespace)", taken)
 }
 
 // latestAtOrBefore returns the index of the last of n time-sorted items

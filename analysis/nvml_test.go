@@ -156,6 +156,52 @@ func TestNVMLProcessesNote(t *testing.T) {
 	assert.Nil(t, process(t, r, 100).NVML)
 }
 
+// TestNVMLAbsent: a process NVML sampled but never sized says why in one
+// line (Process.NVMLAbsent); one it sized, or a trace without NVML, says
+// nothing.
+func TestNVMLAbsent(t *testing.T) {
+	const note = "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: Not Supported"
+	info := &event.DeviceInfo{Index: 0, Name: "NVIDIA H100", UUID: "GPU-a", TotalBytes: 80 * GiB, Time: 1 * sec}
+	noted := *info
+	noted.ProcessesNote = note
+	tests := []struct {
+		name    string
+		stream  func() *eventtest.Stream
+		samples []*event.Sample
+		want    string
+	}{
+		{"sized", eventtest.NewStream, []*event.Sample{nvmlSample(3*sec, 0, 80*GiB, 2*GiB, 100, GiB+300*MiB)}, ""},
+		{"listed without a size", eventtest.NewStream, []*event.Sample{
+			nvmlSample(3*sec, 0, 80*GiB, 2*GiB, 100, 0), nvmlSample(4*sec, 0, 80*GiB, 2*GiB, 100, 0)},
+			"NVML listed it in 2 samples without a size (NVML_VALUE_NOT_AVAILABLE: a container without the host's process table, or Windows WDDM)"},
+		{"never listed", eventtest.NewStream, []*event.Sample{
+			nvmlSample(3*sec, 0, 80*GiB, 2*GiB, 7, GiB), nvmlSample(4*sec, 0, 80*GiB, 2*GiB, 7, GiB), nvmlSample(5*sec, 0, 80*GiB, 2*GiB)},
+			"NVML never listed it in the 3 samples taken while it was traced: no CUDA context on a sampled GPU then, " +
+				"or NVML knows it by another PID (a container's PID namespace)"},
+		{"no process lists", func() *eventtest.Stream { return eventtest.NewStream().Add(&noted) },
+			[]*event.Sample{nvmlSample(3*sec, 0, 80*GiB, 2*GiB)},
+			"NVML listed no processes on the devices it sampled (the NVML note says why)"},
+		// Attached at 1 s: the one sample, at 0.5 s, came before.
+		{"no sample while traced", attachStream, []*event.Sample{nvmlSample(sec/2, 0, 80*GiB, 2*GiB)},
+			"no NVML sample was taken while it was traced"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.stream().Stack(1, "f", 1)
+			s.Add(&event.NVMLStatus{Time: sec / 4, Available: true}, info)
+			for _, smp := range tt.samples {
+				s.Add(smp)
+			}
+			s.Alloc(2*sec, 0xa, GiB, 1)
+			s.End(6 * sec)
+			r := mustAnalyze(t, Options{}, s.Recs)
+			p := process(t, r, 100)
+			assert.Equal(t, tt.want, p.NVMLAbsent)
+			assert.Equal(t, tt.want == "", p.NVML != nil, "NVML figure")
+		})
+	}
+}
+
 func TestPreexisting(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -345,6 +345,10 @@ type Process struct {
 	// NVML sets NVML's per-process figures beside the traced ones; nil when
 	// no NVML sample listed the process with a size.
 	NVML *ProcessNVML
+	// NVMLAbsent says in one line why NVML is nil while NVML sampled:
+	// listed without a size, no sample while it was traced, no process
+	// lists on the devices sampled, or never listed; empty otherwise.
+	NVMLAbsent string
 	// Preexisting is the memory the process held before tracing began.
 	Preexisting Preexisting
 	// Churn is the process's segment allocator traffic; nil when it made

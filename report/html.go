@@ -454,6 +454,8 @@ func htmlProcesses(res *analysis.Result) ([]htmlProcess, []htmlFailure) {
 		}
 		if n := p.NVML; n != nil {
 			hp.NVML = humanFirst(gapText(n.Latest)) + " at " + secs(res, n.Latest.Time)
+		} else if p.NVMLAbsent != "" {
+			hp.NVML = "no NVML figure: " + p.NVMLAbsent
 		}
 		procs = append(procs, hp)
 		ff := p.FirstFailure

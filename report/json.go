@@ -233,6 +233,12 @@ type JSONDevice struct {
 	// NVMLMaxUsedTimeNs.
 	NVMLMaxUsedBytes  *uint64 `json:"nvml_max_used_bytes"`
 	NVMLMaxUsedTimeNs *uint64 `json:"nvml_max_used_time_ns"`
+	// NVMLLastUsedBytes and NVMLLastFreeBytes are NVML's latest sample,
+	// at NVMLLastTimeNs: in a moment report, the device as NVML last saw
+	// it at or before the moment (an oom moment's free memory).
+	NVMLLastUsedBytes *uint64 `json:"nvml_last_used_bytes"`
+	NVMLLastFreeBytes *uint64 `json:"nvml_last_free_bytes"`
+	NVMLLastTimeNs    *uint64 `json:"nvml_last_time_ns"`
 }
 
 // JSONProcess is one traced process at the segment layer. Command is the
@@ -286,6 +292,10 @@ type JSONProcess struct {
 	// NVML reconciles NVML's figure for the process with the traced one;
 	// null when no NVML sample sized the process.
 	NVML *JSONProcNVML `json:"nvml"`
+	// NVMLAbsent says in one line why nvml is null while NVML sampled
+	// (listed without a size, no sample while traced, no process lists,
+	// never listed); absent otherwise.
+	NVMLAbsent string `json:"nvml_absent,omitempty"`
 	// PreexistingBytesEstimate is the memory the process held before
 	// tracing began: 0 when traced from its start (preexisting_basis
 	// "traced_from_start"), NVML's figure minus the traced one at the first
@@ -699,6 +709,8 @@ func NewJSON(res *analysis.Result) *JSON {
 				jd.NVMLUsedAtPeakBytes, jd.NVMLUsedAtPeakTimeNs = ptr(at.UsedBytes), ptr(res.Rel(at.Time))
 			}
 			jd.NVMLMaxUsedBytes, jd.NVMLMaxUsedTimeNs = ptr(n.Max.UsedBytes), ptr(res.Rel(n.Max.Time))
+			jd.NVMLLastUsedBytes, jd.NVMLLastFreeBytes = ptr(n.Last.UsedBytes), ptr(n.Last.FreeBytes)
+			jd.NVMLLastTimeNs = ptr(res.Rel(n.Last.Time))
 		}
 		j.Devices = append(j.Devices, jd)
 	}
@@ -821,6 +833,7 @@ func jsonProcess(res *analysis.Result, p *analysis.Process) JSONProcess {
 		PreexistingBasis: string(p.Preexisting.Basis),
 		Churn:            jsonChurn(res, p.Churn),
 		Stops:            p.Stops,
+		NVMLAbsent:       p.NVMLAbsent,
 	}
 	if p.SupersededAt != 0 {
 		jp.SupersededNs = ptr(res.Rel(p.SupersededAt))

@@ -134,7 +134,7 @@ func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
 	}
 	if len(devs) > 0 {
 		p("Every process's memory and the driver's, per device. NVML's device of the same index is taken for CUDA's: where CUDA_VISIBLE_DEVICES renumbers devices, these are another GPU's.\n\n")
-		p("| device | product | uuid | capacity | NVML used at the traced peak | max NVML used |\n| --- | --- | --- | ---: | ---: | ---: |\n")
+		p("| device | product | uuid | capacity | NVML used at the traced peak | max NVML used | last NVML sample: used, free |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n")
 		for _, d := range devs {
 			atPeak := "no sample before it"
 			if at := d.NVML.AtPeak; at != nil {
@@ -142,8 +142,9 @@ func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
 			} else if d.PeakBytes == 0 {
 				atPeak = "nothing traced"
 			}
-			p("| %s | %s | %s | %d | %s | %d (at %s) |\n", analysis.DeviceName(d.Index), cell(d.Name), cell(d.UUID),
-				d.CapacityBytes, atPeak, d.NVML.Max.UsedBytes, secs(res, d.NVML.Max.Time))
+			p("| %s | %s | %s | %d | %s | %d (at %s) | %d, %d (at %s) |\n", analysis.DeviceName(d.Index), cell(d.Name), cell(d.UUID),
+				d.CapacityBytes, atPeak, d.NVML.Max.UsedBytes, secs(res, d.NVML.Max.Time),
+				d.NVML.Last.UsedBytes, d.NVML.Last.FreeBytes, secs(res, d.NVML.Last.Time))
 		}
 		p("\n")
 	}
@@ -153,7 +154,11 @@ func writeNVMLMarkdown(p func(string, ...any), res *analysis.Result) {
 		pr := &res.Processes[i]
 		n := pr.NVML
 		if n == nil {
-			p("| %s | no sample sized it | | | | | | | |\n", procLabel(res, pr))
+			why := pr.NVMLAbsent
+			if why == "" {
+				why = "no sample sized it"
+			}
+			p("| %s | %s | | | | | | | |\n", procLabel(res, pr), cell(why))
 			continue
 		}
 		l := n.Latest

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes"
 	"github.com/vramprof/vramprof/probes/event"
 	"github.com/vramprof/vramprof/probes/nvml"
@@ -41,7 +42,7 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 		Held: func(pid uint32, start uint64) bool { return start != 0 && probes.HeldBy(pid, start) != 0 }})
 	x.SetHeader(&event.Header{Tool: "vramprof " + version, Mode: "serve", Start: probes.MonotonicNow(),
 		WallTime: time.Now().UnixNano()})
-	stopNVML, _ := startNVML(f.NVML, nvml.Options{}, x.Write)
+	stopNVML, _ := startNVML(f.NVML, nvml.Options{}, noteProcesses(x.Write, printNote(f.Quiet)))
 	defer func() { _ = stopNVML() }()
 	opts := f.probeFlags.options(true, printNote(f.Quiet))
 	opts.Sink = x
@@ -72,4 +73,22 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 		err = fmt.Errorf("serve: %w", serr)
 	}
 	return 0, errors.Join(err, s.Close())
+}
+
+// noteProcesses passes NVML's records to write and, once per device, says
+// in one line on note (nil: nothing) why NVML gives no per-process figure
+// for it, as run and attach say in their summary. The sampler writes from
+// one goroutine.
+func noteProcesses(write func(event.Record) error, note func(string)) func(event.Record) error {
+	if note == nil {
+		return write
+	}
+	noted := make(map[int32]bool)
+	return func(rec event.Record) error {
+		if d, ok := rec.(*event.DeviceInfo); ok && d.ProcessesNote != "" && !noted[d.Index] {
+			noted[d.Index] = true
+			note("NVML device " + analysis.DeviceName(d.Index) + ": " + d.ProcessesNote)
+		}
+		return write(rec)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -68,21 +69,29 @@ func (s driverState) nvml() uint64 { return s.used + s.context }
 
 func mustDriverState(t *testing.T, dir string, pid int) driverState {
 	t.Helper()
+	s, ok := mustDriverStates(t, dir, pid)[0]
+	require.True(t, ok, "no device 0 in the fake driver's state for pid %d", pid)
+	return s
+}
+
+// mustDriverStates is what the fake driver of one process says it holds on
+// each of its devices.
+func mustDriverStates(t *testing.T, dir string, pid int) map[int]driverState {
+	t.Helper()
 	f, err := os.Open(filepath.Join(dir, strconv.Itoa(pid)))
 	require.NoError(t, err, "the fake driver's state for pid %d", pid)
 	defer func() { _ = f.Close() }()
+	out := map[int]driverState{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var dev int
 		var s driverState
 		_, err := fmt.Sscanf(sc.Text(), "%d %d %d", &dev, &s.used, &s.context)
 		require.NoError(t, err, "line %q", sc.Text())
-		if dev == 0 {
-			return s
-		}
+		out[dev] = s
 	}
-	t.Fatalf("no device 0 in the fake driver's state for pid %d", pid)
-	return driverState{}
+	require.NoError(t, sc.Err())
+	return out
 }
 
 // nvmlReport is report.json's NVML-derived part.
@@ -107,6 +116,7 @@ type nvmlReport struct {
 				GapBytes        int64  `json:"gap_bytes"`
 			} `json:"latest"`
 		} `json:"nvml"`
+		NVMLAbsent               string  `json:"nvml_absent"`
 		PreexistingBytesEstimate *uint64 `json:"preexisting_bytes_estimate"`
 		PreexistingBasis         string  `json:"preexisting_basis"`
 	} `json:"processes"`
@@ -132,6 +142,9 @@ type nvmlDevice struct {
 	ProductName   string  `json:"product_name"`
 	UUID          string  `json:"uuid"`
 	NVMLSamples   uint64  `json:"nvml_samples"`
+	NVMLLastUsed  *uint64 `json:"nvml_last_used_bytes"`
+	NVMLLastFree  *uint64 `json:"nvml_last_free_bytes"`
+	NVMLLastTime  *uint64 `json:"nvml_last_time_ns"`
 }
 
 // checkNVMLReport checks dir's report.json against the driver's state at
@@ -162,6 +175,7 @@ func checkNVMLReport(t *testing.T, dir string, pid int, end driverState, traced 
 	assert.Equal(t, traced, p.LiveBytesAtEnd, "live_bytes_at_end")
 	require.NotNil(t, p.NVML, "process nvml")
 	assert.Positive(t, p.NVML.Samples)
+	assert.Empty(t, p.NVMLAbsent, "nvml_absent beside a figure")
 	l := p.NVML.Latest
 	assert.Equal(t, end.nvml(), l.NVMLUsedBytes, "nvml.latest.nvml_used_bytes: the driver's bytes and context")
 	assert.Equal(t, traced, l.TracedLiveBytes, "nvml.latest.traced_live_bytes")
@@ -359,6 +373,10 @@ func TestNVMLStandInFailures(t *testing.T) {
 	})
 }
 
+// noListWhy is report.md's and report.json's line for a process without an
+// NVML figure because NVML lists no processes.
+const noListWhy = "NVML listed no processes on the devices it sampled (the NVML note says why)"
+
 // checkNoProcessList runs longrun (with a SIGUSR1 moment) under an NVML
 // that gives no process list and checks every output: note, once, in the
 // summary, report.json, report.md and report.html; the device's figures;
@@ -387,6 +405,7 @@ func checkNoProcessList(t *testing.T, state, note string) {
 		assert.Equal(t, uint32(pid), rep.Processes[0].PID)
 		assert.Equal(t, end.used, rep.Processes[0].LiveBytesAtEnd, "traced live bytes")
 		assert.Nil(t, rep.Processes[0].NVML, "no per-process NVML figure")
+		assert.Equal(t, noListWhy, rep.Processes[0].NVMLAbsent, "%s: nvml_absent", dir)
 		assert.Equal(t, "traced_from_start", rep.Processes[0].PreexistingBasis)
 		for _, name := range []string{"report.md", "report.html"} {
 			doc, err := os.ReadFile(filepath.Join(dir, name))
@@ -396,6 +415,12 @@ func checkNoProcessList(t *testing.T, state, note string) {
 				text = html.UnescapeString(text)
 			}
 			assert.Equal(t, 1, strings.Count(text, note), "%s: the note, once", name)
+			if name == "report.md" {
+				// The process's row says why it has no NVML figure.
+				assert.Contains(t, text, fmt.Sprintf("| pid %d | %s |", pid, noListWhy), "report.md: pid %d's row", pid)
+			} else {
+				assert.Contains(t, text, "no NVML figure: "+noListWhy, "report.html")
+			}
 		}
 	}
 }
@@ -515,6 +540,296 @@ func TestNVMLStandInServe(t *testing.T) {
 	avail, reason, ok := nvmlReason(fams)
 	assert.True(t, ok)
 	assert.Equal(t, float64(1), avail, "reason %q", reason)
+}
+
+// TestNVMLStandInServeNoProcessList: under an NVML that lists no processes
+// (not supported on MIG and vGPU; not in the library) serve keeps the
+// device's gauges, the driver's figures, serves no per-process NVML gauge,
+// and says why on the GPU's vramprof_nvml_processes_available (0, the
+// note as its reason) and once on its stderr, in the reports' words.
+func TestNVMLStandInServeNoProcessList(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	for _, tt := range []struct{ name, lib, env, note string }{
+		{"processes_not_supported", "nvml", "FAKENVML_PROCESSES=not_supported", "per-process figures not available: " +
+			"nvmlDeviceGetComputeRunningProcesses: Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"},
+		{"process_lists_missing", "nvml-noprocs", "", "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: " +
+			"not exported by libnvidia-ml.so.1 (an older or partial NVML library); the device's figures are NVML's"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var env []string
+			if tt.env != "" {
+				env = append(env, tt.env)
+			}
+			state := useStandInLibrary(t, tt.lib, env...)
+			lr := startLongrun(t)
+			addr := freeLoopback(t)
+			stderr, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
+			time.Sleep(settle)
+			end := mustDriverState(t, state, lr.pid)
+			fams := scrapeMetrics(t, "http://"+addr)
+			stop()
+
+			assert.Equal(t, map[string]float64{"0": float64(standInTotal)}, nvmlGauges(fams, exporter.MetricDeviceTotalBytes))
+			assert.Equal(t, map[string]float64{"0": float64(end.nvml())}, nvmlGauges(fams, exporter.MetricDeviceUsedBytes),
+				"device used: longrun's bytes and context")
+			assert.Equal(t, map[string]float64{"0": float64(standInTotal - end.nvml())}, nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
+			assert.Nil(t, fams[exporter.MetricNVMLProcessUsedBytes], "no per-process NVML figure")
+			assert.Equal(t, map[string]float64{"0": 0}, nvmlGauges(fams, exporter.MetricNVMLProcessesAvailable))
+			if f := fams[exporter.MetricNVMLProcessesAvailable]; assert.NotNil(t, f) && assert.Len(t, f.Metric, 1) {
+				var reason string
+				for _, l := range f.Metric[0].Label {
+					if l.GetName() == "reason" {
+						reason = l.GetValue()
+					}
+				}
+				assert.Equal(t, tt.note, reason)
+			}
+			assert.Equal(t, 1, strings.Count(stderr.String(), "vramprof: NVML device 0: "+tt.note+"\n"), "serve's stderr:\n%s", stderr.String())
+		})
+	}
+}
+
+// TestNVMLStandInOOMMoment: oom_loop holds 512 MiB on a 1 GiB device and
+// asks for 1 GiB every 5 ms; every oom moment after the first (300 ms
+// apart, so NVML has sampled the device since the 512 MiB came) carries
+// NVML's device figures as its last sample before the moment gave them:
+// used the driver's bytes and context, free the rest of the capacity, and
+// the process's NVML bytes and gap, exact, in report.json and report.md.
+func TestNVMLStandInOOMMoment(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const capacity = uint64(1) << 30
+	state := useStandInLibrary(t, "nvml", fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity), "OOM_LOOP_COUNT=200")
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "out")
+	cmd := exec.Command(binPath, "run", "-o", out, "--moment-interval", "300ms", "--", probetest.Bin(t, "oom_loop"))
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"))
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	// The driver's state while the loop fails: the weights and the
+	// context, unchanged by failed requests.
+	var pid int
+	var held driverState
+	deadline := time.Now().Add(15 * time.Second)
+	for held.used == 0 {
+		require.True(t, time.Now().Before(deadline), "no driver state with the weights; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+		ents, _ := os.ReadDir(state)
+		for _, e := range ents {
+			if p, err := strconv.Atoi(e.Name()); err == nil {
+				pid, held = p, mustDriverState(t, state, p)
+			}
+		}
+	}
+	require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
+	assert.Equal(t, uint64(512)<<20, held.used, "the driver holds the weights")
+	assert.Equal(t, contextBytes, held.context)
+
+	names := momentDirs(t, out)
+	require.GreaterOrEqual(t, len(names), 2, "oom moments 300ms apart over a second of failures")
+	for _, name := range names[1:] {
+		dir := filepath.Join(out, "moments", name)
+		m := mustReadMoment(t, filepath.Join(dir, "report.json"))
+		assert.Equal(t, "oom", m.Run.Moment.Kind)
+		rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+		i := slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })
+		require.GreaterOrEqual(t, i, 0, "%s: device 0", name)
+		d := rep.Devices[i]
+		assert.Equal(t, capacity, val(t, "capacity_bytes", d.CapacityBytes), name)
+		assert.Equal(t, held.nvml(), val(t, "nvml_last_used_bytes", d.NVMLLastUsed), "%s: NVML's used at the moment", name)
+		assert.Equal(t, capacity-held.nvml(), val(t, "nvml_last_free_bytes", d.NVMLLastFree), "%s: NVML's free at the moment", name)
+		assert.LessOrEqual(t, val(t, "nvml_last_time_ns", d.NVMLLastTime), m.Run.Moment.TimeNs, "%s: a sample before the moment", name)
+		require.Len(t, rep.Processes, 1)
+		p := rep.Processes[0]
+		assert.Equal(t, uint32(pid), p.PID)
+		if assert.NotNil(t, p.NVML, "%s: the process's NVML figure", name) {
+			assert.Equal(t, held.nvml(), p.NVML.Latest.NVMLUsedBytes, name)
+			assert.Equal(t, held.used, p.NVML.Latest.TracedLiveBytes, name)
+			assert.Equal(t, int64(contextBytes), p.NVML.Latest.GapBytes, name)
+		}
+		md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+		require.NoError(t, err)
+		assert.Contains(t, string(md), fmt.Sprintf(" | %d, %d (at ", held.nvml(), capacity-held.nvml()), "%s: report.md's device row", name)
+	}
+}
+
+// fourDevicesLive is four_devices's live bytes per device at its end, from
+// its own arithmetic (testdata/scenarios/four_devices.c).
+var fourDevicesLive = []uint64{19922944, 33554432, 50331648, 72351744}
+
+// standInDeviceUUID is the stand-in's UUID of device i (testdata/nvml/nvml.c).
+func standInDeviceUUID(i int) string {
+	return fmt.Sprintf("GPU-f4ce0000-5ca1-4e55-8d1e-00000000000%d", i)
+}
+
+// startFourDevices starts four_devices in the environment of the test,
+// held at its end (its truth written) behind a FIFO until release is
+// called; it returns once the process is there, with its pid and truth.
+// With prefix (vramprof run ... --) it runs under that command.
+func startFourDevices(t *testing.T, prefix ...string) (pid int, truth string, cmd *exec.Cmd, stderr *syncBuffer, release func()) {
+	t.Helper()
+	tmp := t.TempDir()
+	gate := filepath.Join(tmp, "gate")
+	require.NoError(t, syscall.Mkfifo(gate, 0o600))
+	truth = filepath.Join(tmp, "truth.json")
+	cmdline := append(prefix, probetest.Bin(t, "four_devices"))
+	cmd = exec.Command(cmdline[0], cmdline[1:]...)
+	cmd.Env = append(os.Environ(), "VRAMPROF_TRUTH="+truth, "VRAMPROF_TRUTH_EXIT_GATE="+gate)
+	stderr = &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+		require.NoError(t, err, "open the exit gate")
+		require.NoError(t, f.Close())
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(truth); err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "four_devices wrote no truth; stderr:\n%s", stderr.String())
+		time.Sleep(20 * time.Millisecond)
+	}
+	return int(probetest.MustReadTruth(t, truth).PID), truth, cmd, stderr, release
+}
+
+// TestNVMLStandInDevices: a stand-in NVML with four devices, each the fake
+// driver's device of the same index. four_devices allocates on all four
+// and is held at its end; every NVML figure per device (capacity, product
+// name, UUID, NVML's used and free bytes, the process's use on it) is the
+// driver's, in report.json and report.md (a SIGUSR1 moment at the end),
+// the summary, and serve's gauges; the process's NVML figure, summed over
+// the devices of a tick, is its bytes and four contexts.
+func TestNVMLStandInDevices(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	const capacity = uint64(16) << 30
+	env := []string{"FAKENVML_DEVICES=4", fmt.Sprintf("FAKECUDA_CAPACITY=%d", capacity)}
+	// checkDriver checks the driver's state against four_devices's
+	// arithmetic and returns it with the process's NVML total.
+	checkDriver := func(t *testing.T, state string, pid int) (map[int]driverState, uint64) {
+		t.Helper()
+		ds := mustDriverStates(t, state, pid)
+		var sum uint64
+		for i, live := range fourDevicesLive {
+			assert.Equal(t, live, ds[i].used, "the driver's device %d vs four_devices's arithmetic", i)
+			assert.Equal(t, contextBytes, ds[i].context, "device %d's context", i)
+			sum += ds[i].nvml()
+		}
+		return ds, sum
+	}
+
+	t.Run("run", func(t *testing.T) {
+		state := useStandInLibrary(t, "nvml", env...)
+		out := filepath.Join(t.TempDir(), "out")
+		pid, truthPath, cmd, stderr, release := startFourDevices(t, binPath, "run", "-o", out, "--")
+		time.Sleep(settle)
+		ds, sum := checkDriver(t, state, pid)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+		var moment string
+		deadline := time.Now().Add(15 * time.Second)
+		for moment == "" {
+			m, _ := filepath.Glob(filepath.Join(out, "moments", "usr1-1-*", "report.*"))
+			if len(m) == 3 {
+				moment = filepath.Dir(m[0])
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no SIGUSR1 moment; stderr:\n%s", stderr.String())
+			time.Sleep(50 * time.Millisecond)
+		}
+		release()
+		require.NoError(t, cmd.Wait(), "stderr:\n%s", stderr.String())
+		truth := probetest.MustReadTruth(t, truthPath)
+		require.Equal(t, truth.Totals.LiveBytesAtEnd, sum-4*contextBytes, "the driver's bytes are the truth's live bytes")
+
+		for _, dir := range []string{moment, out} {
+			rep := mustReadJSON[nvmlReport](t, filepath.Join(dir, "report.json"))
+			require.NotNil(t, rep.NVML)
+			assert.True(t, rep.NVML.Available)
+			assert.Empty(t, rep.NVML.Notes)
+			require.Len(t, rep.Devices, 4, "%s: devices", dir)
+			for i, d := range rep.Devices {
+				require.Equal(t, int32(i), d.Index)
+				assert.Equal(t, capacity, val(t, "capacity_bytes", d.CapacityBytes), "device %d", i)
+				assert.Equal(t, standInName, d.ProductName, "device %d", i)
+				assert.Equal(t, standInDeviceUUID(i), d.UUID, "device %d", i)
+				assert.Positive(t, d.NVMLSamples, "device %d", i)
+				if dir == moment {
+					// Taken while four_devices sat at its end: NVML's last
+					// sample is the driver's state.
+					assert.Equal(t, ds[i].nvml(), val(t, "nvml_last_used_bytes", d.NVMLLastUsed), "device %d: NVML used", i)
+					assert.Equal(t, capacity-ds[i].nvml(), val(t, "nvml_last_free_bytes", d.NVMLLastFree), "device %d: NVML free", i)
+				}
+			}
+			require.Len(t, rep.Processes, 1)
+			p := rep.Processes[0]
+			assert.Equal(t, uint32(pid), p.PID)
+			assert.Equal(t, truth.Totals.LiveBytesAtEnd, p.LiveBytesAtEnd)
+			if assert.NotNil(t, p.NVML, "%s: the process's NVML figure", dir) {
+				assert.Equal(t, sum, p.NVML.Latest.NVMLUsedBytes, "%s: NVML's bytes over the four devices", dir)
+				assert.Equal(t, truth.Totals.LiveBytesAtEnd, p.NVML.Latest.TracedLiveBytes, dir)
+				assert.Equal(t, int64(4*contextBytes), p.NVML.Latest.GapBytes, "%s: the gap is four contexts", dir)
+			}
+		}
+		md, err := os.ReadFile(filepath.Join(moment, "report.md"))
+		require.NoError(t, err)
+		for i := range fourDevicesLive {
+			assert.Contains(t, string(md), fmt.Sprintf("| %d | %s | %s | %d |", i, standInName, standInDeviceUUID(i), capacity), "report.md: device %d", i)
+			assert.Contains(t, string(md), fmt.Sprintf(" | %d, %d (at ", ds[i].nvml(), capacity-ds[i].nvml()), "report.md: device %d's last sample", i)
+		}
+		assert.Contains(t, stderr.String(), fmt.Sprintf("pid %d at ", pid))
+		assert.Contains(t, stderr.String(), fmt.Sprintf("NVML %d bytes (", sum), "summary")
+		assert.Contains(t, stderr.String(), fmt.Sprintf("gap +%d bytes (1.17 GiB)", 4*contextBytes), "summary")
+	})
+
+	t.Run("serve", func(t *testing.T) {
+		state := useStandInLibrary(t, "nvml", env...)
+		pid, _, _, _, release := startFourDevices(t)
+		defer release()
+		addr := freeLoopback(t)
+		_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
+		ds, _ := checkDriver(t, state, pid)
+		// NVML's first ticks after serve adopted the process.
+		var fams map[string]*dto.MetricFamily
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			fams = scrapeMetrics(t, "http://"+addr)
+			if f := fams[exporter.MetricNVMLProcessUsedBytes]; f != nil && len(f.Metric) == 4 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no NVML gauge of pid %d on four GPUs", pid)
+			time.Sleep(100 * time.Millisecond)
+		}
+		stop()
+		want := func(f func(i int) uint64) map[string]float64 {
+			out := map[string]float64{}
+			for i := range fourDevicesLive {
+				out[strconv.Itoa(i)] = float64(f(i))
+			}
+			return out
+		}
+		assert.Equal(t, want(func(int) uint64 { return capacity }), nvmlGauges(fams, exporter.MetricDeviceTotalBytes))
+		assert.Equal(t, want(func(i int) uint64 { return ds[i].nvml() }), nvmlGauges(fams, exporter.MetricDeviceUsedBytes))
+		assert.Equal(t, want(func(i int) uint64 { return capacity - ds[i].nvml() }), nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
+		assert.Equal(t, want(func(int) uint64 { return 1 }), nvmlGauges(fams, exporter.MetricNVMLProcessesAvailable))
+		for i := range fourDevicesLive {
+			v, ok := metricValue(fams, exporter.MetricNVMLProcessUsedBytes, strconv.Itoa(pid), "gpu", strconv.Itoa(i), "UUID", standInDeviceUUID(i))
+			if assert.True(t, ok, "%s{pid=%d,gpu=%d}", exporter.MetricNVMLProcessUsedBytes, pid, i) {
+				assert.Equal(t, float64(ds[i].nvml()), v, "pid %d on gpu %d", pid, i)
+			}
+		}
+	})
 }
 
 // TestNVMLStandInTimeToOOM: longrun's leaky_step keeps 64 KiB an

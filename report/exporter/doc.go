@@ -21,7 +21,8 @@
 // With NVML on (serve --nvml auto), the session's NVML sampler writes its
 // records here too: the last status, description and sample of each device
 // are served as gauges, and nothing at all when NVML is unavailable but the
-// reason (nvml.go).
+// reason (nvml.go); a GPU whose processes NVML does not list says why on
+// its own gauge.
 //
 // # Memory bound
 //

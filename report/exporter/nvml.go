@@ -21,7 +21,11 @@ import (
 // `device` is CUDA's index in vramprof's own series. When NVML
 // is unavailable (no library, no driver, no device, or sampling failing
 // now) no device figure is served, only MetricNVMLAvailable 0 with the
-// reason: a missing figure must not read as zero bytes.
+// reason: a missing figure must not read as zero bytes. A GPU whose
+// processes NVML does not list (MIG partitions, vGPU guests, a library
+// without the process lists) keeps its device figures and gets
+// MetricNVMLProcessesAvailable 0 with the sampler's one-line note as the
+// reason, so that an absent per-process series says why.
 
 // NVML metric names.
 const (
@@ -30,6 +34,9 @@ const (
 	MetricDeviceUsedBytes      = "vramprof_device_memory_used_bytes"
 	MetricDeviceFreeBytes      = "vramprof_device_memory_free_bytes"
 	MetricNVMLProcessUsedBytes = "vramprof_nvml_process_used_bytes"
+	// MetricNVMLProcessesAvailable is per GPU: 1 while NVML lists its
+	// processes, 0 with the reason when it cannot.
+	MetricNVMLProcessesAvailable = "vramprof_nvml_processes_available"
 )
 
 // gpuLabels label the GPU gauges, as dcgm-exporter names them.
@@ -50,6 +57,9 @@ var (
 		"Device memory used by every process and the driver per NVML's last sample, bytes.", gpuLabels, nil)
 	descDevFree = prometheus.NewDesc(MetricDeviceFreeBytes,
 		"Device memory free per NVML's last sample, bytes.", gpuLabels, nil)
+	descDevProcs = prometheus.NewDesc(MetricNVMLProcessesAvailable,
+		"1 when NVML lists the GPU's processes (vramprof_nvml_process_used_bytes); 0 with the reason when it cannot (MIG partitions, vGPU guests, a library without process lists).",
+		append(slices.Clone(gpuLabels), "reason"), nil)
 )
 
 // nvmlState is the device layer as the last NVML records gave it; guarded
@@ -146,6 +156,11 @@ func collectNVML(ch chan<- prometheus.Metric, v nvmlView) {
 		ch <- prometheus.MustNewConstMetric(descDevTotal, prometheus.GaugeValue, float64(total), lv...)
 		ch <- prometheus.MustNewConstMetric(descDevUsed, prometheus.GaugeValue, float64(d.sample.UsedBytes), lv...)
 		ch <- prometheus.MustNewConstMetric(descDevFree, prometheus.GaugeValue, float64(d.sample.FreeBytes), lv...)
+		listed := 1.0
+		if d.info.ProcessesNote != "" {
+			listed = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descDevProcs, prometheus.GaugeValue, listed, append(lv, d.info.ProcessesNote)...)
 	}
 }
 

@@ -99,3 +99,41 @@ func TestNVMLMetrics(t *testing.T) {
 		assert.Nil(t, fams[name], "%s while NVML is unavailable", name)
 	}
 }
+
+// TestNVMLProcessesNote: a GPU whose processes NVML does not list keeps its
+// device gauges and says why there is no per-process series, in one line;
+// a GPU whose processes it lists says so with 1 and no reason.
+func TestNVMLProcessesNote(t *testing.T) {
+	x := New(Options{PerProcess: true, Alive: func(uint32, uint64) bool { return true }})
+	x.SetHeader(&event.Header{Mode: "serve"})
+	feed(t, x, 4242, 0, 5)
+	srv := httptest.NewServer(x.Handler())
+	defer srv.Close()
+
+	const note = "per-process figures not available: nvmlDeviceGetComputeRunningProcesses: Not Supported (NVML lists no processes on MIG partitions and vGPU guests); the device's figures are NVML's"
+	for _, r := range []event.Record{
+		&event.NVMLStatus{Time: 1, Available: true},
+		&event.DeviceInfo{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-a", TotalBytes: 40 * GiB, Time: 1},
+		&event.DeviceInfo{Index: 1, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-b", TotalBytes: 40 * GiB, Time: 1},
+		&event.Sample{Time: 2, Device: 0, TotalBytes: 40 * GiB, UsedBytes: 3 * GiB, FreeBytes: 37 * GiB,
+			Processes: []event.ProcessUsage{{PID: 4242, UsedBytes: 600 * MiB}}},
+		&event.Sample{Time: 2, Device: 1, TotalBytes: 40 * GiB, UsedBytes: 5 * GiB, FreeBytes: 35 * GiB},
+		// The sampler finds out at its first process list, and writes the
+		// device's description again.
+		&event.DeviceInfo{Index: 1, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-b", TotalBytes: 40 * GiB, Time: 2, ProcessesNote: note},
+	} {
+		require.NoError(t, x.Write(r))
+	}
+	fams := scrape(t, srv.URL)
+	assert.Equal(t, map[string]float64{"0": 1, "1": 0}, deviceSeries(fams, MetricNVMLProcessesAvailable))
+	reasons := map[string]string{}
+	for _, m := range fams[MetricNVMLProcessesAvailable].GetMetric() {
+		l := labelsOf(m)
+		reasons[l["gpu"]] = l["reason"]
+		assert.Equal(t, map[string]string{"0": "GPU-a", "1": "GPU-b"}[l["gpu"]], l["UUID"])
+	}
+	assert.Equal(t, map[string]string{"0": "", "1": note}, reasons)
+	assert.Equal(t, map[string]float64{"0": float64(40 * GiB), "1": float64(40 * GiB)}, deviceSeries(fams, MetricDeviceTotalBytes),
+		"the device figures stay")
+	assert.Equal(t, map[string]float64{"0": float64(3 * GiB), "1": float64(5 * GiB)}, deviceSeries(fams, MetricDeviceUsedBytes))
+}

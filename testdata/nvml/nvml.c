@@ -7,11 +7,13 @@
  * FAKECUDA_NVML_DIR, "DEV USED CONTEXT" per line. Every call reads them
  * afresh, so each figure is the drivers' state at that call.
  *
- * One device, index 0: "NVIDIA H100 80GB HBM3", UUID
- * GPU-f4ce0000-5ca1-4e55-8d1e-000000000000, total FAKECUDA_CAPACITY bytes
+ * FAKENVML_DEVICES devices (default 1, at most the fake driver's 4), index
+ * i the fake driver's device i: "NVIDIA H100 80GB HBM3", UUID
+ * GPU-f4ce0000-5ca1-4e55-8d1e-00000000000<i>, total FAKECUDA_CAPACITY bytes
  * (default 80 GiB), reserved 0. A running process is one whose file exists
- * and whose pid is alive; its used bytes are its device-0 USED + CONTEXT.
- * The device's used bytes are the sum over running processes, capped at the
+ * and whose pid is alive; its used bytes on device i are its line i's USED
+ * + CONTEXT, and it is listed on the devices where that is not 0. A
+ * device's used bytes are the sum over running processes, capped at the
  * total; free is the rest.
  *
  * Exports the entry points go-nvml binds for vramprof's sampler, each
@@ -54,8 +56,10 @@
 
 #define DEFAULT_TOTAL (80ULL << 30)
 #define NAME "NVIDIA H100 80GB HBM3"
-#define UUID "GPU-f4ce0000-5ca1-4e55-8d1e-000000000000"
+#define UUID_PREFIX "GPU-f4ce0000-5ca1-4e55-8d1e-00000000000" /* + the index */
 #define MAX_PROCS 1024
+/* MAX_DEVICES is the fake driver's device count (../cuda/libcuda.c NDEV). */
+#define MAX_DEVICES 4
 
 struct nvmlDevice_st {
 	unsigned index;
@@ -63,7 +67,7 @@ struct nvmlDevice_st {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inits;
-static struct nvmlDevice_st device0 = {0};
+static struct nvmlDevice_st devices[MAX_DEVICES] = {{0}, {1}, {2}, {3}};
 static unsigned long long memory_calls;
 static int lost; /* FAKENVML_LOST_AFTER reached: the GPU is gone for good */
 
@@ -97,9 +101,9 @@ static int alive(unsigned pid)
 	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
-/* read_procs fills ps with the running processes on device 0; it returns
- * how many (at most MAX_PROCS). */
-static unsigned read_procs(struct proc *ps)
+/* read_procs fills ps with the running processes on device dev; it
+ * returns how many (at most MAX_PROCS). */
+static unsigned read_procs(unsigned dev_index, struct proc *ps)
 {
 	const char *dir = getenv("FAKECUDA_NVML_DIR");
 	char path[4096];
@@ -122,7 +126,7 @@ static unsigned read_procs(struct proc *ps)
 		if ((f = fopen(path, "r")) == NULL)
 			continue; /* exited between readdir and open */
 		while (fscanf(f, "%d %llu %llu", &dev, &used, &ctx) == 3)
-			if (dev == 0) {
+			if (dev == (int)dev_index) {
 				ok = 1;
 				break;
 			}
@@ -137,6 +141,14 @@ static unsigned read_procs(struct proc *ps)
 	return n;
 }
 
+/* device_count is FAKENVML_DEVICES, clamped to [1, MAX_DEVICES]. */
+static unsigned device_count(void)
+{
+	unsigned long long n = env_ull("FAKENVML_DEVICES", 1);
+
+	return n < 1 ? 1 : n > MAX_DEVICES ? MAX_DEVICES : (unsigned)n;
+}
+
 static nvmlReturn_t check_device(nvmlDevice_t device)
 {
 	nvmlReturn_t r = NVML_SUCCESS;
@@ -144,7 +156,7 @@ static nvmlReturn_t check_device(nvmlDevice_t device)
 	pthread_mutex_lock(&mu);
 	if (inits == 0)
 		r = NVML_ERROR_UNINITIALIZED;
-	else if (device.handle != &device0)
+	else if (device.handle < &devices[0] || device.handle >= &devices[device_count()])
 		r = NVML_ERROR_INVALID_ARGUMENT;
 	else if (lost)
 		r = NVML_ERROR_GPU_IS_LOST;
@@ -172,7 +184,7 @@ static nvmlReturn_t memory(nvmlDevice_t device, unsigned long long *tot, unsigne
 		pthread_mutex_unlock(&mu);
 		return NVML_ERROR_GPU_IS_LOST;
 	}
-	n = read_procs(ps);
+	n = read_procs(device.handle->index, ps);
 	for (unsigned i = 0; i < n; i++)
 		sum += ps[i].used;
 	memory_calls++;
@@ -203,7 +215,7 @@ static nvmlReturn_t processes(nvmlDevice_t device, unsigned *count, void *infos,
 	}
 	pthread_mutex_lock(&mu);
 	if (compute)
-		n = read_procs(ps);
+		n = read_procs(device.handle->index, ps);
 	if (*count < n || (infos == NULL && n > 0)) {
 		*count = n;
 		pthread_mutex_unlock(&mu);
@@ -303,7 +315,7 @@ static nvmlReturn_t count(unsigned *n)
 	if (inits == 0)
 		r = NVML_ERROR_UNINITIALIZED;
 	else
-		*n = 1;
+		*n = device_count();
 	pthread_mutex_unlock(&mu);
 	return r;
 }
@@ -329,7 +341,7 @@ static nvmlReturn_t handle(unsigned index, nvmlDevice_t *device)
 		return r;
 	if (device == NULL || index >= n)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	device->handle = &device0;
+	device->handle = &devices[index];
 	return NVML_SUCCESS;
 }
 
@@ -366,7 +378,13 @@ API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int
 
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-	return copy_string(device, uuid, length, UUID);
+	char s[sizeof(UUID_PREFIX) + 1];
+	nvmlReturn_t r = check_device(device);
+
+	if (r != NVML_SUCCESS)
+		return r;
+	snprintf(s, sizeof(s), UUID_PREFIX "%u", device.handle->index);
+	return copy_string(device, uuid, length, s);
 }
 
 API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
@@ -377,7 +395,7 @@ API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 		return r;
 	if (index == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	*index = device0.index;
+	*index = device.handle->index;
 	return NVML_SUCCESS;
 }
 

@@ -164,7 +164,7 @@ func NewSession(opts Options) (*Session, error) {
 		stacks:  newStackTable(opts.Sink),
 		rd:      newReader(l),
 		notCUDA: make(map[fileKey]bool),
-		order:   newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
+		order:   newReorder(uint64(opts.ReorderWindow), reorderLimit(opts.RingBytes)),
 	}
 	s.procs = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
 	if err := s.watchMappings(); err != nil {

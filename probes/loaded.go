@@ -4,9 +4,10 @@ package probes
 
 // Runtimes loaded after the start, under Options.All (attach --all,
 // serve). A process that dlopen()s a copy of the CUDA runtime or driver
-// that no probe covers yet would make its first calls while user space is still reading the
-// library's symbols: the loader announces the new mapping, but an --all
-// session does not stop every process on the host at every dlopen.
+// that no probe covers yet would make its first calls while user space is
+// still reading the library's symbols: the loader announces the new
+// mapping, but an --all session does not stop every process on the host at
+// every dlopen.
 //
 // So the kernel tells the one case apart (bpf/vramprof.bpf.c, file_faulted
 // and loader_state): a process that faults on a mapping of a file this

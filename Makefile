@@ -41,7 +41,7 @@ test: testdata pythons nvidia torch kube
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/cmd/vramprof$$' -e '/probes$$')
 race: testdata pythons nvidia torch
 	$(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
-	$(GO) test -race -count=1 -run '^Test(Reader|Reorder|HeldLimit|ProcTable)' ./probes
+	$(GO) test -race -count=1 -run '^Test(Reader|Reorder|ProcTable)' ./probes
 
 # The interpreters the Python stack tests run besides the machine's own:
 # Debian's newer CPythons and a CPython 3.11 built with frame pointers

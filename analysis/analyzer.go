@@ -140,16 +140,16 @@ type Analyzer struct {
 	// groups are the stacks per process and scope, likewise indexed.
 	groups  []*groupState
 	groupIx map[groupKey]int32
-	// spaces are the per-process models; nspaces counts them (their
-	// indexes, space.ix).
-	spaces  map[spaceKey]*space
-	nspaces int32
-	// last caches the latest spaces: consecutive events mostly come from
+	// accounts are the per-process models; naccounts counts them (their
+	// indexes, account.ix).
+	accounts  map[accountKey]*account
+	naccounts int32
+	// last caches the latest accounts: consecutive events mostly come from
 	// one process, alternating between its layers, and the lookup is on
 	// the hot path. Their keys are kept beside them: the scan reads this
 	// array only. layerAt and lastDevs do the same for layers and
 	// devices.
-	last     [2]lastSpace
+	last     [2]lastAccount
 	layerAt  [8]*layerState // by scope index (scopeIndex)
 	lastDevs [2]*devState
 	// layers and devices hold the all-process figures.
@@ -194,11 +194,11 @@ type Analyzer struct {
 	// after the ledger applied it (observe). deviceCall calls them
 	// directly, not through a slice of observers: a call through an
 	// interface cannot be inlined, and most events need only a test of
-	// each. ch is the change they are fed: one buffer, passed by pointer,
-	// not a copy per call.
-	pools *poolModel
-	churn *churnModel
-	ch    ledger.Change
+	// each. deviceChange is the change they are fed: one buffer, passed
+	// by pointer, not a copy per call.
+	pools        *poolModel
+	churn        *churnModel
+	deviceChange ledger.Change
 	// scopes are the allocator release scopes in flight per thread
 	// (scopes.go): a segment release inside one takes its stack.
 	scopes scopeModel
@@ -213,9 +213,9 @@ type Analyzer struct {
 	timelines *timelineModel
 	iters     *iterationModel
 	live      []liveObserver
-	// change is the change being fed to them: one buffer, passed by
+	// liveChange is the change being fed to them: one buffer, passed by
 	// pointer, not a copy per observer.
-	change liveChange
+	liveChange liveChange
 	// watched is the change fed to Options.Watch, one buffer too.
 	watched Change
 
@@ -263,8 +263,8 @@ type classState struct {
 	group int32
 	alloc Usage
 	live  Usage
-	peak  Usage // live at the space's last peak, valid when !dirty
-	dirty bool  // touched since the space's last peak
+	peak  Usage // live at the account's last peak, valid when !dirty
+	dirty bool  // touched since the account's last peak
 	// devPeak is live at its device's last peak (all processes, device
 	// scope), valid when !devDirty; retired is set when its process
 	// instance left the all-process figures (see retire).
@@ -319,26 +319,26 @@ type groupState struct {
 	hist   history
 }
 
-// spaceKey is one process's memory in one scope.
-type spaceKey struct {
+// accountKey is one process's memory in one scope.
+type accountKey struct {
 	pid uint32
 	sc  scope
 }
 
-// space is the model of one process in one scope. What it has live is
+// account is the model of one process in one scope. What it has live is
 // the ledger's (ledger.Ledger.InstanceLevel, and each change's
 // ledger.Change.Inst); its peak is kept here, as the scopes' are, since a
 // flight recording's checkpoint restores it (flight.go).
-type space struct {
-	key spaceKey
-	// ix is the space's index, in order of creation: the observers keep
+type account struct {
+	key accountKey
+	// ix is the account's index, in order of creation: the observers keep
 	// their per-process state by it.
 	ix        int32
 	totals    Totals
 	peak      uint64
 	peakTime  uint64
 	peakEvent Allocation // valid when peak > 0
-	// last is the latest time memory became live or went in the space:
+	// last is the latest time memory became live or went in the account:
 	// the end of the process's activity there, which the leak rule's
 	// steadiness test reads.
 	last uint64
@@ -374,7 +374,7 @@ type devKey struct {
 // devState is one device's level in one scope, all processes together.
 // At the device scope it also lists the classes changed since the
 // device's last peak, so that the live set at each device's own peak
-// (Device.PeakStacks) is kept as a space's is: O(events) however often the
+// (Device.PeakStacks) is kept as an account's is: O(events) however often the
 // peak moves.
 type devState struct {
 	gauge
@@ -465,7 +465,7 @@ func New(opts Options) *Analyzer {
 	a := &Analyzer{
 		opts:        opts.withDefaults(),
 		groupIx:     make(map[groupKey]int32),
-		spaces:      make(map[spaceKey]*space),
+		accounts:    make(map[accountKey]*account),
 		layers:      make(map[scope]*layerState),
 		devices:     make(map[devKey]*devState),
 		seenDevices: make(map[int32]bool),
@@ -625,30 +625,30 @@ func (a *Analyzer) layer(sc scope) *layerState {
 	return ls
 }
 
-// lastSpace is an entry of Analyzer.last: a space and its key.
-type lastSpace struct {
-	key spaceKey
-	s   *space
+// lastAccount is an entry of Analyzer.last: an account and its key.
+type lastAccount struct {
+	key accountKey
+	s   *account
 }
 
-func (a *Analyzer) space(pid uint32, sc scope) *space {
-	k := spaceKey{pid, sc}
+func (a *Analyzer) account(pid uint32, sc scope) *account {
+	k := accountKey{pid, sc}
 	for i := range a.last {
 		if l := &a.last[i]; l.s != nil && l.key == k {
 			return l.s
 		}
 	}
-	s := a.spaces[k]
+	s := a.accounts[k]
 	if s == nil {
-		s = &space{key: k, ix: a.nspaces, devices: make(map[int32]*procDevice)}
-		a.spaces[k] = s
-		a.nspaces++
+		s = &account{key: k, ix: a.naccounts, devices: make(map[int32]*procDevice)}
+		a.accounts[k] = s
+		a.naccounts++
 	}
-	a.last[0], a.last[1] = lastSpace{k, s}, a.last[0]
+	a.last[0], a.last[1] = lastAccount{k, s}, a.last[0]
 	return s
 }
 
-func (s *space) device(d int32) *procDevice {
+func (s *account) device(d int32) *procDevice {
 	if s.lastDev != nil && s.lastDevIx == d {
 		return s.lastDev
 	}
@@ -743,7 +743,7 @@ func (a *Analyzer) event(e *event.Event) {
 			a.scopes.mark(e, a.stacks[e.Stack])
 		default:
 			a.layer(scope{layer: layer}).totals.IgnoredEvents++
-			a.space(e.PID, scope{layer: layer}).totals.IgnoredEvents++
+			a.account(e.PID, scope{layer: layer}).totals.IgnoredEvents++
 		}
 	default:
 		a.layer(scope{layer: layer}).totals.IgnoredEvents++
@@ -752,7 +752,7 @@ func (a *Analyzer) event(e *event.Event) {
 
 // segment applies a CUDA API call. A nested call (the driver call inside a
 // runtime call) is counted in its API's book only: the outer call already
-// counts the memory. Every other call is counted once, in its space.
+// counts the memory. Every other call is counted once, in its account.
 func (a *Analyzer) segment(e *event.Event) {
 	if !a.seenLast.pid || a.lastPID != e.PID {
 		// Consecutive events mostly come from one process: the map is
@@ -810,7 +810,7 @@ func (a *Analyzer) segment(e *event.Event) {
 		a.run.DeviceSwitches++
 	default:
 		a.layer(deviceScope).totals.IgnoredEvents++
-		a.space(e.PID, deviceScope).totals.IgnoredEvents++
+		a.account(e.PID, deviceScope).totals.IgnoredEvents++
 	}
 }
 
@@ -862,7 +862,7 @@ func (a *Analyzer) inferDevice(pid uint32, addr uint64) (int32, bool) {
 }
 
 // both applies f to the scope's and the process's totals.
-func both(ls *layerState, sp *space, f func(t *Totals)) {
+func both(ls *layerState, sp *account, f func(t *Totals)) {
 	f(&ls.totals)
 	f(&sp.totals)
 }
@@ -872,7 +872,7 @@ func both(ls *layerState, sp *space, f func(t *Totals)) {
 // observers, which see what the ledger made of it.
 func (a *Analyzer) deviceCall(e *event.Event, layer event.Layer) {
 	k := liveKey(e.PID, layer, SpaceDevice)
-	ch := &a.ch
+	ch := &a.deviceChange
 	if e.Kind == event.KindAlloc {
 		a.ledger.AllocTo(ch, k, e)
 		a.allocated(e, layer, SpaceDevice, ch)
@@ -902,7 +902,7 @@ func (a *Analyzer) alloc(e *event.Event, layer event.Layer, mem MemorySpace) boo
 func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace, ch *ledger.Change) bool {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
-	sp := a.space(e.PID, sc)
+	sp := a.account(e.PID, sc)
 	switch ch.Verdict {
 	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedAllocations++; t.FailedBytes += e.Size })
@@ -987,7 +987,7 @@ func (a *Analyzer) allocated(e *event.Event, layer event.Layer, mem MemorySpace,
 	a.notify(g, sp, notice{alloc: true, restored: a.inTimelines(e), time: e.Time, born: e.Time,
 		size: e.Size, device: e.Device, layer: layer, mem: mem, live: live.Bytes, deviceLive: pd.live})
 	if a.opts.Watch != nil {
-		a.watch(&a.change, e.PID, e.Addr, e.Stack, e.API)
+		a.watch(&a.liveChange, e.PID, e.Addr, e.Stack, e.API)
 	}
 	return true
 }
@@ -1005,19 +1005,19 @@ type notice struct {
 }
 
 // notify fills a.change from n, g (the allocation's group) and sp (its
-// process's space) and feeds it to the liveObservers. The fields are
+// process's account) and feeds it to the liveObservers. The fields are
 // stored one by one: a composite literal is built on the stack and
 // copied, and the copy's wide loads of what narrow stores just wrote
 // stalled on every event.
-func (a *Analyzer) notify(g *groupState, sp *space, n notice) {
+func (a *Analyzer) notify(g *groupState, sp *account, n notice) {
 	sp.last = max(sp.last, n.time)
-	c := &a.change
+	c := &a.liveChange
 	c.alloc, c.replaced, c.restored = n.alloc, n.replaced, n.restored
 	c.seq, c.time, c.born = a.run.Events, n.time, n.born
 	c.size, c.device = n.size, n.device
 	c.layer, c.mem, c.sc = n.layer, n.mem, g.key.sc
 	c.group, c.groupLive = g.ix, g.live.Bytes
-	c.space, c.allocated = sp.ix, sp.totals.AllocatedBytes
+	c.account, c.allocated = sp.ix, sp.totals.AllocatedBytes
 	c.live, c.deviceLive = n.live, n.deviceLive
 	a.spikes.changed(c)
 	a.timelines.changed(c)
@@ -1027,8 +1027,8 @@ func (a *Analyzer) notify(g *groupState, sp *space, n notice) {
 	}
 }
 
-// touch marks a class changed since its space's last peak.
-func (a *Analyzer) touch(sp *space, ci int32, c *classState) {
+// touch marks a class changed since its account's last peak.
+func (a *Analyzer) touch(sp *account, ci int32, c *classState) {
 	if !c.dirty {
 		c.dirty = true
 		sp.dirty = append(sp.dirty, ci)
@@ -1045,7 +1045,7 @@ func (a *Analyzer) free(e *event.Event, layer event.Layer, mem MemorySpace) {
 func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch *ledger.Change) {
 	sc := scopeOf(layer, mem)
 	ls := a.layer(sc)
-	sp := a.space(e.PID, sc)
+	sp := a.account(e.PID, sc)
 	switch ch.Verdict {
 	case ledger.Failed:
 		both(ls, sp, func(t *Totals) { t.FailedFrees++ })
@@ -1061,13 +1061,13 @@ func (a *Analyzer) freed(e *event.Event, layer event.Layer, mem MemorySpace, ch 
 // dropped counts as a free at time t a live allocation of pid in scope sc
 // that the ledger let go; inst is the process's level just after.
 func (a *Analyzer) dropped(pid uint32, sc scope, old ledger.Entry, addr, t uint64, inst ledger.Level) {
-	a.droppedIn(a.layer(sc), a.space(pid, sc), old, addr, t, inst.Bytes)
+	a.droppedIn(a.layer(sc), a.account(pid, sc), old, addr, t, inst.Bytes)
 }
 
-// droppedIn is dropped given the scope's totals and the process's space
+// droppedIn is dropped given the scope's totals and the process's account
 // (freed has them: not looked up twice per free); live is the process's
 // live bytes just after.
-func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, addr, t, live uint64) {
+func (a *Analyzer) droppedIn(ls *layerState, sp *account, old ledger.Entry, addr, t, live uint64) {
 	size := old.Size
 	both(ls, sp, func(t *Totals) { t.Frees++; t.FreedBytes += size })
 	a.release(old, addr, t, ls, sp, false, live)
@@ -1076,7 +1076,7 @@ func (a *Analyzer) droppedIn(ls *layerState, sp *space, old ledger.Entry, addr, 
 // release takes a live allocation out of every aggregate at time t;
 // replaced says another allocation took its address (its free was
 // missed), and live is the bytes the process had live just after.
-func (a *Analyzer) release(old ledger.Entry, addr, t uint64, ls *layerState, sp *space, replaced bool, live uint64) {
+func (a *Analyzer) release(old ledger.Entry, addr, t uint64, ls *layerState, sp *account, replaced bool, live uint64) {
 	c := a.classes[old.Tag]
 	size := c.key.size
 	c.live.Sub(size)
@@ -1094,14 +1094,14 @@ func (a *Analyzer) release(old ledger.Entry, addr, t uint64, ls *layerState, sp 
 	a.notify(g, sp, notice{replaced: replaced, time: t, born: old.Time,
 		size: size, device: c.key.device, layer: c.key.layer, mem: c.key.mem, live: live, deviceLive: pd.live})
 	if a.opts.Watch != nil {
-		a.watch(&a.change, c.key.pid, addr, c.key.stack, c.key.api)
+		a.watch(&a.liveChange, c.key.pid, addr, c.key.stack, c.key.api)
 	}
 }
 
 // failure copies a failed allocation with what was live at that moment. It
 // runs once per process and scope, so walking the process's groups is
 // affordable.
-func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *space) *Failure {
+func (a *Analyzer) failure(e *event.Event, layer event.Layer, sp *account) *Failure {
 	f := &Failure{
 		Allocation: Allocation{Time: e.Time, Addr: e.Addr, Size: e.Size,
 			Device: e.Device, API: e.API, Layer: layer, Stack: e.Stack},

@@ -49,7 +49,7 @@
 // live status line of `vramprof run` and `attach` read the same ledger, so
 // the three cannot drift apart; what each process instance has live (its
 // level per scope) is the ledger's too. The Analyzer drives the ledger call
-// by call and keeps its aggregates (classes, stacks, spaces, devices, the
+// by call and keeps its aggregates (classes, stacks, accounts, devices, the
 // peaks a flight checkpoint may restore) beside it. The other models are
 // observers with their own state (observer.go): the pools' geometry and
 // the churn are fed what the ledger made of each device allocation and

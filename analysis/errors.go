@@ -86,7 +86,7 @@ type callErrors struct {
 }
 
 // noteFailure adds a failed allocation to its process's error groups.
-func (sp *space) noteFailure(e *event.Event, layer event.Layer) {
+func (sp *account) noteFailure(e *event.Event, layer event.Layer) {
 	k := errorKey{e.API.Driver(), e.Ret}
 	if sp.errs == nil {
 		sp.errs = map[errorKey]*callErrors{}
@@ -108,7 +108,7 @@ func (sp *space) noteFailure(e *event.Event, layer event.Layer) {
 }
 
 // failedCalls renders a process's error groups, first failure first.
-func (sp *space) failedCalls() []FailedCalls {
+func (sp *account) failedCalls() []FailedCalls {
 	var out []FailedCalls
 	for k, ce := range sp.errs {
 		out = append(out, FailedCalls{Error: ErrorName(ce.first.API, k.ret), Ret: k.ret, Driver: k.driver,

@@ -80,7 +80,7 @@ func (a *Analyzer) tensorsAtPeak(r *Result, p *Process, ev *PeakEvidence) {
 	if !found {
 		return
 	}
-	sp := a.spaces[spaceKey{id, blockScope}]
+	sp := a.accounts[accountKey{id, blockScope}]
 	if sp == nil || sp.peak == 0 {
 		return
 	}

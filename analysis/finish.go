@@ -212,11 +212,11 @@ func (a *Analyzer) finishProcesses(r *Result) {
 		} else if pid == a.run.PID {
 			p.Command = a.run.Command
 		}
-		p.Totals = a.spaceTotals(pid, deviceScope)
-		p.Host = a.spaceTotals(pid, hostScope)
+		p.Totals = a.accountTotals(pid, deviceScope)
+		p.Host = a.accountTotals(pid, hostScope)
 		p.Books = a.books.finish(pid, false)
 		p.VMM = a.vmm.finish(pid, false)
-		if sp := a.spaces[spaceKey{pid, deviceScope}]; sp != nil {
+		if sp := a.accounts[accountKey{pid, deviceScope}]; sp != nil {
 			p.PeakTime = sp.peakTime
 			if sp.peak > 0 {
 				ev := sp.peakEvent
@@ -267,11 +267,11 @@ func (a *Analyzer) finishProcesses(r *Result) {
 	r.Processes = sorted
 }
 
-// spaceTotals returns one process's totals in one scope; zero (but for the
+// accountTotals returns one process's totals in one scope; zero (but for the
 // lost-event count) when it had no event there.
-func (a *Analyzer) spaceTotals(pid uint32, sc scope) Totals {
+func (a *Analyzer) accountTotals(pid uint32, sc scope) Totals {
 	var t Totals
-	if sp := a.spaces[spaceKey{pid, sc}]; sp != nil {
+	if sp := a.accounts[accountKey{pid, sc}]; sp != nil {
 		t = sp.totals
 		t.PeakBytes, t.PeakTime = sp.peak, sp.peakTime
 		lv := a.ledger.InstanceLevel(pid, ledgerScope(sc))

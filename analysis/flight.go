@@ -63,7 +63,7 @@ func (a *Analyzer) checkpoint(c *event.Checkpoint) {
 		}
 		a.pids[t.PID] = true
 		a.ledger.Implied(t.PID, t.PeakTime)
-		sp := a.space(t.PID, sc)
+		sp := a.account(t.PID, sc)
 		add(&sp.totals)
 		if t.PeakBytes > sp.peak {
 			sp.peak, sp.peakTime = t.PeakBytes, t.PeakTime
@@ -110,7 +110,7 @@ func (a *Analyzer) restoreTimelines(c *event.Checkpoint) {
 			s.buckets[b.Index] = minMax{minT: b.MinTime, maxT: b.MaxTime, minV: b.MinBytes, maxV: b.MaxBytes, ok: true}
 		}
 		s.sync(g)
-		*a.timelines.series(a.space(tl.PID, scopeOf(layer, mem)).ix, tl.Device) = s
+		*a.timelines.series(a.account(tl.PID, scopeOf(layer, mem)).ix, tl.Device) = s
 	}
 }
 
@@ -156,7 +156,7 @@ func (a *Analyzer) restorePeak(p *event.CheckpointPeak) {
 		if p.Host {
 			mem = SpaceHost
 		}
-		sp := a.space(p.PID, scopeOf(layer, mem))
+		sp := a.account(p.PID, scopeOf(layer, mem))
 		for i := range p.Live {
 			ci, c, u := class(&p.Live[i])
 			c.peak = u
@@ -199,7 +199,7 @@ func (a *Analyzer) restoreDevice(t *event.CheckpointTotals) {
 		a.seenDevices[t.Device] = true
 		return
 	}
-	pd := a.space(t.PID, deviceScope).device(t.Device)
+	pd := a.account(t.PID, deviceScope).device(t.Device)
 	if t.PeakBytes > pd.peak {
 		pd.peak, pd.peakTime = t.PeakBytes, t.PeakTime
 	}

@@ -84,7 +84,7 @@ func (a *Analyzer) process(r *event.Process) {
 // live at its end is what it leaked.
 func (a *Analyzer) retire(id uint32) {
 	for _, sc := range []scope{deviceScope, hostScope, {layer: event.LayerBlock}} {
-		sp := a.spaces[spaceKey{id, sc}]
+		sp := a.accounts[accountKey{id, sc}]
 		if sp == nil {
 			continue
 		}

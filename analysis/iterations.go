@@ -284,7 +284,7 @@ type iterationModel struct {
 	// a stack's logs, and a pointer per stack would be one more cache miss
 	// to reach their tails.
 	stacks []stackLogs
-	// procs are by space index (device and block scopes only).
+	// procs are by account index (device and block scopes only).
 	procs []procNow
 	// loops and lastEvent are the processes' loops and the stream's last
 	// event time, set at Finish for log.
@@ -315,7 +315,7 @@ func grow[T any](s []T, i int32) []T {
 // it), the stack's new live bytes (device scope, tensors and pinned host)
 // and the process's figures (device scope and tensors).
 func (m *iterationModel) changed(c *liveChange) {
-	gi, si := c.group, c.space
+	gi, si := c.group, c.account
 	var p *procNow
 	if c.sc == deviceScope || c.sc == blockScope {
 		m.procs = grow(m.procs, si)
@@ -341,7 +341,7 @@ func (m *iterationModel) changed(c *liveChange) {
 }
 
 // failed logs a failed allocation at time t from stack st in the
-// process's space si (device scope or tensors).
+// process's account si (device scope or tensors).
 func (m *iterationModel) failed(si int32, t uint64, st event.StackID) {
 	m.procs = grow(m.procs, si)
 	if p := &m.procs[si]; t >= p.failAt {
@@ -771,7 +771,7 @@ func (a *Analyzer) cutByFailure(r *Result, pid uint32, l *loop) bool {
 	var allocAt, failAt uint64
 	var failStack event.StackID
 	for _, sc := range []scope{deviceScope, blockScope} {
-		if sp := a.spaces[spaceKey{pid, sc}]; sp != nil && int(sp.ix) < len(a.iters.procs) {
+		if sp := a.accounts[accountKey{pid, sc}]; sp != nil && int(sp.ix) < len(a.iters.procs) {
 			p := &a.iters.procs[sp.ix]
 			allocAt = max(allocAt, p.allocAt)
 			if p.failAt > failAt {

@@ -62,14 +62,14 @@ type liveChange struct {
 	mem   MemorySpace
 	// sc is the scope both count in. group is the index of the
 	// allocation's stack in its process and scope (Analyzer.groups) and
-	// groupLive its live bytes; space is the index of its process in the
-	// scope (space.ix) and allocated the bytes the process allocated
+	// groupLive its live bytes; account is the index of its process in
+	// the scope (account.ix) and allocated the bytes the process allocated
 	// there. Indexes and values, no pointers: the change is written for
 	// every event, and pointers would cost a write barrier each.
 	sc        scope
 	group     int32
 	groupLive uint64
-	space     int32
+	account   int32
 	allocated uint64
 	// live is the process's live bytes in the scope (the ledger's), and
 	// deviceLive its live bytes on the device, after the change.

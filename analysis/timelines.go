@@ -13,7 +13,7 @@ type timelineModel struct {
 	grid *grid
 	// buckets is the grid's most buckets: half the most points.
 	buckets int
-	// lines are the series by space index, each a short list by device
+	// lines are the series by account index, each a short list by device
 	// (a process uses a few devices: a scan beats a map).
 	lines [][]deviceSeries
 }
@@ -36,10 +36,10 @@ func (m *timelineModel) changed(c *liveChange) {
 	if c.restored {
 		return
 	}
-	m.series(c.space, c.device).add(m.grid, c.time, c.deviceLive)
+	m.series(c.account, c.device).add(m.grid, c.time, c.deviceLive)
 }
 
-// series returns a space's series on a device, creating it.
+// series returns an account's series on a device, creating it.
 func (m *timelineModel) series(ix int32, device int32) *series {
 	if int(ix) >= len(m.lines) {
 		m.lines = append(m.lines, make([][]deviceSeries, int(ix)+1-len(m.lines))...)
@@ -54,7 +54,7 @@ func (m *timelineModel) series(ix int32, device int32) *series {
 	return &m.lines[ix][len(ds)].s
 }
 
-// points returns a space's timeline on a device; nil when nothing changed
+// points returns an account's timeline on a device; nil when nothing changed
 // there.
 func (m *timelineModel) points(ix int32, device int32) []Point {
 	if int(ix) >= len(m.lines) {
@@ -82,7 +82,7 @@ func (a *Analyzer) finishTimelines(r *Result) {
 		id uint32
 	}
 	var all []entry
-	for k, sp := range a.spaces {
+	for k, sp := range a.accounts {
 		in := a.inst(k.pid)
 		for d := range sp.devices {
 			tl := Timeline{PID: in.pid, ProcessStart: in.start, Layer: k.sc.layer, Device: d,

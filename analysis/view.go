@@ -121,7 +121,7 @@ func (a *Analyzer) view(r *Result) *rules.View {
 	return v
 }
 
-// viewProcess returns instance id's process with its spaces and loop; the
+// viewProcess returns instance id's process with its accounts and loop; the
 // Result's figures are the caller's to add.
 func (a *Analyzer) viewProcess(r *Result, id uint32) *rules.Process {
 	in := a.inst(id)
@@ -136,7 +136,7 @@ func (a *Analyzer) viewProcess(r *Result, id uint32) *rules.Process {
 // viewSpace returns instance id's memory in scope sc; nil when it had
 // none there.
 func (a *Analyzer) viewSpace(id uint32, sc scope) *rules.Space {
-	sp := a.spaces[spaceKey{id, sc}]
+	sp := a.accounts[accountKey{id, sc}]
 	if sp == nil {
 		return nil
 	}

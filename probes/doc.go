@@ -18,7 +18,7 @@
 // through. A runtime linked in and stripped cannot be probed: scanning finds
 // it by its strings (stripped.go) and says so in a Library record
 // (StrippedRuntime); Attach then refuses with ErrStrippedRuntime when no
-// driver is loaded to probe instead. It follows the dynamic loader so that a runtime loaded late with
+// driver is loaded to probe instead. It follows the dynamic loader so that a runtime loaded after the start with
 // dlopen is probed before its first call, follows forks of its targets, and
 // symbolizes stacks while the process is alive.
 //

@@ -32,7 +32,7 @@ import (
 // and lets go of one such a session starts tracing later (Session.tick).
 // It never resumes a process such a session holds, not even one it
 // stopped itself: that session stopped it at the same rendezvous and
-// resumes it once it has probed (late.go).
+// resumes it once it has probed (loaded.go).
 
 // LockDir holds the per-process lock files. A variable for tests.
 var LockDir = "/run/vramprof"

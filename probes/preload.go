@@ -6,7 +6,7 @@ package probes
 // thread's interrupted epoll_wait or nanosleep returns EINTR (the kernel
 // does that after any stop and continue, with no handler installed), and a
 // SIGCONT handler runs. So the loader probe stops a target only for a file
-// the session has not examined yet (bpf/vramprof.bpf.c, quiet; late.go),
+// the session has not examined yet (bpf/vramprof.bpf.c, quiet; loaded.go),
 // and the session examines, before the target can map them, the CUDA
 // libraries it would find by name: the runtime, the driver the runtime
 // dlopen()s at its first call, and the libraries allocator specs name.

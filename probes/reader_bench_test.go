@@ -223,7 +223,7 @@ func mustBenchSession(tb testing.TB, sink Sink, ring ring, pid uint32) *Session 
 		stacks:  newStackTable(sink),
 		rd:      &reader{ring: ring, lostVar: fakeVar{}, unpairedVar: fakeVar{}},
 		notCUDA: make(map[fileKey]bool),
-		order:   newReorder(uint64(opts.ReorderWindow), heldLimit(16<<20)),
+		order:   newReorder(uint64(opts.ReorderWindow), reorderLimit(16<<20)),
 		noMark:  true,
 	}
 	tb.Cleanup(func() { _ = s.stacks.sym.Close() })

@@ -42,7 +42,7 @@ import (
 // took effect before min(T0, every since) has been read: none can arrive
 // behind it (so also once the reader has read up to the ring position the
 // producer had reached after the since values were read: see the bound).
-// That bound (the mark) releases held events, exactly; it is applied about
+// That bound (the mark) releases buffered events, exactly; it is applied about
 // once per poll. Block-layer records (USDT probes, allocator specs) have
 // no since: they are sent from the probe that reads their time, so only a
 // preemption inside that probe can delay them, and then the window and the
@@ -73,28 +73,28 @@ const DefaultReorderWindow = 2_000_000_000 // ns
 // is found empty, and the mark holds. Behind, the buffer then holds about
 // the records of one ring, not a window's worth (376k at 188k events/s).
 // The buffer also holds at most a limit of events, a ring's worth (see
-// heldLimit): past it the oldest go out early, and a release that arrives
+// reorderLimit): past it the oldest go out early, and a release that arrives
 // behind them is written where it arrives and counted late, as any late
 // event. Memory is bounded by that limit, not by rate times window: the
-// held array never has more than limit+1 slots (an event.Event, 72 bytes), and
+// slot array never has more than limit+1 slots (an event.Event, 72 bytes), and
 // it shrinks again once it has been mostly empty for a poll (trim).
 
-// heldPerRecord is the fewest ring buffer bytes a record takes: the ring's
+// minRecordBytes is the fewest ring buffer bytes a record takes: the ring's
 // 8-byte record header and the record header of the BPF contract (a record
 // with no frames).
-const heldPerRecord = 8 + recordHeaderSize
+const minRecordBytes = 8 + recordHeaderSize
 
-// heldLimit is the most events the reorder buffer holds for a ring buffer
+// reorderLimit is the most events the reorder buffer holds for a ring buffer
 // of ringBytes: as many as the ring buffer itself holds records at most,
 // 209,715 for the default 16 MiB (14.4 MiB of events). Events that
 // could be reordered against each other were in the ring at the same time,
 // unless the reader is behind by more than a ring, when records are lost
 // anyway.
-func heldLimit(ringBytes int) int { return max(ringBytes/heldPerRecord, minHeldCap) }
+func reorderLimit(ringBytes int) int { return max(ringBytes/minRecordBytes, minReorderCap) }
 
-// minHeldCap is the capacity the held array starts at and never shrinks
+// minReorderCap is the capacity the slot array starts at and never shrinks
 // below: 4096 events (288 KiB) cover a poll's worth at a high rate.
-const minHeldCap = 4096
+const minReorderCap = 4096
 
 // releases reports whether k is a release kind: it takes effect at entry.
 func releases(k event.Kind) bool {
@@ -114,7 +114,7 @@ func effectTime(e *event.Event) uint64 {
 	return e.Time
 }
 
-// reorder is the reorder buffer: the events held, sorted on effect time
+// reorder is the reorder buffer: the events buffered, sorted on effect time
 // and, among equal times, on arrival (a thread's own calls, ordered by the
 // thread already). Records arrive in return order, which is effect order
 // but for releases (placed at their entry) and preempted threads: an event
@@ -124,14 +124,14 @@ func effectTime(e *event.Event) uint64 {
 // when it grows or shrinks. Not safe for concurrent use.
 type reorder struct {
 	window uint64
-	// limit is the most events held (see heldLimit): pop releases the
+	// limit is the most events buffered (see reorderLimit): pop releases the
 	// oldest once more are.
 	limit int
-	// held is the circular array: n events from head, in order; its
+	// slots is the circular array: n events from head, in order; its
 	// length is its capacity.
-	held    []event.Event
+	slots   []event.Event
 	head, n int
-	// peak is the most events held since the last trim.
+	// peak is the most events buffered since the last trim.
 	peak int
 	// now is the clock the window runs on: the newest return time seen, or
 	// a clock reading taken before the ring buffer was found empty.
@@ -148,13 +148,13 @@ type reorder struct {
 }
 
 // newReorder returns a reorder buffer that holds events for up to window
-// ns and at most limit events (heldLimit).
+// ns and at most limit events (reorderLimit).
 func newReorder(window uint64, limit int) *reorder {
 	return &reorder{window: window, limit: limit}
 }
 
-// at is the i-th event held, the oldest first.
-func (r *reorder) at(i int) *event.Event { return &r.held[r.phys(i)] }
+// at is the i-th event buffered, the oldest first.
+func (r *reorder) at(i int) *event.Event { return &r.slots[r.phys(i)] }
 
 // add takes an event as it arrives, its Time being its return time, and
 // sets Time to its effect time. It holds the event and returns false, or,
@@ -168,8 +168,8 @@ func (r *reorder) add(e *event.Event) bool {
 		r.late++
 		return true
 	}
-	if r.n == len(r.held) {
-		r.resize(min(max(2*len(r.held), minHeldCap), r.limit+1))
+	if r.n == len(r.slots) {
+		r.resize(min(max(2*len(r.slots), minReorderCap), r.limit+1))
 	}
 	// Its place: after every event of its time or before (they arrived
 	// first). Nearly always among the newest few.
@@ -186,7 +186,7 @@ func (r *reorder) add(e *event.Event) bool {
 	} else {
 		r.head--
 		if r.head < 0 {
-			r.head += len(r.held)
+			r.head += len(r.slots)
 		}
 		r.moveDown(p)
 	}
@@ -196,11 +196,11 @@ func (r *reorder) add(e *event.Event) bool {
 	return false
 }
 
-// phys is the slot of the i-th event held.
+// phys is the slot of the i-th event buffered.
 func (r *reorder) phys(i int) int {
 	j := r.head + i
-	if j >= len(r.held) {
-		j -= len(r.held)
+	if j >= len(r.slots) {
+		j -= len(r.slots)
 	}
 	return j
 }
@@ -211,12 +211,12 @@ func (r *reorder) moveUp(p int) {
 	for i := r.n; i > p; {
 		dst, src := r.phys(i), r.phys(i-1)
 		if dst == 0 { // src is the last slot
-			r.held[0] = r.held[src]
+			r.slots[0] = r.slots[src]
 			i--
 			continue
 		}
 		k := min(i-p, src+1)
-		copy(r.held[dst-k+1:dst+1], r.held[src-k+1:src+1])
+		copy(r.slots[dst-k+1:dst+1], r.slots[src-k+1:src+1])
 		i -= k
 	}
 }
@@ -227,12 +227,12 @@ func (r *reorder) moveDown(p int) {
 	for i := 0; i < p; {
 		dst, src := r.phys(i), r.phys(i+1)
 		if src == 0 { // dst is the last slot
-			r.held[dst] = r.held[0]
+			r.slots[dst] = r.slots[0]
 			i++
 			continue
 		}
-		k := min(p-i, len(r.held)-src)
-		copy(r.held[dst:dst+k], r.held[src:src+k])
+		k := min(p-i, len(r.slots)-src)
+		copy(r.slots[dst:dst+k], r.slots[src:src+k])
 		i += k
 	}
 }
@@ -251,33 +251,33 @@ func (r *reorder) setMark(m uint64) { r.mark = max(r.mark, m) }
 // read).
 func (r *reorder) advance(t uint64) { r.now = max(r.now, t) }
 
-// resize moves the held events to an array of n slots (at least as many
-// as are held), the oldest first: add would grow it past the limit, and
+// resize moves the buffered events to an array of n slots (at least as many
+// as are buffered), the oldest first: add would grow it past the limit, and
 // never shrink it.
 func (r *reorder) resize(n int) {
-	held := make([]event.Event, max(n, r.n))
+	buf := make([]event.Event, max(n, r.n))
 	if r.n > 0 {
-		k := copy(held, r.held[r.head:min(r.head+r.n, len(r.held))])
-		copy(held[k:], r.held[:r.n-k])
+		k := copy(buf, r.slots[r.head:min(r.head+r.n, len(r.slots))])
+		copy(buf[k:], r.slots[:r.n-k])
 	}
-	r.held, r.head = held, 0
+	r.slots, r.head = buf, 0
 }
 
 // pop returns the next event due, in effect order, or nil when none is:
 // due once it is before the mark or the clock is a window past it, or at
-// once when more than the limit are held or all is true (the stream ends).
+// once when more than the limit are buffered or all is true (the stream ends).
 func (r *reorder) pop(all bool) *event.Event {
 	if r.n == 0 {
 		return nil
 	}
-	top := &r.held[r.head]
+	top := &r.slots[r.head]
 	if !all && r.n <= r.limit && top.Time >= r.mark && top.Time+r.window > r.now {
 		return nil
 	}
 	r.out = *top
 	r.written = max(r.written, r.out.Time)
 	r.head++
-	if r.head == len(r.held) {
+	if r.head == len(r.slots) {
 		r.head = 0
 	}
 	r.n--
@@ -285,24 +285,24 @@ func (r *reorder) pop(all bool) *event.Event {
 }
 
 // trim halves the array when no more than a quarter of it was used since
-// the last trim, and no smaller than minHeldCap. Called about once a poll:
+// the last trim, and no smaller than minReorderCap. Called about once a poll:
 // the buffer fills between marks and empties at each, and an array resized
 // with every fill would be garbage at the rate of events.
 func (r *reorder) trim() {
-	if c := len(r.held); c > minHeldCap && r.peak < c/4 {
-		r.resize(max(c/2, minHeldCap))
+	if c := len(r.slots); c > minReorderCap && r.peak < c/4 {
+		r.resize(max(c/2, minReorderCap))
 	}
 	r.peak = r.n
 }
 
-// flushPID removes the held events of pid and returns them in effect order,
+// flushPID removes the buffered events of pid and returns them in effect order,
 // valid until the next call. A process's events go out before a record that
 // ends its instance (an exec, a PID reused): they were all its old image's.
-// The high-water mark is left alone, so that other processes' events held
+// The high-water mark is left alone, so that other processes' events buffered
 // meanwhile are not taken for late ones.
 func (r *reorder) flushPID(pid uint32) []event.Event {
 	var out []event.Event
-	kept := 0 // filtered in place, in order: no second array of the held events
+	kept := 0 // filtered in place, in order: no second array of the buffered events
 	for i := range r.n {
 		e := r.at(i)
 		if e.PID == pid {

@@ -101,7 +101,7 @@ func TestReorderEffectOrder(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newReorder(1000, heldLimit(16<<20))
+			r := newReorder(1000, reorderLimit(16<<20))
 			out, late := feed(r, 1_000_000, tc.in...)
 			assert.Empty(t, late, "late")
 			assert.Equal(t, tc.want, steps(out))
@@ -114,12 +114,12 @@ func TestReorderEffectOrder(t *testing.T) {
 // TestReorderWindow: nothing goes out before the clock is a window past it,
 // and the clock moves with arrivals (return times) and with advance.
 func TestReorderWindow(t *testing.T) {
-	r := newReorder(100, heldLimit(16<<20))
+	r := newReorder(100, reorderLimit(16<<20))
 	e := record(event.KindAlloc, 1, 0, 1000, 0x1000)
 	require.False(t, r.add(&e))
-	assert.Nil(t, r.pop(false), "held: the clock is at 1000")
+	assert.Nil(t, r.pop(false), "buffered: the clock is at 1000")
 	r.advance(1099)
-	assert.Nil(t, r.pop(false), "held: 1099 < 1000 + window")
+	assert.Nil(t, r.pop(false), "buffered: 1099 < 1000 + window")
 	r.advance(1100)
 	got := r.pop(false)
 	require.NotNil(t, got)
@@ -146,7 +146,7 @@ func TestReorderWindow(t *testing.T) {
 // it to be written at once, and it is counted.
 func TestReorderLate(t *testing.T) {
 	const P = 0x7f2000000000
-	r := newReorder(100, heldLimit(16<<20))
+	r := newReorder(100, reorderLimit(16<<20))
 	realloc := record(event.KindAlloc, 2, 1500, 2000, P)
 	other := record(event.KindAlloc, 3, 4000, 5000, P+1<<20)
 	slowFree := record(event.KindFree, 1, 1000, 5200, P) // 4.2 us inside, window 100 ns
@@ -158,17 +158,17 @@ func TestReorderLate(t *testing.T) {
 		"written where it arrived")
 
 	// Within the window the same arrivals come out in effect order.
-	r = newReorder(10_000, heldLimit(16<<20))
+	r = newReorder(10_000, reorderLimit(16<<20))
 	out, late = feed(r, 100_000, realloc, other, slowFree)
 	assert.Empty(t, late)
 	assert.Equal(t, []step{{event.KindFree, 1, 1000}, {event.KindAlloc, 2, 2000}, {event.KindAlloc, 3, 5000}}, steps(out))
 }
 
-// TestReorderFlushPID: a process's held events go out (in effect order)
-// before a record that ends its instance; other processes' stay held and
+// TestReorderFlushPID: a process's buffered events go out (in effect order)
+// before a record that ends its instance; other processes' stay buffered and
 // are not taken for late afterwards.
 func TestReorderFlushPID(t *testing.T) {
-	r := newReorder(1<<40, heldLimit(16<<20))
+	r := newReorder(1<<40, reorderLimit(16<<20))
 	a := record(event.KindAlloc, 1, 0, 300, 0x1)
 	b := record(event.KindFree, 1, 100, 400, 0x2) // effect 100
 	c := record(event.KindAlloc, 2, 0, 200, 0x3)
@@ -215,7 +215,7 @@ func TestReorderRepairsChurn(t *testing.T) {
 	assert.NotZero(t, raw.ReplacedAllocations, "in return order, allocations replace live ones")
 	assert.Zero(t, raw.LiveBytesAtEnd, "in return order, the last allocation is freed by the free before it")
 
-	out, late := feed(newReorder(100, heldLimit(16<<20)), 1<<40, in...)
+	out, late := feed(newReorder(100, reorderLimit(16<<20)), 1<<40, in...)
 	require.Empty(t, late)
 	tt := analyse(out)
 	assert.Equal(t, uint64(1001), tt.Allocations)
@@ -228,7 +228,7 @@ func TestReorderRepairsChurn(t *testing.T) {
 // TestReorderMark: the watermark releases what took effect before it, long
 // before the window would, and nothing at or after it.
 func TestReorderMark(t *testing.T) {
-	r := newReorder(1<<40, heldLimit(16<<20))
+	r := newReorder(1<<40, reorderLimit(16<<20))
 	free := record(event.KindFree, 1, 100, 900, 0x1) // effect 100
 	alloc := record(event.KindAlloc, 2, 150, 200, 0x1)
 	for _, e := range []event.Event{alloc, free} {
@@ -248,13 +248,13 @@ func TestReorderMark(t *testing.T) {
 }
 
 // TestReorderBound drives the buffer past its limit, as a reader that is
-// behind does (the clock never a window past the held events, no mark): it
+// behind does (the clock never a window past the buffered events, no mark): it
 // never holds more than the limit, its array never has more slots than the
 // limit and one, every event comes out once and in order, a release that
 // arrives behind the events pushed out is written at once and counted
 // late, and once drained the array is back to its smallest.
 func TestReorderBound(t *testing.T) {
-	const limit = 3 * minHeldCap
+	const limit = 3 * minReorderCap
 	const n = 4 * limit
 	r := newReorder(1<<62, limit)
 	var out []event.Event
@@ -268,7 +268,7 @@ func TestReorderBound(t *testing.T) {
 		require.False(t, r.add(&e), "in order: never late")
 		pop()
 		require.LessOrEqual(t, r.n, limit, "after %d events", i)
-		require.LessOrEqual(t, len(r.held), limit+1, "after %d events", i)
+		require.LessOrEqual(t, len(r.slots), limit+1, "after %d events", i)
 	}
 	assert.Len(t, out, n-limit, "the oldest went out, one per event past the limit")
 	assert.Zero(t, r.late)
@@ -299,11 +299,11 @@ func TestReorderBound(t *testing.T) {
 	for range 4 {
 		r.trim() // a poll each
 	}
-	assert.Equal(t, minHeldCap, len(r.held), "shrunk once drained")
+	assert.Equal(t, minReorderCap, len(r.slots), "shrunk once drained")
 }
 
 // TestReorderMatchesSort checks the buffer against the plainest model of
-// its contract: events held in a slice sorted on effect time, arrival
+// its contract: events buffered in a slice sorted on effect time, arrival
 // order among equal times,
 // the oldest due one going out first. Random traffic covers the ways an
 // event finds its place: at the newest end, a few places back, and far
@@ -313,7 +313,7 @@ func TestReorderBound(t *testing.T) {
 func TestReorderMatchesSort(t *testing.T) {
 	for seed := range uint64(10) {
 		rng := rand.New(rand.NewPCG(seed, 21))
-		limit := minHeldCap + rng.IntN(3*minHeldCap)
+		limit := minReorderCap + rng.IntN(3*minReorderCap)
 		window := uint64(1 + rng.IntN(200_000))
 		r := newReorder(window, limit)
 		m := &sortedModel{window: window, limit: limit}
@@ -362,7 +362,7 @@ func TestReorderMatchesSort(t *testing.T) {
 			for ev := m.pop(all); ev != nil; ev = m.pop(all) {
 				want = append(want, *ev)
 			}
-			require.LessOrEqual(t, len(r.held), limit+1)
+			require.LessOrEqual(t, len(r.slots), limit+1)
 		}
 		for ev := r.pop(true); ev != nil; ev = r.pop(true) {
 			got = append(got, *ev)
@@ -378,7 +378,7 @@ func TestReorderMatchesSort(t *testing.T) {
 		for range 4 {
 			r.trim()
 		}
-		require.Equal(t, minHeldCap, len(r.held), "seed %d: shrunk once drained", seed)
+		require.Equal(t, minReorderCap, len(r.slots), "seed %d: shrunk once drained", seed)
 	}
 }
 
@@ -387,7 +387,7 @@ func TestReorderMatchesSort(t *testing.T) {
 type sortedModel struct {
 	window             uint64
 	limit              int
-	held               []event.Event
+	buf                []event.Event
 	now, mark, written uint64
 	late               uint64
 	out                event.Event
@@ -402,41 +402,41 @@ func (m *sortedModel) add(e *event.Event) bool {
 		return true
 	}
 	// After every event of its time or before: they arrived first.
-	i, _ := slices.BinarySearchFunc(m.held, e.Time+1, func(h event.Event, t uint64) int { return cmp.Compare(h.Time, t) })
-	m.held = slices.Insert(m.held, i, *e)
+	i, _ := slices.BinarySearchFunc(m.buf, e.Time+1, func(h event.Event, t uint64) int { return cmp.Compare(h.Time, t) })
+	m.buf = slices.Insert(m.buf, i, *e)
 	return false
 }
 
 func (m *sortedModel) pop(all bool) *event.Event {
-	if len(m.held) == 0 {
+	if len(m.buf) == 0 {
 		return nil
 	}
-	top := m.held[0]
-	if !all && len(m.held) <= m.limit && top.Time >= m.mark && top.Time+m.window > m.now {
+	top := m.buf[0]
+	if !all && len(m.buf) <= m.limit && top.Time >= m.mark && top.Time+m.window > m.now {
 		return nil
 	}
 	m.out = top
 	m.written = max(m.written, top.Time)
-	m.held = m.held[1:]
+	m.buf = m.buf[1:]
 	return &m.out
 }
 
 func (m *sortedModel) flushPID(pid uint32) []event.Event {
 	var out, keep []event.Event
-	for _, e := range m.held {
+	for _, e := range m.buf {
 		if e.PID == pid {
 			out = append(out, e)
 		} else {
 			keep = append(keep, e)
 		}
 	}
-	m.held = keep
+	m.buf = keep
 	return out
 }
 
-// TestHeldLimit: the default ring holds at most 16 MiB / 80 B records, and
-// so many events at most are held.
-func TestHeldLimit(t *testing.T) {
-	assert.Equal(t, (16<<20)/(8+72), heldLimit(16<<20))
-	assert.Equal(t, minHeldCap, heldLimit(4096), "never below the array's smallest")
+// TestReorderLimit: the default ring holds at most 16 MiB / 80 B records, and
+// so many events at most are buffered.
+func TestReorderLimit(t *testing.T) {
+	assert.Equal(t, (16<<20)/(8+72), reorderLimit(16<<20))
+	assert.Equal(t, minReorderCap, reorderLimit(4096), "never below the array's smallest")
 }

@@ -124,9 +124,9 @@ type Session struct {
 	closed      bool
 	prefetch    pyPrefetch
 
-	// late: runtimes loaded after the session began (late.go).
-	late lateState
-	// watching: the file fault watch is attached (late.go) and the BPF
+	// loads: runtimes loaded after the session began (loads.go).
+	loads loadState
+	// watching: the file fault watch is attached (loaded.go) and the BPF
 	// side is quiet: a target is stopped at its loader's rendezvous only
 	// for a file not examined yet (preload.go).
 	watching bool
@@ -164,7 +164,7 @@ func NewSession(opts Options) (*Session, error) {
 		stacks:  newStackTable(opts.Sink),
 		rd:      newReader(l),
 		notCUDA: make(map[fileKey]bool),
-		order:   newReorder(uint64(opts.ReorderWindow), heldLimit(opts.RingBytes)),
+		order:   newReorder(uint64(opts.ReorderWindow), reorderLimit(opts.RingBytes)),
 	}
 	s.procs = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
 	if err := s.watchMappings(); err != nil {
@@ -426,7 +426,7 @@ func (s *Session) handle(r *rawRecord) error {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
-		if held, err := s.adoptLate(r); err != nil || held {
+		if held, err := s.adoptLoaded(r); err != nil || held {
 			return err
 		}
 	}
@@ -692,7 +692,7 @@ func (s *Session) AttachAll() error {
 	}
 	// From now on a process that starts is seen from its start: the
 	// probes on the files already known fire in it, and the watch
-	// announces the others before their first call (late.go). Its start
+	// announces the others before their first call (loaded.go). Its start
 	// tick is later than this one.
 	s.watchedFrom = bootTicks()
 	entries, err := os.ReadDir("/proc")

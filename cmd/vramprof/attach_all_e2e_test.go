@@ -36,6 +36,6 @@ func TestAttachAll(t *testing.T) {
 		assertTruth(t, procs, probetest.MustReadTruth(t, truthPath), stderr)
 	}
 	// longrun ran before the session: attached mid-run, however the
-	// processes started later are judged (attach_all_late_e2e_test.go).
+	// processes started later are judged (attach_all_loaded_e2e_test.go).
 	assert.NotEqual(t, "traced_from_start", procs[uint32(lr.pid)].PreexistingBasis, "longrun ran before the session")
 }

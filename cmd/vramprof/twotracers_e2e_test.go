@@ -23,7 +23,7 @@ import (
 // Two tracers, one host: `serve` (every process on the host) and `run`
 // sessions side by side. serve stops a process a run traces at the same
 // loader rendezvous as the run does (the process mapped a library serve had
-// not examined: late.go), and leaves it to the run (the per-process lock).
+// not examined: loaded.go), and leaves it to the run (the per-process lock).
 // serve ending, or its guardian, used to SIGCONT that process while the run
 // was still probing the library it had just mapped: its first calls were
 // missed (vmm: 0 of 9 allocations) or seen returning without their entry

@@ -297,8 +297,8 @@ type Writer struct {
 	st      eventState
 	ops     map[op]uint32
 	sizes   map[uint64]uint32
-	held    Event // an event not yet written, which may fold with the next
-	hasHeld bool
+	prev    Event // an event not yet written, which may fold with the next
+	hasPrev bool
 
 	frames uint64 // records written, the header included
 	sum    uint32 // CRC-32C chained over their crcs; a segment's only
@@ -393,7 +393,7 @@ func (w *Writer) Write(rec Record) error {
 	if enc == nil || isNil(rec) {
 		return fmt.Errorf("write trace record: unsupported record %T (nil or unknown type)", rec)
 	}
-	if err := w.writeHeld(); err != nil {
+	if err := w.writePrev(); err != nil {
 		return err
 	}
 	if err := w.writeFrame(typ, enc); err != nil {
@@ -433,29 +433,29 @@ func isNil(rec Record) bool {
 }
 
 // writeEvent is the hot path: no allocation once the tables are warm. It
-// holds ev back, writes it folded with the held event when they pair up,
-// or writes the held one alone.
+// holds ev back, writes it folded with the previous event when they pair up,
+// or writes the previous one alone.
 func (w *Writer) writeEvent(ev *Event) error {
-	if w.hasHeld {
-		w.hasHeld = false
-		if outer, nested, first, ok := fold(&w.held, ev); ok {
+	if w.hasPrev {
+		w.hasPrev = false
+		if outer, nested, first, ok := fold(&w.prev, ev); ok {
 			return w.emitEvent(outer, nested, first)
 		}
-		if err := w.emitEvent(&w.held, nil, false); err != nil {
+		if err := w.emitEvent(&w.prev, nil, false); err != nil {
 			return err
 		}
 	}
-	w.held, w.hasHeld = *ev, true
+	w.prev, w.hasPrev = *ev, true
 	return nil
 }
 
-// writeHeld writes the held event, if any, before another record.
-func (w *Writer) writeHeld() error {
-	if !w.hasHeld {
+// writePrev writes the previous event, if any, before another record.
+func (w *Writer) writePrev() error {
+	if !w.hasPrev {
 		return nil
 	}
-	w.hasHeld = false
-	return w.emitEvent(&w.held, nil, false)
+	w.hasPrev = false
+	return w.emitEvent(&w.prev, nil, false)
 }
 
 // fold reports whether a and b (a first in the stream) are a call and the
@@ -640,8 +640,8 @@ func (w *Writer) Frames() uint64 { return w.frames }
 func (w *Writer) Sum() uint32 { return w.sum }
 
 // Buffered returns how many bytes of whole records wait in the buffer (a
-// held event not included): what the next Flush adds to the underlying
-// writer, but for the held event.
+// previous event not included): what the next Flush adds to the underlying
+// writer, but for the previous event.
 func (w *Writer) Buffered() int { return w.bw.Buffered() }
 
 // Flush writes buffered records to the underlying writer.
@@ -649,7 +649,7 @@ func (w *Writer) Flush() error {
 	if w.err != nil {
 		return w.err
 	}
-	if err := w.writeHeld(); err != nil {
+	if err := w.writePrev(); err != nil {
 		return err
 	}
 	if err := w.bw.Flush(); err != nil {

@@ -2,11 +2,12 @@
 
 package probes
 
-// Late runtimes under Options.All (attach --all, serve). A process that
-// dlopen()s a copy of the CUDA runtime or driver that no probe covers yet
-// would make its first calls while user space is still reading the
-// library's symbols: the loader announces the new mapping, but an --all
-// session does not stop every process on the host at every dlopen.
+// Runtimes loaded after the start, under Options.All (attach --all,
+// serve). A process that dlopen()s a copy of the CUDA runtime or driver
+// that no probe covers yet would make its first calls while user space is
+// still reading the library's symbols: the loader announces the new
+// mapping, but an --all session does not stop every process on the host at
+// every dlopen.
 //
 // So the kernel tells the one case apart (bpf/vramprof.bpf.c, file_faulted
 // and loader_state): a process that faults on a mapping of a file this
@@ -107,7 +108,7 @@ func (s *Session) knowData(pid uint32) {
 			continue
 		}
 		k := fileKey{Dev: st.Dev, Inode: st.Ino}
-		if s.late.known[k] {
+		if s.loads.known[k] {
 			continue
 		}
 		if !isELF(p) {
@@ -139,14 +140,14 @@ func isELF(path string) bool {
 // one more stop of a process that maps the file, or a Library record left
 // to the scan at its next rendezvous.
 func (s *Session) examined(k fileKey, path string, probed bool) {
-	if !s.watching || s.late.known[k] {
+	if !s.watching || s.loads.known[k] {
 		return
 	}
-	if s.late.known == nil || len(s.late.known) >= maxKnown {
-		s.late.known = make(map[fileKey]bool)
-		s.late.under = make(map[fileKey]fileKey)
+	if s.loads.known == nil || len(s.loads.known) >= maxKnown {
+		s.loads.known = make(map[fileKey]bool)
+		s.loads.under = make(map[fileKey]fileKey)
 	}
-	s.late.known[k] = true
+	s.loads.known[k] = true
 	v := bpfKnownKNOWN_EXAMINED
 	if probed {
 		v = bpfKnownKNOWN_PROBED
@@ -154,7 +155,7 @@ func (s *Session) examined(k fileKey, path string, probed bool) {
 	_ = s.loader.objs.KnownFiles.Update(bpfFileKey{Dev: k.Dev, Ino: k.Inode}, v, ebpf.UpdateAny)
 	if rk, ok := s.realKey(path); ok && rk != k {
 		_ = s.loader.objs.KnownFiles.Update(bpfFileKey{Dev: rk.Dev, Ino: rk.Inode}, v, ebpf.UpdateAny)
-		s.late.under[rk] = k
+		s.loads.under[rk] = k
 	}
 }
 
@@ -170,7 +171,7 @@ func (s *Session) mappedFile(r *rawRecord) error {
 		return nil
 	}
 	k := fileKey{Dev: r.ev.Addr, Inode: r.ev.Size}
-	if over, ok := s.late.under[k]; ok {
+	if over, ok := s.loads.under[k]; ok {
 		k = over
 	}
 	pf := s.loader.att.files[k]
@@ -245,13 +246,13 @@ func touchFirstPage(f *os.File) (ok bool) {
 	return true
 }
 
-// adoptLate adopts the process of r, a record of a process not tracked yet
+// adoptLoaded adopts the process of r, a record of a process not tracked yet
 // (handle, Options.All). held reports that it is another session's: r has
 // been dealt with. A loader record that did not stop the process (it has a
 // controlling terminal or a debugger, see may_stop_other) while adopt
 // probed a new file for it means the process ran on meanwhile: that is
 // said once, since calls made before the probes were in place are missed.
-func (s *Session) adoptLate(r *rawRecord) (held bool, err error) {
+func (s *Session) adoptLoaded(r *rawRecord) (held bool, err error) {
 	pid, before := r.ev.PID, len(s.loader.att.files)
 	if err := s.adopt(pid); err != nil {
 		return false, err
@@ -320,8 +321,8 @@ func splitArgs(b []byte) []string {
 	return args
 }
 
-// lateState is a Session's part in this file.
-type lateState struct {
+// loadState is a Session's part in this file.
+type loadState struct {
 	// known mirrors the BPF map known_files, so that a file is put there
 	// once; cleared when it reaches maxKnown (the BPF map is an LRU of
 	// that size: an entry put again costs a map update).
@@ -367,7 +368,7 @@ func (s *Session) deferStop(pid uint32, seq uint64) {
 			_ = f.Close()
 		}
 	}
-	s.late.deferred = append(s.late.deferred, d)
+	s.loads.deferred = append(s.loads.deferred, d)
 }
 
 // noMarkers is a test hook, from $VRAMPROF_TEST_NO_DEFER_MARKERS=1: an
@@ -516,8 +517,8 @@ func (s *Session) stoppedHere(pid uint32) bool {
 // session ends first.
 func (s *Session) resumeDeferred() error {
 	var errs []error
-	kept := s.late.deferred[:0]
-	for _, d := range s.late.deferred {
+	kept := s.loads.deferred[:0]
+	for _, d := range s.loads.deferred {
 		st, err := procStartTime(int(d.pid))
 		switch {
 		case err != nil || st != d.start:
@@ -533,6 +534,6 @@ func (s *Session) resumeDeferred() error {
 			kept = append(kept, d)
 		}
 	}
-	s.late.deferred = kept
+	s.loads.deferred = kept
 	return errors.Join(errs...)
 }

@@ -21,18 +21,18 @@ import (
 	"github.com/vramprof/vramprof/report/exporter"
 )
 
-// lateRuntime runs the dlopen_late scenario on copies of the fake runtime
+// loadedRuntime runs the dlopen_late scenario on copies of the fake runtime
 // and driver made for this test, so that no process anywhere has mapped
 // those files (those inodes) before: the --all session meets it first at the dlopen. It
 // runs in a session of its own, as a daemon would, with no controlling
 // terminal (a process with one is never stopped by an --all session). It
 // returns the scenario's truth. With under, the scenario is the last
 // argument of that command (vramprof run ... --).
-func lateRuntime(t *testing.T, under ...string) *probetest.Truth {
+func loadedRuntime(t *testing.T, under ...string) *probetest.Truth {
 	t.Helper()
 	tmp := t.TempDir()
 	copyRuntime(t, tmp)
-	return runLate(t, filepath.Join(tmp, "libcudart.so.12"), under...)
+	return runLoaded(t, filepath.Join(tmp, "libcudart.so.12"), under...)
 }
 
 // copyRuntime copies the fake runtime and driver into dir (the runtime
@@ -47,9 +47,9 @@ func copyRuntime(t *testing.T, dir string) {
 	}
 }
 
-// runLate runs dlopen_late on the runtime lib (see lateRuntime) and returns
+// runLoaded runs dlopen_late on the runtime lib (see loadedRuntime) and returns
 // its truth.
-func runLate(t *testing.T, lib string, under ...string) *probetest.Truth {
+func runLoaded(t *testing.T, lib string, under ...string) *probetest.Truth {
 	t.Helper()
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
 	// Bounded: a process left stopped would never end.
@@ -126,7 +126,7 @@ func assertTruth(t *testing.T, procs map[uint32]allProcess, truth *probetest.Tru
 	assert.Equal(t, want.LiveBytesAtEnd, p.LiveBytesAtEnd, "live at end")
 }
 
-// TestAttachAllLateRuntime: a process that dlopen()s a copy of the runtime
+// TestAttachAllLoadedRuntime: a process that dlopen()s a copy of the runtime
 // no process had mapped when `attach --all` started is traced from its
 // first call: its figures equal the scenario's truth. (Before, its calls
 // ran while the new copy was being probed, and some or all were missed.)
@@ -134,10 +134,10 @@ func assertTruth(t *testing.T, procs map[uint32]allProcess, truth *probetest.Tru
 // A process that started after the session began was traced from its
 // start: it is not "attached mid-run", and its device is known as run
 // knows it (a thread that chose none uses device 0), not "unknown".
-func TestAttachAllLateRuntime(t *testing.T) {
+func TestAttachAllLoadedRuntime(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	stop, stderr := startAll(t)
-	truth := lateRuntime(t)
+	truth := loadedRuntime(t)
 	procs := stop()
 	assertTruth(t, procs, truth, stderr)
 	assertFromStart(t, procs[truth.PID])
@@ -156,20 +156,20 @@ func assertFromStart(t *testing.T, p allProcess) {
 	assert.Equal(t, []int32{0}, devices, "pid %d's devices (-1: unknown)", p.PID)
 }
 
-// TestAttachAllLateRuntimeOverlay is TestAttachAllLateRuntime in a
+// TestAttachAllLoadedRuntimeOverlay is TestAttachAllLoadedRuntime in a
 // container's root: the runtime's copy is on overlayfs, where stat(2) gives
 // the overlay's device and the kernel's faults and probes the layer's file
 // underneath. Two processes load it one after the other: both are traced
 // exactly and from their start (the second after the file is known,
-// probes/late.go).
-func TestAttachAllLateRuntimeOverlay(t *testing.T) {
+// probes/loaded.go).
+func TestAttachAllLoadedRuntimeOverlay(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	lower, merged := probetest.Overlay(t)
 	copyRuntime(t, lower)
 
 	stop, stderr := startAll(t)
-	first := runLate(t, filepath.Join(merged, "libcudart.so.12"))
-	second := runLate(t, filepath.Join(merged, "libcudart.so.12"))
+	first := runLoaded(t, filepath.Join(merged, "libcudart.so.12"))
+	second := runLoaded(t, filepath.Join(merged, "libcudart.so.12"))
 	procs := stop()
 	assertTruth(t, procs, first, stderr)
 	assertTruth(t, procs, second, stderr)
@@ -219,15 +219,15 @@ func TestAttachAllNewExecutable(t *testing.T) {
 	assertFromStart(t, procs[truth.PID])
 }
 
-// TestServeLateRuntime is TestAttachAllLateRuntime for `vramprof serve`:
+// TestServeLoadedRuntime is TestAttachAllLoadedRuntime for `vramprof serve`:
 // the exited process's figures, kept for the grace period, equal the
 // truth.
-func TestServeLateRuntime(t *testing.T) {
+func TestServeLoadedRuntime(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	addr := freeLoopback(t)
 	_, stop := startDaemon(t, nil, "vramprof: serving http://"+addr, "serve", "--listen", addr, "--per-process")
 
-	truth := lateRuntime(t)
+	truth := loadedRuntime(t)
 	want := truth.Totals
 	base := "http://" + addr
 	pid := strconv.Itoa(int(truth.PID))
@@ -263,7 +263,7 @@ func TestServeLateRuntime(t *testing.T) {
 	stop()
 }
 
-// TestAttachAllLateRuntimeHeld: `vramprof run` traces dlopen_late (copies
+// TestAttachAllLoadedRuntimeHeld: `vramprof run` traces dlopen_late (copies
 // of the runtime and driver no process mapped before) while `attach --all`
 // runs. Both sessions stop the process at its dlopen; the --all session
 // leaves it to run's session and must not resume it before run's has
@@ -271,12 +271,12 @@ func TestServeLateRuntime(t *testing.T) {
 // (never left stopped). (Whether the --all session also counted the
 // process's calls depends on whether it read the lock before the process
 // exited: not asserted.)
-func TestAttachAllLateRuntimeHeld(t *testing.T) {
+func TestAttachAllLoadedRuntimeHeld(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	stop, _ := startAll(t)
 
 	runDir := filepath.Join(t.TempDir(), "run")
-	truth := lateRuntime(t, binPath, "run", "-q", "-o", runDir, "--")
+	truth := loadedRuntime(t, binPath, "run", "-q", "-o", runDir, "--")
 	rep := mustReadReport(t, filepath.Join(runDir, "report.json"))
 	tt, want := rep.Totals, truth.Totals
 	assert.Equal(t, want.Allocations, val(t, "allocations", tt.Allocations), "allocations")
@@ -310,7 +310,7 @@ func TestAttachAllKilledAtStop(t *testing.T) {
 		t.Logf("attempt %d: attach --all met another process's stop before it was live; again", attempt)
 	}
 
-	truth := lateRuntime(t) // exits 0, truth written: resumed
+	truth := loadedRuntime(t) // exits 0, truth written: resumed
 	assert.Equal(t, "dlopen_late", truth.Scenario)
 	select {
 	case err := <-done:

@@ -31,7 +31,7 @@ func awaitState(t *testing.T, pid int, want byte, is bool) {
 }
 
 // TestDeferredStop: an --all session's stop of a process another session
-// holds is left to that session (late.go): while it holds the process,
+// holds is left to that session (loaded.go): while it holds the process,
 // this session does not resume it; once the process runs again (its
 // session resumed it), the stop is forgotten; once its session has let go
 // and the process is still stopped, this session resumes it.
@@ -57,12 +57,12 @@ func TestDeferredStop(t *testing.T) {
 	awaitState(t, pid, 'T', true)
 	all.deferStop(uint32(pid), 1)
 	require.NoError(t, all.resumeDeferred())
-	assert.Len(t, all.late.deferred, 1, "held and stopped: left to its session")
+	assert.Len(t, all.loads.deferred, 1, "held and stopped: left to its session")
 	assert.Equal(t, byte('T'), procState(pid), "not resumed while held")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
 	awaitState(t, pid, 'T', false)
 	require.NoError(t, all.resumeDeferred())
-	assert.Empty(t, all.late.deferred, "running again: forgotten")
+	assert.Empty(t, all.loads.deferred, "running again: forgotten")
 
 	// Its session lets go while it is stopped: resumed here.
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
@@ -70,12 +70,12 @@ func TestDeferredStop(t *testing.T) {
 	all.deferStop(uint32(pid), 2)
 	require.NoError(t, single.Close())
 	require.NoError(t, all.resumeDeferred())
-	assert.Empty(t, all.late.deferred)
+	assert.Empty(t, all.loads.deferred)
 	awaitState(t, pid, 'T', false)
 }
 
 // TestOverlayFileKnown: on overlayfs a page fault carries the key of the
-// file underneath while stat(2) gives the overlay's (late.go): a file
+// file underneath while stat(2) gives the overlay's (loaded.go): a file
 // examined through the overlay must stop nobody afterwards. The control:
 // with only stat's key in known_files, as before realKey, the same fault
 // makes the process pending.
@@ -128,11 +128,11 @@ for _ in sys.stdin:
 		return s.loader.objs.Pending.Lookup(pid, &v) == nil
 	}
 
-	s.late.known[over] = true // as examined put it before realKey
+	s.loads.known[over] = true // as examined put it before realKey
 	require.NoError(t, s.loader.objs.KnownFiles.Update(bpfFileKey{Dev: over.Dev, Ino: over.Inode}, bpfKnownKNOWN_EXAMINED, ebpf.UpdateAny))
 	assert.True(t, pending(), "control: with stat's key only, the fault makes the child pending")
 
-	delete(s.late.known, over)
+	delete(s.loads.known, over)
 	s.examined(over, path, false)
 	var v bpfKnown
 	assert.NoError(t, s.loader.objs.KnownFiles.Lookup(bpfFileKey{Dev: under.Dev, Ino: under.Inode}, &v), "the key underneath is known")

@@ -66,7 +66,7 @@ func (o *checkFlags) check() error {
 // writes the requested files. It returns the exit code, or an error for
 // exit 2.
 func (o *checkFlags) exec(ctx context.Context) (int, error) {
-	var base *compare.Snapshot
+	var base *compare.Figures
 	if o.Baseline != "" {
 		// Before the run: a bad baseline should not cost an hour of training.
 		var err error
@@ -75,7 +75,7 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 		}
 	}
 	var (
-		snap      *compare.Snapshot
+		snap      *compare.Figures
 		recording string
 		exitCode  *int
 		trace     string // the recording's trace, for the per-test figures
@@ -106,20 +106,20 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 		exitCode = &code
 		// run wrote report.json from the trace it recorded: the same
 		// analysis a later `vramprof check DIR` makes.
-		if snap, err = recorder.LoadSnapshot(filepath.Join(dir, recorder.JSONFile)); err != nil {
+		if snap, err = recorder.LoadFigures(filepath.Join(dir, recorder.JSONFile)); err != nil {
 			return 0, fmt.Errorf("check: %w", err)
 		}
 		snap.Source = compare.CommandText(o.argv)
 		trace = recorder.TracePath(dir)
 	} else {
 		var err error
-		if snap, err = recorder.LoadSnapshot(o.Input[0]); err != nil {
+		if snap, err = recorder.LoadFigures(o.Input[0]); err != nil {
 			if !errors.Is(err, recorder.ErrSegments) {
 				return 0, fmt.Errorf("check: %s: %w", o.Input[0], err)
 			}
 			// Segments that do not follow each other give no figures to
 			// trust: an unknown verdict that says why, in every output.
-			snap = &compare.Snapshot{Source: o.Input[0], NoFigures: true, Incomplete: []string{err.Error()}}
+			snap = &compare.Figures{Source: o.Input[0], NoFigures: true, Incomplete: []string{err.Error()}}
 		}
 		recording = "recording: " + o.Input[0]
 		if !snap.NoFigures {

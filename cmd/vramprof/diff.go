@@ -23,11 +23,11 @@ func (o *diffFlags) check() error {
 // exec compares two recordings (package compare). It needs no
 // privileges.
 func (o *diffFlags) exec(context.Context) (int, error) {
-	base, err := recorder.LoadSnapshot(o.Paths[0])
+	base, err := recorder.LoadFigures(o.Paths[0])
 	if err != nil {
 		return 0, fmt.Errorf("diff: BASE %s: %w", o.Paths[0], err)
 	}
-	nw, err := recorder.LoadSnapshot(o.Paths[1])
+	nw, err := recorder.LoadFigures(o.Paths[1])
 	if err != nil {
 		return 0, fmt.Errorf("diff: NEW %s: %w", o.Paths[1], err)
 	}

@@ -20,7 +20,7 @@ const smallSegment = 2 << 20
 // to export.
 var ErrNoProcess = errors.New("no device events of that process")
 
-// Exporter builds a Snapshot from an event stream: feed it every record of a
+// Builder builds a Snapshot from an event stream: feed it every record of a
 // trace with Add, in order, then call Snapshot or SnapshotOf. It is not
 // safe for concurrent use.
 //
@@ -56,7 +56,7 @@ var ErrNoProcess = errors.New("no device events of that process")
 // them; the analysis (report.json, the profile) still counts their bytes.
 // A block still live when its segment is freed (lost events) is dropped
 // from then on, its later free too, for the same reason.
-type Exporter struct {
+type Builder struct {
 	stacks map[event.StackID][]Frame
 	// ledger holds the instances, the live segments and their levels;
 	// procs the export state of each instance that had an event, by id.
@@ -129,13 +129,13 @@ type entry struct {
 }
 
 // NewExporter returns an empty Exporter.
-func NewExporter() *Exporter {
-	return &Exporter{stacks: map[event.StackID][]Frame{}, ledger: ledger.New(), procs: map[uint32]*proc{}}
+func NewExporter() *Builder {
+	return &Builder{stacks: map[event.StackID][]Frame{}, ledger: ledger.New(), procs: map[uint32]*proc{}}
 }
 
 // Add consumes one record. Records other than Header, Process, Stack and
 // Event are ignored.
-func (x *Exporter) Add(rec event.Record) error {
+func (x *Builder) Add(rec event.Record) error {
 	switch r := rec.(type) {
 	case *event.Header:
 		if r == nil {
@@ -178,7 +178,7 @@ func (x *Exporter) Add(rec event.Record) error {
 // instance, unless the current one has had no event or no record yet,
 // which it then describes (a fork child that execs before using CUDA is
 // one process).
-func (x *Exporter) process(r *event.Process) {
+func (x *Builder) process(r *event.Process) {
 	if !x.hasRoot && x.runMode {
 		x.rootPID, x.hasRoot = r.PID, true
 	}
@@ -186,7 +186,7 @@ func (x *Exporter) process(r *event.Process) {
 }
 
 // proc returns instance id's export state, creating it.
-func (x *Exporter) proc(id uint32) *proc {
+func (x *Builder) proc(id uint32) *proc {
 	p := x.procs[id]
 	if p == nil {
 		p = &proc{id: id, segs: map[uint64]*liveAlloc{}, blocks: map[devAddr]*liveAlloc{},
@@ -201,7 +201,7 @@ func segKey(id uint32) ledger.Key {
 	return ledger.Key{Inst: id, Layer: event.LayerSegment, Space: ledger.Device}
 }
 
-func (x *Exporter) event(e *event.Event) {
+func (x *Builder) event(e *event.Event) {
 	id := x.ledger.Active(e.PID, e.Time)
 	p := x.proc(id)
 	dev := max(e.Device, 0)
@@ -327,7 +327,7 @@ func (p *proc) segmentGone(addr uint64) {
 
 // Processes returns the process instances with anything to export, in the
 // order they appeared in the stream.
-func (x *Exporter) Processes() []Process {
+func (x *Builder) Processes() []Process {
 	var out []Process
 	seen := map[uint32]int{}
 	first := map[uint32]bool{} // PIDs whose first instance, events or not, was seen
@@ -354,7 +354,7 @@ func (x *Exporter) Processes() []Process {
 // Default returns the process Snapshot exports: the recording's root
 // process when it has events to export, else the one with the highest
 // segment-layer peak (the first of equals); false when no process has any.
-func (x *Exporter) Default() (Process, bool) {
+func (x *Builder) Default() (Process, bool) {
 	ps := x.Processes()
 	if len(ps) == 0 {
 		return Process{}, false
@@ -374,7 +374,7 @@ func (x *Exporter) Default() (Process, bool) {
 // Snapshot returns what the records added so far describe of the default
 // process (see Default); an empty snapshot when no process has events. The
 // Exporter stays usable.
-func (x *Exporter) Snapshot() *Snapshot {
+func (x *Builder) Snapshot() *Snapshot {
 	d, ok := x.Default()
 	if !ok {
 		return (&proc{}).snapshot()
@@ -385,7 +385,7 @@ func (x *Exporter) Snapshot() *Snapshot {
 // SnapshotOf is Snapshot for the first instance of pid with events (a
 // reused PID's later processes are not reachable this way). It returns an
 // error matching ErrNoProcess when pid has none.
-func (x *Exporter) SnapshotOf(pid uint32) (*Snapshot, error) {
+func (x *Builder) SnapshotOf(pid uint32) (*Snapshot, error) {
 	for _, in := range x.ledger.Instances() {
 		if p := x.procs[in.ID]; in.PID == pid && p != nil && len(p.entries) > 0 {
 			return p.snapshot(), nil
@@ -395,7 +395,7 @@ func (x *Exporter) SnapshotOf(pid uint32) (*Snapshot, error) {
 }
 
 // instance returns the proc Processes described as d.
-func (x *Exporter) instance(d Process) *proc {
+func (x *Builder) instance(d Process) *proc {
 	n := 0
 	for _, in := range x.ledger.Instances() {
 		p := x.procs[in.ID]

@@ -28,7 +28,7 @@ func blockFree(pid uint32, t, addr uint64) *event.Event {
 	return &event.Event{Time: t, PID: pid, Addr: addr, Kind: event.KindFree, Layer: event.LayerBlock, API: event.APIPyTorchFree}
 }
 
-func mustExport(tb testing.TB, recs ...event.Record) *Exporter {
+func mustExport(tb testing.TB, recs ...event.Record) *Builder {
 	tb.Helper()
 	x := NewExporter()
 	for _, r := range recs {

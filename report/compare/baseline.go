@@ -63,7 +63,7 @@ type BaselineStack struct {
 
 // NewBaseline is s's baseline, written by tool ("vramprof 0.1.0"). Lists
 // are empty, never null.
-func NewBaseline(s *Snapshot, tool string) *Baseline {
+func NewBaseline(s *Figures, tool string) *Baseline {
 	b := &Baseline{Schema: BaselineSchema, Tool: tool, Command: s.Command,
 		PeakBytes: s.Peak, LiveBytesAtEnd: s.LiveEnd, LostEvents: s.Lost,
 		Devices: []BaselineFigure{}, Processes: []BaselineFigure{}, PeakStacks: []BaselineStack{},
@@ -87,18 +87,18 @@ func NewBaseline(s *Snapshot, tool string) *Baseline {
 }
 
 // WriteBaseline writes s's baseline as indented JSON (see NewBaseline).
-func WriteBaseline(w io.Writer, s *Snapshot, tool string) error {
+func WriteBaseline(w io.Writer, s *Figures, tool string) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(NewBaseline(s, tool))
 }
 
-// Snapshot is the baseline as a Snapshot named source. Its stacks are
+// Figures is the baseline as a Figures named source. Its stacks are
 // incomplete (StacksComplete false) when the recording held more peak
 // stacks than the baseline kept.
-func (b *Baseline) Snapshot(source string) *Snapshot {
-	s := &Snapshot{Source: source, Command: b.Command, Peak: b.PeakBytes, LiveEnd: b.LiveBytesAtEnd, Lost: b.LostEvents,
+func (b *Baseline) Figures(source string) *Figures {
+	s := &Figures{Source: source, Command: b.Command, Peak: b.PeakBytes, LiveEnd: b.LiveBytesAtEnd, Lost: b.LostEvents,
 		StacksComplete: b.PeakStacksTotal <= len(b.PeakStacks), EndedCleanly: len(b.IncompleteReasons) == 0,
 		Incomplete: b.IncompleteReasons}
 	for _, d := range b.Devices {
@@ -119,7 +119,7 @@ func (b *Baseline) Snapshot(source string) *Snapshot {
 // LoadBaseline reads a baseline written by WriteBaseline, or a report.json
 // (whose figures are a baseline's and more), named by its path. Errors wrap
 // ErrRecording or ErrSchema.
-func LoadBaseline(path string) (*Snapshot, error) {
+func LoadBaseline(path string) (*Figures, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRecording, err)
@@ -142,5 +142,5 @@ func LoadBaseline(path string) (*Snapshot, error) {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRecording, path, err)
 	}
-	return b.Snapshot(path), nil
+	return b.Figures(path), nil
 }

@@ -44,7 +44,7 @@ func TestBaselineRoundTrip(t *testing.T) {
 // TestBaselineKeepsTopStacks: of 25 stacks a baseline keeps the largest
 // BaselineStacks, and knows it is incomplete.
 func TestBaselineKeepsTopStacks(t *testing.T) {
-	s := &Snapshot{Peak: 25 * 26 / 2}
+	s := &Figures{Peak: 25 * 26 / 2}
 	ss := stackSet{}
 	for i := 1; i <= 25; i++ {
 		ss.add([]string{fmt.Sprintf("f%02d", i)}, "site", uint64(i), 1)
@@ -56,7 +56,7 @@ func TestBaselineKeepsTopStacks(t *testing.T) {
 	assert.Equal(t, uint64(25), b.PeakStacks[0].Bytes, "largest first")
 	assert.Equal(t, uint64(25-BaselineStacks+1), b.PeakStacks[BaselineStacks-1].Bytes)
 	assert.Equal(t, []string{}, b.Command, "never null")
-	assert.False(t, b.Snapshot("b").StacksComplete)
+	assert.False(t, b.Figures("b").StacksComplete)
 }
 
 // TestLoadBaselineFixture reads a hand-written baseline that kept 1 of 3

@@ -131,7 +131,7 @@ func TestIncompleteBaseline(t *testing.T) {
 	// A baseline file keeps the reasons: written from base (whole) it has
 	// none; from the cut one, it reads back incomplete.
 	for _, tc := range []struct {
-		snap *Snapshot
+		snap *Figures
 		want []string
 	}{{mustLoad(t, "base"), nil}, {base, base.Incomplete}} {
 		var buf bytes.Buffer
@@ -148,7 +148,7 @@ func TestIncompleteBaseline(t *testing.T) {
 // TestNoFigures: a recording that cannot be read into figures (segments
 // that do not follow each other) is judged on nothing but that.
 func TestNoFigures(t *testing.T) {
-	s := &Snapshot{Source: "dir", NoFigures: true, Incomplete: []string{"inconsistent segments: segment 2 is missing"}}
+	s := &Figures{Source: "dir", NoFigures: true, Incomplete: []string{"inconsistent segments: segment 2 is missing"}}
 	v := Judge(s, nil, Limits{MaxPeak: u64(1 << 30)}, nil)
 	require.Len(t, v.Checks, 1)
 	assert.Equal(t, "complete", v.Checks[0].Name)

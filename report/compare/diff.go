@@ -82,7 +82,7 @@ type Diff struct {
 	LiveAtEndStacks []StackChange `json:"live_at_end_stacks"`
 
 	// BaseIncomplete, NewIncomplete say why BASE or NEW does not cover a
-	// whole run (Snapshot.Incomplete: cut short, a moment report, a
+	// whole run (Figures.Incomplete: cut short, a moment report, a
 	// process attached mid-run); absent when it does. Their figures may
 	// differ for that reason alone: the text says so first.
 	BaseIncomplete []string `json:"base_incomplete,omitempty"`
@@ -94,7 +94,7 @@ type Diff struct {
 }
 
 // NewDiff compares base with nw.
-func NewDiff(base, nw *Snapshot) *Diff {
+func NewDiff(base, nw *Figures) *Diff {
 	return &Diff{
 		Schema: DiffSchema, Base: base.Source, New: nw.Source,
 		PeakBytes: NewChange(base.Peak, nw.Peak), LiveBytesAtEnd: NewChange(base.LiveEnd, nw.LiveEnd),

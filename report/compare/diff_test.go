@@ -173,7 +173,7 @@ func TestDiffTextLimit(t *testing.T) {
 	for i := 1; i <= DiffTextStacks+2; i++ {
 		ss.add([]string{fmt.Sprintf("f%02d", i)}, fmt.Sprintf("f%02d", i), uint64(i), 1)
 	}
-	d := NewDiff(&Snapshot{Source: "a"}, &Snapshot{Source: "b", PeakStacks: ss.sorted()})
+	d := NewDiff(&Figures{Source: "a"}, &Figures{Source: "b", PeakStacks: ss.sorted()})
 	var buf bytes.Buffer
 	d.WriteText(&buf)
 	out := buf.String()
@@ -212,7 +212,7 @@ func TestDiffWrite(t *testing.T) {
 }
 
 // TestDiffIncomplete: a side that is no whole run (a moment report, a
-// process attached mid-run: Snapshot.Incomplete) is said first, with its
+// process attached mid-run: Figures.Incomplete) is said first, with its
 // reason, in the text and in the JSON; a complete side says nothing.
 func TestDiffIncomplete(t *testing.T) {
 	base, nw := mustLoad(t, "base"), mustLoad(t, "new")

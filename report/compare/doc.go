@@ -10,13 +10,13 @@
 // file writer), and the model and text of `vramprof diff` (schema
 // vramprof/diff/v1).
 //
-// Everything here works on a Snapshot: the figures of one report.json,
+// Everything here works on Figures: the figures of one report.json,
 // keyed so that two runs line up. Processes are matched by command (pids
 // differ from run to run) and stacks by their rendered frames with
 // unsymbolized addresses blanked (ASLR moves them from run to run). A
-// Snapshot comes from a report.json (LoadReport, FromReport) or a baseline
+// Figures come from a report.json (LoadReport, FromReport) or a baseline
 // (LoadBaseline); analysing a trace into a report is the caller's business
-// (cmd/vramprof/internal/recorder's LoadSnapshot), so that this package
+// (cmd/vramprof/internal/recorder's LoadFigures), so that this package
 // needs neither root nor a scenario to be tested.
 //
 // Verdicts are exact: sizes and percentages are compared as integers and

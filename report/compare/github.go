@@ -37,12 +37,12 @@ func (v *Verdict) WriteAnnotations(w io.Writer) {
 			fmt.Fprintf(w, "::error %stitle=%s::%s\n", loc, title, ghData(a.Message))
 		}
 	}
-	if v.Snapshot.Lost > 0 && !v.Unknown() {
+	if v.Figures.Lost > 0 && !v.Unknown() {
 		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: lost events"),
-			ghData(fmt.Sprintf("%d events lost (%s): %s", v.Snapshot.Lost, v.Snapshot.lostCause(), lostText)))
+			ghData(fmt.Sprintf("%d events lost (%s): %s", v.Figures.Lost, v.Figures.lostCause(), lostText)))
 	}
-	if v.Snapshot.Late > 0 {
-		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: late events"), ghData(lateWarning(v.Snapshot.Late)))
+	if v.Figures.Late > 0 {
+		fmt.Fprintf(w, "::warning title=%s::%s\n", ghProperty("vramprof check: late events"), ghData(lateWarning(v.Figures.Late)))
 	}
 }
 
@@ -66,7 +66,7 @@ func mdCell(s string) string {
 func (v *Verdict) WriteMarkdown(w io.Writer) error {
 	var out bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&out, format, args...) }
-	s := v.Snapshot
+	s := v.Figures
 	p("## vramprof check: %s\n\n", mdCell(v.Header()))
 	if len(s.Command) > 0 {
 		p("Command: `%s`. ", strings.ReplaceAll(CommandText(s.Command), "`", "'"))

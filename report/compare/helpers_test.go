@@ -34,8 +34,8 @@ func fixture(name string) string {
 	return filepath.Join("testdata", name, "report.json")
 }
 
-// mustLoad loads testdata/<name>/report.json as a snapshot named name.
-func mustLoad(tb testing.TB, name string) *Snapshot {
+// mustLoad loads testdata/<name>/report.json as figures named name.
+func mustLoad(tb testing.TB, name string) *Figures {
 	tb.Helper()
 	s, err := LoadReport(name, fixture(name))
 	require.NoError(tb, err)

@@ -58,7 +58,7 @@ func (v *Verdict) JUnit() junit.Testsuites {
 		case !c.Pass && c.Name == "oom":
 			// The forensics of each failure are the failure's body.
 			var b bytes.Buffer
-			writeOOMs(&b, v.Snapshot.OOMs)
+			writeOOMs(&b, v.Figures.OOMs)
 			tc.Failure = &junit.Result{Message: c.Message, Type: "out of memory",
 				Data: c.Measured + "\n" + strings.TrimLeft(b.String(), "\n")}
 		case !c.Pass:

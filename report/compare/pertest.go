@@ -101,7 +101,7 @@ func (l *Limits) limitOf(id string) (bytes uint64, from string, ok bool) {
 // testChecks judges each pytest test's peak against its limit (a check per
 // test; one without a limit is shown, not judged), or says why no test can
 // be judged when limits were given.
-func (v *Verdict) testChecks(snap *Snapshot, l *Limits) {
+func (v *Verdict) testChecks(snap *Figures, l *Limits) {
 	switch {
 	case !l.perTest() && len(snap.Tests) == 0:
 		return

@@ -54,9 +54,9 @@ func TestParseTestLimits(t *testing.T) {
 	assert.Equal(t, uint64(1<<20), *l.MaxPeakPerTest)
 }
 
-// perTestSnapshot has three pytest tests: test_small peaks at 12 MiB,
+// perTestFigures has three pytest tests: test_small peaks at 12 MiB,
 // test_big at 96 MiB, test_leaks at 16 MiB and leaks 3 MiB.
-func perTestSnapshot() *Snapshot {
+func perTestFigures() *Figures {
 	s := FromReport(oomReport(), "rec")
 	s.OOMs = nil
 	s.TestsRead = true
@@ -77,7 +77,7 @@ func perTestSnapshot() *Snapshot {
 func TestPerTestLimits(t *testing.T) {
 	tl, err := ParseTestLimits("l.txt", []byte("tests/t_test.py::TestM::* 80MiB\ntests/t_test.py::test_big 1GiB\ntests/gone.py::* 1\n"))
 	require.NoError(t, err)
-	v := Judge(perTestSnapshot(), nil, Limits{MaxPeakPerTest: u64(16 << 20), TestLimits: tl}, intp(0))
+	v := Judge(perTestFigures(), nil, Limits{MaxPeakPerTest: u64(16 << 20), TestLimits: tl}, intp(0))
 	assert.Equal(t, "FAIL: memory regression (1 of 3 checks failed)", v.Header())
 	text := textOf(v)
 	for _, want := range []string{
@@ -99,8 +99,8 @@ func TestPerTestLimits(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "tests"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "tests", "t_test.py"), nil, 0o644))
-	v.Snapshot.Tests[1].PeakSite = "TestM.test_big (" + root + "/tests/t_test.py:108)"
-	v = Judge(v.Snapshot, nil, Limits{MaxPeakPerTest: u64(16 << 20), TestLimits: tl}, intp(0))
+	v.Figures.Tests[1].PeakSite = "TestM.test_big (" + root + "/tests/t_test.py:108)"
+	v = Judge(v.Figures, nil, Limits{MaxPeakPerTest: u64(16 << 20), TestLimits: tl}, intp(0))
 	v.SourceRoot = root
 	var ann bytes.Buffer
 	v.WriteAnnotations(&ann)
@@ -109,7 +109,7 @@ func TestPerTestLimits(t *testing.T) {
 		ann.String())
 
 	// No limit at all: the figures are shown and in JUnit, nothing judged.
-	v = Judge(perTestSnapshot(), nil, Limits{MaxPeak: u64(1 << 40)}, nil)
+	v = Judge(perTestFigures(), nil, Limits{MaxPeak: u64(1 << 40)}, nil)
 	assert.Equal(t, "PASS (1 check)", v.Header())
 	assert.Contains(t, textOf(v), "INFO  tests/t_test.py::test_leaks: peak 16777216 bytes (16.00 MiB), leaked 3145728 bytes (3.00 MiB) in 1 allocation; no limit")
 }
@@ -118,7 +118,7 @@ func TestPerTestLimits(t *testing.T) {
 // figures (a report.json, or no test frame in any stack) give no verdict
 // (exit 2), saying why.
 func TestPerTestUnjudged(t *testing.T) {
-	s := perTestSnapshot()
+	s := perTestFigures()
 	s.Tests, s.TestsRead = nil, false
 	v := Judge(s, nil, Limits{MaxPeakPerTest: u64(1)}, nil)
 	_, err := v.Outcome()

@@ -52,7 +52,7 @@ func (v *Verdict) Publish(stdout io.Writer, o Outputs) (regression bool, err err
 	// A failed command's recording is no baseline for the next run, nor
 	// one whose figures lost events may have skewed.
 	if _, cmdFailed := v.Failed(); o.Baseline != "" && !cmdFailed && !v.Unknown() {
-		write := func(w io.Writer) error { return WriteBaseline(w, v.Snapshot, o.Tool) }
+		write := func(w io.Writer) error { return WriteBaseline(w, v.Figures, o.Tool) }
 		if err := o.WriteFile(o.Baseline, write); err != nil {
 			return false, fmt.Errorf("--write-baseline: %w", err)
 		}

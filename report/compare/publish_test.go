@@ -31,7 +31,7 @@ func mustOutputs(tb testing.TB) Outputs {
 
 // TestPublish: the text on stdout, the JUnit report, the step summary
 // appended (twice: two checks in one job) and the baseline, which holds the
-// snapshot's peak.
+// figures' peak.
 func TestPublish(t *testing.T) {
 	v := Judge(mustLoad(t, "base"), nil, Limits{MaxPeak: u64(basePeak)}, nil)
 	o := mustOutputs(t)

@@ -93,9 +93,9 @@ type Annotation struct {
 // Verdict is the outcome of a check run, rendered the same way each time
 // for the same recording.
 type Verdict struct {
-	Snapshot *Snapshot
+	Figures *Figures
 	// Baseline is what --max-increase compared with; nil when none.
-	Baseline *Snapshot
+	Baseline *Figures
 	// Recording says where the figures come from, for the header:
 	// "recording: DIR".
 	Recording string
@@ -120,8 +120,8 @@ type Verdict struct {
 // Judge applies the limits to snap, and to its growth over base when base
 // is not nil. exitCode is the exit code of the command that was recorded
 // (check -- CMD), nil when judging a recording made before.
-func Judge(snap, base *Snapshot, l Limits, exitCode *int) *Verdict {
-	v := &Verdict{Snapshot: snap, Baseline: base}
+func Judge(snap, base *Figures, l Limits, exitCode *int) *Verdict {
+	v := &Verdict{Figures: snap, Baseline: base}
 	if exitCode != nil {
 		code := *exitCode
 		v.exitCode = code
@@ -454,7 +454,7 @@ func lateWarning(n uint64) string {
 // line per check, and the stacks that are the evidence of a failure.
 func (v *Verdict) WriteText(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	s := v.Snapshot
+	s := v.Figures
 	p("vramprof check: %s\n", v.Header())
 	if len(s.Command) > 0 {
 		p("command: %s\n", CommandText(s.Command))
@@ -521,7 +521,7 @@ func (v *Verdict) WriteText(w io.Writer) {
 // grew over the baseline when there is one, else the top stacks.
 func (v *Verdict) writeStacks(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	s := v.Snapshot
+	s := v.Figures
 	if v.oomFailed() {
 		writeOOMs(w, s.OOMs)
 	}

@@ -34,7 +34,7 @@ func TestJudge(t *testing.T) {
 
 	for _, tc := range []struct {
 		name       string
-		base       *Snapshot
+		base       *Figures
 		limits     Limits
 		pass       bool
 		header     string
@@ -132,7 +132,7 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-func mustLoadBaseline(tb testing.TB) *Snapshot {
+func mustLoadBaseline(tb testing.TB) *Figures {
 	tb.Helper()
 	b, err := LoadBaseline("testdata/baseline.json")
 	require.NoError(tb, err)

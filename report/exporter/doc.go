@@ -45,7 +45,7 @@
 //     and is forgotten once no process has been in it for Options.TTL: the
 //     groups held are those of the last TTL, not every job ever seen.
 //
-// Figures are computed at scrape time (analysis.Analyzer.Snapshot) and
+// Figures are computed at scrape time (analysis.Analyzer.SoFar) and
 // cached until the process's next record, so a scrape costs one analysis
 // per changed process. The analysis holds that process's lock: its records
 // wait meanwhile (about 10 ms for 100k live allocations at 1000 sites),
@@ -73,7 +73,7 @@
 // # Concurrency
 //
 // An Exporter is safe for concurrent use: the session's reader writes
-// records while HTTP handlers read snapshots.
+// records while HTTP handlers read figures so far.
 //
 // Imports, besides the standard library: analysis, probes/event, profile,
 // github.com/google/pprof and github.com/prometheus/client_golang.

@@ -123,7 +123,7 @@ type proc struct {
 
 	mu sync.Mutex
 	an *analysis.Analyzer
-	// version counts records added; snap is the snapshot at snapVersion.
+	// version counts records added; snap is the result so far at snapVersion.
 	version, snapVersion uint64
 	snap                 *analysis.Result
 	// exited is when the process was found gone; zero while it runs.
@@ -314,13 +314,13 @@ func (p *proc) exitedAt() time.Time {
 	return p.exited
 }
 
-// snapshot returns the process's figures so far, cached until its next
+// soFar returns the process's figures so far, cached until its next
 // record.
-func (p *proc) snapshot() *analysis.Result {
+func (p *proc) soFar() *analysis.Result {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.snap == nil || p.snapVersion != p.version {
-		p.snap, p.snapVersion = p.an.Snapshot(), p.version
+		p.snap, p.snapVersion = p.an.SoFar(), p.version
 	}
 	return p.snap
 }
@@ -407,7 +407,7 @@ func (x *Exporter) Result(pid uint32) (*analysis.Result, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: %d", ErrNoProcess, pid)
 	}
-	return p.snapshot(), nil
+	return p.soFar(), nil
 }
 
 // describe finds p's labels (x.mu held): command from its Process

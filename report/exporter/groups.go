@@ -174,7 +174,7 @@ func (x *Exporter) retire(p *proc) {
 	if x.opts.PerProcess {
 		return
 	}
-	res := p.snapshot()
+	res := p.soFar()
 	gm := x.gpuMapOf(p, x.nvmlViewLocked())
 	for i := range res.Processes {
 		pr := &res.Processes[i]

@@ -243,7 +243,7 @@ func (x *Exporter) Profile(name, pid, start string) (*gprofile.Profile, error) {
 	}
 	var ps []*gprofile.Profile
 	for _, p := range procs {
-		b, err := profile.Build(p.snapshot())
+		b, err := profile.Build(p.soFar())
 		if err != nil {
 			return nil, err
 		}
@@ -311,7 +311,7 @@ func (x *Exporter) serveIndex(w http.ResponseWriter, _ *http.Request) {
 	lost := x.Lost()
 	fmt.Fprintf(&b, "lost events: %d\n\n%-8s %-12s %-16s %14s %14s %s\n", lost.Total, "PID", "START", "COMMAND", "LIVE", "PEAK", "STATE")
 	for _, p := range x.processes() {
-		res := p.snapshot()
+		res := p.soFar()
 		p.mu.Lock()
 		state, command := "running", p.command
 		if !p.exited.IsZero() {

@@ -127,7 +127,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	lost := x.Lost()
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(lost.Total))
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(lost.Late))
-	nv := x.nvmlSnapshot()
+	nv := x.nvmlNow()
 	collectNVML(ch, nv)
 
 	// One consistent view: Sweep moves a dropped process's figures into
@@ -156,7 +156,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		return s
 	}
 	for _, p := range procs {
-		res := p.snapshot()
+		res := p.soFar()
 		p.mu.Lock()
 		exited := !p.exited.IsZero()
 		if exited {

@@ -113,14 +113,14 @@ type nvmlView struct {
 	devices       []nvmlDevice // sampled ones, by NVML index
 }
 
-// nvmlSnapshot copies the device layer for a scrape.
-func (x *Exporter) nvmlSnapshot() nvmlView {
+// nvmlNow copies the device layer for a scrape.
+func (x *Exporter) nvmlNow() nvmlView {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.nvmlViewLocked()
 }
 
-// nvmlViewLocked is nvmlSnapshot with x.mu held.
+// nvmlViewLocked is nvmlNow with x.mu held.
 func (x *Exporter) nvmlViewLocked() nvmlView {
 	n := &x.nvml
 	v := nvmlView{on: n.seen, available: n.available, reason: n.reason, hostname: x.opts.Hostname}

@@ -22,7 +22,7 @@
 // never by path: a link put in the directory's place meanwhile leads
 // nowhere. Analyze, Replay and Report read a trace, its segments, or a
 // PyTorch memory snapshot pickle, once and from the start (input.go: a
-// pipe or FIFO reads as a file does), and need no privileges; LoadSnapshot
+// pipe or FIFO reads as a file does), and need no privileges; LoadFigures
 // reads a recording into what `vramprof diff` and `check` compare
 // (report/compare), and Tests its trace into each pytest test's own
 // figures (report/pytests).

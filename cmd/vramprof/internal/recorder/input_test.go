@@ -201,7 +201,7 @@ func TestLoadSnapshotReadsAStream(t *testing.T) {
 	r, dir := startRecording(t, Options{})
 	require.NoError(t, r.Finish(&event.End{Reason: "exited"}, io.Discard, nil))
 	for _, name := range []string{TraceFile, JSONFile} {
-		s, err := LoadSnapshot(pipeOf(t, filepath.Join(dir, name)))
+		s, err := LoadFigures(pipeOf(t, filepath.Join(dir, name)))
 		require.NoError(t, err, name)
 		assert.Equal(t, uint64(8), s.Allocations, name)
 		assert.Equal(t, uint64(2*4096), s.LiveEnd, name)

@@ -15,13 +15,13 @@ import (
 	"github.com/vramprof/vramprof/report/pytests"
 )
 
-// LoadSnapshot reads what `vramprof diff` and `check` compare of a
+// LoadFigures reads what `vramprof diff` and `check` compare of a
 // recording: an output directory (its trace or a flight recorder's
 // segments, analysed as Report does, else its report.json), a .vpt trace,
 // or a report.json. A trace cut short gives the figures before the cut,
-// and the snapshot says so (Truncated). Errors wrap compare.ErrRecording,
+// and the figures say so (Truncated). Errors wrap compare.ErrRecording,
 // or compare.ErrSchema for a JSON file of another kind.
-func LoadSnapshot(path string) (*compare.Snapshot, error) {
+func LoadFigures(path string) (*compare.Figures, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
@@ -30,29 +30,29 @@ func LoadSnapshot(path string) (*compare.Snapshot, error) {
 		trace, rep := filepath.Join(path, TraceFile), filepath.Join(path, JSONFile)
 		switch {
 		case isRegular(trace), len(SegmentsOf(trace)) > 0:
-			return snapshotFromTrace(path, trace)
+			return figuresFromTrace(path, trace)
 		case isRegular(rep):
 			return compare.LoadReport(path, rep)
 		}
 		return nil, fmt.Errorf("%w: %s holds neither %s nor %s", compare.ErrRecording, path, TraceFile, JSONFile)
 	}
 	if !st.Mode().IsRegular() {
-		return snapshotFromStream(path)
+		return figuresFromStream(path)
 	}
 	if compare.IsJSONFile(path) {
 		return compare.LoadReport(path, path)
 	}
-	return snapshotFromTrace(path, path)
+	return figuresFromTrace(path, path)
 }
 
 // maxStreamReport bounds a report.json read from a pipe (read whole to be
 // parsed): a recording's is a few megabytes.
 const maxStreamReport = 256 << 20
 
-// snapshotFromStream reads a pipe or a FIFO (`check <(cat trace.vpt)`)
+// figuresFromStream reads a pipe or a FIFO (`check <(cat trace.vpt)`)
 // once, as a stream: a report.json (told by its first byte), a trace or a
 // snapshot pickle.
-func snapshotFromStream(path string) (*compare.Snapshot, error) {
+func figuresFromStream(path string) (*compare.Figures, error) {
 	f, err := openInput(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", compare.ErrRecording, err)
@@ -84,9 +84,9 @@ func isRegular(path string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-// snapshotFromTrace analyses a trace (or its segments) into a snapshot
+// figuresFromTrace analyses a trace (or its segments) into figures
 // named source.
-func snapshotFromTrace(source, trace string) (*compare.Snapshot, error) {
+func figuresFromTrace(source, trace string) (*compare.Figures, error) {
 	res, err := Analyze(trace, analysis.Options{})
 	truncated := errors.Is(err, ErrTruncated)
 	if err != nil && !truncated {

@@ -12,10 +12,10 @@ import (
 	"github.com/vramprof/vramprof/report/compare"
 )
 
-// TestLoadSnapshot: a directory, its trace and its report.json give the
+// TestLoadFigures: a directory, its trace and its report.json give the
 // workload's figures; a directory without its trace falls back on its
 // report.json; a trace cut short is marked; anything else is refused.
-func TestLoadSnapshot(t *testing.T) {
+func TestLoadFigures(t *testing.T) {
 	const n, size = 40, 1 << 20
 	dir, _ := mustRecord(t, Options{}, workload(n, size))
 	noTrace := filepath.Join(t.TempDir(), "json-only")
@@ -29,7 +29,7 @@ func TestLoadSnapshot(t *testing.T) {
 		{"directory without its trace", noTrace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := LoadSnapshot(tc.path)
+			s, err := LoadFigures(tc.path)
 			require.NoError(t, err)
 			assert.Equal(t, tc.path, s.Source)
 			assert.Equal(t, uint64(n), s.Allocations)
@@ -50,7 +50,7 @@ func TestLoadSnapshot(t *testing.T) {
 		}
 		require.NoError(t, w.Close())
 		require.NoError(t, f.Close())
-		s, err := LoadSnapshot(path)
+		s, err := LoadFigures(path)
 		require.NoError(t, err)
 		assert.True(t, s.Truncated)
 		assert.Equal(t, uint64(2*4096), s.LiveEnd)
@@ -62,11 +62,11 @@ func TestLoadSnapshot(t *testing.T) {
 		{"not a trace", mustWrite(t, "junk.vpt", "junk")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadSnapshot(tc.path)
+			_, err := LoadFigures(tc.path)
 			require.ErrorIs(t, err, compare.ErrRecording)
 		})
 	}
-	_, err := LoadSnapshot(mustWrite(t, "other.json", `{"schema": "other/v1"}`))
+	_, err := LoadFigures(mustWrite(t, "other.json", `{"schema": "other/v1"}`))
 	require.ErrorIs(t, err, compare.ErrSchema, "a JSON file of another kind")
 }
 

@@ -52,7 +52,7 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 	// One read of the input (a pipe or a FIFO is read once: newSource),
 	// the snapshot exported from it too; a --pid without events fails
 	// before any output is written.
-	var x *pysnapshot.Exporter
+	var x *pysnapshot.Builder
 	var also func(event.Record) error
 	if o.Format == "snapshot" {
 		x = pysnapshot.NewExporter()

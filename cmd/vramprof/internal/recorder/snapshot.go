@@ -72,7 +72,7 @@ func ExportSnapshot(path string, pid uint32, pidSet bool, note io.Writer) (*pysn
 
 // exportOf is ExportSnapshot once x has been fed path's records (err is
 // the replay's error).
-func exportOf(x *pysnapshot.Exporter, err error, path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
+func exportOf(x *pysnapshot.Builder, err error, path string, pid uint32, pidSet bool, note io.Writer) (*pysnapshot.Snapshot, error) {
 	if err != nil && !errors.Is(err, ErrTruncated) {
 		return nil, err
 	}

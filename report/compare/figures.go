@@ -26,9 +26,9 @@ var (
 	ErrSchema = errors.New("unknown schema")
 )
 
-// Snapshot is what diff and check compare of one recording: the figures of
+// Figures is what diff and check compare of one recording: the figures of
 // report.json, keyed so that two runs line up (see the package doc).
-type Snapshot struct {
+type Figures struct {
 	// Source names the recording for people: a path, or the command run.
 	Source       string
 	Command      []string
@@ -172,8 +172,8 @@ func schemaOf(name string, data []byte) (string, error) {
 }
 
 // LoadReport reads the report.json at path (schema report.Schema) as a
-// Snapshot named source. Errors wrap ErrRecording or ErrSchema.
-func LoadReport(source, path string) (*Snapshot, error) {
+// Figures named source. Errors wrap ErrRecording or ErrSchema.
+func LoadReport(source, path string) (*Figures, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRecording, err)
@@ -183,7 +183,7 @@ func LoadReport(source, path string) (*Snapshot, error) {
 
 // ParseReport is LoadReport of a report.json already read (data, named
 // name in errors): a pipe, read once.
-func ParseReport(source, name string, data []byte) (*Snapshot, error) {
+func ParseReport(source, name string, data []byte) (*Figures, error) {
 	schema, err := schemaOf(name, data)
 	if err != nil {
 		return nil, err
@@ -194,7 +194,7 @@ func ParseReport(source, name string, data []byte) (*Snapshot, error) {
 	return parseReport(source, name, data)
 }
 
-func parseReport(source, path string, data []byte) (*Snapshot, error) {
+func parseReport(source, path string, data []byte) (*Figures, error) {
 	var j report.JSON
 	if err := json.Unmarshal(data, &j); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRecording, path, err)
@@ -231,19 +231,19 @@ func incompleteReasons(j *report.JSON) []string {
 	return nil
 }
 
-// lostCause is s.LostCause, or what a snapshot without one (a baseline)
+// lostCause is s.LostCause, or what figures without one (a baseline)
 // says: the cause traces had before the causes were recorded.
-func (s *Snapshot) lostCause() string {
+func (s *Figures) lostCause() string {
 	if s.LostCause == "" {
 		return report.LostCause(s.Lost, event.LostCauses{})
 	}
 	return s.LostCause
 }
 
-// FromReport keys a report's figures for comparison, as a Snapshot named
+// FromReport keys a report's figures for comparison, as Figures named
 // source.
-func FromReport(j *report.JSON, source string) *Snapshot {
-	s := &Snapshot{
+func FromReport(j *report.JSON, source string) *Figures {
+	s := &Figures{
 		Source: source, Command: j.Run.Command, ExitCode: j.Run.ExitCode, EndedCleanly: j.Run.EndedCleanly,
 		Allocations: j.Totals.Allocations, Peak: j.Totals.PeakBytes, LiveEnd: j.Totals.LiveBytesAtEnd,
 		Lost: j.Totals.LostEvents, Events: j.Run.Events, Late: j.Totals.LateEvents, StacksComplete: true,

@@ -194,10 +194,10 @@ func TestReportReadsAStream(t *testing.T) {
 	})
 }
 
-// TestLoadSnapshotReadsAStream: check and diff read a trace, or a
+// TestLoadFiguresReadsAStream: check and diff read a trace, or a
 // report.json, through a pipe once, with the recording's figures:
 // workload(8, 4096) allocates 8 blocks and keeps 2 of 4096 bytes.
-func TestLoadSnapshotReadsAStream(t *testing.T) {
+func TestLoadFiguresReadsAStream(t *testing.T) {
 	r, dir := startRecording(t, Options{})
 	require.NoError(t, r.Finish(&event.End{Reason: "exited"}, io.Discard, nil))
 	for _, name := range []string{TraceFile, JSONFile} {

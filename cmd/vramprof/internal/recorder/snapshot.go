@@ -59,7 +59,7 @@ func Replay(path string, add func(event.Record) error) error {
 
 // ExportSnapshot replays the trace or snapshot at path and returns the
 // PyTorch snapshot of one process: pid when pidSet, else the default one
-// (pysnapshot.Exporter.Default: the recorded process, else the highest
+// (pysnapshot.Builder.Default: the recorded process, else the highest
 // segment peak). A pid without device events is a usage error naming those
 // that have some. When other processes have events, one line on note says
 // which was exported; another says how many blocks were left out for lying

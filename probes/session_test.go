@@ -109,7 +109,7 @@ func TestSessionSeesEveryCall(t *testing.T) {
 		{name: "leak"},
 		{name: "oom", env: []string{"FAKECUDA_CAPACITY=1073741824"}, exit: 1},
 		{name: "threads"},
-		{name: "dlopen_late"},
+		{name: "dlopen_runtime"},
 		{name: "static_runtime"},
 		{name: "hashed"},
 		{name: "static_lib", libs: 2},
@@ -177,13 +177,13 @@ func TestSessionSeesEveryCall(t *testing.T) {
 	}
 }
 
-// TestAttachWait attaches to dlopen_late while it sleeps, before it has
+// TestAttachWait attaches to dlopen_runtime while it sleeps, before it has
 // loaded the CUDA runtime (it does after 300 ms): the session watches the
 // loader and sees every call once the runtime arrives. (Without wait, such
 // a process is ErrNoCUDA: TestAttachErrors.)
 func TestAttachWait(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	bin := probetest.Bin(t, "dlopen_late")
+	bin := probetest.Bin(t, "dlopen_runtime")
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
 
 	// Load BPF first: the 300 ms are for attaching, not for loading.

@@ -214,7 +214,7 @@ func arithmetic(recs []event.Record) truthOf {
 // checks it against the format, its promises and the events' arithmetic.
 func TestPerfettoFixtures(t *testing.T) {
 	for _, name := range []string{"steady", "leak", "spike", "oom", "threads", "four_devices", "async_streams", "hashed",
-		"pool_steady", "managed_pinned", "vmm", "static_runtime", "dlopen_late"} {
+		"pool_steady", "managed_pinned", "vmm", "static_runtime", "dlopen_runtime"} {
 		t.Run(name, func(t *testing.T) {
 			recs := mustFixtureRecords(t, name)
 			res, data := perfettoOf(t, recs, PerfettoOptions{})

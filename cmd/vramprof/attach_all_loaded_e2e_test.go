@@ -21,7 +21,7 @@ import (
 	"github.com/vramprof/vramprof/report/exporter"
 )
 
-// loadedRuntime runs the dlopen_late scenario on copies of the fake runtime
+// loadedRuntime runs the dlopen_runtime scenario on copies of the fake runtime
 // and driver made for this test, so that no process anywhere has mapped
 // those files (those inodes) before: the --all session meets it first at the dlopen. It
 // runs in a session of its own, as a daemon would, with no controlling
@@ -39,7 +39,7 @@ func loadedRuntime(t *testing.T, under ...string) *probetest.Truth {
 // loads the driver from its own folder).
 func copyRuntime(t *testing.T, dir string) {
 	t.Helper()
-	libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
+	libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_runtime")), "..", "lib")
 	for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
 		data, err := os.ReadFile(filepath.Join(libs, name))
 		require.NoError(t, err)
@@ -47,7 +47,7 @@ func copyRuntime(t *testing.T, dir string) {
 	}
 }
 
-// runLoaded runs dlopen_late on the runtime lib (see loadedRuntime) and returns
+// runLoaded runs dlopen_runtime on the runtime lib (see loadedRuntime) and returns
 // its truth.
 func runLoaded(t *testing.T, lib string, under ...string) *probetest.Truth {
 	t.Helper()
@@ -55,15 +55,15 @@ func runLoaded(t *testing.T, lib string, under ...string) *probetest.Truth {
 	// Bounded: a process left stopped would never end.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, probetest.Bin(t, "dlopen_late"))
+	cmd := exec.CommandContext(ctx, probetest.Bin(t, "dlopen_runtime"))
 	if len(under) > 0 {
-		cmd = exec.CommandContext(ctx, under[0], append(under[1:], probetest.Bin(t, "dlopen_late"))...)
+		cmd = exec.CommandContext(ctx, under[0], append(under[1:], probetest.Bin(t, "dlopen_runtime"))...)
 	}
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+lib, "VRAMPROF_TRUTH="+truthPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "dlopen_late (left stopped?%s):\n%s", stoppedNote(t), out)
+	require.NoError(t, err, "dlopen_runtime (left stopped?%s):\n%s", stoppedNote(t), out)
 	truth := probetest.MustReadTruth(t, truthPath)
 	require.NotZero(t, truth.Totals.Allocations, "the scenario allocates")
 	return truth
@@ -263,7 +263,7 @@ func TestServeLoadedRuntime(t *testing.T) {
 	stop()
 }
 
-// TestAttachAllLoadedRuntimeHeld: `vramprof run` traces dlopen_late (copies
+// TestAttachAllLoadedRuntimeHeld: `vramprof run` traces dlopen_runtime (copies
 // of the runtime and driver no process mapped before) while `attach --all`
 // runs. Both sessions stop the process at its dlopen; the --all session
 // leaves it to run's session and must not resume it before run's has
@@ -287,9 +287,9 @@ func TestAttachAllLoadedRuntimeHeld(t *testing.T) {
 }
 
 // TestAttachAllKilledAtStop: `attach --all` SIGKILLs itself (the test hook)
-// at the first stop it reads, at the latest dlopen_late's stop at its
+// at the first stop it reads, at the latest dlopen_runtime's stop at its
 // dlopen of a new runtime copy. The guardian resumes the stopped process:
-// dlopen_late finishes with exit code 0 and its truth written, and the
+// dlopen_runtime finishes with exit code 0 and its truth written, and the
 // session is dead by then.
 func TestAttachAllKilledAtStop(t *testing.T) {
 	probetest.RequirePrivilege(t)
@@ -311,12 +311,12 @@ func TestAttachAllKilledAtStop(t *testing.T) {
 	}
 
 	truth := loadedRuntime(t) // exits 0, truth written: resumed
-	assert.Equal(t, "dlopen_late", truth.Scenario)
+	assert.Equal(t, "dlopen_runtime", truth.Scenario)
 	select {
 	case err := <-done:
 		assert.True(t, killedBySIGKILL(err), "attach --all killed at a stop: %v; stderr:\n%s", err, stderr.String())
 	case <-time.After(20 * time.Second):
-		t.Fatalf("attach --all still runs: dlopen_late was not stopped; stderr:\n%s", stderr.String())
+		t.Fatalf("attach --all still runs: dlopen_runtime was not stopped; stderr:\n%s", stderr.String())
 	}
 }
 
@@ -442,7 +442,7 @@ func runWatchingStops(t *testing.T, cmd *exec.Cmd, gate string) (stops, code int
 	}
 }
 
-// TestAttachAllTerminalNotStopped: under `attach --all`, dlopen_late on new
+// TestAttachAllTerminalNotStopped: under `attach --all`, dlopen_runtime on new
 // copies of the runtime and driver, watched by its parent as a shell
 // watches a job (wait4 with WUNTRACED|WCONTINUED). With a controlling
 // terminal it is never stopped: a shell's job control would take the
@@ -462,7 +462,7 @@ func TestAttachAllTerminalNotStopped(t *testing.T) {
 		terminal bool
 	}{{"terminal", true}, {"no terminal", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_late")), "..", "lib")
+			libs := filepath.Join(filepath.Dir(probetest.Bin(t, "dlopen_runtime")), "..", "lib")
 			tmp := filepath.Join(dirs, strconv.Itoa(i))
 			require.NoError(t, os.Mkdir(tmp, 0o755))
 			for _, name := range []string{"libcudart.so.12", "libcuda.so.1"} {
@@ -470,7 +470,7 @@ func TestAttachAllTerminalNotStopped(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, os.WriteFile(filepath.Join(tmp, name), data, 0o755))
 			}
-			cmd := exec.Command(probetest.Bin(t, "dlopen_late"))
+			cmd := exec.Command(probetest.Bin(t, "dlopen_runtime"))
 			cmd.Env = append(os.Environ(), "FAKECUDA_LIB="+filepath.Join(tmp, "libcudart.so.12"),
 				"VRAMPROF_TRUTH="+filepath.Join(tmp, "truth.json"))
 			if tc.terminal {

@@ -249,7 +249,7 @@ var scenarios = []struct {
 	{name: "spike"},
 	{name: "oom", env: []string{"FAKECUDA_CAPACITY=1073741824"}, exit: 1},
 	{name: "threads"},
-	{name: "dlopen_late"},
+	{name: "dlopen_runtime"},
 	{name: "static_runtime"},
 	{name: "hashed"},
 	{name: "static_lib"},

@@ -84,7 +84,7 @@ func killedBySIGKILL(err error) bool {
 // truth written.
 func TestRunKilledAtEveryStop(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	for _, name := range []string{"dlopen_late", "reload", "launcher", "static_runtime"} {
+	for _, name := range []string{"dlopen_runtime", "reload", "launcher", "static_runtime"} {
 		t.Run(name, func(t *testing.T) {
 			bin := probetest.Bin(t, name)
 			stops := 0
@@ -131,13 +131,13 @@ func TestRunKilledAtEveryStop(t *testing.T) {
 }
 
 // TestAttachKilledAtEveryStop is TestRunKilledAtEveryStop for `attach
-// --wait`: a shell waits for a line on its stdin, then execs dlopen_late
+// --wait`: a shell waits for a line on its stdin, then execs dlopen_runtime
 // (the exec, the loader at start-up and the dlopen of the runtime, all
 // after the attach). The shell is this test's child: its exit code is the
 // scenario's.
 func TestAttachKilledAtEveryStop(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	bin := probetest.Bin(t, "dlopen_late")
+	bin := probetest.Bin(t, "dlopen_runtime")
 	stops := 0
 	for n := 1; n <= maxStops; n++ {
 		tmp := t.TempDir()

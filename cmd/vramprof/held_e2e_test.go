@@ -165,7 +165,7 @@ func stopPending(t *testing.T, pid int) bool {
 func TestUserStopAtDlopenStop(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	truthFile := filepath.Join(t.TempDir(), "truth.json")
-	h := startHeldAtStop(t, []string{"VRAMPROF_TRUTH=" + truthFile}, probetest.Bin(t, "dlopen_late"))
+	h := startHeldAtStop(t, []string{"VRAMPROF_TRUTH=" + truthFile}, probetest.Bin(t, "dlopen_runtime"))
 	require.NoError(t, syscall.Kill(h.pid, syscall.SIGSTOP))
 	h.release(t)
 	h.awaitHandled(t)
@@ -195,7 +195,7 @@ func TestUserStopSurvivesGuardian(t *testing.T) {
 	tmp := t.TempDir()
 	codeFile := filepath.Join(tmp, "code")
 	h := startHeldAtStop(t, []string{"VRAMPROF_TRUTH=" + filepath.Join(tmp, "truth.json"), "VRAMPROF_TEST_CODE=" + codeFile},
-		"sh", "-c", wrappedScript, probetest.Bin(t, "dlopen_late"))
+		"sh", "-c", wrappedScript, probetest.Bin(t, "dlopen_runtime"))
 	g := guardians(t, h.cmd.Process.Pid)
 	require.Len(t, g, guardianCount, "vramprof's guardians")
 	require.NoError(t, syscall.Kill(h.pid, syscall.SIGSTOP))
@@ -223,7 +223,7 @@ func TestGuardianDiesFirst(t *testing.T) {
 	tmp := t.TempDir()
 	codeFile, truthFile := filepath.Join(tmp, "code"), filepath.Join(tmp, "truth.json")
 	h := startHeldAtStop(t, []string{"VRAMPROF_TRUTH=" + truthFile, "VRAMPROF_TEST_CODE=" + codeFile},
-		"sh", "-c", wrappedScript, probetest.Bin(t, "dlopen_late"))
+		"sh", "-c", wrappedScript, probetest.Bin(t, "dlopen_runtime"))
 	vp := h.cmd.Process.Pid
 	g := guardians(t, vp)
 	require.Len(t, g, guardianCount, "vramprof's guardians")
@@ -243,7 +243,7 @@ func TestGuardianDiesFirst(t *testing.T) {
 	assert.Equal(t, 0, awaitTargetEnd(t, codeFile, 20*time.Second), "the target's exit code")
 	truth, err := probetest.ReadTruth(truthFile)
 	if assert.NoError(t, err, "the target's truth") {
-		assert.Equal(t, "dlopen_late", truth.Scenario)
+		assert.Equal(t, "dlopen_runtime", truth.Scenario)
 	}
 	select { // vramprof's stderr is complete once every writer is gone
 	case <-h.done:
@@ -264,7 +264,7 @@ func TestGuardianDiesFirst(t *testing.T) {
 // the replacement had started.
 func TestGuardianKilledWithVramprof(t *testing.T) {
 	probetest.RequirePrivilege(t)
-	bin := probetest.Bin(t, "dlopen_late")
+	bin := probetest.Bin(t, "dlopen_runtime")
 	gaps := []time.Duration{0, 0, 100 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond}
 	for round := range 30 {
 		gap := gaps[round%len(gaps)]
@@ -284,7 +284,7 @@ func TestGuardianKilledWithVramprof(t *testing.T) {
 			"the target's exit code: guardian %d and vramprof killed %v apart, round %d", victim, gap, round)
 		truth, err := probetest.ReadTruth(truthFile)
 		require.NoError(t, err, "the target's truth, round %d", round)
-		require.Equal(t, "dlopen_late", truth.Scenario)
+		require.Equal(t, "dlopen_runtime", truth.Scenario)
 		select { // vramprof's stderr is complete once every writer is gone
 		case <-h.done:
 		case <-time.After(30 * time.Second):

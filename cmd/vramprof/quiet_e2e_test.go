@@ -85,7 +85,7 @@ func TestDlopenNotNoticed(t *testing.T) {
 }
 
 // TestDlopenOffPathStopsOnce: a runtime dlopen()ed by a path no search
-// finds (dlopen_late builds it at run time, and has no RUNPATH) is still
+// finds (dlopen_runtime builds it at run time, and has no RUNPATH) is still
 // traced exactly: the load that maps it stops the process, once, and the
 // driver the runtime then loads from its own RUNPATH is probed at that
 // stop, before it is mapped.
@@ -93,7 +93,7 @@ func TestDlopenOffPathStopsOnce(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	tmp := t.TempDir()
 	truth, dir := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "out")
-	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truth}}, "run", "-q", "-o", dir, "--", probetest.Bin(t, "dlopen_late"))
+	r := vramprof(t, execOpts{env: []string{"VRAMPROF_TRUTH=" + truth}}, "run", "-q", "-o", dir, "--", probetest.Bin(t, "dlopen_runtime"))
 	assertExact(t, dir, truth, r)
 	stops := processStops(t, dir)
 	require.Len(t, stops, 1, "one process")

@@ -145,7 +145,7 @@ func TestTwoTracersOneHost(t *testing.T) {
 	// Stress: in each round a fresh serve adopts what it finds while three
 	// runs start, and ends while they are under way (at their loader
 	// stops, most likely); every run exact.
-	names := []string{"vmm", "four_devices", "dlopen_late", "static_lib"}
+	names := []string{"vmm", "four_devices", "dlopen_runtime", "static_lib"}
 	for round := 0; round < 3; round++ {
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
 			cmd, done, stderr := startServe(t)

@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // scenarios in testdata/scenarios (gzipped: format 1 is very redundant).
 // They are the record of what version 1 wrote, so that every later reader
 // can be checked against it.
-var v1Fixtures = []string{"steady", "leak", "spike", "oom", "threads", "dlopen_late", "static_runtime",
+var v1Fixtures = []string{"steady", "leak", "spike", "oom", "threads", "dlopen_runtime", "static_runtime",
 	"hashed", "static_lib", "pool_steady", "vmm", "four_devices", "async_streams", "managed_pinned"}
 
 // mustFixture returns the ungzipped bytes of testdata/v1/NAME.vpt.gz.

@@ -6,7 +6,7 @@
  * main thread sleeps $DLOPEN_QUIET_DELAY_MS (default 300), dlopen()s the
  * runtime by name ("libcudart.so.12", found through this executable's
  * RUNPATH, as a trainer finds pip's runtime), whose first cudaMalloc
- * dlopen()s the driver, and in late_alloc allocates 10 buffers of (i+1) MiB
+ * dlopen()s the driver, and in loaded_alloc allocates 10 buffers of (i+1) MiB
  * and frees the even-numbered ones: 5 stay live (2+4+6+8+10 MiB =
  * 31457280 bytes). Then it wakes the waiter (an eventfd: a return of 1,
  * not EINTR) and prints "eintr=N sigcont=M" on stdout. Natively both are 0.
@@ -62,7 +62,7 @@ static void *waiter(void *arg)
 	}
 }
 
-NOINLINE void late_alloc(void)
+NOINLINE void loaded_alloc(void)
 {
 	for (int i = 0; i < NBUFS; i++)
 		check_cuda(TRUTH_MALLOC_VIA(p_cudaMalloc, &bufs[i], (size_t)(i + 1) * MiB), __func__);
@@ -112,7 +112,7 @@ int main(void)
 		fprintf(stderr, "dlsym: %s\n", dlerror());
 		return 3;
 	}
-	late_alloc();
+	loaded_alloc();
 	if (write(wake, &one, sizeof(one)) != sizeof(one)) {
 		perror("write eventfd");
 		return 3;

@@ -1,7 +1,7 @@
 /*
- * dlopen_late: not linked against libcudart. Sleeps 300 ms, then dlopen()s
+ * dlopen_runtime: not linked against libcudart. Sleeps 300 ms, then dlopen()s
  * the runtime ($FAKECUDA_LIB, or ../lib/libcudart.so.12 next to this
- * executable), looks up cudaMalloc/cudaFree with dlsym and, in late_alloc,
+ * executable), looks up cudaMalloc/cudaFree with dlsym and, in loaded_alloc,
  * allocates 10 buffers of (i+1) MiB and frees the even-numbered ones: 5 stay
  * live (2+4+6+8+10 MiB = 31457280 bytes).
  */
@@ -25,7 +25,7 @@ static malloc_fn p_cudaMalloc;
 static free_fn p_cudaFree;
 static void *bufs[NBUFS];
 
-NOINLINE void late_alloc(void)
+NOINLINE void loaded_alloc(void)
 {
 	for (int i = 0; i < NBUFS; i++)
 		check_cuda(TRUTH_MALLOC_VIA(p_cudaMalloc, &bufs[i], (size_t)(i + 1) * MiB), __func__);
@@ -42,7 +42,7 @@ int main(void)
 	void *h;
 	ssize_t n;
 
-	truth_init("dlopen_late");
+	truth_init("dlopen_runtime");
 	if (lib == NULL || *lib == '\0') {
 		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 		if (n < 0) {
@@ -65,6 +65,6 @@ int main(void)
 		fprintf(stderr, "dlsym: %s\n", dlerror());
 		return 3;
 	}
-	late_alloc();
+	loaded_alloc();
 	return 0;
 }

@@ -34,6 +34,7 @@ type nvmlState struct {
 // at the end (32 bytes a sample: a day at 10 per second is 28 MB a device).
 type nvmlDevice struct {
 	name, uuid string
+	pciBusID   string
 	// note is the latest DeviceInfo's ProcessesNote that was not empty.
 	note    string
 	samples []DeviceSample
@@ -68,7 +69,7 @@ func (a *Analyzer) nvmlDevice(index int32) *nvmlDevice {
 func (a *Analyzer) deviceInfo(r *event.DeviceInfo) {
 	a.nvml.seen = true
 	d := a.nvmlDevice(r.Index)
-	d.name, d.uuid = r.Name, r.UUID
+	d.name, d.uuid, d.pciBusID = r.Name, r.UUID, r.PCIBusID
 	if r.ProcessesNote != "" {
 		d.note = r.ProcessesNote
 	}
@@ -176,7 +177,7 @@ func (a *Analyzer) finishNVML(r *Result) {
 		if d == nil {
 			continue
 		}
-		dv.Name, dv.UUID = d.name, d.uuid
+		dv.Name, dv.UUID, dv.PCIBusID = d.name, d.uuid, d.pciBusID
 		if len(d.samples) == 0 {
 			continue
 		}

@@ -233,6 +233,9 @@ type Device struct {
 	// when unknown.
 	Name string
 	UUID string
+	// PCIBusID is NVML's PCI address of the device ("00000000:3B:00.0");
+	// empty when unknown.
+	PCIBusID string
 	// NVML is what NVML's samples of the device said; nil when none came.
 	//
 	// NVML numbers devices in PCI bus order, CUDA (Index, from the traced

@@ -221,6 +221,9 @@ type JSONDevice struct {
 	// another GPU's.
 	ProductName string `json:"product_name"`
 	UUID        string `json:"uuid"`
+	// PCIBusID is NVML's PCI address of the device ("00000000:3B:00.0",
+	// dcgm-exporter's pci_bus_id); empty when unknown.
+	PCIBusID string `json:"pci_bus_id"`
 	// NVMLSamples counts the device's NVML samples; the nvml_* fields
 	// below are null without one.
 	NVMLSamples uint64 `json:"nvml_samples"`
@@ -702,7 +705,7 @@ func NewJSON(res *analysis.Result) *JSON {
 			c := d.CapacityBytes
 			jd.CapacityBytes = &c
 		}
-		jd.ProductName, jd.UUID = d.Name, d.UUID
+		jd.ProductName, jd.UUID, jd.PCIBusID = d.Name, d.UUID, d.PCIBusID
 		if n := d.NVML; n != nil {
 			jd.NVMLSamples = n.Samples
 			if at := n.AtPeak; at != nil {

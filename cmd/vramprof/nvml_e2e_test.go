@@ -141,6 +141,7 @@ type nvmlDevice struct {
 	CapacityBytes *uint64 `json:"capacity_bytes"`
 	ProductName   string  `json:"product_name"`
 	UUID          string  `json:"uuid"`
+	PCIBusID      string  `json:"pci_bus_id"`
 	NVMLSamples   uint64  `json:"nvml_samples"`
 	NVMLLastUsed  *uint64 `json:"nvml_last_used_bytes"`
 	NVMLLastFree  *uint64 `json:"nvml_last_free_bytes"`
@@ -316,6 +317,10 @@ func TestNVMLStandInRun(t *testing.T) {
 
 			// Traced from its start: the driver's bytes are the traced ones.
 			rep := checkNVMLReport(t, out, pid, end, end.used)
+			// The PCI address through whichever nvmlDeviceGetPciInfo
+			// go-nvml binds: v3 where exported, else v1's legacy field.
+			dev0 := rep.Devices[slices.IndexFunc(rep.Devices, func(d nvmlDevice) bool { return d.Index == 0 })]
+			assert.Equal(t, standInBusID(0, lib == "nvml-v1"), dev0.PCIBusID, "device 0's PCI address")
 			p := rep.Processes[0]
 			assert.Equal(t, int64(contextBytes), p.NVML.Latest.GapBytes, "the gap is the context")
 			assert.Equal(t, "traced_from_start", p.PreexistingBasis)
@@ -664,6 +669,16 @@ func standInDeviceUUID(i int) string {
 	return fmt.Sprintf("GPU-f4ce0000-5ca1-4e55-8d1e-00000000000%d", i)
 }
 
+// standInBusID is the stand-in's PCI address of device i
+// (testdata/nvml/nvml.c: bus 0x41 + i): nvmlDeviceGetPciInfo_v3's busId,
+// or with legacy the 16-byte busIdLegacy that v1 and v2 fill.
+func standInBusID(i int, legacy bool) string {
+	if legacy {
+		return fmt.Sprintf("0000:%02X:00.0", 0x41+i)
+	}
+	return fmt.Sprintf("00000000:%02X:00.0", 0x41+i)
+}
+
 // startFourDevices starts four_devices in the environment of the test,
 // held at its end (its truth written) behind a FIFO until release is
 // called; it returns once the process is there, with its pid and truth.
@@ -764,6 +779,7 @@ func TestNVMLStandInDevices(t *testing.T) {
 				assert.Equal(t, capacity, val(t, "capacity_bytes", d.CapacityBytes), "device %d", i)
 				assert.Equal(t, standInName, d.ProductName, "device %d", i)
 				assert.Equal(t, standInDeviceUUID(i), d.UUID, "device %d", i)
+				assert.Equal(t, standInBusID(i, false), d.PCIBusID, "device %d", i)
 				assert.Positive(t, d.NVMLSamples, "device %d", i)
 				if dir == moment {
 					// Taken while four_devices sat at its end: NVML's last
@@ -823,6 +839,19 @@ func TestNVMLStandInDevices(t *testing.T) {
 		assert.Equal(t, want(func(i int) uint64 { return ds[i].nvml() }), nvmlGauges(fams, exporter.MetricDeviceUsedBytes))
 		assert.Equal(t, want(func(i int) uint64 { return capacity - ds[i].nvml() }), nvmlGauges(fams, exporter.MetricDeviceFreeBytes))
 		assert.Equal(t, want(func(int) uint64 { return 1 }), nvmlGauges(fams, exporter.MetricNVMLProcessesAvailable))
+		// Labelled as dcgm-exporter labels the GPU: its PCI address too.
+		for _, name := range []string{exporter.MetricDeviceTotalBytes, exporter.MetricDeviceUsedBytes, exporter.MetricDeviceFreeBytes} {
+			for _, m := range fams[name].GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				i, err := strconv.Atoi(l["gpu"])
+				require.NoError(t, err)
+				assert.Equal(t, standInDeviceUUID(i), l["UUID"], "%s gpu %d", name, i)
+				assert.Equal(t, standInBusID(i, false), l["pci_bus_id"], "%s gpu %d", name, i)
+			}
+		}
 		for i := range fourDevicesLive {
 			v, ok := metricValue(fams, exporter.MetricNVMLProcessUsedBytes, strconv.Itoa(pid), "gpu", strconv.Itoa(i), "UUID", standInDeviceUUID(i))
 			if assert.True(t, ok, "%s{pid=%d,gpu=%d}", exporter.MetricNVMLProcessUsedBytes, pid, i) {

@@ -40,6 +40,7 @@ func (f *fakeNVML) Device(i int) (nvml.Device, error) {
 
 func (g *fakeGPU) Name() (string, error)                     { return g.name, nil }
 func (g *fakeGPU) UUID() (string, error)                     { return g.uuid, nil }
+func (g *fakeGPU) PCIBusID() (string, error)                 { return "", nvml.ErrNotSupported }
 func (g *fakeGPU) MemoryInfo() (nvml.Memory, error)          { return g.mem, nil }
 func (g *fakeGPU) ComputeProcesses() ([]nvml.Process, error) { return g.procs, nil }
 func (g *fakeGPU) GraphicsProcesses() ([]nvml.Process, error) {

@@ -416,6 +416,9 @@ type DeviceInfo struct {
 	// (MIG partitions, vGPU guests), which a report prints verbatim. The
 	// sampler writes the DeviceInfo again when it finds that out.
 	ProcessesNote string
+	// PCIBusID is the device's PCI address ("00000000:3B:00.0"),
+	// dcgm-exporter's pci_bus_id label; empty when NVML does not say.
+	PCIBusID string
 }
 
 // Sample is one device's memory as NVML reported it at Time (the device

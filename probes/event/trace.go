@@ -55,8 +55,8 @@ package event
 // after them as events. A Stack is ID, PID, frame count, then
 // per frame Addr, Mapping, Function, File, Line. A Sample is Time, Device,
 // TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
-// UsedBytes. A DeviceInfo's ProcessesNote was appended later: a payload
-// that ends before it has none. Empty lists decode as nil. Header.Version is not in the
+// UsedBytes. A DeviceInfo's ProcessesNote, then its PCIBusID, were
+// appended later: a payload that ends before them has none. Empty lists decode as nil. Header.Version is not in the
 // payload: it is the preamble's version. Both versions share these.
 //
 // Events, version 2. Events are the hot path (millions per trace, ~10k a
@@ -1336,6 +1336,7 @@ func (e *encoder) deviceInfo(x *DeviceInfo) {
 	e.uint(x.TotalBytes)
 	e.uint(x.Time)
 	e.str(x.ProcessesNote)
+	e.str(x.PCIBusID)
 }
 
 func (e *encoder) sample(x *Sample) {
@@ -1589,8 +1590,11 @@ func (d *decoder) deviceInfo(x *DeviceInfo) {
 	x.UUID = d.str()
 	x.TotalBytes = d.uint()
 	x.Time = d.uint()
-	if len(d.b) > 0 { // appended field: absent from older traces
+	if len(d.b) > 0 { // appended fields: absent from older traces
 		x.ProcessesNote = d.str()
+	}
+	if len(d.b) > 0 {
+		x.PCIBusID = d.str()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
@@ -28,8 +29,8 @@ type goNVML struct {
 	// for an injected nvml.Interface (tests).
 	path     string
 	memoryV2 bool
-	// missing are the process lists the library exports under none of
-	// their names, by function (see processLists).
+	// missing are the optional functions the library exports under none
+	// of their names, by function (see processLists and identity).
 	missing map[string]bool
 }
 
@@ -87,6 +88,13 @@ var required = [][]string{
 	{"nvmlDeviceGetMemoryInfo", memoryInfoV2},
 }
 
+// identity is the device's PCI address call, by all its names, first the
+// one it is known by: optional as the process lists are (a library without
+// it gives the figures without the address).
+var identity = [][]string{{pciInfo, pciInfo + "_v2", pciInfo + "_v3"}}
+
+const pciInfo = "nvmlDeviceGetPciInfo"
+
 // processLists are the two process lists, by all their names, first the
 // one they are known by. A library without one under any name still gives
 // device figures: the list's calls fail with errMissing instead.
@@ -133,7 +141,7 @@ func preflight(path string) (missing map[string]bool, err error) {
 			return nil, fmt.Errorf("%s lacks %s, which vramprof needs: %w", path, strings.Join(names, " and "), err)
 		}
 	}
-	for _, names := range processLists {
+	for _, names := range slices.Concat(processLists, identity) {
 		if exports(names) != nil {
 			if missing == nil {
 				missing = make(map[string]bool)
@@ -225,6 +233,33 @@ func (d *goDevice) MemoryInfo() (Memory, error) {
 		return Memory{}, err
 	}
 	return Memory{Total: m.Total, Free: m.Free, Used: m.Used}, nil
+}
+
+func (d *goDevice) PCIBusID() (string, error) {
+	if d.g.missing[pciInfo] {
+		return "", &missingError{fn: pciInfo, path: d.g.path}
+	}
+	p, ret := d.d.GetPciInfo()
+	if err := d.g.check(pciInfo, ret); err != nil {
+		return "", err
+	}
+	// The v3 layout's busId; v1 and v2 fill only busIdLegacy.
+	if id := cString(p.BusId[:]); id != "" {
+		return id, nil
+	}
+	return cString(p.BusIdLegacy[:]), nil
+}
+
+// cString is the NUL-terminated string in b.
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
 }
 
 func (d *goDevice) ComputeProcesses() ([]Process, error) {

@@ -29,9 +29,13 @@ type gpu struct {
 	name, uuid            string
 	total, reserved, free uint64 // used is what is left: total - reserved - free
 	compute, graphics     []nvml.ProcessInfo
-	handleRet, memoryRet  nvml.Return // failures to inject; SUCCESS is 0
-	computeRet            nvml.Return
-	graphicsRet           nvml.Return
+	// busID is the PCI address the v3 call gives; legacy, the one v1 and
+	// v2 give (in busIdLegacy) when busID is empty.
+	busID, legacy        string
+	handleRet, memoryRet nvml.Return // failures to inject; SUCCESS is 0
+	pciRet               nvml.Return
+	computeRet           nvml.Return
+	graphicsRet          nvml.Return
 }
 
 // mockDevice builds go-nvml's generated mock of a device from g. Both
@@ -47,6 +51,16 @@ func mockDevice(g *gpu) *mock.Device {
 		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
 			// v1 counts the driver's reservation as used.
 			return nvml.Memory{Total: g.total, Free: g.free, Used: g.total - g.free}, g.memoryRet
+		},
+		GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
+			var p nvml.PciInfo
+			for i, c := range []byte(g.busID) {
+				p.BusId[i] = int8(c)
+			}
+			for i, c := range []byte(g.legacy) {
+				p.BusIdLegacy[i] = int8(c)
+			}
+			return p, g.pciRet
 		},
 		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
 			return g.compute, g.computeRet

@@ -72,6 +72,10 @@ type Library interface {
 type Device interface {
 	Name() (string, error)
 	UUID() (string, error)
+	// PCIBusID is the device's PCI address ("00000000:3B:00.0"),
+	// dcgm-exporter's pci_bus_id label. It may fail (a library without
+	// it): the address is then empty, and nothing else changes.
+	PCIBusID() (string, error)
 	// MemoryInfo is nvmlDeviceGetMemoryInfo_v2 where the library has it,
 	// else nvmlDeviceGetMemoryInfo (Reserved 0, counted in Used).
 	MemoryInfo() (Memory, error)
@@ -216,7 +220,11 @@ func (s *Sampler) readDevice(i int) (Device, event.DeviceInfo, error) {
 	if err != nil {
 		return nil, event.DeviceInfo{}, err
 	}
-	return d, event.DeviceInfo{Index: int32(i), Name: name, UUID: uuid, TotalBytes: m.Total, Time: s.clock()}, nil
+	info := event.DeviceInfo{Index: int32(i), Name: name, UUID: uuid, TotalBytes: m.Total, Time: s.clock()}
+	if id, err := d.PCIBusID(); err == nil {
+		info.PCIBusID = id
+	}
+	return d, info, nil
 }
 
 // unavailable wraps err as ErrUnavailable: "NVML unavailable: <err>".

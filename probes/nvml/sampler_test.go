@@ -18,8 +18,8 @@ import (
 
 func twoGPUs() []*gpu {
 	return []*gpu{
-		{name: "NVIDIA A100-SXM4-40GB", uuid: "GPU-aaaa", total: 40 * gib, reserved: gib / 2, free: 30 * gib},
-		{name: "NVIDIA H100 80GB HBM3", uuid: "GPU-bbbb", total: 80 * gib, reserved: gib, free: 79 * gib},
+		{name: "NVIDIA A100-SXM4-40GB", uuid: "GPU-aaaa", busID: "00000000:3B:00.0", total: 40 * gib, reserved: gib / 2, free: 30 * gib},
+		{name: "NVIDIA H100 80GB HBM3", uuid: "GPU-bbbb", busID: "00000000:86:00.0", total: 80 * gib, reserved: gib, free: 79 * gib},
 	}
 }
 
@@ -28,8 +28,8 @@ func TestOpenDevices(t *testing.T) {
 	s := mustOpen(t, m, Options{})
 	// The clock reads 1000, 2000: one per device, in index order.
 	assert.Equal(t, []event.DeviceInfo{
-		{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-aaaa", TotalBytes: 40 * gib, Time: 1000},
-		{Index: 1, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-bbbb", TotalBytes: 80 * gib, Time: 2000},
+		{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-aaaa", TotalBytes: 40 * gib, Time: 1000, PCIBusID: "00000000:3B:00.0"},
+		{Index: 1, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-bbbb", TotalBytes: 80 * gib, Time: 2000, PCIBusID: "00000000:86:00.0"},
 	}, s.Devices())
 	assert.Empty(t, s.Skipped())
 	assert.Len(t, m.InitCalls(), 1)
@@ -467,4 +467,20 @@ func TestRunProcessesNotSupported(t *testing.T) {
 	assert.Equal(t, []event.Record{&info[0], &noted}, got[1:3])
 	assert.IsType(t, &event.Sample{}, got[3])
 	assert.IsType(t, &event.Sample{}, got[4])
+}
+
+// TestPCIBusID: a device's PCI address is the v3 layout's busId, else the
+// legacy busIdLegacy that v1 and v2 fill; a library that cannot say leaves
+// it empty and every other figure as it was.
+func TestPCIBusID(t *testing.T) {
+	gpus := twoGPUs()
+	gpus[0].busID, gpus[0].legacy = "", "0000:3B:00.0"
+	gpus[1].pciRet = nvml.ERROR_NOT_SUPPORTED
+	s := mustOpen(t, newMockNVML(true, nvml.SUCCESS, gpus...), Options{})
+	require.Len(t, s.Devices(), 2)
+	assert.Equal(t, "0000:3B:00.0", s.Devices()[0].PCIBusID, "the legacy field")
+	assert.Empty(t, s.Devices()[1].PCIBusID, "not supported")
+	assert.Equal(t, "GPU-bbbb", s.Devices()[1].UUID)
+	assert.Equal(t, uint64(80*gib), s.Devices()[1].TotalBytes)
+	assert.Empty(t, s.Skipped(), "no device skipped for want of an address")
 }

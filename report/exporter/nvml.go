@@ -14,11 +14,12 @@ import (
 // probes' records, and the last of each is served as gauges. GPUs are
 // labelled as dcgm-exporter labels them (gpuLabels): `gpu` is NVML's index
 // (PCI bus order, which CUDA's numbering in the `device` label of the
-// other metrics need not follow), `UUID`, `modelName` and `Hostname`, so
-// that a query joins them with DCGM_FI_DEV_FB_USED on (Hostname, gpu,
-// UUID). dcgm-exporter's `device` ("nvidia<minor>") and `pci_bus_id` are
-// not served: NVML's minor number and PCI address are not sampled, and
-// `device` is CUDA's index in vramprof's own series. When NVML
+// other metrics need not follow), `UUID`, `pci_bus_id` (NVML's PCI
+// address, empty when the library does not give it), `modelName` and
+// `Hostname`, so that a query joins them with DCGM_FI_DEV_FB_USED on
+// (Hostname, gpu, UUID) or (Hostname, pci_bus_id). dcgm-exporter's
+// `device` ("nvidia<minor>") is not served: `device` is CUDA's index in
+// vramprof's own series, and one label name means one thing. When NVML
 // is unavailable (no library, no driver, no device, or sampling failing
 // now) no device figure is served, only MetricNVMLAvailable 0 with the
 // reason: a missing figure must not read as zero bytes. A GPU whose
@@ -40,11 +41,11 @@ const (
 )
 
 // gpuLabels label the GPU gauges, as dcgm-exporter names them.
-var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
+var gpuLabels = []string{"gpu", "UUID", "pci_bus_id", "modelName", "Hostname"}
 
 // gpuLabelValues are d's values of gpuLabels on the node hostname.
 func gpuLabelValues(d nvmlDevice, hostname string) []string {
-	return []string{strconv.Itoa(int(d.info.Index)), d.info.UUID, d.info.Name, hostname}
+	return []string{strconv.Itoa(int(d.info.Index)), d.info.UUID, d.info.PCIBusID, d.info.Name, hostname}
 }
 
 var (

@@ -52,8 +52,8 @@ func TestNVMLMetrics(t *testing.T) {
 
 	records := []event.Record{
 		&event.NVMLStatus{Time: 1, Available: true},
-		&event.DeviceInfo{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-a", TotalBytes: 40 * GiB, Time: 1},
-		&event.DeviceInfo{Index: 1, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-b", TotalBytes: 40 * GiB, Time: 1},
+		&event.DeviceInfo{Index: 0, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-a", TotalBytes: 40 * GiB, Time: 1, PCIBusID: "00000000:07:00.0"},
+		&event.DeviceInfo{Index: 1, Name: "NVIDIA A100-SXM4-40GB", UUID: "GPU-b", TotalBytes: 40 * GiB, Time: 1, PCIBusID: "00000000:0F:00.0"},
 		// An older sample of device 0: replaced by the next one.
 		&event.Sample{Time: 2, Device: 0, TotalBytes: 40 * GiB, UsedBytes: 1 * GiB, FreeBytes: 39 * GiB},
 		&event.Sample{Time: 3, Device: 0, TotalBytes: 40 * GiB, UsedBytes: 3 * GiB, FreeBytes: 37 * GiB,
@@ -78,6 +78,7 @@ func TestNVMLMetrics(t *testing.T) {
 		l := labelsOf(m)
 		assert.Equal(t, "NVIDIA A100-SXM4-40GB", l["modelName"])
 		assert.Equal(t, map[string]string{"0": "GPU-a", "1": "GPU-b"}[l["gpu"]], l["UUID"])
+		assert.Equal(t, map[string]string{"0": "00000000:07:00.0", "1": "00000000:0F:00.0"}[l["gpu"]], l["pci_bus_id"])
 	}
 	v, ok := value(fams, MetricNVMLProcessUsedBytes, 4242, "gpu", "0", "UUID", "GPU-a", "command", "trainer")
 	require.True(t, ok)

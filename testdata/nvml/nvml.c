@@ -10,7 +10,9 @@
  * FAKENVML_DEVICES devices (default 1, at most the fake driver's 4), index
  * i the fake driver's device i: "NVIDIA H100 80GB HBM3", UUID
  * GPU-f4ce0000-5ca1-4e55-8d1e-00000000000<i>, total FAKECUDA_CAPACITY bytes
- * (default 80 GiB), reserved 0. A running process is one whose file exists
+ * (default 80 GiB), reserved 0, PCI address 00000000:<0x41 + i>:00.0
+ * (v1 and v2 of nvmlDeviceGetPciInfo: 0000:<0x41 + i>:00.0 in
+ * busIdLegacy). A running process is one whose file exists
  * and whose pid is alive; its used bytes on device i are its line i's USED
  * + CONTEXT, and it is listed on the devices where that is not 0. A
  * device's used bytes are the sum over running processes, capped at the
@@ -46,6 +48,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -398,6 +401,56 @@ API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 	*index = device.handle->index;
 	return NVML_SUCCESS;
 }
+
+/* ---- the PCI address ---- */
+
+/* Device i is at PCI address 00000000:<0x41 + i>:00.0 (dcgm-exporter's
+ * pci_bus_id label). */
+#define PCI_BUS_BASE 0x41
+
+/* v1 and v2 fill what their nvmlPciInfo_t had: the fields before busId
+ * (the 16-byte address, now busIdLegacy); v3 fills busId as well. */
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci, int v3)
+{
+	nvmlReturn_t r = check_device(device);
+
+	if (r != NVML_SUCCESS)
+		return r;
+	if (pci == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(pci, 0, offsetof(nvmlPciInfo_t, busId));
+	pci->domain = 0;
+	pci->bus = PCI_BUS_BASE + device.handle->index;
+	pci->device = 0;
+	pci->pciDeviceId = 0x233010de; /* H100 SXM5 80GB, NVIDIA's vendor id */
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, pci->domain, pci->bus,
+		 pci->device);
+	if (v3)
+		snprintf(pci->busId, sizeof(pci->busId), NVML_DEVICE_PCI_BUS_ID_FMT, pci->domain, pci->bus,
+			 pci->device);
+	return NVML_SUCCESS;
+}
+
+#ifndef FAKENVML_LATEST_ONLY
+API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+	return pci_info(device, pci, 0);
+}
+#endif
+
+#ifndef FAKENVML_V1_ONLY
+#ifndef FAKENVML_LATEST_ONLY
+API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+	return pci_info(device, pci, 0);
+}
+#endif
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+	return pci_info(device, pci, 1);
+}
+#endif
 
 /* ---- memory ---- */
 

@@ -65,7 +65,7 @@ func momentsOnSIGUSR1(rec *recorder.Recorder, note func(format string, args ...a
 	wg.Go(func() {
 		for range sigs {
 			if err := rec.SignalMoment(); err != nil {
-				note("SIGUSR1 snapshot: %v", err)
+				note("SIGUSR1 moment: %v", err)
 			}
 		}
 	})

@@ -607,5 +607,5 @@ const (
 	MomentOOM          = "oom"
 	MomentSignal       = "usr1"
 	MomentOOMReason    = "oom moment"
-	MomentSignalReason = "SIGUSR1 snapshot"
+	MomentSignalReason = "SIGUSR1 moment"
 )

@@ -569,7 +569,7 @@ type JSONRun struct {
 	// Moment is present in a moment report (DIR/moments/*/report.json):
 	// the figures are those of the trace up to that moment, while the
 	// recording went on; end_reason is then "oom moment" or "SIGUSR1
-	// snapshot", duration_ns runs to the moment, and exit_code means
+	// moment", duration_ns runs to the moment, and exit_code means
 	// nothing (the target was still running).
 	Moment *JSONMoment `json:"moment,omitempty"`
 	// Flight is set when the trace was kept by a flight recorder (run or

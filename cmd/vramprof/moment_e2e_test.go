@@ -222,7 +222,7 @@ func TestMomentSIGUSR1(t *testing.T) {
 	md := filepath.Join(a.dir, "moments", names[0])
 	assertDirHolds(t, md, momentFiles)
 	m := mustReadMoment(t, filepath.Join(md, "report.json"))
-	assert.Equal(t, "SIGUSR1 snapshot", m.Run.EndReason)
+	assert.Equal(t, "SIGUSR1 moment", m.Run.EndReason)
 	assert.Equal(t, "usr1", m.Run.Moment.Kind)
 	assert.Nil(t, m.Run.Moment.Request)
 

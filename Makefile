@@ -15,7 +15,7 @@ DEMO_OUT ?= demo-out
 # BPF tests need root; sudo is used when we are not root already.
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo -E)
 
-.PHONY: all build testdata pythons nvidia torch kube generate test race bench demo lint clean release install uninstall image
+.PHONY: all build testdata pythons nvidia torch kube imagebase generate test race bench demo lint clean release install uninstall image
 
 all: build
 
@@ -31,7 +31,7 @@ generate:
 # -p 1: packages one at a time. attach --all (cmd/vramprof) adopts every CUDA
 # process on the machine, other packages' test processes included, and two
 # sessions resuming the same stopped process race each other.
-test: testdata pythons nvidia torch kube
+test: testdata pythons nvidia torch kube imagebase
 	$(SUDO) env "PATH=$$PATH" $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 # The race detector on every package whose tests load no BPF (the
@@ -80,6 +80,13 @@ torch: testdata
 # A failure is left to the test, as for the Pythons.
 kube:
 	-testdata/kube/fetch.sh >/dev/null
+
+# The base of the deploy image (cmd/vramprof/deploy/Dockerfile's FROM
+# debian:<codename>-slim) built from Debian's packages with mmdebstrap, for
+# the test that runs the image as the DaemonSet does: about 45 MB downloaded
+# once, kept under testdata/image/build. A failure is left to the test.
+imagebase:
+	-$(SUDO) testdata/image/rootfs.sh $$(sed -n 's/^FROM debian:\(.*\)-slim$$/\1/p' cmd/vramprof/deploy/Dockerfile) >/dev/null
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
 # interleaved) for the CUDA API and for the block layer (--pool), and attach

@@ -111,6 +111,8 @@ type Session struct {
 	lastLost uint64
 	lastLate uint64
 	order    *reorder // events wait here to go out in effect order
+	// phases are test phases waiting for the events before them (holdPhase).
+	phases []*event.TestPhase
 	// mark is the last effect-order watermark read from the threads map
 	// (see reorder.go), applied once the ring buffer is next found empty
 	// or the reader has reached markAt, whichever comes first; 0 when
@@ -286,6 +288,9 @@ func (s *Session) scan(p *proc, running bool) error {
 	if err := s.findPython(p); err != nil {
 		return err
 	}
+	if err := s.probePytest(p); err != nil {
+		return err
+	}
 	files, err := s.probeFiles(p.pid)
 	if err != nil {
 		return err
@@ -422,7 +427,7 @@ func (s *Session) handle(r *rawRecord) error {
 		s.heldRecord(r) // another session's (All): left alone (see tick)
 		return nil
 	}
-	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
+	if s.opts.All && s.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit && r.kind != recTestPhase {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
@@ -437,6 +442,14 @@ func (s *Session) handle(r *rawRecord) error {
 		return s.forked(r)
 	case r.kind == recMapped:
 		return s.mappedFile(r)
+	case r.kind == recTestPhase:
+		tp, err := testPhase(r)
+		if err != nil || s.procs[r.ev.PID] == nil {
+			s.rd.countUnknown() // damaged, or of a process not tracked
+			return nil
+		}
+		s.holdPhase(tp)
+		return s.release(false)
 	case r.kind == recExit:
 		if p := s.procs[r.ev.PID]; p != nil {
 			s.noteExit(p.pid, r.ev.Addr)
@@ -535,9 +548,18 @@ func (s *Session) takeMark() {
 // them when all is true.
 func (s *Session) release(all bool) error {
 	for ev := s.order.pop(all); ev != nil; ev = s.order.pop(all) {
+		if len(s.phases) > 0 {
+			t := ev.Time
+			if err := s.writePhases(func(p uint64) bool { return p <= t }); err != nil {
+				return err
+			}
+		}
 		if err := s.opts.Sink.Write(ev); err != nil {
 			return fmt.Errorf("write event: %w", err)
 		}
+	}
+	if len(s.phases) > 0 {
+		return s.writePhases(func(t uint64) bool { return all || s.order.due(t) })
 	}
 	return nil
 }

@@ -444,11 +444,16 @@ func (s *Session) handle(r *rawRecord) error {
 		return s.mappedFile(r)
 	case r.kind == recTestPhase:
 		tp, err := testPhase(r)
-		if err != nil || s.procs[r.ev.PID] == nil {
-			s.rd.countUnknown() // damaged, or of a process not tracked
+		switch {
+		case err != nil:
+			s.rd.countUnknown()
+		case s.procs[r.ev.PID] != nil:
+			s.holdPhase(tp)
+		default:
+			// Of a process not tracked (AttachAll: every process passes
+			// the BPF filter, and the libc is shared): none of ours.
 			return nil
 		}
-		s.holdPhase(tp)
 		return s.release(false)
 	case r.kind == recExit:
 		if p := s.procs[r.ev.PID]; p != nil {

@@ -35,8 +35,8 @@ import (
 // one pair serves every process that maps that libc, and the BPF filter
 // keeps the others out.
 
-// pytestFunctions are the libc functions probed, with their programs'
-// names for errors.
+// pytestFunctions are the libc functions probed, in the order of their
+// programs in attachPytest.
 var pytestFunctions = [...]string{"setenv", "unsetenv"}
 
 // isLibc reports whether a mapped file is a C library that defines setenv
@@ -129,9 +129,9 @@ func (s *Session) holdPhase(tp *event.TestPhase) {
 	s.phases = append(s.phases, tp)
 }
 
-// writePhases writes the held phases taking effect before t, in the order
-// they came (a process's own are in time order: one thread sets the
-// variable, and its records reach the ring in order).
+// writePhases writes the held phases while before says their time is
+// due, in the order they came (a process's own are in time order: one
+// thread sets the variable, and its records reach the ring in order).
 func (s *Session) writePhases(before func(t uint64) bool) error {
 	n := 0
 	for n < len(s.phases) && before(s.phases[n].Time) {

@@ -87,6 +87,9 @@ func TestAttribution(t *testing.T) {
 		free(410, 0x1000), // the module's buffer: no test's
 	)
 	require.Len(t, got, 4, "test_a, TestM::test_b, test_helper, test_c")
+	for id, tt := range got {
+		assert.Equal(t, BasisFrames, tt.Basis, "%s: no test phases in the stream", id)
+	}
 	a := got["tests/test_m.py::test_a"]
 	assert.Equal(t, uint64(12*mib), a.PeakBytes, "8 MiB + 4 MiB")
 	assert.Equal(t, uint64(3*mib), a.LeakedBytes, "2 MiB + 1 MiB live when test_b began")

@@ -547,6 +547,8 @@ func (a *Analyzer) Add(rec event.Record) error {
 		if r != nil {
 			a.checkpoint(r)
 		}
+	case *event.TestPhase:
+		// Which pytest test ran: report/pytests' concern, not the run's.
 	case *event.Lost:
 		if r != nil {
 			a.lost, a.late, a.lostCauses = r.Total, r.Late, r.Causes

@@ -567,3 +567,70 @@ int BPF_PROG(map_pages, struct address_space *mapping, unsigned long index, unsi
 	file_faulted(mapping);
 	return 0;
 }
+
+
+/*
+ * pytest_setenv, pytest_unsetenv: libc's setenv(name, value, overwrite) and
+ * unsetenv(name), attached in the libc of a target that runs CPython
+ * (probes/pytest.go). pytest announces the test it runs: before each phase
+ * it sets PYTEST_CURRENT_TEST to "<nodeid> (setup|call|teardown)" through
+ * os.environ (posix.putenv calls setenv), and it removes the variable after
+ * the teardown (unsetenv). For that name only, a REC_TEST_PHASE record
+ * goes out: the common header (time, pid, tid), then the value in stack
+ * (NUL-terminated, at most TEST_PHASE_VALUE bytes with the NUL: a longer
+ * one is cut; device the bytes before the NUL, nframes the u64 words);
+ * unsetenv sends an empty value. Entry only, like usdt_block: the call's
+ * result says nothing pytest needs.
+ */
+#define TEST_PHASE_NAME "PYTEST_CURRENT_TEST"
+
+/* is_test_phase_name reports whether the user string at name is exactly
+ * TEST_PHASE_NAME. */
+static __always_inline int is_test_phase_name(const char *name)
+{
+	char want[] = TEST_PHASE_NAME;
+	char got[sizeof(want) + 1] = {};
+	if (bpf_probe_read_user_str(got, sizeof(got), name) != sizeof(want))
+		return 0;
+	for (int i = 0; i < sizeof(want); i++)
+		if (got[i] != want[i])
+			return 0;
+	return 1;
+}
+
+static __always_inline int send_test_phase(struct pt_regs *ctx, const char *value)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id) || !is_test_phase_name((const char *)PT_REGS_PARM1(ctx)))
+		return 0;
+	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE + TEST_PHASE_VALUE, 0);
+	if (!r) {
+		__sync_fetch_and_add(&lost, 1);
+		return 0;
+	}
+	fill_common(r, id, REC_TEST_PHASE);
+	long n = 0;
+	if (value)
+		n = bpf_probe_read_user_str(r->stack, TEST_PHASE_VALUE, value);
+	if (n <= 0) {
+		n = 1; /* unsetenv, or unreadable: the empty value */
+		*(char *)r->stack = 0;
+	}
+	r->device = n - 1;
+	r->nframes = (n + 7) / 8;
+	r->npy = 0;
+	bpf_ringbuf_submit(r, wakeup_flag());
+	return 0;
+}
+
+SEC("uprobe/pytest_setenv")
+int pytest_setenv(struct pt_regs *ctx)
+{
+	return send_test_phase(ctx, (const char *)PT_REGS_PARM2(ctx));
+}
+
+SEC("uprobe/pytest_unsetenv")
+int pytest_unsetenv(struct pt_regs *ctx)
+{
+	return send_test_phase(ctx, 0);
+}

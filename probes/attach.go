@@ -28,6 +28,9 @@ type attacher struct {
 	// nextSpec is the next free usdt_specs slot.
 	nextSpec uint32
 	files    map[fileKey]*probedFile
+	// pytest are the libc files probed for pytest's phases (pytest.go),
+	// apart from files: discovery knows nothing of them.
+	pytest map[fileKey]bool
 }
 
 func newAttacher(objs *bpfObjects, pid int) *attacher {

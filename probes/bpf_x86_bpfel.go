@@ -168,6 +168,7 @@ const (
 	bpfRecKindREC_EXEC       bpfRecKind = 102
 	bpfRecKindREC_EXIT       bpfRecKind = 103
 	bpfRecKindREC_MAPPED     bpfRecKind = 104
+	bpfRecKindREC_TEST_PHASE bpfRecKind = 105
 )
 
 type bpfRecord struct {
@@ -310,6 +311,8 @@ const (
 	bpfProgProcessExec      = "process_exec"
 	bpfProgProcessExit      = "process_exit"
 	bpfProgProcessFork      = "process_fork"
+	bpfProgPytestSetenv     = "pytest_setenv"
+	bpfProgPytestUnsetenv   = "pytest_unsetenv"
 	bpfProgSpecEnter        = "spec_enter"
 	bpfProgSpecReturn       = "spec_return"
 	bpfProgUsdtBlock        = "usdt_block"
@@ -377,6 +380,8 @@ type bpfProgramSpecs struct {
 	ProcessExec     *ebpf.ProgramSpec `ebpf:"process_exec"`
 	ProcessExit     *ebpf.ProgramSpec `ebpf:"process_exit"`
 	ProcessFork     *ebpf.ProgramSpec `ebpf:"process_fork"`
+	PytestSetenv    *ebpf.ProgramSpec `ebpf:"pytest_setenv"`
+	PytestUnsetenv  *ebpf.ProgramSpec `ebpf:"pytest_unsetenv"`
 	SpecEnter       *ebpf.ProgramSpec `ebpf:"spec_enter"`
 	SpecReturn      *ebpf.ProgramSpec `ebpf:"spec_return"`
 	UsdtBlock       *ebpf.ProgramSpec `ebpf:"usdt_block"`
@@ -521,6 +526,8 @@ type bpfPrograms struct {
 	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
 	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
 	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
+	PytestSetenv    *ebpf.Program `ebpf:"pytest_setenv"`
+	PytestUnsetenv  *ebpf.Program `ebpf:"pytest_unsetenv"`
 	SpecEnter       *ebpf.Program `ebpf:"spec_enter"`
 	SpecReturn      *ebpf.Program `ebpf:"spec_return"`
 	UsdtBlock       *ebpf.Program `ebpf:"usdt_block"`
@@ -538,6 +545,8 @@ func (p *bpfPrograms) Close() error {
 		p.ProcessExec,
 		p.ProcessExit,
 		p.ProcessFork,
+		p.PytestSetenv,
+		p.PytestUnsetenv,
 		p.SpecEnter,
 		p.SpecReturn,
 		p.UsdtBlock,

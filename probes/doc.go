@@ -20,7 +20,10 @@
 // (StrippedRuntime); Attach then refuses with ErrStrippedRuntime when no
 // driver is loaded to probe instead. It follows the dynamic loader so that a runtime loaded after the start with
 // dlopen is probed before its first call, follows forks of its targets, and
-// symbolizes stacks while the process is alive.
+// symbolizes stacks while the process is alive. In a target that runs
+// CPython it also probes libc's setenv and unsetenv for pytest's
+// PYTEST_CURRENT_TEST (pytest.go): TestPhase records, in effect order with
+// the events, say which test ran when.
 //
 // Records reach the caller's Sink in the order the session produced them,
 // from one goroutine: Process, Library, Mapping and Stack records always

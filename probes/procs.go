@@ -39,6 +39,7 @@ type proc struct {
 	rendezvousAt uint64
 	py           *pyProc // its CPython, once found
 	pyNoted      bool    // a CPython was found that cannot be read: said once
+	pytest       bool    // its libc was found for pytest's phases (pytest.go)
 	lock         *procLock
 }
 

@@ -101,6 +101,7 @@ func (s *Session) dropPython(p *proc) {
 		p.py = nil
 	}
 	p.pyNoted = false
+	p.pytest = false
 }
 
 // setPython gives p its CPython and lists its resolver for the prefetcher.

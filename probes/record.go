@@ -19,6 +19,8 @@ const (
 	recExec   = uint8(bpfRecKindREC_EXEC)
 	recExit   = uint8(bpfRecKindREC_EXIT)
 	recMapped = uint8(bpfRecKindREC_MAPPED)
+	// recTestPhase: PYTEST_CURRENT_TEST set or unset (pytest.go).
+	recTestPhase = uint8(bpfRecKindREC_TEST_PHASE)
 
 	recFlagStopped = uint8(bpfRecFlagsREC_F_STOPPED)
 	recFlagNested  = uint8(bpfRecFlagsREC_F_NESTED)

@@ -284,6 +284,11 @@ func (r *reorder) pop(all bool) *event.Event {
 	return &r.out
 }
 
+// due reports whether an event that took effect at t would be due now
+// (see pop), the limit aside: for records kept beside the held events
+// (test phases, pytest.go).
+func (r *reorder) due(t uint64) bool { return t < r.mark || t+r.window <= r.now }
+
 // trim halves the array when no more than a quarter of it was used since
 // the last trim, and no smaller than minReorderCap. Called about once a poll:
 // the buffer fills between marks and empties at each, and an array resized

@@ -68,7 +68,7 @@ type Options struct {
 	// alone because another session traces it (once per process). Called
 	// from the goroutine running AttachAll or Run. nil drops them.
 	Note func(msg string)
-	// ReorderWindow is the longest events are held for a call in flight,
+	// ReorderWindow is the longest events are buffered for a call in flight,
 	// to be written in the order they took effect (see reorder.go): a
 	// release that stays in flight longer is written where it arrives and
 	// counted late (event.Lost.Late). Default DefaultReorderWindow.
@@ -111,6 +111,8 @@ type Session struct {
 	lastLost uint64
 	lastLate uint64
 	order    *reorder // events wait here to go out in effect order
+	// phases are test phases waiting for the events before them (bufferPhase).
+	phases []*event.TestPhase
 	// mark is the last effect-order watermark read from the threads map
 	// (see reorder.go), applied once the ring buffer is next found empty
 	// or the reader has reached markAt, whichever comes first; 0 when
@@ -248,11 +250,11 @@ func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
 
 // describe writes the Process record of p and keeps it. Events of an
 // earlier instance of its PID (an exec replaces the image; a PID is reused)
-// still held for effect order go out first: they are that instance's.
+// still buffered for effect order go out first: they are that instance's.
 func (s *Session) describe(p *proc, info *event.Process) error {
-	held := s.order.flushPID(p.pid)
-	for i := range held {
-		if err := s.opts.Sink.Write(&held[i]); err != nil {
+	buffered := s.order.flushPID(p.pid)
+	for i := range buffered {
+		if err := s.opts.Sink.Write(&buffered[i]); err != nil {
 			return fmt.Errorf("write event of pid %d: %w", p.pid, err)
 		}
 	}
@@ -284,6 +286,9 @@ func (s *Session) scan(p *proc, running bool) error {
 	// and a call in between would have a stack without Python frames (a
 	// launched one is stopped then, which hid this from run).
 	if err := s.findPython(p); err != nil {
+		return err
+	}
+	if err := s.probePytest(p); err != nil {
 		return err
 	}
 	files, err := s.probeFiles(p.pid)
@@ -422,7 +427,7 @@ func (s *Session) handle(r *rawRecord) error {
 		s.heldRecord(r) // another session's (All): left alone (see tick)
 		return nil
 	}
-	if s.opts.All && s.procs.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit {
+	if s.opts.All && s.procs.procs[r.ev.PID] == nil && r.kind != recFork && r.kind != recExit && r.kind != recTestPhase {
 		// A process not seen before: one that maps a probed copy of the
 		// runtime already (its calls pass the filter), or one whose loader
 		// just mapped something.
@@ -437,6 +442,19 @@ func (s *Session) handle(r *rawRecord) error {
 		return s.forked(r)
 	case r.kind == recMapped:
 		return s.mappedFile(r)
+	case r.kind == recTestPhase:
+		tp, err := testPhase(r)
+		switch {
+		case err != nil:
+			s.rd.countUnknown()
+		case s.procs.procs[r.ev.PID] != nil:
+			s.bufferPhase(tp)
+		default:
+			// Of a process not tracked (AttachAll: every process passes
+			// the BPF filter, and the libc is shared): none of ours.
+			return nil
+		}
+		return s.release(false)
 	case r.kind == recExit:
 		if p := s.procs.procs[r.ev.PID]; p != nil {
 			s.procs.noteExit(p.pid, r.ev.Addr)
@@ -526,13 +544,22 @@ func (s *Session) takeMark() {
 	s.markAt = s.rd.position()
 }
 
-// release writes the held events that are due, in effect order; all of
+// release writes the buffered events that are due, in effect order; all of
 // them when all is true.
 func (s *Session) release(all bool) error {
 	for ev := s.order.pop(all); ev != nil; ev = s.order.pop(all) {
+		if len(s.phases) > 0 {
+			t := ev.Time
+			if err := s.writePhases(func(p uint64) bool { return p <= t }); err != nil {
+				return err
+			}
+		}
 		if err := s.opts.Sink.Write(ev); err != nil {
 			return fmt.Errorf("write event: %w", err)
 		}
+	}
+	if len(s.phases) > 0 {
+		return s.writePhases(func(t uint64) bool { return all || s.order.due(t) })
 	}
 	return nil
 }

@@ -26,6 +26,10 @@ type memSink struct {
 	libs   []*event.Library
 	lost   uint64
 	procs  []*event.Process
+	// phases are the test phases, and phaseAt how many events came
+	// before each.
+	phases  []*event.TestPhase
+	phaseAt []int
 }
 
 func (m *memSink) Write(rec event.Record) error {
@@ -43,6 +47,9 @@ func (m *memSink) Write(rec event.Record) error {
 		m.lost = r.Total
 	case *event.Process:
 		m.procs = append(m.procs, r)
+	case *event.TestPhase:
+		m.phases = append(m.phases, r)
+		m.phaseAt = append(m.phaseAt, len(m.events))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@
 #define MAX_PY_FRAMES 64 /* Python frames a record can hold */
 #define PY_SLOTS 256     /* stack[]: native frames, then 2 u64 per Python frame */
 #define MAPPED_ARGS 256  /* REC_MAPPED: bytes of the command line sent */
+#define TEST_PHASE_VALUE 256 /* REC_TEST_PHASE: bytes of the value sent, its NUL included */
 #define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
 /* Record kinds: event.Kind's numbering, plus those from REC_LOADER on, which
  * stay between BPF and Go. */
@@ -34,6 +35,7 @@ enum rec_kind {
 	REC_EXEC = 102,   /* a target exec'd: new maps; stopped like REC_LOADER */
 	REC_EXIT = 103,   /* a target's main thread exited */
 	REC_MAPPED = 104, /* a process mapped a probed file: see announce_mapped */
+	REC_TEST_PHASE = 105, /* PYTEST_CURRENT_TEST set or unset: see pytest_setenv */
 };
 
 enum rec_flags {

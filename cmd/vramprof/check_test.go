@@ -45,6 +45,12 @@ func topPeakFunction(truth *probetest.Truth) string {
 	return top
 }
 
+// junitProperty is a property of a JUnit suite.
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
+}
+
 // junitDoc is the part of a JUnit file CI systems read.
 type junitDoc struct {
 	XMLName  xml.Name `xml:"testsuites"`
@@ -52,7 +58,8 @@ type junitDoc struct {
 	Failures int      `xml:"failures,attr"`
 	Errors   int      `xml:"errors,attr"`
 	Suites   []struct {
-		Cases []struct {
+		Properties []junitProperty `xml:"properties>property"`
+		Cases      []struct {
 			Name    string `xml:"name,attr"`
 			Failure *struct {
 				Message string `xml:"message,attr"`

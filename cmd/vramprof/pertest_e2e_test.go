@@ -69,18 +69,23 @@ func pytestProject(t *testing.T, files ...string) string {
 
 // TestCheckPerTest: `vramprof check --max-peak-per-test 64MiB --limits FILE
 // -- python3 -m pytest` gives each test of test_gpu.py its own peak and
-// leak, as the tests' own books say (the truth), judges each against its
-// limit (the limits file's 80 MiB for TestModel's tests, 64 MiB for the
-// rest), fails test_big alone (exit 1), writes one JUnit testcase per test
-// named by pytest's node id, and annotates the line of test_big that
-// reached its peak. The recording, checked again from its directory, gives
-// the same figures; its report.json, which holds none, no verdict.
+// leak, as the tests' own books say (the truth): each parameter set of
+// test_param a test of its own, test_fixture's fixture (setup and
+// teardown) in its figures, told apart by pytest's phases. It judges each
+// against its limit (the limits file's 80 MiB for TestModel's tests and
+// 2 MiB for test_param[3], 64 MiB for the rest), fails test_big and
+// test_param[3] (exit 1), writes one JUnit testcase per test named by
+// pytest's node id, with the basis in a suite property, and annotates the
+// line of test_big that reached its peak. The recording, checked again
+// from its directory, gives the same figures; its report.json, which holds
+// none, no verdict.
 func TestCheckPerTest(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	python, pyEnv := pytestPython(t)
 	tmp := pytestProject(t, "test_gpu.py")
 	limits := filepath.Join(tmp, "gpu.limits")
-	require.NoError(t, os.WriteFile(limits, []byte("# GPU memory per test\ntests/test_gpu.py::TestModel::* 80MiB\n"), 0o644))
+	require.NoError(t, os.WriteFile(limits, []byte("# GPU memory per test\ntests/test_gpu.py::TestModel::* 80MiB\n"+
+		"tests/test_gpu.py::test_param[3] 2MiB\n"), 0o644))
 	truthPath, junit, out := filepath.Join(tmp, "truth.json"), filepath.Join(tmp, "j.xml"), filepath.Join(tmp, "rec")
 	env := []string{"VRAMPROF_TRUTH=" + truthPath, "FAKECUDA_LIB=" + probetest.Lib(t, "libcudart.so.12"),
 		"PYTHONDONTWRITEBYTECODE=1", "GITHUB_ACTIONS=true", "GITHUB_WORKSPACE=" + tmp}
@@ -89,15 +94,18 @@ func TestCheckPerTest(t *testing.T) {
 		"--junit", junit, "-o", out, "--", python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_gpu.py")
 	truth := mustReadJSON[pytestTruth](t, truthPath)
 
-	// The truth's own arithmetic (the file's docstring): four tests, one
-	// leaking, test_big alone above its limit.
-	const big = "tests/test_gpu.py::TestModel::test_big"
-	require.Len(t, truth.Tests, 4, "test_small, test_leaks, TestModel::test_big, test_param (2 parameter sets, one test)")
+	// The truth's own arithmetic (the file's docstring): seven tests, one
+	// leaking, test_big and test_param[3] above their limits.
+	const big, param3 = "tests/test_gpu.py::TestModel::test_big", "tests/test_gpu.py::test_param[3]"
+	require.Len(t, truth.Tests, 7, "test_small, test_leaks, TestModel::test_big, test_param[1], [2], [3], test_fixture")
 	require.Contains(t, truth.Tests, big)
 	require.Greater(t, truth.Tests[big].PeakBytes, uint64(80<<20), "truth: test_big is over the limits file's 80 MiB")
+	require.Greater(t, truth.Tests[param3].PeakBytes, uint64(2<<20), "truth: test_param[3] is over the limits file's 2 MiB")
+	require.Equal(t, uint64(6+2)<<20, truth.Tests["tests/test_gpu.py::test_fixture"].PeakBytes,
+		"truth: test_fixture's peak holds its fixture's 6 MiB")
 	leaking := 0
 	for id, tt := range truth.Tests {
-		if id != big {
+		if id != big && id != param3 {
 			require.LessOrEqual(t, tt.PeakBytes, uint64(64<<20), "truth: %s within --max-peak-per-test", id)
 		}
 		if tt.LeakedBytes > 0 {
@@ -107,15 +115,20 @@ func TestCheckPerTest(t *testing.T) {
 	require.Equal(t, 1, leaking, "truth: one test leaks")
 
 	assert.Equal(t, exitCheckRegression, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	assert.Contains(t, r.stdout, "vramprof check: FAIL: memory regression (1 of 4 checks failed)")
+	assert.Contains(t, r.stdout, "vramprof check: FAIL: memory regression (2 of 7 checks failed)")
 	assert.Contains(t, r.stdout, "PASS  command       exit code 0", "the tests themselves passed")
+	assert.Contains(t, r.stdout, "per pytest test (its own allocations at the segment layer; made while pytest ran it (PYTEST_CURRENT_TEST), "+
+		"setup and teardown included;", "told apart by pytest's phases")
 	for id, tt := range truth.Tests {
 		limit := "67108864 bytes (64.00 MiB) (--max-peak-per-test)"
-		if strings.HasPrefix(id, "tests/test_gpu.py::TestModel::") {
+		switch {
+		case strings.HasPrefix(id, "tests/test_gpu.py::TestModel::"):
 			limit = fmt.Sprintf("83886080 bytes (80.00 MiB) (%s:2)", limits)
+		case id == param3:
+			limit = fmt.Sprintf("2097152 bytes (2.00 MiB) (%s:3)", limits)
 		}
 		verdict := "PASS"
-		if id == big {
+		if id == big || id == param3 {
 			verdict = "FAIL"
 		}
 		assert.Contains(t, r.stdout, fmt.Sprintf("%s  %s: peak %s, leaked %s in ", verdict, id,
@@ -123,17 +136,23 @@ func TestCheckPerTest(t *testing.T) {
 		assert.Contains(t, r.stdout, fmt.Sprintf("; limit %s; ", limit), id)
 	}
 
-	cases := failedCases(mustReadJUnit(t, junit))
+	doc := mustReadJUnit(t, junit)
+	cases := failedCases(doc)
 	assert.Len(t, cases, 1+len(truth.Tests), "the command and one testcase per test: %v", cases)
 	for id := range truth.Tests {
 		require.Contains(t, cases, id, "a testcase named by the node id")
-		if id != big {
+		if id != big && id != param3 {
 			assert.Equal(t, "", cases[id], id)
 		}
 	}
 	over := truth.Tests[big].PeakBytes - 80<<20
 	assert.Equal(t, fmt.Sprintf("%s: its allocations peaked at %s, over its limit 83886080 bytes (80.00 MiB) (%s:2) by %s",
 		big, units.BytesExact(truth.Tests[big].PeakBytes), limits, units.BytesExact(over)), cases[big])
+	over = truth.Tests[param3].PeakBytes - 2<<20
+	assert.Equal(t, fmt.Sprintf("%s: its allocations peaked at %s, over its limit 2097152 bytes (2.00 MiB) (%s:3) by %s",
+		param3, units.BytesExact(truth.Tests[param3].PeakBytes), limits, units.BytesExact(over)), cases[param3])
+	assert.Contains(t, doc.Suites[0].Properties, junitProperty{Name: "vramprof.pytest.basis", Value: "phases"},
+		"the tests were told apart by pytest's phases")
 	assert.Contains(t, r.stdout, fmt.Sprintf("::error file=tests/test_gpu.py,line=%d,title=vramprof check%%3A %s::%s",
 		truth.Tests[big].PeakLine, strings.ReplaceAll(big, ":", "%3A"), big), "an annotation at the line that reached the peak")
 

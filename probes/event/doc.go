@@ -5,8 +5,9 @@
 // A stream is a sequence of [Record] values: one [Header] first, then
 // [Event]s interleaved with the rarer [Stack], [Mapping], [Process],
 // [Library] and [Lost] records that events refer to, the device layer's
-// [DeviceInfo], [Sample] and [NVMLStatus] records from the NVML sampler, and
-// an [End] when the recording stopped cleanly. A record that others refer to (a Stack, a
+// [DeviceInfo], [Sample] and [NVMLStatus] records from the NVML sampler,
+// [TestPhase] records saying which pytest test a process runs (in effect
+// order with its events), and an [End] when the recording stopped cleanly. A record that others refer to (a Stack, a
 // Mapping) always comes before its first use, so a stream can be consumed in
 // one pass.
 //

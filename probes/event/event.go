@@ -1,6 +1,9 @@
 package event
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Kind says what an Event did to memory.
 type Kind uint8
@@ -472,9 +475,35 @@ type Interpreter struct {
 	Note string
 }
 
+// TestPhase says which pytest test a process runs from Time on: pytest
+// sets the environment variable PYTEST_CURRENT_TEST to "<nodeid>
+// (<phase>)" before each phase of a test and removes it after the
+// teardown, and the probes see both (libc's setenv and unsetenv). It comes
+// in the stream in effect order with the process's events: every event
+// after it and before the process's next TestPhase was made while it held.
+type TestPhase struct {
+	Time     uint64 // ns, the trace clock
+	PID, TID uint32
+	// NodeID is pytest's node id of the test, "path::[Class::]name[params]";
+	// "" once the variable is removed: no test runs.
+	NodeID string
+	// Phase is "setup", "call" or "teardown"; "" when NodeID is, or when
+	// the value did not end in " (phase)" (then NodeID is the whole value).
+	Phase string
+}
+
+// ParseTestPhase splits PYTEST_CURRENT_TEST's value, "<nodeid> (<phase>)",
+// into a TestPhase's NodeID and Phase; "" is no test.
+func ParseTestPhase(value string) (nodeID, phase string) {
+	if i := strings.LastIndex(value, " ("); i >= 0 && strings.HasSuffix(value, ")") {
+		return value[:i], value[i+2 : len(value)-1]
+	}
+	return value, ""
+}
+
 // Record is one element of an event stream: *Header, *Event, *Stack,
 // *Mapping, *Process, *Library, *Lost, *End, *DeviceInfo, *Sample,
-// *NVMLStatus or *Interpreter.
+// *NVMLStatus, *Interpreter or *TestPhase.
 type Record interface {
 	isRecord()
 }
@@ -493,6 +522,7 @@ func (*DeviceInfo) isRecord()  {}
 func (*Sample) isRecord()      {}
 func (*Interpreter) isRecord() {}
 func (*NVMLStatus) isRecord()  {}
+func (*TestPhase) isRecord()   {}
 
 // Checkpoint opens a flight recorder's segment (vramprof run --max-trace):
 // it summarises every event of the segments before it, which may have been

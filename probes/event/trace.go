@@ -17,7 +17,7 @@ package event
 //
 //	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
-//	12 Interpreter   13 Checkpoint   14 Identity
+//	12 Interpreter   13 Checkpoint   14 Identity   15 TestPhase
 //	0 is never valid (zero-filled garbage)
 //
 // An Identity (a flight recorder's segment: Recording, Segment,
@@ -25,6 +25,10 @@ package event
 // Header; the Reader reads it with the header (Reader.Identity) and Next
 // does not return it. It was added within version 2: older readers skip
 // it as a record type they do not know.
+//
+// TestPhase records were added within version 2: older readers skip them,
+// and a trace without them is read as before (pytest tests found from
+// stacks, report/pytests).
 //
 // Frames and Sum. Both ends count the records of a trace, the Header and
 // Identity included (Frames), and chain a segment's checksums: Sum is
@@ -213,6 +217,7 @@ const (
 	recInterpreter
 	recCheckpoint
 	recIdentity
+	recTestPhase
 )
 
 const (
@@ -387,6 +392,8 @@ func (w *Writer) Write(rec Record) error {
 		typ, enc = recInterpreter, func(e *encoder) { e.interpreter(r) }
 	case *Checkpoint:
 		typ, enc = recCheckpoint, func(e *encoder) { e.checkpoint(r) }
+	case *TestPhase:
+		typ, enc = recTestPhase, func(e *encoder) { e.testPhase(r) }
 	case *Header:
 		return errors.New("write trace record: the header is written once, by NewWriter")
 	}
@@ -427,6 +434,8 @@ func isNil(rec Record) bool {
 	case *Interpreter:
 		return r == nil
 	case *Checkpoint:
+		return r == nil
+	case *TestPhase:
 		return r == nil
 	}
 	return rec == nil
@@ -1007,6 +1016,10 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 		c := new(Checkpoint)
 		d.checkpoint(c)
 		rec = c
+	case recTestPhase:
+		tp := new(TestPhase)
+		d.testPhase(tp)
+		rec = tp
 	default:
 		return nil, nil // checksum verified: a newer record type, skip it
 	}
@@ -1627,6 +1640,22 @@ func (d *decoder) interpreter(x *Interpreter) {
 	x.Version = d.str()
 	x.Path = d.str()
 	x.Note = d.str()
+}
+
+func (e *encoder) testPhase(x *TestPhase) {
+	e.uint(x.Time)
+	e.uint(uint64(x.PID))
+	e.uint(uint64(x.TID))
+	e.str(x.NodeID)
+	e.str(x.Phase)
+}
+
+func (d *decoder) testPhase(x *TestPhase) {
+	x.Time = d.uint()
+	x.PID = d.u32()
+	x.TID = d.u32()
+	x.NodeID = d.istr()
+	x.Phase = d.istr()
 }
 
 func (e *encoder) checkpoint(c *Checkpoint) {

@@ -62,6 +62,8 @@ func testRecords() []Record {
 		&Lost{Time: 2500, Total: 3},
 		&NVMLStatus{Time: 2600, Reason: "NVML unavailable: nvmlDeviceGetMemoryInfo_v2: GPU is lost"},
 		&Event{Time: 3000, Addr: 0x7f00_0000_0000, PID: 4242, TID: 4244, Kind: KindFree, Layer: LayerSegment, API: APICudaFree, Device: 0},
+		&TestPhase{Time: 3500, PID: 4242, TID: 4244, NodeID: "tests/test_x.py::test_p[2-cpu]", Phase: "call"},
+		&TestPhase{Time: 3600, PID: 4242, TID: 4242},
 		&End{Time: 4000, Reason: "exited", ExitCode: 3},
 	}
 }
@@ -153,6 +155,8 @@ func TestRoundTrip(t *testing.T) {
 		{"nvml available", &NVMLStatus{Time: 5, Available: true}},
 		{"nvml unavailable", &NVMLStatus{Time: 5, Reason: "NVML unavailable: nvmlInit: Driver Not Loaded"}},
 		{"interpreter", &Interpreter{PID: 5, Name: "CPython", Version: "3.13.5", Path: "/p", Note: "n"}},
+		{"test phase", &TestPhase{Time: ^uint64(0), PID: ^uint32(0), TID: 1, NodeID: "t.py::TestA::test_b[x (y)]", Phase: "teardown"}},
+		{"test phase unset", &TestPhase{Time: 9, PID: 2, TID: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -554,6 +558,7 @@ func TestWriterErrors(t *testing.T) {
 	assert.Error(t, w.Write((*Sample)(nil)))
 	assert.Error(t, w.Write((*NVMLStatus)(nil)))
 	assert.Error(t, w.Write((*Interpreter)(nil)))
+	assert.Error(t, w.Write((*TestPhase)(nil)))
 	assert.Error(t, w.Write(nil))
 	assert.NoError(t, w.Close())
 }
@@ -913,4 +918,23 @@ func TestScopeRoundTrip(t *testing.T) {
 	assert.Equal(t, "scope_begin", KindScopeBegin.String())
 	assert.Equal(t, "scope_end", KindScopeEnd.String())
 	assert.Equal(t, "c10::cuda::CUDACachingAllocator::emptyCache", APIC10EmptyCache.String())
+}
+
+// TestParseTestPhase: PYTEST_CURRENT_TEST's value as pytest writes it,
+// "<nodeid> (<phase>)", a node id whose parameters hold " (" too.
+func TestParseTestPhase(t *testing.T) {
+	tests := []struct{ name, value, id, phase string }{
+		{"call", "tests/test_a.py::test_x (call)", "tests/test_a.py::test_x", "call"},
+		{"params", "t.py::TestM::test_p[a (b)-2] (setup)", "t.py::TestM::test_p[a (b)-2]", "setup"},
+		{"teardown", "t.py::test_q[1] (teardown)", "t.py::test_q[1]", "teardown"},
+		{"unset", "", "", ""},
+		{"no phase", "t.py::test_q", "t.py::test_q", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, phase := ParseTestPhase(tt.value)
+			assert.Equal(t, tt.id, id)
+			assert.Equal(t, tt.phase, phase)
+		})
+	}
 }

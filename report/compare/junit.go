@@ -19,6 +19,9 @@ const (
 	junitClass = "vramprof.check"
 	// junitTestClass is the class of the testcases of pytest tests.
 	junitTestClass = "vramprof.check.pytest"
+	// junitBasisProperty is the suite's property naming how pytest
+	// tests were told apart.
+	junitBasisProperty = "vramprof.pytest.basis"
 )
 
 // JUnit is the verdict as a JUnit document, one testcase per check: a
@@ -40,8 +43,8 @@ func (v *Verdict) JUnit() junit.Testsuites {
 		if c.Test != nil {
 			// One testcase per pytest test, named by its node id.
 			tc.Classname = junitTestClass
-			detail = fmt.Sprintf("%s; allocated %s in %s; limit %s", c.Measured, units.BytesExact(c.Test.AllocatedBytes),
-				plural(int(c.Test.Allocations), "allocation"), c.Limit)
+			detail = fmt.Sprintf("%s; allocated %s in %s; limit %s; basis %s", c.Measured, units.BytesExact(c.Test.AllocatedBytes),
+				plural(int(c.Test.Allocations), "allocation"), c.Limit, c.Test.Basis)
 			if c.Margin != "" {
 				detail += "; " + c.Margin
 			}
@@ -67,6 +70,11 @@ func (v *Verdict) JUnit() junit.Testsuites {
 			tc.SystemOut = &junit.Output{Data: detail}
 		}
 		suite.AddTestcase(tc)
+	}
+	if basis := v.testBasis(); basis != "" {
+		// How the pytest tests' allocations were told apart (report/pytests):
+		// "phases", "frames" or "mixed".
+		suite.AddProperty(junitBasisProperty, basis)
 	}
 	doc := junit.Testsuites{Name: junitName}
 	doc.AddSuite(suite)

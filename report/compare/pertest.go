@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/vramprof/vramprof/report/pytests"
 	"github.com/vramprof/vramprof/report/units"
 )
 
@@ -154,4 +155,39 @@ func (v *Verdict) testChecks(snap *Figures, l *Limits) {
 func unjudgedCheck(why string) Check {
 	return Check{Name: "per-test", Unjudged: true, Tool: true, Measured: "no per-test figures", Limit: "per-test limits",
 		Message: why + ", so the verdict is unknown"}
+}
+
+// testBasis is how the verdict's tests were told apart: pytests.BasisPhases
+// or pytests.BasisFrames when all were alike, "mixed" otherwise, "" with
+// no test.
+func (v *Verdict) testBasis() string {
+	basis := ""
+	for _, c := range v.Checks {
+		switch {
+		case c.Test == nil:
+		case basis == "":
+			basis = c.Test.Basis
+		case basis != c.Test.Basis:
+			return basisMixed
+		}
+	}
+	return basis
+}
+
+// basisMixed: some tests were told apart by pytest's phases, others by
+// their frames.
+const basisMixed = "mixed"
+
+// basisText says what a test's figures count under a basis.
+func basisText(basis string) string {
+	const fig = "peak: the most live at once"
+	switch basis {
+	case pytests.BasisPhases:
+		return "made while pytest ran it (PYTEST_CURRENT_TEST), setup and teardown included; " + fig + "; leaked: live after its teardown"
+	case basisMixed:
+		return "made while pytest ran it (PYTEST_CURRENT_TEST), setup and teardown included, or where that was not recorded, " +
+			"under its frame; " + fig + "; leaked: live after its teardown, or after its last call"
+	default:
+		return "under its frame in the stack; " + fig + "; leaked: live after its last call"
+	}
 }

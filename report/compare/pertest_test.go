@@ -135,3 +135,33 @@ func TestPerTestUnjudged(t *testing.T) {
 	require.NoError(t, v.WriteJUnit(&junit))
 	assert.Contains(t, junit.String(), `type="no per-test figures"`)
 }
+
+// TestPerTestBasis: the text and the JUnit suite say how the tests were
+// told apart: all by pytest's phases, or some by their frames.
+func TestPerTestBasis(t *testing.T) {
+	tests := []struct {
+		name, frames, text, basis string
+	}{
+		{"phases", "", "at the segment layer; made while pytest ran it (PYTEST_CURRENT_TEST), setup and teardown included; " +
+			"peak: the most live at once; leaked: live after its teardown):", "phases"},
+		{"mixed", "tests/t_test.py::test_leaks", "at the segment layer; made while pytest ran it (PYTEST_CURRENT_TEST), setup and " +
+			"teardown included, or where that was not recorded, under its frame;", "mixed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := perTestFigures()
+			for i := range s.Tests {
+				s.Tests[i].Basis = pytests.BasisPhases
+				if s.Tests[i].ID == tt.frames {
+					s.Tests[i].Basis = pytests.BasisFrames
+				}
+			}
+			v := Judge(s, nil, Limits{MaxPeakPerTest: u64(1 << 30)}, intp(0))
+			assert.Contains(t, textOf(v), tt.text)
+			var junit bytes.Buffer
+			require.NoError(t, v.WriteJUnit(&junit))
+			assert.Contains(t, junit.String(), `<property name="vramprof.pytest.basis" value="`+tt.basis+`"></property>`)
+			assert.Contains(t, junit.String(), "limit 1073741824 bytes (1.00 GiB) (--max-peak-per-test); basis phases; margin")
+		})
+	}
+}

@@ -490,7 +490,7 @@ func (v *Verdict) WriteText(w io.Writer) {
 		if c.Test != nil {
 			if !tests {
 				tests = true
-				p("per pytest test (its own allocations at the %s layer; peak: the most live at once; leaked: live after its last call):\n", c.Test.Layer)
+				p("per pytest test (its own allocations at the %s layer; %s):\n", c.Test.Layer, basisText(v.testBasis()))
 			}
 			switch {
 			case c.Unlimited:

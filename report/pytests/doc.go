@@ -1,11 +1,36 @@
 // Package pytests gives each pytest test in a recording its own GPU memory
 // figures, with no plugin in the tests: under `vramprof check -- pytest
-// ...` every allocation's stack holds the Python frames of the call
-// (probes/python), the test function among them.
+// ...` pytest announces the test it runs (PYTEST_CURRENT_TEST, which the
+// probes see set and unset: event.TestPhase), and every allocation's stack
+// holds the Python frames of the call (probes/python), the test function
+// among them. A test's Basis says which of the two told its allocations
+// apart.
 //
-// # Which test an allocation belongs to
+// # Which test an allocation belongs to: pytest's phases
 //
-// A test is the Python frame pytest calls it through: a function whose
+// Before each phase of a test pytest sets PYTEST_CURRENT_TEST to
+// "<nodeid> (setup|call|teardown)", and it removes the variable after the
+// teardown. In a process whose TestPhase records are in the stream, an
+// allocation belongs to the test whose id the variable held when it was
+// made, whatever its stack (BasisPhases):
+//
+//   - the id is pytest's node id with its parameter set, "path::[Class::]
+//     name[params]": each parameter set is a test of its own;
+//   - setup and teardown are the test's: a fixture's memory is the test's
+//     that set it up. A fixture of a wider scope (module, session) is set
+//     up in the first test that uses it and torn down in the last one's
+//     teardown: its memory is the first test's, and is in that test's leak;
+//   - an allocation made while no test runs (collection, module level,
+//     between tests) belongs to no test, even from a test function's frame;
+//   - memory made in other threads while a test runs is the test's: the
+//     variable is the process's.
+//
+// # Which test an allocation belongs to: frames
+//
+// A recording without TestPhase records for a process (made before they
+// were, or of a Python whose libc vramprof could not probe) falls back to
+// the frames (BasisFrames). A test is the Python frame pytest calls it
+// through: a function whose
 // name starts with "test", in a file named test_*.py or *_test.py (pytest's
 // default discovery), at module level or a method of classes whose names
 // start with "Test" (its co_qualname, CPython 3.11+: "TestModel.test_big").
@@ -26,6 +51,10 @@
 //     frames from the leaf) may lose the test frame: the allocation then
 //     belongs to no test.
 //
+// Under either basis, a test's peak site is the test frame in the stack of
+// the allocation that reached its peak: none when that allocation was a
+// fixture's.
+//
 // # The figures
 //
 // Device memory, of the test's own allocations only, at the block layer
@@ -34,16 +63,20 @@
 // VMM memory), as analysis/ledger models them:
 //
 //   - peak: the most bytes of the test's allocations live at once. Memory
-//     other tests or fixtures hold is not in it, so a test's figure does
-//     not depend on the order tests run in;
-//   - leaked: the bytes of its allocations still live when it was over:
-//     when the next test made its first call, or at the end of the
-//     recording for the last one. A return makes no event and a free's
-//     stack holds no Python frames, so the moment the test function
-//     returned is not seen: its fixtures' teardown, which runs before the
-//     next test, may still free its memory (then it is not leaked), and
-//     the last test's leak is what the process held when it ended. A
-//     parametrized test's leak is what all its parameter sets left live.
+//     other tests (or, under BasisFrames, fixtures) hold is not in it, so
+//     a test's figure does not depend on the order tests run in;
+//   - leaked: the bytes of its allocations still live when it was over.
+//     Under BasisPhases, when its teardown ended (the variable removed),
+//     or at the end of the recording for a test still running then:
+//     memory freed after that (by a later test, at exit) is still its
+//     leak. Under BasisFrames, when the next test made its first call, or
+//     at the end of the recording for the last one. A return makes no
+//     event and a free's stack holds no Python frames, so the moment the
+//     test function returned is not seen: its fixtures' teardown, which
+//     runs before the next test, may still free its memory (then it is
+//     not leaked), and the last test's leak is what the process held when
+//     it ended. A parametrized test's leak is what all its parameter sets
+//     left live.
 //
 // Tests in several processes (pytest-xdist workers) are matched by id.
 //

@@ -12,10 +12,25 @@ import (
 	"github.com/vramprof/vramprof/probes/event"
 )
 
+// Bases of a test's attribution (see the package doc).
+const (
+	// BasisPhases: pytest announced the test (PYTEST_CURRENT_TEST): its
+	// allocations are those made while it ran, setup and teardown
+	// included.
+	BasisPhases = "phases"
+	// BasisFrames: the test was found from the Python frames of its
+	// allocations' stacks.
+	BasisFrames = "frames"
+)
+
 // Test is one pytest test's figures (see the package doc).
 type Test struct {
-	// ID is pytest's node id: "path::[Class::]name".
+	// ID is pytest's node id: "path::[Class::]name", with the parameter
+	// set ("[...]") when Basis is BasisPhases.
 	ID string
+	// Basis is how its allocations were told from others': BasisPhases
+	// or BasisFrames.
+	Basis string
 	// File is the test's source file as its frame has it (co_filename),
 	// Path the same relative to the root ("" when outside it), Function
 	// its co_qualname.
@@ -34,18 +49,21 @@ type Test struct {
 	PeakBytes, PeakNs uint64
 	PeakSite          string
 	// LeakedBytes and LeakedAllocations are its allocations still live
-	// when the next test made its first call, or at the end of the
-	// recording (see the package doc).
+	// when its teardown ended (BasisPhases), or when the next test made
+	// its first call (BasisFrames); at the end of the recording when that
+	// did not come (see the package doc).
 	LeakedBytes, LeakedAllocations uint64
-	// StartNs and EndNs are its first and last calls (trace clock).
+	// StartNs and EndNs are its first and last calls (trace clock); with
+	// BasisPhases, the start of its setup and the end of its teardown.
 	StartNs, EndNs uint64
 }
 
 // frameRef is a test frame of a stack: the test's index and the frame's
-// line.
+// line. For an event of a process under BasisPhases, test is the test
+// pytest runs, and site the test the frame names (-1: none).
 type frameRef struct {
-	test int32
-	line int64
+	test, site int32
+	line       int64
 }
 
 // figures are one test's running figures at one layer.
@@ -54,9 +72,22 @@ type figures struct {
 	live, liveCount     uint64
 	peak, peakNs        uint64
 	peakLine            int64
+	peakSite            int32 // the test whose frame is at peakLine; -1: none
 	leaked, leakedCount uint64
 	start, end          uint64
 	seen                bool
+}
+
+// phased is what a process's test phases say: the test running now.
+type phased struct {
+	test int32 // -1: none
+}
+
+// span is a test's time under BasisPhases: from its first phase to the
+// end of its teardown.
+type span struct {
+	start, end uint64
+	phases     bool // announced by pytest
 }
 
 // Tracker follows a recording's stream and keeps each test's figures.
@@ -72,13 +103,19 @@ type Tracker struct {
 	blocks bool // a block-layer event was seen
 	// open is the test of the latest call made in a test (-1: none): its
 	// leak is read when a call of another test comes, or at the end.
+	// BasisFrames only.
 	open int32
+	// phased holds the processes whose test phases were seen (by PID):
+	// their allocations belong to the test running when they were made.
+	phased map[uint32]*phased
+	spans  []span
 }
 
 // NewTracker returns a Tracker naming test files relative to root (check's
 // working directory); "" keeps them as the frames have them.
 func NewTracker(root string) *Tracker {
-	return &Tracker{root: root, l: ledger.New(), stacks: map[event.StackID]frameRef{}, ids: map[string]int32{}, open: -1}
+	return &Tracker{root: root, l: ledger.New(), stacks: map[event.StackID]frameRef{}, ids: map[string]int32{}, open: -1,
+		phased: map[uint32]*phased{}}
 }
 
 // Add applies one record of the stream, in stream order.
@@ -96,7 +133,48 @@ func (t *Tracker) Add(rec event.Record) {
 		if r != nil {
 			t.event(r)
 		}
+	case *event.TestPhase:
+		if r != nil {
+			t.phase(r)
+		}
 	}
+}
+
+// phase follows a process's PYTEST_CURRENT_TEST: a test's phase begins,
+// or (NodeID "") its teardown ended, and its leak is what is live then.
+func (t *Tracker) phase(p *event.TestPhase) {
+	st := t.phased[p.PID]
+	if st == nil {
+		st = &phased{test: -1}
+		t.phased[p.PID] = st
+	}
+	next := int32(-1)
+	if p.NodeID != "" {
+		next = t.testOf(p.NodeID)
+		sp := &t.spans[next]
+		if !sp.phases {
+			sp.start, sp.phases = p.Time, true
+		}
+		sp.end = p.Time
+	}
+	if st.test >= 0 && st.test != next {
+		t.closeTest(st.test)
+		t.spans[st.test].end = p.Time
+	}
+	st.test = next
+}
+
+// testOf is the index of the test id, added when new.
+func (t *Tracker) testOf(id string) int32 {
+	ix, seen := t.ids[id]
+	if !seen {
+		ix = int32(len(t.tests))
+		t.ids[id] = ix
+		t.tests = append(t.tests, Test{ID: id})
+		t.figs = append(t.figs, [2]figures{})
+		t.spans = append(t.spans, span{})
+	}
+	return ix
 }
 
 // stack finds a stack's innermost test frame.
@@ -106,15 +184,11 @@ func (t *Tracker) stack(s *event.Stack) {
 		if !ok {
 			continue
 		}
-		ix, seen := t.ids[id]
-		if !seen {
-			ix = int32(len(t.tests))
-			t.ids[id] = ix
-			rel := t.relative(f.File)
-			t.tests = append(t.tests, Test{ID: id, File: f.File, Path: rel, Function: f.Function})
-			t.figs = append(t.figs, [2]figures{})
+		ix := t.testOf(id)
+		if tt := &t.tests[ix]; tt.File == "" {
+			tt.File, tt.Path, tt.Function = f.File, t.relative(f.File), f.Function
 		}
-		t.stacks[s.ID] = frameRef{test: ix, line: f.Line}
+		t.stacks[s.ID] = frameRef{test: ix, site: ix, line: f.Line}
 		return
 	}
 }
@@ -177,7 +251,14 @@ func (t *Tracker) event(e *event.Event) {
 	if e.Stack == 0 {
 		inTest = false
 	}
-	if inTest && ref.test != t.open {
+	if st := t.phased[e.PID]; st != nil {
+		// The test pytest runs now, whatever the frames: the stack's test
+		// frame, when it has one, only names the line (see added).
+		if !inTest {
+			ref.site = -1
+		}
+		ref.test, inTest = st.test, st.test >= 0
+	} else if inTest && ref.test != t.open {
 		// Another test's call: the one before it has returned.
 		t.close()
 		t.open = ref.test
@@ -228,13 +309,17 @@ func (t *Tracker) event(e *event.Event) {
 	}
 }
 
-// close reads the open test's leak: what it has live now.
+// close reads the open test's leak (BasisFrames): what it has live now.
 func (t *Tracker) close() {
-	if t.open < 0 {
-		return
+	if t.open >= 0 {
+		t.closeTest(t.open)
 	}
-	for i := range t.figs[t.open] {
-		f := &t.figs[t.open][i]
+}
+
+// closeTest reads a test's leak: what it has live now.
+func (t *Tracker) closeTest(ix int32) {
+	for i := range t.figs[ix] {
+		f := &t.figs[ix][i]
 		f.leaked, f.leakedCount = f.live, f.liveCount
 	}
 }
@@ -259,7 +344,7 @@ func (t *Tracker) added(ch ledger.Change, li int, ref frameRef, inTest bool, e *
 	f.live += e.Size
 	f.liveCount++
 	if f.live > f.peak {
-		f.peak, f.peakNs, f.peakLine = f.live, e.Time, ref.line
+		f.peak, f.peakNs, f.peakLine, f.peakSite = f.live, e.Time, ref.line, ref.site
 	}
 }
 
@@ -293,6 +378,11 @@ func (t *Tracker) release(old ledger.Entry, li int) {
 // were seen but that made no call at the layer has zero figures.
 func (t *Tracker) Tests() []Test {
 	t.close() // the last test's leak: what is live at the end
+	for _, st := range t.phased {
+		if st.test >= 0 {
+			t.closeTest(st.test) // still running at the end
+		}
+	}
 	li, layer := 0, "segment"
 	if t.blocks {
 		li, layer = 1, "block"
@@ -309,8 +399,19 @@ func (t *Tracker) Tests() []Test {
 		tt.PeakBytes, tt.PeakNs = f.peak, f.peakNs
 		tt.LeakedBytes, tt.LeakedAllocations = f.leaked, f.leakedCount
 		tt.StartNs, tt.EndNs = seg.start, seg.end
-		if f.peak > 0 {
-			tt.PeakSite = fmt.Sprintf("%s (%s:%d)", tt.Function, tt.File, f.peakLine)
+		tt.Basis = BasisFrames
+		if sp := t.spans[i]; sp.phases {
+			tt.Basis = BasisPhases
+			tt.StartNs, tt.EndNs = sp.start, max(sp.end, seg.end)
+			tt.Path, _, _ = strings.Cut(tt.ID, "::")
+		}
+		if f.peak > 0 && f.peakSite >= 0 {
+			site := t.tests[f.peakSite]
+			tt.PeakSite = fmt.Sprintf("%s (%s:%d)", site.Function, site.File, f.peakLine)
+			if tt.File == "" {
+				// A parameter set: its function is the frame's.
+				tt.File, tt.Function = site.File, site.Function
+			}
 		}
 		out = append(out, tt)
 	}

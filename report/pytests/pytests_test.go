@@ -87,6 +87,9 @@ func TestAttribution(t *testing.T) {
 		free(410, 0x1000), // the module's buffer: no test's
 	)
 	require.Len(t, got, 4, "test_a, TestM::test_b, test_helper, test_c")
+	for id, tt := range got {
+		assert.Equal(t, BasisFrames, tt.Basis, "%s: no test phases in the stream", id)
+	}
 	a := got["tests/test_m.py::test_a"]
 	assert.Equal(t, uint64(12*mib), a.PeakBytes, "8 MiB + 4 MiB")
 	assert.Equal(t, uint64(3*mib), a.LeakedBytes, "2 MiB + 1 MiB live when test_b began")
@@ -156,4 +159,67 @@ func TestIsTestFile(t *testing.T) {
 	} {
 		assert.Equal(t, want, IsTestFile(file), file)
 	}
+}
+
+// phase is pytest's PYTEST_CURRENT_TEST in pid 7 from time on: "<id>
+// (<phase>)", or unset when id is "".
+func phase(time uint64, id, ph string) *event.TestPhase {
+	return &event.TestPhase{Time: time, PID: 7, TID: 7, NodeID: id, Phase: ph}
+}
+
+// TestPhaseAttribution: in a process whose test phases were recorded, an
+// allocation belongs to the test pytest ran when it was made (a fixture's
+// in setup or teardown included), parameter sets are tests of their own,
+// and a leak is what a test had live when its teardown ended. A process
+// without phases in the same stream keeps the frames. The figures are the
+// arithmetic of the stream below.
+func TestPhaseAttribution(t *testing.T) {
+	const file = "/repo/tests/test_m.py"
+	const p1, p2 = "tests/test_m.py::test_p[1]", "tests/test_m.py::test_p[2-cpu]"
+	withPID := func(e *event.Event, pid uint32) *event.Event { e.PID = pid; return e }
+	got := stream(t,
+		&event.Process{PID: 7},
+		&event.Process{PID: 8},
+		stack(99),
+		stack(1, py("<module>", file, 3)),
+		stack(2, py("Books.alloc", file, 50), py("test_p", file, 10)),
+		stack(3, py("gpu_buffer", file, 5)), // a fixture: no test frame
+		alloc(100, 0x1000, 1*mib, 1),        // collection: no test
+		// test_p[1]: its fixture's 2 MiB in setup, 4 MiB in the call
+		// (peak 6 MiB, at line 10), 1 MiB kept; the fixture's freed in
+		// teardown; the 1 MiB freed after the teardown ended: leaked.
+		phase(150, p1, "setup"),
+		alloc(160, 0x2000, 2*mib, 3),
+		phase(170, p1, "call"),
+		alloc(180, 0x3000, 4*mib, 2),
+		free(190, 0x3000),
+		alloc(195, 0x4000, 1*mib, 2),
+		phase(200, p1, "teardown"),
+		free(210, 0x2000),
+		phase(220, "", ""),
+		free(230, 0x4000),
+		// test_p[2-cpu]: 8 MiB, freed in its call.
+		phase(300, p2, "setup"),
+		phase(310, p2, "call"),
+		alloc(320, 0x5000, 8*mib, 2),
+		free(330, 0x5000),
+		phase(340, p2, "teardown"),
+		phase(350, "", ""),
+		// A test frame while no test runs (pytest called it outside a
+		// test): no test's.
+		alloc(400, 0x6000, 16*mib, 2),
+		// pid 8 has no phases: its test is its frame's, "test_p".
+		withPID(alloc(500, 0x7000, 32*mib, 2), 8),
+	)
+	require.Len(t, got, 3, "%v", got)
+	a, b, c := got[p1], got[p2], got["tests/test_m.py::test_p"]
+	assert.Equal(t, Test{ID: p1, Basis: BasisPhases, File: file, Path: "tests/test_m.py", Function: "test_p", Layer: "segment",
+		Allocations: 3, AllocatedBytes: 7 * mib, PeakBytes: 6 * mib, PeakNs: 180, PeakSite: "test_p (" + file + ":10)",
+		LeakedBytes: 1 * mib, LeakedAllocations: 1, StartNs: 150, EndNs: 220}, a)
+	assert.Equal(t, Test{ID: p2, Basis: BasisPhases, File: file, Path: "tests/test_m.py", Function: "test_p", Layer: "segment",
+		Allocations: 1, AllocatedBytes: 8 * mib, PeakBytes: 8 * mib, PeakNs: 320, PeakSite: "test_p (" + file + ":10)",
+		StartNs: 300, EndNs: 350}, b)
+	assert.Equal(t, BasisFrames, c.Basis)
+	assert.Equal(t, uint64(32*mib), c.PeakBytes, "pid 8's allocation alone")
+	assert.Equal(t, uint64(32*mib), c.LeakedBytes)
 }

@@ -1,17 +1,21 @@
 """Each pytest test's own books of the GPU memory it allocates, for
 test_gpu.py and test_pool.py (cmd/vramprof's per-test e2e test): the bytes it
-allocated and still has live, the most it had live at once and the line of
-the test that reached it, and what it left live when it returned. At exit
-they are written to $VRAMPROF_TRUTH, keyed by the node id pytest itself gives
-the test (PYTEST_CURRENT_TEST, its parameter set cut off: frames cannot tell
-one parameter set from another, so vramprof sums them into one test).
+allocated and still has live, the most it had live at once and the line
+that reached it, and what it left live when its last code ran. At exit they
+are written to $VRAMPROF_TRUTH, keyed by the node id pytest itself gives the
+test, its parameter set included (PYTEST_CURRENT_TEST).
+
+A fixture's allocations are the test's it runs for: Books opened in a
+fixture's setup or teardown book to the test pytest runs then (pytest sets
+PYTEST_CURRENT_TEST for setup and teardown too). A fixture that frees in
+its teardown closes its books after that: a test's leak is what is live
+when its last code, its teardown's, ran.
 """
 
 import atexit
 import ctypes
 import json
 import os
-import re
 import sys
 
 MiB = 1 << 20
@@ -21,8 +25,7 @@ BOOKS = {}  # node id -> {"peak_bytes", "peak_line", "leaked_bytes", "live", "al
 
 def node_id():
     # pytest's own name of the running test: "path::[Class::]name[param] (call)".
-    nid = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
-    return re.sub(r"\[.*\]$", "", nid)
+    return os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
 
 
 def cuda_runtime():
@@ -85,7 +88,8 @@ class Books:
         self.b["live"] -= self.sizes.pop(ptr)
 
     def close(self):
-        # Live when the test returns: its leak (summed over parameter sets).
+        # Live when the test's code ran last: its leak. The last close
+        # counts (a fixture's teardown closes after the test did).
         self.b["leaked_bytes"] = self.b["live"]
 
 

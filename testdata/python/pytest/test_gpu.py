@@ -10,7 +10,13 @@ The figures, by the tests' own arithmetic:
                         freed): peak 16777216, leak 3149824
   TestModel::test_big   64 MiB and 32 MiB live together, freed: peak
                         100663296, leak 0 (over the limits file's 80MiB)
-  test_param[1], [2]    n MiB each, freed: one test, peak 2097152, leak 0
+  test_param[1], [2], [3]
+                        n MiB each, freed: three tests, peaks 1048576,
+                        2097152, 3145728, leak 0 (test_param[3] over the
+                        limits file's 2MiB for it)
+  test_fixture          its fixture's 6 MiB (allocated in setup, freed in
+                        teardown) and 2 MiB of its own live together,
+                        freed: peak 8388608, leak 0
 and at module level (no test) 1 MiB that stays live: in no test's figures.
 
 Usage: python3 -m pytest test_gpu.py  (FAKECUDA_LIB names the runtime)
@@ -54,8 +60,25 @@ class TestModel:
         books.close()
 
 
-@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("n", [1, 2, 3])
 def test_param(n):
     books = Books(alloc, free)
     books.free(books.alloc(n * MiB))
+    books.close()
+
+
+@pytest.fixture
+def gpu_buffer():
+    # Setup and teardown run while PYTEST_CURRENT_TEST names the test:
+    # the books are test_fixture's.
+    books = Books(alloc, free)
+    buf = books.alloc(6 * MiB)
+    yield buf
+    books.free(buf)
+    books.close()
+
+
+def test_fixture(gpu_buffer):
+    books = Books(alloc, free)
+    books.free(books.alloc(2 * MiB))
     books.close()

@@ -4,7 +4,7 @@
 #   make test      unit tests and the root-only BPF integration tests
 #   make bench     overhead of the probes, as ratios from one run; the findings corpus table
 #   make generate  rebuild the BPF objects (committed; reproducible byte for byte)
-#   make lint      gofmt, go vet, staticcheck, a non-Linux cross-build
+#   make lint      gofmt, clang-format (bpf/), go vet, staticcheck, a non-Linux cross-build
 #   make release   the reproducible release binary, version and commit stamped
 #   make install   install it (PREFIX, DESTDIR) with its systemd unit
 #   make image     the container image of `vramprof serve` (docker)
@@ -108,8 +108,14 @@ demo: build
 		FAKECUDA_CAPACITY=85899345920 ./$(BIN) run -o $(DEMO_OUT) -- testdata/build/bin/demo; \
 		rc=$$?; rm -rf $$d; exit $$rc
 
+# BPF_SOURCES: bpf/'s own C (bpf/.clang-format's style); bpf/include is
+# vendored (libbpf's headers, a compact vmlinux.h) and keeps its own.
+BPF_SOURCES = $(shell git ls-files 'bpf/*.c' 'bpf/*.h' ':!bpf/include/*')
+
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@command -v clang-format >/dev/null || { echo "lint: clang-format not found: apt-get install clang-format (.ci/run installs it)"; exit 1; }
+	clang-format --dry-run -Werror $(BPF_SOURCES)
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	$(GO) tool go-errorlint ./...

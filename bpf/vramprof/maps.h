@@ -13,9 +13,9 @@
 #include "common.h"
 #include "records.h"
 
-#define BPF_RB_NO_WAKEUP (1ULL << 0)
+#define BPF_RB_NO_WAKEUP    (1ULL << 0)
 #define BPF_RB_FORCE_WAKEUP (1ULL << 1)
-#define BPF_RB_AVAIL_DATA 0
+#define BPF_RB_AVAIL_DATA   0
 struct slot_key {
 	__u64 id; /* pid_tgid */
 	__u32 depth;

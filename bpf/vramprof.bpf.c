@@ -241,8 +241,9 @@ int usdt_block(struct pt_regs *ctx)
 		r->size = usdt_value(ctx, &spec->args[2]);
 		r->stream = usdt_value(ctx, &spec->args[3]);
 		/* A probe site is not a function entry: the caller's return
-		 * address is not at sp, and the frame-pointer walk is whole. */
-		walk_user_stack(ctx, r);
+		 * address is not at sp, and the frame-pointer walk is whole,
+		 * from the window at the frame pointer. */
+		walk_user_stack(ctx, r, stack_window_read(id, PT_REGS_FP(ctx)), id);
 		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
@@ -273,8 +274,9 @@ int spec_enter(struct pt_regs *ctx)
 		return 0;
 	}
 	__u64 sp = PT_REGS_SP(ctx), ra = 0;
-	bpf_probe_read_user(&ra, sizeof(ra), (void *)sp);
-	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(c->sp, c->ra))
+	struct stack_window *sw = stack_window_read(id, sp);
+	stack_read(sw, id, sp, &ra, 1);
+	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(sw, id, c->sp, c->ra))
 		return 0; /* inside a spec'd call in flight: it counts */
 	struct record *r = &c->r;
 	c->sp = sp;
@@ -290,7 +292,7 @@ int spec_enter(struct pt_regs *ctx)
 	r->size = usdt_value(ctx, &spec->args[2]);
 	if (r->kind == REC_ALLOC) {
 		r->caller = ra;
-		walk_user_stack(ctx, r);
+		walk_user_stack(ctx, r, sw, id);
 		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}

@@ -241,6 +241,13 @@ const (
 	bpfSpecFlagsSPEC_F_AT_RETURN bpfSpecFlags = 1
 )
 
+type bpfStackWindow struct {
+	_    structs.HostLayout
+	Id   uint64
+	Base uint64
+	W    [64]uint64
+}
+
 type bpfStop struct {
 	_     structs.HostLayout
 	Start uint64
@@ -296,6 +303,7 @@ const (
 	bpfMapSlots             = "slots"
 	bpfMapSpecCalls         = "spec_calls"
 	bpfMapSpecScratch       = "spec_scratch"
+	bpfMapStackWindows      = "stack_windows"
 	bpfMapStopped           = "stopped"
 	bpfMapTargets           = "targets"
 	bpfMapThreads           = "threads"
@@ -402,6 +410,7 @@ type bpfMapSpecs struct {
 	Slots        *ebpf.MapSpec `ebpf:"slots"`
 	SpecCalls    *ebpf.MapSpec `ebpf:"spec_calls"`
 	SpecScratch  *ebpf.MapSpec `ebpf:"spec_scratch"`
+	StackWindows *ebpf.MapSpec `ebpf:"stack_windows"`
 	Stopped      *ebpf.MapSpec `ebpf:"stopped"`
 	Targets      *ebpf.MapSpec `ebpf:"targets"`
 	Threads      *ebpf.MapSpec `ebpf:"threads"`
@@ -460,6 +469,7 @@ type bpfMaps struct {
 	Slots        *ebpf.Map `ebpf:"slots"`
 	SpecCalls    *ebpf.Map `ebpf:"spec_calls"`
 	SpecScratch  *ebpf.Map `ebpf:"spec_scratch"`
+	StackWindows *ebpf.Map `ebpf:"stack_windows"`
 	Stopped      *ebpf.Map `ebpf:"stopped"`
 	Targets      *ebpf.Map `ebpf:"targets"`
 	Threads      *ebpf.Map `ebpf:"threads"`
@@ -484,6 +494,7 @@ func (m *bpfMaps) Close() error {
 		m.Slots,
 		m.SpecCalls,
 		m.SpecScratch,
+		m.StackWindows,
 		m.Stopped,
 		m.Targets,
 		m.Threads,

@@ -61,9 +61,13 @@ static __always_inline int stacked(__u8 kind)
 /*
  * unwind drops the thread's calls in flight that are over when the thread
  * is at rsp sp (at an entry: entry != 0, at sp itself too unless a tail
- * call; at a return: deeper than sp only), and returns the depth left.
+ * call; at a return: deeper than sp only), and returns the depth left. sw
+ * is the thread's stack window at an entry. At a return, *live is the
+ * call at the depth left, when it is still in flight: the one that returns
+ * there when its sp is sp.
  */
-static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int entry)
+static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int entry, struct stack_window *sw,
+				    struct call **live)
 {
 	__u32 depth = th->depth;
 	if (depth > MAX_DEPTH)
@@ -72,10 +76,13 @@ static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int e
 		struct slot_key key = {.id = id, .depth = depth - 1};
 		struct call *c = bpf_map_lookup_elem(&slots, &key);
 		if (c && c->r.kind != REC_IDLE) {
-			if (!entry && c->sp >= sp)
+			if (!entry && c->sp >= sp) {
+				if (live)
+					*live = c;
 				break; /* live, or this very call */
+			}
 			if (entry && (c->sp > sp || (c->sp == sp && (c->flags & CALL_F_TAILS))) &&
-			    ra_in_place(c->sp, c->ra))
+			    ra_in_place(sw, id, c->sp, c->ra))
 				break; /* live: the new call is inside it */
 			c->r.kind = REC_IDLE;
 		}
@@ -103,7 +110,10 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	if (!th)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
-	__u32 depth = unwind(th, id, sp, 1);
+	/* The return address at sp, the caller's frame and an enclosing call's
+	 * return address, in one read (see stacks.h). */
+	struct stack_window *sw = stack_window_read(id, sp);
+	__u32 depth = unwind(th, id, sp, 1, sw, 0);
 	if (depth >= MAX_DEPTH)
 		return 0;
 
@@ -118,7 +128,7 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	c->sp = sp;
 	c->ra = 0;
-	bpf_probe_read_user(&c->ra, sizeof(c->ra), (void *)sp);
+	stack_read(sw, id, sp, &c->ra, 1);
 	c->flags = cookie >> 32;
 	fill_common(r, id, (__u8)(cookie >> 16));
 	r->api = (__u16)cookie;
@@ -208,7 +218,7 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 
 	if (depth == 0 && stacked(r->kind)) {
 		r->caller = c->ra;
-		walk_user_stack(ctx, r);
+		walk_user_stack(ctx, r, sw, id);
 		/* Python frames where memory is got; a free's native stack
 		 * names its release site, and walking Python there too would
 		 * double the cost of a malloc/free pair. */
@@ -247,15 +257,14 @@ static __always_inline int do_call_return(struct pt_regs *ctx)
 		return 0;
 	}
 	__u64 sp = PT_REGS_SP(ctx);
-	__u32 depth = unwind(th, id, sp, 0);
+	struct call *c = 0;
+	__u32 depth = unwind(th, id, sp, 0, 0, &c);
 	if (depth == 0) {
 		if (own)
 			__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
-	struct slot_key key = {.id = id, .depth = depth - 1};
-	struct call *c = bpf_map_lookup_elem(&slots, &key);
-	if (!c || c->r.kind == REC_IDLE || c->sp != sp)
+	if (!c || c->sp != sp)
 		return 0; /* a return inside the call in flight: not a traced call's */
 	depth--;
 	th->depth = depth;

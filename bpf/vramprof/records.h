@@ -112,10 +112,24 @@ enum ret_flags {
 	RET_F_OWN = 1 << 0,
 };
 
+/* thread: a traced thread's value in the threads map, what user space reads. */
 struct thread {
+	__u64 since; /* entry time of the outermost call in flight; 0: none */
+};
+
+/*
+ * thread_calls: a traced thread's calls in flight, one slot per depth (a
+ * slot stays between calls, kind REC_IDLE when idle, so the hot path
+ * neither inserts nor deletes), and its current device. In task local
+ * storage (maps.h): found from the task in a few loads, where a hash
+ * lookup costs ~60 ns here, and gone with the thread.
+ */
+struct thread_calls {
 	__u32 depth;  /* traced calls in progress on this thread */
 	__s32 device; /* current device, -1 until seen */
-	__u64 since;  /* entry time of the outermost call in flight; 0: none */
+	__u32 ready;  /* 1 once device is set up (storage is created zeroed) */
+	__u32 pad;
+	struct call c[MAX_DEPTH];
 };
 static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
 {

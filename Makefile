@@ -75,7 +75,9 @@ torch: testdata
 	-testdata/torch/fetch.sh >/dev/null && $(MAKE) -s -C testdata/torch
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
-# interleaved) for the CUDA API and for the block layer (--pool), and attach
+# interleaved) for the CUDA API and for the block layer (--pool), with the BPF
+# run time per hit of call_enter, call_return and usdt_block against the bare
+# probe's at the same points (kernel BPF stats) and the hits per pair, and attach
 # latency on a process with 400 mapped libraries. First, no root needed: the
 # trace's bytes per event, format 1 as the scenarios recorded it against the
 # current format (a table per scenario), and replay speed (events/s); the

@@ -92,7 +92,7 @@ type bpfPyBuf struct {
 	_     structs.HostLayout
 	Wbase uint64
 	Wend  uint64
-	B     [1160]uint8
+	B     [4232]uint8
 }
 
 type bpfPyCodes struct {

@@ -44,8 +44,10 @@ struct py_proc {
 /* Bytes read at once below a frame, within its page: 3.11+ push the frames
  * of Python calls one after the other on the thread's data stack, so a
  * caller's frame is usually just below its callee's, and one read serves
- * several frames. */
-#define PY_WINDOW     1024
+ * several frames. A whole page: a read's cost is mostly per call, not per
+ * byte (stacks.h), and a page read at once is never read again for the
+ * frames below. */
+#define PY_WINDOW     4096
 
 /*
  * py_codes: a Python stack's code objects, sent on py_new when a process

@@ -4,7 +4,7 @@
 #   make test      unit tests and the root-only BPF integration tests
 #   make bench     overhead of the probes, as ratios from one run; the findings corpus table
 #   make generate  rebuild the BPF objects (committed; reproducible byte for byte)
-#   make lint      gofmt, go vet, staticcheck, a non-Linux cross-build
+#   make lint      gofmt, clang-format (bpf/), go vet, staticcheck, a non-Linux cross-build
 #   make release   the reproducible release binary, version and commit stamped
 #   make install   install it (PREFIX, DESTDIR) with its systemd unit
 #   make image     the container image of `vramprof serve` (docker)
@@ -89,7 +89,9 @@ imagebase:
 	-$(SUDO) testdata/image/rootfs.sh $$(sed -n 's/^FROM debian:\(.*\)-slim$$/\1/p' cmd/vramprof/deploy/Dockerfile) >/dev/null
 
 # Probe overhead (unprobed vs bare counting probe vs vramprof, one run,
-# interleaved) for the CUDA API and for the block layer (--pool), and attach
+# interleaved) for the CUDA API and for the block layer (--pool), with the BPF
+# run time per hit of call_enter, call_return and usdt_block against the bare
+# probe's at the same points (kernel BPF stats) and the hits per pair, and attach
 # latency on a process with 400 mapped libraries. First, no root needed: the
 # trace's bytes per event, format 1 as the scenarios recorded it against the
 # current format (a table per scenario), and replay speed (events/s); the
@@ -122,8 +124,14 @@ demo: build
 		FAKECUDA_CAPACITY=85899345920 ./$(BIN) run -o $(DEMO_OUT) -- testdata/build/bin/demo; \
 		rc=$$?; rm -rf $$d; exit $$rc
 
+# BPF_SOURCES: bpf/'s own C (bpf/.clang-format's style); bpf/include is
+# vendored (libbpf's headers, a compact vmlinux.h) and keeps its own.
+BPF_SOURCES = $(shell git ls-files 'bpf/*.c' 'bpf/*.h' ':!bpf/include/*')
+
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@command -v clang-format >/dev/null || { echo "lint: clang-format not found: apt-get install clang-format (.ci/run installs it)"; exit 1; }
+	clang-format --dry-run -Werror $(BPF_SOURCES)
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	$(GO) tool go-errorlint ./...

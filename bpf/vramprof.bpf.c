@@ -74,21 +74,27 @@
  *            own, which that delete cannot take away. The guardian process
  *            (probes/guardian.go) holds a dup of this map and resumes what
  *            it lists if vramprof dies.
- *   threads  LRU hash pid_tgid -> thread: nesting depth, current device, and
- *            since: the entry time of the thread's outermost traced call in
- *            flight, 0 when none. It is cleared only after that call's
+ *   threads  LRU hash pid_tgid -> thread: since, the entry time of the
+ *            thread's outermost traced call in flight, 0 when none; an
+ *            entry is also what lets the thread's outermost calls pass the
+ *            target filter (user space deletes a process's entries when it
+ *            stops tracing it). since is cleared only after that call's
  *            record is in the ring buffer, so user space that reads since
  *            for every thread and then empties the ring has every record of
  *            a call that entered before the smallest since, or before it
  *            began reading (probes/reorder.go: the effect-order watermark).
- *   slots    LRU hash {pid_tgid, depth} -> call {rsp and return address
- *            at entry, record}: a call between its entry and its return,
- *            kept between calls (kind REC_IDLE when idle) so the hot path
- *            neither inserts nor deletes. LRU: exited threads age out.
+ *   calls    task local storage -> thread_calls: a traced thread's nesting
+ *            depth, current device, and a slot per depth {rsp and return
+ *            address at entry, record} for a call between its entry and its
+ *            return, kept between calls (kind REC_IDLE when idle) so the hot
+ *            path neither inserts nor deletes. Created at the thread's first
+ *            traced call, freed with the thread.
  *   contexts hash {tgid, CUcontext} -> device, from cuDevicePrimaryCtxRetain
  *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
- *   scratch  per-CPU array, one zeroed call to create a slot from (a 2 KiB
- *            record does not fit on the 512-byte stack).
+ *   stack_windows per-CPU array: the user stack at a hit, read at once
+ *            (vramprof/stacks.h).
+ *   block_scratch per-CPU array: a block-layer record is built there (a
+ *            2 KiB record does not fit on the 512-byte stack).
  *   py_procs hash tgid -> py_proc: where a process's CPython keeps its state
  *            and the layout offsets of its version (from Go, probes/python;
  *            copied to a forked child in the kernel).
@@ -102,7 +108,7 @@
  *   spec_calls   LRU hash pid_tgid -> spec_call {rsp and return address
  *            at entry, record}: a
  *            spec'd allocation between its entry and a return instruction
- *            (allocator specs, vramprof/specs.h; apart from threads and slots).
+ *            (allocator specs, vramprof/specs.h; apart from threads and calls).
  *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
  *            built there, and it seeds new spec_calls slots.
  *   known_files  LRU hash {st_dev, inode} -> enum known (trace_all, quiet):
@@ -126,13 +132,14 @@
  * file not examined yet). BPF's own:
  * stop_seq (numbers the stops).
  *
- * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf).
+ * Minimum kernel: 5.15 (attach cookies, ring buffer, bounded loops, tp_btf,
+ * task local storage in tracing programs).
  * No uretprobe anywhere (a kernel's uretprobe syscall is never used).
  *
  * Sources: this file holds the programs (the SEC entry points); their types,
  * maps and helpers are in vramprof/, one header per concern:
  *   records.h    the record, its kinds, flags and shapes; thread state
- *   maps.h       the shared globals and maps, the target filter, slots
+ *   maps.h       the shared globals and maps, the target filter, calls in flight
  *   stacks.h     the native user stack (frame pointers)
  *   task.h       the kernel task fields read (CO-RE)
  *   python.h     CPython frames and the py_new fast lane
@@ -241,8 +248,9 @@ int usdt_block(struct pt_regs *ctx)
 		r->size = usdt_value(ctx, &spec->args[2]);
 		r->stream = usdt_value(ctx, &spec->args[3]);
 		/* A probe site is not a function entry: the caller's return
-		 * address is not at sp, and the frame-pointer walk is whole. */
-		walk_user_stack(ctx, r);
+		 * address is not at sp, and the frame-pointer walk is whole,
+		 * from the window at the frame pointer. */
+		walk_user_stack(ctx, r, stack_window_read(id, PT_REGS_FP(ctx)), id);
 		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
@@ -273,8 +281,9 @@ int spec_enter(struct pt_regs *ctx)
 		return 0;
 	}
 	__u64 sp = PT_REGS_SP(ctx), ra = 0;
-	bpf_probe_read_user(&ra, sizeof(ra), (void *)sp);
-	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(c->sp, c->ra))
+	struct stack_window *sw = stack_window_read(id, sp);
+	stack_read(sw, id, sp, &ra, 1);
+	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(sw, id, c->sp, c->ra))
 		return 0; /* inside a spec'd call in flight: it counts */
 	struct record *r = &c->r;
 	c->sp = sp;
@@ -283,14 +292,14 @@ int spec_enter(struct pt_regs *ctx)
 	r->api = (__u16)cookie;
 	r->flags = REC_F_BLOCK;
 	/* The thread's current device, read but never created here. */
-	struct thread *th = bpf_map_lookup_elem(&threads, &id);
-	if (th)
-		r->device = th->device;
+	struct thread_calls *tc = thread_calls(0);
+	if (tc)
+		r->device = tc->device;
 	r->addr = usdt_value(ctx, &spec->args[0]);
 	r->size = usdt_value(ctx, &spec->args[2]);
 	if (r->kind == REC_ALLOC) {
 		r->caller = ra;
-		walk_user_stack(ctx, r);
+		walk_user_stack(ctx, r, sw, id);
 		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -61,6 +62,50 @@ func pairCost(b *testing.B, out *bytes.Buffer) float64 {
 	return v
 }
 
+// hitCosts is what each hot program cost over a run, from the kernel's
+// BPF stats, by hit kind: "entry" (call_enter), "return" (call_return),
+// "site" (usdt_block); for the bare probe, its counting programs at the
+// same points.
+type hitCosts map[string]ebpf.ProgramStats
+
+// hit is a hot program whose cost per hit a workload reports: target is
+// its budget in ns (0: none), min the hits a run of pairs must make at
+// least (every probe fired).
+type hit struct {
+	name   string
+	target float64
+	min    func(pairs int) uint64
+}
+
+// vramprofCosts reads the session's hot programs' BPF stats (both the
+// uprobe_multi and the single-uprobe variants, whichever were attached).
+func vramprofCosts(b *testing.B, s *Session) hitCosts {
+	b.Helper()
+	sum := func(progs ...*ebpf.Program) ebpf.ProgramStats {
+		var all ebpf.ProgramStats
+		for _, p := range progs {
+			st, err := p.Stats()
+			require.NoError(b, err, "bpf stats of %s", p)
+			all.Runtime += st.Runtime
+			all.RunCount += st.RunCount
+		}
+		return all
+	}
+	return hitCosts{
+		"entry":  sum(s.loader.objs.CallEnter, s.loader.objs.CallEnterMulti),
+		"return": sum(s.loader.objs.CallReturn, s.loader.objs.CallReturnMulti),
+		"site":   sum(s.loader.objs.UsdtBlock),
+	}
+}
+
+// nsPerHit is a program's mean run time per hit; 0 when it never ran.
+func nsPerHit(st ebpf.ProgramStats) float64 {
+	if st.RunCount == 0 {
+		return 0
+	}
+	return float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+}
+
 // workload is one side-by-side overhead measurement: a program that times
 // its own loop of pairs, a bare counting probe at the attach points
 // vramprof uses for it, and the events one pair makes.
@@ -68,16 +113,17 @@ type workload struct {
 	name       string   // "cudaMalloc+cudaFree", for the printout
 	argv       []string // the program; N (pairs) is appended
 	env        []string // added to this process's environment
-	attachBare func(b *testing.B) (check func(b *testing.B, pairs int))
+	attachBare func(b *testing.B) (check func(b *testing.B, pairs int) hitCosts)
 	// attachUret, when set, is the bare probe with a uretprobe at each
 	// function instead of uprobes at its return instructions: what the
 	// returns cost before vramprof stopped using uretprobes, priced in the
 	// same rounds. calls is the probed function calls one pair makes.
-	attachUret func(b *testing.B) (check func(b *testing.B, pairs int))
+	attachUret func(b *testing.B) (check func(b *testing.B, pairs int) hitCosts)
 	calls      int
 	events     func(pairs int) uint64 // records vramprof must deliver
 	opts       Options
 	target     string // the goal the ratio is held to, if any
+	hits       []hit  // hot programs priced per hit (BPF stats)
 	python     bool   // the stacks must hold Python frames
 }
 
@@ -86,11 +132,19 @@ type workload struct {
 // session, interleaved round by round so that machine noise hits them all
 // alike, and reports the medians and their ratios. probed/bare is
 // vramprof's own cost over the floor any uprobe tracer pays. It also
-// reports the CPU time of the session's reader thread per event.
+// reports the CPU time of the session's reader thread per event, and the
+// run time per hit of each of w.hits, vramprof's program against the
+// bare probe's at the same points (kernel BPF stats, on for the run).
 func measure(b *testing.B, w workload) {
 	n := strconv.Itoa(b.N)
 	const rounds = 15
 	var unprobed, counted, uret, probed, reader []float64
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	require.NoError(b, err, "enable BPF stats")
+	defer stats.Close()
+	perHit := map[string][]float64{} // name -> ns per hit, a round each
+	bareHit := map[string][]float64{}
+	hitsPerPair := map[string][]float64{}
 	argv := append(slices.Clone(w.argv), n)
 	env := append(os.Environ(), w.env...)
 	runPlain := func() float64 {
@@ -106,7 +160,10 @@ func measure(b *testing.B, w workload) {
 
 		check := w.attachBare(b)
 		counted = append(counted, runPlain())
-		check(b, b.N)
+		bc := check(b, b.N)
+		for _, h := range w.hits {
+			bareHit[h.name] = append(bareHit[h.name], nsPerHit(bc[h.name]))
+		}
 
 		if w.attachUret != nil {
 			check := w.attachUret(b)
@@ -147,6 +204,14 @@ func measure(b *testing.B, w workload) {
 			// The Python frames were read: what is being priced.
 			require.Positive(b, pyStacks, "stacks with Python frames")
 		}
+		vc := vramprofCosts(b, s)
+		for _, h := range w.hits {
+			st := vc[h.name]
+			// Every probe fired: a hit per probed call at least.
+			require.GreaterOrEqual(b, st.RunCount, h.min(b.N+100), "%s hits", h.name)
+			perHit[h.name] = append(perHit[h.name], nsPerHit(st))
+			hitsPerPair[h.name] = append(hitsPerPair[h.name], float64(st.RunCount)/float64(b.N+100))
+		}
 		require.NoError(b, s.Close())
 	}
 	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
@@ -166,6 +231,25 @@ func measure(b *testing.B, w workload) {
 	// once, and wakes for the few events of each poll.
 	fmt.Printf("  reader   %8.0f ns of CPU per event over the run, the ring buffer read to the trace record "+
 		"(target <= %d ns at full rate: BenchmarkReader)\n", rd, readerTarget)
+	for _, h := range w.hits {
+		v, bv, hp := med(perHit[h.name]), med(bareHit[h.name]), med(hitsPerPair[h.name])
+		b.ReportMetric(v, "ns/hit-"+h.name)
+		b.ReportMetric(bv, "ns/hit-"+h.name+"-bare")
+		b.ReportMetric(hp, "hits/pair-"+h.name)
+		target := ""
+		if h.target > 0 {
+			target = fmt.Sprintf(", target <= %.0f ns", h.target)
+		}
+		fmt.Printf("  BPF per %-6s hit %4.0f ns  (bare counting probe %3.0f ns%s; %.2f hits per pair; kernel BPF stats)\n",
+			h.name, v, bv, target, hp)
+		// The programs run for every process that calls the probed
+		// functions, and one that is not traced leaves at the filter: its
+		// cheap hits pull the mean down.
+		if want := float64(h.min(b.N+100)) / float64(b.N+100); hp > 1.01*want {
+			fmt.Printf("  (%.2f %s hits per pair, %.0f expected: other processes called the probed functions "+
+				"during the run, and their filtered hits are in the mean)\n", hp, h.name, want)
+		}
+	}
 	if len(uret) > 0 {
 		// The bare probe both ways: the entries are the same uprobes, so
 		// what differs is the returns. Per call: (probed - unprobed) over
@@ -181,6 +265,14 @@ func measure(b *testing.B, w workload) {
 			"  per probed call (entry + return, %d calls a pair): return instructions %.0f ns, uretprobe %.0f ns: %.2fx\n",
 			r, r/u, w.calls, perRet, perUret, perRet/perUret)
 	}
+}
+
+// callHits are a cudaMalloc+cudaFree pair's hot programs: an entry and a
+// return for each of its 4 probed calls (the runtime's and the driver's
+// nested in it), at least.
+var callHits = []hit{
+	{name: "entry", target: 150, min: func(pairs int) uint64 { return uint64(4 * pairs) }},
+	{name: "return", target: 150, min: func(pairs int) uint64 { return uint64(4 * pairs) }},
 }
 
 // BenchmarkOverhead prices one cudaMalloc+cudaFree pair (and the driver
@@ -203,6 +295,7 @@ func BenchmarkOverhead(b *testing.B) {
 		// Runtime call and nested driver call, for both halves.
 		events: func(pairs int) uint64 { return uint64(4 * pairs) },
 		target: "; target <= 1.3x bare",
+		hits:   callHits,
 	})
 }
 
@@ -237,7 +330,7 @@ func BenchmarkThreadsOverhead(b *testing.B) {
 // nested in the driver. vramprof probes these four at their entries and
 // return instructions; so does the bare probe (atReturns), and uret is the
 // same with a uretprobe at each function instead, as vramprof did before.
-func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B, int)) {
+func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B, int) hitCosts) {
 	type points struct{ entries, returns []uint64 }
 	pointsIn := func(lib string, apis ...event.API) points {
 		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false, nil)
@@ -258,26 +351,36 @@ func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B
 	cudart, cuda := probetest.Lib(b, "libcudart.so.12"), probetest.Lib(b, "libcuda.so.1")
 	cudartAt := pointsIn(cudart, event.APICudaMalloc, event.APICudaFree)
 	cudaAt := pointsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
-	checks := func(p1, p2 *bare.Probe) func(*testing.B, int) {
-		return func(b *testing.B, pairs int) {
+	checks := func(p1, p2 *bare.Probe) func(*testing.B, int) hitCosts {
+		return func(b *testing.B, pairs int) hitCosts {
+			costs := hitCosts{}
 			for _, p := range []*bare.Probe{p1, p2} {
 				enters, returns, err := p.Counts()
+				require.NoError(b, err)
+				entry, ret, _, err := p.Runs()
 				require.NoError(b, err)
 				require.NoError(b, p.Close())
 				// The counting probe fires system-wide: at least our calls.
 				require.GreaterOrEqual(b, enters, uint64(2*pairs))
 				require.GreaterOrEqual(b, returns, uint64(2*pairs))
+				for name, st := range map[string]ebpf.ProgramStats{"entry": entry, "return": ret} {
+					all := costs[name]
+					all.Runtime += st.Runtime
+					all.RunCount += st.RunCount
+					costs[name] = all
+				}
 			}
+			return costs
 		}
 	}
-	atReturns = func(b *testing.B) func(*testing.B, int) {
+	atReturns = func(b *testing.B) func(*testing.B, int) hitCosts {
 		p1, err := bare.AttachAtReturns(cudart, cudartAt.entries, cudartAt.returns)
 		require.NoError(b, err)
 		p2, err := bare.AttachAtReturns(cuda, cudaAt.entries, cudaAt.returns)
 		require.NoError(b, err)
 		return checks(p1, p2)
 	}
-	uret = func(b *testing.B) func(*testing.B, int) {
+	uret = func(b *testing.B) func(*testing.B, int) hitCosts {
 		p1, err := bare.Attach(cudart, cudartAt.entries...)
 		require.NoError(b, err)
 		p2, err := bare.Attach(cuda, cudaAt.entries...)
@@ -310,6 +413,7 @@ func BenchmarkPythonOverhead(b *testing.B) {
 		calls:      4,
 		events:     func(pairs int) uint64 { return uint64(4 * pairs) },
 		target:     "; target <= 1.6x bare",
+		hits:       callHits,
 		python:     true,
 	})
 }
@@ -330,6 +434,11 @@ func BenchmarkPoolOverhead(b *testing.B) {
 	require.NotNil(b, pf)
 	var offs, refs []uint64
 	for _, t := range pf.Targets {
+		// The allocator's two USDT sites; the file's other targets (OOM
+		// reports, scopes) never fire in this loop.
+		if t.USDT == nil || t.USDT.Provider != "pytorch" {
+			continue
+		}
 		offs = append(offs, t.Offset)
 		refs = append(refs, t.USDT.SemaphoreOffset)
 	}
@@ -337,16 +446,20 @@ func BenchmarkPoolOverhead(b *testing.B) {
 	measure(b, workload{
 		name: "c10_alloc+c10_free (block layer, --pool)",
 		argv: []string{probetest.Bin(b, "bench_blocks")},
-		attachBare: func(b *testing.B) func(*testing.B, int) {
+		attachBare: func(b *testing.B) func(*testing.B, int) hitCosts {
 			p, err := bare.AttachSites(lib, offs, refs)
 			require.NoError(b, err)
-			return func(b *testing.B, pairs int) {
+			return func(b *testing.B, pairs int) hitCosts {
 				sites, err := p.Sites()
+				require.NoError(b, err)
+				_, _, site, err := p.Runs()
 				require.NoError(b, err)
 				require.NoError(b, p.Close())
 				require.GreaterOrEqual(b, sites, uint64(2*pairs))
+				return hitCosts{"site": site}
 			}
 		},
+		hits: []hit{{name: "site", target: 200, min: func(pairs int) uint64 { return uint64(2 * pairs) }}},
 		// The segment's one cudaMalloc (+ nested cuMemAlloc_v2) at warm-up,
 		// then a block alloc and free per pair; the segment is never freed.
 		events: func(pairs int) uint64 { return uint64(2*pairs) + 2 },

@@ -13,15 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type bpfCall struct {
-	_     structs.HostLayout
-	Sp    uint64
-	Ra    uint64
-	Flags uint32
-	Pad   uint32
-	R     bpfRecord
-}
-
 type bpfCallContract struct {
 	_    structs.HostLayout
 	Call uint32
@@ -101,7 +92,7 @@ type bpfPyBuf struct {
 	_     structs.HostLayout
 	Wbase uint64
 	Wend  uint64
-	B     [1160]uint8
+	B     [4232]uint8
 }
 
 type bpfPyCodes struct {
@@ -217,13 +208,6 @@ const (
 	bpfShapeSHAPE_CTX_SET     bpfShape = 13
 )
 
-type bpfSlotKey struct {
-	_     structs.HostLayout
-	Id    uint64
-	Depth uint32
-	Pad   uint32
-}
-
 type bpfSpecCall struct {
 	_  structs.HostLayout
 	Sp uint64
@@ -242,6 +226,13 @@ const (
 	bpfSpecFlagsSPEC_F_AT_RETURN bpfSpecFlags = 1
 )
 
+type bpfStackWindow struct {
+	_    structs.HostLayout
+	Id   uint64
+	Base uint64
+	W    [64]uint64
+}
+
 type bpfStop struct {
 	_     structs.HostLayout
 	Start uint64
@@ -250,10 +241,24 @@ type bpfStop struct {
 }
 
 type bpfThread struct {
+	_     structs.HostLayout
+	Since uint64
+}
+
+type bpfThreadCalls struct {
 	_      structs.HostLayout
 	Depth  uint32
 	Device int32
-	Since  uint64
+	Ready  uint32
+	Pad    uint32
+	C      [4]struct {
+		_     structs.HostLayout
+		Sp    uint64
+		Ra    uint64
+		Flags uint32
+		Pad   uint32
+		R     bpfRecord
+	}
 }
 
 type bpfUsdtArgKind uint32
@@ -282,6 +287,7 @@ type bpfUsdtSpec struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	bpfMapBlockScratch      = "block_scratch"
+	bpfMapCalls             = "calls"
 	bpfMapContexts          = "contexts"
 	bpfMapEvents            = "events"
 	bpfMapKnownFiles        = "known_files"
@@ -293,10 +299,9 @@ const (
 	bpfMapPySeen            = "py_seen"
 	bpfMapPyThreads         = "py_threads"
 	bpfMapResolveKey        = "resolve_key"
-	bpfMapScratch           = "scratch"
-	bpfMapSlots             = "slots"
 	bpfMapSpecCalls         = "spec_calls"
 	bpfMapSpecScratch       = "spec_scratch"
+	bpfMapStackWindows      = "stack_windows"
 	bpfMapStopped           = "stopped"
 	bpfMapTargets           = "targets"
 	bpfMapThreads           = "threads"
@@ -392,6 +397,7 @@ type bpfProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
 	BlockScratch *ebpf.MapSpec `ebpf:"block_scratch"`
+	Calls        *ebpf.MapSpec `ebpf:"calls"`
 	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	KnownFiles   *ebpf.MapSpec `ebpf:"known_files"`
@@ -403,10 +409,9 @@ type bpfMapSpecs struct {
 	PySeen       *ebpf.MapSpec `ebpf:"py_seen"`
 	PyThreads    *ebpf.MapSpec `ebpf:"py_threads"`
 	ResolveKey   *ebpf.MapSpec `ebpf:"resolve_key"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	Slots        *ebpf.MapSpec `ebpf:"slots"`
 	SpecCalls    *ebpf.MapSpec `ebpf:"spec_calls"`
 	SpecScratch  *ebpf.MapSpec `ebpf:"spec_scratch"`
+	StackWindows *ebpf.MapSpec `ebpf:"stack_windows"`
 	Stopped      *ebpf.MapSpec `ebpf:"stopped"`
 	Targets      *ebpf.MapSpec `ebpf:"targets"`
 	Threads      *ebpf.MapSpec `ebpf:"threads"`
@@ -450,6 +455,7 @@ func (o *bpfObjects) Close() error {
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
 	BlockScratch *ebpf.Map `ebpf:"block_scratch"`
+	Calls        *ebpf.Map `ebpf:"calls"`
 	Contexts     *ebpf.Map `ebpf:"contexts"`
 	Events       *ebpf.Map `ebpf:"events"`
 	KnownFiles   *ebpf.Map `ebpf:"known_files"`
@@ -461,10 +467,9 @@ type bpfMaps struct {
 	PySeen       *ebpf.Map `ebpf:"py_seen"`
 	PyThreads    *ebpf.Map `ebpf:"py_threads"`
 	ResolveKey   *ebpf.Map `ebpf:"resolve_key"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	Slots        *ebpf.Map `ebpf:"slots"`
 	SpecCalls    *ebpf.Map `ebpf:"spec_calls"`
 	SpecScratch  *ebpf.Map `ebpf:"spec_scratch"`
+	StackWindows *ebpf.Map `ebpf:"stack_windows"`
 	Stopped      *ebpf.Map `ebpf:"stopped"`
 	Targets      *ebpf.Map `ebpf:"targets"`
 	Threads      *ebpf.Map `ebpf:"threads"`
@@ -474,6 +479,7 @@ type bpfMaps struct {
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
 		m.BlockScratch,
+		m.Calls,
 		m.Contexts,
 		m.Events,
 		m.KnownFiles,
@@ -485,10 +491,9 @@ func (m *bpfMaps) Close() error {
 		m.PySeen,
 		m.PyThreads,
 		m.ResolveKey,
-		m.Scratch,
-		m.Slots,
 		m.SpecCalls,
 		m.SpecScratch,
+		m.StackWindows,
 		m.Stopped,
 		m.Targets,
 		m.Threads,

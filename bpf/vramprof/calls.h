@@ -58,34 +58,44 @@ static __always_inline int stacked(__u8 kind)
  * when the last one is over.
  */
 
+/* slot_of is the slot of the call at depth i: masked where the verifier sees
+ * it (clang drops a mask it can prove redundant, and the verifier cannot). */
+static __always_inline struct call *slot_of(struct thread_calls *tc, __u32 i)
+{
+	asm volatile("" : "+r"(i));
+	return &tc->c[i & (MAX_DEPTH - 1)];
+}
+
 /*
  * unwind drops the thread's calls in flight that are over when the thread
  * is at rsp sp (at an entry: entry != 0, at sp itself too unless a tail
- * call; at a return: deeper than sp only), and returns the depth left.
+ * call; at a return: deeper than sp only), and returns the depth left. sw
+ * is the thread's stack window at an entry. At a return, *live is the
+ * call at the depth left, when it is still in flight: the one that returns
+ * there when its sp is sp.
  */
-static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int entry)
+static __always_inline __u32 unwind(struct thread_calls *tc, __u64 id, __u64 sp, int entry, struct stack_window *sw,
+				    struct call **live)
 {
-	__u32 depth = th->depth;
+	__u32 depth = tc->depth;
 	if (depth > MAX_DEPTH)
 		depth = MAX_DEPTH;
 	for (int i = 0; i < MAX_DEPTH && depth > 0; i++) {
-		struct slot_key key = {.id = id, .depth = depth - 1};
-		struct call *c = bpf_map_lookup_elem(&slots, &key);
-		if (c && c->r.kind != REC_IDLE) {
-			if (!entry && c->sp >= sp)
+		struct call *c = slot_of(tc, depth - 1);
+		if (c->r.kind != REC_IDLE) {
+			if (!entry && c->sp >= sp) {
+				if (live)
+					*live = c;
 				break; /* live, or this very call */
+			}
 			if (entry && (c->sp > sp || (c->sp == sp && (c->flags & CALL_F_TAILS))) &&
-			    ra_in_place(c->sp, c->ra))
+			    ra_in_place(sw, id, c->sp, c->ra))
 				break; /* live: the new call is inside it */
 			c->r.kind = REC_IDLE;
 		}
 		depth--;
 	}
-	if (depth != th->depth) {
-		th->depth = depth;
-		if (depth == 0)
-			th->since = 0;
-	}
+	tc->depth = depth;
 	return depth;
 }
 
@@ -99,34 +109,50 @@ static __always_inline __u32 unwind(struct thread *th, __u64 id, __u64 sp, int e
 static __always_inline int do_call_enter(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct thread *th = thread_state(id);
-	if (!th)
-		return 0;
+	/* A thread with a call in flight is a target's: the filter is asked
+	 * at its outermost calls only. */
+	struct thread_calls *tc = thread_calls(0);
+	struct thread *th = 0;
+	if (!tc || tc->depth == 0) {
+		th = thread_state(id);
+		if (!th)
+			return 0;
+		if (!tc)
+			tc = thread_calls(1);
+		if (!tc) {
+			__sync_fetch_and_add(&unpaired, 1);
+			return 0;
+		}
+	}
 	__u64 sp = PT_REGS_SP(ctx);
-	__u32 depth = unwind(th, id, sp, 1);
+	/* The return address at sp, the caller's frame and an enclosing call's
+	 * return address, in one read (see stacks.h). */
+	struct stack_window *sw = stack_window_read(id, sp);
+	__u32 depth = unwind(tc, id, sp, 1, sw, 0);
 	if (depth >= MAX_DEPTH)
 		return 0;
-
-	struct slot_key key = {.id = id, .depth = depth};
-	struct call *c = slot(&key);
-	if (!c) {
-		__sync_fetch_and_add(&unpaired, 1);
-		return 0;
+	if (depth == 0 && !th) {
+		/* The calls in flight were over: this one is the outermost. */
+		th = thread_state(id);
+		if (!th)
+			return 0;
 	}
-	th->depth = depth + 1;
+
+	struct call *c = slot_of(tc, depth);
+	tc->depth = depth + 1;
 	struct record *r = &c->r;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	c->sp = sp;
 	c->ra = 0;
-	bpf_probe_read_user(&c->ra, sizeof(c->ra), (void *)sp);
+	stack_read(sw, id, sp, &c->ra, 1);
 	c->flags = cookie >> 32;
 	fill_common(r, id, (__u8)(cookie >> 16));
 	r->api = (__u16)cookie;
 	r->shape = (__u8)(cookie >> 24);
-	r->device = th->device;
+	r->device = tc->device;
 	if (depth > 0)
 		r->flags = REC_F_NESTED;
-	else
+	else if (th)
 		th->since = r->time;
 
 	__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
@@ -208,7 +234,7 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 
 	if (depth == 0 && stacked(r->kind)) {
 		r->caller = c->ra;
-		walk_user_stack(ctx, r);
+		walk_user_stack(ctx, r, sw, id);
 		/* Python frames where memory is got; a free's native stack
 		 * names its release site, and walking Python there too would
 		 * double the cost of a malloc/free pair. */
@@ -233,40 +259,40 @@ static __always_inline __u64 read_out(__u64 ptr)
  * by the stack pointer" above). Out-pointers are read only on success: on
  * failure they may be unset or garbage.
  */
-static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, struct record *r);
+static __always_inline void send_return(struct pt_regs *ctx, struct thread_calls *tc, __u64 id, struct record *r);
 
 static __always_inline int do_call_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	struct thread_calls *tc = thread_calls(0);
 	__u64 own = bpf_get_attach_cookie(ctx) & RET_F_OWN;
-	if (!th || th->depth == 0) {
+	if (!tc || tc->depth == 0) {
 		/* Attached while this thread was inside the call. */
 		if (own && traced(id))
 			__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
 	__u64 sp = PT_REGS_SP(ctx);
-	__u32 depth = unwind(th, id, sp, 0);
+	struct call *c = 0;
+	__u32 depth = unwind(tc, id, sp, 0, 0, &c);
 	if (depth == 0) {
+		clear_since(id);
 		if (own)
 			__sync_fetch_and_add(&unpaired, 1);
 		return 0;
 	}
-	struct slot_key key = {.id = id, .depth = depth - 1};
-	struct call *c = bpf_map_lookup_elem(&slots, &key);
-	if (!c || c->r.kind == REC_IDLE || c->sp != sp)
+	if (!c || c->sp != sp)
 		return 0; /* a return inside the call in flight: not a traced call's */
 	depth--;
-	th->depth = depth;
-	send_return(ctx, th, id, &c->r);
+	tc->depth = depth;
+	send_return(ctx, tc, id, &c->r);
 	/* After the record is in the ring (see threads in the contract header). */
 	if (depth == 0)
-		th->since = 0;
+		clear_since(id);
 	return 0;
 }
 
-static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, __u64 id, struct record *r)
+static __always_inline void send_return(struct pt_regs *ctx, struct thread_calls *tc, __u64 id, struct record *r)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 width = r->duration; /* pitched shapes stash it here at entry */
@@ -298,7 +324,7 @@ static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, 
 	}
 	case SHAPE_SET_DEVICE:
 		if (ok)
-			th->device = r->device;
+			tc->device = r->device;
 		break;
 	case SHAPE_CTX_RETAIN:
 	case SHAPE_CTX_CREATE: {
@@ -317,7 +343,7 @@ static __always_inline void send_return(struct pt_regs *ctx, struct thread *th, 
 		r->device = dev ? *dev : -1;
 		r->addr = 0;
 		if (ok)
-			th->device = r->device;
+			tc->device = r->device;
 		break;
 	}
 	}

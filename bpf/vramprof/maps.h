@@ -12,15 +12,15 @@
 
 #include "common.h"
 #include "records.h"
+#include "task.h"
 
-#define BPF_RB_NO_WAKEUP (1ULL << 0)
-#define BPF_RB_FORCE_WAKEUP (1ULL << 1)
-#define BPF_RB_AVAIL_DATA 0
-struct slot_key {
-	__u64 id; /* pid_tgid */
-	__u32 depth;
-	__u32 pad;
-};
+#define BPF_RB_NO_WAKEUP	   (1ULL << 0)
+#define BPF_RB_FORCE_WAKEUP	   (1ULL << 1)
+#define BPF_RB_AVAIL_DATA	   0
+/* Task local storage (kernel 5.12+ in tracing programs); common.h predates it. */
+#define MAP_TYPE_TASK_STORAGE	   29
+#define MAP_F_NO_PREALLOC	   1
+#define LOCAL_STORAGE_GET_F_CREATE 1
 
 struct ctx_key {
 	__u64 ctx; /* CUcontext */
@@ -155,12 +155,13 @@ struct {
 	__type(value, struct thread);
 } threads SEC(".maps");
 
+/* A traced thread's calls in flight, from its first traced call on (8.4 KiB). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192); /* 2 KiB each: 17 MiB */
-	__type(key, struct slot_key);
-	__type(value, struct call);
-} slots SEC(".maps");
+	__uint(type, MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, MAP_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_calls);
+} calls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -168,13 +169,6 @@ struct {
 	__type(key, struct ctx_key);
 	__type(value, __s32);
 } contexts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct call);
-} scratch SEC(".maps");
 
 /* A block-layer record is built here, then sent with its used size. */
 struct {
@@ -198,9 +192,11 @@ static __always_inline __u64 wakeup_flag(void)
 	return BPF_RB_NO_WAKEUP;
 }
 /*
- * thread_state returns the calling thread's state, creating it for a thread
- * of a target. A thread has state only once it is known to be a target's,
- * so an existing state spares the targets lookup on the hot path.
+ * thread_state returns the calling thread's entry in threads, creating it
+ * for a thread of a target. A thread has one only once it is known to be a
+ * target's, so an existing entry spares the targets lookup; user space
+ * deletes a process's entries when it stops tracing it. Looked up at an
+ * outermost call only: it is the target filter, and since is its news.
  */
 static __always_inline struct thread *thread_state(__u64 id)
 {
@@ -209,25 +205,34 @@ static __always_inline struct thread *thread_state(__u64 id)
 		return th;
 	if (!traced(id))
 		return 0;
-	struct thread init = {.depth = 0, .device = -1, .since = 0};
+	struct thread init = {.since = 0};
 	bpf_map_update_elem(&threads, &id, &init, BPF_ANY);
 	return bpf_map_lookup_elem(&threads, &id);
 }
 
-/* slot returns the call slot of a thread at a depth, creating it once. */
-static __always_inline struct call *slot(struct slot_key *key)
+/* clear_since marks the thread id as having no call in flight, once the
+ * record of its last one is in the ring buffer. */
+static __always_inline void clear_since(__u64 id)
 {
-	struct call *c = bpf_map_lookup_elem(&slots, key);
-	if (c)
-		return c;
-	__u32 zero = 0;
-	struct call *init = bpf_map_lookup_elem(&scratch, &zero);
-	if (!init)
-		return 0;
-	init->r.kind = REC_IDLE;
-	if (bpf_map_update_elem(&slots, key, init, BPF_ANY))
-		return 0;
-	return bpf_map_lookup_elem(&slots, key);
+	struct thread *th = bpf_map_lookup_elem(&threads, &id);
+	if (th)
+		th->since = 0;
+}
+
+/* thread_calls returns the calling thread's calls in flight, creating them
+ * when create is set (a thread of a target: thread_state said so). */
+static __always_inline struct thread_calls *thread_calls(int create)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_calls *tc = bpf_task_storage_get(&calls, task, 0, 0);
+	if (tc || !create)
+		return tc;
+	tc = bpf_task_storage_get(&calls, task, 0, LOCAL_STORAGE_GET_F_CREATE);
+	if (tc && !tc->ready) {
+		tc->device = -1;
+		tc->ready = 1;
+	}
+	return tc;
 }
 
 #endif /* VRAMPROF_MAPS_H */

@@ -22,30 +22,32 @@
  * bytes; a negative one is a field the version lacks.
  */
 struct py_proc {
-	__u64 runtime;            /* run-time address of _PyRuntime */
-	__s32 interp_head;        /* _PyRuntimeState.interpreters.head */
-	__s32 interp_next;        /* PyInterpreterState.next */
-	__s32 interp_threads;     /* PyInterpreterState.threads.head */
-	__s32 thread_next;        /* PyThreadState.next */
-	__s32 thread_native_id;   /* PyThreadState.native_thread_id (3.11+), or -1 */
-	__s32 thread_id;          /* PyThreadState.thread_id: pthread_self(), the fs base */
-	__s32 thread_frame;       /* PyThreadState.frame / .cframe / .current_frame */
-	__s32 cframe_current;     /* _PyCFrame.current_frame, or -1 */
-	__s32 frame_previous;     /* frame: f_back / previous */
-	__s32 frame_code;         /* frame: f_code / f_executable */
-	__s32 frame_instr;        /* frame: f_lasti / prev_instr / instr_ptr */
-	__s32 frame_instr_size;   /* 4 or 8 */
-	__s32 frame_owner;        /* frame: is_entry / owner, or -1 */
-	__s32 frame_size;         /* bytes to read per frame, <= PY_FRAME_READ */
-	__u32 depth;              /* frames to record, <= MAX_PY_FRAMES */
+	__u64 runtime;		/* run-time address of _PyRuntime */
+	__s32 interp_head;	/* _PyRuntimeState.interpreters.head */
+	__s32 interp_next;	/* PyInterpreterState.next */
+	__s32 interp_threads;	/* PyInterpreterState.threads.head */
+	__s32 thread_next;	/* PyThreadState.next */
+	__s32 thread_native_id; /* PyThreadState.native_thread_id (3.11+), or -1 */
+	__s32 thread_id;	/* PyThreadState.thread_id: pthread_self(), the fs base */
+	__s32 thread_frame;	/* PyThreadState.frame / .cframe / .current_frame */
+	__s32 cframe_current;	/* _PyCFrame.current_frame, or -1 */
+	__s32 frame_previous;	/* frame: f_back / previous */
+	__s32 frame_code;	/* frame: f_code / f_executable */
+	__s32 frame_instr;	/* frame: f_lasti / prev_instr / instr_ptr */
+	__s32 frame_instr_size; /* 4 or 8 */
+	__s32 frame_owner;	/* frame: is_entry / owner, or -1 */
+	__s32 frame_size;	/* bytes to read per frame, <= PY_FRAME_READ */
+	__u32 depth;		/* frames to record, <= MAX_PY_FRAMES */
 };
 
 #define PY_FRAME_READ 128
 /* Bytes read at once below a frame, within its page: 3.11+ push the frames
  * of Python calls one after the other on the thread's data stack, so a
  * caller's frame is usually just below its callee's, and one read serves
- * several frames. */
-#define PY_WINDOW 1024
+ * several frames. A whole page: a read's cost is mostly per call, not per
+ * byte (stacks.h), and a page read at once is never read again for the
+ * frames below. */
+#define PY_WINDOW     4096
 
 /*
  * py_codes: a Python stack's code objects, sent on py_new when a process
@@ -55,8 +57,8 @@ struct py_proc {
  */
 struct py_codes {
 	__u32 tgid;
-	__u32 n;                          /* frames */
-	__u64 pairs[2 * MAX_PY_FRAMES];   /* code, instr: the record's pairs */
+	__u32 n;			/* frames */
+	__u64 pairs[2 * MAX_PY_FRAMES]; /* code, instr: the record's pairs */
 };
 
 

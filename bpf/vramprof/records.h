@@ -11,12 +11,12 @@
 
 #include "common.h"
 
-#define MAX_FRAMES 127 /* kernel.perf_event_max_stack default */
-#define MAX_PY_FRAMES 64 /* Python frames a record can hold */
-#define PY_SLOTS 256     /* stack[]: native frames, then 2 u64 per Python frame */
-#define MAPPED_ARGS 256  /* REC_MAPPED: bytes of the command line sent */
+#define MAX_FRAMES	 127 /* kernel.perf_event_max_stack default */
+#define MAX_PY_FRAMES	 64  /* Python frames a record can hold */
+#define PY_SLOTS	 256 /* stack[]: native frames, then 2 u64 per Python frame */
+#define MAPPED_ARGS	 256 /* REC_MAPPED: bytes of the command line sent */
 #define TEST_PHASE_VALUE 256 /* REC_TEST_PHASE: bytes of the value sent, its NUL included */
-#define MAX_DEPTH 4     /* nesting levels tracked: runtime -> driver is 2 */
+#define MAX_DEPTH	 4   /* nesting levels tracked: runtime -> driver is 2 */
 /* Record kinds: event.Kind's numbering, plus those from REC_LOADER on, which
  * stay between BPF and Go. */
 enum rec_kind {
@@ -30,38 +30,38 @@ enum rec_kind {
 	REC_CREATE = 7,
 	REC_RELEASE = 8,
 	REC_SET_DEVICE = 11,
-	REC_LOADER = 100, /* the dynamic loader changed the maps: rescan, then SIGCONT */
-	REC_FORK = 101,   /* a target forked: addr is the parent, pid the child */
-	REC_EXEC = 102,   /* a target exec'd: new maps; stopped like REC_LOADER */
-	REC_EXIT = 103,   /* a target's main thread exited */
-	REC_MAPPED = 104, /* a process mapped a probed file: see announce_mapped */
+	REC_LOADER = 100,     /* the dynamic loader changed the maps: rescan, then SIGCONT */
+	REC_FORK = 101,	      /* a target forked: addr is the parent, pid the child */
+	REC_EXEC = 102,	      /* a target exec'd: new maps; stopped like REC_LOADER */
+	REC_EXIT = 103,	      /* a target's main thread exited */
+	REC_MAPPED = 104,     /* a process mapped a probed file: see announce_mapped */
 	REC_TEST_PHASE = 105, /* PYTEST_CURRENT_TEST set or unset: see pytest_setenv */
 };
 
 enum rec_flags {
-	REC_F_STOPPED = 1 << 0, /* loader: the target was sent SIGSTOP */
-	REC_F_NESTED = 1 << 1,  /* made inside another traced call: event.FlagNested */
-	REC_F_BLOCK = 1 << 2,   /* block layer (a framework allocator's USDT probe) */
-	REC_F_PY_TRUNC = 1 << 3, /* the Python frame chain went on past the depth limit */
+	REC_F_STOPPED = 1 << 0,	  /* loader: the target was sent SIGSTOP */
+	REC_F_NESTED = 1 << 1,	  /* made inside another traced call: event.FlagNested */
+	REC_F_BLOCK = 1 << 2,	  /* block layer (a framework allocator's USDT probe) */
+	REC_F_PY_TRUNC = 1 << 3,  /* the Python frame chain went on past the depth limit */
 	REC_F_PY_BROKEN = 1 << 4, /* a Python frame could not be read: the chain is cut */
-	REC_F_WAKE = 1 << 5,     /* new Python code objects: wake the reader now */
+	REC_F_WAKE = 1 << 5,	  /* new Python code objects: wake the reader now */
 };
 /* How a function's arguments are read (cookie bits 24-31). */
 enum shape {
-	SHAPE_OUT = 0,        /* f(T *out, size_t size, ...): out read at return */
-	SHAPE_OUT_STREAM3,    /* f(T *out, size_t size, stream) */
-	SHAPE_OUT_STREAM4,    /* f(T *out, size_t size, pool, stream) */
-	SHAPE_PITCH,          /* f(T *out, size_t *pitch, size_t width, size_t height) */
-	SHAPE_3D,             /* cudaMalloc3D(cudaPitchedPtr *p, cudaExtent e): e on the stack */
-	SHAPE_CREATE,         /* cuMemCreate(handle *out, size_t size, prop *p): device at p+12 */
-	SHAPE_PTR,            /* f(T ptr, ...) */
-	SHAPE_PTR_SIZE,       /* f(T ptr, size_t size) */
-	SHAPE_PTR_STREAM,     /* f(T ptr, stream) */
-	SHAPE_MAP,            /* cuMemMap(ptr, size, offset, handle, flags) */
-	SHAPE_SET_DEVICE,     /* cudaSetDevice(int device) */
-	SHAPE_CTX_RETAIN,     /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev) */
-	SHAPE_CTX_CREATE,     /* cuCtxCreate_v2(CUcontext *out, unsigned flags, CUdevice dev) */
-	SHAPE_CTX_SET,        /* cuCtxSetCurrent(CUcontext ctx) */
+	SHAPE_OUT = 0,	   /* f(T *out, size_t size, ...): out read at return */
+	SHAPE_OUT_STREAM3, /* f(T *out, size_t size, stream) */
+	SHAPE_OUT_STREAM4, /* f(T *out, size_t size, pool, stream) */
+	SHAPE_PITCH,	   /* f(T *out, size_t *pitch, size_t width, size_t height) */
+	SHAPE_3D,	   /* cudaMalloc3D(cudaPitchedPtr *p, cudaExtent e): e on the stack */
+	SHAPE_CREATE,	   /* cuMemCreate(handle *out, size_t size, prop *p): device at p+12 */
+	SHAPE_PTR,	   /* f(T ptr, ...) */
+	SHAPE_PTR_SIZE,	   /* f(T ptr, size_t size) */
+	SHAPE_PTR_STREAM,  /* f(T ptr, stream) */
+	SHAPE_MAP,	   /* cuMemMap(ptr, size, offset, handle, flags) */
+	SHAPE_SET_DEVICE,  /* cudaSetDevice(int device) */
+	SHAPE_CTX_RETAIN,  /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev) */
+	SHAPE_CTX_CREATE,  /* cuCtxCreate_v2(CUcontext *out, unsigned flags, CUdevice dev) */
+	SHAPE_CTX_SET,	   /* cuCtxSetCurrent(CUcontext ctx) */
 };
 struct record {
 	__u64 time;
@@ -114,10 +114,25 @@ enum ret_flags {
 	RET_F_OWN = 1 << 0,
 };
 
+/* thread: a traced thread's value in the threads map, what user space reads. */
 struct thread {
-	__u32 depth;   /* traced calls in progress on this thread */
-	__s32 device;  /* current device, -1 until seen */
-	__u64 since;   /* entry time of the outermost call in flight; 0: none */
+	__u64 since; /* entry time of the outermost call in flight; 0: none */
+};
+
+/*
+ * thread_calls: a traced thread's calls in flight, one slot per depth (a
+ * slot stays between calls, kind REC_IDLE when idle, so the hot path
+ * neither inserts nor deletes), and its current device. In task local
+ * storage (maps.h): found from the task (one more lookup costs ~10 ns in
+ * call_enter here, one more in the threads LRU hash ~25 ns), and gone with
+ * the thread.
+ */
+struct thread_calls {
+	__u32 depth;  /* traced calls in progress on this thread */
+	__s32 device; /* current device, -1 until seen */
+	__u32 ready;  /* 1 once device is set up (storage is created zeroed) */
+	__u32 pad;
+	struct call c[MAX_DEPTH];
 };
 static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)
 {

@@ -58,7 +58,7 @@ struct spec_call {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096); /* 2 KiB each: 8 MiB */
-	__type(key, __u64); /* pid_tgid */
+	__type(key, __u64);	   /* pid_tgid */
 	__type(value, struct spec_call);
 } spec_calls SEC(".maps");
 

@@ -8,6 +8,7 @@
 #define VRAMPROF_TASK_H
 
 #include "common.h"
+#include "stacks.h"
 
 /* The kernel's task fields read here, relocated by CO-RE against the
  * running kernel's BTF. */
@@ -56,12 +57,13 @@ struct task_struct {
  * call that found ra there at its entry has not returned (nor been unwound
  * through). Another tracer's uretprobe on the same call (bpftrace, an older
  * vramprof, any uprobe tracer on the host) replaces it with the uretprobe
- * trampoline after the entry probes ran: that is in place too.
+ * trampoline after the entry probes ran: that is in place too. sw: the
+ * calling thread's (id) stack window, if any.
  */
-static __always_inline int ra_in_place(__u64 sp, __u64 ra)
+static __always_inline int ra_in_place(struct stack_window *sw, __u64 id, __u64 sp, __u64 ra)
 {
 	__u64 now = 0;
-	if (bpf_probe_read_user(&now, sizeof(now), (void *)sp))
+	if (stack_read(sw, id, sp, &now, 1))
 		return 0;
 	if (now == ra)
 		return 1;

@@ -15,14 +15,14 @@
 enum usdt_arg_kind {
 	USDT_ARG_NONE = 0,
 	USDT_ARG_CONST, /* value = val_off */
-	USDT_ARG_REG,   /* value = the pt_regs field at reg_off */
-	USDT_ARG_MEM,   /* value = *(register at reg_off + val_off) */
+	USDT_ARG_REG,	/* value = the pt_regs field at reg_off */
+	USDT_ARG_MEM,	/* value = *(register at reg_off + val_off) */
 };
 
 struct usdt_arg {
-	__u64 val_off; /* the constant, or the memory operand's displacement */
-	__u16 reg_off; /* byte offset of the register in struct pt_regs */
-	__u8 kind;     /* enum usdt_arg_kind */
+	__u64 val_off;	  /* the constant, or the memory operand's displacement */
+	__u16 reg_off;	  /* byte offset of the register in struct pt_regs */
+	__u8 kind;	  /* enum usdt_arg_kind */
 	signed char size; /* bytes, negative when signed (the spec's SIZE) */
 	__u32 pad;
 };
@@ -49,22 +49,38 @@ struct {
 static __always_inline __u64 reg_value(struct pt_regs *ctx, __u16 off)
 {
 	switch (off) {
-	case 0: return ctx->r15;
-	case 8: return ctx->r14;
-	case 16: return ctx->r13;
-	case 24: return ctx->r12;
-	case 32: return ctx->rbp;
-	case 40: return ctx->rbx;
-	case 48: return ctx->r11;
-	case 56: return ctx->r10;
-	case 64: return ctx->r9;
-	case 72: return ctx->r8;
-	case 80: return ctx->rax;
-	case 88: return ctx->rcx;
-	case 96: return ctx->rdx;
-	case 104: return ctx->rsi;
-	case 112: return ctx->rdi;
-	case 152: return ctx->rsp;
+	case 0:
+		return ctx->r15;
+	case 8:
+		return ctx->r14;
+	case 16:
+		return ctx->r13;
+	case 24:
+		return ctx->r12;
+	case 32:
+		return ctx->rbp;
+	case 40:
+		return ctx->rbx;
+	case 48:
+		return ctx->r11;
+	case 56:
+		return ctx->r10;
+	case 64:
+		return ctx->r9;
+	case 72:
+		return ctx->r8;
+	case 80:
+		return ctx->rax;
+	case 88:
+		return ctx->rcx;
+	case 96:
+		return ctx->rdx;
+	case 104:
+		return ctx->rsi;
+	case 112:
+		return ctx->rdi;
+	case 152:
+		return ctx->rsp;
 	}
 	__u64 v = 0;
 	if (off <= sizeof(struct pt_regs) - 8)

@@ -5,6 +5,7 @@ package bare
 import (
 	"fmt"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -112,6 +113,30 @@ func (p *Probe) Counts() (enters, returns uint64, err error) {
 	}
 	err = p.objs.Returns.Get(&returns)
 	return
+}
+
+// Runs returns what the counting programs have cost so far, from the
+// kernel's BPF stats: entry (count_enter), return (count_ret_insn and
+// count_return) and site (count_site). Zero unless the stats are on
+// (ebpf.EnableStats).
+func (p *Probe) Runs() (entry, ret, site ebpf.ProgramStats, err error) {
+	add := func(into *ebpf.ProgramStats, progs ...*ebpf.Program) {
+		for _, prog := range progs {
+			st, e := prog.Stats()
+			if e != nil {
+				if err == nil {
+					err = fmt.Errorf("bpf stats of %s: %w", prog, e)
+				}
+				continue
+			}
+			into.Runtime += st.Runtime
+			into.RunCount += st.RunCount
+		}
+	}
+	add(&entry, p.objs.CountEnter)
+	add(&ret, p.objs.CountRetInsn, p.objs.CountReturn)
+	add(&site, p.objs.CountSite)
+	return entry, ret, site, err
 }
 
 // Close detaches and unloads, newest first.

@@ -120,7 +120,7 @@
  *            mapping of an unexamined file since its loader's last
  *            rendezvous; that rendezvous then stops it (loader_state).
  *   resolve_key  hash tid -> file_key: the key of the file a thread of
- *            vramprof's own faulted on (overlayfs, late.go).
+ *            vramprof's own faulted on (overlayfs, loaded.go).
  *   usdt_specs   array, by spec id: where a USDT site's or a spec'd
  *            function's arguments are (cookie bits 32-63).
  *

@@ -35,7 +35,7 @@ volatile const __u32 self_tgid = 0;
 
 /*
  * Set from Go after load, once map_fault and map_pages watch every file
- * mapping (probes/late.go): a target is stopped at its loader's
+ * mapping (probes/loaded.go): a target is stopped at its loader's
  * rendezvous only when it faulted on a file user space has not examined
  * since its last stop (pending), not at every rendezvous. 0 (the watch
  * could not be attached): at every one.
@@ -68,7 +68,7 @@ struct stop {
 };
 
 /*
- * Late runtimes (trace_all, or a quiet session's targets): a page fault on
+ * Runtimes loaded after the start (trace_all, or a quiet session's targets): a page fault on
  * a mapping of a file user space has not examined yet makes its process
  * "pending"; the loader's next rendezvous in that process stops it (see
  * loader_state), so a CUDA library dlopen()ed after the session began is
@@ -130,7 +130,7 @@ struct {
  * stacked file system (overlayfs: every container's root) stat(2) gives
  * the overlay's device, while a fault's mapping is the file underneath:
  * user space maps and touches a file it has examined, so as to put the
- * key the faults carry into known_files too (probes/late.go, realKey).
+ * key the faults carry into known_files too (probes/loaded.go, realKey).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

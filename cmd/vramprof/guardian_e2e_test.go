@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -293,7 +294,12 @@ func TestRunForwardsSignals(t *testing.T) {
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()
 			require.NoError(t, err)
+			// vramprof as a terminal's foreground job starts it: sig not
+			// ignored, whatever this test inherited (under nohup, SIGHUP
+			// is ignored, and vramprof and its command keep it so).
+			stop := catchSignal(sig)
 			require.NoError(t, cmd.Start())
+			stop()
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
 			buf := make([]byte, 64)
 			n, err := out.Read(buf) // "ready <pid>"
@@ -319,4 +325,15 @@ func TestRunForwardsSignals(t *testing.T) {
 			assert.Equal(t, "signal: "+sig.String(), rep.Run.EndReason)
 		})
 	}
+}
+
+// catchSignal has this process catch sig until stop is called, so that a
+// child started meanwhile starts with sig's default action (the kernel
+// resets caught signals at exec), even when this process inherited sig
+// ignored (nohup's SIGHUP, a background job's SIGINT). After stop, sig is
+// as it was.
+func catchSignal(sig syscall.Signal) (stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, sig)
+	return func() { signal.Stop(c) }
 }

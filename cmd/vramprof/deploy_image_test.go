@@ -4,24 +4,19 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/vramprof/vramprof/probes/probetest"
-	"github.com/vramprof/vramprof/report/exporter"
 )
 
 // containerScript runs a command as the DaemonSet's container runs, in a
@@ -150,71 +145,14 @@ func TestDeployImageServes(t *testing.T) {
 	argv := append([]string{"--mount", "--", "sh", "-c", containerScript, "sh", root,
 		"setpriv", "--bounding-set=" + bounding, "--inh-caps=-all", "--no-new-privs", "--"}, entrypoint...)
 	cmd := exec.Command("unshare", append(argv, args...)...)
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("the container's stderr:\n%s", stderr.String())
-		}
-	})
-
-	// -q prints nothing once ready: wait until / answers (the probes' path).
-	base = "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(base + "/")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the container exited before answering: %v", err)
-		default:
-		}
-		require.True(t, time.Now().Before(deadline), "the container's serve never answered")
-		time.Sleep(50 * time.Millisecond)
-	}
+	sv := startDeployedServe(t, cmd, "http://"+addr)
 	// unshare, sh, chroot and setpriv each exec the next: the PID is serve's.
 	exe, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/root")
 	require.NoError(t, err)
 	assert.Equal(t, root, exe, "serve runs in the image's root")
 	assertCapBounding(t, cmd.Process.Pid, caps)
-
-	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
-	lr.expect(t, "done")
-	truth := probetest.MustReadTruth(t, lr.truth)
-	pid := strconv.Itoa(lr.pid)
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		fams := scrapeMetrics(t, base)
-		allocs, _ := metricValue(fams, exporter.MetricAllocations, pid)
-		frees, _ := metricValue(fams, exporter.MetricFrees, pid)
-		if allocs == float64(truth.Totals.Allocations) && frees == float64(truth.Totals.Frees) {
-			live, ok := metricValue(fams, exporter.MetricLiveBytes, pid)
-			assert.True(t, ok)
-			assert.Equal(t, float64(truth.Totals.LiveBytesAtEnd), live)
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "pid %d: %v allocations and %v frees on /metrics, truth %d and %d",
-			lr.pid, allocs, frees, truth.Totals.Allocations, truth.Totals.Frees)
-		time.Sleep(100 * time.Millisecond)
-	}
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		assert.NoError(t, err, "serve's exit on SIGTERM")
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not stop on SIGTERM")
-	}
+	sv.tracesLongrun(t, lr)
+	sv.stop(t)
 }
 
 // copyFile copies src to dst (its folders made), keeping its mode.

@@ -579,62 +579,86 @@ func TestDeployUnitServes(t *testing.T) {
 	args = append(args, "--per-process")
 	lr := startLongrun(t)
 	cmd := exec.Command(setpriv, append([]string{"--bounding-set=" + bounding, "--inh-caps=-all", "--no-new-privs", "--", binPath}, args...)...)
+	sv := startDeployedServe(t, cmd, "http://"+addr)
+	assertCapBounding(t, cmd.Process.Pid, caps) // setpriv exec'd serve in place
+	sv.tracesLongrun(t, lr)
+	sv.stop(t)
+}
+
+// deployedServe is serve started as a deploy file says, answering.
+type deployedServe struct {
+	cmd  *exec.Cmd
+	base string     // its URL
+	done chan error // cmd.Wait's result
+}
+
+// startDeployedServe starts cmd, a serve with -q, and waits until base/
+// answers (the probes' path: answered once the probes are loaded).
+func startDeployedServe(t *testing.T, cmd *exec.Cmd, base string) *deployedServe {
+	t.Helper()
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	sv := &deployedServe{cmd: cmd, base: base, done: make(chan error, 1)}
+	go func() { sv.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {
 			t.Logf("serve's stderr:\n%s", stderr.String())
 		}
 	})
-
-	// -q prints nothing once ready: wait until /metrics answers.
-	base := "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(base + "/metrics")
+		resp, err := http.Get(base + "/")
 		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return sv
 			}
 		}
 		select {
-		case err := <-done:
+		case err := <-sv.done:
 			t.Fatalf("serve exited before answering: %v", err)
 		default:
 		}
-		require.True(t, time.Now().Before(deadline), "serve never answered /metrics")
+		require.True(t, time.Now().Before(deadline), "serve never answered")
 		time.Sleep(50 * time.Millisecond)
 	}
-	assertCapBounding(t, cmd.Process.Pid, caps) // setpriv exec'd serve in place
+}
 
+// tracesLongrun lets lr run its traced phase and waits until serve's
+// /metrics carries lr's truth: its allocations, frees and live bytes.
+func (sv *deployedServe) tracesLongrun(t *testing.T, lr *longrun) {
+	t.Helper()
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))
 	lr.expect(t, "done")
 	truth := probetest.MustReadTruth(t, lr.truth)
 	pid := strconv.Itoa(lr.pid)
-	deadline = time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
-		fams := scrapeMetrics(t, base)
+		fams := scrapeMetrics(t, sv.base)
 		allocs, _ := metricValue(fams, exporter.MetricAllocations, pid)
 		frees, _ := metricValue(fams, exporter.MetricFrees, pid)
 		if allocs == float64(truth.Totals.Allocations) && frees == float64(truth.Totals.Frees) {
 			live, ok := metricValue(fams, exporter.MetricLiveBytes, pid)
 			assert.True(t, ok)
 			assert.Equal(t, float64(truth.Totals.LiveBytesAtEnd), live)
-			break
+			return
 		}
 		require.True(t, time.Now().Before(deadline), "pid %d: %v allocations and %v frees on /metrics, truth %d and %d",
 			lr.pid, allocs, frees, truth.Totals.Allocations, truth.Totals.Frees)
 		time.Sleep(100 * time.Millisecond)
 	}
+}
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+// stop sends serve SIGTERM (systemd's and the kubelet's stop signal) and
+// requires a clean exit.
+func (sv *deployedServe) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, sv.cmd.Process.Signal(syscall.SIGTERM))
 	select {
-	case err := <-done:
+	case err := <-sv.done:
 		assert.NoError(t, err, "serve's exit on SIGTERM")
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop on SIGTERM")

@@ -403,7 +403,7 @@ func (s *Session) settle(d deferredStop) {
 // stop signal of the user's pending. Looked at for a process an All
 // session left a marker for (deferStop), or whose loader announced a
 // change without a stop of this session's in the last rendezvousWatch;
-// markers are removed once looked at.
+// a marker is removed once the stop it names is over (see below).
 func (s *Session) takeDeferred() {
 	if s.opts.All {
 		return
@@ -417,15 +417,39 @@ func (s *Session) takeDeferred() {
 		if len(found) == 0 && (p.rendezvousAt == 0 || now-p.rendezvousAt > uint64(rendezvousWatch)) {
 			continue
 		}
+		resumed := false
 		if procState(int(pid)) == 'T' && !s.stoppedHere(pid) && s.atRendezvous(pid) {
-			if user, err := resume(int(pid)); err == nil && user != 0 && s.opts.Note != nil {
+			user, err := resume(int(pid))
+			if err == nil && user != 0 && s.opts.Note != nil {
 				s.opts.Note(fmt.Sprintf("pid %d was sent %v while stopped at a library load: left stopped", pid, user))
 			}
+			resumed = err == nil && user == 0
 		}
+		// A marker stays until its stop is over: the other session reads
+		// its stop record before the signal takes effect, so a look may
+		// find the process running (or stopped by this session, before
+		// its SIGCONT) and the other session's stop land after it. Removed
+		// once this session resumed the process, or when the session that
+		// wrote it is gone; that session's settle removes it otherwise.
 		for _, f := range found {
-			_ = os.Remove(f)
+			if resumed || !markerOwnerAlive(f) {
+				_ = os.Remove(f)
+			}
 		}
 	}
+}
+
+// markerOwnerAlive reports whether the session that wrote deferred marker
+// path (see deferredStop.marker) still runs.
+func markerOwnerAlive(path string) bool {
+	name := strings.TrimSuffix(filepath.Base(path), ".deferred")
+	_, owner, _ := strings.Cut(name, ".")
+	pid, _, _ := strings.Cut(owner, "-")
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return false
+	}
+	return syscall.Kill(n, 0) == nil
 }
 
 // rendezvousWatch is how long after a rendezvous this session did not stop
@@ -437,8 +461,8 @@ const rendezvousWatch = 2 * time.Second
 // atRendezvous reports whether a thread of pid is stopped at the loader's
 // rendezvous (_dl_debug_state, which this session probes): its program
 // counter in the function (past the probed instruction), or just past a
-// call to it, where it is when the function is a lone ret that the uprobe
-// emulated. /proc/PID/task/TID/syscall gives a thread's stack pointer and
+// call to it, or to a function that tail-jumps to it (jumpsTo), where it
+// is when the function is a lone ret that the uprobe emulated. /proc/PID/task/TID/syscall gives a thread's stack pointer and
 // program counter when it is blocked outside a system call: "-1 SP PC".
 func (s *Session) atRendezvous(pid uint32) bool {
 	maps, err := symbolize.ReadMaps(int(pid))
@@ -487,7 +511,33 @@ func (s *Session) atRendezvous(pid uint32) bool {
 			if pc >= fn && pc < fn+16 {
 				return true
 			}
-			if rerr == nil && call[0] == 0xe8 && pc+uint64(int64(int32(binary.LittleEndian.Uint32(call[1:])))) == fn {
+			if rerr != nil || call[0] != 0xe8 {
+				continue
+			}
+			target := pc + uint64(int64(int32(binary.LittleEndian.Uint32(call[1:]))))
+			if target == fn || jumpsTo(mem, target, fn) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jumpsTo reports whether the function at addr in mem ends its first 32
+// bytes' path to fn with a tail jump (jmp rel32 or rel8): glibc 2.39's
+// _dl_debug_change_state sets r_state and jumps to _dl_debug_state, so the
+// emulated ret of a stop there lands past the call to the wrapper.
+func jumpsTo(mem *os.File, addr, fn uint64) bool {
+	var b [32]byte
+	n, _ := mem.ReadAt(b[:], int64(addr))
+	for i := 0; i < n; i++ {
+		switch {
+		case b[i] == 0xe9 && i+5 <= n:
+			if addr+uint64(i)+5+uint64(int64(int32(binary.LittleEndian.Uint32(b[i+1:])))) == fn {
+				return true
+			}
+		case b[i] == 0xeb && i+2 <= n:
+			if addr+uint64(i)+2+uint64(int64(int8(b[i+1]))) == fn {
 				return true
 			}
 		}

@@ -37,6 +37,7 @@ func (f *serveFlags) exec(ctx context.Context) (int, error) {
 	defer ln.Close()
 
 	x := exporter.New(exporter.Options{Grace: f.Grace, TTL: f.TTL, PerProcess: f.PerProcess,
+		RuntimeDirs: f.RuntimeDirs, Note: printNote(f.Quiet),
 		// A process a single-process session takes is left to it (the
 		// session's sweep): its figures end, as at an exit.
 		Held: func(pid uint32, start uint64) bool { return start != 0 && probes.HeldBy(pid, start) != 0 }})

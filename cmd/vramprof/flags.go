@@ -88,6 +88,7 @@ func newParser(w io.Writer) (*kong.Kong, error) {
 			"port":           defaultPort,
 			"grace":          exporter.DefaultGrace.String(),
 			"ttl":            exporter.DefaultTTL.String(),
+			"runtimeDirs":    strings.Join(exporter.DefaultRuntimeDirs, ","),
 			"snapshotFile":   recorder.SnapshotFile,
 			"perfettoFile":   recorder.PerfettoFile,
 			"perfettoSlices": strconv.Itoa(report.DefaultPerfettoSlices),
@@ -453,8 +454,12 @@ type serveFlags struct {
 	TTL    time.Duration `name:"ttl" default:"${ttl}" placeholder:"D" help:"drop an exited process after this long even if never scraped"`
 	NVML   string        `name:"nvml" default:"auto" placeholder:"auto|off" help:"serve each device's memory as NVML reports it: auto or off"`
 	// PerProcess: series per process (pid, start labels) instead of per
-	// group (command, cgroup, container, pod_uid).
+	// group (command, cgroup, container, pod_uid, pod, namespace,
+	// container_name).
 	PerProcess bool `name:"per-process" help:"a set of series per process (pid and start labels); default: per command, cgroup, container and pod"`
+	// RuntimeDirs: where containerd's and CRI-O's container bundles are,
+	// for the pod, namespace and container_name labels.
+	RuntimeDirs []string `name:"runtime-dirs" default:"${runtimeDirs}" sep:"," placeholder:"DIR" help:"container runtime directories (containerd's, CRI-O's) of container bundles, read for a Kubernetes container's pod, namespace and container_name labels (\"\": none); a directory not there leaves them empty"`
 	probeFlags
 	Quiet bool `short:"q" help:"no banner and no notes (errors are still printed)"`
 }

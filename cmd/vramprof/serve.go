@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"path/filepath"
+)
 
 // defaultListen is serve's address: loopback, so that nothing is exposed
 // beyond the node until the operator says so (a Prometheus on the node, or
@@ -26,5 +29,18 @@ func (f *serveFlags) check() error {
 	if f.Grace <= 0 || f.TTL < f.Grace {
 		return usageError(fmt.Errorf("serve: need 0 < --grace (%s) <= --ttl (%s)", f.Grace, f.TTL))
 	}
+	// "" reads no runtime directory: --runtime-dirs "" turns the pod
+	// labels off.
+	dirs := f.RuntimeDirs[:0]
+	for _, d := range f.RuntimeDirs {
+		switch {
+		case d == "":
+		case !filepath.IsAbs(d):
+			return usageError(fmt.Errorf("serve: --runtime-dirs: %q is not an absolute path (the node's, as mounted in serve's container)", d))
+		default:
+			dirs = append(dirs, filepath.Clean(d))
+		}
+	}
+	f.RuntimeDirs = dirs
 	return nil
 }

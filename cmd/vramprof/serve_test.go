@@ -20,6 +20,14 @@ func TestParseServe(t *testing.T) {
 	assert.Equal(t, exporter.DefaultTTL, o.TTL)
 	assert.Equal(t, "auto", o.Pool)
 	assert.Equal(t, "auto", o.NVML)
+	assert.Equal(t, []string{"/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/run/containers/storage/overlay-containers"}, o.RuntimeDirs)
+
+	o, err = parse[*serveFlags]("serve", []string{"--runtime-dirs", "/host/run/containerd/io.containerd.runtime.v2.task/k8s.io/,/host/crio"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/host/run/containerd/io.containerd.runtime.v2.task/k8s.io", "/host/crio"}, o.RuntimeDirs)
+	o, err = parse[*serveFlags]("serve", []string{"--runtime-dirs", ""})
+	require.NoError(t, err)
+	assert.Empty(t, o.RuntimeDirs, "none read")
 
 	o, err = parse[*serveFlags]("serve", []string{"--listen", "127.0.0.1:0", "--grace", "5s", "--ttl", "1m", "--pool", "off", "--nvml", "off", "-q"})
 	require.NoError(t, err)
@@ -38,6 +46,7 @@ func TestParseServe(t *testing.T) {
 		{"nvml", []string{"--nvml", "on"}},
 		{"ttl below grace", []string{"--grace", "1m", "--ttl", "10s"}},
 		{"zero grace", []string{"--grace", "0s"}},
+		{"relative runtime dir", []string{"--runtime-dirs", "run/containerd"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse[*serveFlags]("serve", tc.args)

@@ -5,8 +5,11 @@
 //
 // # Series
 //
-// A series is a group of processes by default: command, cgroup, and the
-// container and Kubernetes pod UID in the cgroup path (groups.go); its
+// A series is a group of processes by default: command, cgroup, the
+// container and Kubernetes pod UID in the cgroup path (groups.go), and the
+// pod's name, namespace and container name, read once per container from
+// its bundle in the node's container runtime directories when the pod UID
+// there is the path's (pods.go); its
 // counters keep the figures of members that left, so they never go
 // backwards. Options.PerProcess makes a series per process (pid, start).
 // Labels come from the session's Process record, read at adoption, so a

@@ -59,8 +59,9 @@ type Options struct {
 	// PerProcess labels every series with the process (pid, start) as
 	// well: one set of series per process instance. Off, the default, a
 	// series is a group of processes (groupLabels: command, cgroup,
-	// container, pod_uid), what a fleet groups on, and its counters keep
-	// the totals of members that left (groups.go).
+	// container, pod_uid, pod, namespace, container_name), what a fleet
+	// groups on, and its counters keep the totals of members that left
+	// (groups.go).
 	PerProcess bool
 	// Held says whether another vramprof session traces the process now
 	// (serve let go of it, probes.CheckTraced): its figures end there, as
@@ -74,6 +75,15 @@ type Options struct {
 	// it: default $NODE_NAME (a DaemonSet sets it from spec.nodeName),
 	// else the host name.
 	Hostname string
+	// RuntimeDirs are the container runtimes' directories of container
+	// bundles, where a Kubernetes container's pod name, namespace and
+	// container name are read (pods.go; DefaultRuntimeDirs). Nil: none
+	// read, those labels stay empty.
+	RuntimeDirs []string
+	// Note says, in one line, why a Kubernetes container's series have no
+	// pod name (a bundle malformed or of another pod, the directories not
+	// there). Nil: nothing is said.
+	Note func(string)
 }
 
 // Exporter folds a session's records into per-process analyses. It is a
@@ -97,6 +107,8 @@ type Exporter struct {
 	nvml   nvmlState // the device layer (nvml.go)
 	// limiter holds Serve's connections (conns.go); nil before Serve.
 	limiter *connLimiter
+	// pods are the Kubernetes pods of the containers held (pods.go).
+	pods podNames
 }
 
 // proc is one traced process instance (PID and start time) and its
@@ -110,8 +122,10 @@ type proc struct {
 	seq   uint64 // the order it was seen in
 	// Labels: command (argv0's base name, else comm; p.mu guards it, an
 	// exec changes it), cgroup path and the container ID and Kubernetes
-	// pod UID found in it ("" when none).
+	// pod UID found in it ("" when none), and the pod's name, namespace
+	// and container name its runtime gives (pods.go).
 	command, cgroup, container, podUID string
+	pod                                podMeta
 	// env is what decides its CUDA numbering (gpumap.go), read with the
 	// labels.
 	env cudaEnv
@@ -165,7 +179,7 @@ func New(opts Options) *Exporter {
 		opts.Hostname, _ = os.Hostname()
 	}
 	return &Exporter{opts: opts, procs: make(map[*proc]struct{}), cur: make(map[uint32]*proc),
-		groups: make(map[groupKey]*group)}
+		groups: make(map[groupKey]*group), pods: podNames{dirs: opts.RuntimeDirs, note: opts.Note}}
 }
 
 // SetHeader sets the header every process's analysis starts from (its
@@ -270,7 +284,7 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 			p.command = filepath.Base(r.Command[0])
 		}
 		if r.Cgroup != "" {
-			p.setCgroup(r.Cgroup)
+			p.setCgroup(r.Cgroup, &x.pods)
 		}
 		if b, err := x.opts.Environ(pid); err == nil {
 			p.env = parseCUDAEnv(b) // the new image's environment
@@ -332,6 +346,7 @@ func (x *Exporter) Sweep() int {
 	now := x.opts.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	containers := make(map[string]bool) // of the processes still held
 	for p := range x.procs {
 		p.mu.Lock()
 		if p.exited.IsZero() && (!x.opts.Alive(p.pid, p.start) ||
@@ -345,6 +360,9 @@ func (x *Exporter) Sweep() int {
 			age := now.Sub(p.exited)
 			drop = age >= x.opts.TTL || (p.reported && age >= x.opts.Grace)
 		}
+		if !drop {
+			containers[p.container] = true
+		}
 		p.mu.Unlock()
 		if drop {
 			delete(x.procs, p)
@@ -355,6 +373,7 @@ func (x *Exporter) Sweep() int {
 		}
 	}
 	x.sweepGroups(now)
+	x.pods.keep(containers)
 	return len(x.procs)
 }
 
@@ -413,7 +432,8 @@ func (x *Exporter) Result(pid uint32) (*analysis.Result, error) {
 // describe finds p's labels (x.mu held): command from its Process
 // record's argv0 (else /proc/PID/comm), cgroup from the record (read at
 // adoption), else /proc/PID/cgroup, else its parent's (a fork child is in
-// its parent's cgroup), and the container and pod in the cgroup path.
+// its parent's cgroup), the container and pod in the cgroup path, and the
+// pod's name from the container's runtime.
 func (x *Exporter) describe(p *proc, r *event.Process) {
 	if len(r.Command) > 0 {
 		p.command = filepath.Base(r.Command[0])
@@ -446,15 +466,17 @@ func (x *Exporter) describe(p *proc, r *event.Process) {
 			pp.mu.Unlock()
 		}
 	}
-	p.setCgroup(cg)
+	p.setCgroup(cg, &x.pods)
 }
 
-// setCgroup sets p's cgroup path and what it says of the container and
-// the pod (p.mu held, or p not shared yet).
-func (p *proc) setCgroup(path string) {
+// setCgroup sets p's cgroup path, what it says of the container and the
+// pod, and the pod's name and namespace from pods (p.mu held, or p not
+// shared yet; x.mu held, which guards pods).
+func (p *proc) setCgroup(path string, pods *podNames) {
 	p.cgroup = path
 	p.container = containerOf(path)
 	p.podUID = podUIDOf(path)
+	p.pod = pods.of(p.container, p.podUID)
 }
 
 // containerID finds a container runtime's 64-hex ID in a cgroup path:

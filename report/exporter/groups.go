@@ -10,8 +10,8 @@ import (
 )
 
 // Series are groups of processes. By default a group is what a fleet
-// groups on: the command, the cgroup, and the container and Kubernetes
-// pod found in the cgroup path (groupLabels); a node running short jobs
+// groups on: the command, the cgroup, the container and Kubernetes pod
+// found in the cgroup path, and the pod's name (groupLabels); a node running short jobs
 // then has a series per kind of job, not per PID. With
 // Options.PerProcess, the process (pid, start) is in the key as well.
 //
@@ -35,13 +35,17 @@ import (
 //	/kubepods/<qos>/pod<UID>/<ID>
 //
 // The pod's name and namespace are not in the path: the pod UID is, and
-// kube-state-metrics' kube_pod_info{uid, pod, namespace} joins it to
-// them (README: "Fleet view").
+// the container's runtime has the rest in the container's bundle, read
+// once per container (pods.go): pod, namespace and container_name (the
+// container's name in the pod; container stays its ID), empty when no
+// bundle vouches for the path's pod UID. kube-state-metrics'
+// kube_pod_info{uid, pod, namespace} joins the UID to them as well
+// (README: "Fleets").
 
 // groupLabels label every series of a group, in this order; with
 // PerProcess, procLabels come first.
 var (
-	groupLabels = []string{"command", "cgroup", "container", "pod_uid"}
+	groupLabels = []string{"command", "cgroup", "container", "pod_uid", "pod", "namespace", "container_name"}
 	procLabels  = []string{"pid", "start"}
 )
 
@@ -49,11 +53,12 @@ var (
 type groupKey struct {
 	pid, start                         string // "" unless PerProcess
 	command, cgroup, container, podUID string
+	pod, namespace, containerName      string
 }
 
 // values returns k's label values in the order of labelNames(perProcess).
 func (k groupKey) values(perProcess bool) []string {
-	v := []string{k.command, k.cgroup, k.container, k.podUID}
+	v := []string{k.command, k.cgroup, k.container, k.podUID, k.pod, k.namespace, k.containerName}
 	if perProcess {
 		return append([]string{k.pid, k.start}, v...)
 	}
@@ -74,6 +79,7 @@ func (p *proc) keyLocked() groupKey {
 	return groupKey{
 		pid: strconv.FormatUint(uint64(p.pid), 10), start: strconv.FormatUint(p.start, 10),
 		command: p.command, cgroup: p.cgroup, container: p.container, podUID: p.podUID,
+		pod: p.pod.pod, namespace: p.pod.namespace, containerName: p.pod.containerName,
 	}
 }
 

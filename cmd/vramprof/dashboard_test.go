@@ -28,7 +28,6 @@ const dashboardPath = "deploy/grafana/vramprof-dashboard.json"
 // exporters deployed beside serve.
 var externalMetrics = map[string]string{
 	"DCGM_FI_DEV_FB_USED": "dcgm-exporter",
-	"kube_pod_info":       "kube-state-metrics",
 }
 
 // TestDashboardMetrics parses the Grafana dashboard and checks every
@@ -79,7 +78,8 @@ func TestDashboardMetrics(t *testing.T) {
 			if _, ok := externalMetrics[n]; ok {
 				continue
 			}
-			assert.True(t, exported[n], "%s: %s is not a metric serve exports (%q)", where, n, expr)
+			_, ok := exported[n]
+			assert.True(t, ok, "%s: %s is not a metric serve exports (%q)", where, n, expr)
 		}
 	}
 	checkPromQL(t, exprs)
@@ -89,9 +89,10 @@ func TestDashboardMetrics(t *testing.T) {
 var labelValues = regexp.MustCompile(`^label_values\(([^,]+),\s*\w+\)$`)
 
 // serveMetricNames returns the metric families an exporter serves once it
-// has what serve feeds it: a traced process (whose failed allocation is an
-// oom finding) and NVML's status, device and sample.
-func serveMetricNames(t *testing.T) map[string]bool {
+// has what serve feeds it: a traced process of a Kubernetes pod (whose
+// failed allocation is an oom finding) and NVML's status, device and
+// sample; with each, the names of its series' labels.
+func serveMetricNames(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	x := exporter.New(exporter.Options{Alive: func(uint32, uint64) bool { return true }})
 	x.SetHeader(&event.Header{Mode: "serve"})
@@ -108,11 +109,85 @@ func serveMetricNames(t *testing.T) map[string]bool {
 	}
 	srv := httptest.NewServer(x.Handler())
 	defer srv.Close()
-	out := map[string]bool{}
-	for name := range scrapeMetrics(t, srv.URL) {
-		out[name] = true
+	out := map[string]map[string]bool{}
+	for name, f := range scrapeMetrics(t, srv.URL) {
+		out[name] = map[string]bool{}
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				out[name][l.GetName()] = true
+			}
+		}
 	}
-	require.True(t, out[exporter.MetricFindings], "the fed process has a finding")
+	require.Contains(t, out, exporter.MetricFindings, "the fed process has a finding")
+	return out
+}
+
+// TestDashboardLabels: every label a dashboard query over serve's metrics
+// names (its by clauses, its matchers, its legend) is one of the labels
+// serve's series of those metrics carry, or a target label Prometheus adds
+// (instance, job): a panel grouping by a label serve does not export
+// draws one line with an empty name.
+func TestDashboardLabels(t *testing.T) {
+	b, err := os.ReadFile(dashboardPath)
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr   string `json:"expr"`
+				Legend string `json:"legendFormat"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(b, &dash), dashboardPath)
+	exported := serveMetricNames(t)
+	checked := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			names := metricNames(tg.Expr)
+			have := map[string]bool{"instance": true, "job": true}
+			ours := true
+			for _, n := range names {
+				ours = ours && strings.HasPrefix(n, "vramprof_")
+				for l := range exported[n] {
+					have[l] = true
+				}
+			}
+			if !ours {
+				continue // another exporter's labels
+			}
+			checked++
+			for _, l := range promqlLabels(tg.Expr, tg.Legend) {
+				assert.True(t, have[l], "panel %q: label %s is not on serve's %v (%q)", p.Title, l, names, tg.Expr)
+			}
+		}
+	}
+	assert.Positive(t, checked)
+}
+
+var (
+	promqlGrouping = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	promqlMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*"`)
+	legendLabel    = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+)
+
+// promqlLabels returns the label names an expression groups by or
+// matches on, and those its legend prints.
+func promqlLabels(expr, legend string) []string {
+	var out []string
+	for _, m := range promqlGrouping.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(m[1], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+	}
+	for _, m := range promqlMatcher.FindAllStringSubmatch(expr, -1) {
+		out = append(out, m[1])
+	}
+	for _, m := range legendLabel.FindAllStringSubmatch(legend, -1) {
+		out = append(out, m[1])
+	}
 	return out
 }
 

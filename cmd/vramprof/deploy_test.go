@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -259,6 +260,35 @@ func TestDeployManifests(t *testing.T) {
 			mounted[vm.MountPath] = vm.Name
 		}
 		assert.Contains(t, mounted, "/run/vramprof", "the host's lock files of run and attach sessions")
+	})
+
+	t.Run("runtime dirs", func(t *testing.T) {
+		// Every directory serve reads bundles in (its --runtime-dirs, as
+		// its flag parser reads the arguments) is the node's own,
+		// mounted read-only at the same path, its unmounts propagated.
+		cmd, err := parseCommand(c.Args[0], c.Args[1:])
+		require.NoError(t, err)
+		sf, ok := cmd.(*serveFlags)
+		require.True(t, ok)
+		require.NotEmpty(t, sf.RuntimeDirs)
+		vols := map[string]corev1.Volume{}
+		for _, v := range pod.Volumes {
+			vols[v.Name] = v
+		}
+		for _, d := range sf.RuntimeDirs {
+			i := slices.IndexFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == d })
+			if !assert.GreaterOrEqual(t, i, 0, "--runtime-dirs %s is not mounted", d) {
+				continue
+			}
+			vm := c.VolumeMounts[i]
+			assert.True(t, vm.ReadOnly, "%s: read-only", d)
+			if assert.NotNil(t, vm.MountPropagation, "%s", d) {
+				assert.Equal(t, corev1.MountPropagationHostToContainer, *vm.MountPropagation, "%s", d)
+			}
+			if hp := vols[vm.Name].HostPath; assert.NotNil(t, hp, "%s: a hostPath volume", d) {
+				assert.Equal(t, d, hp.Path, "the node's directory at the same path")
+			}
+		}
 	})
 
 	t.Run("port", func(t *testing.T) {

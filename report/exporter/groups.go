@@ -11,8 +11,8 @@ import (
 
 // Series are groups of processes. By default a group is what a fleet
 // groups on: the command, the cgroup, the container and Kubernetes pod
-// found in the cgroup path, and the pod's name (groupLabels); a node running short jobs
-// then has a series per kind of job, not per PID. With
+// found in the cgroup path, and the pod's name (groupLabels); a node
+// running short jobs then has a series per kind of job, not per PID. With
 // Options.PerProcess, the process (pid, start) is in the key as well.
 //
 // A group's counters are cumulative over its members, including the ones

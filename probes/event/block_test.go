@@ -117,7 +117,8 @@ func TestCutEveryByte(t *testing.T) {
 
 // TestWriterBound: unflushed, the Writer holds at most bufSize bytes, as a
 // bufio.Writer of that size did, and what it has written is whole records:
-// a crash loses no more than before the events were put in blocks.
+// a crash loses no more than before the events were put in blocks. Blocks
+// close at about blockSize, so a cut or a damaged byte loses no more.
 func TestWriterBound(t *testing.T) {
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, testHeader())
@@ -142,6 +143,15 @@ func TestWriterBound(t *testing.T) {
 	_, got, err := readAll(t, buf.Bytes())
 	require.NoError(t, err)
 	assert.Len(t, got, n)
+	// A cut loses one block: each about blockSize.
+	blocks := 0
+	for _, f := range splitFrames(buf.Bytes()) {
+		if f.typ == recEvent {
+			blocks++
+			require.Less(t, len(f.payload), blockSize+maxEventPayload, "block %d", blocks)
+		}
+	}
+	assert.Greater(t, blocks, n*5/blockSize, "at least 5 bytes an event")
 	for i, rec := range got {
 		if !assert.Equal(t, testEvent(uint64(i)), rec, fmt.Sprintf("event %d", i)) {
 			break

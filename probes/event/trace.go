@@ -14,9 +14,9 @@ package event
 // crc is CRC-32C (Castagnoli) over type, length and payload: every byte of
 // the record before it. The first record is always a Header; no other record
 // is a Header. A record of type 2 holds one event (or folded pair) in
-// versions 1 and 2, and in version 3 a block of events: as many as arrive
-// between two other records or flushes, up to the writer's 64 KiB buffer,
-// under one crc. Record types:
+// versions 1 and 2, and in version 3 a block of events under one crc: as
+// many as arrive between two other records or flushes, up to about 4 KiB
+// (the writer's choice; a reader takes up to 64 KiB). Record types:
 //
 //	1 Header   2 Event (block)   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
@@ -286,8 +286,12 @@ const (
 	// damaged length on the hot record long before MaxRecordSize: one
 	// event in version 2.
 	maxEventSize = 4 << 10
+	// blockSize is where the Writer closes an event block: a damaged or
+	// cut block loses its events (about 600), and its framing (8 bytes)
+	// is already a small fraction of a byte an event.
+	blockSize = 4 << 10
 	// maxBlockSize is the longest version 3 event block the Reader takes:
-	// the Writer's blocks fit its buffer, so they are decoded in place.
+	// room for a writer's larger blocks, all decoded in place.
 	maxBlockSize = bufSize
 	// blockHead is a version 3 event block's head as written: type and a
 	// length padded to three uvarint bytes, so that it is reserved before
@@ -305,7 +309,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Writer streams records to a trace. It buffers up to 64 KiB: call Flush
 // periodically (the recorder does about once a second) to bound what a
 // crash can lose, and Close at the end. Events go into one event block
-// until another record, a Flush, or a full buffer closes it; an event is
+// until another record, a Flush, a full buffer or the block's 4 KiB
+// closes it; an event is
 // also held back until the next record, Flush or Close, in case it folds
 // with the next one. A Writer is not safe for concurrent use.
 type Writer struct {
@@ -521,6 +526,9 @@ func (w *Writer) emitEvent(ev, nested *Event, nestedFirst bool) error {
 	w.out = w.enc.appendEvent(w.out, ev, nested, nestedFirst)
 	if len(w.out)+maxEventPayload+frameTail > bufSize {
 		return w.writeOut()
+	}
+	if len(w.out)-w.blk >= blockSize {
+		w.closeBlock()
 	}
 	return nil
 }

@@ -110,12 +110,38 @@ type encState struct {
 	sizes  map[uint64]uint32
 	shapes map[shape]uint32
 	addrs  addrRing
-	at     map[uint64]uint64 // address to the seq it was last pushed at, for those in the ring
+	// recent caches shapes in front of the map, whose struct key is slow
+	// to hash: a steady stream uses a handful of shapes.
+	recent [shapeCache]struct {
+		s    shape
+		code uint32 // the shape's table index + 1; 0 for an empty slot
+	}
+	// at is a direct-mapped index of the ring: at[addrSlot(a)] is 1 + the
+	// seq an address hashing there was last pushed at. A collision only
+	// costs a ring hit (the address is written literally), so nothing is
+	// ever removed.
+	at [2 * ringSize]uint64
 }
+
+// shapeCache is the size of encState.recent.
+const shapeCache = 64
 
 func newEncState(start uint64) encState {
 	return encState{st: eventState{time: start}, ops: make(map[op]uint32), sizes: make(map[uint64]uint32),
-		shapes: make(map[shape]uint32), at: make(map[uint64]uint64, ringSize)}
+		shapes: make(map[shape]uint32)}
+}
+
+// addrSlot hashes an address to its slot in encState.at (Fibonacci
+// hashing: allocations are aligned, so the low bits carry little).
+func addrSlot(addr uint64) int {
+	return int((addr * 0x9e3779b97f4a7c15) >> (64 - 8))
+}
+
+// shapeSlot hashes a shape to its slot in encState.recent.
+func shapeSlot(s *shape) int {
+	h := uint32(s.mask) ^ uint32(s.flags)<<3 ^ uint32(s.op.layer)<<9 ^ uint32(s.op.kind)<<11 ^
+		uint32(s.op.api)<<5 ^ uint32(s.nop.api)<<13
+	return int((h * 0x9e3779b1) >> (32 - 6))
 }
 
 // appendEvent appends ev's version 3 coding to p, with nested folded into
@@ -191,7 +217,12 @@ func (e *encState) appendEvent(p []byte, ev, nested *Event, nestedFirst bool) []
 }
 
 func (e *encState) appendShape(p []byte, s *shape) []byte {
+	c := &e.recent[shapeSlot(s)]
+	if c.code > 0 && c.s == *s {
+		return binary.AppendUvarint(p, uint64(c.code))
+	}
 	if i, ok := e.shapes[*s]; ok {
+		c.s, c.code = *s, i+1
 		return binary.AppendUvarint(p, uint64(i)+1)
 	}
 	if len(e.shapes) < maxShapes {
@@ -234,22 +265,15 @@ func (e *encState) appendSize(p []byte, size uint64) []byte {
 // and its difference from the last non-zero address.
 func (e *encState) appendAddr(p []byte, addr uint64) []byte {
 	a := &e.addrs
-	if s, ok := e.at[addr]; ok && a.seq-s < ringSize {
-		p = binary.AppendUvarint(p, a.seq-s)
+	slot := &e.at[addrSlot(addr)]
+	if at := *slot; at > 0 && a.seq-(at-1) < ringSize && a.ring[(at-1)%ringSize] == addr {
+		p = binary.AppendUvarint(p, a.seq-(at-1))
 	} else {
 		p = append(p, 0)
 		p = binary.AppendVarint(p, int64(addr-e.st.addr))
 	}
 	e.st.addr = addr
-	// The slot about to be reused drops its address from the index,
-	// unless that address was pushed again since.
-	if a.seq >= ringSize {
-		old := a.ring[a.seq%ringSize]
-		if s := e.at[old]; s == a.seq-ringSize {
-			delete(e.at, old)
-		}
-	}
-	e.at[addr] = a.seq
+	*slot = a.seq + 1
 	a.push(addr)
 	return p
 }

@@ -291,7 +291,8 @@ const (
 	// is already a small fraction of a byte an event.
 	blockSize = 4 << 10
 	// maxBlockSize is the longest version 3 event block the Reader takes:
-	// room for a writer's larger blocks, all decoded in place.
+	// room for blocks larger than this Writer's, while a damaged length
+	// is still rejected long before MaxRecordSize.
 	maxBlockSize = bufSize
 	// blockHead is a version 3 event block's head as written: type and a
 	// length padded to three uvarint bytes, so that it is reserved before
@@ -834,8 +835,9 @@ func (r *Reader) Truncated() bool { return r.truncated }
 // not read: the cut record's, to the end of the input. 0 otherwise.
 func (r *Reader) Dropped() int64 { return r.dropped }
 
-// Offset returns the file offset just past the last complete record read:
-// in a truncated trace, where the cut record began.
+// Offset returns the file offset just past the last complete record read
+// (an event block once its first event is returned): in a truncated trace,
+// where the cut record began.
 func (r *Reader) Offset() int64 { return r.off + int64(r.pending+r.consumed) }
 
 // Records returns how many records Next has returned, the header excluded.

@@ -79,12 +79,12 @@ func recordSteady(t *testing.T) string {
 // midRecord returns the offset of a payload byte in the trace record that
 // spans the middle of the file, walking the documented framing
 // (probes/event/trace.go: preamble magic[8] version u16, then records of
-// type u8, length uvarint, payload, crc u32 in format 2).
+// type u8, length uvarint, payload, crc u32 in formats 2 and 3).
 func midRecord(t *testing.T, data []byte) int {
 	t.Helper()
 	off := 10
 	for off+6 <= len(data) {
-		// type u8, length uvarint (format 2), payload, crc u32
+		// type u8, length uvarint (formats 2 and 3), payload, crc u32
 		l, k := binary.Uvarint(data[off+1:])
 		n, head := int(l), 1+k
 		end := off + head + n + 4

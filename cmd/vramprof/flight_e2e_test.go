@@ -67,10 +67,10 @@ func TestFlightRecorderMatchesTruth(t *testing.T) {
 		// checkpoint; whole: the truth's peak and stacks hold too.
 		dropped, whole bool
 	}{
-		// leak: ~64 KB of segments of 128KiB/4: rotated, none dropped
-		// (at 64KiB the last of 4 segments could push out the first: its
-		// size is the events' varints and stacks, ~4% from run to run).
-		{name: "leak", max: "128KiB", maxBytes: 128 << 10, whole: true},
+		// leak: ~43 KB of segments of 64KiB/4 (three): rotated, none
+		// dropped (a fourth would start past 48 KiB; the size is the
+		// events' varints and stacks, ~4% from run to run).
+		{name: "leak", max: "64KiB", maxBytes: 64 << 10, whole: true},
 		// churn_threads: 128000 events in ~1.8 MB; 8000 buffers live at the end.
 		{name: "churn_threads", max: "512KiB", maxBytes: 512 << 10, env: []string{"CHURN_PAIRS=2000"}, dropped: true},
 		// spike, 3000 iterations: ~96000 events in ~1.4 MB; its peak, at

@@ -56,12 +56,12 @@ func readSegment(tb testing.TB, data []byte) (*Reader, int, error) {
 // TestIdentity: a segment's Identity is read with its header and is no
 // record of the stream; a trace without one reads as before, with none.
 // Frames counts every record written, the header and identity included:
-// header, identity, stack, 10 events (distinct addresses: none folds),
-// End = 14 (13 without the identity). Sum is kept for a segment only.
+// header, identity, stack, one block of the 10 events, End = 5 (4
+// without the identity). Sum is kept for a segment only.
 func TestIdentity(t *testing.T) {
 	id := &Identity{Recording: "0123456789abcdef0123456789abcdef", Segment: 3, PrevFrames: 77, PrevSum: 0xdeadbeef}
 	data, frames, sum := identitySegment(t, id, 10)
-	assert.Equal(t, uint64(14), frames)
+	assert.Equal(t, uint64(5), frames)
 	r, n, err := readSegment(t, data)
 	require.NoError(t, err)
 	assert.Equal(t, id, r.Identity())
@@ -70,7 +70,7 @@ func TestIdentity(t *testing.T) {
 	assert.Equal(t, sum, r.Sum())
 
 	plain, pframes, psum := identitySegment(t, nil, 10)
-	assert.Equal(t, uint64(13), pframes)
+	assert.Equal(t, uint64(4), pframes)
 	r, n, err = readSegment(t, plain)
 	require.NoError(t, err)
 	assert.Nil(t, r.Identity(), "a trace without identity")

@@ -1,21 +1,24 @@
 package event
 
-// The .vpt trace format, versions 1 and 2.
+// The .vpt trace format, versions 1, 2 and 3.
 //
 // A trace is written as events arrive, so it must survive being cut short at
 // any byte (a crash, a kill -9, a full disk) and must never turn damage into
 // plausible-looking records. Every fixed-width integer is little-endian.
 //
 //	file     = preamble record*
-//	preamble = magic[8] "VRAMPROF" | version u16 (1 or 2)
+//	preamble = magic[8] "VRAMPROF" | version u16 (1, 2 or 3)
 //	record   = type u8 | length | payload[length] | crc u32
-//	length   = u32 (version 1) or uvarint (version 2)
+//	length   = u32 (version 1) or uvarint (versions 2 and 3)
 //
 // crc is CRC-32C (Castagnoli) over type, length and payload: every byte of
 // the record before it. The first record is always a Header; no other record
-// is a Header. Record types:
+// is a Header. A record of type 2 holds one event (or folded pair) in
+// versions 1 and 2, and in version 3 a block of events under one crc: as
+// many as arrive between two other records or flushes, up to about 4 KiB
+// (the writer's choice; a reader takes up to 64 KiB). Record types:
 //
-//	1 Header   2 Event   3 Stack   4 Mapping   5 Process   6 Library
+//	1 Header   2 Event (block)   3 Stack   4 Mapping   5 Process   6 Library
 //	7 Lost     8 End     9 DeviceInfo   10 Sample   11 NVMLStatus
 //	12 Interpreter   13 Checkpoint   14 Identity   15 TestPhase
 //	0 is never valid (zero-filled garbage)
@@ -31,7 +34,7 @@ package event
 // stacks, report/pytests).
 //
 // Frames and Sum. Both ends count the records of a trace, the Header and
-// Identity included (Frames), and chain a segment's checksums: Sum is
+// Identity included and an event block as one (Frames), and chain a segment's checksums: Sum is
 // CRC-32C over each record's crc (4 bytes, little-endian) in order, kept
 // only for a trace with an Identity (0 for another). A segment's
 // Identity carries the previous segment's Frames and Sum, so a reader
@@ -61,20 +64,60 @@ package event
 // TotalBytes, UsedBytes, FreeBytes, process count, then per process PID,
 // UsedBytes. A DeviceInfo's ProcessesNote, then its PCIBusID, were
 // appended later: a payload that ends before them has none. Empty lists decode as nil. Header.Version is not in the
-// payload: it is the preamble's version. Both versions share these.
+// payload: it is the preamble's version. All versions share these.
 //
-// Events, version 2. Events are the hot path (millions per trace, ~10k a
-// second from a busy trainer), so an Event payload is coded against the
-// events before it in the stream; a reader rebuilds each one exactly from
-// the records before it. The state both ends keep, reset per stream:
+// Events are the hot path (millions per trace, ~10k a second from a busy
+// trainer), so from version 2 on each event is coded against the events
+// before it in the stream; a reader rebuilds each one exactly from the
+// records before it. The state both ends keep, reset per stream (not per
+// record):
 //
 //   - the previous event's Time (Header.Start before the first), PID, TID
 //     and Device (0 before the first), and the last non-zero Addr (0);
 //   - an op table of (Kind, Layer, API) triples and a size table of Sizes,
 //     each entry added when it is first written literally, while the table
-//     holds fewer than maxOps (256) and maxSizes (16384) entries.
+//     holds fewer than maxOps (256) and maxSizes (16384) entries;
+//   - version 3: a shape table (below; maxShapes, 4096 entries, added to
+//     the same way) and an address ring: every non-zero Addr an event
+//     carries (a folded pair's once), the last ringSize (128) kept.
 //
-// An Event payload is:
+// Events, version 3. An Event record's payload is a block of events back
+// to back, none cut across records, at least one. Its length is written
+// as a uvarint padded to three bytes (the writer reserves it before the
+// block fills); a reader takes any uvarint. Each event is:
+//
+//	shape  uvarint: k > 0 is the shape table's entry k-1; 0 is a literal
+//	       shape: mask uvarint, Flags u8, op, and when mask has sFold the
+//	       nested event's Flags u8 and op. op is uvarint k > 0, the op
+//	       table's entry k-1, or 0 then Kind u8, Layer u8, API uvarint.
+//	[sPID]    PID uvarint     [the previous event's]
+//	[sTID]    TID - PID varint [the previous event's TID]
+//	[sDevice] Device varint   [the previous event's]
+//	[sStack]  Stack uvarint   [0]
+//	[sRet]    Ret varint      [0]
+//	[sStream] Stream uvarint  [0]
+//	time      varint: Time - the previous Time (wrapping)
+//	Duration  uvarint
+//	[sAddr]   uvarint k: 0 < k < ringSize is the address k back in the
+//	          ring (1: the last one); 0 is a literal, Addr - the last
+//	          non-zero Addr, varint (wrapping) [Addr 0]
+//	size      uvarint: as in version 2
+//	[sFold]   the nested event folded into this one (see Folding): its
+//	          time, varint, Time - this Time (wrapping); Duration uvarint;
+//	          [sNestedStack] Stack uvarint [0]; sNestedFirst set when it
+//	          came first in the stream
+//
+// with the mask bits sPID 1, sTID 2, sDevice 4, sStack 8, sRet 16,
+// sStream 32, sAddr 64, sFold 128, sNestedFirst 256, sNestedStack 512. A
+// field whose bit is clear takes the value in brackets. The events a shape
+// stands for share their kind, layer, API, flags and which fields they
+// carry: a steady program has a few dozen, each a one-byte code. Events
+// in a block cannot take appended fields (nothing delimits one event from
+// the next): an event field added later is a new mask bit, and a reader
+// refuses a mask bit it does not know as corrupt, naming it.
+//
+// Events, version 2: one event (or folded pair) a record. An Event
+// payload is:
 //
 //	mask u8                   bits below; a field whose bit is clear takes
 //	                          the value in brackets
@@ -99,8 +142,9 @@ package event
 // so that the analysis keeps both APIs' books but counts the bytes once.
 // When a nested event is next to its outer event in the stream and shares
 // its PID, TID, Device, Addr, Size, Stream and Ret (the outer one without
-// FlagNested), the pair is one record: the outer event's payload with mFold
-// set, followed by
+// FlagNested), the pair is coded as one: in version 3, as above; in
+// version 2, one record, the outer event's payload with mFold set,
+// followed by
 //
 //	n u8      n&1: the nested event came first in the stream; n&2: a Stack
 //	          follows; n&4: a Flags u8 follows [FlagNested]
@@ -110,8 +154,9 @@ package event
 //	[n&2] Stack uvarint [0]   [n&4] Flags u8
 //
 // and the reader returns both, in the order they were written. State after
-// a folded record is the outer event's. Bytes past the fields a reader
-// knows are ignored (fields appended by a newer minor version).
+// a folded pair is the outer event's. In a version 2 Event, bytes past the
+// fields a reader knows are ignored (fields appended by a newer minor
+// version).
 //
 // Events, version 1: a fixed 72-byte layout,
 //
@@ -121,25 +166,31 @@ package event
 //	62 API u16      64 Flags u8       65..71 reserved (zero)
 //
 // Flags was appended after the first 64 bytes; an Event of 64 bytes reads
-// with Flags 0. This package reads version 1 and writes version 2.
+// with Flags 0. This package reads versions 1 and 2 and writes version 3.
 //
-// Limits: a record's payload is at most MaxRecordSize bytes and an Event's at
-// most 4 KiB, so a damaged length is rejected before anything is allocated
-// for it; counts inside a payload are checked against the bytes left.
+// Limits: a record's payload is at most MaxRecordSize bytes, a version 3
+// event block's 64 KiB and a version 2 Event's 4 KiB, so a damaged length
+// is rejected before anything is allocated for it; counts inside a payload
+// are checked against the bytes left.
 //
 // Versioning. The preamble's version is a major version: it changes only on
 // an incompatible change, and a reader refuses versions newer than it knows
-// (ErrVersion). Version 2 changed the length field and the Event payload;
-// readers keep reading version 1. Within a major version a writer may:
+// (ErrVersion). Version 2 changed the length field and the Event payload,
+// version 3 the Event record (a block of events); readers keep reading the
+// older versions. Within a major version a writer may:
 //   - add record types: a reader skips a record of a type it does not know,
 //     once its checksum is verified (so a bad type byte is still caught);
-//   - append fields to the end of a payload (the Event layout included): a
-//     reader ignores payload bytes past the fields it knows. A payload that
-//     ends before the fields of the version that introduced them is corrupt.
+//   - append fields to the end of a payload (a version 2 Event's included,
+//     not a version 3 event block's: see above): a reader ignores payload
+//     bytes past the fields it knows. A payload that ends before the
+//     fields of the version that introduced them is corrupt.
 //
 // Damage. A trace that ends inside a record (the writer was killed before
 // its buffer reached the disk) is a truncated trace: every complete record
-// before the cut is returned, then io.EOF with Reader.Truncated true. Any
+// before the cut is returned (every event of every complete block), then
+// io.EOF with Reader.Truncated true and Reader.Dropped the bytes of the cut
+// record. A block is closed before every flush, so what a flushed writer
+// left on disk ends at a record boundary. Any
 // other inconsistency (a checksum mismatch, an impossible length, type 0, a
 // second header, a payload that does not decode) is ErrCorrupt at the byte
 // offset of the damaged record. A damaged length field that points past the
@@ -163,7 +214,7 @@ const Magic = "VRAMPROF"
 
 // Version is the trace format's major version written by this package, and
 // the newest one its Reader accepts. It reads every older version too.
-const Version uint16 = 2
+const Version uint16 = 3
 
 // MaxRecordSize caps one record's payload. Stacks and process records are
 // far smaller; the cap exists so that a damaged length field is rejected
@@ -226,82 +277,51 @@ const (
 	frameTail    = 4     // crc
 	eventSize    = 72    // version 1: 64 bytes of format 1's first events, Flags, 7 reserved
 	minEventSize = 64    // version 1, read: events written before Flags was appended
-	// maxHead is the longest version 2 frame head: type and a uvarint
+	// maxHead is the longest version 2 or 3 frame head: type and a uvarint
 	// length up to MaxRecordSize (24 bits: 4 bytes; 5 allowed when read).
 	maxHead = 1 + 5
-	// minFrame is the shortest version 2 record: type, length 0, crc.
+	// minFrame is the shortest version 2 or 3 record: type, length 0, crc.
 	minFrame = 1 + 1 + frameTail
 	// maxEventSize leaves room for appended Event fields while rejecting a
-	// damaged length on the hot record long before MaxRecordSize.
+	// damaged length on the hot record long before MaxRecordSize: one
+	// event in version 2.
 	maxEventSize = 4 << 10
+	// blockSize is where the Writer closes an event block: a damaged or
+	// cut block loses its events (about 600), and its framing (8 bytes)
+	// is already a small fraction of a byte an event.
+	blockSize = 4 << 10
+	// maxBlockSize is the longest version 3 event block the Reader takes:
+	// room for blocks larger than this Writer's, while a damaged length
+	// is still rejected long before MaxRecordSize.
+	maxBlockSize = bufSize
+	// blockHead is a version 3 event block's head as written: type and a
+	// length padded to three uvarint bytes, so that it is reserved before
+	// the block is filled and filled in when it closes.
+	blockHead = 1 + 3
 	// bufSize is the I/O buffer of both ends: big enough that a Flush about
 	// once a second is what pushes data out at typical event rates, and that
 	// the Reader can decode nearly every record in place.
 	bufSize = 64 << 10
-	// maxOps and maxSizes cap the version 2 event tables (see the top of
-	// the file). Programs use a few dozen (Kind, Layer, API) triples and,
-	// in steady state, a few hundred distinct sizes; the caps bound the
-	// memory a hostile trace can claim while keeping codes to one or two
-	// bytes. Sizes past the cap are written literally.
-	maxOps   = 256
-	maxSizes = 1 << 14
-)
-
-// Version 2 event mask bits (see the top of the file).
-const (
-	mPID    = 1 << 0
-	mTID    = 1 << 1
-	mDevice = 1 << 2
-	mStack  = 1 << 3
-	mRet    = 1 << 4
-	mExtra  = 1 << 5
-	mAddr   = 1 << 6
-	mFold   = 1 << 7
-
-	xStream = 1 << 0
-	xFlags  = 1 << 1
-
-	nFirst = 1 << 0
-	nStack = 1 << 1
-	nFlags = 1 << 2
-
-	// maxEventPayload bounds a version 2 event payload as this package
-	// writes it, folded pair included: about 130 bytes, rounded up.
-	maxEventPayload = 192
 )
 
 // castagnoli is hardware-accelerated on amd64 and arm64.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// op is what an event did and where: the version 2 op table's entries.
-type op struct {
-	kind  Kind
-	layer Layer
-	api   API
-}
-
-// eventState is what a version 2 event is coded against: the events before
-// it in the stream. Writer and Reader update it identically.
-type eventState struct {
-	time, addr uint64
-	pid, tid   uint32
-	dev        int32
-}
-
-// Writer streams records to a trace. It buffers: call Flush periodically (the
-// recorder does about once a second) to bound what a crash can lose, and
-// Close at the end. An event is held back until the next record, Flush or
-// Close, in case it folds with the next one. A Writer is not safe for
-// concurrent use.
+// Writer streams records to a trace. It buffers up to 64 KiB: call Flush
+// periodically (the recorder does about once a second) to bound what a
+// crash can lose, and Close at the end. Events go into one event block
+// until another record, a Flush, a full buffer or the block's 4 KiB
+// closes it; an event is
+// also held back until the next record, Flush or Close, in case it folds
+// with the next one. A Writer is not safe for concurrent use.
 type Writer struct {
-	bw  *bufio.Writer
-	ev  [maxHead + maxEventPayload + frameTail]byte // the event frame, reused
-	buf []byte                                      // other frames, reused
-	err error                                       // first I/O error; sticky
+	w   io.Writer
+	out []byte // whole records, then the open event block: not yet written to w
+	blk int    // offset in out of the open event block; -1 for none
+	buf []byte // frames of other records, reused
+	err error  // first I/O error; sticky
 
-	st      eventState
-	ops     map[op]uint32
-	sizes   map[uint64]uint32
+	enc     encState
 	prev    Event // an event not yet written, which may fold with the next
 	hasPrev bool
 
@@ -331,14 +351,9 @@ func newWriter(w io.Writer, h *Header, id *Identity) (*Writer, error) {
 	if h == nil {
 		return nil, errors.New("new trace writer: nil header")
 	}
-	tw := &Writer{bw: bufio.NewWriterSize(w, bufSize), ops: make(map[op]uint32), sizes: make(map[uint64]uint32), chain: id != nil}
-	tw.st.time = h.Start
-	var pre [preambleSize]byte
-	copy(pre[:], Magic)
-	binary.LittleEndian.PutUint16(pre[len(Magic):], Version)
-	if _, err := tw.bw.Write(pre[:]); err != nil {
-		return nil, fmt.Errorf("write trace preamble: %w", err)
-	}
+	tw := &Writer{w: w, out: make([]byte, 0, bufSize), blk: -1, enc: newEncState(h.Start), chain: id != nil}
+	tw.out = append(tw.out, Magic...)
+	tw.out = binary.LittleEndian.AppendUint16(tw.out, Version)
 	if err := tw.writeFrame(recHeader, func(e *encoder) { e.header(h) }); err != nil {
 		return nil, fmt.Errorf("write trace header: %w", err)
 	}
@@ -363,13 +378,32 @@ func (w *Writer) Write(rec Record) error {
 	if w.err != nil {
 		return w.err
 	}
+	if ev, ok := rec.(*Event); ok && ev != nil {
+		return w.writeEvent(ev)
+	}
+	if _, ok := rec.(*Header); ok {
+		return errors.New("write trace record: the header is written once, by NewWriter")
+	}
+	typ, enc := recordCoder(rec)
+	if enc == nil {
+		return fmt.Errorf("write trace record: unsupported record %T (nil or unknown type)", rec)
+	}
+	if err := w.writePrev(); err != nil {
+		return err
+	}
+	if err := w.writeFrame(typ, enc); err != nil {
+		return fmt.Errorf("write trace record: %w", err)
+	}
+	return nil
+}
+
+// recordCoder returns the type and payload encoder of every record but an
+// Event or a Header; a nil encoder for those, a nil pointer or an unknown
+// type.
+func recordCoder(rec Record) (byte, func(*encoder)) {
 	var enc func(*encoder)
 	var typ byte
 	switch r := rec.(type) {
-	case *Event:
-		if r != nil {
-			return w.writeEvent(r)
-		}
 	case *Stack:
 		typ, enc = recStack, func(e *encoder) { e.stack(r) }
 	case *Mapping:
@@ -394,19 +428,11 @@ func (w *Writer) Write(rec Record) error {
 		typ, enc = recCheckpoint, func(e *encoder) { e.checkpoint(r) }
 	case *TestPhase:
 		typ, enc = recTestPhase, func(e *encoder) { e.testPhase(r) }
-	case *Header:
-		return errors.New("write trace record: the header is written once, by NewWriter")
 	}
 	if enc == nil || isNil(rec) {
-		return fmt.Errorf("write trace record: unsupported record %T (nil or unknown type)", rec)
+		return 0, nil
 	}
-	if err := w.writePrev(); err != nil {
-		return err
-	}
-	if err := w.writeFrame(typ, enc); err != nil {
-		return fmt.Errorf("write trace record: %w", err)
-	}
-	return nil
+	return typ, enc
 }
 
 // isNil reports whether rec is a typed nil pointer of one of the record
@@ -484,122 +510,80 @@ func fold(a, b *Event) (outer, nested *Event, nestedFirst, ok bool) {
 	return nil, nil, false, false
 }
 
-// emitEvent writes ev as one version 2 record, with nested folded into it
-// when not nil.
+// emitEvent appends ev to the open event block, opening one if needed,
+// with nested folded into it when not nil. A block closes, and the buffer
+// is written, when another event might not fit: the buffer never holds more
+// than bufSize bytes, as a bufio.Writer of that size would not.
 func (w *Writer) emitEvent(ev, nested *Event, nestedFirst bool) error {
-	b := w.ev[:maxHead]
-	b = w.appendEvent(b, ev, nested, nestedFirst)
-	if _, err := w.bw.Write(w.count(frame(b, recEvent))); err != nil {
-		w.err = fmt.Errorf("write trace event: %w", err)
+	if w.blk < 0 {
+		if len(w.out)+blockHead+maxEventPayload+frameTail > bufSize {
+			if err := w.writeOut(); err != nil {
+				return err
+			}
+		}
+		w.blk = len(w.out)
+		w.out = append(w.out, recEvent, 0, 0, 0)
+	}
+	w.out = w.enc.appendEvent(w.out, ev, nested, nestedFirst)
+	if len(w.out)+maxEventPayload+frameTail > bufSize {
+		return w.writeOut()
+	}
+	if len(w.out)-w.blk >= blockSize {
+		w.closeBlock()
+	}
+	return nil
+}
+
+// closeBlock ends the open event block, if any: its length and crc.
+func (w *Writer) closeBlock() {
+	if w.blk < 0 {
+		return
+	}
+	b := w.out[w.blk:]
+	n := len(b) - blockHead
+	// A uvarint padded to three bytes: n < bufSize < 1<<21.
+	b[1], b[2], b[3] = byte(n)|0x80, byte(n>>7)|0x80, byte(n>>14)
+	w.out = binary.LittleEndian.AppendUint32(w.out, crc32.Checksum(b, castagnoli))
+	w.count(w.out[w.blk:])
+	w.blk = -1
+}
+
+// writeOut closes the open block and writes the buffer to the underlying
+// writer.
+func (w *Writer) writeOut() error {
+	w.closeBlock()
+	if len(w.out) == 0 {
+		return nil
+	}
+	_, err := w.w.Write(w.out)
+	w.out = w.out[:0]
+	if err != nil {
+		w.err = fmt.Errorf("write trace: %w", err)
 		return w.err
 	}
 	return nil
 }
 
-// appendEvent appends ev's version 2 payload to p and updates the state.
-func (w *Writer) appendEvent(p []byte, ev, nested *Event, nestedFirst bool) []byte {
-	st := &w.st
-	mi := len(p)
-	p = append(p, 0)
-	var mask byte
-	if ev.PID != st.pid {
-		mask |= mPID
-		p = binary.AppendUvarint(p, uint64(ev.PID))
-	}
-	if ev.TID != st.tid {
-		mask |= mTID
-		p = binary.AppendVarint(p, int64(ev.TID)-int64(ev.PID))
-	}
-	if ev.Device != st.dev {
-		mask |= mDevice
-		p = binary.AppendVarint(p, int64(ev.Device))
-	}
-	if ev.Stack != 0 {
-		mask |= mStack
-		p = binary.AppendUvarint(p, uint64(ev.Stack))
-	}
-	if ev.Ret != 0 {
-		mask |= mRet
-		p = binary.AppendVarint(p, int64(ev.Ret))
-	}
-	if ev.Stream != 0 || ev.Flags != 0 {
-		mask |= mExtra
-		var x byte
-		if ev.Stream != 0 {
-			x |= xStream
-		}
-		if ev.Flags != 0 {
-			x |= xFlags
-		}
-		p = append(p, x)
-		if ev.Stream != 0 {
-			p = binary.AppendUvarint(p, ev.Stream)
-		}
-		if ev.Flags != 0 {
-			p = append(p, byte(ev.Flags))
+// put appends rec, a whole record, after closing the open block.
+func (w *Writer) put(rec []byte) error {
+	w.closeBlock()
+	if len(w.out)+len(rec) > bufSize {
+		if err := w.writeOut(); err != nil {
+			return err
 		}
 	}
-	p = w.appendOp(p, ev)
-	p = binary.AppendVarint(p, int64(ev.Time-st.time))
-	p = binary.AppendUvarint(p, ev.Duration)
-	if ev.Addr != 0 {
-		mask |= mAddr
-		p = binary.AppendVarint(p, int64(ev.Addr-st.addr))
-		st.addr = ev.Addr
+	if len(rec) >= bufSize { // bigger than the buffer: straight through
+		if _, err := w.w.Write(rec); err != nil {
+			w.err = fmt.Errorf("write trace: %w", err)
+			return w.err
+		}
+		return nil
 	}
-	p = w.appendSize(p, ev.Size)
-	st.time, st.pid, st.tid, st.dev = ev.Time, ev.PID, ev.TID, ev.Device
-	if nested != nil {
-		mask |= mFold
-		var n byte
-		if nestedFirst {
-			n |= nFirst
-		}
-		if nested.Stack != 0 {
-			n |= nStack
-		}
-		if nested.Flags != FlagNested {
-			n |= nFlags
-		}
-		p = append(p, n)
-		p = w.appendOp(p, nested)
-		p = binary.AppendVarint(p, int64(nested.Time-ev.Time))
-		p = binary.AppendUvarint(p, nested.Duration)
-		if n&nStack != 0 {
-			p = binary.AppendUvarint(p, uint64(nested.Stack))
-		}
-		if n&nFlags != 0 {
-			p = append(p, byte(nested.Flags))
-		}
-	}
-	p[mi] = mask
-	return p
+	w.out = append(w.out, rec...)
+	return nil
 }
 
-func (w *Writer) appendOp(p []byte, ev *Event) []byte {
-	o := op{ev.Kind, ev.Layer, ev.API}
-	if i, ok := w.ops[o]; ok {
-		return binary.AppendUvarint(p, uint64(i)+1)
-	}
-	if len(w.ops) < maxOps {
-		w.ops[o] = uint32(len(w.ops))
-	}
-	p = append(p, 0, byte(o.kind), byte(o.layer))
-	return binary.AppendUvarint(p, uint64(o.api))
-}
-
-func (w *Writer) appendSize(p []byte, size uint64) []byte {
-	if i, ok := w.sizes[size]; ok {
-		return binary.AppendUvarint(p, uint64(i)+1)
-	}
-	if len(w.sizes) < maxSizes {
-		w.sizes[size] = uint32(len(w.sizes))
-	}
-	p = append(p, 0)
-	return binary.AppendUvarint(p, size)
-}
-
-// frame turns b, a payload after maxHead reserved bytes, into a version 2
+// frame turns b, a payload after maxHead reserved bytes, into a version 2 or 3
 // record in place (type and length just before the payload, crc after) and
 // returns it.
 func frame(b []byte, typ byte) []byte {
@@ -623,11 +607,8 @@ func (w *Writer) writeFrame(typ byte, enc func(*encoder)) error {
 		return fmt.Errorf("record of %d bytes exceeds the %d-byte limit", n, MaxRecordSize)
 	}
 	w.buf = e.b
-	if _, err := w.bw.Write(w.count(frame(e.b, typ))); err != nil {
-		w.err = err
-		return err
-	}
-	return nil
+	w.closeBlock() // counted before the record that follows it
+	return w.put(w.count(frame(e.b, typ)))
 }
 
 // count counts rec, a whole record, in Frames and, in a segment, Sum, and
@@ -640,18 +621,19 @@ func (w *Writer) count(rec []byte) []byte {
 	return rec
 }
 
-// Frames returns how many records were written, the header included: once
-// flushed, what a Reader of the whole trace counts (Reader.Frames).
+// Frames returns how many records were written, the header included and an
+// event block as one: once flushed, what a Reader of the whole trace counts
+// (Reader.Frames).
 func (w *Writer) Frames() uint64 { return w.frames }
 
 // Sum returns the records' chained checksum (see the top of the file): a
 // segment's (NewSegmentWriter); 0 for another trace.
 func (w *Writer) Sum() uint32 { return w.sum }
 
-// Buffered returns how many bytes of whole records wait in the buffer (a
-// previous event not included): what the next Flush adds to the underlying
-// writer, but for the previous event.
-func (w *Writer) Buffered() int { return w.bw.Buffered() }
+// Buffered returns how many bytes wait in the buffer, whole records and the
+// open event block (a held-back event not included): what the next Flush
+// adds to the underlying writer, but for that event and the block's crc.
+func (w *Writer) Buffered() int { return len(w.out) }
 
 // Flush writes buffered records to the underlying writer.
 func (w *Writer) Flush() error {
@@ -661,11 +643,7 @@ func (w *Writer) Flush() error {
 	if err := w.writePrev(); err != nil {
 		return err
 	}
-	if err := w.bw.Flush(); err != nil {
-		w.err = fmt.Errorf("flush trace: %w", err)
-		return w.err
-	}
-	return nil
+	return w.writeOut()
 }
 
 // Close flushes buffered records. It does not close the underlying writer,
@@ -691,13 +669,13 @@ type Reader struct {
 	unchained bool   // no Identity: sum is not kept
 	id        *Identity
 	truncated bool
+	dropped   int64 // bytes of the record cut short: from Offset to the end
 	err       error // terminal: io.EOF or the first error
 
-	v       uint16     // the file's format version
-	st      eventState // version 2: what the next event is coded against
-	ops     []op       // version 2 op table
-	sizes   []uint64   // version 2 size table
-	next    Event      // the second event of a folded record, returned next
+	v       uint16   // the file's format version
+	dec     decState // versions 2 and 3: what the next event is coded against
+	blk     []byte   // version 3: the rest of the current event block
+	next    Event    // the second event of a folded pair, returned next
 	hasNext bool
 }
 
@@ -749,7 +727,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 		return nil, tr.corrupt("header: %v", d.err)
 	}
 	tr.h.Version = v
-	tr.st.time = tr.h.Start
+	tr.dec.st.time = tr.h.Start
 	// A segment's Identity follows its header. Anything else is left for
 	// Next; a damaged or cut Identity is Next's error, like any record's.
 	// The header's bytes are done with (its strings are copied): pass
@@ -812,10 +790,28 @@ func (r *Reader) Next() (Record, error) {
 		return &r.ev, nil
 	}
 	for r.err == nil {
+		if len(r.blk) > 0 {
+			d := evDecoder{b: r.blk}
+			if err := r.decodeEventV3(&d); err != nil {
+				r.err = r.corrupt("event block: %v", err)
+				break
+			}
+			r.blk = d.b
+			r.records++
+			return &r.ev, nil
+		}
 		typ, payload, err := r.frame()
 		if err != nil {
 			r.err = err
 			break
+		}
+		if typ == recEvent && r.v >= 3 {
+			if len(payload) == 0 {
+				r.err = r.corrupt("empty event block")
+				break
+			}
+			r.blk = payload // valid until the next frame: decoded first
+			continue
 		}
 		rec, err := r.decode(typ, payload)
 		if err != nil {
@@ -835,8 +831,13 @@ func (r *Reader) Next() (Record, error) {
 // (the recorder crashed or was killed). Everything before Offset was read.
 func (r *Reader) Truncated() bool { return r.truncated }
 
-// Offset returns the file offset just past the last complete record read:
-// in a truncated trace, where the cut record began.
+// Dropped returns, in a truncated trace, how many bytes after Offset were
+// not read: the cut record's, to the end of the input. 0 otherwise.
+func (r *Reader) Dropped() int64 { return r.dropped }
+
+// Offset returns the file offset just past the last complete record read
+// (an event block once its first event is returned): in a truncated trace,
+// where the cut record began.
 func (r *Reader) Offset() int64 { return r.off + int64(r.pending+r.consumed) }
 
 // Records returns how many records Next has returned, the header excluded.
@@ -880,7 +881,10 @@ func (r *Reader) frame() (byte, []byte, error) {
 		return 0, nil, r.corrupt("record type 0")
 	}
 	limit := MaxRecordSize
-	if typ == recEvent {
+	switch {
+	case typ == recEvent && r.v >= 3:
+		limit = maxBlockSize
+	case typ == recEvent:
 		limit = maxEventSize
 	}
 	if n > limit {
@@ -943,7 +947,7 @@ func (r *Reader) advance() {
 func (r *Reader) short(got int, err error) error {
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		if got > 0 {
-			r.truncated = true
+			r.truncated, r.dropped = true, int64(got)
 		}
 		return io.EOF
 	}
@@ -953,8 +957,8 @@ func (r *Reader) short(got int, err error) error {
 // decode turns a checked payload into a record; nil for a skipped type.
 func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 	if typ == recEvent {
-		if r.v >= 2 {
-			if err := r.decodeEvent(p); err != nil {
+		if r.v == 2 {
+			if err := r.decodeEventV2(p); err != nil {
 				return nil, r.corrupt("event: %v", err)
 			}
 			return &r.ev, nil
@@ -1027,204 +1031,6 @@ func (r *Reader) decode(typ byte, p []byte) (Record, error) {
 		return nil, r.corrupt("type %d record: %v", typ, d.err)
 	}
 	return rec, nil
-}
-
-// decodeEvent decodes a version 2 event payload into r.ev (and r.next when
-// it holds a folded pair), against and then updating r's state.
-func (r *Reader) decodeEvent(p []byte) error {
-	d := evDecoder{b: p}
-	mask := d.byte()
-	st := r.st
-	var ev Event
-	if mask&mPID != 0 {
-		st.pid = d.u32()
-	}
-	if mask&mTID != 0 {
-		tid := int64(st.pid) + d.varint()
-		if tid < 0 || tid > math.MaxUint32 {
-			return fmt.Errorf("thread id %d out of range", tid)
-		}
-		st.tid = uint32(tid)
-	}
-	if mask&mDevice != 0 {
-		st.dev = d.i32()
-	}
-	ev.PID, ev.TID, ev.Device = st.pid, st.tid, st.dev
-	if mask&mStack != 0 {
-		ev.Stack = StackID(d.u32())
-	}
-	if mask&mRet != 0 {
-		ev.Ret = d.i32()
-	}
-	if mask&mExtra != 0 {
-		x := d.byte()
-		if x&^(xStream|xFlags) != 0 {
-			return fmt.Errorf("unknown extra fields %#x", x)
-		}
-		if x&xStream != 0 {
-			ev.Stream = d.uvarint()
-		}
-		if x&xFlags != 0 {
-			ev.Flags = Flags(d.byte())
-		}
-	}
-	if err := r.op(&d, &ev); err != nil {
-		return err
-	}
-	ev.Time = st.time + uint64(d.varint())
-	ev.Duration = d.uvarint()
-	if mask&mAddr != 0 {
-		ev.Addr = st.addr + uint64(d.varint())
-		st.addr = ev.Addr
-	}
-	switch k := d.uvarint(); {
-	case k == 0:
-		ev.Size = d.uvarint()
-		if len(r.sizes) < maxSizes && !d.bad {
-			r.sizes = append(r.sizes, ev.Size)
-		}
-	case k <= uint64(len(r.sizes)):
-		ev.Size = r.sizes[k-1]
-	default:
-		return fmt.Errorf("size code %d, table of %d", k, len(r.sizes))
-	}
-	st.time = ev.Time
-	if mask&mFold != 0 {
-		n := d.byte()
-		if n&^(nFirst|nStack|nFlags) != 0 {
-			return fmt.Errorf("unknown fold fields %#x", n)
-		}
-		nested := ev
-		nested.Stack, nested.Flags = 0, FlagNested
-		if err := r.op(&d, &nested); err != nil {
-			return err
-		}
-		nested.Time = ev.Time + uint64(d.varint())
-		nested.Duration = d.uvarint()
-		if n&nStack != 0 {
-			nested.Stack = StackID(d.u32())
-		}
-		if n&nFlags != 0 {
-			nested.Flags = Flags(d.byte())
-		}
-		if d.bad {
-			return errEvent
-		}
-		if n&nFirst != 0 {
-			r.ev, r.next = nested, ev
-		} else {
-			r.ev, r.next = ev, nested
-		}
-		r.hasNext = true
-	} else {
-		if d.bad {
-			return errEvent
-		}
-		r.ev = ev
-	}
-	r.st = st
-	return nil
-}
-
-// op reads an op code into ev's Kind, Layer and API.
-func (r *Reader) op(d *evDecoder, ev *Event) error {
-	k := d.uvarint()
-	if k == 0 {
-		o := op{Kind(d.byte()), Layer(d.byte()), 0}
-		api := d.uvarint()
-		if api > math.MaxUint16 {
-			return fmt.Errorf("api %d overflows 16 bits", api)
-		}
-		o.api = API(api)
-		if len(r.ops) < maxOps && !d.bad {
-			r.ops = append(r.ops, o)
-		}
-		ev.Kind, ev.Layer, ev.API = o.kind, o.layer, o.api
-		return nil
-	}
-	if k > uint64(len(r.ops)) {
-		return fmt.Errorf("op code %d, table of %d", k, len(r.ops))
-	}
-	o := r.ops[k-1]
-	ev.Kind, ev.Layer, ev.API = o.kind, o.layer, o.api
-	return nil
-}
-
-// evDecoder reads a version 2 event payload. Reads past the end return
-// zeros and set bad; range errors set bad too, checked once at the end.
-type evDecoder struct {
-	b   []byte
-	bad bool
-}
-
-func (d *evDecoder) byte() byte {
-	if len(d.b) == 0 {
-		d.bad = true
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *evDecoder) uvarint() uint64 {
-	if len(d.b) > 0 && d.b[0] < 0x80 { // the common one-byte case, inlined
-		v := uint64(d.b[0])
-		d.b = d.b[1:]
-		return v
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.bad = true
-		d.b = nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *evDecoder) varint() int64 {
-	u := d.uvarint()
-	return int64(u>>1) ^ -int64(u&1)
-}
-
-func (d *evDecoder) u32() uint32 {
-	v := d.uvarint()
-	if v > math.MaxUint32 {
-		d.bad = true
-	}
-	return uint32(v)
-}
-
-func (d *evDecoder) i32() int32 {
-	v := d.varint()
-	if v < math.MinInt32 || v > math.MaxInt32 {
-		d.bad = true
-	}
-	return int32(v)
-}
-
-func decodeEventV1(ev *Event, p []byte) {
-	le := binary.LittleEndian
-	_ = p[minEventSize-1] // one bounds check
-	*ev = Event{
-		Time:     le.Uint64(p[0:]),
-		Duration: le.Uint64(p[8:]),
-		Addr:     le.Uint64(p[16:]),
-		Size:     le.Uint64(p[24:]),
-		Stream:   le.Uint64(p[32:]),
-		PID:      le.Uint32(p[40:]),
-		TID:      le.Uint32(p[44:]),
-		Stack:    StackID(le.Uint32(p[48:])),
-		Ret:      int32(le.Uint32(p[52:])),
-		Device:   int32(le.Uint32(p[56:])),
-		Kind:     Kind(p[60]),
-		Layer:    Layer(p[61]),
-		API:      API(le.Uint16(p[62:])),
-	}
-	if len(p) > 64 {
-		ev.Flags = Flags(p[64])
-	}
 }
 
 // encoder appends the variable-length payload encoding to b.

@@ -269,10 +269,33 @@ func TestFlippedByte(t *testing.T) {
 	}
 }
 
+// chunkedTrace writes h (testHeader when nil) and the chunks of records,
+// flushing after each, so that each chunk's events are one event block. It
+// returns the trace and the file's length after each chunk.
+func chunkedTrace(tb testing.TB, h *Header, chunks ...[]Record) ([]byte, []int) {
+	tb.Helper()
+	if h == nil {
+		h = testHeader()
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, h)
+	require.NoError(tb, err)
+	var ends []int
+	for _, c := range chunks {
+		for _, r := range c {
+			require.NoError(tb, w.Write(r))
+		}
+		require.NoError(tb, w.Flush())
+		ends = append(ends, buf.Len())
+	}
+	require.NoError(tb, w.Close())
+	return buf.Bytes(), ends
+}
+
 func TestCorruptOffset(t *testing.T) {
-	data := mustTrace(t, nil, testEvent(1), testEvent(2), testEvent(3))
-	second := len(mustTrace(t, nil, testEvent(1)))
-	data[second+frameHead+3] ^= 1 // inside the second event's payload
+	data, ends := chunkedTrace(t, nil, []Record{testEvent(1)}, []Record{testEvent(2)}, []Record{testEvent(3)})
+	second := ends[0]
+	data[second+blockHead+3] ^= 1 // inside the second event block's payload
 	r, err := NewReader(bytes.NewReader(data))
 	require.NoError(t, err)
 	_, err = r.Next()
@@ -375,12 +398,12 @@ func traceV1() []byte {
 // TestForwardCompatible reads what a newer minor version may write: unknown
 // record types and fields appended to payloads.
 func TestForwardCompatible(t *testing.T) {
-	two := mustTrace(t, nil, testEvent(1), testEvent(2))
+	two, _ := chunkedTrace(t, nil, []Record{testEvent(1)}, []Record{testEvent(2)})
 	frames := splitFrames(two)
 	require.Len(t, frames, 3)
 	data := bytes.Clone(two[:frames[2].off])
 	data = appendFrame(data, 200, []byte("a record type from the future"))
-	data = appendFrame(data, recEvent, append(bytes.Clone(frames[2].payload), 1, 2, 3, 4, 5, 6, 7, 8))
+	data = appendFrame(data, recEvent, frames[2].payload)
 	lost := splitFrames(mustTrace(t, nil, &Lost{Time: 5, Total: 6}))[1]
 	data = appendFrame(data, recLost, append(bytes.Clone(lost.payload), 0x99))
 
@@ -388,6 +411,26 @@ func TestForwardCompatible(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Truncated())
 	assert.Equal(t, []Record{testEvent(1), testEvent(2), &Lost{Time: 5, Total: 6}}, got)
+
+	// An event field this reader does not know (a shape bit past
+	// sNestedStack) cannot be skipped: it is refused, not guessed at.
+	data = appendFrame(bytes.Clone(two[:frames[2].off]), recEvent, []byte{0, 0x80, 0x08, 0, 0, 1, 1, 12, 0, 0, 0})
+	_, got, err = readAll(t, data)
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Contains(t, err.Error(), "unknown event fields")
+	assert.Equal(t, []Record{testEvent(1)}, got)
+
+	// Format 2 the same way: its events took appended fields.
+	two, _, _ = v2Trace(t, testHeader(), nil, []Record{testEvent(1), testEvent(2)}, 1)
+	frames = splitFrames(two)
+	require.Len(t, frames, 3)
+	data = bytes.Clone(two[:frames[2].off])
+	data = appendFrame(data, 200, []byte("a record type from the future"))
+	data = appendFrame(data, recEvent, append(bytes.Clone(frames[2].payload), 1, 2, 3, 4, 5, 6, 7, 8))
+	r, got, err = readAll(t, data)
+	require.NoError(t, err)
+	assert.False(t, r.Truncated())
+	assert.Equal(t, []Record{testEvent(1), testEvent(2)}, got)
 
 	// Version 1 the same way.
 	data = appendFrameV1(traceV1(), recEvent, eventV1(testEvent(1)))
@@ -486,13 +529,20 @@ func TestBadPayloads(t *testing.T) {
 		payload []byte
 		message string
 	}{
-		{"empty event", recEvent, nil, "ends early"},
-		{"event cut", recEvent, []byte{0, 0, 1, 2, 3}, "ends early"},
-		{"event op not in table", recEvent, []byte{0, 5, 0, 0, 1}, "op code 5"},
-		{"event size not in table", recEvent, []byte{0, 0, 1, 1, 12, 0, 0, 3}, "size code 3"},
-		{"event unknown extra", recEvent, []byte{mExtra, 0x80}, "extra fields"},
-		{"event thread id", recEvent, []byte{mTID, 1}, "thread id -1"},
-		{"event api over 16 bits", recEvent, []byte{0, 0, 1, 1, 0xff, 0xff, 0x04}, "16 bits"},
+		// Event blocks: a literal shape is 0, mask, flags, op (0, kind,
+		// layer, api for a literal op), then the fields.
+		{"empty event block", recEvent, nil, "empty event block"},
+		{"event cut", recEvent, []byte{0}, "ends early"},
+		{"event cut in its fields", recEvent, []byte{0, 0, 0, 0, 1, 1, 12, 0}, "ends early"},
+		{"event shape not in table", recEvent, []byte{5}, "shape code 5"},
+		{"event op not in table", recEvent, []byte{0, 0, 0, 5}, "op code 5"},
+		{"event size not in table", recEvent, []byte{0, 0, 0, 0, 1, 1, 12, 0, 0, 3}, "size code 3"},
+		{"event address not in ring", recEvent, []byte{0, sAddr, 0, 0, 1, 1, 12, 0, 0, 1}, "address code 1"},
+		{"event unknown fields", recEvent, []byte{0, 0x80, 0x08}, "unknown event fields"},
+		{"event nested fields without fold", recEvent, []byte{0, 0x80, 0x02, 0, 0, 1, 1, 12}, "without a nested event"},
+		{"event thread id", recEvent, []byte{0, sTID, 0, 0, 1, 1, 12, 1}, "thread id -1"},
+		{"event api over 16 bits", recEvent, []byte{0, 0, 0, 0, 1, 1, 0xff, 0xff, 0x04}, "16 bits"},
+		{"event block over its limit", recEvent, make([]byte, maxBlockSize+1), "limit"},
 		{"second header", recHeader, nil, "second header"},
 		{"empty stack", recStack, nil, "ends early"},
 		{"huge frame count", recStack, []byte{1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, "list of"},
@@ -508,6 +558,28 @@ func TestBadPayloads(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := readAll(t, appendFrame(bytes.Clone(base), tt.typ, tt.payload))
+			require.ErrorIs(t, err, ErrCorrupt)
+			assert.Contains(t, err.Error(), tt.message)
+		})
+	}
+	// Format 2's events, one a record.
+	base2, _, _ := v2Trace(t, testHeader(), nil, nil, 0)
+	for _, tt := range []struct {
+		name    string
+		payload []byte
+		message string
+	}{
+		{"empty event", nil, "ends early"},
+		{"event cut", []byte{0, 0, 1, 2, 3}, "ends early"},
+		{"event op not in table", []byte{0, 5, 0, 0, 1}, "op code 5"},
+		{"event size not in table", []byte{0, 0, 1, 1, 12, 0, 0, 3}, "size code 3"},
+		{"event unknown extra", []byte{mExtra, 0x80}, "extra fields"},
+		{"event thread id", []byte{mTID, 1}, "thread id -1"},
+		{"event api over 16 bits", []byte{0, 0, 1, 1, 0xff, 0xff, 0x04}, "16 bits"},
+		{"event over its limit", make([]byte, maxEventSize+1), "limit"},
+	} {
+		t.Run("version 2 "+tt.name, func(t *testing.T) {
+			_, _, err := readAll(t, appendFrame(bytes.Clone(base2), recEvent, tt.payload))
 			require.ErrorIs(t, err, ErrCorrupt)
 			assert.Contains(t, err.Error(), tt.message)
 		})
@@ -629,6 +701,7 @@ func FuzzReader(f *testing.F) {
 	// Format 1: hand-made, and as recorded from a scenario.
 	f.Add(appendFrameV1(appendFrameV1(traceV1(), recEvent, eventV1(testEvent(1))), recStack, []byte{1, 1, 0}))
 	f.Add(mustFixture(f, "vmm"))
+	f.Add(mustFixtureV2(f, "vmm"))
 	f.Add(mustTrace(f, nil, &Checkpoint{Segment: 2, Totals: []CheckpointTotals{{PID: 7, PeakBytes: 8, PeakTime: 3}},
 		Peaks:         []CheckpointPeak{{PID: 7, At: Event{Time: 3, Size: 8}, Live: []PeakClass{{PID: 7, Stack: 1, Size: 8, Count: 1}}}},
 		TimelineLevel: 2, Timelines: []CheckpointTimeline{{PID: 7, Buckets: []TimelineBucket{{Index: 1, MinTime: 3, MinBytes: 8, MaxTime: 3, MaxBytes: 8}}}}}))
@@ -730,13 +803,28 @@ func TestFold(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 
+	// A folded pair is decoded at once: the second event waits in next.
+	r, err := NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
 	folded := 0
-	for _, f := range splitFrames(data) {
-		if f.typ == recEvent && f.payload[0]&mFold != 0 {
+	for {
+		_, err := r.Next()
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		if r.hasNext {
 			folded++
 		}
 	}
 	assert.Equal(t, 9, folded, "four allocations, four frees and the failed allocation fold")
+	unfolded, _ := chunkedTrace(t, nil, func() (c [][]Record) {
+		for _, r := range want {
+			c = append(c, []Record{r})
+		}
+		return c
+	}()...)
+	assert.Less(t, len(data), len(unfolded)-9*(blockHead+frameTail), "folding saves more than the blocks' framing")
 
 	for cut := len(mustTrace(t, nil)); cut <= len(data); cut++ {
 		_, got, err := readAll(t, data[:cut])

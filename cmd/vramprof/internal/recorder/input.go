@@ -78,7 +78,8 @@ func (s *source) replay(add func(event.Record) error) (int64, error) {
 		return rr.records, err
 	}
 	if rr.truncated {
-		return rr.records, fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records", ErrTruncated, s.name, rr.offset, rr.records)
+		return rr.records, fmt.Errorf("%w: %s ends inside a record at byte %d, after %d whole records (the %d bytes after them dropped)",
+			ErrTruncated, s.name, rr.offset, rr.records, rr.dropped)
 	}
 	return rr.records, nil
 }

@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,6 +136,42 @@ func TestAnalyzeTruncated(t *testing.T) {
 
 	_, err = Analyze(filepath.Join(t.TempDir(), "missing.vpt"), analysis.Options{})
 	require.ErrorIs(t, err, ErrInput)
+}
+
+// TestAnalyzeCutInsideRecord: a trace cut inside a record (here an event
+// block) is analysed up to the record before the cut, and the error says
+// where the cut record began, how many whole records came before it and
+// how many bytes of it were dropped: all three from what was written.
+func TestAnalyzeCutInsideRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), TraceFile)
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w, err := event.NewWriter(f, &event.Header{Mode: "run", PID: 7, Start: 1})
+	require.NoError(t, err)
+	recs := workload(8, 4096) // a stack, then events
+	const whole = 6           // the stack and five events, then a flush
+	var boundary int64        // where the flush left the file
+	for i, rec := range recs {
+		require.NoError(t, w.Write(rec))
+		if i == whole-1 {
+			require.NoError(t, w.Flush())
+			st, err := f.Stat()
+			require.NoError(t, err)
+			boundary = st.Size()
+		}
+	}
+	require.NoError(t, w.Close())
+	require.NoError(t, f.Close())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Greater(t, int64(len(data)), boundary+10, "the rest is a later block")
+	const dropped = 5
+	require.NoError(t, os.WriteFile(path, data[:boundary+dropped], 0o644))
+
+	_, err = Analyze(path, analysis.Options{})
+	require.ErrorIs(t, err, ErrTruncated)
+	assert.Contains(t, err.Error(), fmt.Sprintf("ends inside a record at byte %d, after %d whole records (the %d bytes after them dropped)",
+		boundary, whole, dropped))
 }
 
 // TestReport: Report prints the format asked for, writes the outputs with

@@ -10,11 +10,12 @@ import (
 )
 
 // replayResult is what replaying a trace tells beyond its records: where
-// and whether its last segment was cut, and how many whole records it
-// held.
+// and whether its last segment was cut (and how many bytes of the cut
+// record were dropped), and how many whole records it held.
 type replayResult struct {
 	truncated bool
 	offset    int64
+	dropped   int64
 	records   int64
 }
 
@@ -75,7 +76,7 @@ func replayTrace(name string, segs []io.Reader, names []string, add func(event.R
 		}
 		rr.records += r.Records()
 		if i == len(segs)-1 {
-			rr.truncated, rr.offset = r.Truncated(), r.Offset()
+			rr.truncated, rr.offset, rr.dropped = r.Truncated(), r.Offset(), r.Dropped()
 		}
 		prev = r
 	}

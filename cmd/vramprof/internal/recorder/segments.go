@@ -182,7 +182,8 @@ func replaySegmentFiles(paths []string, open func(path string) (*os.File, error)
 		return err
 	}
 	if rr.truncated {
-		return fmt.Errorf("%w: %s ends inside a record at byte %d", ErrTruncated, paths[len(paths)-1], rr.offset)
+		return fmt.Errorf("%w: %s ends inside a record at byte %d (the %d bytes after it dropped)",
+			ErrTruncated, paths[len(paths)-1], rr.offset, rr.dropped)
 	}
 	return nil
 }

@@ -174,28 +174,32 @@ func TestFlightPreambleBounded(t *testing.T) {
 	}
 }
 
-// mustFourSegments records workload(n) under the least --max-trace and
-// returns the directory and its segments: n chosen so that the trace
+// fourSegments is the workload(n) that fills four segments of
+// MinMaxTrace/4 in the current trace format (2800 to 3400 do).
+const fourSegments = 3000
+
+// mustFourSegments records workload(fourSegments) under the least
+// --max-trace and returns the directory and its segments: the trace
 // rotates three times and no segment is dropped (1..4).
 func mustFourSegments(tb testing.TB) (string, []string) {
 	tb.Helper()
-	dir, _ := mustRecord(tb, Options{MaxTrace: MinMaxTrace}, workload(1600, 1<<20))
+	dir, _ := mustRecord(tb, Options{MaxTrace: MinMaxTrace}, workload(fourSegments, 1<<20))
 	segs := SegmentsOf(filepath.Join(dir, TraceFile))
 	var names []string
 	for _, p := range segs {
 		names = append(names, filepath.Base(p))
 	}
 	require.Equal(tb, []string{"trace-000001.vpt", "trace-000002.vpt", "trace-000003.vpt", "trace-000004.vpt"}, names,
-		"workload(1600) fills four segments of MinMaxTrace/4")
+		"workload(fourSegments) fills four segments of MinMaxTrace/4")
 	return dir, segs
 }
 
 // TestSegmentsFollowEachOther: the segments of one recording read back to
-// the workload's truth (1600 allocations, 1200 frees, 400 MiB live); a
+// the workload's truth (3000 allocations, 2250 frees, 750 MiB live); a
 // missing, cut, foreign or repeated segment is refused with what is wrong
 // and what to do, never folded into the figures.
 func TestSegmentsFollowEachOther(t *testing.T) {
-	const n, size = 1600, 1 << 20
+	const n, size = fourSegments, 1 << 20
 	dir, segs := mustFourSegments(t)
 	res, err := analyzeSegments(segs, analysis.Options{})
 	require.NoError(t, err)

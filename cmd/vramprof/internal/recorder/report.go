@@ -65,10 +65,7 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 	if err != nil && !truncated {
 		return err
 	}
-	var rep *report.Report
-	if res != nil {
-		rep = tests.report(res, nil)
-	}
+	rep := tests.report(res, nil) // a trace cut short: its whole records'
 	var snap *pysnapshot.Snapshot
 	if x != nil {
 		if o.PIDSet && isSnapshot {

@@ -56,7 +56,7 @@ func pytestRecords() []event.Record {
 
 // mustReport analyses recs and follows their tests with report/pytests,
 // as the recorder does, limit giving each test's limit.
-func mustReport(t *testing.T, recs []event.Record, limit func(string) *TestLimit) *Report {
+func mustReport(t testing.TB, recs []event.Record, limit func(string) *TestLimit) *Report {
 	t.Helper()
 	a := analysis.New(analysis.Options{})
 	tr := pytests.NewTracker("/repo")

@@ -74,14 +74,25 @@
 // streams them; the slices, instants and metadata follow at Finish. Its
 // layout, time base and size bounds are in perfetto.go's comment.
 //
+// "tests" (absent unless the recording shows pytest tests: a TestPhase
+// record, or an allocation made in a test's frame) has one entry per
+// pytest test an allocation was made in, in the order they began: its
+// node id, basis, layer, peak (bytes, time, site), leak, allocations and
+// bytes allocated, its span, and under `vramprof check` the limit its peak
+// was judged against with the verdict. The figures are report/pytests',
+// computed by the caller from the same trace and handed in with the
+// Result as a Report (tests.go); report.md and report.html show them in a
+// Tests table. WriteJSON, WriteMarkdown and WriteHTML render a Result
+// alone: no tests.
+//
 // Judging and comparing recordings (check's verdicts, baselines, JUnit and
 // GitHub outputs, diff) is report/compare's, on report.json's figures.
 //
 // Its functions read the Result without changing it and are safe for
 // concurrent use.
 //
-// Imports, besides the standard library: analysis, probes/event and
-// report/units.
+// Imports, besides the standard library: analysis, probes/event,
+// report/pytests and report/units.
 package report
 
 import "errors"

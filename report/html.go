@@ -158,11 +158,14 @@ type htmlPage struct {
 	// NVMLColumns shows the devices' NVML columns: some device was sampled.
 	NVMLColumns bool
 	Processes   []htmlProcess
-	Failures    []htmlFailure
-	Books       *analysis.Books
-	Host        *analysis.Totals
-	VMM         *analysis.VMM
-	Libraries   []event.Library
+	// Tests are the pytest tests' figures; nil when the recording shows
+	// no pytest test.
+	Tests     *htmlTests
+	Failures  []htmlFailure
+	Books     *analysis.Books
+	Host      *analysis.Totals
+	VMM       *analysis.VMM
+	Libraries []event.Library
 }
 
 // htmlFact is one labelled figure of the header.
@@ -307,11 +310,18 @@ type htmlSite struct {
 // the API books, pinned host memory, VMM and the libraries probed. The page
 // is self-contained and deterministic: the same Result gives the same bytes.
 func WriteHTML(w io.Writer, res *analysis.Result) error {
-	if res == nil {
+	return writeHTML(w, &Report{Result: res})
+}
+
+// writeHTML is WriteHTML for a Report: its tests after the processes.
+func writeHTML(w io.Writer, r *Report) error {
+	if r.Result == nil {
 		return ErrNilResult
 	}
+	pg := newHTMLPage(r.Result)
+	pg.Tests = newHTMLTests(r)
 	bw := bufio.NewWriter(w)
-	if err := htmlTemplate.Execute(bw, newHTMLPage(res)); err != nil {
+	if err := htmlTemplate.Execute(bw, pg); err != nil {
 		return fmt.Errorf("write report.html: %w", err)
 	}
 	return bw.Flush()

@@ -4,6 +4,7 @@ package report
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -19,8 +20,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/vramprof/vramprof/analysis"
 )
 
 // The layout test opens report.html in headless Chromium, driven through
@@ -41,18 +40,22 @@ var layoutWidths = []int{1400, 800}
 // the oom moment report of a program that runs out of memory (oom).
 func layoutViews(tb testing.TB) []struct {
 	name string
-	res  *analysis.Result
+	rep  *Report
 } {
 	return []struct {
 		name string
-		res  *analysis.Result
+		rep  *Report
 	}{
-		{"train", analyzed(tb, trainRecords())},
-		{"attach", analyzed(tb, attachRecords())},
-		{"mixed", analyzed(tb, mixedRecords())},
-		{"hostile", analyzed(tb, hostileRecords())},
-		{"step-leak", analyzed(tb, vptRecords(tb, "step_leak.vpt"))},
-		{"oom-moment", oomMomentResult(tb)},
+		{"train", &Report{Result: analyzed(tb, trainRecords())}},
+		{"attach", &Report{Result: analyzed(tb, attachRecords())}},
+		{"mixed", &Report{Result: analyzed(tb, mixedRecords())}},
+		{"hostile", &Report{Result: analyzed(tb, hostileRecords())}},
+		{"step-leak", &Report{Result: analyzed(tb, vptRecords(tb, "step_leak.vpt"))}},
+		{"oom-moment", &Report{Result: oomMomentResult(tb)}},
+		// The Tests table, its limits column and a long node id.
+		{"pytest", mustReport(tb, pytestRecords(), func(id string) *TestLimit {
+			return &TestLimit{Bytes: 32 * MiB, From: "/home/ci/work/project/tests/gpu/vramprof.limits:12"}
+		})},
 	}
 }
 
@@ -80,7 +83,9 @@ func TestHTMLLayoutInChromium(t *testing.T) {
 	problems := 0
 	for _, v := range layoutViews(t) {
 		page := filepath.Join(dir, "layout-"+v.name+".html")
-		require.NoError(t, os.WriteFile(page, mustHTML(t, v.res), 0o644))
+		var html bytes.Buffer
+		require.NoError(t, v.rep.WriteHTML(&html))
+		require.NoError(t, os.WriteFile(page, html.Bytes(), 0o644))
 		for _, w := range layoutWidths {
 			t.Run(fmt.Sprintf("%s/%d", v.name, w), func(t *testing.T) {
 				b.open(t, "file://"+page, w)

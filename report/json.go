@@ -46,6 +46,12 @@ type JSON struct {
 	// when none was.
 	Iterations []JSONIterations `json:"iterations"`
 
+	// Tests are the pytest tests' own figures (package pytests), one per
+	// test an allocation was made in, in the order they began; absent when
+	// the recording shows no pytest test, empty when pytest ran tests and
+	// none allocated.
+	Tests []JSONTest `json:"tests,omitzero"`
+
 	Run       JSONRun       `json:"run"`
 	Libraries []JSONLibrary `json:"libraries"`
 	// Interpreters are the CPythons whose frames the stacks hold, or the
@@ -945,10 +951,15 @@ func WriteJSON(w io.Writer, res *analysis.Result) error {
 	if res == nil {
 		return ErrNilResult
 	}
+	return encodeJSON(w, NewJSON(res))
+}
+
+// encodeJSON writes j as report.json: indented, in the fields' order.
+func encodeJSON(w io.Writer, j *JSON) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(NewJSON(res)); err != nil {
+	if err := enc.Encode(j); err != nil {
 		return fmt.Errorf("write report.json: %w", err)
 	}
 	return nil

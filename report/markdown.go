@@ -22,6 +22,13 @@ const mdTopStacks = 10
 // stacks, live at end, findings with remediation, failed allocations, lost
 // events (always, even 0) and the libraries probed.
 func WriteMarkdown(w io.Writer, res *analysis.Result) error {
+	return writeMarkdown(w, &Report{Result: res})
+}
+
+// writeMarkdown is WriteMarkdown for a Report: its tests follow the live
+// at end (writeTestsMarkdown).
+func writeMarkdown(w io.Writer, r *Report) error {
+	res := r.Result
 	if res == nil {
 		return ErrNilResult
 	}
@@ -187,6 +194,8 @@ func WriteMarkdown(w io.Writer, res *analysis.Result) error {
 	if !lived {
 		p("Nothing was live at the end.\n\n")
 	}
+
+	writeTestsMarkdown(p, r)
 
 	// Findings in the analysis's rank order, each with its evidence.
 	p("## Findings\n\n")

@@ -98,6 +98,8 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 		}
 		rf := o.recordFlags
 		rf.Quiet = true // the verdict is check's output
+		// The outputs show each test's limit and verdict too.
+		rf.testLimit = o.limits.TestLimit
 		code, err := (&runFlags{liveFlags: liveFlags{Output: dir, Force: o.Force, MomentInterval: defaultMomentInterval},
 			recordFlags: rf, Command: o.argv}).exec(ctx)
 		if err != nil {
@@ -131,7 +133,7 @@ func (o *checkFlags) exec(ctx context.Context) (int, error) {
 	// under GitHub Actions, to the checkout.
 	wd, _ := os.Getwd()
 	if trace != "" {
-		tests, err := recorder.Tests(trace, wd)
+		tests, err := recorder.Tests(trace, recorder.TestRoot()) // the outputs' root: the same figures
 		if err != nil {
 			return 0, fmt.Errorf("check: per-test figures: %w", err)
 		}

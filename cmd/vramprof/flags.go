@@ -243,6 +243,9 @@ type recordFlags struct {
 	Quiet bool `short:"q" help:"no live status and no summary (outputs are still written, errors still printed)"`
 
 	capacity uint64 // --capacity in bytes, set by check
+	// testLimit gives the outputs each pytest test's limit: check's, for
+	// the command it records; nil otherwise.
+	testLimit recorder.TestLimitFunc
 }
 
 // check checks the flags and sets capacity (and probeFlags' allocs).

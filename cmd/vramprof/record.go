@@ -68,7 +68,7 @@ func startRecording(dir string, h *event.Header, l *liveFlags, r *recordFlags, o
 	}
 	rec := &recording{started: time.Now(), out: os.Stderr}
 	ro := recorder.Options{Dir: dir, Force: l.Force, Header: h, Clock: probes.MonotonicNow, MaxTrace: l.maxTrace,
-		MomentInterval: l.MomentInterval, Analysis: analysis.Options{Capacity: r.capacity}}
+		MomentInterval: l.MomentInterval, Analysis: analysis.Options{Capacity: r.capacity}, TestLimit: r.testLimit}
 	note := func(string, ...any) {}
 	if r.Quiet {
 		rec.out = io.Discard

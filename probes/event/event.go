@@ -527,7 +527,8 @@ func (*TestPhase) isRecord()   {}
 // Checkpoint opens a flight recorder's segment (vramprof run --max-trace):
 // it summarises every event of the segments before it, which may have been
 // deleted since. It follows the segment's descriptive records (libraries,
-// mappings, stacks, processes, devices, still referenced) and is followed by
+// mappings, stacks, processes, devices, still referenced, and the first
+// and latest TestPhase of the pytest test each process runs) and is followed by
 // Live events flagged FlagRestored: the allocations still live at the cut,
 // in stream order, so that a reader starting at this segment restores them
 // exactly. A reader that reads the segment before it too skips both.

@@ -85,9 +85,10 @@ func globRegexp(glob string) *regexp.Regexp {
 // perTest reports whether l holds a per-test limit.
 func (l *Limits) perTest() bool { return l.MaxPeakPerTest != nil || len(l.TestLimits) > 0 }
 
-// limitOf is the peak test id may reach and where that limit comes from;
-// ok false when none applies.
-func (l *Limits) limitOf(id string) (bytes uint64, from string, ok bool) {
+// TestLimit is the peak test id may reach and where that limit comes
+// from: a limits file's "FILE:LINE" (its first line matching id), else
+// "--max-peak-per-test"; ok false when none applies.
+func (l *Limits) TestLimit(id string) (bytes uint64, from string, ok bool) {
 	for i := range l.TestLimits {
 		if tl := &l.TestLimits[i]; tl.Match(id) {
 			return tl.Bytes, tl.Where, true
@@ -126,7 +127,7 @@ func (v *Verdict) testChecks(snap *Figures, l *Limits) {
 		}
 		measured := fmt.Sprintf("peak %s, leaked %s in %s", units.BytesExact(t.PeakBytes), units.BytesExact(t.LeakedBytes),
 			plural(int(t.LeakedAllocations), "allocation"))
-		limit, from, ok := l.limitOf(t.ID)
+		limit, from, ok := l.TestLimit(t.ID)
 		if !ok {
 			v.Checks = append(v.Checks, Check{Name: t.ID, Pass: true, Unlimited: true, Test: t, Measured: measured, Limit: "none"})
 			continue

@@ -80,6 +80,16 @@
 //
 // Tests in several processes (pytest-xdist workers) are matched by id.
 //
+// A flight recorder's segment begins with the phases of the test each
+// process was running when the segment began (their own records again,
+// times included), then the allocations its checkpoint restores (flagged
+// event.FlagRestored): read alone, or as the oldest segment kept, the
+// running test is known from its first event on. A restored allocation
+// made since that test began is the test's; one made before belongs to no
+// test (which test made it is not in the segment). What the test allocated
+// and freed before the segment is not either: its peak there is the most
+// the segment shows live at once.
+//
 // Under a caching allocator (PyTorch) the segment layer is the cache: a
 // segment stays cached after the test that made it and later tests reuse
 // it, so its figures would say which test grew the cache, not what each

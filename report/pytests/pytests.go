@@ -246,6 +246,15 @@ func layerIndex(l event.Layer) int {
 }
 
 func (t *Tracker) event(e *event.Event) {
+	if len(t.tests) == 0 && len(t.phased) == 0 {
+		// No test is known yet, so no allocation is one's: its free,
+		// unknown to the ledger, is then ignored as an untagged one's
+		// would be. A recording with no pytest in it costs no ledger.
+		if e.Layer == event.LayerBlock {
+			t.blocks = true
+		}
+		return
+	}
 	inst := t.l.Active(e.PID, e.Time)
 	ref, inTest := t.stacks[e.Stack]
 	if e.Stack == 0 {
@@ -258,6 +267,11 @@ func (t *Tracker) event(e *event.Event) {
 			ref.site = -1
 		}
 		ref.test, inTest = st.test, st.test >= 0
+		if inTest && e.Flags&event.FlagRestored != 0 && e.Time < t.spans[st.test].start {
+			// Restored from a flight recorder's checkpoint, and made
+			// before the running test began: whose it was is not known.
+			inTest = false
+		}
 	} else if inTest && ref.test != t.open {
 		// Another test's call: the one before it has returned.
 		t.close()
@@ -371,6 +385,10 @@ func (t *Tracker) release(old ledger.Entry, li int) {
 	f.live -= old.Size
 	f.liveCount--
 }
+
+// SawPhases reports whether pytest announced a test (a TestPhase record)
+// in any process of the stream.
+func (t *Tracker) SawPhases() bool { return len(t.phased) > 0 }
 
 // Tests returns every test an allocation or free was made in, in the order
 // they first did, with their figures: at the block layer when the

@@ -223,3 +223,79 @@ func TestPhaseAttribution(t *testing.T) {
 	assert.Equal(t, uint64(32*mib), c.PeakBytes, "pid 8's allocation alone")
 	assert.Equal(t, uint64(32*mib), c.LeakedBytes)
 }
+
+// restored is alloc flagged as a flight recorder's checkpoint restores it.
+func restored(time, addr, size uint64, st event.StackID) *event.Event {
+	e := alloc(time, addr, size, st)
+	e.Flags |= event.FlagRestored
+	return e
+}
+
+// TestSegmentAlone: a flight recorder's segment read alone begins with the
+// running test's first and latest phases, then the allocations its
+// checkpoint restores: those made since the test began (time 100) are the
+// test's, the one made before it is no test's, and the figures are the
+// arithmetic of the stream below.
+func TestSegmentAlone(t *testing.T) {
+	const id = "tests/test_m.py::test_big"
+	tr := NewTracker("/repo")
+	for _, r := range []event.Record{
+		&event.Process{PID: 7},
+		phase(100, id, "setup"),
+		phase(150, id, "call"),
+		stack(99),
+		stack(2, py("test_big", "/repo/tests/test_m.py", 10)),
+		restored(50, 0x1000, 1*mib, 2),  // an earlier test's leak: unknown whose
+		restored(120, 0x2000, 4*mib, 2), // the test's, live at the cut
+		alloc(200, 0x3000, 2*mib, 2),    // 4 + 2 MiB live: the peak
+		free(210, 0x2000),
+		free(220, 0x1000),
+		phase(300, id, "teardown"),
+		phase(310, "", ""),
+	} {
+		tr.Add(r)
+	}
+	assert.True(t, tr.SawPhases())
+	got := tr.Tests()
+	require.Len(t, got, 1)
+	assert.Equal(t, Test{ID: id, Basis: BasisPhases, File: "/repo/tests/test_m.py", Path: "tests/test_m.py", Function: "test_big",
+		Layer: "segment", Allocations: 2, AllocatedBytes: 6 * mib, PeakBytes: 6 * mib, PeakNs: 200,
+		PeakSite: "test_big (/repo/tests/test_m.py:10)", LeakedBytes: 2 * mib, LeakedAllocations: 1, StartNs: 100, EndNs: 310}, got[0])
+}
+
+// TestNoTestYet: allocations made before any test is known (no phase, no
+// test frame seen) are no test's, and their frees and addresses reused
+// later change no test's figures; a stream without tests has none.
+func TestNoTestYet(t *testing.T) {
+	tr := NewTracker("/repo")
+	for _, r := range []event.Record{
+		&event.Process{PID: 7},
+		stack(99),
+		alloc(10, 0x1000, 8*mib, 99),
+		alloc(20, 0x2000, 4*mib, 99),
+	} {
+		tr.Add(r)
+	}
+	assert.False(t, tr.SawPhases())
+	const id = "tests/test_m.py::test_a"
+	for _, r := range []event.Record{
+		phase(100, id, "call"),
+		alloc(110, 0x3000, 1*mib, 99),
+		free(120, 0x1000),             // made before: not the test's
+		alloc(130, 0x2000, 2*mib, 99), // at an address live since before (its free missed)
+		phase(200, "", ""),
+	} {
+		tr.Add(r)
+	}
+	got := tr.Tests()
+	require.Len(t, got, 1)
+	assert.Equal(t, uint64(3*mib), got[0].PeakBytes, "1 MiB + 2 MiB, nothing from before")
+	assert.Equal(t, uint64(3*mib), got[0].LeakedBytes)
+	assert.Equal(t, uint64(2), got[0].Allocations)
+
+	empty := NewTracker("")
+	empty.Add(&event.Process{PID: 7})
+	empty.Add(alloc(10, 0x1000, mib, 0))
+	assert.False(t, empty.SawPhases())
+	assert.Empty(t, empty.Tests())
+}

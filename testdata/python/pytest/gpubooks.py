@@ -1,6 +1,6 @@
 """Each pytest test's own books of the GPU memory it allocates, for
-test_gpu.py and test_pool.py (cmd/vramprof's per-test e2e test): the bytes it
-allocated and still has live, the most it had live at once and the line
+test_gpu.py, test_pool.py and test_flight.py (cmd/vramprof's per-test e2e
+tests): the allocations it made and their bytes, the bytes it still has live, the most it had live at once and the line
 that reached it, and what it left live when its last code ran. At exit they
 are written to $VRAMPROF_TRUTH, keyed by the node id pytest itself gives the
 test, its parameter set included (PYTEST_CURRENT_TEST).
@@ -20,7 +20,7 @@ import sys
 
 MiB = 1 << 20
 
-BOOKS = {}  # node id -> {"peak_bytes", "peak_line", "leaked_bytes", "live", "allocations"}
+BOOKS = {}  # node id -> {"peak_bytes", "peak_line", "leaked_bytes", "live", "allocations", "allocated_bytes"}
 
 
 def node_id():
@@ -69,7 +69,8 @@ class Books:
     closed at its end."""
 
     def __init__(self, alloc, free):
-        self.b = BOOKS.setdefault(node_id(), dict(peak_bytes=0, peak_line=0, leaked_bytes=0, live=0, allocations=0))
+        self.b = BOOKS.setdefault(node_id(), dict(peak_bytes=0, peak_line=0, leaked_bytes=0, live=0, allocations=0,
+                                                     allocated_bytes=0))
         self._alloc, self._free = alloc, free
         self.sizes = {}
 
@@ -78,6 +79,7 @@ class Books:
         self.sizes[ptr] = size
         self.b["live"] += size
         self.b["allocations"] += 1
+        self.b["allocated_bytes"] += size
         if self.b["live"] > self.b["peak_bytes"]:
             # The test's line that asked for the bytes reaching its peak.
             self.b["peak_bytes"], self.b["peak_line"] = self.b["live"], sys._getframe(1).f_lineno

@@ -17,7 +17,10 @@
 //
 // The outputs always come from a replay of the trace (Analyze), never from
 // live state: that is what makes `vramprof report` byte-identical to the
-// live run. Finish reads the trace back through the descriptor it wrote
+// live run. Each pytest test's figures (report/pytests) are followed in
+// the same read (tests.go) and rendered with the Result; only check's
+// limits (Options.TestLimit), shown beside them, are not in the trace.
+// Finish reads the trace back through the descriptor it wrote
 // it with (a flight recorder's segments through the directory opened),
 // never by path: a link put in the directory's place meanwhile leads
 // nowhere. Analyze, Replay and Report read a trace, its segments, or a

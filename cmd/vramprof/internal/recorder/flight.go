@@ -9,7 +9,9 @@ package recorder
 // segment is full, the next one starts with the header, the descriptive
 // records seen so far that describe processes and devices (libraries,
 // processes, devices, interpreters, the NVML status and the last lost
-// count), the stacks the checkpoint refers to (those of the allocations
+// count), the pytest test each process runs then (the first and the
+// latest TestPhase of it: report/pytests reads the segment's allocations
+// as that test's, and the restored ones made since it began), the stacks the checkpoint refers to (those of the allocations
 // live and live at its peaks) with their mappings, a Checkpoint record
 // summarising every event before it, and the events of the allocations
 // still live then, flagged FlagRestored (checkpoint.Tracker follows them). Then
@@ -83,6 +85,10 @@ type flight struct {
 	// each segment.
 	desc []event.Record
 	lost *event.Lost
+	// phases are, by PID, the pytest test the process runs now: its
+	// first TestPhase (when it began) and its latest, written again at
+	// the top of each segment. A process runs no test without an entry.
+	phases map[uint32][]event.TestPhase
 	// stacks and mappings are every one seen; sent and sentMaps are those
 	// the current segment holds.
 	stacks   map[event.StackID]*event.Stack
@@ -111,7 +117,8 @@ func newFlight(size uint64) (*flight, error) {
 	}
 	return &flight{max: size, id: hex.EncodeToString(id[:]), segSize: max(size/flightSegments, minFlightSegment), tracker: checkpoint.NewTracker(),
 		stacks: make(map[event.StackID]*event.Stack), mappings: make(map[event.MappingID]*event.Mapping),
-		sent: make(map[event.StackID]struct{}), sentMaps: make(map[event.MappingID]struct{})}, nil
+		sent: make(map[event.StackID]struct{}), sentMaps: make(map[event.MappingID]struct{}),
+		phases: make(map[uint32][]event.TestPhase)}, nil
 }
 
 // createSegment creates segment n in d, as createTrace does the trace.
@@ -161,7 +168,44 @@ func (fl *flight) observe(rec event.Record) {
 		fl.mappings[x.ID] = cloneRecord(rec).(*event.Mapping)
 	case *event.Library, *event.DeviceInfo, *event.Interpreter, *event.NVMLStatus:
 		fl.desc = append(fl.desc, cloneRecord(rec))
+	case *event.TestPhase:
+		fl.phase(x)
 	}
+}
+
+// phase follows the pytest test a process runs: a phase of another test
+// (or the first) starts its entry, one of the same test replaces the
+// latest, and the end of its teardown (NodeID "") removes it.
+func (fl *flight) phase(p *event.TestPhase) {
+	cur := fl.phases[p.PID]
+	switch {
+	case p.NodeID == "":
+		delete(fl.phases, p.PID)
+	case len(cur) == 0 || cur[0].NodeID != p.NodeID:
+		fl.phases[p.PID] = []event.TestPhase{*p}
+	case len(cur) == 1:
+		fl.phases[p.PID] = append(cur, *p)
+	default:
+		cur[1] = *p
+	}
+}
+
+// writePhases writes the test each process runs, by PID, in the current
+// segment: the first phase of it, then the latest.
+func (fl *flight) writePhases(w *event.Writer) error {
+	pids := make([]uint32, 0, len(fl.phases))
+	for pid := range fl.phases {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	for _, pid := range pids {
+		for i := range fl.phases[pid] {
+			if err := w.Write(&fl.phases[pid][i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // describe writes what the current segment must hold before rec: the
@@ -318,6 +362,9 @@ func (r *Recorder) rotate() error {
 		if err := r.w.Write(fl.lost); err != nil {
 			return err
 		}
+	}
+	if err := fl.writePhases(r.w); err != nil {
+		return err
 	}
 	c, live := fl.tracker.Checkpoint(fl.seg)
 	clear(fl.sent)

@@ -182,11 +182,11 @@ func finishSegments(a *analysis.Analyzer, err error, last string) (*analysis.Res
 // written, read from its start), else read back through d (the directory
 // opened when the recording began, whatever its path names now): the
 // flight recorder's segments named (oldest first) when there are any, or
-// its trace.vpt.
-func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Options) (*analysis.Result, error) {
+// its trace.vpt. also, when not nil, sees every record too.
+func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Options, also func(event.Record) error) (*analysis.Result, error) {
 	if trace != nil {
 		src := &source{name: d.file(TraceFile), br: bufio.NewReaderSize(io.NewSectionReader(trace, 0, math.MaxInt64), 1<<20)}
-		return src.analyze(opts, nil)
+		return src.analyze(opts, also)
 	}
 	if len(segments) == 0 {
 		f, err := d.openTrace(TraceFile)
@@ -195,7 +195,7 @@ func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Option
 		}
 		defer f.Close()
 		src := &source{name: d.file(TraceFile), br: bufio.NewReaderSize(f, 1<<20)}
-		return src.analyze(opts, nil)
+		return src.analyze(opts, also)
 	}
 	paths := make([]string, len(segments))
 	for i, name := range segments {
@@ -203,5 +203,14 @@ func (d *Dir) analyze(trace io.ReaderAt, segments []string, opts analysis.Option
 	}
 	open := func(path string) (*os.File, error) { return d.openTrace(filepath.Base(path)) }
 	a := analysis.New(opts)
-	return finishSegments(a, replaySegmentFiles(paths, open, a.Add), paths[len(paths)-1])
+	add := a.Add
+	if also != nil {
+		add = func(rec event.Record) error {
+			if err := also(rec); err != nil {
+				return err
+			}
+			return a.Add(rec)
+		}
+	}
+	return finishSegments(a, replaySegmentFiles(paths, open, add), paths[len(paths)-1])
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/report"
 )
 
 // The rate limit of out-of-memory moments. A training loop that catches the
@@ -236,7 +237,7 @@ func MomentName(kind, n, time string) string {
 // writeMoment analyses the trace up to req and writes the outputs into a
 // new directory under DIR/moments; it returns that directory's path.
 func (r *Recorder) writeMoment(req momentRequest) (string, error) {
-	res, err := r.analyzeMoment(req)
+	rep, err := r.analyzeMoment(req)
 	if err != nil {
 		return "", err
 	}
@@ -248,7 +249,7 @@ func (r *Recorder) writeMoment(req momentRequest) (string, error) {
 		return "", err
 	}
 	defer od.Close()
-	if err := WriteOutputs(od, res); err != nil {
+	if err := WriteOutputs(od, rep); err != nil {
 		return "", err
 	}
 	return od.path, nil
@@ -257,8 +258,8 @@ func (r *Recorder) writeMoment(req momentRequest) (string, error) {
 // analyzeMoment reads the trace up to the moment req, which the recording
 // goes on appending to, and closes it at the moment: the first
 // req.traceBytes of trace.vpt, or a flight recorder's segments kept at the
-// moment, the last one up to req.traceBytes.
-func (r *Recorder) analyzeMoment(req momentRequest) (*analysis.Result, error) {
+// moment, the last one up to req.traceBytes; with its pytest tests.
+func (r *Recorder) analyzeMoment(req momentRequest) (*report.Report, error) {
 	name, segs, names := "trace", []io.Reader(nil), []string{TraceFile}
 	if req.segments != nil {
 		defer closeAll(req.segments)
@@ -278,7 +279,8 @@ func (r *Recorder) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 	last := len(segs) - 1
 	segs[last] = io.LimitReader(segs[last], req.traceBytes)
 	a := analysis.New(r.opts.Analysis)
-	rr, err := replaySegments(a, name, segs, names)
+	tests := newTestsTracker()
+	rr, err := replaySegmentsTo(tests.feed(a.Add), name, segs, names)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +291,11 @@ func (r *Recorder) analyzeMoment(req momentRequest) (*analysis.Result, error) {
 		}
 		return nil, fmt.Errorf("read trace: the first %d bytes end inside a record", req.traceBytes)
 	}
-	return r.finishMoment(a, req)
+	res, err := r.finishMoment(a, req)
+	if err != nil {
+		return nil, err
+	}
+	return tests.report(res, r.opts.TestLimit), nil
 }
 
 // finishMoment closes an analysis at the moment req.

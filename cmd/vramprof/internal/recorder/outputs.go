@@ -21,21 +21,23 @@ func Analyze(tracePath string, opts analysis.Options) (*analysis.Result, error) 
 	return res, err
 }
 
-// WriteOutputs writes the profile and the reports into out. Each file is
-// written under a temporary name and renamed into place, so a failure never
-// leaves a partial file that looks whole.
-func WriteOutputs(out *Dir, res *analysis.Result) error {
+// WriteOutputs writes the profile and the reports of rep (its pytest
+// tests with them) into out. Each file is written under a temporary name
+// and renamed into place, so a failure never leaves a partial file that
+// looks whole.
+func WriteOutputs(out *Dir, rep *report.Report) error {
+	res := rep.Result
 	outputs := []struct {
 		name  string
-		write func(io.Writer, *analysis.Result) error
+		write func(io.Writer) error
 	}{
-		{ProfileFile, profile.Write},
-		{JSONFile, report.WriteJSON},
-		{MarkdownFile, report.WriteMarkdown},
-		{HTMLFile, report.WriteHTML},
+		{ProfileFile, func(w io.Writer) error { return profile.Write(w, res) }},
+		{JSONFile, rep.WriteJSON},
+		{MarkdownFile, rep.WriteMarkdown},
+		{HTMLFile, rep.WriteHTML},
 	}
 	for _, o := range outputs {
-		if err := out.WriteFile(o.name, func(w io.Writer) error { return o.write(w, res) }); err != nil {
+		if err := out.WriteFile(o.name, o.write); err != nil {
 			return err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/vramprof/vramprof/analysis"
 	"github.com/vramprof/vramprof/report"
 )
 
@@ -18,18 +17,19 @@ const PerfettoFile = "trace.perfetto.json"
 // DIR/PerfettoFile beside the other outputs; the output directory is
 // therefore opened before the input is read.
 func reportPerfetto(o ReportOptions, tracePath string, stdout io.Writer) error {
-	analyze := func(w io.Writer) (*analysis.Result, error) {
+	analyze := func(w io.Writer) (*report.Report, error) {
 		p := report.NewPerfetto(w, report.PerfettoOptions{})
 		opts := o.Analysis
 		opts.Watch = p.Watch
-		res, _, err := analyzePath(tracePath, opts, p.Record)
+		tests := newTestsTracker()
+		res, _, err := analyzePath(tracePath, opts, tests.feed(p.Record))
 		if err != nil && !errors.Is(err, ErrTruncated) {
 			return nil, err
 		}
 		if ferr := p.Finish(res); ferr != nil {
 			return nil, fmt.Errorf("write perfetto trace: %w", ferr)
 		}
-		return res, err
+		return tests.report(res, nil), err
 	}
 	if o.Out == "" {
 		bw := bufio.NewWriter(stdout)
@@ -47,10 +47,10 @@ func reportPerfetto(o ReportOptions, tracePath string, stdout io.Writer) error {
 		return err
 	}
 	defer outDir.Close()
-	var res *analysis.Result
+	var rep *report.Report
 	var aerr error // the analysis's: ErrTruncated keeps what was written
 	werr := outDir.WriteFile(PerfettoFile, func(w io.Writer) error {
-		res, aerr = analyze(w)
+		rep, aerr = analyze(w)
 		if aerr != nil && !errors.Is(aerr, ErrTruncated) {
 			return aerr
 		}
@@ -62,7 +62,7 @@ func reportPerfetto(o ReportOptions, tracePath string, stdout io.Writer) error {
 		}
 		return werr
 	}
-	if err := WriteOutputs(outDir, res); err != nil {
+	if err := WriteOutputs(outDir, rep); err != nil {
 		return err
 	}
 	return aerr

@@ -41,6 +41,10 @@ type Options struct {
 	// Analysis are the options the outputs and the moments are analysed
 	// with (--capacity).
 	Analysis analysis.Options
+	// TestLimit, when not nil, gives each pytest test's limit (check's
+	// --max-peak-per-test and --limits): the outputs show it, with the
+	// verdict, beside the test's peak.
+	TestLimit TestLimitFunc
 	// Observe, when not nil, sees every record before it is written, under
 	// the recorder's lock: one call at a time, in trace order. It must not
 	// call the Recorder. The live status line follows the device bytes
@@ -227,7 +231,7 @@ func (r *Recorder) Finish(end *event.End, summary io.Writer, stopped error) erro
 	if r.flight != nil {
 		segments = r.flight.kept
 	}
-	if err := Produce(r.out, trace, segments, summary, r.opts.Analysis); err != nil {
+	if err := Produce(r.out, trace, segments, summary, r.opts.Analysis, r.opts.TestLimit); err != nil {
 		return err
 	}
 	if line := r.moments.summary(); line != "" {
@@ -251,13 +255,15 @@ func (r *Recorder) SetDir(dir string) {
 // nil, is the trace file written (read from its start), else segments are
 // the flight recorder's segments in od (oldest first), read through od,
 // the directory opened when the recording began, so a link put in the
-// directory's place meanwhile leads nowhere (Dir).
-func Produce(od *Dir, trace io.ReaderAt, segments []string, out io.Writer, opts analysis.Options) error {
-	res, err := od.analyze(trace, segments, opts)
+// directory's place meanwhile leads nowhere (Dir). The outputs show each
+// pytest test's limit that testLimit (nil: none) gives.
+func Produce(od *Dir, trace io.ReaderAt, segments []string, out io.Writer, opts analysis.Options, testLimit TestLimitFunc) error {
+	tests := newTestsTracker()
+	res, err := od.analyze(trace, segments, opts, tests.feed(nil))
 	if err != nil {
 		return err // a trace we just closed cannot be cut short
 	}
-	if err := WriteOutputs(od, res); err != nil {
+	if err := WriteOutputs(od, tests.report(res, testLimit)); err != nil {
 		return err
 	}
 	dir := od.path

@@ -58,12 +58,14 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 		x = pysnapshot.NewExporter()
 		also = x.Add
 	}
-	res, isSnapshot, err := analyzePath(tracePath, o.Analysis, also)
+	tests := newTestsTracker()
+	res, isSnapshot, err := analyzePath(tracePath, o.Analysis, tests.feed(also))
 	var outDir *Dir // with Out
 	truncated := errors.Is(err, ErrTruncated)
 	if err != nil && !truncated {
 		return err
 	}
+	rep := tests.report(res, nil) // a trace cut short: its whole records'
 	var snap *pysnapshot.Snapshot
 	if x != nil {
 		if o.PIDSet && isSnapshot {
@@ -80,7 +82,7 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 			return serr
 		}
 		defer outDir.Close()
-		if serr := WriteOutputs(outDir, res); serr != nil {
+		if serr := WriteOutputs(outDir, rep); serr != nil {
 			return serr
 		}
 	}
@@ -99,17 +101,17 @@ func Report(o ReportOptions, stdout, stderr io.Writer) error {
 		}
 		return err // ErrTruncated, after writing what the trace holds
 	}
-	writers := map[string]func(io.Writer, *analysis.Result) error{
-		"text": report.WriteSummary,
-		"md":   report.WriteMarkdown,
-		"json": report.WriteJSON,
-		"html": report.WriteHTML,
+	writers := map[string]func(io.Writer) error{
+		"text": func(w io.Writer) error { return report.WriteSummary(w, res) },
+		"md":   rep.WriteMarkdown,
+		"json": rep.WriteJSON,
+		"html": rep.WriteHTML,
 	}
 	write, ok := writers[o.Format]
 	if !ok {
 		return fmt.Errorf("report: unknown format %q", o.Format)
 	}
-	if err := write(stdout, res); err != nil {
+	if err := write(stdout); err != nil {
 		return fmt.Errorf("write %s report: %w", o.Format, err)
 	}
 	return err // ErrTruncated, after writing what the trace holds

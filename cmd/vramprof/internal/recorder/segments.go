@@ -42,16 +42,11 @@ func SegmentsOf(tracePath string) []string {
 	return traceSegments(filepath.Dir(tracePath))
 }
 
-// replaySegments feeds a trace, one or more segments of it in order, into a. The
-// first segment is read whole (its checkpoint restores what came before
-// it); a later one adds its events only: its descriptive records, its
-// checkpoint and the allocations it restores are already in a. name names
-// the trace in errors, names each segment (its file name).
-func replaySegments(a *analysis.Analyzer, name string, segs []io.Reader, names []string) (replayResult, error) {
-	return replaySegmentsTo(a.Add, name, segs, names)
-}
-
-// replaySegmentsTo is replaySegments with any consumer of records. Each
+// replaySegmentsTo feeds a trace, one or more segments of it in order, to
+// add. The first segment is read whole (its checkpoint restores what came
+// before it); a later one adds its events only: its descriptive records,
+// its checkpoint and the allocations it restores were fed already. name
+// names the trace in errors, names each segment (its file name). Each
 // segment must follow the one before it (followSegment): a gap, a segment
 // of another recording, a repeated one or one cut short before the last
 // is an error matching ErrSegments, never folded into the figures.

@@ -106,7 +106,9 @@ func (s *stamps[P]) push(o stampOff[P]) {
 
 // grow makes room in the tail: doubles the first chunk while it is
 // shorter than stampHalf; else the tail joins full and the next chunk
-// starts.
+// starts. It runs once per chunk: not inlined, so that push is.
+//
+//go:noinline
 func (s *stamps[P]) grow() {
 	if len(s.full) == 0 && len(s.tail) < stampHalf {
 		s.tail = doubled(s.tail, stampHalf)

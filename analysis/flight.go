@@ -87,8 +87,7 @@ func (a *Analyzer) restoreTimelines(c *event.Checkpoint) {
 	}
 	a.run.Flight.Timelines = true
 	for uint64(g.level) < c.TimelineLevel {
-		g.width *= 2
-		g.level++
+		g.double()
 	}
 	g.index(c.Time)
 	for i := range c.Timelines {

@@ -417,3 +417,30 @@ func blockTotals(r *Result) Totals {
 	}
 	return *r.Blocks
 }
+
+// TestCheckpointTimelineLevel: a checkpoint's timelines on a coarser grid
+// (TimelineLevel 2: buckets of 1024<<2 = 4096 ns) coarsen the analysis's
+// grid to theirs, and the events after the cut fall in its buckets. The
+// restored bucket 1 spans [4096, 8192) ns from the start: its low of 8
+// bytes at 5000 ns and the levels after the cut (the checkpoint restores
+// nothing live: 1 MiB at 6000 ns, 2 MiB at 7000, 1 MiB at 7500) make one
+// bucket, a low (8 at 5000) and a high (2 MiB at 7000); buckets of 1024
+// ns would keep four points.
+func TestCheckpointTimelineLevel(t *testing.T) {
+	const pid = 7
+	recs := []event.Record{
+		&event.Header{Version: 1, PID: pid, Start: 0},
+		&event.Checkpoint{Time: 5000, Events: 1, FirstTime: 1, TimelineLevel: 2,
+			Timelines: []event.CheckpointTimeline{{PID: pid, Layer: event.LayerSegment, Buckets: []event.TimelineBucket{
+				{Index: 1, MinTime: 5000, MinBytes: 8, MaxTime: 5000, MaxBytes: 8}}}}},
+	}
+	ev := func(at, addr, size uint64, k event.Kind, api event.API) {
+		recs = append(recs, &event.Event{Time: at, PID: pid, Addr: addr, Size: size, Kind: k, API: api, Stack: 1})
+	}
+	ev(6000, 0xa000, MiB, event.KindAlloc, event.APICudaMalloc)
+	ev(7000, 0xb000, MiB, event.KindAlloc, event.APICudaMalloc)
+	ev(7500, 0xb000, 0, event.KindFree, event.APICudaFree)
+	r := mustAnalyze(t, Options{}, recs)
+	require.Len(t, r.Timelines, 1)
+	assert.Equal(t, []Point{{5000, 8}, {7000, 2 * MiB}}, r.Timelines[0].Points)
+}

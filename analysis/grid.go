@@ -1,5 +1,7 @@
 package analysis
 
+import "math"
+
 // initialBucketWidth is the width, in ns, of a grid's buckets before the run
 // outgrows it. Any power of two works (initialBucketShift is its log2): the
 // width doubles until the run fits, so a small start only costs a few
@@ -23,10 +25,30 @@ type grid struct {
 	shift uint
 	max   int
 	level uint
+	// span is max buckets' width (max<<shift, math.MaxUint64 when that
+	// overflows): a time less than span after the origin needs no
+	// growth, one compare.
+	span uint64
 }
 
 func newGrid(origin uint64, max int) *grid {
-	return &grid{origin: origin, width: initialBucketWidth, shift: initialBucketShift, max: max}
+	return &grid{origin: origin, width: initialBucketWidth, shift: initialBucketShift, max: max,
+		span: uint64(max) << initialBucketShift}
+}
+
+// double doubles the buckets' width.
+func (g *grid) double() {
+	g.width *= 2
+	g.shift++
+	g.level++
+	g.setSpan()
+}
+
+func (g *grid) setSpan() {
+	g.span = uint64(g.max) << g.shift
+	if g.shift >= 64 || g.span>>g.shift != uint64(g.max) {
+		g.span = math.MaxUint64
+	}
 }
 
 // index returns the bucket of t, growing the grid when t lies past its end.
@@ -36,10 +58,10 @@ func (g *grid) index(t uint64) int {
 		return 0
 	}
 	d := t - g.origin
-	for d>>g.shift >= uint64(g.max) {
-		g.width *= 2
-		g.shift++
-		g.level++
+	if d >= g.span {
+		for d>>g.shift >= uint64(g.max) {
+			g.double()
+		}
 	}
 	return int(d >> g.shift)
 }
@@ -98,14 +120,24 @@ func (s *series) sync(g *grid) {
 	s.buckets = merged
 }
 
-// add records value v at time t.
+// add records value v at time t (merge of a one-value bucket, written
+// out: it runs at every event).
 func (s *series) add(g *grid, t, v uint64) {
 	i := g.index(t)
-	s.sync(g)
+	if s.level != g.level {
+		s.sync(g)
+	}
 	for len(s.buckets) <= i {
 		s.buckets = append(s.buckets, minMax{})
 	}
-	s.buckets[i].merge(minMax{minT: t, maxT: t, minV: v, maxV: v, ok: true})
+	switch m := &s.buckets[i]; {
+	case !m.ok:
+		*m = minMax{minT: t, maxT: t, minV: v, maxV: v, ok: true}
+	case v < m.minV:
+		m.minV, m.minT = v, t
+	case v > m.maxV:
+		m.maxV, m.maxT = v, t
+	}
 }
 
 // points renders the series: per bucket its min and max in time order, one
@@ -157,7 +189,9 @@ func (h *history) sync(g *grid) {
 // few ns between CPUs) are credited to the latest bucket.
 func (h *history) set(g *grid, t, v uint64) {
 	i := g.index(t)
-	h.sync(g)
+	if h.level != g.level {
+		h.sync(g)
+	}
 	for len(h.ends) < i {
 		h.ends = append(h.ends, h.cur)
 	}

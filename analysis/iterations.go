@@ -188,13 +188,20 @@ func (s *siteTimes) compact() {
 type liveLog struct {
 	st   stamps[uint64]
 	full bool
-	// compacted: st gave way to ends; keep is the gap that ends a burst;
-	// first is the stack's first change; last its latest.
+	// compacted: st gave way to ends, and liveBursts is set.
 	compacted bool
 	ends      stamps[liveEnd]
-	keep      uint64
-	first     liveMark
-	last      liveMark
+	// liveBursts is what a compacted log keeps besides ends, behind a
+	// pointer: every stack has a log, few are ever compacted.
+	*liveBursts
+}
+
+// liveBursts is a compacted liveLog's figures: keep is the gap that ends
+// a burst; first is the stack's first change; last its latest.
+type liveBursts struct {
+	keep  uint64
+	first liveMark
+	last  liveMark
 }
 
 // liveMark is one change of a stack's live bytes: its event, time and the
@@ -235,7 +242,7 @@ func (l *liveLog) add(seq, t, live uint64, limit int) {
 func (l *liveLog) compact() {
 	seqs, times := l.st.unpack()
 	n := len(seqs) - 1
-	l.keep = slices.Min(burstLimits(times))
+	l.liveBursts = &liveBursts{keep: slices.Min(burstLimits(times))}
 	l.first = liveMark{seqs[0], times[0], l.st.payload(0)}
 	l.last = liveMark{seqs[n], times[n], l.st.payload(n)}
 	for i := range n {
@@ -318,14 +325,18 @@ func (m *iterationModel) changed(c *liveChange) {
 	gi, si := c.group, c.account
 	var p *procNow
 	if c.sc == deviceScope || c.sc == blockScope {
-		m.procs = grow(m.procs, si)
+		if int(si) >= len(m.procs) { // stored only when it grows: a slice store costs a write barrier
+			m.procs = grow(m.procs, si)
+		}
 		p = &m.procs[si]
 	}
 	// Both logs are of the device scope (a site's allocations are at the
 	// segment layer in device memory), of the block layer (a tensor's
 	// site) or of pinned host memory.
 	if c.sc == deviceScope || c.sc == hostScope || c.sc == blockScope {
-		m.stacks = grow(m.stacks, gi)
+		if int(gi) >= len(m.stacks) {
+			m.stacks = grow(m.stacks, gi)
+		}
 		sl := &m.stacks[gi]
 		if p != nil && c.alloc && c.mem == SpaceDevice && (c.layer == event.LayerSegment || c.layer == event.LayerBlock) {
 			sl.site.add(c.seq, c.time, p.before(c.seq), m.limit)

@@ -16,25 +16,29 @@ import (
 // writes one array, not two (the logs are appended to at random, and each
 // array's tail is a cache miss).
 type stamps[P any] struct {
-	runs []stampRun
-	// The pairs are kept in chunks, not one slice: full are chunks of
-	// stampChunk pairs, tail the pairs after them. The tail grows by
-	// doubling up to stampChunk, then joins full and a new one starts:
-	// growing one slice copied every pair about once more and cleared
-	// twice its length on each doubling (the logs grow by one entry per
-	// event: a few percent of the analyser's time, and garbage), and its
-	// slack was up to its length.
-	full [][]stampOff[P]
+	// tail is the chunk being filled; full the chunks before it, in
+	// order. The first chunk grows by doubling from 16 pairs up to
+	// stampHalf, the second holds stampHalf, every later one
+	// stampChunk: a log's chunks hold exactly what one slice doubled up
+	// to stampChunk would, and the last doubling, which would copy half
+	// a chunk and clear a whole one at a random stack, is not made.
 	tail []stampOff[P]
+	// seq and tm are the latest run's base (runs[len(runs)-1]), kept
+	// beside tail: add reads them at every pair, and the runs' array is
+	// one more cache miss.
+	seq, tm uint64
+	full    [][]stampOff[P]
+	runs    []stampRun
 }
 
 // stampChunk is the pairs in a full chunk (stampShift its log2): 8 to 16
 // KiB, allocated whole, so that a long log pays one allocation per
 // thousand events and a short one never pays more than it had with one
-// slice.
+// slice; stampHalf is half of it.
 const (
 	stampShift = 10
 	stampChunk = 1 << stampShift
+	stampHalf  = stampChunk / 2
 )
 
 // stampRun is the base of the pairs from index first on.
@@ -51,26 +55,44 @@ type stampOff[P any] struct {
 	seq, tm uint32
 }
 
-func (s *stamps[P]) len() int { return len(s.full)<<stampShift + len(s.tail) }
+func (s *stamps[P]) len() int { return stampStart(len(s.full)) + len(s.tail) }
+
+// stampStart is the index of chunk c's first pair.
+func stampStart(c int) int {
+	switch c {
+	case 0:
+		return 0
+	case 1:
+		return stampHalf
+	}
+	return (c - 1) << stampShift
+}
 
 // off returns pair i.
 func (s *stamps[P]) off(i int) *stampOff[P] {
-	if c := i >> stampShift; c < len(s.full) {
-		return &s.full[c][i&(stampChunk-1)]
+	var c, j int
+	switch {
+	case i < stampHalf:
+		c, j = 0, i
+	case i < stampChunk:
+		c, j = 1, i-stampHalf
+	default:
+		c, j = i>>stampShift+1, i&(stampChunk-1)
 	}
-	return &s.tail[i&(stampChunk-1)]
+	if c < len(s.full) {
+		return &s.full[c][j]
+	}
+	return &s.tail[j]
 }
 
 // add appends a pair with its payload.
 func (s *stamps[P]) add(seq, t uint64, p P) {
-	if n := len(s.runs); n > 0 {
-		r := &s.runs[n-1]
-		if seq >= r.seq && seq-r.seq <= math.MaxUint32 && t >= r.tm && t-r.tm <= math.MaxUint32 {
-			s.push(stampOff[P]{p, uint32(seq - r.seq), uint32(t - r.tm)})
-			return
-		}
+	if len(s.runs) > 0 && seq >= s.seq && seq-s.seq <= math.MaxUint32 && t >= s.tm && t-s.tm <= math.MaxUint32 {
+		s.push(stampOff[P]{p, uint32(seq - s.seq), uint32(t - s.tm)})
+		return
 	}
 	s.runs = append(s.runs, stampRun{first: s.len(), seq: seq, tm: t})
+	s.seq, s.tm = seq, t
 	s.push(stampOff[P]{p: p})
 }
 
@@ -82,15 +104,22 @@ func (s *stamps[P]) push(o stampOff[P]) {
 	s.tail = append(s.tail, o)
 }
 
-// grow makes room in the tail: doubles it while it is shorter than a
-// chunk; else it joins the full chunks and a new tail starts.
+// grow makes room in the tail: doubles the first chunk while it is
+// shorter than stampHalf; else the tail joins full and the next chunk
+// starts. It runs once per chunk: not inlined, so that push is.
+//
+//go:noinline
 func (s *stamps[P]) grow() {
-	if len(s.tail) < stampChunk {
-		s.tail = doubled(s.tail, stampChunk)
+	if len(s.full) == 0 && len(s.tail) < stampHalf {
+		s.tail = doubled(s.tail, stampHalf)
 		return
 	}
 	s.full = append(s.full, s.tail)
-	s.tail = make([]stampOff[P], 0, stampChunk)
+	size := stampChunk
+	if len(s.full) == 1 {
+		size = stampHalf
+	}
+	s.tail = make([]stampOff[P], 0, size)
 }
 
 // payload returns pair i's payload.

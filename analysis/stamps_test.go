@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"math/bits"
 	"testing"
 	"unsafe"
 
@@ -45,6 +46,31 @@ func TestStampsAcrossChunks(t *testing.T) {
 	for i := range n {
 		if seqs[i] != seqOf(i) || times[i] != timeOf(i) {
 			t.Fatalf("unpack %d: got (%d, %d), want (%d, %d)", i, seqs[i], times[i], seqOf(i), timeOf(i))
+		}
+	}
+}
+
+// TestStampChunks pins the chunks' geometry: a log's chunks hold what one
+// slice doubled from 16 pairs would (the next power of two, at least 16)
+// up to stampChunk pairs, then whole chunks of stampChunk; the first
+// chunk is doubled up to stampHalf pairs only.
+func TestStampChunks(t *testing.T) {
+	var s stamps[uint64]
+	for i := range 3*stampChunk + 1 {
+		s.add(uint64(i), uint64(i), uint64(i))
+		held := stampStart(len(s.full)) + cap(s.tail)
+		want := max(16, 1<<bits.Len(uint(i))) // the next power of two above i
+		if n := i + 1; n > stampChunk {
+			want = (n + stampChunk - 1) &^ (stampChunk - 1)
+		}
+		if held != want {
+			t.Fatalf("after %d pairs the chunks hold %d, want %d", i+1, held, want)
+		}
+		if got := s.payload(i); got != uint64(i) {
+			t.Fatalf("payload %d: %d", i, got)
+		}
+		if i == stampChunk-1 {
+			assert.Equal(t, []int{stampHalf}, []int{cap(s.full[0])}, "the first chunk is doubled up to half a chunk")
 		}
 	}
 }

@@ -156,7 +156,7 @@ func (l *Ledger) Forget(id uint32) {
 		}
 	}
 	for i, r := range l.recent {
-		if r.ks != nil && r.key.Inst == id {
+		if r.ks != nil && r.ks.key.Inst == id {
 			l.recent[i] = recentSpace{}
 		}
 	}

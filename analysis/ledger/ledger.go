@@ -37,6 +37,10 @@ type Scope struct {
 	Host  bool
 }
 
+// packed is k in one word (the key spaces' cache compares it, not the
+// fields one by one).
+func (k Key) packed() uint64 { return uint64(k.Inst)<<16 | uint64(k.Layer)<<8 | uint64(k.Space) }
+
 // Scope returns the all-process scope a key space counts in.
 func (k Key) Scope() Scope { return Scope{Layer: k.Layer, Host: k.Space == Host} }
 
@@ -182,15 +186,17 @@ func New() *Ledger {
 	}
 }
 
-// recentSpace is an entry of Ledger.recent: a key space and its key.
+// recentSpace is an entry of Ledger.recent: a key space and its key
+// (Key.packed).
 type recentSpace struct {
-	key Key
+	key uint64
 	ks  *keySpace
 }
 
 func (l *Ledger) space(k Key, create bool) *keySpace {
+	pk := k.packed()
 	for i := range l.recent {
-		if r := &l.recent[i]; r.ks != nil && r.key == k {
+		if r := &l.recent[i]; r.key == pk && r.ks != nil {
 			return r.ks
 		}
 	}
@@ -202,7 +208,7 @@ func (l *Ledger) space(k Key, create bool) *keySpace {
 		ks = &keySpace{key: k, inst: l.instLevel(instScope{k.Inst, k.Scope()})}
 		l.spaces[k] = ks
 	}
-	l.recent[l.next] = recentSpace{k, ks}
+	l.recent[l.next] = recentSpace{pk, ks}
 	l.next = (l.next + 1) % len(l.recent)
 	return ks
 }

@@ -23,6 +23,16 @@ type attacher struct {
 	objs  *bpfObjects
 	pid   int // perf-level process filter; 0 for none (every target is in the BPF map)
 	links []link.Link
+	// tree, when not 0, is the root of the process tree that loader
+	// probes placed now serve alone (treeprobe.go): run's command, stopped
+	// before its first instruction, so every process of the tree is
+	// forked from it later. Probes placed while it is 0 serve every
+	// process.
+	tree int
+	// trees are the loader probes limited to tree, and treeFiles their
+	// files (widen makes them serve every process).
+	trees     []*treeProbe
+	treeFiles []*probedFile
 	// noMulti: the kernel has no uprobe_multi links; use one link per probe.
 	noMulti bool
 	// nextSpec is the next free usdt_specs slot.
@@ -60,10 +70,14 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 		}
 	}
 	var placed []link.Link
+	var trees []*treeProbe
 	defer func() {
 		if err != nil {
 			for i := len(placed) - 1; i >= 0; i-- {
 				_ = placed[i].Close()
+			}
+			for _, tp := range trees {
+				_ = tp.Close()
 			}
 		}
 	}()
@@ -73,9 +87,22 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 		case progCall:
 			calls = append(calls, t)
 		case progLoader:
-			l, err := ex.Uprobe("", a.objs.LoaderState, &link.UprobeOptions{Address: t.Offset, PID: a.pid})
+			if a.tree != 0 && a.pid == 0 {
+				path := pf.OpenPath
+				if alt := samePathOutside(pf); alt != "" {
+					path = alt
+				}
+				// Without the kernel's means (no tracefs, a path
+				// uprobe_events cannot take), the probe below serves
+				// every process: more traps, nothing missed.
+				if tp, err := openTreeProbe(path, t.Offset, a.tree, a.objs.LoaderState); err == nil {
+					trees = append(trees, tp)
+					continue
+				}
+			}
+			l, err := a.loaderLink(ex, pf, t)
 			if err != nil {
-				return fmt.Errorf("attach uprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
+				return err
 			}
 			placed = append(placed, l)
 		case progUSDT:
@@ -102,8 +129,59 @@ func (a *attacher) attach(pf *probedFile) (err error) {
 		}
 	}
 	a.links = append(a.links, placed...)
+	a.trees = append(a.trees, trees...)
+	if len(trees) > 0 {
+		a.treeFiles = append(a.treeFiles, pf)
+	}
 	a.files[pf.Key] = pf
 	return nil
+}
+
+// loaderLink places loader_state at t in ex, for every process (or a.pid).
+func (a *attacher) loaderLink(ex *link.Executable, pf *probedFile, t target) (link.Link, error) {
+	l, err := ex.Uprobe("", a.objs.LoaderState, &link.UprobeOptions{Address: t.Offset, PID: a.pid})
+	if err != nil {
+		return nil, fmt.Errorf("attach uprobe %s in %s: %w", t.Spec.Symbol, pf.Path, wrapPerm(err))
+	}
+	return l, nil
+}
+
+// widen makes the loader probes limited to one tree serve every process:
+// a process outside that tree is about to be traced. Each gets its probe
+// for every process before its tree probe is removed, so no rendezvous
+// passes unprobed.
+func (a *attacher) widen() error {
+	a.tree = 0
+	for _, pf := range a.treeFiles {
+		ex, err := link.OpenExecutable(pf.OpenPath)
+		if err != nil {
+			return fmt.Errorf("open %s for uprobes: %w", pf.Path, err)
+		}
+		if alt := samePathOutside(pf); alt != "" {
+			if ex2, err := link.OpenExecutable(alt); err == nil {
+				ex = ex2
+			}
+		}
+		for _, t := range pf.Targets {
+			if t.Spec.Prog != progLoader {
+				continue
+			}
+			l, err := a.loaderLink(ex, pf, t)
+			if err != nil {
+				return err
+			}
+			a.links = append(a.links, l)
+		}
+	}
+	a.treeFiles = nil
+	var first error
+	for _, tp := range a.trees {
+		if err := tp.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	a.trees = nil
+	return first
 }
 
 // attachCalls places call_return on every return instruction of the
@@ -290,6 +368,12 @@ func (a *attacher) Close() error {
 		}
 	}
 	a.links = nil
+	for i := len(a.trees) - 1; i >= 0; i-- {
+		if err := a.trees[i].Close(); err != nil && first == nil {
+			first = fmt.Errorf("detach probe: %w", err)
+		}
+	}
+	a.trees = nil
 	return first
 }
 

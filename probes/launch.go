@@ -77,6 +77,14 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
+	alone := !s.opts.All && len(s.procs.procs) == 0 && len(s.loader.att.trees) == 0
+	if !alone {
+		// Loader probes limited to an earlier command's tree would not
+		// reach this one.
+		if err := s.loader.att.widen(); err != nil {
+			return nil, fmt.Errorf("launch %s: %w", o.Argv[0], err)
+		}
+	}
 	cmd := exec.Command(path, o.Argv[1:]...)
 	cmd.Args[0] = o.Argv[0]
 	cmd.Env, cmd.Dir = o.Env, o.Dir
@@ -122,6 +130,13 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 		_ = cmd.Wait()
 		return nil, err
 	}
+	// The command has not run an instruction yet: a loader probe placed
+	// now can be limited to its tree (treeprobe.go), when it is all this
+	// session traces (its children are targets from their fork).
+	if alone {
+		s.loader.att.tree = pid
+		defer func() { s.loader.att.tree = 0 }()
+	}
 	info := procInfo(uint32(pid))
 	info.Command = o.Argv // as launched: the shell's view, not /proc's
 	info.FromStart = true
@@ -156,8 +171,13 @@ func (s *Session) Attach(pid int, wait bool) error {
 	// Only this process: probes on a shared library fire in every process
 	// that maps it, and the perf-level filter keeps the others from
 	// trapping at all.
-	if len(s.loader.att.links) == 0 {
+	if len(s.loader.att.links) == 0 && len(s.loader.att.trees) == 0 {
 		s.loader.att.pid = pid
+	}
+	// A loader probe limited to a launched command's tree would not
+	// reach this process.
+	if err := s.loader.att.widen(); err != nil {
+		return err
 	}
 	p, err := s.track(uint32(pid), nil)
 	if err != nil {

@@ -722,6 +722,9 @@ func (s *Session) AttachAll() error {
 	// announces the others before their first call (loaded.go). Its start
 	// tick is later than this one.
 	s.watchedFrom = bootTicks()
+	if err := s.loader.att.widen(); err != nil {
+		return fmt.Errorf("attach all: %w", err)
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return fmt.Errorf("attach all: %w", err)

@@ -99,7 +99,7 @@
  *            is built in (a 2 KiB record does not fit on the 512-byte
  *            stack; per thread, where another thread's hit that preempts
  *            it cannot overwrite it). Created at a target's thread's first
- *            hit of usdt_block (vramprof/blocks.h).
+ *            hit of usdt_block or spec_enter (vramprof/blocks.h).
  *   py_procs hash tgid -> py_proc: where a process's CPython keeps its state
  *            and the layout offsets of its version (from Go, probes/python;
  *            copied to a forked child in the kernel).
@@ -114,8 +114,9 @@
  *            at entry, record}: a
  *            spec'd allocation between its entry and a return instruction
  *            (allocator specs, vramprof/specs.h; apart from threads and calls).
- *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
- *            built there, and it seeds new spec_calls slots.
+ *   spec_scratch per-CPU array, one spec_call: seeds new spec_calls slots
+ *            (idle). Entry-only spec records are built in the thread's
+ *            block_threads entry, as usdt_block's allocations are.
  *   known_files  LRU hash {st_dev, inode} -> enum known (trace_all, quiet):
  *            files user space has examined (code probed, or found to hold
  *            nothing to probe, or a file that is not ELF: data).
@@ -295,28 +296,32 @@ SEC("uprobe/spec_enter")
 int spec_enter(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id))
+	struct block_thread *bt = block_thread(id);
+	if (!bt)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 spec_id = cookie >> 32;
 	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &spec_id);
 	if (!spec)
 		return 0;
-	int at_return = (cookie >> 24) & SPEC_F_AT_RETURN;
-	__u32 zero = 0;
-	struct spec_call *c = at_return ? spec_slot(id) : bpf_map_lookup_elem(&spec_scratch, &zero);
-	if (!c) {
-		__sync_fetch_and_add(&unpaired, 1);
-		return 0;
-	}
 	__u64 sp = PT_REGS_SP(ctx), ra = 0;
 	struct stack_window *sw = stack_window_read(id, sp);
 	stack_read(sw, id, sp, &ra, 1);
-	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(sw, id, c->sp, c->ra))
-		return 0; /* inside a spec'd call in flight: it counts */
-	struct record *r = &c->r;
-	c->sp = sp;
-	c->ra = ra;
+	/* An entry-only record is built in the thread's block_thread, one
+	 * sent at a return in its spec_calls slot. */
+	struct record *r = &bt->r;
+	if ((cookie >> 24) & SPEC_F_AT_RETURN) {
+		struct spec_call *c = spec_slot(id);
+		if (!c) {
+			__sync_fetch_and_add(&unpaired, 1);
+			return 0;
+		}
+		if (c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(sw, id, c->sp, c->ra))
+			return 0; /* inside a spec'd call in flight: it counts */
+		c->sp = sp;
+		c->ra = ra;
+		r = &c->r;
+	}
 	fill_common(r, id, (__u8)(cookie >> 16));
 	r->api = (__u16)cookie;
 	r->flags = REC_F_BLOCK;
@@ -332,7 +337,7 @@ int spec_enter(struct pt_regs *ctx)
 		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
-	if (!at_return)
+	if (!((cookie >> 24) & SPEC_F_AT_RETURN))
 		spec_send(r);
 	return 0;
 }

@@ -93,8 +93,13 @@
  *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
  *   stack_windows per-CPU array: the user stack at a hit, read at once
  *            (vramprof/stacks.h).
- *   block_scratch per-CPU array: a block-layer record is built there (a
- *            2 KiB record does not fit on the 512-byte stack).
+ *   block_threads task local storage -> block_thread: what the target
+ *            filter and py_procs said of a thread's process (while the
+ *            epochs below stay), and the record its block-layer allocation
+ *            is built in (a 2 KiB record does not fit on the 512-byte
+ *            stack; per thread, where another thread's hit that preempts
+ *            it cannot overwrite it). Created at a target's thread's first
+ *            hit of usdt_block or spec_enter (vramprof/blocks.h).
  *   py_procs hash tgid -> py_proc: where a process's CPython keeps its state
  *            and the layout offsets of its version (from Go, probes/python;
  *            copied to a forked child in the kernel).
@@ -109,8 +114,9 @@
  *            at entry, record}: a
  *            spec'd allocation between its entry and a return instruction
  *            (allocator specs, vramprof/specs.h; apart from threads and calls).
- *   spec_scratch per-CPU array, one spec_call: entry-only spec records are
- *            built there, and it seeds new spec_calls slots.
+ *   spec_scratch per-CPU array, one spec_call: seeds new spec_calls slots
+ *            (idle). Entry-only spec records are built in the thread's
+ *            block_threads entry, as usdt_block's allocations are.
  *   known_files  LRU hash {st_dev, inode} -> enum known (trace_all, quiet):
  *            files user space has examined (code probed, or found to hold
  *            nothing to probe, or a file that is not ELF: data).
@@ -126,6 +132,9 @@
  *
  * Globals read from Go: lost (records the ring buffer refused), unpaired
  * (a return without its entry: attached mid-call, or a slot evicted).
+ * Written from Go after the maps are loaded: user_epoch, bumped after a
+ * process leaves targets or its py_procs entry changes (bpf_epoch is the
+ * BPF side's own, bumped at a target's exec and exit): see blocks.h.
  * Set from Go before load: wakeup_bytes, trace_all (every process is a
  * target: attach --all), self_tgid (vramprof's own process). Set from Go
  * once the file fault watch is attached: quiet (stop a target only for a
@@ -145,6 +154,8 @@
  *   python.h     CPython frames and the py_new fast lane
  *   calls.h      the CUDA API calls: arguments by shape, results, nesting
  *   usdt.h       USDT argument specs and their reading
+ *   blocks.h     the block layer's USDT probes: per-thread filter cache,
+ *                record, and the stack window that serves spilled arguments
  *   specs.h      allocator specs (block layer) in flight
  *   lifecycle.h  fork, exec, exit and loader records; stopping a target
  */
@@ -159,6 +170,7 @@
 #include "vramprof/python.h"
 #include "vramprof/calls.h"
 #include "vramprof/usdt.h"
+#include "vramprof/blocks.h"
 #include "vramprof/specs.h"
 #include "vramprof/lifecycle.h"
 
@@ -224,36 +236,54 @@ int call_return_multi(struct pt_regs *ctx)
  * Entry only: the probe is a nop inside C++ code, where a uretprobe would
  * break exception unwinding. Cookie: bits 0-15 API, 16-23 kind (alloc or
  * free), 32-63 the spec id in usdt_specs. Arguments by position: 0 the
- * pointer, 1 the device, 2 the size, 3 the stream.
+ * pointer, 1 the device, 2 the size, 3 the stream. A hit reads user memory
+ * once at most (a helper call costs more than the rest of the program): an
+ * allocation its stack window, which also serves the arguments spilled in
+ * its frame; a free the stack slot its pointer argument is in, if any.
  */
 SEC("uprobe/usdt_block")
 int usdt_block(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id))
+	struct block_thread *bt = block_thread(id);
+	if (!bt)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 spec_id = cookie >> 32;
 	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &spec_id);
-	__u32 zero = 0;
-	struct record *r = bpf_map_lookup_elem(&block_scratch, &zero);
-	if (!spec || !r)
+	if (!spec)
 		return 0;
-	fill_common(r, id, (__u8)(cookie >> 16));
+	__u8 kind = cookie >> 16;
+	if (kind != REC_ALLOC) {
+		/* No stack: the header alone, built in the ring buffer itself. */
+		struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
+		if (!r) {
+			__sync_fetch_and_add(&lost, 1);
+			return 0;
+		}
+		fill_common(r, id, kind);
+		r->api = (__u16)cookie;
+		r->flags = REC_F_BLOCK;
+		r->addr = usdt_value(ctx, &spec->args[0]);
+		bpf_ringbuf_submit(r, wakeup_flag());
+		return 0;
+	}
+	/* A probe site is not a function entry: the caller's return address
+	 * is not at sp, and the frame-pointer walk is whole, from the frame
+	 * pointer; the window also holds the arguments spilled in the frame
+	 * (blocks.h). */
+	struct stack_window *sw = block_window(ctx, id);
+	struct record *r = &bt->r;
+	fill_common(r, id, kind);
 	r->api = (__u16)cookie;
 	r->flags = REC_F_BLOCK;
-	r->addr = usdt_value(ctx, &spec->args[0]);
-	if (r->kind == REC_ALLOC) {
-		r->device = (__s32)usdt_value(ctx, &spec->args[1]);
-		r->size = usdt_value(ctx, &spec->args[2]);
-		r->stream = usdt_value(ctx, &spec->args[3]);
-		/* A probe site is not a function entry: the caller's return
-		 * address is not at sp, and the frame-pointer walk is whole,
-		 * from the window at the frame pointer. */
-		walk_user_stack(ctx, r, stack_window_read(id, PT_REGS_FP(ctx)), id);
-		if (py_new_stack(r, walk_python(r, id), id))
-			r->flags |= REC_F_WAKE;
-	}
+	r->addr = block_arg(ctx, &spec->args[0], sw, id);
+	r->device = (__s32)block_arg(ctx, &spec->args[1], sw, id);
+	r->size = block_arg(ctx, &spec->args[2], sw, id);
+	r->stream = block_arg(ctx, &spec->args[3], sw, id);
+	walk_user_stack(ctx, r, sw, id);
+	if (bt->python && py_new_stack(r, walk_python(r, id), id))
+		r->flags |= REC_F_WAKE;
 	__u64 wake = r->flags & REC_F_WAKE ? BPF_RB_FORCE_WAKEUP : wakeup_flag();
 	if (bpf_ringbuf_output(&events, r, record_size(r), wake))
 		__sync_fetch_and_add(&lost, 1);
@@ -266,28 +296,32 @@ SEC("uprobe/spec_enter")
 int spec_enter(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id))
+	struct block_thread *bt = block_thread(id);
+	if (!bt)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 spec_id = cookie >> 32;
 	struct usdt_spec *spec = bpf_map_lookup_elem(&usdt_specs, &spec_id);
 	if (!spec)
 		return 0;
-	int at_return = (cookie >> 24) & SPEC_F_AT_RETURN;
-	__u32 zero = 0;
-	struct spec_call *c = at_return ? spec_slot(id) : bpf_map_lookup_elem(&spec_scratch, &zero);
-	if (!c) {
-		__sync_fetch_and_add(&unpaired, 1);
-		return 0;
-	}
 	__u64 sp = PT_REGS_SP(ctx), ra = 0;
 	struct stack_window *sw = stack_window_read(id, sp);
 	stack_read(sw, id, sp, &ra, 1);
-	if (at_return && c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(sw, id, c->sp, c->ra))
-		return 0; /* inside a spec'd call in flight: it counts */
-	struct record *r = &c->r;
-	c->sp = sp;
-	c->ra = ra;
+	/* An entry-only record is built in the thread's block_thread, one
+	 * sent at a return in its spec_calls slot. */
+	struct record *r = &bt->r;
+	if ((cookie >> 24) & SPEC_F_AT_RETURN) {
+		struct spec_call *c = spec_slot(id);
+		if (!c) {
+			__sync_fetch_and_add(&unpaired, 1);
+			return 0;
+		}
+		if (c->r.kind != REC_IDLE && c->sp > sp && ra_in_place(sw, id, c->sp, c->ra))
+			return 0; /* inside a spec'd call in flight: it counts */
+		c->sp = sp;
+		c->ra = ra;
+		r = &c->r;
+	}
 	fill_common(r, id, (__u8)(cookie >> 16));
 	r->api = (__u16)cookie;
 	r->flags = REC_F_BLOCK;
@@ -303,7 +337,7 @@ int spec_enter(struct pt_regs *ctx)
 		if (py_new_stack(r, walk_python(r, id), id))
 			r->flags |= REC_F_WAKE;
 	}
-	if (!at_return)
+	if (!((cookie >> 24) & SPEC_F_AT_RETURN))
 		spec_send(r);
 	return 0;
 }
@@ -367,6 +401,7 @@ int BPF_PROG(process_exec, struct task_struct *p, int old_pid, void *bprm)
 	if (!bpf_map_lookup_elem(&targets, &tgid))
 		return 0;
 	bpf_map_delete_elem(&py_procs, &tgid); /* another image: user space looks again */
+	__sync_fetch_and_add(&bpf_epoch, 1);
 	announce(tgid, p->pid, REC_EXEC, 0, 1);
 	return 0;
 }
@@ -384,6 +419,7 @@ int BPF_PROG(process_exit, struct task_struct *p)
 		return 0;
 	bpf_map_delete_elem(&targets, &tgid);
 	bpf_map_delete_elem(&py_procs, &tgid);
+	__sync_fetch_and_add(&bpf_epoch, 1); /* threads left behind read targets again */
 	/* addr: how it ended, as wait(2) encodes it (exit code << 8, or the
 	 * signal number). A fatal signal or exit_group stores it in the signal
 	 * struct before any thread exits; the task's own copy covers a plain

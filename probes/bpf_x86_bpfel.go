@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type bpfBlockThread struct {
+	_      structs.HostLayout
+	Epoch  uint64
+	Python uint32
+	Pad    uint32
+	R      bpfRecord
+}
+
 type bpfCallContract struct {
 	_    structs.HostLayout
 	Call uint32
@@ -286,7 +294,7 @@ type bpfUsdtSpec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	bpfMapBlockScratch      = "block_scratch"
+	bpfMapBlockThreads      = "block_threads"
 	bpfMapCalls             = "calls"
 	bpfMapContexts          = "contexts"
 	bpfMapEvents            = "events"
@@ -321,6 +329,7 @@ const (
 	bpfProgSpecEnter        = "spec_enter"
 	bpfProgSpecReturn       = "spec_return"
 	bpfProgUsdtBlock        = "usdt_block"
+	bpfVarBpfEpoch          = "bpf_epoch"
 	bpfVarCallContractTypes = "call_contract_types"
 	bpfVarContractTypes     = "contract_types"
 	bpfVarLost              = "lost"
@@ -330,6 +339,7 @@ const (
 	bpfVarStopSeq           = "stop_seq"
 	bpfVarTraceAll          = "trace_all"
 	bpfVarUnpaired          = "unpaired"
+	bpfVarUserEpoch         = "user_epoch"
 	bpfVarWakeupBytes       = "wakeup_bytes"
 )
 
@@ -396,7 +406,7 @@ type bpfProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
-	BlockScratch *ebpf.MapSpec `ebpf:"block_scratch"`
+	BlockThreads *ebpf.MapSpec `ebpf:"block_threads"`
 	Calls        *ebpf.MapSpec `ebpf:"calls"`
 	Contexts     *ebpf.MapSpec `ebpf:"contexts"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
@@ -422,6 +432,7 @@ type bpfMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfVariableSpecs struct {
+	BpfEpoch          *ebpf.VariableSpec `ebpf:"bpf_epoch"`
 	CallContractTypes *ebpf.VariableSpec `ebpf:"call_contract_types"`
 	ContractTypes     *ebpf.VariableSpec `ebpf:"contract_types"`
 	Lost              *ebpf.VariableSpec `ebpf:"lost"`
@@ -431,6 +442,7 @@ type bpfVariableSpecs struct {
 	StopSeq           *ebpf.VariableSpec `ebpf:"stop_seq"`
 	TraceAll          *ebpf.VariableSpec `ebpf:"trace_all"`
 	Unpaired          *ebpf.VariableSpec `ebpf:"unpaired"`
+	UserEpoch         *ebpf.VariableSpec `ebpf:"user_epoch"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -454,7 +466,7 @@ func (o *bpfObjects) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
-	BlockScratch *ebpf.Map `ebpf:"block_scratch"`
+	BlockThreads *ebpf.Map `ebpf:"block_threads"`
 	Calls        *ebpf.Map `ebpf:"calls"`
 	Contexts     *ebpf.Map `ebpf:"contexts"`
 	Events       *ebpf.Map `ebpf:"events"`
@@ -478,7 +490,7 @@ type bpfMaps struct {
 
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
-		m.BlockScratch,
+		m.BlockThreads,
 		m.Calls,
 		m.Contexts,
 		m.Events,
@@ -505,6 +517,7 @@ func (m *bpfMaps) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfVariables struct {
+	BpfEpoch          *ebpf.Variable `ebpf:"bpf_epoch"`
 	CallContractTypes *ebpf.Variable `ebpf:"call_contract_types"`
 	ContractTypes     *ebpf.Variable `ebpf:"contract_types"`
 	Lost              *ebpf.Variable `ebpf:"lost"`
@@ -514,6 +527,7 @@ type bpfVariables struct {
 	StopSeq           *ebpf.Variable `ebpf:"stop_seq"`
 	TraceAll          *ebpf.Variable `ebpf:"trace_all"`
 	Unpaired          *ebpf.Variable `ebpf:"unpaired"`
+	UserEpoch         *ebpf.Variable `ebpf:"user_epoch"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

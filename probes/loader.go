@@ -28,6 +28,9 @@ type loader struct {
 	// once the ring is closed.
 	readers sync.WaitGroup
 	att     *attacher
+	// epoch is bumped after a process leaves targets or its py_procs
+	// entry changes (see filterEpoch).
+	epoch *filterEpoch
 	// lifeLinks follow targets' forks, execs and exits (tp_btf).
 	lifeLinks []link.Link
 	// guard resumes what the BPF side stopped if this process dies.
@@ -72,6 +75,10 @@ func newLoader(opts *Options) (*loader, error) {
 			return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNoBPF, err)
 		}
 		return nil, fmt.Errorf("load BPF programs: %w", err)
+	}
+	if l.epoch, err = newFilterEpoch(l.objs.UserEpoch); err != nil {
+		_ = l.objs.Close()
+		return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNoBPF, err)
 	}
 	l.ring, err = ringbuf.NewReader(l.objs.Events)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cilium/ebpf"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
@@ -249,7 +250,39 @@ func (t *procTable) leave(pid uint32, reason string) {
 
 // kernelHost is the procHost of a live session: the real /proc, lock
 // files and BPF maps.
-type kernelHost struct{ objs *bpfObjects }
+type kernelHost struct {
+	objs  *bpfObjects
+	epoch *filterEpoch
+}
+
+// filterEpoch is the BPF side's user_epoch (bpf/vramprof/blocks.h): the
+// block layer's probes cache, per thread, what the targets and py_procs
+// maps say of its process, and read them again once the epoch moved. So
+// every change that takes a process out of targets, or adds or removes its
+// py_procs entry, is followed by bump. Safe for concurrent use: the one
+// writer of user_epoch.
+type filterEpoch struct {
+	mu sync.Mutex
+	n  uint64
+	v  *ebpf.Variable
+}
+
+// newFilterEpoch checks that user_epoch can be written (memory-mapped
+// globals: kernel 5.5+), so that bump cannot fail later.
+func newFilterEpoch(v *ebpf.Variable) (*filterEpoch, error) {
+	if err := v.Set(uint64(0)); err != nil {
+		return nil, fmt.Errorf("set user_epoch: %w", err)
+	}
+	return &filterEpoch{v: v}, nil
+}
+
+// bump moves the epoch on, after a change to targets or py_procs.
+func (e *filterEpoch) bump() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	_ = e.v.Set(e.n) // a memory-mapped store: checked in newFilterEpoch
+}
 
 func (kernelHost) startTime(pid uint32) (uint64, error) { return procStartTime(int(pid)) }
 
@@ -267,6 +300,7 @@ func (h kernelHost) target(pid uint32) error {
 func (h kernelHost) untarget(pid uint32) {
 	_ = h.objs.Targets.Delete(pid)
 	_ = h.objs.PyProcs.Delete(pid)
+	h.epoch.bump()
 	// Its threads' state passes the BPF filter by itself (see thread_state):
 	// drop it, so a later process that reuses the PID is not traced.
 	var key uint64

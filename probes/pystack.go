@@ -65,6 +65,7 @@ func (s *Session) findPython(p *proc) error {
 	if err := s.loader.objs.PyProcs.Put(p.pid, pyProcFor(in, s.opts.PythonDepth)); err != nil {
 		return fmt.Errorf("describe python of pid %d to BPF: %w", p.pid, err)
 	}
+	s.loader.epoch.bump() // the block layer's threads of p read py_procs again
 	s.setPython(p, &pyProc{in: in, res: python.NewResolver(int(p.pid), in)})
 	return s.writeInterpreter(&event.Interpreter{PID: p.pid, Name: "CPython", Version: versionString(in.Version), Path: in.Path})
 }

@@ -136,6 +136,57 @@ func trainerRecords(pid uint32, threads, sites, pairs int) (samples [][]byte, sp
 	return samples, now
 }
 
+// blockRecords makes ring buffer samples as a caching allocator's USDT
+// probes send them (usdt_block, --pool): threads threads each take a block
+// at one of sites call sites (pytorch:malloc, a native stack of 5 to 12
+// frames, the same at every visit) and give it back (pytorch:free, no
+// stack), both sent at the probe, in time order. Two records a pair; they
+// span less than span ns.
+func blockRecords(pid uint32, threads, sites, pairs int) (samples [][]byte, span uint64) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	stacks := make([][]uint64, sites)
+	for i := range stacks {
+		st := make([]uint64, 5+rng.IntN(8))
+		for j := range st {
+			st[j] = 0x7f00_0000_0000 + uint64(rng.IntN(4))<<32 + uint64(rng.IntN(1<<24))
+		}
+		stacks[i] = st
+	}
+	mk := func(kind event.Kind, api event.API, tid uint32, t, addr, size uint64, frames []uint64) []byte {
+		b := make([]byte, recordHeaderSize+8*len(frames))
+		le := binary.LittleEndian
+		le.PutUint64(b[0:], t)
+		le.PutUint64(b[16:], addr)
+		le.PutUint64(b[24:], size)
+		le.PutUint32(b[40:], pid)
+		le.PutUint32(b[44:], tid)
+		le.PutUint32(b[52:], 0) // device 0; a free's is unknown
+		if kind == event.KindFree {
+			le.PutUint32(b[52:], 0xffffffff)
+		}
+		le.PutUint16(b[56:], uint16(api))
+		b[58] = uint8(kind)
+		b[59] = recFlagBlock
+		le.PutUint16(b[60:], uint16(len(frames)))
+		for i, f := range frames {
+			le.PutUint64(b[recordHeaderSize+8*i:], f)
+		}
+		return b
+	}
+	now := uint64(1_000_000_000)
+	for i := range pairs {
+		tid := pid + 1 + uint32(i%threads)
+		site := rng.IntN(sites)
+		addr := 0x7e00_0000_0000 + uint64(i%threads)<<30 + uint64(site)<<20
+		size := uint64(512 << (site % 12))
+		samples = append(samples, mk(event.KindAlloc, event.APIPyTorchMalloc, tid, now+500, addr, size, stacks[site]))
+		now += 1000
+		samples = append(samples, mk(event.KindFree, event.APIPyTorchFree, tid, now+500, addr, 0, nil))
+		now += 1000
+	}
+	return samples, now
+}
+
 // BenchmarkReader prices the session's user-space path per event: ring
 // buffer sample to decoded record, stack interned, effect order, trace
 // record encoded (into nothing), the reader loop's own clock and polling
@@ -144,15 +195,19 @@ func trainerRecords(pid uint32, threads, sites, pairs int) (samples [][]byte, sp
 // allocs/event the heap allocations; all next to the 300 ns budget. It
 // runs with the trace writer alone (trace), then with the live status
 // line's model beside it (status), as vramprof run and attach have it
-// unless --quiet.
+// unless --quiet; both on the CUDA API's records (trainerRecords), then
+// on the block layer's (block: blockRecords, the trace writer alone).
 func BenchmarkReader(b *testing.B) {
-	b.Run("trace", func(b *testing.B) { benchReader(b, nil) })
-	b.Run("status", func(b *testing.B) { benchReader(b, status.NewLive().Observe) })
+	const pid = 1 << 30 // no such process: stacks keep their addresses
+	calls := func() ([][]byte, uint64) { return trainerRecords(pid, 16, 64, 4096) }
+	b.Run("trace", func(b *testing.B) { benchReader(b, pid, calls, nil) })
+	b.Run("status", func(b *testing.B) { benchReader(b, pid, calls, status.NewLive().Observe) })
+	blocks := func() ([][]byte, uint64) { return blockRecords(pid, 16, 64, 8192) }
+	b.Run("block", func(b *testing.B) { benchReader(b, pid, blocks, nil) })
 }
 
-func benchReader(b *testing.B, observe func(event.Record)) {
-	const pid = 1 << 30 // no such process: stacks keep their addresses
-	samples, span := trainerRecords(pid, 16, 64, 4096)
+func benchReader(b *testing.B, pid uint32, records func() ([][]byte, uint64), observe func(event.Record)) {
+	samples, span := records()
 	old := ReaderNice
 	ReaderNice = 0 // the host is shared
 	b.Cleanup(func() { ReaderNice = old })

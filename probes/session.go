@@ -168,7 +168,7 @@ func NewSession(opts Options) (*Session, error) {
 		notCUDA: make(map[fileKey]bool),
 		order:   newReorder(uint64(opts.ReorderWindow), reorderLimit(opts.RingBytes)),
 	}
-	s.procs = newProcTable(kernelHost{&l.objs}, opts.All, opts.Note, &s.stats.Targets)
+	s.procs = newProcTable(kernelHost{&l.objs, l.epoch}, opts.All, opts.Note, &s.stats.Targets)
 	if err := s.watchMappings(); err != nil {
 		if opts.All {
 			_ = l.close()
@@ -805,6 +805,7 @@ func (s *Session) forked(r *rawRecord) error {
 		// Another session took it first (it attached to the new PID in
 		// the moment since the fork): it is that session's.
 		_ = s.loader.objs.Targets.Delete(child)
+		s.loader.epoch.bump()
 		return nil
 	}
 	if err != nil {

@@ -170,13 +170,6 @@ struct {
 	__type(value, __s32);
 } contexts SEC(".maps");
 
-/* A block-layer record is built here, then sent with its used size. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct record);
-} block_scratch SEC(".maps");
 static __always_inline int traced(__u64 id)
 {
 	if (trace_all)

@@ -62,7 +62,8 @@ struct {
 	__type(value, struct spec_call);
 } spec_calls SEC(".maps");
 
-/* Entry-only records are built here; it also seeds new spec_calls slots. */
+/* Seeds new spec_calls slots (idle: its other bytes are never read). Entry-only
+ * records are built in the thread's block_thread (blocks.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

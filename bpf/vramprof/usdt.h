@@ -88,6 +88,19 @@ static __always_inline __u64 reg_value(struct pt_regs *ctx, __u16 off)
 	return v;
 }
 
+/* usdt_extend sign- or zero-extends v, an argument's raw bytes, from its
+ * size to 64 bits. */
+static __always_inline __u64 usdt_extend(struct usdt_arg *a, __u64 v)
+{
+	int bytes = a->size < 0 ? -a->size : a->size;
+	if (bytes <= 0 || bytes >= 8)
+		return v;
+	int shift = 64 - bytes * 8;
+	if (a->size < 0)
+		return (__u64)(((__s64)(v << shift)) >> shift);
+	return (v << shift) >> shift;
+}
+
 /* usdt_value reads one USDT argument as its spec says, sign- or
  * zero-extended from its size to 64 bits. */
 static __always_inline __u64 usdt_value(struct pt_regs *ctx, struct usdt_arg *a)
@@ -106,13 +119,7 @@ static __always_inline __u64 usdt_value(struct pt_regs *ctx, struct usdt_arg *a)
 	default:
 		return 0;
 	}
-	int bytes = a->size < 0 ? -a->size : a->size;
-	if (bytes <= 0 || bytes >= 8)
-		return v;
-	int shift = 64 - bytes * 8;
-	if (a->size < 0)
-		return (__u64)(((__s64)(v << shift)) >> shift);
-	return (v << shift) >> shift;
+	return usdt_extend(a, v);
 }
 
 #endif /* VRAMPROF_USDT_H */

@@ -173,8 +173,9 @@ func TestAttachFlightRecorder(t *testing.T) {
 	probetest.RequirePrivilege(t)
 	const maxBytes = 256 << 10
 	cmd := exec.Command(probetest.Bin(t, "longrun"))
-	// 2000 iterations write ~400 KB of events: several 64 KiB segments.
-	cmd.Env = append(os.Environ(), "LONGRUN_ITERATIONS=2000", "LONGRUN_PAUSE_MS=0")
+	// 5000 iterations write ~550 KB of events (about 110 B an iteration):
+	// several 64 KiB segments beyond the 256 KiB budget.
+	cmd.Env = append(os.Environ(), "LONGRUN_ITERATIONS=5000", "LONGRUN_PAUSE_MS=0")
 	lr := startLongrunCmd(t, cmd)
 	a := startAttach(t, lr.pid, "--max-trace", "256KiB")
 	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGUSR1))

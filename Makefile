@@ -5,7 +5,7 @@
 #   make bench     overhead of the probes, as ratios from one run; the findings corpus table
 #   make generate  rebuild the BPF objects (committed; reproducible byte for byte)
 #   make lint      gofmt, clang-format (bpf/), go vet, staticcheck, a non-Linux cross-build
-#   make release   the reproducible release binary, version and commit stamped
+#   make release   the reproducible release binaries, version and commit stamped
 #   make install   install it (PREFIX, DESTDIR) with its systemd unit
 #   make image     the container image of `vramprof serve` (docker)
 
@@ -137,29 +137,49 @@ lint:
 	$(GO) tool go-errorlint ./...
 	GOOS=darwin $(GO) build ./...
 
-# The release binary, $(RELEASE)/vramprof: the same bytes from the same
-# source, VERSION and COMMIT wherever it is built (-trimpath; -buildvcs=false,
-# so that a source tarball without .git builds what a checkout does: the
-# commit is stamped with -X instead). `vramprof --version` prints both.
-# VERSION is main.go's unless given; COMMIT is the checkout's HEAD, with
-# -dirty when tracked files differ from it, and "unknown" without git.
+# The release binaries, $(RELEASE)/vramprof and $(RELEASE)/vramprof-static:
+# the same bytes from the same source, VERSION and COMMIT wherever they are
+# built (-trimpath; -buildvcs=false, so that a source tarball without .git
+# builds what a checkout does: the commit is stamped with -X instead).
+# `vramprof --version` prints both. VERSION is main.go's unless given; COMMIT
+# is the checkout's HEAD, with -dirty when tracked files differ from it, and
+# "unknown" without git.
 #
-# Not a static binary: cgo is needed (NVML through go-nvml, and
+# vramprof, the one to install, needs cgo (NVML through go-nvml, and
 # probes/sigstate's constructor), and go-nvml binds NVML's functions through
 # the dynamic linker when it dlopens libnvidia-ml.so.1, which a static glibc
 # binary has not: a -extldflags -static build crashes (SIGSEGV at address 0
 # in nvmlInit_v2) as soon as the library is there, on every GPU node. So it
-# is linked against glibc alone (libc.so.6, glibc 2.34 or newer: Debian 12,
-# Ubuntu 22.04, RHEL 9), with Go's own resolver and user lookup (netgo,
-# osusergo) instead of glibc's NSS.
+# is dynamically linked, to glibc alone, and against an old one: Debian 11's
+# glibc 2.31 (SYSROOT, which cmd/vramprof/release/sysroot.sh fetches and
+# checks), so that it asks for no symbol version newer than GLIBC_2.3.2 and
+# runs on any glibc system NVML runs on (linked against this machine's glibc
+# it would need 2.34). SYSROOT= links against this machine's glibc instead.
+# Go's own resolver and user lookup (netgo, osusergo), not glibc's NSS.
+#
+# vramprof-static is built without cgo: no dynamic linker, no library at
+# all, for hosts and images without glibc (Alpine, distroless/static). It
+# traces what vramprof traces; it has no NVML (device figures), and of the
+# signals its parent ignored it passes on to `run`'s command only SIGHUP and
+# SIGINT (README.md, "Install").
 RELEASE ?= bin/release
+SYSROOT ?= bin/sysroot
 VERSION ?= $(shell sed -n 's/^[[:space:]]*version = "\(.*\)"$$/\1/p' cmd/vramprof/main.go)
 COMMIT  ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; echo $$c; })
 RELEASE_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+RELEASE_FLAGS   := -trimpath -buildvcs=false -tags netgo,osusergo -ldflags '$(RELEASE_LDFLAGS)'
+# gcc looks for crt1.o and libraries beside itself before the sysroot: -B
+# and -L put the sysroot's first. The sysroot's own path is mapped out of
+# the debug information, so that it may be anywhere.
+RELEASE_SYSROOT  = $(abspath $(SYSROOT))
+RELEASE_CC       = $(if $(SYSROOT),$(or $(CC_FOR_RELEASE),gcc) --sysroot=$(RELEASE_SYSROOT) \
+	-B$(RELEASE_SYSROOT)/usr/lib/x86_64-linux-gnu -L$(RELEASE_SYSROOT)/usr/lib/x86_64-linux-gnu \
+	-L$(RELEASE_SYSROOT)/lib/x86_64-linux-gnu -ffile-prefix-map=$(RELEASE_SYSROOT)=/sysroot,$(or $(CC_FOR_RELEASE),gcc))
 
 release:
-	CGO_ENABLED=1 $(GO) build -trimpath -buildvcs=false -tags netgo,osusergo \
-		-ldflags '$(RELEASE_LDFLAGS)' -o $(RELEASE)/vramprof ./cmd/vramprof
+	$(if $(SYSROOT),cmd/vramprof/release/sysroot.sh $(SYSROOT) >/dev/null)
+	CC="$(RELEASE_CC)" CGO_ENABLED=1 $(GO) build $(RELEASE_FLAGS) -o $(RELEASE)/vramprof ./cmd/vramprof
+	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(RELEASE)/vramprof-static ./cmd/vramprof
 
 # Packagers' conventions: PREFIX (default /usr/local), DESTDIR staged. The
 # unit goes where systemd looks for units under PREFIX

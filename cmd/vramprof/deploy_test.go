@@ -381,9 +381,9 @@ func readDockerfile(t *testing.T, path string) (args map[string]string, stages [
 	return args, stages
 }
 
-// TestDeployDockerfile reads the image's Dockerfile: both stages on one
-// Debian release (the release binary needs the glibc it was built with),
-// the Go image of go.mod's Go version, the binary make release writes, and
+// TestDeployDockerfile reads the image's Dockerfile: a Debian image (glibc:
+// the release binary needs 2.17 or newer, TestReleaseInstall), the Go image
+// of go.mod's Go version, the binary make release writes, and
 // a default command serve's flag parser accepts, on the port it exposes.
 func TestDeployDockerfile(t *testing.T) {
 	args, stages := readDockerfile(t, dockerfileFile)
@@ -398,7 +398,7 @@ func TestDeployDockerfile(t *testing.T) {
 
 	codename := regexp.MustCompile(`(bookworm|trixie|bullseye)`)
 	assert.Equal(t, "golang:${GO_VERSION}-bookworm AS build", build.from)
-	assert.Equal(t, codename.FindString(build.from), codename.FindString(image.from), "one Debian release, one glibc")
+	assert.NotEmpty(t, codename.FindString(image.from), "the image is a Debian release's, with glibc: %s", image.from)
 
 	var release, copied string
 	for _, l := range build.lines {

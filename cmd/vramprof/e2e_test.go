@@ -69,6 +69,7 @@ func (r result) stderrLines() []string {
 type execOpts struct {
 	env []string
 	dir string
+	bin string // the binary to run; the one built for the tests when ""
 }
 
 // vramprof runs the binary with args and waits for it (at most a minute).
@@ -76,7 +77,11 @@ func vramprof(tb testing.TB, o execOpts, args ...string) result {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	bin := binPath
+	if o.bin != "" {
+		bin = o.bin
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), o.env...)
 	cmd.Dir = o.dir
 	var stdout, stderr bytes.Buffer

@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"debug/buildinfo"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,8 +85,26 @@ func TestReleaseInstall(t *testing.T) {
 	require.NoError(t, err)
 	libs, err := f.ImportedLibraries()
 	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"libc.so.6", "libpthread.so.0", "libdl.so.2"}, libs,
+		"glibc's libraries alone (Makefile, release: why not static)")
+	// The glibc it asks for: no symbol version newer than 2.17, what the
+	// README promises (linked against this machine's glibc, 2.34).
+	syms, err := f.ImportedSymbols()
+	require.NoError(t, err)
+	newest, newestName := [2]int{}, ""
+	for _, s := range syms {
+		v, ok := glibcVersion(s.Version)
+		if !ok {
+			assert.Empty(t, s.Version, "symbol %s: a version that is not glibc's", s.Name)
+			continue
+		}
+		assert.LessOrEqual(t, v[0]*1000+v[1], 2*1000+17, "symbol %s needs %s", s.Name, s.Version)
+		if v[0]*1000+v[1] > newest[0]*1000+newest[1] {
+			newest, newestName = v, s.Version
+		}
+	}
 	require.NoError(t, f.Close())
-	assert.Equal(t, []string{"libc.so.6"}, libs, "glibc alone (Makefile, release: why not static)")
+	t.Logf("release binary: the newest glibc symbol version it needs is %s", newestName)
 	info, err := buildinfo.ReadFile(bin)
 	require.NoError(t, err)
 	settings := map[string]string{}
@@ -104,7 +124,14 @@ func TestReleaseInstall(t *testing.T) {
 	require.NotEqual(t, string(shipped), want, "the shipped unit runs %s", unitBinary)
 	assert.Equal(t, want, string(unit))
 
-	t.Run("nvml", func(t *testing.T) { releaseLoadsNVML(t, bin) })
+	t.Run("nvml", func(t *testing.T) { releaseLoadsNVML(t, bin, "") })
+	// The same on Debian 11's glibc 2.31 (the sysroot it was linked
+	// against): older than the 2.34 a binary linked against this machine's
+	// would need, and from before libpthread and libdl were merged into libc.
+	t.Run("glibc_2.31", func(t *testing.T) {
+		releaseLoadsNVML(t, bin, filepath.Join(repoRoot, "bin", "sysroot", "lib", "x86_64-linux-gnu"))
+	})
+	t.Run("static", func(t *testing.T) { releaseStatic(t, filepath.Join(outA, "vramprof-static"), ver, commit) })
 
 	mustMake(t, repoRoot, "uninstall", "DESTDIR="+stage, "PREFIX=/usr")
 	for _, p := range []string{"usr/bin/vramprof", "usr/lib/systemd/system/vramprof.service"} {
@@ -132,23 +159,57 @@ func TestReleaseInstall(t *testing.T) {
 	}
 	outB := t.TempDir()
 	mustMake(t, src, append([]string{"release", "RELEASE=" + outB}, stamp...)...)
-	again, err := os.ReadFile(filepath.Join(outB, "vramprof"))
-	require.NoError(t, err)
-	assert.True(t, bytes.Equal(built, again), "two release builds of one source differ (%d and %d bytes)", len(built), len(again))
-	t.Logf("release binary: %d bytes, the same from %s and from %s", len(built), repoRoot, src)
+	for _, name := range []string{"vramprof", "vramprof-static"} {
+		a, err := os.ReadFile(filepath.Join(outA, name))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join(outB, name))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(a, b), "two release builds of one source differ: %s is %d and %d bytes", name, len(a), len(b))
+		t.Logf("release %s: %d bytes, the same from %s and from %s", name, len(a), repoRoot, src)
+	}
+}
+
+// glibcVersion parses a symbol version "GLIBC_2.3.2" into {2, 3}.
+func glibcVersion(v string) ([2]int, bool) {
+	rest, ok := strings.CutPrefix(v, "GLIBC_")
+	if !ok {
+		return [2]int{}, false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) < 2 {
+		return [2]int{}, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return [2]int{major, minor}, err1 == nil && err2 == nil
 }
 
 // releaseLoadsNVML runs the release binary's serve with NVIDIA's real
 // libnvidia-ml.so.1 and no driver: NVML must load and answer "Driver Not
-// Loaded", where a static build dies at its first NVML call.
-func releaseLoadsNVML(t *testing.T, bin string) {
+// Loaded", where a static build dies at its first NVML call. With glibcDir,
+// the binary runs on the glibc there instead of this machine's: in a mount
+// namespace of its own, glibcDir is mounted over /lib/x86_64-linux-gnu
+// (where its loader, libc.so.6 and the rest are looked for), and the test
+// checks that the process mapped that glibc's libc.
+func releaseLoadsNVML(t *testing.T, bin, glibcDir string) {
 	probetest.RequirePrivilege(t)
 	if _, err := os.Stat("/proc/driver/nvidia"); err == nil {
 		t.Skip("the NVIDIA driver is loaded here: the no-driver answer cannot be asked for")
 	}
 	dir := realNVMLDir(t)
 	addr := freeLoopback(t)
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--pool", "off")
+	args := []string{bin, "serve", "--listen", addr, "--pool", "off"}
+	var wantLibc string
+	if glibcDir != "" {
+		abs, err := filepath.Abs(glibcDir)
+		require.NoError(t, err)
+		libc, err := filepath.EvalSymlinks(filepath.Join(abs, "libc.so.6"))
+		require.NoError(t, err, "the sysroot make release fetched")
+		wantLibc = filepath.Base(libc)
+		// unshare without --fork execs sh, which execs the binary: one PID.
+		args = append([]string{"unshare", "--mount", "sh", "-c", `mount --bind "$0" /lib/x86_64-linux-gnu && exec "$@"`, abs}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
@@ -166,6 +227,11 @@ func releaseLoadsNVML(t *testing.T, bin string) {
 		require.True(t, time.Now().Before(deadline), "release serve not ready:\n%s", stderr.String())
 		time.Sleep(20 * time.Millisecond)
 	}
+	if wantLibc != "" {
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+		require.NoError(t, err)
+		assert.Contains(t, string(maps), "/"+wantLibc+"\n", "the process runs on the sysroot's glibc")
+	}
 	v, reason, ok := nvmlReason(scrapeMetrics(t, "http://"+addr))
 	if assert.True(t, ok, "no NVML status metric") {
 		assert.Zero(t, v)
@@ -178,4 +244,36 @@ func releaseLoadsNVML(t *testing.T, bin string) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("release serve did not stop on SIGTERM")
 	}
+}
+
+// releaseStatic checks make release's static binary: no loader, no library;
+// stamped as the other; built without cgo; and it profiles a scenario as
+// exactly as the binary the tests build (report.json against the truth).
+func releaseStatic(t *testing.T, bin, ver, commit string) {
+	f, err := elf.Open(bin)
+	require.NoError(t, err)
+	for _, p := range f.Progs {
+		assert.NotEqual(t, elf.PT_INTERP, p.Type, "a static binary has no loader")
+		assert.NotEqual(t, elf.PT_DYNAMIC, p.Type, "a static binary has no dynamic section")
+	}
+	require.NoError(t, f.Close())
+	out, err := exec.Command(bin, "--version").Output()
+	require.NoError(t, err)
+	assert.Equal(t, "vramprof "+ver+" (commit "+commit+")\n", string(out))
+	info, err := buildinfo.ReadFile(bin)
+	require.NoError(t, err)
+	for _, s := range info.Settings {
+		if s.Key == "CGO_ENABLED" {
+			assert.Equal(t, "0", s.Value)
+		}
+	}
+
+	probetest.RequirePrivilege(t)
+	tmp := t.TempDir()
+	truthPath := filepath.Join(tmp, "truth.json")
+	dir := filepath.Join(tmp, "out")
+	r := vramprof(t, execOpts{bin: bin, env: []string{"VRAMPROF_TRUTH=" + truthPath}, dir: tmp},
+		"run", "-o", dir, "--", probetest.Bin(t, "leak"))
+	require.Zero(t, r.code, "stderr:\n%s", r.stderr)
+	checkReport(t, mustReadReport(t, filepath.Join(dir, "report.json")), probetest.MustReadTruth(t, truthPath))
 }

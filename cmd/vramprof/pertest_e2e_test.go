@@ -325,6 +325,7 @@ func TestFlightPytestSegment(t *testing.T) {
 	} else {
 		require.Equal(t, 2, alone.code, "stderr:\n%s", alone.stderr)
 		require.Contains(t, alone.stderr, seg+" ends after", "a segment another follows reads as cut at its end")
+		require.Contains(t, alone.stderr, "it is a segment of a flight recording and ", "and says so")
 	}
 	tests := reportTests(t, []byte(alone.stdout))
 	require.Contains(t, tests, id, "%s alone names the running test: %v", seg, tests)

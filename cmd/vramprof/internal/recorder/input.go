@@ -105,8 +105,28 @@ func (s *source) analyze(opts analysis.Options, also func(event.Record) error) (
 		return finishReplay(a, err, nil)
 	}
 	return finishReplay(a, err, func() error {
+		if next := nextSegment(s.name); next != "" {
+			return fmt.Errorf("%w: %s ends after %d whole records without its End record: it is a segment of a flight recording "+
+				"and %s follows it (the run went on); `vramprof report %s` reads the whole recording",
+				ErrTruncated, s.name, records, filepath.Base(next), filepath.Dir(s.name))
+		}
 		return fmt.Errorf("%w: %s ends after %d whole records without its End record", ErrTruncated, s.name, records)
 	})
+}
+
+// nextSegment is the segment that follows the one at path in its
+// directory, "" when path is not a segment (by its name) or is the last.
+func nextSegment(path string) string {
+	if ok, _ := filepath.Match(SegmentPattern, filepath.Base(path)); !ok {
+		return ""
+	}
+	segs := traceSegments(filepath.Dir(path))
+	for i, seg := range segs {
+		if filepath.Base(seg) == filepath.Base(path) && i+1 < len(segs) {
+			return segs[i+1]
+		}
+	}
+	return ""
 }
 
 // finishReplay closes a's replay of a trace, err being the replay's error:

@@ -293,3 +293,17 @@ func TestFollowSegmentForeign(t *testing.T) {
 	require.ErrorIs(t, err, ErrSegments)
 	assert.Contains(t, err.Error(), "trace-000002.vpt and trace-000003.vpt belong to different recordings")
 }
+
+// TestNextSegment: the segment after one in its directory (by number, not
+// by listing order), none after the last, none for a name that is not a
+// segment's.
+func TestNextSegment(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"trace-000012.vpt", "trace-000003.vpt", "trace-000004.vpt", "trace.vpt"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), nil, 0o644))
+	}
+	assert.Equal(t, filepath.Join(dir, "trace-000004.vpt"), nextSegment(filepath.Join(dir, "trace-000003.vpt")))
+	assert.Equal(t, filepath.Join(dir, "trace-000012.vpt"), nextSegment(filepath.Join(dir, "trace-000004.vpt")))
+	assert.Empty(t, nextSegment(filepath.Join(dir, "trace-000012.vpt")), "the last")
+	assert.Empty(t, nextSegment(filepath.Join(dir, "trace.vpt")), "not a segment")
+}

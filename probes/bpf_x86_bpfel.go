@@ -98,6 +98,7 @@ type bpfMappedKey struct {
 
 type bpfPyBuf struct {
 	_     structs.HostLayout
+	Owner uint64
 	Wbase uint64
 	Wend  uint64
 	B     [4232]uint8

@@ -208,8 +208,21 @@ func TestAttachWait(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
-	require.NoError(t, cmd.Wait())
-	require.NoError(t, <-done, "the session ends by itself when its target exits")
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		require.NoError(t, err)
+		require.NoError(t, <-done, "the session ends by itself when its target exits")
+	case err := <-done:
+		// A session that ends first may leave its target stopped at the
+		// loader: Close resumes it, then it is killed, not waited for
+		// forever.
+		_ = s.Close()
+		_ = cmd.Process.Kill()
+		<-waited
+		t.Fatalf("the session ended before its target: %v", err)
+	}
 
 	truth := probetest.MustReadTruth(t, truthPath)
 	var allocs, frees uint64

@@ -88,8 +88,16 @@ struct {
 	__type(value, __u8);
 } py_seen SEC(".maps");
 
-/* One frame's bytes, read at once (one helper call per frame). */
+/*
+ * One frame's bytes, read at once (one helper call per frame). Per CPU: a
+ * program attached through uprobe_multi runs with migration disabled but
+ * may be preempted, and the thread that runs next on this CPU may walk its
+ * own frames in the same buffer. So a walk writes its thread into owner
+ * first, and its frames count only when owner is still its thread once it
+ * is done (whoever wrote the buffer in between wrote owner first).
+ */
 struct py_buf {
+	__u64 owner; /* pid_tgid of the thread walking with this buffer */
 	/* The bytes in b: [wbase, wend). Kept here, not in registers, so that
 	 * the verifier does not follow each window's values apart. */
 	__u64 wbase, wend;
@@ -226,13 +234,55 @@ __attribute__((noinline)) __u64 py_frame(struct py_proc *pp, struct py_buf *buf,
 }
 
 /*
+ * py_walk records the Python frames from fp on into r, after its native
+ * ones, with buf as thread id's (see struct py_buf). Returns a hash of the
+ * code objects, 0 when no Python frame was recorded. A global function
+ * (see py_window), run twice at most.
+ */
+__attribute__((noinline)) __u64 py_walk(struct py_proc *pp, struct py_buf *buf, struct record *r, __u64 fp, __u64 id)
+{
+	if (!pp || !buf || !r)
+		return 0;
+	buf->owner = id;
+	buf->wbase = 0;
+	buf->wend = 0;
+	r->flags &= ~(REC_F_PY_TRUNC | REC_F_PY_BROKEN);
+	r->npy = 0;
+
+	__u32 base = r->nframes;
+	if (base > MAX_FRAMES)
+		base = MAX_FRAMES;
+	__u32 depth = pp->depth;
+	__u64 hash = 0xcbf29ce484222325ULL;
+	__u32 n = 0;
+	for (int i = 0; i < MAX_PY_FRAMES; i++) {
+		if (!fp)
+			break;
+		if (i >= depth) {
+			r->flags |= REC_F_PY_TRUNC;
+			break;
+		}
+		__u32 idx = base + 2 * i;
+		fp = py_frame(pp, buf, r, fp, idx);
+		if (r->flags & REC_F_PY_BROKEN)
+			break;
+		hash = (hash ^ r->stack[idx & (PY_SLOTS - 1)]) * 0x100000001b3ULL;
+		n = i + 1;
+	}
+	r->npy = n;
+	return n ? hash : 0;
+}
+
+/*
  * walk_python appends the calling thread's Python frames after the native
  * ones (see the contract header) when the process runs a CPython user
  * space has described. One read serves the frames that lie in the
  * PY_WINDOW bytes below the one it was made for, in its page; the chain
  * ends at a NULL previous, a failed read (REC_F_PY_BROKEN) or the
- * depth limit (REC_F_PY_TRUNC). Returns a hash of the code objects, 0 when
- * no Python frame was recorded.
+ * depth limit (REC_F_PY_TRUNC). A walk whose buffer another thread used
+ * meanwhile (struct py_buf) is done again, once; twice, its frames are
+ * dropped and the chain marked broken. Returns a hash of the code objects,
+ * 0 when no Python frame was recorded.
  */
 __attribute__((noinline)) __u64 walk_python(struct record *r, __u64 id)
 {
@@ -253,30 +303,15 @@ __attribute__((noinline)) __u64 walk_python(struct record *r, __u64 id)
 	if (pp->cframe_current >= 0)
 		fp = py_read(fp + pp->cframe_current);
 
-	__u32 base = r->nframes;
-	if (base > MAX_FRAMES)
-		base = MAX_FRAMES;
-	__u32 depth = pp->depth;
-	__u64 hash = 0xcbf29ce484222325ULL;
-	__u32 n = 0;
-	buf->wbase = 0;
-	buf->wend = 0;
-	for (int i = 0; i < MAX_PY_FRAMES; i++) {
-		if (!fp)
-			break;
-		if (i >= depth) {
-			r->flags |= REC_F_PY_TRUNC;
-			break;
-		}
-		__u32 idx = base + 2 * i;
-		fp = py_frame(pp, buf, r, fp, idx);
-		if (r->flags & REC_F_PY_BROKEN)
-			break;
-		hash = (hash ^ r->stack[idx & (PY_SLOTS - 1)]) * 0x100000001b3ULL;
-		n = i + 1;
-	}
-	r->npy = n;
-	return n ? hash : 0;
+	__u64 hash = py_walk(pp, buf, r, fp, id);
+	if (*(volatile __u64 *)&buf->owner == id)
+		return hash;
+	hash = py_walk(pp, buf, r, fp, id);
+	if (*(volatile __u64 *)&buf->owner == id)
+		return hash;
+	r->npy = 0;
+	r->flags |= REC_F_PY_BROKEN;
+	return 0;
 }
 
 struct {

@@ -70,9 +70,13 @@ func TestAttachPythonSites(t *testing.T) {
 	// attach: to the trainer once it has loaded the runtime and runs.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	trainer := exec.CommandContext(ctx, python, script, "3")
+	// Its 3 seconds count from when the attach is live, however long
+	// attaching takes on a loaded host.
+	trainer := exec.CommandContext(ctx, python, script, "3", "go")
 	trainer.Env = append(os.Environ(), lib)
 	out, err := trainer.StdoutPipe()
+	require.NoError(t, err)
+	in, err := trainer.StdinPipe()
 	require.NoError(t, err)
 	require.NoError(t, trainer.Start())
 	t.Cleanup(func() { _ = trainer.Process.Kill(); _ = trainer.Wait() })
@@ -80,6 +84,8 @@ func TestAttachPythonSites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
 	a := startAttach(t, trainer.Process.Pid)
+	_, err = in.Write([]byte("go\n"))
+	require.NoError(t, err)
 	require.Equal(t, 0, a.wait(t, 30*time.Second), "stderr:\n%s", a.stderr.String())
 	attached := pythonSites(t, filepath.Join(a.dir, "profile.pb.gz"))
 

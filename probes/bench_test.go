@@ -332,9 +332,11 @@ func BenchmarkOverhead(b *testing.B) {
 // framework's device guard does (bench_pairs with BENCH_GUARD=1), so a
 // pair is cudaSetDevice, cudaMalloc, cudaSetDevice, cudaFree, each
 // cudaSetDevice calling cuCtxSetCurrent in the driver. Only the first
-// cudaSetDevice (of the warm-up) changes the thread's device. The bare
-// probe counts at the same points (cudaSetDevice and cuCtxSetCurrent too).
-// Use -benchtime 20000x.
+// cudaSetDevice (of the warm-up) changes the thread's device and context:
+// it is the only one recorded, with its cuCtxSetCurrent, and
+// cuCtxSetCurrent has no return probe. The bare probe counts at the same
+// points (cudaSetDevice and cuCtxSetCurrent's entry too). Use -benchtime
+// 20000x.
 func BenchmarkGuardOverhead(b *testing.B) {
 	probetest.RequirePrivilege(b)
 	if b.N < 1000 {
@@ -343,21 +345,22 @@ func BenchmarkGuardOverhead(b *testing.B) {
 	atRets, _ := barePoints(b, []event.API{event.APICudaSetDevice, event.APICudaMalloc, event.APICudaFree},
 		[]event.API{event.APICuCtxSetCurrent, event.APICuMemAlloc, event.APICuMemFree})
 	// Probed calls a pair makes: cudaMalloc, cudaFree and the driver call
-	// nested in each, and two cudaSetDevice with their cuCtxSetCurrent.
-	const calls = 8
+	// nested in each, and two cudaSetDevice with their cuCtxSetCurrent,
+	// which alone returns unprobed.
+	const calls, returns = 8, 6
 	measure(b, workload{
 		name:       "cudaSetDevice+cudaMalloc+cudaSetDevice+cudaFree (a device guard)",
 		argv:       []string{probetest.Bin(b, "bench_pairs")},
 		env:        []string{"BENCH_GUARD=1"},
 		attachBare: atRets,
 		calls:      calls,
-		// Every call: the allocation and the free (runtime and nested
-		// driver), and both set-device calls of the guard, each with
-		// its nested cuCtxSetCurrent.
-		events: func(pairs int) uint64 { return uint64(calls * pairs) },
+		// The allocation and the free (runtime and nested driver), and
+		// once, the cudaSetDevice that made device 0 current (the
+		// thread's device was unknown) with its cuCtxSetCurrent.
+		events: func(pairs int) uint64 { return uint64(4*pairs) + 2 },
 		hits: []hit{
 			{name: "entry", min: func(pairs int) uint64 { return uint64(calls * pairs) }},
-			{name: "return", min: func(pairs int) uint64 { return uint64(calls * pairs) }},
+			{name: "return", min: func(pairs int) uint64 { return uint64(returns * pairs) }},
 		},
 	})
 }
@@ -399,7 +402,8 @@ func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B
 
 // barePoints is barePairs for the runtime functions rt (libcudart) and the
 // driver functions drv (libcuda): their entries, and the return
-// instructions vramprof probes them at.
+// instructions vramprof probes them at (none for a function it probes at
+// its entry only).
 func barePoints(b *testing.B, rt, drv []event.API) (atReturns, uret func(b *testing.B) func(*testing.B, int) hitCosts) {
 	type points struct{ entries, returns []uint64 }
 	pointsIn := func(lib string, apis ...event.API) points {
@@ -410,6 +414,9 @@ func barePoints(b *testing.B, rt, drv []event.API) (atReturns, uret func(b *test
 		for _, t := range pf.Targets {
 			if slices.Contains(apis, t.Spec.API) {
 				p.entries = append(p.entries, t.Offset)
+				if t.Spec.AtEntry {
+					continue // vramprof probes its entry only
+				}
 				for _, r := range t.Call.Returns {
 					p.returns = append(p.returns, r.Offset)
 				}

@@ -114,7 +114,7 @@ static __always_inline __u32 unwind(struct thread_calls *tc, __u64 id, __u64 sp,
  * undone by that call's failed return (send_return). The record is an
  * entry's: its time is the entry's, its return code 0, its duration 0.
  * depth: the thread's calls in flight (nested when not 0); th: its threads
- * entry at depth 0.
+ * entry at depth 0, whose since the caller clears after.
  */
 static __always_inline void ctx_set(struct thread_calls *tc, struct thread *th, __u64 id, __u64 cx, __u32 depth,
 				    __u64 cookie)
@@ -143,8 +143,6 @@ static __always_inline void ctx_set(struct thread_calls *tc, struct thread *th, 
 	if (depth > 0)
 		r->flags = REC_F_NESTED;
 	bpf_ringbuf_submit(r, wakeup_flag());
-	if (th && depth == 0)
-		th->since = 0;
 }
 
 /*
@@ -189,6 +187,10 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	if ((cookie >> 32) & CALL_F_AT_ENTRY) {
 		ctx_set(tc, th, id, PT_REGS_PARM1(ctx), depth, cookie);
+		/* Outermost: nothing is in flight now (calls the unwind
+		 * dropped send nothing). */
+		if (th && depth == 0 && th->since)
+			th->since = 0;
 		return 0;
 	}
 	struct call *c = slot_of(tc, depth);

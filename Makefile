@@ -104,6 +104,8 @@ bench: build
 	# The reader's CPU per event (ring buffer sample to trace record), against its 300 ns budget; no BPF.
 	$(GO) test -run '^$$' -bench '^BenchmarkReader$$' -benchtime 2000000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench '^BenchmarkOverhead$$' -benchtime 20000x -count 1 ./probes/
+	# Context calls around every allocation and free (a device guard): probe hits and records per pair.
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench GuardOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench ThreadsOverhead -benchtime 2000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PythonOverhead -benchtime 20000x -count 1 ./probes/
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench PoolOverhead -benchtime 100000x -count 1 ./probes/

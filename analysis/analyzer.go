@@ -794,9 +794,12 @@ func (a *Analyzer) segment(e *event.Event) {
 			a.widenRange(e.PID, e.Device, e.Addr, e.Size)
 		}
 	}
-	switch e.Kind.DeviceRule() {
-	case event.DeviceNone, event.DeviceHandle:
+	switch rule := e.Kind.DeviceRule(); {
+	case rule == event.DeviceNone, rule == event.DeviceHandle:
 		// No device, or one that cuMemCreate's event listed already.
+	case e.Kind == event.KindSetDevice && e.Ret != 0:
+		// A failed choice names a device that may not exist
+		// (cudaSetDevice(7) on four devices): nothing was on it.
 	default:
 		if !a.seenLast.device || a.lastDevice != e.Device {
 			a.seenDevices[e.Device] = true

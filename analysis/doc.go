@@ -114,7 +114,8 @@
 //
 // Set-device events are informational (Run.DeviceSwitches). Every device
 // index a segment-layer event carried is listed in Devices, "unknown" (-1)
-// included, with zeros when nothing was allocated there; but for pinned
+// included, with zeros when nothing was allocated there; but for a failed
+// set-device call's (the device may not exist), for pinned
 // host memory and reserved address space, which are on no device, and for
 // cuMemMap, cuMemUnmap and cuMemRelease, which are on their handle's (the
 // event's Kind.DeviceRule says which).

@@ -111,7 +111,8 @@ type Run struct {
 	// (event.FlagNested): they are in the Books only.
 	NestedEvents uint64
 	// DeviceSwitches counts the set-device events (cudaSetDevice,
-	// cuCtxSetCurrent): informational.
+	// cuCtxSetCurrent): informational. The probes send one only for a
+	// call that changed its thread's device or context, or failed.
 	DeviceSwitches uint64
 	// DevicesInferred counts allocations whose device was unknown (the
 	// thread chose it before tracing began) and was inferred from the

@@ -279,6 +279,21 @@ func TestFreeUsesTheAllocationsDevice(t *testing.T) {
 	assert.Equal(t, []ProcessDevice{{Index: 1, PeakBytes: MiB, PeakTime: 2}}, process(t, r, 100).Devices)
 }
 
+func TestFailedSetDeviceNamesNoDevice(t *testing.T) {
+	// Thread 5 sets device 1 and allocates 1 MiB there; its
+	// cudaSetDevice(7) fails (cudaErrorInvalidDevice, 101: there is no
+	// device 7). Device 1 alone is listed; both choices count as switches.
+	s := eventtest.NewStream().Stack(1, "f", 1)
+	s.Ev(event.Event{Time: 1, TID: 5, Device: 1, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
+	a := cudaMalloc(2, 0xa, MiB, 0)
+	a.TID, a.Device = 5, 1
+	s.Ev(a)
+	s.Ev(event.Event{Time: 3, TID: 5, Device: 7, Ret: 101, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
+	r := mustAnalyze(t, Options{}, s.Recs)
+	assert.Equal(t, []Device{{Index: 1, PeakBytes: MiB, PeakTime: 2, LiveBytesAtEnd: MiB}}, noPeakStacks(r.Devices))
+	assert.Equal(t, uint64(2), r.Run.DeviceSwitches)
+}
+
 func TestTwoProcesses(t *testing.T) {
 	// pid 100 forks 101. Both allocate at the same address 0xa: separate
 	// address spaces. pid 100: 1 MiB device, 2 MiB host. pid 101: 4 MiB

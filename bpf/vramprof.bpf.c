@@ -57,6 +57,11 @@
  * made inside a runtime call (cudaMalloc -> cuMemAlloc_v2) is flagged
  * REC_F_NESTED and counted once. Entry and return pair by rsp (calls.h),
  * so a call an exception unwound through is dropped, not left in flight.
+ * The exception: a function attached with CALL_F_AT_ENTRY (cuCtxSetCurrent)
+ * gets call_enter only, which does its work there, takes no slot and sends
+ * a record only when the call changes the thread's context or device
+ * (calls.h, ctx_set); a cudaSetDevice that changes neither is not sent
+ * either (its failures are).
  *
  * Maps:
  *   events   ring buffer, sized from Go (default 16 MiB). Records go without
@@ -84,7 +89,7 @@
  *            a call that entered before the smallest since, or before it
  *            began reading (probes/reorder.go: the effect-order watermark).
  *   calls    task local storage -> thread_calls: a traced thread's nesting
- *            depth, current device, and a slot per depth {rsp and return
+ *            depth, current device and context, and a slot per depth {rsp and return
  *            address at entry, record} for a call between its entry and its
  *            return, kept between calls (kind REC_IDLE when idle) so the hot
  *            path neither inserts nor deletes. Created at the thread's first

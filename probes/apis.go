@@ -35,16 +35,31 @@ type probeSpec struct {
 	Kind   event.Kind
 	Shape  shape
 	Prog   progKind
+	// AtEntry, for progCall: call_enter only, no call_return at the
+	// function's return instructions (CALL_F_AT_ENTRY): its work is done
+	// at its entry, and its result is not waited for.
+	AtEntry bool
 }
 
 // cookie is the attach cookie call_enter reads (see the BPF contract
-// header): API in bits 0-15, kind in 16-23, shape in 24-31.
+// header): API in bits 0-15, kind in 16-23, shape in 24-31, CALL_F_* from
+// bit 32 (CALL_F_AT_ENTRY here; CALL_F_TAILS is the attacher's).
 func (p probeSpec) cookie() uint64 {
-	return uint64(p.API) | uint64(p.Kind)<<16 | uint64(p.Shape)<<24
+	c := uint64(p.API) | uint64(p.Kind)<<16 | uint64(p.Shape)<<24
+	if p.AtEntry {
+		c |= uint64(bpfCallFlagsCALL_F_AT_ENTRY) << 32
+	}
+	return c
 }
 
 func call(sym string, api event.API, kind event.Kind, sh bpfShape) probeSpec {
 	return probeSpec{Symbol: sym, API: api, Kind: kind, Shape: shape(sh), Prog: progCall}
+}
+
+// atEntry is p probed at its entry only (probeSpec.AtEntry).
+func atEntry(p probeSpec) probeSpec {
+	p.AtEntry = true
+	return p
 }
 
 // cudaProbes are the CUDA runtime (libcudart) and driver (libcuda) functions
@@ -89,7 +104,10 @@ var cudaProbes = []probeSpec{
 	call("cuMemRelease", event.APICuMemRelease, event.KindRelease, bpfShapeSHAPE_PTR),
 	call("cuMemMap", event.APICuMemMap, event.KindMap, bpfShapeSHAPE_MAP),
 	call("cuMemUnmap", event.APICuMemUnmap, event.KindUnmap, bpfShapeSHAPE_PTR_SIZE),
-	call("cuCtxSetCurrent", event.APICuCtxSetCurrent, event.KindSetDevice, bpfShapeSHAPE_CTX_SET),
+	// At its entry only: a runtime may make its context current around
+	// every call, and a return probe would double what that costs (see
+	// ctx_set in bpf/vramprof/calls.h for what a failure does).
+	atEntry(call("cuCtxSetCurrent", event.APICuCtxSetCurrent, event.KindSetDevice, bpfShapeSHAPE_CTX_SET)),
 	// Contexts to devices, for cuCtxSetCurrent: learned, never sent. The
 	// kind only has to differ from idle.
 	call("cuDevicePrimaryCtxRetain", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_RETAIN),

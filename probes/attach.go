@@ -191,6 +191,8 @@ func (a *attacher) widen() error {
 // else as single uprobes. Returns first, as for allocator specs: a return
 // without its entry is counted as unpaired, an entry whose return is not
 // probed yet would stay in flight. Never a uretprobe (see returns.go).
+// Functions probed at their entry only (probeSpec.AtEntry) add no
+// returns; a file with nothing else is probed with single uprobes.
 func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []target) ([]link.Link, error) {
 	var offsets, cookies []uint64
 	retCookie := make(map[uint64]uint64)
@@ -204,6 +206,9 @@ func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []targ
 		}
 		offsets = append(offsets, t.Offset)
 		cookies = append(cookies, cookie)
+		if t.Spec.AtEntry {
+			continue
+		}
 		for _, r := range t.Call.Returns {
 			c := retCookie[r.Offset]
 			if r.Own {
@@ -220,7 +225,7 @@ func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []targ
 	for _, off := range rets {
 		retCookies = append(retCookies, retCookie[off])
 	}
-	if !a.noMulti {
+	if !a.noMulti && len(rets) > 0 {
 		ret, err := ex.UprobeMulti(nil, a.objs.CallReturnMulti, &link.UprobeMultiOptions{Addresses: rets, Cookies: retCookies, PID: uint32(a.pid)})
 		if err == nil {
 			enter, err := ex.UprobeMulti(nil, a.objs.CallEnterMulti, &link.UprobeMultiOptions{Addresses: offsets, Cookies: cookies, PID: uint32(a.pid)})

@@ -145,6 +145,7 @@ func measure(b *testing.B, w workload) {
 	perHit := map[string][]float64{} // name -> ns per hit, a round each
 	bareHit := map[string][]float64{}
 	hitsPerPair := map[string][]float64{}
+	var hitsAll, records []float64 // per pair: every program of w.hits; the session's events
 	argv := append(slices.Clone(w.argv), n)
 	env := append(os.Environ(), w.env...)
 	runPlain := func() float64 {
@@ -204,13 +205,19 @@ func measure(b *testing.B, w workload) {
 			// The Python frames were read: what is being priced.
 			require.Positive(b, pyStacks, "stacks with Python frames")
 		}
+		records = append(records, float64(s.Stats().Events.Load())/float64(b.N+100))
 		vc := vramprofCosts(b, s)
+		var all uint64
 		for _, h := range w.hits {
+			all += vc[h.name].RunCount
 			st := vc[h.name]
 			// Every probe fired: a hit per probed call at least.
 			require.GreaterOrEqual(b, st.RunCount, h.min(b.N+100), "%s hits", h.name)
 			perHit[h.name] = append(perHit[h.name], nsPerHit(st))
 			hitsPerPair[h.name] = append(hitsPerPair[h.name], float64(st.RunCount)/float64(b.N+100))
+		}
+		if len(w.hits) > 0 {
+			hitsAll = append(hitsAll, float64(all)/float64(b.N+100))
 		}
 		require.NoError(b, s.Close())
 	}
@@ -250,6 +257,18 @@ func measure(b *testing.B, w workload) {
 				"during the run, and their filtered hits are in the mean)\n", hp, h.name, want)
 		}
 	}
+	// What one pair costs in probe sites and records: the figures a
+	// context call that changes nothing must not add to.
+	rp := med(records)
+	b.ReportMetric(rp, "records/pair")
+	if len(hitsAll) > 0 {
+		hp := med(hitsAll)
+		b.ReportMetric(hp, "hits/pair")
+		fmt.Printf("  per pair: %.2f probe hits (%s; kernel BPF run counts over the run's pairs and warm-up), "+
+			"%.2f records (the session's events)\n", hp, hitNames(w.hits), rp)
+	} else {
+		fmt.Printf("  per pair: %.2f records (the session's events)\n", rp)
+	}
 	if len(uret) > 0 {
 		// The bare probe both ways: the entries are the same uprobes, so
 		// what differs is the returns. Per call: (probed - unprobed) over
@@ -265,6 +284,15 @@ func measure(b *testing.B, w workload) {
 			"  per probed call (entry + return, %d calls a pair): return instructions %.0f ns, uretprobe %.0f ns: %.2fx\n",
 			r, r/u, w.calls, perRet, perUret, perRet/perUret)
 	}
+}
+
+// hitNames lists hits' names, joined by " + ".
+func hitNames(hits []hit) string {
+	var names []string
+	for _, h := range hits {
+		names = append(names, h.name)
+	}
+	return strings.Join(names, " + ")
 }
 
 // callHits are a cudaMalloc+cudaFree pair's hot programs: an entry and a
@@ -296,6 +324,44 @@ func BenchmarkOverhead(b *testing.B) {
 		events: func(pairs int) uint64 { return uint64(4 * pairs) },
 		target: "; target <= 1.3x bare",
 		hits:   callHits,
+	})
+}
+
+// BenchmarkGuardOverhead prices context calls: the same pairs as
+// BenchmarkOverhead, each call preceded by cudaSetDevice(0) as a
+// framework's device guard does (bench_pairs with BENCH_GUARD=1), so a
+// pair is cudaSetDevice, cudaMalloc, cudaSetDevice, cudaFree, each
+// cudaSetDevice calling cuCtxSetCurrent in the driver. Only the first
+// cudaSetDevice (of the warm-up) changes the thread's device and context:
+// it is the only one recorded, with its cuCtxSetCurrent, and
+// cuCtxSetCurrent has no return probe. The bare probe counts at the same
+// points (cudaSetDevice and cuCtxSetCurrent's entry too). Use -benchtime
+// 20000x.
+func BenchmarkGuardOverhead(b *testing.B) {
+	probetest.RequirePrivilege(b)
+	if b.N < 1000 {
+		return // sizing call; see BenchmarkOverhead
+	}
+	atRets, _ := barePoints(b, []event.API{event.APICudaSetDevice, event.APICudaMalloc, event.APICudaFree},
+		[]event.API{event.APICuCtxSetCurrent, event.APICuMemAlloc, event.APICuMemFree})
+	// Probed calls a pair makes: cudaMalloc, cudaFree and the driver call
+	// nested in each, and two cudaSetDevice with their cuCtxSetCurrent,
+	// which alone returns unprobed.
+	const calls, returns = 8, 6
+	measure(b, workload{
+		name:       "cudaSetDevice+cudaMalloc+cudaSetDevice+cudaFree (a device guard)",
+		argv:       []string{probetest.Bin(b, "bench_pairs")},
+		env:        []string{"BENCH_GUARD=1"},
+		attachBare: atRets,
+		calls:      calls,
+		// The allocation and the free (runtime and nested driver), and
+		// once, the cudaSetDevice that made device 0 current (the
+		// thread's device was unknown) with its cuCtxSetCurrent.
+		events: func(pairs int) uint64 { return uint64(4*pairs) + 2 },
+		hits: []hit{
+			{name: "entry", min: func(pairs int) uint64 { return uint64(calls * pairs) }},
+			{name: "return", min: func(pairs int) uint64 { return uint64(returns * pairs) }},
+		},
 	})
 }
 
@@ -331,6 +397,14 @@ func BenchmarkThreadsOverhead(b *testing.B) {
 // return instructions; so does the bare probe (atReturns), and uret is the
 // same with a uretprobe at each function instead, as vramprof did before.
 func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B, int) hitCosts) {
+	return barePoints(b, []event.API{event.APICudaMalloc, event.APICudaFree}, []event.API{event.APICuMemAlloc, event.APICuMemFree})
+}
+
+// barePoints is barePairs for the runtime functions rt (libcudart) and the
+// driver functions drv (libcuda): their entries, and the return
+// instructions vramprof probes them at (none for a function it probes at
+// its entry only).
+func barePoints(b *testing.B, rt, drv []event.API) (atReturns, uret func(b *testing.B) func(*testing.B, int) hitCosts) {
 	type points struct{ entries, returns []uint64 }
 	pointsIn := func(lib string, apis ...event.API) points {
 		pf, err := scanFile(candidate{Path: lib, OpenPath: lib}, cudaProbes, false, nil)
@@ -340,6 +414,9 @@ func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B
 		for _, t := range pf.Targets {
 			if slices.Contains(apis, t.Spec.API) {
 				p.entries = append(p.entries, t.Offset)
+				if t.Spec.AtEntry {
+					continue // vramprof probes its entry only
+				}
 				for _, r := range t.Call.Returns {
 					p.returns = append(p.returns, r.Offset)
 				}
@@ -349,8 +426,8 @@ func barePairs(b *testing.B) (atReturns, uret func(b *testing.B) func(*testing.B
 		return p
 	}
 	cudart, cuda := probetest.Lib(b, "libcudart.so.12"), probetest.Lib(b, "libcuda.so.1")
-	cudartAt := pointsIn(cudart, event.APICudaMalloc, event.APICudaFree)
-	cudaAt := pointsIn(cuda, event.APICuMemAlloc, event.APICuMemFree)
+	cudartAt := pointsIn(cudart, rt...)
+	cudaAt := pointsIn(cuda, drv...)
 	checks := func(p1, p2 *bare.Probe) func(*testing.B, int) hitCosts {
 		return func(b *testing.B, pairs int) hitCosts {
 			costs := hitCosts{}

@@ -30,7 +30,8 @@ type bpfCallContract struct {
 type bpfCallFlags uint32
 
 const (
-	bpfCallFlagsCALL_F_TAILS bpfCallFlags = 1
+	bpfCallFlagsCALL_F_TAILS    bpfCallFlags = 1
+	bpfCallFlagsCALL_F_AT_ENTRY bpfCallFlags = 2
 )
 
 type bpfContract struct {
@@ -260,6 +261,7 @@ type bpfThreadCalls struct {
 	Device int32
 	Ready  uint32
 	Pad    uint32
+	Ctx    uint64
 	C      [4]struct {
 		_     structs.HostLayout
 		Sp    uint64

@@ -553,7 +553,8 @@ type JSONRun struct {
 	// NestedEvents counts the calls made inside another traced call: in
 	// the books only.
 	NestedEvents uint64 `json:"nested_events"`
-	// DeviceSwitches counts cudaSetDevice/cuCtxSetCurrent calls.
+	// DeviceSwitches counts cudaSetDevice/cuCtxSetCurrent calls that
+	// changed their thread's device or context, or failed.
 	DeviceSwitches uint64 `json:"device_switches"`
 	// DevicesInferred counts allocations whose unknown device was inferred
 	// from the address ranges of the process's known devices.

@@ -100,6 +100,52 @@ static __always_inline __u32 unwind(struct thread_calls *tc, __u64 id, __u64 sp,
 }
 
 /*
+ * ctx_set: cuCtxSetCurrent(ctx), at its entry only (CALL_F_AT_ENTRY): the
+ * thread's current context becomes ctx, and its device the one ctx was
+ * learned to belong to (contexts: cuDevicePrimaryCtxRetain and
+ * cuCtxCreate_v2 of this process), -1 for a context not learned (NULL, or
+ * made before tracing began). A record goes out only when that changes the
+ * thread's context or device: a runtime that makes its context current
+ * around every call makes records of no use to anyone. No return probe: the
+ * call's result is not waited for. It fails only for a context the driver
+ * does not know (a destroyed one, a bad handle, before cuInit): one that
+ * was never learned here gives device -1 (unknown, which the analysis
+ * infers from the address ranges), and one nested in a cudaSetDevice is
+ * undone by that call's failed return (send_return). The record is an
+ * entry's: its time is the entry's, its return code 0, its duration 0.
+ * depth: the thread's calls in flight (nested when not 0); th: its threads
+ * entry at depth 0, whose since the caller clears after.
+ */
+static __always_inline void ctx_set(struct thread_calls *tc, struct thread *th, __u64 id, __u64 cx, __u32 depth,
+				    __u64 cookie)
+{
+	struct ctx_key k = {.ctx = cx, .tgid = id >> 32};
+	__s32 *d = bpf_map_lookup_elem(&contexts, &k);
+	__s32 dev = d ? *d : -1;
+	if (cx == tc->ctx && dev == tc->device)
+		return;
+	tc->ctx = cx;
+	tc->device = dev;
+	struct record *r = bpf_ringbuf_reserve(&events, RECORD_HEADER_SIZE, 0);
+	if (!r) {
+		__sync_fetch_and_add(&lost, 1);
+		return;
+	}
+	/* The effect-order watermark (threads in the contract header): at
+	 * depth 0 the thread is in flight from before the record's time is
+	 * read until the record is in the ring. */
+	if (th && depth == 0)
+		th->since = bpf_ktime_get_ns();
+	fill_common(r, id, (__u8)(cookie >> 16));
+	r->api = (__u16)cookie;
+	r->shape = (__u8)(cookie >> 24);
+	r->device = dev;
+	if (depth > 0)
+		r->flags = REC_F_NESTED;
+	bpf_ringbuf_submit(r, wakeup_flag());
+}
+
+/*
  * call_enter: entry of every traced function. Records the arguments the
  * cookie's shape names into the thread's slot at its depth, and the user
  * stack for the outermost call that gets or releases memory (nested calls
@@ -138,10 +184,18 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 			return 0;
 	}
 
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	if ((cookie >> 32) & CALL_F_AT_ENTRY) {
+		ctx_set(tc, th, id, PT_REGS_PARM1(ctx), depth, cookie);
+		/* Outermost: nothing is in flight now (calls the unwind
+		 * dropped send nothing). */
+		if (th && depth == 0 && th->since)
+			th->since = 0;
+		return 0;
+	}
 	struct call *c = slot_of(tc, depth);
 	tc->depth = depth + 1;
 	struct record *r = &c->r;
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	c->sp = sp;
 	c->ra = 0;
 	stack_read(sw, id, sp, &c->ra, 1);
@@ -217,7 +271,12 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 		r->stream = PT_REGS_PARM4(ctx);
 		break;
 	case SHAPE_SET_DEVICE:
+		/* The thread's context and device before the call, for its
+		 * return: a cuCtxSetCurrent nested in it changes them at its
+		 * entry. */
 		r->device = (__s32)a1;
+		r->stream = tc->ctx;
+		r->size = (__u32)tc->device;
 		break;
 	case SHAPE_CTX_RETAIN:
 		r->addr = a1;
@@ -226,9 +285,6 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 	case SHAPE_CTX_CREATE:
 		r->addr = a1;
 		r->device = (__s32)PT_REGS_PARM3(ctx);
-		break;
-	case SHAPE_CTX_SET:
-		r->addr = a1;
 		break;
 	}
 
@@ -322,10 +378,27 @@ static __always_inline void send_return(struct pt_regs *ctx, struct thread_calls
 		r->size = (ok ? pp[1] : width) * r->size;
 		break;
 	}
-	case SHAPE_SET_DEVICE:
-		if (ok)
-			tc->device = r->device;
+	case SHAPE_SET_DEVICE: {
+		__u64 was_ctx = r->stream;
+		__s32 was = (__s32)r->size;
+		r->stream = 0;
+		r->size = 0;
+		if (!ok) {
+			/* The thread keeps what it had, whatever a nested
+			 * cuCtxSetCurrent said at its entry; the failure is sent. */
+			tc->ctx = was_ctx;
+			tc->device = was;
+			break;
+		}
+		tc->device = r->device;
+		if (r->device == was) {
+			/* Changes nothing: nothing to send (a device guard's
+			 * cudaSetDevice around every allocation). */
+			r->kind = REC_IDLE;
+			return;
+		}
 		break;
+	}
 	case SHAPE_CTX_RETAIN:
 	case SHAPE_CTX_CREATE: {
 		/* Learn which device a context belongs to; nothing to send. */
@@ -336,15 +409,6 @@ static __always_inline void send_return(struct pt_regs *ctx, struct thread_calls
 		}
 		r->kind = REC_IDLE;
 		return;
-	}
-	case SHAPE_CTX_SET: {
-		struct ctx_key k = {.ctx = r->addr, .tgid = id >> 32};
-		__s32 *dev = bpf_map_lookup_elem(&contexts, &k);
-		r->device = dev ? *dev : -1;
-		r->addr = 0;
-		if (ok)
-			tc->device = r->device;
-		break;
 	}
 	}
 

@@ -104,6 +104,10 @@ enum call_flags {
 	/* The function tail-calls another traced function: that one's entry,
 	 * at the same rsp, is nested in it. */
 	CALL_F_TAILS = 1 << 0,
+	/* Entry only: no call_return at the function's return instructions.
+	 * call_enter does its work there and then, and the call takes no slot
+	 * (cuCtxSetCurrent: calls.h, ctx_set). */
+	CALL_F_AT_ENTRY = 1 << 1,
 };
 
 /* Attach cookie of call_return. */
@@ -132,6 +136,7 @@ struct thread_calls {
 	__s32 device; /* current device, -1 until seen */
 	__u32 ready;  /* 1 once device is set up (storage is created zeroed) */
 	__u32 pad;
+	__u64 ctx; /* the CUcontext its last cuCtxSetCurrent made current; 0: none seen */
 	struct call c[MAX_DEPTH];
 };
 static __always_inline void fill_common(struct record *r, __u64 id, __u8 kind)

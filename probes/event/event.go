@@ -35,7 +35,9 @@ const (
 	KindMap
 	KindUnmap
 	// KindSetDevice is a thread choosing its current device (cudaSetDevice,
-	// cuCtxSetCurrent): Device is the device chosen.
+	// cuCtxSetCurrent): Device is the device chosen. The probes send one
+	// when the call changed the thread's device or context, or failed; a
+	// cuCtxSetCurrent's is taken at its entry (Duration 0, Ret 0).
 	KindSetDevice
 	// KindOOMReport is a caching allocator's own report of a request it
 	// could not serve, made just before it raises out-of-memory (block

@@ -47,6 +47,9 @@ type Call struct {
 	Ret     int32  `json:"ret"`
 	TimeNs  uint64 `json:"t_ns"`
 	Outcome string `json:"outcome"`
+	// Device is the call's device: for an allocation the one it is on,
+	// for a set-device call the one it asked for.
+	Device int32 `json:"device"`
 }
 
 // Truth is what a scenario wrote about itself.

@@ -9,6 +9,13 @@
  * their warm-up, released together), and ns_per_pair is the wall time from
  * their release to the last one's end, over N: what a round of T pairs
  * costs when every thread calls at full rate.
+ *
+ * With $BENCH_GUARD = 1, each call of a pair is preceded by cudaSetDevice(0),
+ * as a framework's device guard makes the call's device current around
+ * every allocation and free: a pair is then cudaSetDevice, cudaMalloc,
+ * cudaSetDevice, cudaFree, and each cudaSetDevice calls cuCtxSetCurrent in
+ * the driver (the first also cuDevicePrimaryCtxRetain). Only the first
+ * changes the thread's device.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -27,10 +34,16 @@ static double now_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static int guard; /* $BENCH_GUARD */
+
 NOINLINE static int pair(void)
 {
 	void *p = NULL;
+	if (guard && cudaSetDevice(0) != cudaSuccess)
+		return 1;
 	if (cudaMalloc(&p, 1 << 20) != cudaSuccess)
+		return 1;
+	if (guard && cudaSetDevice(0) != cudaSuccess)
 		return 1;
 	return cudaFree(p) != cudaSuccess;
 }
@@ -82,6 +95,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench_pairs N (N > 0)\n");
 		return 2;
 	}
+	const char *g = getenv("BENCH_GUARD");
+	guard = g && atoi(g) == 1;
 	const char *threads = getenv("BENCH_THREADS");
 	int t = threads ? atoi(threads) : 1;
 	if (t < 1 || t > MAX_THREADS) {

@@ -1,0 +1,107 @@
+//go:build linux
+
+package probes
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vramprof/vramprof/probes/event"
+)
+
+// TestSetDeviceRecords runs ctx_guard: a device guard's cudaSetDevice
+// before every cudaMalloc and cudaFree on two devices in turn, a switch to
+// a third device's context with the driver (cuCtxSetCurrent, twice), a
+// failed cudaSetDevice, and a guarded pair on a fourth device. Only the
+// set-device calls that change the thread's device or context, and the
+// failed ones, are recorded; every allocation and free still carries the
+// device the program says it was on.
+func TestSetDeviceRecords(t *testing.T) {
+	sink, truth, code := runScenario(t, "ctx_guard")
+	require.Zero(t, code, "exit code")
+	assert.Zero(t, sink.lost, "lost events")
+
+	// The truth lists every set-device call the program made, in order:
+	// cudaSetDevice (whose success in the fake runtime makes the device's
+	// primary context current with a nested cuCtxSetCurrent) and the
+	// driver's own cuCtxSetCurrent. One that fails is recorded, with the
+	// device it asked for; one that makes current the device the thread is
+	// on already changes nothing and is not recorded; a cudaSetDevice that
+	// changes it is two records, its own and its nested cuCtxSetCurrent's.
+	setKey := func(api string, device, ret int32, nested bool) string {
+		return fmt.Sprintf("%s device=%d ret=%d nested=%v", api, device, ret, nested)
+	}
+	want := map[string]int{}
+	calls, changes := 0, 0
+	cur := event.DeviceUnknown
+	for _, c := range truth.Calls {
+		if c.API != "cudaSetDevice" && c.API != "cuCtxSetCurrent" {
+			continue
+		}
+		calls++
+		switch {
+		case c.Outcome != "ok":
+			want[setKey(c.API, c.Device, c.Ret, false)]++
+		case c.Device != cur:
+			cur = c.Device
+			changes++
+			want[setKey(c.API, c.Device, 0, false)]++
+			if c.API == "cudaSetDevice" {
+				want[setKey("cuCtxSetCurrent", c.Device, 0, true)]++
+			}
+		}
+	}
+	// ctx_guard.c's arithmetic: 24 guarded calls in the rounds, 2 driver
+	// switches, 1 failed and 2 guarded on device 3; the device changes at
+	// rounds 0, 4 and 8, at the first driver switch and on device 3.
+	require.Equal(t, 29, calls, "set-device calls in the truth")
+	require.Equal(t, 5, changes, "set-device calls that change the device")
+
+	got := map[string]int{}
+	records := 0
+	for _, e := range sink.events {
+		if e.Kind != event.KindSetDevice {
+			continue
+		}
+		records++
+		got[setKey(e.API.String(), e.Device, e.Ret, e.Flags&event.FlagNested != 0)]++
+	}
+	assert.Equal(t, want, got, "set-device records")
+	// 4 changes by cudaSetDevice (2 records each) less the driver's own
+	// switch (1), and the failure (1).
+	assert.Equal(t, 10, records, "set-device records")
+
+	// Every allocation and free, at the runtime and nested in the driver,
+	// on the device the program was on (addresses are reused: counted).
+	callKey := func(op string, size, ptr uint64, device int32) string {
+		return fmt.Sprintf("%s size=%d ptr=%#x device=%d", op, size, ptr, device)
+	}
+	wantCalls := map[string]int{}
+	for _, c := range truth.Calls {
+		switch c.API {
+		case "cudaMalloc":
+			wantCalls[callKey("alloc", c.Size, c.Ptr, c.Device)]++
+		case "cudaFree":
+			wantCalls[callKey("free", 0, c.Ptr, c.Device)]++
+		}
+	}
+	runtime, driver := map[string]int{}, map[string]int{}
+	for _, e := range sink.events {
+		switch e.API {
+		case event.APICudaMalloc:
+			runtime[callKey("alloc", e.Size, e.Addr, e.Device)]++
+		case event.APICudaFree:
+			runtime[callKey("free", 0, e.Addr, e.Device)]++
+		case event.APICuMemAlloc:
+			driver[callKey("alloc", e.Size, e.Addr, e.Device)]++
+		case event.APICuMemFree:
+			driver[callKey("free", 0, e.Addr, e.Device)]++
+		}
+	}
+	require.Len(t, truth.Calls, calls+15+13, "set-device calls, allocations and frees in the truth")
+	assert.Equal(t, wantCalls, runtime, "runtime allocations and frees, with their devices")
+	assert.Equal(t, wantCalls, driver, "nested driver allocations and frees, with their devices")
+}

@@ -19,6 +19,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_INVALID_VALUE = 1,
 	CUDA_ERROR_OUT_OF_MEMORY = 2,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_CONTEXT = 201,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -116,6 +117,8 @@ CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *pctx);
 CUresult cuCtxGetDevice(CUdevice *device);

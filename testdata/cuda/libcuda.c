@@ -16,7 +16,12 @@
  * tracked apart, never counted against a device.
  *
  * The current device is the device of the thread's current context
- * (cuCtxSetCurrent); with none it is device 0 (its primary context).
+ * (cuCtxSetCurrent, cuCtxCreate_v2); with none it is device 0 (its primary
+ * context). A thread has one current context, not a stack: cuCtxCreate_v2
+ * makes the new context current, and cuCtxDestroy_v2 of the calling
+ * thread's current context leaves it none. A destroyed context's handle is
+ * never reused (it stays allocated, marked dead): cuCtxSetCurrent and
+ * cuCtxDestroy_v2 refuse it with CUDA_ERROR_INVALID_CONTEXT.
  *
  * No exported function calls another exported function (each calls static
  * helpers), so a probe on one never fires inside another. One mutex; nothing
@@ -95,6 +100,7 @@ struct hostbuf {
 struct CUctx_st {
 	int dev;
 	int refs;
+	int created, dead; /* cuCtxCreate_v2's; destroyed */
 };
 
 struct CUstream_st {
@@ -125,6 +131,8 @@ static struct CUctx_st primary[NDEV];
 static struct CUmemPoolHandle_st default_pools[NDEV];
 static struct CUstream_st **streams;
 static size_t nstreams, cstreams;
+static struct CUctx_st **ctxs; /* made by cuCtxCreate_v2, dead ones too */
+static size_t nctxs, cctxs;
 
 static __thread CUcontext current;
 static struct fakecuda_counters books;
@@ -554,10 +562,69 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return r;
 }
 
+/* created_ctx reports whether ctx is a live context of cuCtxCreate_v2's;
+ * under the lock. */
+static int created_ctx(CUcontext ctx)
+{
+	for (size_t i = 0; i < nctxs; i++)
+		if (ctxs[i] == ctx)
+			return !ctx->dead;
+	return 0;
+}
+
+static int primary_ctx(CUcontext ctx)
+{
+	return ctx >= &primary[0] && ctx < &primary[NDEV];
+}
+
+API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	struct CUctx_st *c;
+
+	if (pctx == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= NDEV)
+		return CUDA_ERROR_INVALID_DEVICE;
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	c->dev = dev;
+	c->refs = 1;
+	c->created = 1;
+	lock();
+	ctxs = grow(ctxs, &cctxs, nctxs, sizeof(*ctxs));
+	ctxs[nctxs++] = c;
+	unlock();
+	current = c;
+	*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+/* Primary contexts are not destroyed here (cuDevicePrimaryCtxRelease_v2). */
+API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+
+	lock();
+	if (created_ctx(ctx)) {
+		ctx->dead = 1;
+		r = CUDA_SUCCESS;
+	}
+	unlock();
+	if (r == CUDA_SUCCESS && current == ctx)
+		current = NULL;
+	return r;
+}
+
 API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-	if (ctx != NULL && (ctx < &primary[0] || ctx >= &primary[NDEV]))
-		return CUDA_ERROR_INVALID_HANDLE;
+	int ok;
+
+	lock();
+	ok = ctx == NULL || primary_ctx(ctx) || created_ctx(ctx);
+	unlock();
+	if (!ok)
+		return CUDA_ERROR_INVALID_CONTEXT;
 	current = ctx;
 	return CUDA_SUCCESS;
 }
@@ -967,6 +1034,9 @@ API CUresult cuGetErrorString(CUresult error, const char **pStr)
 	case CUDA_ERROR_INVALID_DEVICE:
 		*pStr = "invalid device ordinal";
 		break;
+	case CUDA_ERROR_INVALID_CONTEXT:
+		*pStr = "invalid device context";
+		break;
 	case CUDA_ERROR_INVALID_HANDLE:
 		*pStr = "invalid resource handle";
 		break;
@@ -1045,6 +1115,8 @@ static const struct proc procs[] = {
 	P("cuDeviceGet", cuDeviceGet),
 	P("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain),
 	P("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2),
+	P("cuCtxCreate", cuCtxCreate_v2),
+	P("cuCtxDestroy", cuCtxDestroy_v2),
 	P("cuCtxSetCurrent", cuCtxSetCurrent),
 	P("cuCtxGetCurrent", cuCtxGetCurrent),
 	P("cuCtxGetDevice", cuCtxGetDevice),

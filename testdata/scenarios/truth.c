@@ -808,6 +808,28 @@ void truth_set_device(const char *func, const char *api, int ret, int device)
 	pthread_mutex_unlock(&mu);
 }
 
+void truth_ctx_create(const char *func, int ret, uint64_t ctx, int device)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	if (ret == 0)
+		cur_device = device;
+	add_call("cuCtxCreate_v2", func, ret == 0 ? "ok" : "failed", ret, ctx, 0, t, device, 0);
+	pthread_mutex_unlock(&mu);
+}
+
+void truth_ctx_destroy(const char *func, int ret, uint64_t ctx, int device, int was_current)
+{
+	uint64_t t = now_ns();
+
+	pthread_mutex_lock(&mu);
+	if (ret == 0 && was_current)
+		cur_device = 0;
+	add_call("cuCtxDestroy_v2", func, ret == 0 ? "ok" : "failed", ret, ctx, 0, t, device, 0);
+	pthread_mutex_unlock(&mu);
+}
+
 /* ---- the block layer ---- */
 
 static size_t bfunc_index(const char *name)

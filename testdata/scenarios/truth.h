@@ -75,6 +75,12 @@ void truth_map(const char *func, int ret, uint64_t ptr, uint64_t size, uint64_t 
 void truth_unmap(const char *func, int ret, uint64_t ptr, uint64_t size);
 /* A thread choosing its current device (cudaSetDevice, cuCtxSetCurrent). */
 void truth_set_device(const char *func, const char *api, int ret, int device);
+/* A context (handle ctx, the call's ptr) created on device (cuCtxCreate_v2:
+ * current to the calling thread once made), and one destroyed
+ * (cuCtxDestroy_v2; was_current: it was the calling thread's current
+ * context, which leaves the thread none: device 0 in the fake driver). */
+void truth_ctx_create(const char *func, int ret, uint64_t ctx, int device);
+void truth_ctx_destroy(const char *func, int ret, uint64_t ctx, int device, int was_current);
 
 /* The calling thread's current device as the program set it (0 until set). */
 int truth_current_device(void);
@@ -307,11 +313,30 @@ void truth_sleep_ms(long ms);
 		truth_set_device(__func__, "cudaSetDevice", truth_ret_, truth_dev_);    \
 		truth_ret_;                                                             \
 	})
-/* ctx must be the primary context of device dev. */
+/* ctx must be a context of device dev (primary, or cuCtxCreate_v2's). */
 #define TRUTH_CU_CTX_SET_CURRENT(ctx, dev)                                              \
 	__extension__({                                                                 \
 		CUresult truth_ret_ = cuCtxSetCurrent(ctx);                             \
 		truth_set_device(__func__, "cuCtxSetCurrent", truth_ret_, (dev));       \
+		(int)truth_ret_;                                                        \
+	})
+#define TRUTH_CU_CTX_CREATE(pctx, dev)                                                  \
+	__extension__({                                                                 \
+		int truth_dev_ = (dev);                                                 \
+		CUcontext *truth_pc_ = (pctx);                                          \
+		CUresult truth_ret_ = cuCtxCreate_v2(truth_pc_, 0, truth_dev_);         \
+		truth_ctx_create(__func__, truth_ret_,                                  \
+				 truth_ret_ == 0 ? TRUTH_U64_(*truth_pc_) : 0, truth_dev_);     \
+		(int)truth_ret_;                                                        \
+	})
+/* ctx must be a context of device dev; was_current: the calling thread's
+ * current one. */
+#define TRUTH_CU_CTX_DESTROY(ctx, dev, was_current)                                     \
+	__extension__({                                                                 \
+		CUcontext truth_c_ = (ctx);                                             \
+		CUresult truth_ret_ = cuCtxDestroy_v2(truth_c_);                        \
+		truth_ctx_destroy(__func__, truth_ret_, TRUTH_U64_(truth_c_), (dev),    \
+				  (was_current));                                       \
 		(int)truth_ret_;                                                        \
 	})
 #define TRUTH_STREAM_CREATE(pstream)                                                    \

@@ -797,9 +797,12 @@ func (a *Analyzer) segment(e *event.Event) {
 	switch rule := e.Kind.DeviceRule(); {
 	case rule == event.DeviceNone, rule == event.DeviceHandle:
 		// No device, or one that cuMemCreate's event listed already.
-	case e.Kind == event.KindSetDevice && e.Ret != 0:
+	case e.Kind == event.KindSetDevice && (e.Ret != 0 || e.Device == event.DeviceUnknown):
 		// A failed choice names a device that may not exist
-		// (cudaSetDevice(7) on four devices): nothing was on it.
+		// (cudaSetDevice(7) on four devices): nothing was on it. A
+		// choice the probes could not know (a cuCtxSetCurrent of a
+		// context not seen made, or destroyed) names none: what is
+		// allocated after it says where, from its address.
 	default:
 		if !a.seenLast.device || a.lastDevice != e.Device {
 			a.seenDevices[e.Device] = true

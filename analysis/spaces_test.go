@@ -282,16 +282,31 @@ func TestFreeUsesTheAllocationsDevice(t *testing.T) {
 func TestFailedSetDeviceNamesNoDevice(t *testing.T) {
 	// Thread 5 sets device 1 and allocates 1 MiB there; its
 	// cudaSetDevice(7) fails (cudaErrorInvalidDevice, 101: there is no
-	// device 7). Device 1 alone is listed; both choices count as switches.
+	// device 7); its cuCtxSetCurrent of a context the probes cannot place
+	// (a destroyed one: the call fails, its result unseen) names no device,
+	// and the 2 MiB allocated after it, device unknown, lie in device 1's
+	// range (it freed 4 MiB at 0xb). Device 1 alone is listed, with both;
+	// the three choices count as switches.
 	s := eventtest.NewStream().Stack(1, "f", 1)
 	s.Ev(event.Event{Time: 1, TID: 5, Device: 1, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
 	a := cudaMalloc(2, 0xa, MiB, 0)
 	a.TID, a.Device = 5, 1
 	s.Ev(a)
 	s.Ev(event.Event{Time: 3, TID: 5, Device: 7, Ret: 101, Kind: event.KindSetDevice, API: event.APICudaSetDevice})
+	b := cudaMalloc(4, 0xa+MiB, 4*MiB, 0)
+	b.TID, b.Device = 5, 1
+	s.Ev(b)
+	f := cudaFree(5, 0xa+MiB, 0)
+	f.TID, f.Device = 5, 1
+	s.Ev(f)
+	s.Ev(event.Event{Time: 6, TID: 5, Device: event.DeviceUnknown, Kind: event.KindSetDevice, API: event.APICuCtxSetCurrent})
+	c := cudaMalloc(7, 0xa+MiB, 2*MiB, 0)
+	c.TID, c.Device = 5, event.DeviceUnknown
+	s.Ev(c)
 	r := mustAnalyze(t, Options{}, s.Recs)
-	assert.Equal(t, []Device{{Index: 1, PeakBytes: MiB, PeakTime: 2, LiveBytesAtEnd: MiB}}, noPeakStacks(r.Devices))
-	assert.Equal(t, uint64(2), r.Run.DeviceSwitches)
+	assert.Equal(t, []Device{{Index: 1, PeakBytes: 5 * MiB, PeakTime: 4, LiveBytesAtEnd: 3 * MiB}}, noPeakStacks(r.Devices))
+	assert.Equal(t, uint64(3), r.Run.DeviceSwitches)
+	assert.Equal(t, uint64(1), r.Run.DevicesInferred)
 }
 
 func TestTwoProcesses(t *testing.T) {

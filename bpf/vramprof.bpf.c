@@ -95,7 +95,8 @@
  *            path neither inserts nor deletes. Created at the thread's first
  *            traced call, freed with the thread.
  *   contexts hash {tgid, CUcontext} -> device, from cuDevicePrimaryCtxRetain
- *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device.
+ *            and cuCtxCreate_v2, so cuCtxSetCurrent names a device; an entry
+ *            goes at cuCtxDestroy_v2's entry (vramprof/calls.h, ctx_drop).
  *   stack_windows per-CPU array: the user stack at a hit, read at once
  *            (vramprof/stacks.h).
  *   block_threads task local storage -> block_thread: what the target

@@ -108,10 +108,15 @@ var cudaProbes = []probeSpec{
 	// every call, and a return probe would double what that costs (see
 	// ctx_set in bpf/vramprof/calls.h for what a failure does).
 	atEntry(call("cuCtxSetCurrent", event.APICuCtxSetCurrent, event.KindSetDevice, bpfShapeSHAPE_CTX_SET)),
-	// Contexts to devices, for cuCtxSetCurrent: learned, never sent. The
-	// kind only has to differ from idle.
+	// Contexts to devices, for cuCtxSetCurrent: learned, never sent (a
+	// context cuCtxCreate_v2 makes is its thread's current one from its
+	// return). The kind only has to differ from idle.
 	call("cuDevicePrimaryCtxRetain", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_RETAIN),
 	call("cuCtxCreate_v2", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_CREATE),
+	// At its entry only: the context is forgotten, so that a (failing)
+	// cuCtxSetCurrent of it names no device (ctx_drop in
+	// bpf/vramprof/calls.h). Never sent.
+	atEntry(call("cuCtxDestroy_v2", event.APIUnknown, event.KindSetDevice, bpfShapeSHAPE_CTX_DESTROY)),
 }
 
 // usdtProbes are the block-layer probes: PyTorch's caching allocator

@@ -216,6 +216,7 @@ const (
 	bpfShapeSHAPE_CTX_RETAIN  bpfShape = 11
 	bpfShapeSHAPE_CTX_CREATE  bpfShape = 12
 	bpfShapeSHAPE_CTX_SET     bpfShape = 13
+	bpfShapeSHAPE_CTX_DESTROY bpfShape = 14
 )
 
 type bpfSpecCall struct {

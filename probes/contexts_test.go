@@ -105,3 +105,81 @@ func TestSetDeviceRecords(t *testing.T) {
 	assert.Equal(t, wantCalls, runtime, "runtime allocations and frees, with their devices")
 	assert.Equal(t, wantCalls, driver, "nested driver allocations and frees, with their devices")
 }
+
+// TestDestroyedContextDevice runs ctx_destroy: contexts made with
+// cuCtxCreate_v2 and destroyed with cuCtxDestroy_v2, a cuCtxSetCurrent of a
+// destroyed one that fails (CUDA_ERROR_INVALID_CONTEXT), and the destroy of
+// the thread's current context. An allocation made where the probes cannot
+// know the thread's context (after a failed cuCtxSetCurrent: its result is
+// not seen; after its current context was destroyed: the driver pops it, and
+// what was under it is not traced) carries device unknown, never the
+// destroyed context's device; every other one the device it is on.
+func TestDestroyedContextDevice(t *testing.T) {
+	sink, truth, code := runScenario(t, "ctx_destroy")
+	require.Zero(t, code, "exit code")
+	assert.Zero(t, sink.lost, "lost events")
+
+	// From the truth, in order: the created context current to the thread
+	// (0: another one), and whether the probes can know the thread's device.
+	type want struct {
+		device    int32
+		destroyed int32 // the device of the context destroyed last; -1: none
+	}
+	// An allocation by its address and size (an address freed is reused).
+	key := func(ptr, size uint64) string { return fmt.Sprintf("%#x+%d", ptr, size) }
+	wants := map[string]want{}
+	var cur uint64
+	known := true
+	destroyed := event.DeviceUnknown
+	failedSets, currentDestroys := 0, 0
+	for _, c := range truth.Calls {
+		ok := c.Outcome == "ok"
+		switch c.API {
+		case "cudaSetDevice", "cuCtxSetCurrent":
+			if ok {
+				cur, known = 0, true
+			} else if c.API == "cuCtxSetCurrent" {
+				known = false
+				failedSets++
+			}
+		case "cuCtxCreate_v2":
+			require.True(t, ok, "cuCtxCreate_v2 in %s", c.Func)
+			cur, known = c.Ptr, true
+		case "cuCtxDestroy_v2":
+			require.True(t, ok, "cuCtxDestroy_v2 in %s", c.Func)
+			destroyed = c.Device
+			if c.Ptr == cur {
+				cur, known = 0, false
+				currentDestroys++
+			}
+		case "cudaMalloc":
+			require.True(t, ok, "cudaMalloc in %s", c.Func)
+			w := want{device: c.Device, destroyed: destroyed}
+			if !known {
+				w.device = event.DeviceUnknown
+			}
+			wants[key(c.Ptr, c.Size)] = w
+		}
+	}
+	// ctx_destroy.c: 6 allocations, one cuCtxSetCurrent that fails, one
+	// destroy of the current context.
+	require.Len(t, wants, 6, "allocations in the truth")
+	require.Equal(t, 1, failedSets, "failed cuCtxSetCurrent calls in the truth")
+	require.Equal(t, 1, currentDestroys, "destroys of the current context in the truth")
+
+	got := map[string]int32{}
+	for _, e := range sink.events {
+		if e.API == event.APICudaMalloc {
+			got[key(e.Addr, e.Size)] = e.Device
+		}
+	}
+	require.Len(t, got, len(wants), "cudaMalloc records")
+	for k, w := range wants {
+		d, ok := got[k]
+		require.True(t, ok, "no record of the allocation %s", k)
+		if w.destroyed != event.DeviceUnknown {
+			assert.NotEqual(t, w.destroyed, d, "allocation %s on the destroyed context's device", k)
+		}
+		assert.Equal(t, w.device, d, "device of the allocation %s", k)
+	}
+}

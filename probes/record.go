@@ -42,6 +42,12 @@ const maxFrames = 127
 // maxPyFrames is MAX_PY_FRAMES in the BPF contract header.
 const maxPyFrames = 64
 
+// deviceLost is DEVICE_LOST in the BPF contract (records.h): a record's
+// device when its thread chose one that cannot be known (a cuCtxSetCurrent
+// of a context not seen made, its current context destroyed). Decoded as
+// event.DeviceUnknown with rawRecord.deviceLost set.
+const deviceLost = -2
+
 // errShortRecord reports a ring buffer sample smaller than its header says.
 var errShortRecord = errors.New("short record")
 
@@ -58,6 +64,9 @@ type rawRecord struct {
 	stack []byte
 	// nframes and npy count the native and the Python frames in stack.
 	nframes, npy int
+	// deviceLost: ev.Device is event.DeviceUnknown because the thread's
+	// device cannot be known, not because it chose none (no default).
+	deviceLost bool
 }
 
 // frames is the raw user stack, as little-endian uint64s.
@@ -86,6 +95,10 @@ func decodeRecord(b []byte, r *rawRecord) error {
 		Device:   int32(le.Uint32(b[52:])),
 		API:      event.API(le.Uint16(b[56:])),
 		Layer:    event.LayerSegment,
+	}
+	r.deviceLost = r.ev.Device == deviceLost
+	if r.deviceLost {
+		r.ev.Device = event.DeviceUnknown
 	}
 	r.kind = b[58]
 	r.flags = b[59]

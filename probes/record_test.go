@@ -77,6 +77,13 @@ func TestDecodeRecord(t *testing.T) {
 	assert.Equal(t, le64(0x100, 0x200, 0x300), r.frames())
 	assert.Equal(t, le64(0xc0de1, 0x1_0000_0000_00aa, 0xc0de2, 0xbb), r.pyFrames())
 	assert.Equal(t, uint64(0xc0ffee), r.caller)
+	assert.False(t, r.deviceLost, "device -1: none chosen yet")
+
+	// DEVICE_LOST (-2): unknown, and marked so that no default is taken.
+	le.PutUint32(b[52:], 0xfffffffe)
+	require.NoError(t, decodeRecord(b, &r))
+	assert.Equal(t, event.DeviceUnknown, r.ev.Device)
+	assert.True(t, r.deviceLost, "device lost")
 
 	// A header that promises more frames than the sample holds.
 	require.ErrorIs(t, decodeRecord(b[:recordHeaderSize+8], &r), errShortRecord)

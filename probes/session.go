@@ -469,7 +469,7 @@ func (s *Session) handle(r *rawRecord) error {
 	case event.DeviceNone:
 		r.ev.Device = event.DeviceUnknown
 	case event.DeviceCaller:
-		if r.ev.Device == event.DeviceUnknown {
+		if r.ev.Device == event.DeviceUnknown && !r.deviceLost {
 			if p := s.procs.procs[r.ev.PID]; p != nil && p.fromStart {
 				r.ev.Device = 0 // CUDA's default
 			}

@@ -103,16 +103,18 @@ static __always_inline __u32 unwind(struct thread_calls *tc, __u64 id, __u64 sp,
  * ctx_set: cuCtxSetCurrent(ctx), at its entry only (CALL_F_AT_ENTRY): the
  * thread's current context becomes ctx, and its device the one ctx was
  * learned to belong to (contexts: cuDevicePrimaryCtxRetain and
- * cuCtxCreate_v2 of this process), -1 for a context not learned (NULL, or
- * made before tracing began). A record goes out only when that changes the
- * thread's context or device: a runtime that makes its context current
- * around every call makes records of no use to anyone. No return probe: the
+ * cuCtxCreate_v2 of this process), DEVICE_LOST for a context not learned
+ * (NULL, which pops the thread's context stack; or one made before
+ * tracing began). A record goes out only when that changes the thread's
+ * context or device: a runtime that makes its context current around every
+ * call makes records of no use to anyone. No return probe: the
  * call's result is not waited for. It fails only for a context the driver
- * does not know (a destroyed one, a bad handle, before cuInit): one that
- * was never learned here gives device -1 (unknown, which the analysis
- * infers from the address ranges), and one nested in a cudaSetDevice is
- * undone by that call's failed return (send_return). The record is an
- * entry's: its time is the entry's, its return code 0, its duration 0.
+ * does not know (a destroyed one, a bad handle, before cuInit), and none of
+ * those is in contexts (ctx_drop forgets a destroyed one), so a failure
+ * gives DEVICE_LOST (unknown, which the analysis infers from the address
+ * ranges), never a wrong device; one nested in a cudaSetDevice is undone by
+ * that call's failed return (send_return). The record is an entry's: its
+ * time is the entry's, its return code 0, its duration 0.
  * depth: the thread's calls in flight (nested when not 0); th: its threads
  * entry at depth 0, whose since the caller clears after.
  */
@@ -121,7 +123,7 @@ static __always_inline void ctx_set(struct thread_calls *tc, struct thread *th, 
 {
 	struct ctx_key k = {.ctx = cx, .tgid = id >> 32};
 	__s32 *d = bpf_map_lookup_elem(&contexts, &k);
-	__s32 dev = d ? *d : -1;
+	__s32 dev = d ? *d : DEVICE_LOST;
 	if (cx == tc->ctx && dev == tc->device)
 		return;
 	tc->ctx = cx;
@@ -143,6 +145,37 @@ static __always_inline void ctx_set(struct thread_calls *tc, struct thread *th, 
 	if (depth > 0)
 		r->flags = REC_F_NESTED;
 	bpf_ringbuf_submit(r, wakeup_flag());
+}
+
+/*
+ * ctx_drop: cuCtxDestroy_v2(ctx), at its entry only (CALL_F_AT_ENTRY):
+ * the context is forgotten (contexts), so that a cuCtxSetCurrent of it,
+ * which fails from now on, gives DEVICE_LOST (ctx_set). At the entry
+ * rather than on success at the return: a handle the driver frees may come
+ * back from another thread's cuCtxCreate_v2 before this call returns, and
+ * is learned again at that call's return, after the entry; and the call
+ * can report an earlier asynchronous launch's error and still destroy. A
+ * destroy that fails without destroying (a handle that is no context; a
+ * primary context, should the driver refuse it) costs at most an unknown
+ * device at a later cuCtxSetCurrent of that handle, never a wrong one.
+ * Destroying the calling thread's current context pops it off the
+ * thread's context stack: what is current after it (the context under it,
+ * pushed or made before tracing, or none) is not traced, so the thread's
+ * device becomes DEVICE_LOST until its next set-device call. Other threads
+ * keep it current: their calls on it fail. Nothing is sent. Primary
+ * contexts are left alone: cuDevicePrimaryCtxRelease_v2 and
+ * cuDevicePrimaryCtxReset_v2 deactivate one, but its handle stays the
+ * device's primary context (the next cuDevicePrimaryCtxRetain gives it
+ * back), so contexts stays true of it.
+ */
+static __always_inline void ctx_drop(struct thread_calls *tc, __u64 id, __u64 cx)
+{
+	struct ctx_key k = {.ctx = cx, .tgid = id >> 32};
+	bpf_map_delete_elem(&contexts, &k);
+	if (cx == tc->ctx) {
+		tc->ctx = 0;
+		tc->device = DEVICE_LOST;
+	}
 }
 
 /*
@@ -186,7 +219,10 @@ static __always_inline int do_call_enter(struct pt_regs *ctx)
 
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	if ((cookie >> 32) & CALL_F_AT_ENTRY) {
-		ctx_set(tc, th, id, PT_REGS_PARM1(ctx), depth, cookie);
+		if ((__u8)(cookie >> 24) == SHAPE_CTX_DESTROY)
+			ctx_drop(tc, id, PT_REGS_PARM1(ctx));
+		else
+			ctx_set(tc, th, id, PT_REGS_PARM1(ctx), depth, cookie);
 		/* Outermost: nothing is in flight now (calls the unwind
 		 * dropped send nothing). */
 		if (th && depth == 0 && th->since)
@@ -401,11 +437,17 @@ static __always_inline void send_return(struct pt_regs *ctx, struct thread_calls
 	}
 	case SHAPE_CTX_RETAIN:
 	case SHAPE_CTX_CREATE: {
-		/* Learn which device a context belongs to; nothing to send. */
+		/* Learn which device a context belongs to; nothing to send. A
+		 * context cuCtxCreate_v2 makes is current to the thread from
+		 * then on (pushed on its context stack). */
 		if (ok) {
 			struct ctx_key k = {.ctx = read_out(r->addr), .tgid = id >> 32};
 			__s32 dev = r->device;
 			bpf_map_update_elem(&contexts, &k, &dev, BPF_ANY);
+			if (r->shape == SHAPE_CTX_CREATE) {
+				tc->ctx = k.ctx;
+				tc->device = dev;
+			}
 		}
 		r->kind = REC_IDLE;
 		return;

@@ -17,6 +17,11 @@
 #define MAPPED_ARGS	 256 /* REC_MAPPED: bytes of the command line sent */
 #define TEST_PHASE_VALUE 256 /* REC_TEST_PHASE: bytes of the value sent, its NUL included */
 #define MAX_DEPTH	 4   /* nesting levels tracked: runtime -> driver is 2 */
+/* thread_calls.device and a record's device: -1 the thread has chosen no
+ * device yet (user space may take CUDA's default, device 0); DEVICE_LOST
+ * it has, but which one cannot be known (calls.h: ctx_set, ctx_drop), and
+ * user space takes no default. */
+#define DEVICE_LOST	 -2
 /* Record kinds: event.Kind's numbering, plus those from REC_LOADER on, which
  * stay between BPF and Go. */
 enum rec_kind {
@@ -62,6 +67,7 @@ enum shape {
 	SHAPE_CTX_RETAIN,  /* cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev) */
 	SHAPE_CTX_CREATE,  /* cuCtxCreate_v2(CUcontext *out, unsigned flags, CUdevice dev) */
 	SHAPE_CTX_SET,	   /* cuCtxSetCurrent(CUcontext ctx) */
+	SHAPE_CTX_DESTROY, /* cuCtxDestroy_v2(CUcontext ctx) */
 };
 struct record {
 	__u64 time;
@@ -106,7 +112,7 @@ enum call_flags {
 	CALL_F_TAILS = 1 << 0,
 	/* Entry only: no call_return at the function's return instructions.
 	 * call_enter does its work there and then, and the call takes no slot
-	 * (cuCtxSetCurrent: calls.h, ctx_set). */
+	 * (cuCtxSetCurrent: calls.h, ctx_set; cuCtxDestroy_v2: ctx_drop). */
 	CALL_F_AT_ENTRY = 1 << 1,
 };
 
@@ -133,7 +139,7 @@ struct thread {
  */
 struct thread_calls {
 	__u32 depth;  /* traced calls in progress on this thread */
-	__s32 device; /* current device, -1 until seen */
+	__s32 device; /* current device, -1 until seen, or DEVICE_LOST */
 	__u32 ready;  /* 1 once device is set up (storage is created zeroed) */
 	__u32 pad;
 	__u64 ctx; /* the CUcontext its last cuCtxSetCurrent made current; 0: none seen */

@@ -417,6 +417,7 @@ var coverageScenarios = []struct {
 	{name: "managed_pinned", procs: 1},
 	{name: "four_devices", procs: 1},
 	{name: "ctx_guard", procs: 1},
+	{name: "ctx_destroy", procs: 1},
 	{name: "driver_only", procs: 1},
 	{name: "reload", procs: 1},
 	{name: "workers", procs: 5},

@@ -22,7 +22,9 @@ const (
 	// that has not chosen uses device 0, CUDA's default, but that is known
 	// only for a process seen from its start; for one attached later, an
 	// allocation's address may tell (each device hands out its own part of
-	// the unified address space).
+	// the unified address space). A thread that chose a device the probes
+	// cannot know (a cuCtxSetCurrent of a context not seen made, which
+	// may fail; its current context destroyed) stays DeviceUnknown.
 	DeviceCaller
 	// DeviceHandle: the memory is on its allocation handle's device, which
 	// cuMemCreate named (KindMap, KindUnmap, KindRelease). Device is the

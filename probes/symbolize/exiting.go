@@ -63,3 +63,8 @@ func taskExiting(path string) bool {
 	flags, err := strconv.ParseUint(string(fields[6]), 10, 64)
 	return err != nil || flags&pfExiting != 0
 }
+
+// Exiting reports whether every thread of process pid has begun to exit, or
+// it is gone: what /proc shows of it now (its maps, its cgroups) may be
+// torn down already, and a read made before this call cannot be trusted.
+func Exiting(pid int) bool { return processExiting("/proc", pid) }

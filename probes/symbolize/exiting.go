@@ -15,9 +15,10 @@ const pfExiting = 0x4
 // exit, or the process is gone. Its address space is then being torn down
 // (or soon will be), and a read of its maps may show any prefix of them:
 // the kernel takes the address-space lock afresh for each read(2) of the
-// file (at most a page of text, some forty lines; os.ReadFile asks for 512
-// bytes first), so a read that straddles the teardown ends early. Called after a maps read, it says whether that read
-// can be trusted to list every mapping.
+// file (at most a page of text, some forty lines; os.ReadFile asks for
+// 512 bytes first), so a read that straddles the teardown ends early.
+// Called after a maps read, it says whether that read can be trusted to
+// list every mapping.
 //
 // A process whose main thread alone has exited (pthread_exit from main)
 // keeps its address space while other threads run: it is not exiting.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,7 +36,7 @@ func TestAllNamesGoneProcess(t *testing.T) {
 	all, err := NewSession(Options{Sink: sink, All: true})
 	require.NoError(t, err)
 	defer all.Close()
-	require.NoError(t, all.adopt(uint32(first.Process.Pid)))
+	require.NoError(t, all.adopt(uint32(first.Process.Pid), nil))
 
 	// The reader does not run until the second process is gone.
 	truthPath := filepath.Join(t.TempDir(), "truth.json")
@@ -94,4 +95,36 @@ func TestAllNamesGoneProcess(t *testing.T) {
 	}
 	assert.Equal(t, want, got, "cudaMalloc calls of the gone process")
 	assert.Zero(t, sink.lost, "lost records")
+}
+
+// TestAllNamesExitingProcess: a process an --all session describes while it
+// exits (its maps read before, its /proc entries after its exit: a short
+// job under serve) shows no command line and the root cgroup there. Its
+// Process record has the command line its mapping's record carried and its
+// parent's cgroup (this test's), not the executable's name and "/" (serve
+// then labelled it command="wrapper", cgroup="/").
+func TestAllNamesExitingProcess(t *testing.T) {
+	probetest.RequirePrivilege(t)
+	sink := &memSink{}
+	all, err := NewSession(Options{Sink: sink, All: true})
+	require.NoError(t, err)
+	defer all.Close()
+
+	child := exec.Command("true")
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Wait() })
+	pid := child.Process.Pid
+	for i := 0; i < 400 && procState(pid) != 'Z'; i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, byte('Z'), procState(pid), "exited, not reaped")
+
+	args := []string{"fleetjob", "--step"} // what its REC_MAPPED record said
+	_, err = all.track(uint32(pid), nil, args)
+	require.NoError(t, err)
+	self, err := procOf(os.Getpid())
+	require.NoError(t, err)
+	require.Len(t, sink.procs, 1)
+	assert.Equal(t, args, sink.procs[0].Command, "command line: the record's")
+	assert.Equal(t, procCgroup(self), sink.procs[0].Cgroup, "cgroup: its parent's")
 }

@@ -140,7 +140,7 @@ func (s *Session) Launch(o LaunchOptions) (*exec.Cmd, error) {
 	info := procInfo(uint32(pid))
 	info.Command = o.Argv // as launched: the shell's view, not /proc's
 	info.FromStart = true
-	p, err := s.track(uint32(pid), info)
+	p, err := s.track(uint32(pid), info, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -179,7 +179,7 @@ func (s *Session) Attach(pid int, wait bool) error {
 	if err := s.loader.att.widen(); err != nil {
 		return err
 	}
-	p, err := s.track(uint32(pid), nil)
+	p, err := s.track(uint32(pid), nil, nil)
 	if err != nil {
 		return err
 	}

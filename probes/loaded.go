@@ -254,7 +254,11 @@ func touchFirstPage(f *os.File) (ok bool) {
 // said once, since calls made before the probes were in place are missed.
 func (s *Session) adoptLoaded(r *rawRecord) (held bool, err error) {
 	pid, before := r.ev.PID, len(s.loader.att.files)
-	if err := s.adopt(pid); err != nil {
+	var args []string
+	if r.kind == recMapped {
+		args = mappedArgs(r)
+	}
+	if err := s.adopt(pid, args); err != nil {
 		return false, err
 	}
 	if _, ok := s.procs.held[pid]; ok {
@@ -294,19 +298,25 @@ func (s *Session) adoptGone(r *rawRecord) error {
 	info := &event.Process{
 		PPID:    uint32(r.ev.Ret),
 		Start:   start,
-		Command: splitArgs(r.frames()[:max(0, min(int(r.ev.Device), len(r.frames())))]),
+		Command: mappedArgs(r),
 	}
 	if pp := s.procs.procs[info.PPID]; pp != nil && !pp.exited {
 		info.Cgroup = pp.info.Cgroup
 	} else if p, err := procOf(int(info.PPID)); err == nil {
 		info.Cgroup = procCgroup(p)
 	}
-	_, err := s.track(pid, info)
+	_, err := s.track(pid, info, nil)
 	var held *TracedError
 	if err != nil && !errors.As(err, &held) && !errors.Is(err, ErrNoProcess) {
 		s.procs.giveUp(pid, err)
 	}
 	return nil
+}
+
+// mappedArgs is the command line a REC_MAPPED record carries (its first
+// MAPPED_ARGS bytes).
+func mappedArgs(r *rawRecord) []string {
+	return splitArgs(r.frames()[:max(0, min(int(r.ev.Device), len(r.frames())))])
 }
 
 // splitArgs splits a command line as /proc/PID/cmdline holds it (each

@@ -49,7 +49,7 @@ func TestDeferredStop(t *testing.T) {
 	all, err := NewSession(Options{Sink: &memSink{}, All: true, Note: func(string) {}})
 	require.NoError(t, err)
 	defer all.Close()
-	require.NoError(t, all.adopt(uint32(pid)))
+	require.NoError(t, all.adopt(uint32(pid), nil))
 	require.Contains(t, all.procs.held, uint32(pid), "held by the single-process session")
 
 	// Resumed by the session that holds it: forgotten.

@@ -63,8 +63,8 @@ func TestAllSkipsHeld(t *testing.T) {
 	require.NoError(t, err)
 	defer all.Close()
 	pid := uint32(lr.Process.Pid)
-	require.NoError(t, all.adopt(pid))
-	require.NoError(t, all.adopt(pid))
+	require.NoError(t, all.adopt(pid, nil))
+	require.NoError(t, all.adopt(pid, nil))
 	assert.Nil(t, all.procs.procs[pid], "not traced")
 	assert.Contains(t, all.procs.held, pid)
 	assert.Equal(t, []string{"skipping pid " + strconv.Itoa(lr.Process.Pid) +
@@ -85,7 +85,7 @@ func TestAllTakesNoLock(t *testing.T) {
 	all, err := NewSession(Options{Sink: &memSink{}, All: true, Note: func(m string) { notes = append(notes, m) }})
 	require.NoError(t, err)
 	defer all.Close()
-	require.NoError(t, all.adopt(pid))
+	require.NoError(t, all.adopt(pid, nil))
 	require.NotNil(t, all.procs.procs[pid], "traced by the --all session")
 	assert.Zero(t, heldBy(pid, all.procs.procs[pid].startTime), "an --all session holds no lock")
 
@@ -201,7 +201,7 @@ func TestAllNeverStopsOwnGuardian(t *testing.T) {
 	all, err := NewSession(Options{Sink: &memSink{}, All: true})
 	require.NoError(t, err)
 	defer all.Close()
-	require.NoError(t, all.adopt(uint32(lr.Process.Pid)))
+	require.NoError(t, all.adopt(uint32(lr.Process.Pid), nil))
 
 	single, err := NewSession(Options{Sink: &memSink{}})
 	require.NoError(t, err)

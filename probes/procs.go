@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vramprof/vramprof/probes/event"
+	"github.com/vramprof/vramprof/probes/symbolize"
 )
 
 // proc is a traced process.
@@ -365,6 +366,19 @@ func procInfo(pid uint32) *event.Process {
 	}
 	info.Exe, _ = p.Executable()
 	info.Cgroup = procCgroup(p)
+	if (info.Cgroup == "/" || info.Cgroup == "") && symbolize.Exiting(int(pid)) {
+		// An exiting process reads the root in every cgroup v1 hierarchy
+		// whatever cgroup it ran in (seen on a hybrid host, kernel 6.18:
+		// a short job under serve labelled cgroup="/"), or nothing once
+		// reaped. Checked after the read: a process not exiting then was
+		// read true. A fork child stays in its parent's cgroup unless
+		// something moves it: the parent's, as adoptGone takes it;
+		// unknown without one.
+		info.Cgroup = ""
+		if pp, err := procOf(int(info.PPID)); info.PPID != 0 && err == nil {
+			info.Cgroup = procCgroup(pp)
+		}
+	}
 	return info
 }
 

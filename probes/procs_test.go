@@ -401,3 +401,20 @@ func selfCgroupPath(t *testing.T) string {
 	}
 	return v2
 }
+
+// TestProcInfoExiting: a process read after it exited (a zombie, not yet
+// reaped) is in the cgroup it ran in, its parent's (this test's), not the
+// root its /proc/PID/cgroup shows once it has exited.
+func TestProcInfoExiting(t *testing.T) {
+	child := exec.Command("true")
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Wait() })
+	pid := child.Process.Pid
+	for i := 0; i < 400 && procState(pid) != 'Z'; i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, byte('Z'), procState(pid), "exited, not reaped")
+	info := procInfo(uint32(pid))
+	assert.Equal(t, uint32(os.Getpid()), info.PPID)
+	assert.Equal(t, selfCgroupPath(t), info.Cgroup, "the cgroup it ran in")
+}

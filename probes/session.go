@@ -227,14 +227,20 @@ func (s *Session) Close() error {
 // track adds pid to the traced set: the BPF filter map, the Process record.
 // The record describes the process as /proc shows it now, or as info says
 // when given (a fork child is its parent's image until it execs: reading
-// /proc later races with that exec, or with its exit).
-func (s *Session) track(pid uint32, info *event.Process) (*proc, error) {
+// /proc later races with that exec, or with its exit). args, when not nil,
+// is the command line a record of the process carried (REC_MAPPED's): the
+// record's command when /proc shows none (it exits: its command line goes
+// with its memory).
+func (s *Session) track(pid uint32, info *event.Process, args []string) (*proc, error) {
 	p, added, err := s.procs.add(pid, info != nil)
 	if err != nil || !added {
 		return p, err
 	}
 	if info == nil {
 		info = procInfo(pid)
+	}
+	if len(info.Command) == 0 && len(args) > 0 {
+		info.Command = args
 	}
 	if p.startTime == 0 {
 		p.startTime = info.Start // gone already: as its record said (adoptGone)
@@ -735,7 +741,7 @@ func (s *Session) AttachAll() error {
 		if err != nil || pid == self {
 			continue
 		}
-		if err := s.adopt(uint32(pid)); err != nil {
+		if err := s.adopt(uint32(pid), nil); err != nil {
 			return err
 		}
 	}
@@ -746,8 +752,8 @@ func (s *Session) AttachAll() error {
 // (Options.All). Processes that vanish or cannot be read are skipped; one
 // that cannot be probed for another reason (a file it maps deleted since,
 // an attach the kernel refuses) is left alone with a note: one process must
-// not end a session that traces every process.
-func (s *Session) adopt(pid uint32) error {
+// not end a session that traces every process. args: see track.
+func (s *Session) adopt(pid uint32, args []string) error {
 	files, err := s.probeFiles(pid)
 	if err != nil {
 		if errors.Is(err, ErrNoProcess) || isPermission(err) {
@@ -758,7 +764,7 @@ func (s *Session) adopt(pid uint32) error {
 	}
 	for _, f := range files {
 		if len(f.cudaSymbols()) > 0 {
-			p, err := s.track(pid, nil)
+			p, err := s.track(pid, nil, args)
 			var held *TracedError
 			if errors.As(err, &held) {
 				s.procs.hold(pid, held)
@@ -800,7 +806,7 @@ func (s *Session) forked(r *rawRecord) error {
 		// gone before /proc could be read.
 		info.Command, info.Exe, info.Cgroup = pp.info.Command, pp.info.Exe, pp.info.Cgroup
 	}
-	p, err := s.track(child, info)
+	p, err := s.track(child, info, nil)
 	if errors.Is(err, ErrTraced) {
 		// Another session took it first (it attached to the new PID in
 		// the moment since the fork): it is that session's.

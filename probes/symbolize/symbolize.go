@@ -250,11 +250,16 @@ func (s *Symbolizer) Close() error {
 	return first
 }
 
-// refresh re-reads the executable mappings of pid, keeping the IDs (and
-// sent marks) of mappings seen before.
 // errExiting: a process's maps read empty while it exits.
 var errExiting = errors.New("process exiting")
 
+// refresh re-reads the executable mappings of pid, keeping the IDs (and
+// sent marks) of mappings seen before. The read replaces what was known,
+// unless the process is exiting: a read that straddles the teardown of its
+// address space lists only some of its mappings (processExiting), and the
+// stacks still waiting in the ring buffer lie in the others. The mappings
+// read are then added to those known, and a known one is dropped only where
+// a mapping read overlaps it.
 func (s *Symbolizer) refresh(pid uint32, p *proc) error {
 	entries, err := readMaps(s.opts.ProcRoot, int(pid))
 	if err != nil {
@@ -266,7 +271,9 @@ func (s *Symbolizer) refresh(pid uint32, p *proc) error {
 		// empty). The maps read before still hold for its stacks.
 		return fmt.Errorf("pid %d maps no code: %w", pid, errExiting)
 	}
-	p.maps = p.maps[:0]
+	// After the read: an exit that began before its last page shows here.
+	partial := processExiting(s.opts.ProcRoot, int(pid))
+	maps := make([]*mapping, 0, len(p.maps))
 	for _, e := range entries {
 		// Code lies in executable mappings only; VirtualAddr relates them
 		// to the file through its program headers, so the file's other
@@ -282,12 +289,34 @@ func (s *Symbolizer) refresh(pid uint32, p *proc) error {
 			p.known[k] = m
 		}
 		m.End = e.End // mremap can grow a mapping in place
-		p.maps = append(p.maps, m)
+		maps = append(maps, m)
 	}
-	slices.SortFunc(p.maps, func(a, b *mapping) int { return cmp.Compare(a.Start, b.Start) })
+	slices.SortFunc(maps, func(a, b *mapping) int { return cmp.Compare(a.Start, b.Start) })
+	if partial {
+		read := len(maps)
+		for _, old := range p.maps {
+			if !overlaps(maps[:read], old) {
+				maps = append(maps, old)
+			}
+		}
+		slices.SortFunc(maps, func(a, b *mapping) int { return cmp.Compare(a.Start, b.Start) })
+	}
+	p.maps = maps
 	clear(p.misses)
 	p.readAt = time.Now()
 	return nil
+}
+
+// overlaps reports whether m shares an address with any of maps, which are
+// sorted by Start and disjoint.
+func overlaps(maps []*mapping, m *mapping) bool {
+	i, _ := slices.BinarySearchFunc(maps, m.Start, func(x *mapping, a uint64) int {
+		if x.End <= a {
+			return -1
+		}
+		return 1
+	})
+	return i < len(maps) && maps[i].Start < m.End
 }
 
 // find returns the executable mapping holding addr, or nil.

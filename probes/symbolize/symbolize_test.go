@@ -100,7 +100,24 @@ func newFakeProc(tb testing.TB) fakeProc {
 	dir := filepath.Join(p.root, strconv.Itoa(int(p.pid)))
 	require.NoError(tb, os.MkdirAll(filepath.Join(dir, "map_files"), 0o755))
 	require.NoError(tb, os.Symlink("/", filepath.Join(dir, "root")))
+	p.setTask(tb, p.pid, 'S', 0) // a live process: its maps are whole
 	return p
+}
+
+// setTask writes the stat file of thread tid of the process (the process's
+// own for tid == pid) with the given state and flags (PF_* bits).
+func (p fakeProc) setTask(tb testing.TB, tid uint32, state byte, flags uint64) {
+	tb.Helper()
+	dir := filepath.Join(p.root, strconv.Itoa(int(p.pid)))
+	// Fields 1 to 9: pid, comm (spaces and parentheses allowed), state,
+	// ppid, pgrp, session, tty_nr, tpgid, flags; then the rest.
+	line := fmt.Sprintf("%d (a (b) c) %c 1 %d %d 0 -1 %d 0 0 0 0 0 0\n", tid, state, p.pid, p.pid, flags)
+	task := filepath.Join(dir, "task", strconv.Itoa(int(tid)))
+	require.NoError(tb, os.MkdirAll(task, 0o755))
+	require.NoError(tb, os.WriteFile(filepath.Join(task, "stat"), []byte(line), 0o644))
+	if tid == p.pid {
+		require.NoError(tb, os.WriteFile(filepath.Join(dir, "stat"), []byte(line), 0o644))
+	}
 }
 
 func (p fakeProc) setMaps(tb testing.TB, lines ...string) {
@@ -211,6 +228,66 @@ func TestSymbolizeExiting(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "foo", frames[0].Function)
 		assert.Zero(t, frames[1].Mapping)
+	}
+}
+
+// TestSymbolizeExitingPartial: a maps read that straddles the teardown of
+// an exiting process's address space lists only the first mappings (the
+// kernel takes the address-space lock again for each read of the file).
+// The mappings it lacks still symbolize the stacks waiting in the ring
+// buffer; a live process's read is whole, and what it lacks was unmapped.
+func TestSymbolizeExitingPartial(t *testing.T) {
+	a := mustBuild(t)
+	lib := a.path("libfoo.so")
+	foo, ok := mustOpen(t, lib).Lookup("foo")
+	require.True(t, ok)
+	const base = 0x7f00_0000_0000
+	libLine, _, _ := libLoad(t, lib, lib, base)
+	progLine, progStart, _ := libLoad(t, a.path("prog-pie"), a.path("prog-pie"), 0x5555_0000_0000)
+	const pfExiting = 0x4 // PF_EXITING, include/linux/sched.h
+	for _, tc := range []struct {
+		name   string
+		exit   func(p fakeProc) // the process's state at the second read
+		lookup string           // foo's frame after it
+	}{
+		{name: "exit_group", lookup: "foo", exit: func(p fakeProc) {
+			p.setTask(t, p.pid, 'R', pfExiting)
+			p.setTask(t, p.pid+1, 'R', pfExiting)
+		}},
+		{name: "zombie leader, last thread exiting", lookup: "foo", exit: func(p fakeProc) {
+			p.setTask(t, p.pid, 'Z', pfExiting)
+			p.setTask(t, p.pid+1, 'R', pfExiting)
+		}},
+		{name: "reaped after the read", lookup: "foo", exit: func(p fakeProc) {
+			dir := filepath.Join(p.root, strconv.Itoa(int(p.pid)))
+			require.NoError(t, os.Remove(filepath.Join(dir, "stat")))
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, "task")))
+		}},
+		// Live reads are whole: the library was unmapped (dlclose).
+		{name: "live", lookup: "", exit: func(fakeProc) {}},
+		{name: "main thread exited, another runs", lookup: "", exit: func(p fakeProc) {
+			p.setTask(t, p.pid, 'Z', pfExiting)
+			p.setTask(t, p.pid+1, 'S', 0)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newFakeProc(t)
+			p.setTask(t, p.pid+1, 'S', 0)
+			p.setMaps(t, progLine, libLine)
+			s := mustSymbolizer(t, Options{ProcRoot: p.root})
+			require.NoError(t, s.Prepare(p.pid))
+
+			// The second read (the session's Prepare at the process's last
+			// library load, read late) shows the executable only.
+			tc.exit(p)
+			p.setMaps(t, progLine)
+			require.NoError(t, s.Prepare(p.pid))
+			frames, _, err := s.Symbolize(p.pid, []uint64{base + foo.Value, progStart + 1})
+			require.NoError(t, err)
+			assert.Equal(t, tc.lookup, frames[0].Function)
+			assert.Equal(t, tc.lookup != "", frames[0].Mapping != 0, "foo's frame has a mapping")
+			assert.NotZero(t, frames[1].Mapping, "the executable, in both reads")
+		})
 	}
 }
 

@@ -13,7 +13,10 @@
 // counters keep the figures of members that left, so they never go
 // backwards. Options.PerProcess makes a series per process (pid, start).
 // Labels come from the session's Process record, read at adoption, so a
-// process that exits at once keeps them. GPUs are labelled as
+// process that exits at once keeps them. A process has one set of labels,
+// the latest known (a label a later record gives replaces one unknown
+// before), on every series of it, figures and findings alike; only the
+// command is per image (an exec). GPUs are labelled as
 // dcgm-exporter labels them (gpu, UUID, modelName, Hostname: nvml.go).
 //
 // # Profiles

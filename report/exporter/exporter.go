@@ -129,11 +129,12 @@ type proc struct {
 	// env is what decides its CUDA numbering (gpumap.go), read with the
 	// labels.
 	env cudaEnv
-	// keys are the label sets of the process's instances (an exec makes
-	// one), by the time of the Process record that began each
-	// (analysis.Process.Start): a member leaves each group with its
-	// instance's figures. p.mu guards it.
-	keys map[uint64]groupKey
+	// commands are the commands of the process's instances (an exec makes
+	// one) as each began, by the time of the Process record that began it
+	// (analysis.Process.Start); "" when none was known then. Every other
+	// label is the process's, as known now (groups.go: key). p.mu guards
+	// it.
+	commands map[uint64]string
 
 	mu sync.Mutex
 	an *analysis.Analyzer
@@ -289,7 +290,7 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 		if b, err := x.opts.Environ(pid); err == nil {
 			p.env = parseCUDAEnv(b) // the new image's environment
 		}
-		p.keys[r.Time] = p.keyLocked()
+		p.commands[r.Time] = p.command
 		p.mu.Unlock()
 		return p
 	}
@@ -302,9 +303,9 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 		p.mu.Unlock()
 	}
 	x.seq++
-	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis), keys: map[uint64]groupKey{}}
+	p = &proc{pid: pid, start: start, seq: x.seq, an: analysis.New(x.opts.Analysis), commands: map[uint64]string{}}
 	x.describe(p, r)
-	p.keys[r.Time] = p.keyLocked()
+	p.commands[r.Time] = p.command
 	if start == 0 && !x.opts.Alive(pid, 0) {
 		// Exited before it could be looked at: its records still count,
 		// and it goes as any exited process does.
@@ -318,7 +319,6 @@ func (x *Exporter) process(pid uint32, rec event.Record) *proc {
 	_ = p.an.Add(&h)
 	x.procs[p] = struct{}{}
 	x.cur[pid] = p
-	x.join(p)
 	return p
 }
 

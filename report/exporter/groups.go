@@ -73,12 +73,21 @@ func labelNames(perProcess bool) []string {
 	return append([]string{}, groupLabels...)
 }
 
-// keyLocked is the key of p's current instance (p.mu held, or p not
-// shared yet).
-func (p *proc) keyLocked() groupKey {
+// keyLocked is the key of p's instance that began at start (p.mu held):
+// the process's labels as known now, with the command its image had
+// (commands), or the process's when none was known then (or start began
+// no instance the exporter saw: the current one). Labels read late (a
+// cgroup a later record gives) thus label every series of the process,
+// the figures and findings of its instances before too: they never
+// disagree.
+func (p *proc) keyLocked(start uint64) groupKey {
+	command := p.command
+	if c := p.commands[start]; c != "" {
+		command = c
+	}
 	return groupKey{
 		pid: strconv.FormatUint(uint64(p.pid), 10), start: strconv.FormatUint(p.start, 10),
-		command: p.command, cgroup: p.cgroup, container: p.container, podUID: p.podUID,
+		command: command, cgroup: p.cgroup, container: p.container, podUID: p.podUID,
 		pod: p.pod.pod, namespace: p.pod.namespace, containerName: p.pod.containerName,
 	}
 }
@@ -88,10 +97,7 @@ func (p *proc) keyLocked() groupKey {
 // PerProcess.
 func (x *Exporter) key(p *proc, start uint64) groupKey {
 	p.mu.Lock()
-	k, ok := p.keys[start]
-	if !ok {
-		k = p.keyLocked()
-	}
+	k := p.keyLocked(start)
 	p.mu.Unlock()
 	if !x.opts.PerProcess {
 		k.pid, k.start = "", ""
@@ -160,20 +166,6 @@ func (f *figures) merge(g figures) {
 	}
 }
 
-// join puts p's first instance in its group (x.mu held).
-func (x *Exporter) join(p *proc) {
-	k := p.keyLocked()
-	if !x.opts.PerProcess {
-		k.pid, k.start = "", ""
-	}
-	g := x.groups[k]
-	if g == nil {
-		g = &group{}
-		x.groups[k] = g
-	}
-	g.lastUsed = x.opts.Now()
-}
-
 // retire keeps the final figures of p, dropped, in its groups (x.mu
 // held). With PerProcess a process's series go with it: nothing is kept.
 func (x *Exporter) retire(p *proc) {
@@ -201,7 +193,8 @@ func (x *Exporter) sweepGroups(now time.Time) {
 	used := make(map[groupKey]bool)
 	for p := range x.procs {
 		p.mu.Lock()
-		for _, k := range p.keys {
+		for start := range p.commands {
+			k := p.keyLocked(start)
 			if !x.opts.PerProcess {
 				k.pid, k.start = "", ""
 			}

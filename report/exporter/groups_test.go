@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -241,5 +242,69 @@ func TestPodUIDOf(t *testing.T) {
 			assert.Equal(t, tc.pod, podUIDOf(tc.path))
 			assert.Equal(t, tc.container, containerOf(tc.path))
 		})
+	}
+}
+
+// TestLabelsOneSource: every series of a process carries the labels it is
+// known by in the end, whenever they became known. Figures and findings
+// made while its cgroup was unknown (a Process record without one: the
+// process was gone before /proc could be read; records before any Process
+// record) are not left under cgroup="" beside the series that have it.
+func TestLabelsOneSource(t *testing.T) {
+	const pid = 1 << 23 // above Linux's PID limit: /proc has nothing of it
+	const cg = "/system.slice/train.service"
+	described := func(time uint64, cgroup string) event.Record {
+		return &event.Process{PID: pid, Command: []string{"/usr/bin/trainer"}, Start: 77, Time: time, Cgroup: cgroup}
+	}
+	// calls are 3 allocations of 1 MiB and one that fails (a finding).
+	calls := func(t0 uint64) []event.Record {
+		var out []event.Record
+		for i := range uint64(3) {
+			out = append(out, &event.Event{Time: t0 + i, Addr: t0<<20 + i<<20, Size: MiB, PID: pid, Stack: 1,
+				Kind: event.KindAlloc, API: event.APICudaMalloc, Layer: event.LayerSegment})
+		}
+		return append(out, &event.Event{Time: t0 + 3, Size: 80 << 30, Ret: 2, PID: pid, Stack: 1,
+			Kind: event.KindAlloc, API: event.APICudaMalloc, Layer: event.LayerSegment})
+	}
+	stack := &event.Stack{ID: 1, PID: pid, Frames: []event.Frame{{Addr: 0x10, Function: "cudaMalloc"}, {Addr: 0x20, Function: "step"}}}
+	for _, tc := range []struct {
+		name string
+		recs [][]event.Record
+	}{
+		{name: "cgroup in a later record", recs: [][]event.Record{
+			{described(1, ""), stack}, calls(10), {described(1000, cg)}}},
+		{name: "cgroup in a later record, calls after it", recs: [][]event.Record{
+			{described(1, ""), stack}, calls(10), {described(1000, cg)}, calls(2000)}},
+		{name: "records before the Process record", recs: [][]event.Record{
+			{stack, described(1, cg)}, calls(10)}},
+	} {
+		for _, perProcess := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/per_process=%v", tc.name, perProcess), func(t *testing.T) {
+				x := New(Options{PerProcess: perProcess, Start: func(uint32) (uint64, error) { return 77, nil },
+					Alive: func(uint32, uint64) bool { return true }})
+				for _, recs := range tc.recs {
+					for _, r := range recs {
+						require.NoError(t, x.Write(r))
+					}
+				}
+				srv := httptest.NewServer(x.Handler())
+				defer srv.Close()
+				findings := 0
+				for name, f := range scrape(t, srv.URL) {
+					for _, m := range f.Metric {
+						l := labelsOf(m)
+						if _, ok := l["cgroup"]; !ok {
+							continue // of no process: lost records, NVML's devices
+						}
+						assert.Equal(t, cg, l["cgroup"], "%s%v", name, l)
+						assert.Equal(t, "trainer", l["command"], "%s%v", name, l)
+						if name == MetricFindings {
+							findings++
+						}
+					}
+				}
+				assert.NotZero(t, findings, "the failed call's finding has a series")
+			})
+		}
 	}
 }

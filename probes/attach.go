@@ -20,9 +20,12 @@ import (
 // for concurrent use: the session's reader goroutine is its only user after
 // start-up.
 type attacher struct {
-	objs  *bpfObjects
-	pid   int // perf-level process filter; 0 for none (every target is in the BPF map)
-	links []link.Link
+	objs *bpfObjects
+	// loadLate loads programs left out of objs until a file needs them
+	// (loader.loadLate).
+	loadLate func(names ...string) error
+	pid      int // perf-level process filter; 0 for none (every target is in the BPF map)
+	links    []link.Link
 	// tree, when not 0, is the root of the process tree that loader
 	// probes placed now serve alone (treeprobe.go): run's command, stopped
 	// before its first instruction, so every process of the tree is
@@ -43,8 +46,35 @@ type attacher struct {
 	pytest map[fileKey]bool
 }
 
-func newAttacher(objs *bpfObjects, pid int) *attacher {
-	return &attacher{objs: objs, pid: pid, files: make(map[fileKey]*probedFile)}
+func newAttacher(objs *bpfObjects, loadLate func(names ...string) error, pid int) *attacher {
+	return &attacher{objs: objs, loadLate: loadLate, pid: pid, files: make(map[fileKey]*probedFile)}
+}
+
+// loadPrograms loads the programs pf's USDT sites and allocator specs
+// need that are not loaded yet, all at once.
+func (a *attacher) loadPrograms(pf *probedFile) error {
+	var names []string
+	need := func(p *ebpf.Program, name string) {
+		if p == nil && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	for _, t := range pf.Targets {
+		switch t.Spec.Prog {
+		case progUSDT:
+			need(a.objs.UsdtBlock, "usdt_block")
+		case progSpec:
+			need(a.objs.SpecEnter, "spec_enter")
+			need(a.objs.SpecReturn, "spec_return")
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if err := a.loadLate(names...); err != nil {
+		return fmt.Errorf("probe %s: %w", pf.Path, err)
+	}
+	return nil
 }
 
 // attached reports whether the file is probed already.
@@ -56,6 +86,9 @@ func (a *attacher) attached(k fileKey) bool { return a.files[k] != nil }
 func (a *attacher) attach(pf *probedFile) (err error) {
 	if a.attached(pf.Key) {
 		return nil
+	}
+	if err := a.loadPrograms(pf); err != nil {
+		return err
 	}
 	ex, err := link.OpenExecutable(pf.OpenPath)
 	if err != nil {
@@ -239,6 +272,11 @@ func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []targ
 			return nil, fmt.Errorf("attach uprobe_multi (%d return instructions) in %s: %w", len(rets), pf.Path, wrapPerm(err))
 		}
 		a.noMulti = true // an older kernel: one link per probe from now on
+	}
+	if a.objs.CallEnter == nil {
+		if err := a.loadLate("call_return", "call_enter"); err != nil {
+			return nil, fmt.Errorf("probe %s: %w", pf.Path, err)
+		}
 	}
 	var links []link.Link
 	for i, off := range rets {

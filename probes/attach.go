@@ -21,11 +21,11 @@ import (
 // start-up.
 type attacher struct {
 	objs *bpfObjects
-	// loadLate loads programs left out of objs until a file needs them
-	// (loader.loadLate).
-	loadLate func(names ...string) error
-	pid      int // perf-level process filter; 0 for none (every target is in the BPF map)
-	links    []link.Link
+	// need waits for the programs named to be loaded into objs
+	// (loader.need), or loads them.
+	need  func(names ...string) error
+	pid   int // perf-level process filter; 0 for none (every target is in the BPF map)
+	links []link.Link
 	// tree, when not 0, is the root of the process tree that loader
 	// probes placed now serve alone (treeprobe.go): run's command, stopped
 	// before its first instruction, so every process of the tree is
@@ -46,32 +46,30 @@ type attacher struct {
 	pytest map[fileKey]bool
 }
 
-func newAttacher(objs *bpfObjects, loadLate func(names ...string) error, pid int) *attacher {
-	return &attacher{objs: objs, loadLate: loadLate, pid: pid, files: make(map[fileKey]*probedFile)}
+func newAttacher(objs *bpfObjects, need func(names ...string) error, pid int) *attacher {
+	return &attacher{objs: objs, need: need, pid: pid, files: make(map[fileKey]*probedFile)}
 }
 
-// loadPrograms loads the programs pf's USDT sites and allocator specs
-// need that are not loaded yet, all at once.
+// loadPrograms waits for the programs pf's targets need to be loaded
+// (loader.need).
 func (a *attacher) loadPrograms(pf *probedFile) error {
 	var names []string
-	need := func(p *ebpf.Program, name string) {
-		if p == nil && !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
 	for _, t := range pf.Targets {
 		switch t.Spec.Prog {
+		case progCall:
+			if !a.noMulti {
+				names = append(names, "call_enter_multi", "call_return_multi")
+			} else {
+				names = append(names, "call_enter", "call_return")
+			}
 		case progUSDT:
-			need(a.objs.UsdtBlock, "usdt_block")
+			names = append(names, "usdt_block")
 		case progSpec:
-			need(a.objs.SpecEnter, "spec_enter")
-			need(a.objs.SpecReturn, "spec_return")
+			names = append(names, "spec_enter", "spec_return")
 		}
 	}
-	if len(names) == 0 {
-		return nil
-	}
-	if err := a.loadLate(names...); err != nil {
+	slices.Sort(names)
+	if err := a.need(slices.Compact(names)...); err != nil {
 		return fmt.Errorf("probe %s: %w", pf.Path, err)
 	}
 	return nil
@@ -273,10 +271,8 @@ func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []targ
 		}
 		a.noMulti = true // an older kernel: one link per probe from now on
 	}
-	if a.objs.CallEnter == nil {
-		if err := a.loadLate("call_return", "call_enter"); err != nil {
-			return nil, fmt.Errorf("probe %s: %w", pf.Path, err)
-		}
+	if err := a.need("call_return", "call_enter"); err != nil {
+		return nil, fmt.Errorf("probe %s: %w", pf.Path, err)
 	}
 	var links []link.Link
 	for i, off := range rets {

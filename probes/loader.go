@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -36,21 +37,23 @@ type loader struct {
 	lifeLinks []link.Link
 	// guard resumes what the BPF side stopped if this process dies.
 	guard *guardian
-	// spec is the collection the objects came from: loadLate loads the
-	// programs newLoader leaves out from it, sharing objs' maps.
+	// spec is the collection the objects came from: the programs left out
+	// of earlyObjects are loaded from it (lateLoad), sharing objs' maps.
 	spec *ebpf.CollectionSpec
 	// data are the global variables' maps, shared with the late programs.
 	data dataSections
+	// late are the loads of the programs left out of earlyObjects.
+	late []*lateLoad
 }
 
-// earlyObjects are the BPF objects newLoader loads: every map, and the
-// programs any session attaches at once or with its first target
-// (lifecycle tracepoints, the file fault watch, the loader probe, the CUDA
-// calls as uprobe_multi links, pytest's phases). The rest are loaded on
-// first use (loadLate): the verifier spends most of a session's start-up
-// on call_enter (the fallback for kernels without uprobe_multi, the same
-// code as call_enter_multi), spec_enter and usdt_block, which a process
-// without framework allocators never needs.
+// earlyObjects are the BPF objects newLoader loads before it returns:
+// every map, and the programs NewSession attaches or may attach before a
+// target is probed (lifecycle tracepoints, the file fault watch, the
+// loader probe, pytest's phases). The verifier spends most of a session's
+// start-up on the others (call_enter_multi 69k processed instructions,
+// spec_enter 48k, usdt_block 33k, call_enter as much as call_enter_multi):
+// those are loaded in the background meanwhile, or on first use
+// (lateLoad).
 type earlyObjects struct {
 	bpfMaps
 	bpfVariables
@@ -60,16 +63,25 @@ type earlyObjects struct {
 
 // earlyPrograms are earlyObjects' programs.
 type earlyPrograms struct {
-	CallEnterMulti  *ebpf.Program `ebpf:"call_enter_multi"`
-	CallReturnMulti *ebpf.Program `ebpf:"call_return_multi"`
-	LoaderState     *ebpf.Program `ebpf:"loader_state"`
-	MapFault        *ebpf.Program `ebpf:"map_fault"`
-	MapPages        *ebpf.Program `ebpf:"map_pages"`
-	ProcessExec     *ebpf.Program `ebpf:"process_exec"`
-	ProcessExit     *ebpf.Program `ebpf:"process_exit"`
-	ProcessFork     *ebpf.Program `ebpf:"process_fork"`
-	PytestSetenv    *ebpf.Program `ebpf:"pytest_setenv"`
-	PytestUnsetenv  *ebpf.Program `ebpf:"pytest_unsetenv"`
+	LoaderState    *ebpf.Program `ebpf:"loader_state"`
+	MapFault       *ebpf.Program `ebpf:"map_fault"`
+	MapPages       *ebpf.Program `ebpf:"map_pages"`
+	ProcessExec    *ebpf.Program `ebpf:"process_exec"`
+	ProcessExit    *ebpf.Program `ebpf:"process_exit"`
+	ProcessFork    *ebpf.Program `ebpf:"process_fork"`
+	PytestSetenv   *ebpf.Program `ebpf:"pytest_setenv"`
+	PytestUnsetenv *ebpf.Program `ebpf:"pytest_unsetenv"`
+}
+
+// backgroundPrograms are loaded by newLoader's goroutine, group after
+// group, the programs of a group in parallel: first what every CUDA
+// process needs, then the block layer's (USDT sites, allocator specs),
+// which preload may need for a library before the target maps it.
+// call_enter and call_return, for kernels without uprobe_multi, are
+// loaded only when a link fails for that reason.
+var backgroundPrograms = [][]string{
+	{"call_enter_multi", "call_return_multi"},
+	{"spec_enter", "spec_return", "usdt_block"},
 }
 
 // dataSections are the maps holding the BPF side's global variables
@@ -79,21 +91,48 @@ type dataSections struct {
 	Rodata *ebpf.Map `ebpf:".rodata"`
 }
 
-// loadLate loads the programs named (ones newLoader left out, see
-// earlyObjects) with the session's maps, and stores each in objs under its
-// name: all of them, or none and an error. The verifier, most of the time
-// this takes, runs for each in parallel.
-func (l *loader) loadLate(names ...string) error {
+// lateLoad is a group of programs loaded apart from earlyObjects, with
+// the session's maps. Its goroutine sets progs or err, then closes done;
+// after that, only the loader's owner reads or changes it.
+type lateLoad struct {
+	names []string
+	done  chan struct{}
+	progs []*ebpf.Program
+	err   error
+	// taken: progs are in objs (loader.need), and close with them.
+	taken bool
+}
+
+// startLate starts one goroutine loading groups of programs one after
+// another, and returns their lateLoads, in that order.
+func (l *loader) startLate(groups ...[]string) ([]*lateLoad, error) {
 	maps := make(map[string]*ebpf.Map)
 	taggedMaps(reflect.ValueOf(&l.objs.bpfMaps).Elem(), maps)
 	taggedMaps(reflect.ValueOf(&l.data).Elem(), maps)
 	for name := range l.spec.Maps {
 		if maps[name] == nil {
-			// A new map in the C code that bpfMaps lacks: the late
-			// programs would get their own, empty copy of it.
-			return fmt.Errorf("load BPF programs %v: map %s of the collection is not loaded", names, name)
+			// A map in the C code that bpfMaps lacks: the late programs
+			// would each get their own, empty copy of it.
+			return nil, fmt.Errorf("load BPF programs: map %s of the collection is not loaded", name)
 		}
 	}
+	var loads []*lateLoad
+	for _, names := range groups {
+		loads = append(loads, &lateLoad{names: names, done: make(chan struct{})})
+	}
+	l.late = append(l.late, loads...)
+	go func() {
+		for _, ll := range loads {
+			ll.progs, ll.err = l.loadGroup(ll.names, maps)
+			close(ll.done)
+		}
+	}()
+	return loads, nil
+}
+
+// loadGroup loads the programs named, in parallel: all of them, or none
+// and an error.
+func (l *loader) loadGroup(names []string, maps map[string]*ebpf.Map) ([]*ebpf.Program, error) {
 	progs := make([]*ebpf.Program, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
@@ -109,17 +148,53 @@ func (l *loader) loadLate(names ...string) error {
 		for _, p := range progs {
 			_ = p.Close()
 		}
-		return err
+		return nil, err
 	}
-	objs := reflect.ValueOf(&l.objs.bpfPrograms).Elem()
-	for i, name := range names {
-		for f := range objs.NumField() {
-			if objs.Type().Field(f).Tag.Get("ebpf") == name {
-				objs.Field(f).Set(reflect.ValueOf(progs[i]))
+	return progs, nil
+}
+
+// need makes sure the programs named are in objs: it waits for the
+// background load of each (startLate), or loads it now if none was
+// started. It returns the load's error.
+func (l *loader) need(names ...string) error {
+	progs := reflect.ValueOf(&l.objs.bpfPrograms).Elem()
+	for _, name := range names {
+		if !programField(progs, name).IsNil() {
+			continue
+		}
+		var load *lateLoad
+		for _, ll := range l.late {
+			if slices.Contains(ll.names, name) {
+				load = ll
 			}
 		}
+		if load == nil {
+			loads, err := l.startLate([]string{name})
+			if err != nil {
+				return err
+			}
+			load = loads[0]
+		}
+		<-load.done
+		if load.err != nil {
+			return load.err
+		}
+		for i, n := range load.names {
+			programField(progs, n).Set(reflect.ValueOf(load.progs[i]))
+		}
+		load.taken = true
 	}
 	return nil
+}
+
+// programField is the field of bpfPrograms v tagged name.
+func programField(v reflect.Value, name string) reflect.Value {
+	for i := range v.NumField() {
+		if v.Type().Field(i).Tag.Get("ebpf") == name {
+			return v.Field(i)
+		}
+	}
+	panic("no BPF program " + name) // names are constants of this package
 }
 
 // loadOne loads the program name of l.spec, its maps replaced by maps.
@@ -134,6 +209,9 @@ func (l *loader) loadOne(name string, maps map[string]*ebpf.Map) (*ebpf.Program,
 	if err != nil {
 		if isPermission(err) {
 			return nil, fmt.Errorf("load BPF program %s: %w: %w", name, ErrNotPermitted, err)
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("load BPF program %s: %w: %w", name, ErrNoBPF, err)
 		}
 		return nil, fmt.Errorf("load BPF program %s: %w", name, err)
 	}
@@ -195,13 +273,16 @@ func newLoader(opts *Options) (*loader, error) {
 	l.objs.bpfVariables = early.bpfVariables
 	l.data = early.dataSections
 	p, e := &l.objs.bpfPrograms, &early.earlyPrograms
-	p.CallEnterMulti, p.CallReturnMulti, p.LoaderState = e.CallEnterMulti, e.CallReturnMulti, e.LoaderState
-	p.MapFault, p.MapPages = e.MapFault, e.MapPages
+	p.LoaderState, p.MapFault, p.MapPages = e.LoaderState, e.MapFault, e.MapPages
 	p.ProcessExec, p.ProcessExit, p.ProcessFork = e.ProcessExec, e.ProcessExit, e.ProcessFork
 	p.PytestSetenv, p.PytestUnsetenv = e.PytestSetenv, e.PytestUnsetenv
 	if l.epoch, err = newFilterEpoch(l.objs.UserEpoch); err != nil {
 		_ = l.closeObjs()
 		return nil, fmt.Errorf("load BPF programs: %w: %w", ErrNoBPF, err)
+	}
+	if _, err := l.startLate(backgroundPrograms...); err != nil {
+		_ = l.closeObjs()
+		return nil, err
 	}
 	l.ring, err = ringbuf.NewReader(l.objs.Events)
 	if err != nil {
@@ -214,7 +295,7 @@ func newLoader(opts *Options) (*loader, error) {
 		_ = l.closeObjs()
 		return nil, fmt.Errorf("open python ring buffer: %w", err)
 	}
-	l.att = newAttacher(&l.objs, l.loadLate, 0)
+	l.att = newAttacher(&l.objs, l.need, 0)
 	// Before the first probe that can stop a process.
 	if l.guard, err = startGuardian(l.objs.Stopped); err != nil {
 		_ = l.close()
@@ -278,7 +359,16 @@ func (l *loader) close() error {
 	return nil
 }
 
-// closeObjs unloads the BPF objects, late programs included.
+// closeObjs unloads the BPF objects, once the late loads are done.
 func (l *loader) closeObjs() error {
+	for _, ll := range l.late {
+		<-ll.done
+		if !ll.taken {
+			for _, p := range ll.progs {
+				_ = p.Close()
+			}
+		}
+	}
+	l.late = nil
 	return errors.Join(l.objs.Close(), l.data.Bss.Close(), l.data.Rodata.Close())
 }

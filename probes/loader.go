@@ -74,7 +74,7 @@ type earlyPrograms struct {
 }
 
 // backgroundPrograms are loaded by newLoader's goroutine, group after
-// group, the programs of a group in parallel: first what every CUDA
+// group, each group as one collection: first what every CUDA
 // process needs, then the block layer's (USDT sites, allocator specs),
 // which preload may need for a library before the target maps it.
 // call_enter and call_return, for kernels without uprobe_multi, are
@@ -130,27 +130,34 @@ func (l *loader) startLate(groups ...[]string) ([]*lateLoad, error) {
 	return loads, nil
 }
 
-// loadGroup loads the programs named, in parallel: all of them, or none
-// and an error.
+// loadGroup loads the programs named as one collection (one copy of the
+// spec, one BTF load): all of them, or none and an error.
 func (l *loader) loadGroup(names []string, maps map[string]*ebpf.Map) ([]*ebpf.Program, error) {
-	progs := make([]*ebpf.Program, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			progs[i], errs[i] = l.loadOne(name, maps)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, p := range progs {
-			_ = p.Close()
+	spec := l.spec.Copy()
+	progs := make(map[string]*ebpf.ProgramSpec)
+	for _, name := range names {
+		if spec.Programs[name] == nil {
+			return nil, fmt.Errorf("load BPF program %s: not in the collection", name)
 		}
-		return nil, err
+		progs[name] = spec.Programs[name]
 	}
-	return progs, nil
+	spec.Programs = progs
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: maps})
+	if err != nil {
+		if isPermission(err) {
+			return nil, fmt.Errorf("load BPF programs %v: %w: %w", names, ErrNotPermitted, err)
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("load BPF programs %v: %w: %w", names, ErrNoBPF, err)
+		}
+		return nil, fmt.Errorf("load BPF programs %v: %w", names, err)
+	}
+	defer coll.Close() // its clones of the maps
+	out := make([]*ebpf.Program, len(names))
+	for i, name := range names {
+		out[i] = coll.DetachProgram(name)
+	}
+	return out, nil
 }
 
 // need makes sure the programs named are in objs: it waits for the
@@ -195,28 +202,6 @@ func programField(v reflect.Value, name string) reflect.Value {
 		}
 	}
 	panic("no BPF program " + name) // names are constants of this package
-}
-
-// loadOne loads the program name of l.spec, its maps replaced by maps.
-func (l *loader) loadOne(name string, maps map[string]*ebpf.Map) (*ebpf.Program, error) {
-	spec := l.spec.Copy()
-	ps := spec.Programs[name]
-	if ps == nil {
-		return nil, fmt.Errorf("load BPF program %s: not in the collection", name)
-	}
-	spec.Programs = map[string]*ebpf.ProgramSpec{name: ps}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: maps})
-	if err != nil {
-		if isPermission(err) {
-			return nil, fmt.Errorf("load BPF program %s: %w: %w", name, ErrNotPermitted, err)
-		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return nil, fmt.Errorf("load BPF program %s: %w: %w", name, ErrNoBPF, err)
-		}
-		return nil, fmt.Errorf("load BPF program %s: %w", name, err)
-	}
-	defer coll.Close() // its clones of the maps
-	return coll.DetachProgram(name), nil
 }
 
 // taggedMaps adds the maps of struct v (fields tagged `ebpf:"name"`, as

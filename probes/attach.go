@@ -20,7 +20,10 @@ import (
 // for concurrent use: the session's reader goroutine is its only user after
 // start-up.
 type attacher struct {
-	objs  *bpfObjects
+	objs *bpfObjects
+	// need waits for the programs named to be loaded into objs
+	// (loader.need), or loads them.
+	need  func(names ...string) error
 	pid   int // perf-level process filter; 0 for none (every target is in the BPF map)
 	links []link.Link
 	// tree, when not 0, is the root of the process tree that loader
@@ -43,8 +46,33 @@ type attacher struct {
 	pytest map[fileKey]bool
 }
 
-func newAttacher(objs *bpfObjects, pid int) *attacher {
-	return &attacher{objs: objs, pid: pid, files: make(map[fileKey]*probedFile)}
+func newAttacher(objs *bpfObjects, need func(names ...string) error, pid int) *attacher {
+	return &attacher{objs: objs, need: need, pid: pid, files: make(map[fileKey]*probedFile)}
+}
+
+// loadPrograms waits for the programs pf's targets need to be loaded
+// (loader.need).
+func (a *attacher) loadPrograms(pf *probedFile) error {
+	var names []string
+	for _, t := range pf.Targets {
+		switch t.Spec.Prog {
+		case progCall:
+			if !a.noMulti {
+				names = append(names, "call_enter_multi", "call_return_multi")
+			} else {
+				names = append(names, "call_enter", "call_return")
+			}
+		case progUSDT:
+			names = append(names, "usdt_block")
+		case progSpec:
+			names = append(names, "spec_enter", "spec_return")
+		}
+	}
+	slices.Sort(names)
+	if err := a.need(slices.Compact(names)...); err != nil {
+		return fmt.Errorf("probe %s: %w", pf.Path, err)
+	}
+	return nil
 }
 
 // attached reports whether the file is probed already.
@@ -56,6 +84,9 @@ func (a *attacher) attached(k fileKey) bool { return a.files[k] != nil }
 func (a *attacher) attach(pf *probedFile) (err error) {
 	if a.attached(pf.Key) {
 		return nil
+	}
+	if err := a.loadPrograms(pf); err != nil {
+		return err
 	}
 	ex, err := link.OpenExecutable(pf.OpenPath)
 	if err != nil {
@@ -239,6 +270,9 @@ func (a *attacher) attachCalls(ex *link.Executable, pf *probedFile, calls []targ
 			return nil, fmt.Errorf("attach uprobe_multi (%d return instructions) in %s: %w", len(rets), pf.Path, wrapPerm(err))
 		}
 		a.noMulti = true // an older kernel: one link per probe from now on
+	}
+	if err := a.need("call_return", "call_enter"); err != nil {
+		return nil, fmt.Errorf("probe %s: %w", pf.Path, err)
 	}
 	var links []link.Link
 	for i, off := range rets {

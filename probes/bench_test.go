@@ -78,12 +78,15 @@ type hit struct {
 }
 
 // vramprofCosts reads the session's hot programs' BPF stats (both the
-// uprobe_multi and the single-uprobe variants, whichever were attached).
+// uprobe_multi and the single-uprobe variants, whichever were loaded).
 func vramprofCosts(b *testing.B, s *Session) hitCosts {
 	b.Helper()
 	sum := func(progs ...*ebpf.Program) ebpf.ProgramStats {
 		var all ebpf.ProgramStats
 		for _, p := range progs {
+			if p == nil {
+				continue // loaded on first use: never used
+			}
 			st, err := p.Stats()
 			require.NoError(b, err, "bpf stats of %s", p)
 			all.Runtime += st.Runtime

@@ -378,7 +378,14 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 		return nil, err
 	}
 	specs := append(append([]probeSpec{}, cudaProbes...), loaderProbe)
-	var out []*probedFile
+	// Every file is screened before any is attached: the first attach
+	// waits for the BPF programs still being verified (lateLoad), which
+	// the screening of hundreds of files overlaps.
+	type mappedFile struct {
+		c  candidate
+		pf *probedFile
+	}
+	var found []mappedFile
 	for _, c := range candidates(int(pid), maps) {
 		if s.notCUDA[c.Key] {
 			continue
@@ -393,6 +400,13 @@ func (s *Session) probeFiles(pid uint32) ([]*probedFile, error) {
 				s.examined(c.Key, c.OpenPath, false)
 				continue
 			}
+		}
+		found = append(found, mappedFile{c, pf})
+	}
+	var out []*probedFile
+	for _, f := range found {
+		c, pf := f.c, f.pf
+		if !s.loader.att.attached(c.Key) {
 			if err := s.loader.att.attach(pf); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					continue // gone (the process exited): maybe next time

@@ -215,13 +215,21 @@ func TestAttachWait(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, <-done, "the session ends by itself when its target exits")
 	case err := <-done:
-		// A session that ends first may leave its target stopped at the
-		// loader: Close resumes it, then it is killed, not waited for
-		// forever.
-		_ = s.Close()
-		_ = cmd.Process.Kill()
-		<-waited
-		t.Fatalf("the session ended before its target: %v", err)
+		// The session ends once it reads the target's exit record, which
+		// the kernel sends before the parent can reap the target: its
+		// wait may come a little later. A session that ends without the
+		// target exiting may leave it stopped at the loader: Close
+		// resumes it, then it is killed, not waited for forever.
+		select {
+		case werr := <-waited:
+			require.NoError(t, werr)
+			require.NoError(t, err, "the session ends by itself when its target exits")
+		case <-time.After(10 * time.Second):
+			_ = s.Close()
+			_ = cmd.Process.Kill()
+			<-waited
+			t.Fatalf("the session ended before its target: %v", err)
+		}
 	}
 
 	truth := probetest.MustReadTruth(t, truthPath)

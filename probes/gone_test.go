@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,14 +109,7 @@ func TestAllNamesExitingProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer all.Close()
 
-	child := exec.Command("true")
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Wait() })
-	pid := child.Process.Pid
-	for i := 0; i < 400 && procState(pid) != 'Z'; i++ {
-		time.Sleep(5 * time.Millisecond)
-	}
-	require.Equal(t, byte('Z'), procState(pid), "exited, not reaped")
+	pid := startZombie(t)
 
 	args := []string{"fleetjob", "--step"} // what its REC_MAPPED record said
 	_, err = all.track(uint32(pid), nil, args)

@@ -402,10 +402,10 @@ func selfCgroupPath(t *testing.T) string {
 	return v2
 }
 
-// TestProcInfoExiting: a process read after it exited (a zombie, not yet
-// reaped) is in the cgroup it ran in, its parent's (this test's), not the
-// root its /proc/PID/cgroup shows once it has exited.
-func TestProcInfoExiting(t *testing.T) {
+// startZombie starts true(1) and returns its PID once it has exited, not
+// reaped (a zombie) until the test ends.
+func startZombie(t *testing.T) int {
+	t.Helper()
 	child := exec.Command("true")
 	require.NoError(t, child.Start())
 	t.Cleanup(func() { _ = child.Wait() })
@@ -414,6 +414,14 @@ func TestProcInfoExiting(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	require.Equal(t, byte('Z'), procState(pid), "exited, not reaped")
+	return pid
+}
+
+// TestProcInfoExiting: a process read after it exited (a zombie, not yet
+// reaped) is in the cgroup it ran in, its parent's (this test's), not the
+// root its /proc/PID/cgroup shows once it has exited.
+func TestProcInfoExiting(t *testing.T) {
+	pid := startZombie(t)
 	info := procInfo(uint32(pid))
 	assert.Equal(t, uint32(os.Getpid()), info.PPID)
 	assert.Equal(t, selfCgroupPath(t), info.Cgroup, "the cgroup it ran in")

@@ -110,17 +110,27 @@ func TestMomentRule(t *testing.T) {
 	t.Run("queue full", func(t *testing.T) {
 		r, sink := mustRecording(t, 0)
 		require.NoError(t, sink.Write(oomEvent(10, 1<<30))) // moment 1
-		// A worker slow to write: with the queue full, the next OOM is
-		// skipped and counted, a SIGUSR1 refused. Under the lock, as the
-		// sink calls it, so the worker cannot drain the queue meanwhile.
+		// A worker slow to write: parked on a request whose trace is a
+		// pipe nobody writes (it takes requests without the lock, so it
+		// must be busy, not only locked out), then the queue filled.
+		// With the queue full, the next OOM is skipped and counted, a
+		// SIGUSR1 refused.
+		pr, pw, err := os.Pipe()
+		require.NoError(t, err)
+		r.mu.Lock()
+		r.moments.queue <- momentRequest{kind: "usr1", index: 98, traceBytes: 1, segments: []*os.File{pr}}
+		r.mu.Unlock()
+		require.Eventually(t, func() bool { return len(r.moments.queue) == 0 }, 10*time.Second, time.Millisecond,
+			"the worker takes moment 1, then the parking request")
 		r.mu.Lock()
 		for len(r.moments.queue) < cap(r.moments.queue) {
 			r.moments.queue <- momentRequest{kind: "usr1", index: 99, traceBytes: -1}
 		}
 		require.NoError(t, r.noteOOM(oomEvent(11, 1<<30)))
-		err := r.takeMoment("usr1", nil)
+		err = r.takeMoment("usr1", nil)
 		skipped, oomN := r.moments.skippedTotal, r.moments.oomN
 		r.mu.Unlock()
+		require.NoError(t, pw.Close()) // the parked request ends (an empty trace)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "earlier moments are still being written")
 		assert.Equal(t, uint64(1), skipped, "the OOM that found the queue full")
